@@ -1,0 +1,104 @@
+package cosmic
+
+import (
+	"fmt"
+	"time"
+)
+
+// RackTypeServer is the only rack type: a worker driving one Kubernetes cluster.
+const RackTypeServer = "server"
+
+// Rack is the capacity behind one worker, listed under one location.
+type Rack struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Location  string    `json:"location"`
+	GPUModel  string    `json:"gpuModel"`
+	WorkerKey string    `json:"workerKey"` // the worker's ed25519 public key, 64 hex digits
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Validate reports every problem of a rack registration at once.
+func (r Rack) Validate() error {
+	var p problems
+	if len(r.ID) > 63 || !identRe.MatchString(r.ID) {
+		p.add("id", "%q is not a valid rack ID", r.ID)
+	}
+	if r.Type != RackTypeServer {
+		p.add("type", "%q is not a rack type (want %s)", r.Type, RackTypeServer)
+	}
+	if !ValidLocation(r.Location) {
+		p.add("location", "%q is not a valid location name", r.Location)
+	}
+	if !ValidGPUModel(r.GPUModel) {
+		p.add("gpuModel", "%q is not a valid GPU model name", r.GPUModel)
+	}
+	if !ValidWorkerKey(r.WorkerKey) {
+		p.add("workerKey", "must be 64 lowercase hex digits")
+	}
+	return p.err()
+}
+
+// Node is a machine of a rack holding a pool of GPUs. Only nodes that are
+// both Schedulable and Ready receive new placements.
+type Node struct {
+	Name        string `json:"name"`
+	Rack        string `json:"rack"`
+	GPUModel    string `json:"gpuModel"`
+	GPUs        int    `json:"gpus"` // total, free or not
+	Schedulable bool   `json:"schedulable"`
+	Ready       bool   `json:"ready"`
+}
+
+// GPURef names one GPU: its index on a node of a rack.
+type GPURef struct {
+	Rack  string `json:"rack"`
+	Node  string `json:"node"`
+	Index int    `json:"index"`
+}
+
+func (g GPURef) String() string { return fmt.Sprintf("%s/%s/%d", g.Rack, g.Node, g.Index) }
+
+// NodeAlloc is the GPUs (indices, ascending) one reservation takes on one node.
+type NodeAlloc struct {
+	Node string `json:"node"`
+	GPUs []int  `json:"gpus"`
+}
+
+// Reservation is the GPUs held by one replica of a job: all on one rack,
+// on one node or (vLLM replicas) on k nodes with the same count on each.
+type Reservation struct {
+	JobID   string      `json:"jobId"`
+	Replica int         `json:"replica"`
+	Rack    string      `json:"rack"`
+	Nodes   []NodeAlloc `json:"nodes"`
+}
+
+// GPUs lists every GPU of the reservation.
+func (r Reservation) GPUs() []GPURef {
+	out := make([]GPURef, 0, r.Count())
+	for _, n := range r.Nodes {
+		for _, i := range n.GPUs {
+			out = append(out, GPURef{Rack: r.Rack, Node: n.Node, Index: i})
+		}
+	}
+	return out
+}
+
+// Count is the number of GPUs of the reservation.
+func (r Reservation) Count() int {
+	c := 0
+	for _, n := range r.Nodes {
+		c += len(n.GPUs)
+	}
+	return c
+}
+
+// NodeNames lists the nodes of the reservation, in order.
+func (r Reservation) NodeNames() []string {
+	out := make([]string, len(r.Nodes))
+	for i, n := range r.Nodes {
+		out[i] = n.Node
+	}
+	return out
+}

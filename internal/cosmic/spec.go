@@ -1,0 +1,304 @@
+package cosmic
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// JobType is the kind of workload a job runs.
+type JobType string
+
+// The job types.
+const (
+	// TypeGPUContainer is a GPU VM with shell access, used like a remote machine.
+	TypeGPUContainer JobType = "gpu-container"
+	// TypeManagedInference serves an open model behind an OpenAI-compatible API.
+	TypeManagedInference JobType = "managed-inference"
+)
+
+// Valid reports whether t is a known job type.
+func (t JobType) Valid() bool { return t == TypeGPUContainer || t == TypeManagedInference }
+
+// Runtime is the model server of a managed-inference job.
+type Runtime string
+
+// The inference runtimes.
+const (
+	RuntimeVLLM     Runtime = "vllm"
+	RuntimeParakeet Runtime = "parakeet"
+)
+
+// ParakeetModel is the only model the parakeet runtime serves.
+const ParakeetModel = "nvidia/parakeet-tdt-0.6b-v3"
+
+// Spec is what a user asks for when creating a job. Its JSON field names are
+// the API's wire names (DESIGN §6). Call Default, then Validate.
+//
+// Units: DiskGB, Resources.Memory, Resources.EphemeralStorage and
+// Resources.GPUMemory are whole GiB; Resources.CPU is vCPUs; Timeout is
+// seconds (0: none). On input, "region" is accepted as an alias of
+// "location"; output always says "location".
+type Spec struct {
+	Type               JobType           `json:"type"`
+	Name               string            `json:"name,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	Location           string            `json:"location"`
+	Image              string            `json:"image,omitempty"`
+	DiskGB             int               `json:"diskGB,omitempty"`
+	Command            []string          `json:"command,omitempty"`
+	EnvVars            []EnvVar          `json:"envVars,omitempty"`
+	Resources          Resources         `json:"resources"`
+	SSHPublicKeys      []string          `json:"sshPublicKeys,omitempty"`
+	DefaultHTTPPort    int               `json:"defaultHttpPort,omitempty"`
+	GRPCPort           int               `json:"grpcPort,omitempty"`
+	UnsecureHTTP       bool              `json:"unsecureHttp,omitempty"`
+	Timeout            int               `json:"timeout,omitempty"`
+	TimeoutAutoRestart bool              `json:"timeoutAutoRestart,omitempty"`
+	Volumes            []Volume          `json:"volumes,omitempty"`
+	ReadUser           string            `json:"readUser,omitempty"`
+	PartnerID          string            `json:"partnerId,omitempty"`
+	Inference          *InferenceSpec    `json:"inference,omitempty"`
+}
+
+// EnvVar is one environment variable set inside the job's VM.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Resources is what one replica (one job, for gpu-container) needs.
+//
+// For managed-inference, GPU is the GPU count of one replica and must agree
+// with Inference.GPUsPerReplica when both are set. CPU and Memory are totals
+// for the replica; a replica spread over k nodes gives each node's VMI its
+// share in proportion to its GPUs. GPUBrand, GPUMemory, EphemeralStorage,
+// Flavor, FlavorCount, PrivateNetwork and PublicNetwork are stored and
+// validated but not used by placement yet.
+type Resources struct {
+	GPU              int    `json:"gpu"`
+	GPUModel         string `json:"gpuModel,omitempty"`
+	GPUBrand         string `json:"gpuBrand,omitempty"`
+	GPUMemory        int    `json:"gpuMemory,omitempty"`
+	CPU              int    `json:"cpu,omitempty"`
+	Memory           int    `json:"memory,omitempty"`
+	EphemeralStorage int    `json:"ephemeralStorage,omitempty"`
+	Flavor           string `json:"flavor,omitempty"`
+	FlavorCount      int    `json:"flavorCount,omitempty"`
+	PrivateNetwork   int    `json:"privateNetwork,omitempty"`
+	PublicNetwork    int    `json:"publicNetwork,omitempty"`
+}
+
+// Volume is data mounted into the job. Volumes are stored and validated;
+// workers do not mount them yet.
+type Volume struct {
+	Name       string       `json:"name,omitempty"`
+	MountPath  string       `json:"mountPath"`
+	Permission string       `json:"permission,omitempty"` // ro (default), rw or rwd
+	Cache      bool         `json:"cache,omitempty"`
+	Source     VolumeSource `json:"volumeSource"`
+}
+
+// VolumeSource says where a volume's data comes from; exactly one is set.
+type VolumeSource struct {
+	DataStore  *DataStoreSource  `json:"dataStore,omitempty"`
+	PublicGit  *PublicGitSource  `json:"publicGit,omitempty"`
+	Standalone *StandaloneSource `json:"standalone,omitempty"`
+}
+
+// DataStoreSource is a container (bucket) of a registered data store.
+type DataStoreSource struct {
+	Alias     string `json:"alias"`
+	Container string `json:"container"`
+	Prefix    string `json:"prefix,omitempty"`
+	Archive   string `json:"archive,omitempty"`
+	Internal  bool   `json:"internal,omitempty"`
+}
+
+// PublicGitSource is a public Git repository cloned into the volume.
+type PublicGitSource struct {
+	URL string `json:"url"`
+}
+
+// StandaloneSource is an empty named volume kept with the job.
+type StandaloneSource struct {
+	Name string `json:"name"`
+}
+
+// InferenceSpec is the serving part of a managed-inference job.
+type InferenceSpec struct {
+	Runtime         Runtime           `json:"runtime"`
+	Model           string            `json:"model"`
+	ServedModelName string            `json:"servedModelName,omitempty"`
+	Replicas        int               `json:"replicas,omitempty"`
+	GPUsPerReplica  int               `json:"gpusPerReplica,omitempty"`
+	RequireAuth     *bool             `json:"requireAuth,omitempty"`
+	Args            map[string]string `json:"args,omitempty"`
+}
+
+// AuthRequired reports whether the endpoint demands an API key (default true).
+func (in *InferenceSpec) AuthRequired() bool {
+	return in == nil || in.RequireAuth == nil || *in.RequireAuth
+}
+
+// Defaults applied by Default.
+const (
+	DefaultContainerDiskGB = 100
+	DefaultInferenceDiskGB = 200
+	DefaultCPUPerGPU       = 8
+	DefaultMemoryPerGPU    = 64 // GiB
+)
+
+// Default fills the fields a user may leave out, in place, and leaves every
+// field that is set (even to a bad value) alone so Validate can report it:
+//
+//   - resources.gpu: 1 for gpu-container. For managed-inference it is the
+//     GPU count of one replica: copied from inference.gpusPerReplica or to
+//     it, and 1 when neither is set;
+//   - resources.cpu: 8 vCPUs per GPU; resources.memory: 64 GiB per GPU
+//     (per replica for managed-inference);
+//   - diskGB: 100 for gpu-container, 200 for managed-inference (weights);
+//   - inference.runtime: parakeet when the model is ParakeetModel, else vllm;
+//   - inference.model: ParakeetModel for the parakeet runtime;
+//   - inference.replicas: 1; inference.servedModelName: the model;
+//     inference.requireAuth: true.
+//
+// An empty image of a managed-inference job means the platform's default
+// image for the runtime (chosen by the worker's configuration). Default does
+// not create an inference section that is missing, nor choose a location.
+func (s *Spec) Default() {
+	switch s.Type {
+	case TypeGPUContainer:
+		if s.Resources.GPU == 0 {
+			s.Resources.GPU = 1
+		}
+		if s.DiskGB == 0 {
+			s.DiskGB = DefaultContainerDiskGB
+		}
+	case TypeManagedInference:
+		if s.DiskGB == 0 {
+			s.DiskGB = DefaultInferenceDiskGB
+		}
+		if in := s.Inference; in != nil {
+			if in.Runtime == "" {
+				in.Runtime = RuntimeVLLM
+				if in.Model == ParakeetModel {
+					in.Runtime = RuntimeParakeet
+				}
+			}
+			if in.Runtime == RuntimeParakeet && in.Model == "" {
+				in.Model = ParakeetModel
+			}
+			if in.Replicas == 0 {
+				in.Replicas = 1
+			}
+			switch {
+			case in.GPUsPerReplica == 0 && s.Resources.GPU == 0:
+				in.GPUsPerReplica, s.Resources.GPU = 1, 1
+			case in.GPUsPerReplica == 0:
+				in.GPUsPerReplica = s.Resources.GPU
+			case s.Resources.GPU == 0:
+				s.Resources.GPU = in.GPUsPerReplica
+			}
+			if in.ServedModelName == "" {
+				in.ServedModelName = in.Model
+			}
+			if in.RequireAuth == nil {
+				t := true
+				in.RequireAuth = &t
+			}
+		} else if s.Resources.GPU == 0 {
+			s.Resources.GPU = 1
+		}
+	default:
+		return
+	}
+	if s.Resources.GPU > 0 {
+		if s.Resources.CPU == 0 {
+			s.Resources.CPU = DefaultCPUPerGPU * s.Resources.GPU
+		}
+		if s.Resources.Memory == 0 {
+			s.Resources.Memory = DefaultMemoryPerGPU * s.Resources.GPU
+		}
+	}
+}
+
+// Replicas is the number of replicas the job runs: inference.replicas for
+// managed-inference (at least 1), else 1.
+func (s Spec) Replicas() int {
+	if s.Type == TypeManagedInference && s.Inference != nil && s.Inference.Replicas > 0 {
+		return s.Inference.Replicas
+	}
+	return 1
+}
+
+// GPUsPerReplica is the GPU count of one replica (resources.gpu).
+func (s Spec) GPUsPerReplica() int {
+	if s.Type == TypeManagedInference && s.Inference != nil && s.Inference.GPUsPerReplica > 0 {
+		return s.Inference.GPUsPerReplica
+	}
+	return s.Resources.GPU
+}
+
+// TotalGPUs is replicas × GPUs per replica.
+func (s Spec) TotalGPUs() int { return s.Replicas() * s.GPUsPerReplica() }
+
+// MultiNode reports whether a replica may span several nodes of one rack:
+// only vLLM inference replicas may.
+func (s Spec) MultiNode() bool {
+	return s.Type == TypeManagedInference && s.Inference != nil && s.Inference.Runtime == RuntimeVLLM
+}
+
+type plainSpec Spec
+
+// UnmarshalJSON decodes a spec, accepting "region" as an alias of
+// "location". It is lenient about unknown fields, as encoding/json is; use
+// ParseSpec for untrusted input.
+func (s *Spec) UnmarshalJSON(data []byte) error {
+	return s.decode(data, false)
+}
+
+// ParseSpec decodes one JSON spec strictly: unknown fields and trailing data
+// are errors (wrapping ErrInvalid). It does not call Default or Validate.
+func ParseSpec(data []byte) (Spec, error) {
+	var s Spec
+	if err := s.decode(data, true); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+func (s *Spec) decode(data []byte, strict bool) error {
+	var w struct {
+		plainSpec
+		Region string `json:"region"`
+	}
+	w.plainSpec = plainSpec(*s)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(&w); err != nil {
+		if strict {
+			return fmt.Errorf("decode spec: %w: %w", ErrInvalid, err)
+		}
+		return err
+	}
+	if strict {
+		if _, err := dec.Token(); err != io.EOF {
+			return fmt.Errorf("decode spec: %w: trailing data after the spec", ErrInvalid)
+		}
+	}
+	if w.Region != "" {
+		switch w.Location {
+		case "":
+			w.Location = w.Region
+		case w.Region:
+		default:
+			return &FieldError{Field: "region", Message: fmt.Sprintf("is an alias of location and disagrees with it (%q != %q)", w.Region, w.Location)}
+		}
+	}
+	*s = Spec(w.plainSpec)
+	return nil
+}

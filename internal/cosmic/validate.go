@@ -1,0 +1,465 @@
+package cosmic
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits enforced by Validate.
+const (
+	MaxGPUs          = 1024 // per replica and per job
+	MaxReplicas      = 128
+	MaxNameLen       = 64
+	MaxLabels        = 64
+	MaxEnvVars       = 256
+	MaxSSHKeys       = 32
+	MaxVolumes       = 32
+	MaxCommandBytes  = 64 << 10
+	MaxDiskGB        = 64 << 10
+	MaxCPU           = 4096
+	MaxMemoryGB      = 64 << 10
+	ReservedLabelPre = "cosmicac/" // label keys under this prefix belong to the platform
+	ReservedEnvPre   = "COSMICAC_" // environment names under this prefix belong to the platform
+)
+
+var (
+	labelNameRe   = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	dnsSubdomRe   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	envNameRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	identRe       = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	hfModelRe     = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
+	hex64Re       = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	parserNameRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	revisionRe    = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_./]{0,127}$`)
+	sshKeyTypes   = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+	dtypes        = []string{"auto", "half", "float16", "bfloat16", "float", "float32"}
+	quantizations = []string{"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "gguf", "compressed-tensors", "experts_int8", "modelopt", "mxfp4"}
+	kvCacheDtypes = []string{"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}
+)
+
+// ValidLocation reports whether s is shaped like a location name
+// (1–63 letters, digits, '-', '_' or '.', starting and ending alphanumeric).
+func ValidLocation(s string) bool { return len(s) <= 63 && identRe.MatchString(s) }
+
+// ValidGPUModel reports whether s is shaped like a GPU model name such as
+// GH100_H100_SXM5_80GB (1–128 letters, digits, '-', '_' or '.').
+func ValidGPUModel(s string) bool { return len(s) <= 128 && identRe.MatchString(s) }
+
+// ValidWorkerKey reports whether s is a worker public key: 64 lowercase hex digits.
+func ValidWorkerKey(s string) bool { return hex64Re.MatchString(s) }
+
+// ValidLabelKey reports whether k is a Kubernetes-shaped label key:
+// an optional DNS-subdomain prefix and '/', then a name of at most 63
+// characters. It does not check the reserved prefix.
+func ValidLabelKey(k string) bool {
+	name := k
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		prefix := k[:i]
+		name = k[i+1:]
+		if prefix == "" || len(prefix) > 253 || !dnsSubdomRe.MatchString(prefix) {
+			return false
+		}
+	}
+	return len(name) <= 63 && labelNameRe.MatchString(name)
+}
+
+// ValidLabelValue reports whether v is a Kubernetes-shaped label value:
+// empty, or at most 63 characters shaped like a label name.
+func ValidLabelValue(v string) bool { return v == "" || (len(v) <= 63 && labelNameRe.MatchString(v)) }
+
+// ValidateLabel checks one user label (key and value) and refuses the
+// reserved prefix. The API's label endpoint uses it; field is the JSON path
+// to report.
+func ValidateLabel(field, key, value string) error {
+	var p problems
+	checkLabel(&p, field, key, value)
+	return p.err()
+}
+
+func checkLabel(p *problems, field, k, v string) {
+	switch {
+	case !ValidLabelKey(k):
+		p.add(field, "key %q is not a valid label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)", k)
+	case strings.HasPrefix(k, ReservedLabelPre):
+		p.add(field, "key %q uses the reserved prefix %q", k, ReservedLabelPre)
+	}
+	if !ValidLabelValue(v) {
+		p.add(field, "value %q is not a valid label value (at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)", v)
+	}
+}
+
+// Validate reports every problem of a spec at once, as errors.Join of
+// *FieldError (see FieldErrors); each is also an ErrInvalid. It checks the
+// spec's shape only: whether its location and GPU model exist is the ork's
+// business (reasons no_such_location, no_such_gpu_model). Call Default first:
+// Validate checks the defaulted form (resources.gpu 0 is refused).
+func (s Spec) Validate() error {
+	var p problems
+	switch {
+	case s.Type == "":
+		p.add("type", "is required (%s or %s)", TypeGPUContainer, TypeManagedInference)
+	case !s.Type.Valid():
+		p.add("type", "unknown job type %q (want %s or %s)", s.Type, TypeGPUContainer, TypeManagedInference)
+	}
+	if utf8.RuneCountInString(s.Name) > MaxNameLen {
+		p.add("name", "is longer than %d characters", MaxNameLen)
+	}
+	if !printable(s.Name) {
+		p.add("name", "holds control characters")
+	}
+	if len(s.Labels) > MaxLabels {
+		p.add("labels", "has %d labels, more than %d", len(s.Labels), MaxLabels)
+	}
+	for _, k := range sortedKeys(s.Labels) {
+		checkLabel(&p, "labels."+k, k, s.Labels[k])
+	}
+	switch {
+	case s.Location == "":
+		p.add("location", "is required")
+	case !ValidLocation(s.Location):
+		p.add("location", "%q is not a valid location name", s.Location)
+	}
+	switch {
+	case s.Image == "" && s.Type == TypeGPUContainer:
+		p.add("image", "is required for a %s job", TypeGPUContainer)
+	case s.Image != "" && (len(s.Image) > 512 || strings.ContainsFunc(s.Image, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) })):
+		p.add("image", "%q is not an image reference", s.Image)
+	}
+	checkRange(&p, "diskGB", s.DiskGB, 1, MaxDiskGB)
+	checkCommand(&p, s)
+	checkEnv(&p, s.EnvVars)
+	checkResources(&p, s)
+	checkSSHKeys(&p, s.SSHPublicKeys)
+	checkPort(&p, "defaultHttpPort", s.DefaultHTTPPort)
+	checkPort(&p, "grpcPort", s.GRPCPort)
+	if s.GRPCPort != 0 && s.GRPCPort == s.DefaultHTTPPort {
+		p.add("grpcPort", "must differ from defaultHttpPort")
+	}
+	if s.Timeout < 0 {
+		p.add("timeout", "must not be negative")
+	}
+	if s.TimeoutAutoRestart && s.Timeout == 0 {
+		p.add("timeoutAutoRestart", "needs a timeout")
+	}
+	checkVolumes(&p, s.Volumes)
+	if len(s.ReadUser) > 128 || !printable(s.ReadUser) {
+		p.add("readUser", "must be at most 128 printable characters")
+	}
+	if len(s.PartnerID) > 128 || !printable(s.PartnerID) {
+		p.add("partnerId", "must be at most 128 printable characters")
+	}
+	switch {
+	case s.Type == TypeManagedInference && s.Inference == nil:
+		p.add("inference", "is required for a %s job", TypeManagedInference)
+	case s.Type != TypeManagedInference && s.Inference != nil:
+		p.add("inference", "is only for %s jobs", TypeManagedInference)
+	case s.Inference != nil:
+		checkInference(&p, s)
+	}
+	return p.err()
+}
+
+func checkRange(p *problems, field string, v, lo, hi int) {
+	switch {
+	case v < 0:
+		p.add(field, "must not be negative")
+	case v < lo:
+		p.add(field, "must be at least %d", lo)
+	case v > hi:
+		p.add(field, "must be at most %d", hi)
+	}
+}
+
+func checkPort(p *problems, field string, v int) {
+	if v != 0 && (v < 1 || v > 65535) {
+		p.add(field, "must be a port between 1 and 65535")
+	}
+}
+
+func checkCommand(p *problems, s Spec) {
+	if len(s.Command) > 0 && s.Type == TypeManagedInference {
+		p.add("command", "is not used by %s jobs; set inference.args instead", TypeManagedInference)
+	}
+	n := 0
+	for i, a := range s.Command {
+		n += len(a)
+		if strings.IndexByte(a, 0) >= 0 || !utf8.ValidString(a) {
+			p.add(fmt.Sprintf("command[%d]", i), "holds a NUL byte or invalid UTF-8")
+		}
+	}
+	if n > MaxCommandBytes {
+		p.add("command", "is longer than %d bytes", MaxCommandBytes)
+	}
+}
+
+func checkEnv(p *problems, env []EnvVar) {
+	if len(env) > MaxEnvVars {
+		p.add("envVars", "has %d variables, more than %d", len(env), MaxEnvVars)
+	}
+	seen := map[string]bool{}
+	for i, e := range env {
+		f := fmt.Sprintf("envVars[%d]", i)
+		switch {
+		case !envNameRe.MatchString(e.Name):
+			p.add(f+".name", "%q is not a variable name (letters, digits and '_', not starting with a digit)", e.Name)
+		case strings.HasPrefix(strings.ToUpper(e.Name), ReservedEnvPre):
+			p.add(f+".name", "%q uses the reserved prefix %s", e.Name, ReservedEnvPre)
+		case seen[e.Name]:
+			p.add(f+".name", "%q is set twice", e.Name)
+		}
+		seen[e.Name] = true
+		if strings.IndexByte(e.Value, 0) >= 0 || !utf8.ValidString(e.Value) {
+			p.add(f+".value", "holds a NUL byte or invalid UTF-8")
+		}
+	}
+}
+
+func checkResources(p *problems, s Spec) {
+	r := s.Resources
+	checkRange(p, "resources.gpu", r.GPU, 1, MaxGPUs)
+	if r.GPUModel != "" && !ValidGPUModel(r.GPUModel) {
+		p.add("resources.gpuModel", "%q is not a valid GPU model name", r.GPUModel)
+	}
+	if r.GPUBrand != "" && !strings.EqualFold(r.GPUBrand, "nvidia") {
+		p.add("resources.gpuBrand", "%q is not supported (only nvidia)", r.GPUBrand)
+	}
+	checkRange(p, "resources.gpuMemory", r.GPUMemory, 0, 1<<20)
+	checkRange(p, "resources.cpu", r.CPU, 0, MaxCPU)
+	checkRange(p, "resources.memory", r.Memory, 0, MaxMemoryGB)
+	checkRange(p, "resources.ephemeralStorage", r.EphemeralStorage, 0, MaxDiskGB)
+	checkRange(p, "resources.flavorCount", r.FlavorCount, 0, MaxGPUs)
+	checkRange(p, "resources.privateNetwork", r.PrivateNetwork, 0, 1<<30)
+	checkRange(p, "resources.publicNetwork", r.PublicNetwork, 0, 1<<30)
+	if len(r.Flavor) > 64 || (r.Flavor != "" && !identRe.MatchString(r.Flavor)) {
+		p.add("resources.flavor", "%q is not a valid flavor name", r.Flavor)
+	}
+}
+
+func checkSSHKeys(p *problems, keys []string) {
+	if len(keys) > MaxSSHKeys {
+		p.add("sshPublicKeys", "has %d keys, more than %d", len(keys), MaxSSHKeys)
+	}
+	for i, k := range keys {
+		if msg := sshKeyProblem(k); msg != "" {
+			p.add(fmt.Sprintf("sshPublicKeys[%d]", i), "%s", msg)
+		}
+	}
+}
+
+// sshKeyProblem checks an authorized_keys line "TYPE BASE64 [comment]": a
+// known type and a blob whose embedded type agrees with it.
+func sshKeyProblem(k string) string {
+	fields := strings.Fields(k)
+	if len(fields) < 2 {
+		return "is not a public key (want \"ssh-ed25519 AAAA... comment\")"
+	}
+	typ := fields[0]
+	if !slices.Contains(sshKeyTypes, typ) {
+		return fmt.Sprintf("key type %q is not supported (want one of %s)", typ, strings.Join(sshKeyTypes, ", "))
+	}
+	blob, err := base64.StdEncoding.DecodeString(fields[1])
+	if err != nil || len(blob) < 4 {
+		return "key data is not base64"
+	}
+	n := binary.BigEndian.Uint32(blob)
+	if uint64(n) > uint64(len(blob)-4) || string(blob[4:4+n]) != typ {
+		return fmt.Sprintf("key data does not hold a %s key", typ)
+	}
+	if strings.ContainsAny(k, "\r\n") {
+		return "holds a line break"
+	}
+	return ""
+}
+
+func checkVolumes(p *problems, vols []Volume) {
+	if len(vols) > MaxVolumes {
+		p.add("volumes", "has %d volumes, more than %d", len(vols), MaxVolumes)
+	}
+	paths := map[string]bool{}
+	names := map[string]bool{}
+	for i, v := range vols {
+		f := fmt.Sprintf("volumes[%d]", i)
+		if v.Name != "" {
+			if len(v.Name) > 63 || !identRe.MatchString(v.Name) {
+				p.add(f+".name", "%q is not a valid volume name", v.Name)
+			} else if names[v.Name] {
+				p.add(f+".name", "%q is used twice", v.Name)
+			}
+			names[v.Name] = true
+		}
+		switch {
+		case !strings.HasPrefix(v.MountPath, "/"):
+			p.add(f+".mountPath", "must be an absolute path")
+		case path.Clean(v.MountPath) != v.MountPath || v.MountPath == "/" || !printable(v.MountPath):
+			p.add(f+".mountPath", "%q must be a clean path below /", v.MountPath)
+		case paths[v.MountPath]:
+			p.add(f+".mountPath", "%q is mounted twice", v.MountPath)
+		}
+		paths[v.MountPath] = true
+		switch strings.ToLower(v.Permission) {
+		case "", "ro", "rw", "rwd":
+		default:
+			p.add(f+".permission", "%q is not ro, rw or rwd", v.Permission)
+		}
+		src := v.Source
+		n := 0
+		if d := src.DataStore; d != nil {
+			n++
+			if d.Alias == "" {
+				p.add(f+".volumeSource.dataStore.alias", "is required")
+			}
+			if d.Container == "" {
+				p.add(f+".volumeSource.dataStore.container", "is required")
+			}
+		}
+		if g := src.PublicGit; g != nil {
+			n++
+			if !strings.HasPrefix(g.URL, "https://") || strings.ContainsFunc(g.URL, unicode.IsSpace) {
+				p.add(f+".volumeSource.publicGit.url", "must be an https:// URL")
+			}
+		}
+		if st := src.Standalone; st != nil {
+			n++
+			if !identRe.MatchString(st.Name) || len(st.Name) > 63 {
+				p.add(f+".volumeSource.standalone.name", "%q is not a valid volume name", st.Name)
+			}
+		}
+		if n != 1 {
+			p.add(f+".volumeSource", "must set exactly one of dataStore, publicGit, standalone")
+		}
+	}
+}
+
+func checkInference(p *problems, s Spec) {
+	in := s.Inference
+	switch in.Runtime {
+	case RuntimeVLLM, RuntimeParakeet:
+	case "":
+		p.add("inference.runtime", "is required (%s or %s)", RuntimeVLLM, RuntimeParakeet)
+	default:
+		p.add("inference.runtime", "unknown runtime %q (want %s or %s)", in.Runtime, RuntimeVLLM, RuntimeParakeet)
+	}
+	switch {
+	case in.Model == "":
+		p.add("inference.model", "is required")
+	case len(in.Model) > 256 || !hfModelRe.MatchString(in.Model):
+		p.add("inference.model", "%q is not a model name (want ORG/NAME as on Hugging Face)", in.Model)
+	case in.Runtime == RuntimeParakeet && in.Model != ParakeetModel:
+		p.add("inference.model", "the parakeet runtime serves only %s", ParakeetModel)
+	}
+	if len(in.ServedModelName) > 256 || strings.ContainsFunc(in.ServedModelName, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+		p.add("inference.servedModelName", "must be at most 256 characters without spaces")
+	}
+	checkRange(p, "inference.replicas", in.Replicas, 1, MaxReplicas)
+	checkRange(p, "inference.gpusPerReplica", in.GPUsPerReplica, 1, MaxGPUs)
+	if in.GPUsPerReplica > 0 && s.Resources.GPU > 0 && in.GPUsPerReplica != s.Resources.GPU {
+		p.add("resources.gpu", "is the GPU count of one replica and must equal inference.gpusPerReplica (%d != %d)", s.Resources.GPU, in.GPUsPerReplica)
+	}
+	if in.Replicas > 0 && in.GPUsPerReplica > 0 && in.Replicas*in.GPUsPerReplica > MaxGPUs {
+		p.add("inference.replicas", "replicas × gpusPerReplica is %d GPUs, more than %d", in.Replicas*in.GPUsPerReplica, MaxGPUs)
+	}
+	if in.Runtime == RuntimeParakeet {
+		if in.GPUsPerReplica > 1 {
+			p.add("inference.gpusPerReplica", "the parakeet runtime runs on one GPU")
+		}
+		if len(in.Args) > 0 {
+			p.add("inference.args", "the parakeet runtime takes no args")
+		}
+		return
+	}
+	for _, k := range sortedKeys(in.Args) {
+		if msg := vllmArgProblem(k, in.Args[k]); msg != "" {
+			p.add("inference.args."+k, "%s", msg)
+		}
+	}
+}
+
+// VLLMArgs lists the vLLM flags (without "--") that inference.args may set.
+// Parallelism (tensor, pipeline, data) is derived from placement, and
+// host, port, model, served-model-name and api-key are set by the platform.
+var VLLMArgs = []string{
+	"block-size", "dtype", "enable-auto-tool-choice", "enable-chunked-prefill",
+	"enable-prefix-caching", "enforce-eager", "gpu-memory-utilization",
+	"kv-cache-dtype", "max-model-len", "max-num-batched-tokens", "max-num-seqs",
+	"quantization", "reasoning-parser", "revision", "seed", "swap-space",
+	"tokenizer", "tool-call-parser", "trust-remote-code",
+}
+
+func vllmArgProblem(k, v string) string {
+	intAtLeast := func(min int64) string {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min {
+			return fmt.Sprintf("%q is not an integer ≥ %d", v, min)
+		}
+		return ""
+	}
+	oneOf := func(set []string) string {
+		if !slices.Contains(set, v) {
+			return fmt.Sprintf("%q is not one of %s", v, strings.Join(set, ", "))
+		}
+		return ""
+	}
+	switch k {
+	case "max-model-len", "max-num-seqs", "max-num-batched-tokens":
+		return intAtLeast(1)
+	case "seed", "swap-space":
+		return intAtLeast(0)
+	case "block-size":
+		return oneOf([]string{"8", "16", "32", "64", "128"})
+	case "dtype":
+		return oneOf(dtypes)
+	case "quantization":
+		return oneOf(quantizations)
+	case "kv-cache-dtype":
+		return oneOf(kvCacheDtypes)
+	case "gpu-memory-utilization":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			return fmt.Sprintf("%q is not a fraction in (0, 1]", v)
+		}
+		return ""
+	case "enable-prefix-caching", "trust-remote-code", "enforce-eager", "enable-chunked-prefill", "enable-auto-tool-choice":
+		return oneOf([]string{"true", "false"})
+	case "tool-call-parser", "reasoning-parser":
+		if !parserNameRe.MatchString(v) {
+			return fmt.Sprintf("%q is not a parser name", v)
+		}
+		return ""
+	case "tokenizer":
+		if len(v) > 256 || !hfModelRe.MatchString(v) {
+			return fmt.Sprintf("%q is not a model name", v)
+		}
+		return ""
+	case "revision":
+		if !revisionRe.MatchString(v) {
+			return fmt.Sprintf("%q is not a revision", v)
+		}
+		return ""
+	case "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size":
+		return "is derived from placement and cannot be set"
+	case "host", "port", "model", "served-model-name", "api-key":
+		return "is set by the platform and cannot be set"
+	}
+	return fmt.Sprintf("is not an allowed vLLM argument (allowed: %s)", strings.Join(VLLMArgs, ", "))
+}
+
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' })
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
