@@ -5,23 +5,24 @@ type ReasonCode string
 
 // The reason codes.
 const (
-	ReasonInvalidSpec       ReasonCode = "invalid_spec"
-	ReasonNoSuchLocation    ReasonCode = "no_such_location"
-	ReasonNoSuchGPUModel    ReasonCode = "no_such_gpu_model"
-	ReasonExceedsNodeGPUs   ReasonCode = "exceeds_node_gpus"
-	ReasonNoCapacity        ReasonCode = "no_capacity"
-	ReasonImportFailed      ReasonCode = "import_failed"
-	ReasonVMICrashed        ReasonCode = "vmi_crashed"
-	ReasonVMIUnschedulable  ReasonCode = "vmi_unschedulable"
-	ReasonWorkerUnreachable ReasonCode = "worker_unreachable"
-	ReasonNodeLost          ReasonCode = "node_lost"
-	ReasonKilled            ReasonCode = "killed"
-	ReasonTimeout           ReasonCode = "timeout"
-	ReasonCommandFailed     ReasonCode = "command_failed"
-	ReasonReplicaFailed     ReasonCode = "replica_failed"
-	ReasonRackRemoved       ReasonCode = "rack_removed"
-	ReasonRestartRequested  ReasonCode = "restart_requested"
-	ReasonModelLoadFailed   ReasonCode = "model_load_failed"
+	ReasonInvalidSpec         ReasonCode = "invalid_spec"
+	ReasonNoSuchLocation      ReasonCode = "no_such_location"
+	ReasonNoSuchGPUModel      ReasonCode = "no_such_gpu_model"
+	ReasonExceedsNodeGPUs     ReasonCode = "exceeds_node_gpus"
+	ReasonExceedsLocationGPUs ReasonCode = "exceeds_location_gpus"
+	ReasonNoCapacity          ReasonCode = "no_capacity"
+	ReasonImportFailed        ReasonCode = "import_failed"
+	ReasonVMICrashed          ReasonCode = "vmi_crashed"
+	ReasonVMIUnschedulable    ReasonCode = "vmi_unschedulable"
+	ReasonWorkerUnreachable   ReasonCode = "worker_unreachable"
+	ReasonNodeLost            ReasonCode = "node_lost"
+	ReasonKilled              ReasonCode = "killed"
+	ReasonTimeout             ReasonCode = "timeout"
+	ReasonCommandFailed       ReasonCode = "command_failed"
+	ReasonReplicaFailed       ReasonCode = "replica_failed"
+	ReasonRackRemoved         ReasonCode = "rack_removed"
+	ReasonRestartRequested    ReasonCode = "restart_requested"
+	ReasonModelLoadFailed     ReasonCode = "model_load_failed"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -34,23 +35,24 @@ type Reason struct {
 type reasonText struct{ message, fix string }
 
 var reasons = map[ReasonCode]reasonText{
-	ReasonInvalidSpec:       {"the job spec is invalid", "Correct the fields named in the message and create the job again."},
-	ReasonNoSuchLocation:    {"no rack is registered in the job's location", "List the locations with `cosmicac racks list` and pick one, or register a rack there."},
-	ReasonNoSuchGPUModel:    {"no rack of the job's location has the GPU model asked for", "List the racks' GPU models with `cosmicac racks list`, or leave resources.gpuModel empty to accept any."},
-	ReasonExceedsNodeGPUs:   {"the job asks for more GPUs than any node of its location holds", "Ask for at most the GPUs of one node, or use a vLLM managed-inference job, whose replicas may span nodes."},
-	ReasonNoCapacity:        {"waiting for GPUs to free up", "Wait: the job starts when GPUs free up. Delete or kill other jobs to free GPUs sooner."},
-	ReasonImportFailed:      {"the VM's root disk could not be imported from the image", "Check that the image exists, is a VM disk image and that the cluster can pull it; see the job's system logs."},
-	ReasonVMICrashed:        {"the job's virtual machine crashed", "See the job's logs, then restart the job."},
-	ReasonVMIUnschedulable:  {"the cluster could not schedule the job's virtual machine", "Check the node's GPU passthrough and KubeVirt configuration; see the job's system logs."},
-	ReasonWorkerUnreachable: {"the rack's worker cannot be reached", "Wait for the worker to come back, or check that cosmicac wrk-server-k8s-nvidia runs and is reachable."},
-	ReasonNodeLost:          {"the node running the job was lost", "Restart the job; it will be placed again."},
-	ReasonKilled:            {"the job was killed", "Restart the job to run it again; its storage was kept."},
-	ReasonTimeout:           {"the job ran past its timeout", "Raise spec.timeout or set timeoutAutoRestart, then restart the job."},
-	ReasonCommandFailed:     {"the job's command exited with an error", "See the job's logs and exit code, fix the command and restart the job."},
-	ReasonReplicaFailed:     {"a replica of the job failed", "See the replica's logs; restart the replica or the job."},
-	ReasonRackRemoved:       {"the rack holding the job was removed", "The job is placed again on another rack of its location when one has room."},
-	ReasonRestartRequested:  {"a restart was requested", ""},
-	ReasonModelLoadFailed:   {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
+	ReasonInvalidSpec:         {"the job spec is invalid", "Correct the fields named in the message and create the job again."},
+	ReasonNoSuchLocation:      {"no rack is registered in the job's location", "List the locations with `cosmicac racks list` and pick one, or register a rack there."},
+	ReasonNoSuchGPUModel:      {"no rack of the job's location has the GPU model asked for", "List the racks' GPU models with `cosmicac racks list`, or leave resources.gpuModel empty to accept any."},
+	ReasonExceedsNodeGPUs:     {"the job asks for more GPUs than any node of its location holds", "Ask for at most the GPUs of one node, or use a vLLM managed-inference job, whose replicas may span nodes."},
+	ReasonExceedsLocationGPUs: {"the job's replicas need more GPUs than all nodes of its location hold together", "Ask for fewer replicas or fewer GPUs per replica, or add nodes to the location."},
+	ReasonNoCapacity:          {"waiting for GPUs to free up", "Wait: the job starts when GPUs free up. Delete or kill other jobs to free GPUs sooner."},
+	ReasonImportFailed:        {"the VM's root disk could not be imported from the image", "Check that the image exists, is a VM disk image and that the cluster can pull it; see the job's system logs."},
+	ReasonVMICrashed:          {"the job's virtual machine crashed", "See the job's logs, then restart the job."},
+	ReasonVMIUnschedulable:    {"the cluster could not schedule the job's virtual machine", "Check the node's GPU passthrough and KubeVirt configuration; see the job's system logs."},
+	ReasonWorkerUnreachable:   {"the rack's worker cannot be reached", "Wait for the worker to come back, or check that cosmicac wrk-server-k8s-nvidia runs and is reachable."},
+	ReasonNodeLost:            {"the node running the job was lost", "Restart the job; it will be placed again."},
+	ReasonKilled:              {"the job was killed", "Restart the job to run it again; its storage was kept."},
+	ReasonTimeout:             {"the job ran past its timeout", "Raise spec.timeout or set timeoutAutoRestart, then restart the job."},
+	ReasonCommandFailed:       {"the job's command exited with an error", "See the job's logs and exit code, fix the command and restart the job."},
+	ReasonReplicaFailed:       {"a replica of the job failed", "See the replica's logs; restart the replica or the job."},
+	ReasonRackRemoved:         {"the rack holding the job was removed", "The job is placed again on another rack of its location when one has room."},
+	ReasonRestartRequested:    {"a restart was requested", ""},
+	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
 }
 
 // KnownReason reports whether code is in the registry.
