@@ -1,0 +1,183 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/quic-go/quic-go"
+)
+
+// Transport names, as reported in PingReply and logs.
+const (
+	TransportQUIC = "quic"
+	TransportTCP  = "tcp"
+)
+
+// muxConn is one authenticated, multiplexed connection to a peer.
+type muxConn interface {
+	openStream(ctx context.Context) (rawStream, error)
+	acceptStream(ctx context.Context) (rawStream, error)
+	close() error
+	done() <-chan struct{}
+	remoteAddr() net.Addr
+	transport() string
+}
+
+// rawStream is one bidirectional stream of a muxConn.
+type rawStream interface {
+	io.Reader
+	io.Writer
+	// closeWrite sends end-of-stream; reading goes on.
+	closeWrite() error
+	// abort stops both directions at once; pending reads and writes fail.
+	abort()
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// ---- QUIC
+
+type quicConn struct{ c *quic.Conn }
+
+func (q quicConn) openStream(ctx context.Context) (rawStream, error) {
+	s, err := q.c.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicStream{s}, nil
+}
+
+func (q quicConn) acceptStream(ctx context.Context) (rawStream, error) {
+	s, err := q.c.AcceptStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return quicStream{s}, nil
+}
+
+func (q quicConn) close() error                         { return q.c.CloseWithError(0, "closed") }
+func (q quicConn) done() <-chan struct{}                { return q.c.Context().Done() }
+func (q quicConn) remoteAddr() net.Addr                 { return q.c.RemoteAddr() }
+func (q quicConn) transport() string                    { return TransportQUIC }
+func (s quicStream) closeWrite() error                  { return s.s.Close() }
+func (s quicStream) Read(p []byte) (int, error)         { return s.s.Read(p) }
+func (s quicStream) Write(p []byte) (int, error)        { return s.s.Write(p) }
+func (s quicStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
+func (s quicStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+type quicStream struct{ s *quic.Stream }
+
+// streamAborted is the QUIC application error code of an aborted stream.
+const streamAborted quic.StreamErrorCode = 1
+
+func (s quicStream) abort() {
+	s.s.CancelWrite(streamAborted)
+	s.s.CancelRead(streamAborted)
+}
+
+// ---- TCP + TLS + yamux
+
+type yamuxConn struct {
+	s     *yamux.Session
+	under net.Conn
+}
+
+func (y yamuxConn) openStream(ctx context.Context) (rawStream, error) {
+	// yamux opens streams without a round trip; only a full backlog blocks.
+	s, err := y.s.OpenStream()
+	if err != nil {
+		return nil, err
+	}
+	return yamuxStream{s}, nil
+}
+
+func (y yamuxConn) acceptStream(ctx context.Context) (rawStream, error) {
+	s, err := y.s.AcceptStreamWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return yamuxStream{s}, nil
+}
+
+func (y yamuxConn) close() error          { return y.s.Close() }
+func (y yamuxConn) done() <-chan struct{} { return y.s.CloseChan() }
+func (y yamuxConn) remoteAddr() net.Addr  { return y.under.RemoteAddr() }
+func (y yamuxConn) transport() string     { return TransportTCP }
+
+type yamuxStream struct{ s *yamux.Stream }
+
+func (s yamuxStream) Read(p []byte) (int, error)         { return s.s.Read(p) }
+func (s yamuxStream) Write(p []byte) (int, error)        { return s.s.Write(p) }
+func (s yamuxStream) closeWrite() error                  { return s.s.Close() }
+func (s yamuxStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
+func (s yamuxStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+// abort half-closes (yamux has no reset) and unblocks local readers and
+// writers; the peer sees end-of-stream.
+func (s yamuxStream) abort() {
+	s.s.Close()
+	past := time.Unix(1, 0)
+	s.s.SetDeadline(past)
+}
+
+func yamuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.AcceptBacklog = 4096
+	c.KeepAliveInterval = 15 * time.Second
+	c.ConnectionWriteTimeout = 30 * time.Second
+	c.MaxStreamWindowSize = 4 << 20
+	c.StreamOpenTimeout = 30 * time.Second
+	c.LogOutput = io.Discard
+	return c
+}
+
+// ---- error classification
+
+// isConnGone reports whether err says that the whole connection is gone
+// (closed, reset, timed out) rather than one stream.
+func isConnGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		sr *quic.StatelessResetError
+		it *quic.IdleTimeoutError
+		ae *quic.ApplicationError
+		te *quic.TransportError
+	)
+	return errors.As(err, &sr) || errors.As(err, &it) || errors.As(err, &ae) || errors.As(err, &te) ||
+		errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, yamux.ErrConnectionReset)
+}
+
+// notProcessed reports whether err proves the peer never processed what we
+// sent on the connection: a QUIC stateless reset comes from a peer process
+// that has no state for the connection (it restarted), and a yamux session
+// already shut down before the stream was opened carried nothing.
+func notProcessed(err error) bool {
+	var sr *quic.StatelessResetError
+	return errors.As(err, &sr) || errors.Is(err, yamux.ErrSessionShutdown)
+}
+
+// isRemoteRefusal reports whether a handshake-time error is the peer's TLS
+// alert refusing our certificate.
+func isRemoteRefusal(err error) bool {
+	var te *quic.TransportError
+	if errors.As(err, &te) && te.Remote && te.ErrorCode.IsCryptoError() {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,542 @@
+package fabric
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// ParsePeer parses "KEY" or "KEY@HOST:PORT[,HOST:PORT...]".
+func ParsePeer(s string) (PublicKey, []string, error) {
+	keyPart, addrPart, hasAddr := strings.Cut(strings.TrimSpace(s), "@")
+	key, err := ParsePublicKey(keyPart)
+	if err != nil {
+		return key, nil, err
+	}
+	if !hasAddr {
+		return key, nil, nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(addrPart, ",") {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return key, nil, fmt.Errorf("peer address %q: want HOST:PORT", a)
+		}
+		addrs = append(addrs, a)
+	}
+	return key, addrs, nil
+}
+
+// AddAddrs records addresses where key may be reached. Newer addresses are
+// tried first.
+func (n *Node) AddAddrs(key PublicKey, addrs ...string) {
+	if len(addrs) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := n.book[key]
+	merged := make([]string, 0, len(old)+len(addrs))
+	merged = append(merged, addrs...)
+	for _, a := range old {
+		if !slices.Contains(merged, a) {
+			merged = append(merged, a)
+		}
+	}
+	if len(merged) > 8 {
+		merged = merged[:8]
+	}
+	n.book[key] = merged
+}
+
+// Connected reports whether a live connection to key exists.
+func (n *Node) Connected(key PublicKey) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pc := n.conns[key]
+	return pc != nil && pc.ctx.Err() == nil
+}
+
+// conn returns a live connection to key, dialling if needed. fresh reports
+// that it was dialled for this request.
+func (n *Node) conn(ctx context.Context, key PublicKey) (pc *peerConn, fresh bool, err error) {
+	if key == n.id.pub {
+		return nil, false, Errorf(CodeBadRequest, "a node cannot call itself over the fabric")
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, false, Errorf(CodeUnavailable, "node closed")
+	}
+	if pc := n.conns[key]; pc != nil && pc.ctx.Err() == nil {
+		n.mu.Unlock()
+		return pc, false, nil
+	}
+	d := n.dialing[key]
+	if d == nil {
+		addrs := slices.Clone(n.book[key])
+		if len(addrs) == 0 {
+			n.mu.Unlock()
+			return nil, false, Errorf(CodeUnavailable, "no address known for peer %s and no connection from it", key.Short())
+		}
+		d = &dialCall{done: make(chan struct{})}
+		n.dialing[key] = d
+		go n.runDial(d, key, addrs)
+	}
+	n.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.pc, true, d.err
+	case <-ctx.Done():
+		return nil, false, ctxError(ctx)
+	}
+}
+
+// runDial dials key on behalf of every waiter; it is not tied to any one
+// caller's context so that one caller giving up does not fail the others.
+func (n *Node) runDial(d *dialCall, key PublicKey, addrs []string) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.DialTimeout)
+	defer cancel()
+	d.pc, d.err = n.dialAddrs(ctx, key, addrs)
+	n.mu.Lock()
+	delete(n.dialing, key)
+	n.mu.Unlock()
+	close(d.done)
+}
+
+func (n *Node) dialAddrs(ctx context.Context, key PublicKey, addrs []string) (*peerConn, error) {
+	var errs []error
+	for _, a := range addrs {
+		pc, err := n.dialAddr(ctx, key, a)
+		if err == nil {
+			return pc, nil
+		}
+		switch {
+		case errors.Is(err, ErrRefused):
+			return nil, localError(CodeRefused, fmt.Errorf("peer %s at %s refused our key %s: %w", key.Short(), a, n.id.pub.Short(), ErrRefused))
+		case errors.Is(err, ErrKeyMismatch):
+			errs = append(errs, err) // another address may hold the right key
+		default:
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	err := errors.Join(errs...)
+	if len(errs) > 0 && errors.Is(err, ErrKeyMismatch) && len(errs) == 1 {
+		return nil, localError(CodeRefused, err)
+	}
+	return nil, localError(CodeUnavailable, fmt.Errorf("dial peer %s: %w", key.Short(), err))
+}
+
+type dialResult struct {
+	pc  *peerConn
+	err error
+}
+
+// dialAddr races the configured transports at one address, Happy-Eyeballs
+// style: the first starts at once, each next one after FallbackDelay or as
+// soon as the previous fails.
+func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerConn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan dialResult, len(n.cfg.Transports))
+	pending := 0
+	start := func(t string) {
+		pending++
+		go func() {
+			var r dialResult
+			if t == TransportQUIC {
+				r.pc, r.err = n.dialQUIC(ctx, key, addr)
+			} else {
+				r.pc, r.err = n.dialTCP(ctx, key, addr)
+			}
+			results <- r
+		}()
+	}
+	next := 0
+	start(n.cfg.Transports[next])
+	next++
+	timer := time.NewTimer(n.cfg.FallbackDelay)
+	defer timer.Stop()
+	var errs []error
+	for pending > 0 {
+		select {
+		case <-timer.C:
+			if next < len(n.cfg.Transports) {
+				start(n.cfg.Transports[next])
+				next++
+				timer.Reset(n.cfg.FallbackDelay)
+			}
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				// Close the losers as they come in.
+				go func(left int) {
+					for ; left > 0; left-- {
+						if l := <-results; l.err == nil {
+							l.pc.c.close()
+						}
+					}
+				}(pending)
+				if !n.register(r.pc) {
+					r.pc.c.close()
+					return nil, errors.New("node closed")
+				}
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					n.serve(r.pc)
+				}()
+				return r.pc, nil
+			}
+			errs = append(errs, r.err)
+			if errors.Is(r.err, ErrRefused) || errors.Is(r.err, ErrKeyMismatch) {
+				return nil, r.err // definitive: the peer answered
+			}
+			if errors.Is(r.err, syscall.ECONNREFUSED) {
+				// Nodes serve both transports on one port: a host that
+				// refuses TCP there has no node, and QUIC would only
+				// wait for its handshake timeout.
+				return nil, errors.Join(errs...)
+			}
+			if next < len(n.cfg.Transports) {
+				start(n.cfg.Transports[next])
+				next++
+			}
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (n *Node) dialQUIC(ctx context.Context, key PublicKey, addr string) (*peerConn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := n.qtr.Dial(ctx, ua, clientTLS(n.cert, key), n.quicConfig())
+	if err != nil {
+		return nil, classifyDialErr(err)
+	}
+	ws, err := c.AcceptUniStream(ctx)
+	var b [1]byte
+	if err == nil {
+		_, err = io.ReadFull(ws, b[:])
+	}
+	if err != nil {
+		c.CloseWithError(0, "")
+		return nil, classifyDialErr(err)
+	}
+	return &peerConn{c: quicConn{c}, key: key, ctx: c.Context()}, nil
+}
+
+func (n *Node) dialTCP(ctx context.Context, key PublicKey, addr string) (*peerConn, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	tc := tls.Client(raw, clientTLS(n.cert, key))
+	err = tc.HandshakeContext(ctx)
+	var b [1]byte
+	if err == nil {
+		_, err = io.ReadFull(tc, b[:]) // the welcome; a refusal arrives here as an alert
+	}
+	if err != nil {
+		raw.Close()
+		return nil, classifyDialErr(err)
+	}
+	if !stop() {
+		raw.Close()
+		return nil, ctx.Err()
+	}
+	raw.SetDeadline(time.Time{})
+	sess, err := yamux.Client(tc, yamuxConfig())
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return &peerConn{c: yamuxConn{s: sess, under: raw}, key: key, ctx: closeCtx(n.ctx, sess.CloseChan())}, nil
+}
+
+func classifyDialErr(err error) error {
+	switch {
+	case errors.Is(err, ErrKeyMismatch):
+		return err
+	case strings.Contains(err.Error(), ErrKeyMismatch.Error()):
+		// quic-go reports our own verification failure as a local
+		// transport error carrying the message.
+		return fmt.Errorf("%w (%v)", ErrKeyMismatch, err)
+	case isRemoteRefusal(err):
+		return fmt.Errorf("%w (%v)", ErrRefused, err)
+	}
+	return err
+}
+
+func ctxError(ctx context.Context) *Error {
+	err := context.Cause(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return localError(CodeDeadlineExceeded, err)
+	}
+	return localError(CodeCanceled, err)
+}
+
+// ---- calls
+
+// Call invokes method on the peer holding key with params (JSON-encoded; nil
+// for none) and decodes the result into result (nil to drop it). Errors are
+// *Error values; use ErrorCode to read their code. A call whose connection
+// turns out to be dead before the peer could have processed it (the peer
+// restarted) is retried once on a new connection.
+func (n *Node) Call(ctx context.Context, key PublicKey, method string, params, result any) error {
+	p, err := encodeParams(params)
+	if err != nil {
+		return err
+	}
+	raw, err := n.CallRaw(ctx, key, method, p)
+	if err != nil {
+		return err
+	}
+	if result != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, result); err != nil {
+			return Errorf(CodeInternal, "decode %s result: %v", method, err)
+		}
+	}
+	return nil
+}
+
+func encodeParams(params any) (json.RawMessage, error) {
+	switch p := params.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		return p, nil
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, Errorf(CodeBadRequest, "encode params: %v", err)
+		}
+		return b, nil
+	}
+}
+
+// CallRaw is Call with JSON already encoded.
+func (n *Node) CallRaw(ctx context.Context, key PublicKey, method string, params json.RawMessage) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError(ctx)
+	}
+	for attempt := 0; ; attempt++ {
+		pc, fresh, err := n.conn(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		res, err := n.callOn(ctx, pc, kindCall, method, params)
+		if err != nil && !fresh && attempt == 0 && notProcessed(err) {
+			n.drop(pc)
+			continue
+		}
+		return res, n.wrapCallErr(ctx, key, method, err)
+	}
+}
+
+// Notify sends a fire-and-forget event: it returns once the event is handed
+// to the connection, without waiting for the peer to handle it.
+func (n *Node) Notify(ctx context.Context, key PublicKey, method string, params any) error {
+	p, err := encodeParams(params)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		pc, fresh, err := n.conn(ctx, key)
+		if err != nil {
+			return err
+		}
+		_, err = n.callOn(ctx, pc, kindEvent, method, p)
+		if err != nil && !fresh && attempt == 0 && notProcessed(err) {
+			n.drop(pc)
+			continue
+		}
+		return n.wrapCallErr(ctx, key, method, err)
+	}
+}
+
+func (n *Node) drop(pc *peerConn) {
+	n.mu.Lock()
+	if n.conns[pc.key] == pc {
+		delete(n.conns, pc.key)
+	}
+	n.mu.Unlock()
+	pc.c.close()
+}
+
+func (n *Node) wrapCallErr(ctx context.Context, key PublicKey, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx)
+	}
+	return localError(CodeUnavailable, fmt.Errorf("%s on peer %s: %w", method, key.Short(), err))
+}
+
+func timeoutOf(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	d := time.Until(dl)
+	if d < time.Microsecond {
+		d = time.Microsecond
+	}
+	return d
+}
+
+// callOn runs one call or event on pc.
+func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, params json.RawMessage) (json.RawMessage, error) {
+	s, err := pc.c.openStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	buf := appendRequest(make([]byte, 0, 16+len(method)+len(params)), request{kind: k, timeout: timeoutOf(ctx), method: method, params: params})
+	stop := context.AfterFunc(ctx, s.abort)
+	defer stop()
+	if _, err := s.Write(buf); err != nil {
+		s.abort()
+		return nil, err
+	}
+	if k == kindEvent {
+		return nil, s.closeWrite()
+	}
+	body, err := readFrame(s, n.cfg.MaxMessage, nil)
+	s.closeWrite()
+	if err != nil {
+		s.abort()
+		return nil, err
+	}
+	res, rerr, err := decodeResponse(body)
+	if err != nil {
+		return nil, err
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	return res, nil
+}
+
+// OpenStream opens a bidirectional stream to method on the peer holding key.
+// The peer's reply on accepting is decoded into reply (nil to drop it). ctx
+// bounds the opening only; close the stream to end it.
+func (n *Node) OpenStream(ctx context.Context, key PublicKey, method string, params, reply any) (*Stream, error) {
+	p, err := encodeParams(params)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		pc, fresh, err := n.conn(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		st, err := n.openOn(ctx, pc, method, p)
+		if err != nil && !fresh && attempt == 0 && notProcessed(err) {
+			n.drop(pc)
+			continue
+		}
+		if err != nil {
+			return nil, n.wrapCallErr(ctx, key, method, err)
+		}
+		if reply != nil && len(st.reply) > 0 {
+			if err := json.Unmarshal(st.reply, reply); err != nil {
+				st.Close()
+				return nil, Errorf(CodeInternal, "decode %s reply: %v", method, err)
+			}
+		}
+		return st, nil
+	}
+}
+
+func (n *Node) openOn(ctx context.Context, pc *peerConn, method string, params json.RawMessage) (*Stream, error) {
+	s, err := pc.c.openStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, s.abort)
+	buf := appendRequest(nil, request{kind: kindStream, method: method, params: params})
+	if _, err := s.Write(buf); err != nil {
+		stop()
+		s.abort()
+		return nil, err
+	}
+	body, err := readFrame(s, n.cfg.MaxMessage, nil)
+	if !stop() {
+		s.abort()
+		return nil, ctxError(ctx)
+	}
+	if err != nil {
+		s.abort()
+		return nil, err
+	}
+	res, rerr, err := decodeResponse(body)
+	if err != nil || rerr != nil {
+		s.abort()
+		if rerr != nil {
+			return nil, rerr
+		}
+		return nil, err
+	}
+	return &Stream{s: s, peer: pc.key, method: method, reply: res}, nil
+}
+
+// ---- ping
+
+// MethodPing is answered by every node.
+const MethodPing = "ping"
+
+// PingReply is the answer to ping.
+type PingReply struct {
+	Component     string  `json:"component"`
+	Version       string  `json:"version"`
+	PublicKey     string  `json:"publicKey"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Addr          string  `json:"addr,omitempty"`
+	// Transport is the transport the ping arrived on.
+	Transport string `json:"transport,omitempty"`
+	// Access is what the caller's key is granted here.
+	Access string `json:"access"`
+}
+
+func (n *Node) ping(ctx context.Context, req *Request) (any, error) {
+	r := PingReply{
+		Component:     n.cfg.Component,
+		Version:       versionString(),
+		PublicKey:     n.id.pub.String(),
+		UptimeSeconds: time.Since(n.started).Seconds(),
+		Addr:          n.addr,
+		Access:        req.Access.String(),
+	}
+	n.mu.Lock()
+	if pc := n.conns[req.Peer]; pc != nil {
+		r.Transport = pc.c.transport()
+	}
+	n.mu.Unlock()
+	return r, nil
+}

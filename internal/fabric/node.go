@@ -1,0 +1,536 @@
+package fabric
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/quic-go/quic-go"
+)
+
+// Config configures a Node.
+type Config struct {
+	// Component names the component in ping replies ("wrk-ork", "cli", ...).
+	Component string
+	// Identity is the node's key pair. Required.
+	Identity *Identity
+	// Listen is the address to serve on, e.g. "0.0.0.0:7420" or
+	// "127.0.0.1:0". QUIC listens on its UDP port and the TCP fallback on the
+	// same TCP port. Empty: the node only dials out (peers it dialled can
+	// still call it over those connections).
+	Listen string
+	// Policy decides which keys are admitted. Nil admits nobody.
+	Policy Policy
+	// Transports lists the transports to dial with, in order of preference.
+	// Default: QUIC, then TCP.
+	Transports []string
+	// FallbackDelay is how long a QUIC dial may go unanswered before a TCP
+	// dial is raced against it. Default 300ms.
+	FallbackDelay time.Duration
+	// DialTimeout bounds one dial attempt, handshake included. Default 10s.
+	DialTimeout time.Duration
+	// MaxMessage bounds a call's request and response. Default 16 MiB.
+	MaxMessage int
+	// Logger receives connection-level events. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Transports) == 0 {
+		c.Transports = []string{TransportQUIC, TransportTCP}
+	}
+	if c.FallbackDelay == 0 {
+		c.FallbackDelay = 300 * time.Millisecond
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.MaxMessage == 0 {
+		c.MaxMessage = DefaultMaxMessage
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Policy == nil {
+		c.Policy = &AllowList{}
+	}
+	if c.Component == "" {
+		c.Component = "unnamed"
+	}
+}
+
+// Node is one peer of the fabric: it serves the methods registered on it and
+// calls other peers by key.
+type Node struct {
+	Mux
+
+	cfg     Config
+	id      *Identity
+	cert    tls.Certificate
+	log     *slog.Logger
+	started time.Time
+
+	udp  *net.UDPConn
+	qtr  *quic.Transport
+	qln  *quic.Listener
+	tln  net.Listener
+	addr string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   map[PublicKey]*peerConn
+	all     map[*peerConn]struct{}
+	dialing map[PublicKey]*dialCall
+	book    map[PublicKey][]string
+	closed  bool
+}
+
+// peerConn is one live connection and the key proven on it.
+type peerConn struct {
+	c   muxConn
+	key PublicKey
+	ctx context.Context // done when the connection is
+}
+
+type dialCall struct {
+	done chan struct{}
+	pc   *peerConn
+	err  error
+}
+
+// New makes a node and, if cfg.Listen is set, starts serving. Close stops it.
+func New(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.Identity == nil {
+		return nil, errors.New("fabric: config has no identity")
+	}
+	for _, t := range cfg.Transports {
+		if t != TransportQUIC && t != TransportTCP {
+			return nil, fmt.Errorf("fabric: unknown transport %q (want %q or %q)", t, TransportQUIC, TransportTCP)
+		}
+	}
+	cert, err := certificate(cfg.Identity)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:     cfg,
+		id:      cfg.Identity,
+		cert:    cert,
+		log:     cfg.Logger.With("component", cfg.Component),
+		started: time.Now(),
+		conns:   make(map[PublicKey]*peerConn),
+		all:     make(map[*peerConn]struct{}),
+		dialing: make(map[PublicKey]*dialCall),
+		book:    make(map[PublicKey][]string),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.Handle(MethodPing, n.ping, ReadOnly())
+	if err := n.listen(cfg.Listen); err != nil {
+		n.cancel()
+		return nil, err
+	}
+	return n, nil
+}
+
+// PublicKey is the node's key.
+func (n *Node) PublicKey() PublicKey { return n.id.pub }
+
+// Addr is the host:port the node serves on (UDP for QUIC, TCP for the
+// fallback), or "" for a dial-only node.
+func (n *Node) Addr() string { return n.addr }
+
+// statelessResetKey derives the QUIC stateless reset key from the identity,
+// so a restarted process with the same identity resets its predecessor's
+// connections at once instead of letting peers wait for an idle timeout.
+func statelessResetKey(id *Identity) (*quic.StatelessResetKey, error) {
+	b, err := hkdf.Key(sha256.New, id.Seed(), nil, "cosmicac fabric stateless reset", 32)
+	if err != nil {
+		return nil, err
+	}
+	var k quic.StatelessResetKey
+	copy(k[:], b)
+	return &k, nil
+}
+
+func (n *Node) quicConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:  n.cfg.DialTimeout,
+		MaxIdleTimeout:        30 * time.Second,
+		KeepAlivePeriod:       10 * time.Second,
+		MaxIncomingStreams:    1 << 14,
+		MaxIncomingUniStreams: 16,
+	}
+}
+
+func (n *Node) listen(addr string) error {
+	udpAddr := "127.0.0.1:0"
+	if addr != "" {
+		udpAddr = addr
+	}
+	var err error
+	// QUIC and TCP share a port number. With port 0, the kernel's UDP choice
+	// may be taken on TCP: retry a few times.
+	for attempt := 0; attempt < 16; attempt++ {
+		if err = n.bind(udpAddr, addr != ""); err == nil {
+			break
+		}
+		_, port, _ := net.SplitHostPort(udpAddr)
+		if port != "0" {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if n.tln != nil {
+		n.wg.Add(2)
+		go n.acceptQUIC()
+		go n.acceptTCP()
+	}
+	return nil
+}
+
+func (n *Node) bind(addr string, serve bool) error {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return fmt.Errorf("fabric: listen address %q: %w", addr, err)
+	}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return fmt.Errorf("fabric: listen udp %s: %w", addr, err)
+	}
+	rk, err := statelessResetKey(n.id)
+	if err != nil {
+		udp.Close()
+		return err
+	}
+	tr := &quic.Transport{Conn: udp, StatelessResetKey: rk}
+	if !serve {
+		n.udp, n.qtr = udp, tr
+		return nil
+	}
+	port := udp.LocalAddr().(*net.UDPAddr).Port
+	host, _, _ := net.SplitHostPort(addr)
+	tln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return fmt.Errorf("fabric: listen tcp on port %d: %w", port, err)
+	}
+	qln, err := tr.Listen(serverTLS(n.cert, n.cfg.Policy), n.quicConfig())
+	if err != nil {
+		tln.Close()
+		tr.Close()
+		udp.Close()
+		return fmt.Errorf("fabric: listen quic: %w", err)
+	}
+	n.udp, n.qtr, n.qln, n.tln = udp, tr, qln, tln
+	n.addr = net.JoinHostPort(host, strconv.Itoa(port))
+	return nil
+}
+
+// Close stops serving, closes every connection and waits for the node's
+// goroutines.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	conns := make([]*peerConn, 0, len(n.all))
+	for pc := range n.all {
+		conns = append(conns, pc)
+	}
+	n.mu.Unlock()
+	n.cancel()
+	if n.qln != nil {
+		n.qln.Close()
+	}
+	if n.tln != nil {
+		n.tln.Close()
+	}
+	for _, pc := range conns {
+		pc.c.close()
+	}
+	n.wg.Wait()
+	if n.qtr != nil {
+		n.qtr.Close()
+	}
+	if n.udp != nil {
+		n.udp.Close()
+	}
+	return nil
+}
+
+// ---- accepting
+
+func (n *Node) acceptQUIC() {
+	defer n.wg.Done()
+	for {
+		c, err := n.qln.Accept(n.ctx)
+		if err != nil {
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			key, err := keyFromState(c.ConnectionState().TLS)
+			if err != nil {
+				c.CloseWithError(1, "")
+				return
+			}
+			// The welcome tells the dialler that the handshake passed our
+			// policy (TLS 1.3 clients finish before the server checks them).
+			ws, err := c.OpenUniStream()
+			if err == nil {
+				_, err = ws.Write([]byte{byte(n.cfg.Policy.Access(key))})
+				ws.Close()
+			}
+			if err != nil {
+				c.CloseWithError(1, "")
+				return
+			}
+			n.serve(&peerConn{c: quicConn{c}, key: key, ctx: c.Context()})
+		}()
+	}
+}
+
+func (n *Node) acceptTCP() {
+	defer n.wg.Done()
+	for {
+		raw, err := n.tln.Accept()
+		if err != nil {
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			tc := tls.Server(raw, serverTLS(n.cert, n.cfg.Policy))
+			raw.SetDeadline(time.Now().Add(n.cfg.DialTimeout))
+			if err := tc.HandshakeContext(n.ctx); err != nil {
+				n.log.Debug("tcp handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+				raw.Close()
+				return
+			}
+			key, err := keyFromState(tc.ConnectionState())
+			if err == nil {
+				_, err = tc.Write([]byte{byte(n.cfg.Policy.Access(key))})
+			}
+			if err != nil {
+				raw.Close()
+				return
+			}
+			raw.SetDeadline(time.Time{})
+			sess, err := yamux.Server(tc, yamuxConfig())
+			if err != nil {
+				raw.Close()
+				return
+			}
+			n.serve(&peerConn{c: yamuxConn{s: sess, under: raw}, key: key, ctx: closeCtx(n.ctx, sess.CloseChan())})
+		}()
+	}
+}
+
+// closeCtx returns a context done when parent is or when ch closes.
+func closeCtx(parent context.Context, ch <-chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx
+}
+
+// serve registers pc in the pool and answers the streams the peer opens on
+// it until the connection ends. Runs on a goroutine counted in n.wg.
+func (n *Node) serve(pc *peerConn) {
+	if !n.register(pc) {
+		pc.c.close()
+		return
+	}
+	defer n.unregister(pc)
+	n.log.Debug("peer connected", "peer", pc.key.Short(), "transport", pc.c.transport(), "remote", pc.c.remoteAddr().String())
+	for {
+		s, err := pc.c.acceptStream(pc.ctx)
+		if err != nil {
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.serveStream(pc, s)
+		}()
+	}
+}
+
+func (n *Node) register(pc *peerConn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.conns[pc.key] = pc // the newest connection to a key serves new calls
+	n.all[pc] = struct{}{}
+	return true
+}
+
+func (n *Node) unregister(pc *peerConn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conns[pc.key] == pc {
+		delete(n.conns, pc.key)
+	}
+	delete(n.all, pc)
+	pc.c.close()
+}
+
+// Revoke closes every connection to key. Take the key off the policy first,
+// or it may connect again.
+func (n *Node) Revoke(key PublicKey) {
+	n.mu.Lock()
+	var victims []*peerConn
+	for pc := range n.all {
+		if pc.key == key {
+			victims = append(victims, pc)
+		}
+	}
+	n.mu.Unlock()
+	for _, pc := range victims {
+		pc.c.close()
+	}
+}
+
+// requestReadTimeout bounds how long an opened stream may take to send its
+// request frame.
+const requestReadTimeout = 30 * time.Second
+
+func (n *Node) serveStream(pc *peerConn, s rawStream) {
+	s.SetReadDeadline(time.Now().Add(requestReadTimeout))
+	body, err := readFrame(s, n.cfg.MaxMessage, nil)
+	if err != nil {
+		s.abort()
+		return
+	}
+	s.SetReadDeadline(time.Time{})
+	req, err := decodeRequest(body)
+	if err != nil {
+		n.reply(s, nil, Errorf(CodeBadRequest, "%v", err))
+		return
+	}
+	access := n.cfg.Policy.Access(pc.key)
+	rt := n.lookup(req.method)
+	var refusal *Error
+	switch {
+	case access == AccessNone:
+		refusal = Errorf(CodeForbidden, "key %s is not admitted", pc.key.Short())
+	case rt == nil:
+		refusal = Errorf(CodeNotFound, "no method %q", req.method)
+	case access == AccessReadOnly && !rt.readOnly:
+		refusal = Errorf(CodeForbidden, "method %q needs full access; key %s is read-only", req.method, pc.key.Short())
+	case req.kind == kindStream && rt.stream == nil:
+		refusal = Errorf(CodeBadRequest, "method %q is not a stream", req.method)
+	case req.kind != kindStream && rt.call == nil:
+		refusal = Errorf(CodeBadRequest, "method %q is a stream; open it with OpenStream", req.method)
+	}
+	if refusal != nil {
+		if req.kind == kindEvent {
+			s.abort()
+			return
+		}
+		n.reply(s, nil, refusal)
+		return
+	}
+
+	ctx, cancel := context.WithCancel(pc.ctx)
+	defer cancel()
+	if req.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, req.timeout)
+		defer cancel()
+	}
+	switch req.kind {
+	case kindCall:
+		// The caller keeps its half open until it has the answer, so an
+		// end-of-stream or reset before then means it gave up.
+		go func() {
+			io.Copy(io.Discard, s)
+			cancel()
+		}()
+		res, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params})
+		if err != nil {
+			n.reply(s, nil, asWireError(err))
+			return
+		}
+		n.reply(s, res, nil)
+	case kindEvent:
+		s.abort()
+		if _, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params}); err != nil {
+			n.log.Warn("event handler failed", "method", req.method, "peer", pc.key.Short(), "err", err)
+		}
+	case kindStream:
+		sr := &StreamRequest{Peer: pc.key, Access: access, Method: req.method, Params: req.params, s: s}
+		err := rt.stream(ctx, sr)
+		if !sr.accepted {
+			if err == nil {
+				err = Errorf(CodeInternal, "stream handler for %q returned without accepting", req.method)
+			}
+			n.reply(s, nil, asWireError(err))
+			return
+		}
+		if err != nil {
+			s.abort()
+			return
+		}
+		s.closeWrite()
+	}
+}
+
+// reply writes one response frame and closes our half of the stream.
+func (n *Node) reply(s rawStream, res any, e *Error) {
+	var (
+		payload []byte
+		status  = statusOK
+		err     error
+	)
+	if e == nil && res != nil {
+		if raw, ok := res.(json.RawMessage); ok {
+			payload = raw
+		} else if payload, err = json.Marshal(res); err != nil {
+			e = Errorf(CodeInternal, "encode result: %v", err)
+		}
+	}
+	if e != nil {
+		status = statusError
+		payload, _ = json.Marshal(e)
+	}
+	if len(payload) > n.cfg.MaxMessage {
+		status = statusError
+		payload, _ = json.Marshal(Errorf(CodeInternal, "result of %d bytes exceeds the %d-byte message limit", len(payload), n.cfg.MaxMessage))
+	}
+	s.SetWriteDeadline(time.Now().Add(requestReadTimeout))
+	if _, err := s.Write(appendResponse(make([]byte, 0, 5+len(payload)), status, payload)); err != nil {
+		s.abort()
+		return
+	}
+	s.closeWrite()
+	// Stop waiting for the caller's end-of-stream after a while.
+	s.SetReadDeadline(time.Now().Add(requestReadTimeout))
+}

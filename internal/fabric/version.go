@@ -1,0 +1,5 @@
+package fabric
+
+import "github.com/cosmicac/cosmicac/internal/version"
+
+func versionString() string { return version.Version }
