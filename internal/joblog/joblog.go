@@ -1,0 +1,82 @@
+// Package joblog defines a job's log record and the sink that components
+// write records to. Workers write system records (each step of setting a job
+// up and whether it succeeded); agents write application records. The
+// monitor (internal/monitor) receives them over the fabric. Any package may
+// import joblog.
+package joblog
+
+import (
+	"sync"
+	"time"
+)
+
+// Sources of records.
+const (
+	SourceSystem      = "system"
+	SourceApplication = "application"
+)
+
+// Record is one line of a job's log.
+type Record struct {
+	Time    time.Time `json:"time"`
+	JobID   string    `json:"job"`
+	Replica int       `json:"replica"`
+	Source  string    `json:"source"`           // system | application
+	Stream  string    `json:"stream,omitempty"` // stdout | stderr | the worker's name
+	Line    string    `json:"line"`
+	// Step names the setup step of a system record ("import_disk",
+	// "schedule", "boot", ...) and OK whether it succeeded.
+	Step string `json:"step,omitempty"`
+	OK   *bool  `json:"ok,omitempty"`
+}
+
+// Sink receives records. Emit must not block the caller for long: a sink
+// that cannot deliver buffers within a bound and counts what it drops.
+type Sink interface {
+	Emit(Record)
+}
+
+// Discard drops every record.
+var Discard Sink = discard{}
+
+type discard struct{}
+
+func (discard) Emit(Record) {}
+
+// Ring keeps the last records in memory; it is the sink of tests and of a
+// platform running without a monitor.
+type Ring struct {
+	mu   sync.Mutex
+	recs []Record
+	max  int
+}
+
+// NewRing keeps at most max records.
+func NewRing(max int) *Ring { return &Ring{max: max} }
+
+// Emit implements Sink.
+func (r *Ring) Emit(rec Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.recs) == r.max {
+		copy(r.recs, r.recs[1:])
+		r.recs = r.recs[:len(r.recs)-1]
+	}
+	r.recs = append(r.recs, rec)
+}
+
+// Job returns the kept records of one job, oldest first.
+func (r *Ring) Job(id string) []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Record
+	for _, rec := range r.recs {
+		if rec.JobID == id {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// Bool returns a pointer to b, for Record.OK.
+func Bool(b bool) *bool { return &b }

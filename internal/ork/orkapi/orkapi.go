@@ -1,0 +1,206 @@
+// Package orkapi is the fabric contract of wrk-ork towards the app-node (and
+// operators with `cosmicac rpc`): method names, their params and results,
+// and a typed Client. Errors cross the fabric as *fabric.Error with the codes
+// below, which the app-node maps to HTTP statuses.
+//
+// Importers: internal/ork (serves it), internal/appnode (calls it), the CLI
+// wiring. It imports only the domain and the fabric.
+package orkapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// Methods served by the ork.
+const (
+	MethodCreateJob    = "createJob"
+	MethodGetJob       = "getJob"
+	MethodListJobs     = "listJobs"
+	MethodDeleteJob    = "deleteJob"
+	MethodRestartJob   = "restartJob"
+	MethodKillJob      = "killJob"
+	MethodLabelJob     = "labelJob"
+	MethodRegisterRack = "registerRack"
+	MethodListRacks    = "listRacks"
+	MethodForgetRacks  = "forgetRacks"
+)
+
+// Error codes beyond the fabric's own (fabric.CodeNotFound, CodeBadRequest,
+// CodeForbidden are used as they are).
+const (
+	// CodeInvalid: the spec or params are invalid; Details holds
+	// []FieldError.
+	CodeInvalid = "invalid"
+	// CodeConflict: the request contradicts the current state (an illegal
+	// transition, a duplicate ID).
+	CodeConflict = "conflict"
+)
+
+// FieldError is one invalid field, in an invalid error's details.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// CreateJobParams creates a job. ID is chosen by the caller (a UUID) so that
+// a retried create is idempotent: creating an existing ID with the same spec
+// returns the existing job.
+type CreateJobParams struct {
+	ID   string      `json:"id"`
+	User string      `json:"user"`
+	Team string      `json:"team"`
+	Spec cosmic.Spec `json:"spec"`
+}
+
+// JobRef names a job.
+type JobRef struct {
+	ID string `json:"id"`
+}
+
+// Sort keys for ListJobs.
+const (
+	SortCreatedAt = "createdAt"
+	SortUpdatedAt = "updatedAt"
+	SortName      = "name"
+	SortState     = "state"
+)
+
+// ListJobsParams filters, sorts and pages the job list. Zero values mean no
+// filter. Page is 0-based; Size 0 means the default (50), at most 1000.
+type ListJobsParams struct {
+	Team          string            `json:"team,omitempty"`
+	User          string            `json:"user,omitempty"`
+	States        []cosmic.State    `json:"states,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"` // all must match
+	UpdatedAfter  time.Time         `json:"updatedAfter,omitzero"`
+	UpdatedBefore time.Time         `json:"updatedBefore,omitzero"`
+	Sort          string            `json:"sort,omitempty"`  // a Sort* key; default createdAt
+	Order         string            `json:"order,omitempty"` // asc | desc; default desc
+	Page          int               `json:"page,omitempty"`
+	Size          int               `json:"size,omitempty"`
+}
+
+// ListJobsReply is one page of jobs and the total that match.
+type ListJobsReply struct {
+	Jobs  []cosmic.Job `json:"jobs"`
+	Total int          `json:"total"`
+}
+
+// DeleteJobParams deletes a job (or one replica with Replica set).
+type DeleteJobParams struct {
+	ID      string `json:"id"`
+	Force   bool   `json:"force,omitempty"`
+	Replica *int   `json:"replica,omitempty"`
+}
+
+// RestartJobParams restarts a job (or one replica with Replica set).
+type RestartJobParams struct {
+	ID      string `json:"id"`
+	Replica *int   `json:"replica,omitempty"`
+}
+
+// LabelJobParams sets (or with an empty Value, removes) one label.
+type LabelJobParams struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// RackInfo is a registered rack and its capacity as last reported.
+type RackInfo struct {
+	cosmic.Rack
+	Nodes     []cosmic.Node `json:"nodes"`
+	GPUs      int           `json:"gpus"`
+	FreeGPUs  int           `json:"freeGpus"`
+	Reachable bool          `json:"reachable"`
+	// WorkerAddrs is where the ork dials the worker.
+	WorkerAddrs []string `json:"workerAddrs,omitempty"`
+}
+
+// RegisterRackParams registers (or updates) a rack. WorkerAddrs tells the
+// ork where to reach the worker's key.
+type RegisterRackParams struct {
+	cosmic.Rack
+	WorkerAddrs []string `json:"workerAddrs,omitempty"`
+}
+
+// ListRacksReply lists the racks.
+type ListRacksReply struct {
+	Racks []RackInfo `json:"racks"`
+}
+
+// ForgetRacksParams removes racks. A rack with jobs holding GPUs is refused
+// unless Force, which fails those jobs with rack_removed.
+type ForgetRacksParams struct {
+	IDs   []string `json:"ids"`
+	Force bool     `json:"force,omitempty"`
+}
+
+// Client calls an ork over the fabric.
+type Client struct {
+	node *fabric.Node
+	key  fabric.PublicKey
+}
+
+// NewClient returns a client of the ork holding key.
+func NewClient(n *fabric.Node, key fabric.PublicKey) *Client { return &Client{node: n, key: key} }
+
+func call[T any](ctx context.Context, c *Client, method string, params any) (T, error) {
+	var out T
+	err := c.node.Call(ctx, c.key, method, params, &out)
+	return out, err
+}
+
+// CreateJob creates a job.
+func (c *Client) CreateJob(ctx context.Context, p CreateJobParams) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodCreateJob, p)
+}
+
+// GetJob returns a job.
+func (c *Client) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodGetJob, JobRef{ID: id})
+}
+
+// ListJobs lists jobs.
+func (c *Client) ListJobs(ctx context.Context, p ListJobsParams) (ListJobsReply, error) {
+	return call[ListJobsReply](ctx, c, MethodListJobs, p)
+}
+
+// DeleteJob deletes a job or a replica and returns the job as it now is.
+func (c *Client) DeleteJob(ctx context.Context, p DeleteJobParams) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodDeleteJob, p)
+}
+
+// RestartJob restarts a job or a replica.
+func (c *Client) RestartJob(ctx context.Context, p RestartJobParams) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodRestartJob, p)
+}
+
+// KillJob stops a job, releasing its GPUs and keeping its storage.
+func (c *Client) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodKillJob, JobRef{ID: id})
+}
+
+// LabelJob sets or removes a label.
+func (c *Client) LabelJob(ctx context.Context, p LabelJobParams) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodLabelJob, p)
+}
+
+// RegisterRack registers or updates a rack.
+func (c *Client) RegisterRack(ctx context.Context, p RegisterRackParams) (RackInfo, error) {
+	return call[RackInfo](ctx, c, MethodRegisterRack, p)
+}
+
+// ListRacks lists racks with their capacity.
+func (c *Client) ListRacks(ctx context.Context) (ListRacksReply, error) {
+	return call[ListRacksReply](ctx, c, MethodListRacks, nil)
+}
+
+// ForgetRacks removes racks.
+func (c *Client) ForgetRacks(ctx context.Context, p ForgetRacksParams) error {
+	return c.node.Call(ctx, c.key, MethodForgetRacks, p, nil)
+}

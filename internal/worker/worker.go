@@ -1,0 +1,217 @@
+// Package worker is the contract between the ork and a rack worker: the
+// Worker interface that both the simulated rack (internal/simcluster) and the
+// Kubernetes worker (internal/k8sworker) implement, the fabric methods that
+// carry it, and the reports a worker pushes back to the ork.
+//
+// The protocol is level-triggered. The ork tells a worker the desired state
+// of a job (Apply, Stop, Restart, Delete; all idempotent) and a worker
+// reports what it observes (Report, pushed on every change; Jobs, pulled by
+// the ork after either side restarts). A lost message is repaired by the
+// next report or pull.
+//
+// Importers: the ork, the workers, and the CLI wiring. It imports only the
+// domain (internal/cosmic) and the fabric.
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// Methods a worker serves to the ork.
+const (
+	MethodCapacity = "worker.capacity"
+	MethodApply    = "worker.apply"
+	MethodStop     = "worker.stop"
+	MethodRestart  = "worker.restart"
+	MethodDelete   = "worker.delete"
+	MethodJobs     = "worker.jobs"
+)
+
+// MethodReport is served by the ork: workers push Reports to it.
+const MethodReport = "ork.workerReport"
+
+// AllReplicas selects every replica of a job in a ReplicaRef.
+const AllReplicas = -1
+
+// Capacity is a rack's nodes as the worker sees them.
+type Capacity struct {
+	Rack       string        `json:"rack"`
+	Nodes      []cosmic.Node `json:"nodes"`
+	ObservedAt time.Time     `json:"observedAt"`
+}
+
+// ApplyParams asks the worker to run a job's replicas on their reserved
+// GPUs: create what is missing, keep what exists. Replicas not listed are
+// left alone (they may be queued).
+type ApplyParams struct {
+	Job          cosmic.Job           `json:"job"`
+	Reservations []cosmic.Reservation `json:"reservations"`
+}
+
+// ReplicaRef names one replica of a job, or all of them (AllReplicas).
+type ReplicaRef struct {
+	JobID   string `json:"jobId"`
+	Replica int    `json:"replica"`
+}
+
+// DeleteParams removes a job's (or a replica's) VMIs, storage and every other
+// object. Force skips graceful shutdown.
+type DeleteParams struct {
+	JobID   string `json:"jobId"`
+	Replica int    `json:"replica"`
+	Force   bool   `json:"force,omitempty"`
+}
+
+// Replica states a worker reports. They are cosmic.States; a worker reports
+// only these.
+var ReportedStates = []cosmic.State{
+	cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning,
+	cosmic.StateRestarting, cosmic.StateFailed, cosmic.StateStopped,
+}
+
+// ReplicaReport is what the worker observes of one replica.
+type ReplicaReport struct {
+	Replica  int              `json:"replica"`
+	State    cosmic.State     `json:"state"`
+	Reason   *cosmic.Reason   `json:"reason,omitempty"`
+	Progress *cosmic.Progress `json:"progress,omitempty"`
+	Nodes    []string         `json:"nodes,omitempty"`
+	ExitCode *int             `json:"exitCode,omitempty"`
+	// Gone is set once every object of the replica is deleted.
+	Gone bool `json:"gone,omitempty"`
+}
+
+// JobReport is what the worker observes of one job.
+type JobReport struct {
+	JobID    string          `json:"jobId"`
+	Replicas []ReplicaReport `json:"replicas"`
+}
+
+// Report is pushed by a worker to the ork on every change.
+type Report struct {
+	Rack     string      `json:"rack"`
+	Jobs     []JobReport `json:"jobs,omitempty"`
+	Capacity *Capacity   `json:"capacity,omitempty"`
+}
+
+// JobsReply answers MethodJobs: every job the worker runs.
+type JobsReply struct {
+	Jobs []JobReport `json:"jobs"`
+}
+
+// Worker runs jobs on one rack. Every method is idempotent.
+type Worker interface {
+	Capacity(ctx context.Context) (Capacity, error)
+	Apply(ctx context.Context, p ApplyParams) error
+	// Stop deletes the replicas' VMIs but keeps their storage (kill).
+	Stop(ctx context.Context, r ReplicaRef) error
+	// Restart replaces the replicas' VMIs, keeping storage and GPUs.
+	Restart(ctx context.Context, r ReplicaRef) error
+	Delete(ctx context.Context, p DeleteParams) error
+	Jobs(ctx context.Context) ([]JobReport, error)
+}
+
+// Reporter receives a worker's reports: the ork, or a fabric client of it.
+type Reporter interface {
+	Report(ctx context.Context, r Report) error
+}
+
+// Serve registers w's methods on a fabric node.
+func Serve(r fabric.Registrar, w Worker) {
+	type none struct{}
+	fabric.HandleFunc(r, MethodCapacity, func(ctx context.Context, _ fabric.PublicKey, _ none) (Capacity, error) {
+		return w.Capacity(ctx)
+	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, MethodApply, func(ctx context.Context, _ fabric.PublicKey, p ApplyParams) (none, error) {
+		return none{}, w.Apply(ctx, p)
+	})
+	fabric.HandleFunc(r, MethodStop, func(ctx context.Context, _ fabric.PublicKey, p ReplicaRef) (none, error) {
+		return none{}, w.Stop(ctx, p)
+	})
+	fabric.HandleFunc(r, MethodRestart, func(ctx context.Context, _ fabric.PublicKey, p ReplicaRef) (none, error) {
+		return none{}, w.Restart(ctx, p)
+	})
+	fabric.HandleFunc(r, MethodDelete, func(ctx context.Context, _ fabric.PublicKey, p DeleteParams) (none, error) {
+		return none{}, w.Delete(ctx, p)
+	})
+	fabric.HandleFunc(r, MethodJobs, func(ctx context.Context, _ fabric.PublicKey, _ none) (JobsReply, error) {
+		jobs, err := w.Jobs(ctx)
+		return JobsReply{Jobs: jobs}, err
+	}, fabric.ReadOnly())
+}
+
+// Client is a Worker reached over the fabric.
+type Client struct {
+	node *fabric.Node
+	key  fabric.PublicKey
+}
+
+// NewClient returns a Worker that calls the worker holding key.
+func NewClient(n *fabric.Node, key fabric.PublicKey) *Client { return &Client{node: n, key: key} }
+
+// Capacity implements Worker.
+func (c *Client) Capacity(ctx context.Context) (Capacity, error) {
+	var out Capacity
+	err := c.node.Call(ctx, c.key, MethodCapacity, nil, &out)
+	return out, err
+}
+
+// Apply implements Worker.
+func (c *Client) Apply(ctx context.Context, p ApplyParams) error {
+	return c.node.Call(ctx, c.key, MethodApply, p, nil)
+}
+
+// Stop implements Worker.
+func (c *Client) Stop(ctx context.Context, r ReplicaRef) error {
+	return c.node.Call(ctx, c.key, MethodStop, r, nil)
+}
+
+// Restart implements Worker.
+func (c *Client) Restart(ctx context.Context, r ReplicaRef) error {
+	return c.node.Call(ctx, c.key, MethodRestart, r, nil)
+}
+
+// Delete implements Worker.
+func (c *Client) Delete(ctx context.Context, p DeleteParams) error {
+	return c.node.Call(ctx, c.key, MethodDelete, p, nil)
+}
+
+// Jobs implements Worker.
+func (c *Client) Jobs(ctx context.Context) ([]JobReport, error) {
+	var out JobsReply
+	err := c.node.Call(ctx, c.key, MethodJobs, nil, &out)
+	return out.Jobs, err
+}
+
+// ReporterClient pushes reports to the ork over the fabric.
+type ReporterClient struct {
+	node *fabric.Node
+	ork  fabric.PublicKey
+}
+
+// NewReporterClient returns a Reporter that calls the ork holding key.
+func NewReporterClient(n *fabric.Node, ork fabric.PublicKey) *ReporterClient {
+	return &ReporterClient{node: n, ork: ork}
+}
+
+// Report implements Reporter.
+func (c *ReporterClient) Report(ctx context.Context, r Report) error {
+	return c.node.Call(ctx, c.ork, MethodReport, r, nil)
+}
+
+// ReportReceiver is the ork's side of Report: it learns which key sent the
+// report, so it can check that the key is the rack's worker.
+type ReportReceiver interface {
+	ReceiveReport(ctx context.Context, from fabric.PublicKey, r Report) error
+}
+
+// ServeReporter registers the ork's report method on a fabric node.
+func ServeReporter(r fabric.Registrar, rcv ReportReceiver) {
+	fabric.HandleFunc(r, MethodReport, func(ctx context.Context, peer fabric.PublicKey, p Report) (struct{}, error) {
+		return struct{}{}, rcv.ReceiveReport(ctx, peer, p)
+	})
+}
