@@ -1,0 +1,129 @@
+// Package cli is the cosmicac command tree: the components (app-node,
+// wrk-ork, wrk-server-k8s-nvidia, wrk-monitor, proxy-inference, agent, up) and
+// the user verbs (jobs, racks, keys, rpc, login, ...). It is the only package
+// that wires the others together; nothing imports it but cmd/cosmicac.
+//
+// Exit codes: 0 success, 1 the operation failed (the error is printed on
+// stderr), 2 the command line was wrong, 3 a waited-for job ended failed,
+// 130 interrupted.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cosmicac/cosmicac/internal/version"
+)
+
+// Exit codes.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitJobFailed   = 3
+	ExitInterrupted = 130
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErrorf reports a wrong command line (exit 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// withExit attaches an exit code to err.
+func withExit(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+// app is what every command shares: the streams, so tests can capture them.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	return a.run(ctx, args)
+}
+
+func (a *app) run(ctx context.Context, args []string) int {
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(a.stderr, "error:", err)
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case ctx.Err() != nil:
+		return ExitInterrupted
+	case isCobraUsageError(err):
+		return ExitUsage
+	default:
+		return ExitFailure
+	}
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "cosmicac",
+		Short:         "CosmicAC runs GPU workloads on your own Kubernetes cluster",
+		Long:          "CosmicAC runs GPU Container Jobs and Managed Inference Jobs as KubeVirt GPU VMs on your own\nKubernetes cluster. `cosmicac up` runs the whole platform on one machine with a simulated rack.",
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf("%v\nSee '%s --help'.", err, c.CommandPath())
+	})
+	for _, add := range commandBuilders {
+		root.AddCommand(add(a))
+	}
+	return root
+}
+
+// commandBuilders lists the top-level commands; each file adds its own in an
+// init function, so that the tree is assembled in one place.
+var commandBuilders []func(*app) *cobra.Command
+
+func register(f func(*app) *cobra.Command) { commandBuilders = append(commandBuilders, f) }
+
+func isCobraUsageError(err error) bool {
+	// cobra reports unknown commands and arg-count problems as plain errors.
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "accepts ", "requires ", "invalid argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
