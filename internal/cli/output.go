@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Output formats of the read commands (-o).
+const (
+	outTable = "table"
+	outJSON  = "json"
+	outYAML  = "yaml"
+)
+
+// outputFlag is the -o flag.
+type outputFlag struct{ format string }
+
+func (o *outputFlag) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.format, "output", "o", outTable, "output format: table, json or yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outTable, outJSON, outYAML}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// check reports a format that is not one of the three (exit 2).
+func (o *outputFlag) check() error {
+	switch o.format {
+	case outTable, outJSON, outYAML:
+		return nil
+	}
+	return usageErrorf("-o %q: want table, json or yaml", o.format)
+}
+
+// structured prints v as JSON or YAML and reports true, or reports false for
+// the table format, which the caller prints itself.
+func (o *outputFlag) structured(w io.Writer, v any) (bool, error) {
+	switch o.format {
+	case outJSON:
+		return true, writeJSON(w, v)
+	case outYAML:
+		return true, writeYAML(w, v)
+	}
+	return false, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeYAML(w io.Writer, v any) error {
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// timeNow is the clock for AGE columns.
+var timeNow = time.Now
+
+// age is a short, kubectl-like age: 45s, 12m, 5h, 3d.
+func age(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := timeNow().Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < 2*time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	default:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeJobsTable prints jobs as ID, NAME, TYPE, STATE, GPUS, LOCATION, AGE, USER.
+func writeJobsTable(w io.Writer, jobs []cosmic.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tSTATE\tGPUS\tLOCATION\tAGE\tUSER")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, dash(j.Spec.Name), j.Spec.Type, j.Status.State,
+			j.Spec.TotalGPUs(), dash(j.Spec.Location), age(j.CreatedAt), dash(j.User))
+	}
+	return tw.Flush()
+}
+
+// writeJobDetail prints one job for people: its main fields, its status with
+// reason and fix, its replicas and its status history.
+func writeJobDetail(w io.Writer, j cosmic.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	s := j.Spec
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	row("ID", j.ID)
+	row("Name", s.Name)
+	row("Type", string(s.Type))
+	row("State", describeStatus(j.Status))
+	if r := j.Status.Reason; r != nil {
+		row("Reason", string(r.Code)+": "+r.Message)
+		row("Fix", r.Fix)
+	} else {
+		row("Message", j.Status.Message)
+	}
+	if j.Status.ExitCode != nil {
+		row("Exit code", strconv.Itoa(*j.Status.ExitCode))
+	}
+	row("Location", s.Location)
+	gpus := strconv.Itoa(s.TotalGPUs())
+	if s.Resources.GPUModel != "" {
+		gpus += " × " + s.Resources.GPUModel
+	}
+	row("GPUs", gpus)
+	if s.Type == cosmic.TypeManagedInference && s.Inference != nil {
+		in := s.Inference
+		row("Runtime", string(in.Runtime))
+		row("Model", in.Model)
+		row("Replicas", fmt.Sprintf("%d × %d GPUs", s.Replicas(), s.GPUsPerReplica()))
+		row("Model health", string(j.Status.ModelHealth))
+	}
+	row("Image", s.Image)
+	if s.Resources.CPU != 0 || s.Resources.Memory != 0 || s.DiskGB != 0 {
+		row("Resources", fmt.Sprintf("%d vCPU, %d GiB memory, %d GiB disk", s.Resources.CPU, s.Resources.Memory, s.DiskGB))
+	}
+	if len(s.Command) > 0 {
+		q := make([]string, len(s.Command))
+		for i, c := range s.Command {
+			q[i] = cosmic.ShellQuote(c)
+		}
+		row("Command", strings.Join(q, " "))
+	}
+	if len(s.Labels) > 0 {
+		var ls []string
+		for _, k := range sortedStrings(s.Labels) {
+			ls = append(ls, k+"="+s.Labels[k])
+		}
+		row("Labels", strings.Join(ls, ","))
+	}
+	row("User", j.User)
+	row("Team", j.Team)
+	if !j.CreatedAt.IsZero() {
+		row("Created", j.CreatedAt.Local().Format(time.RFC3339)+" ("+age(j.CreatedAt)+" ago)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(j.Status.Replicas) > 0 {
+		fmt.Fprintln(w, "\nReplicas:")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  INDEX\tSTATE\tNODES\tREASON")
+		for _, r := range j.Status.Replicas {
+			reason := "-"
+			if r.Reason != nil {
+				reason = string(r.Reason.Code)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", r.Index, r.State, dash(strings.Join(r.Nodes, ",")), reason)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(j.Status.History) > 0 {
+		fmt.Fprintln(w, "\nHistory:")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, h := range j.Status.History {
+			extra := string(h.Reason)
+			if h.Message != "" {
+				extra = strings.TrimPrefix(extra+": "+h.Message, ": ")
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.At.Local().Format(time.RFC3339), h.State, extra)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describeStatus is one line saying where a job stands, as --wait prints
+// it: "queued (position 1: waiting for 8 × GH100_H100_SXM5_80GB in us)",
+// "starting: import root disk 40%", "failed: import_failed".
+func describeStatus(s cosmic.Status) string {
+	out := string(s.State)
+	switch s.State {
+	case cosmic.StateQueued:
+		var parts []string
+		if s.QueuePosition > 0 {
+			parts = append(parts, "position "+strconv.Itoa(s.QueuePosition))
+		}
+		if s.WaitingFor != "" {
+			parts = append(parts, "waiting for "+s.WaitingFor)
+		}
+		if len(parts) > 0 {
+			out += " (" + strings.Join(parts, ": ") + ")"
+		}
+	case cosmic.StateStarting, cosmic.StateRestarting, cosmic.StatePending:
+		if p := s.Progress; p != nil && p.Step != "" {
+			out += ": " + p.Step
+			if p.Percent > 0 {
+				out += " " + strconv.Itoa(p.Percent) + "%"
+			}
+		}
+	case cosmic.StateFailed, cosmic.StateDegraded, cosmic.StateUnknown, cosmic.StateStopped:
+		if s.Reason != nil {
+			out += ": " + string(s.Reason.Code)
+		}
+	}
+	return out
+}
+
+// rackRow is what the racks table shows of one rack.
+type rackRow struct {
+	ID, Location, GPUModel string
+	Nodes, GPUs, Free      int
+	Reachable              bool
+}
+
+// writeRacksTable prints racks as ID, LOCATION, GPU MODEL, NODES, GPUS, FREE, REACHABLE.
+func writeRacksTable(w io.Writer, racks []rackRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLOCATION\tGPU MODEL\tNODES\tGPUS\tFREE\tREACHABLE")
+	for _, r := range racks {
+		reach := "no"
+		if r.Reachable {
+			reach = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Location, r.GPUModel, r.Nodes, r.GPUs, r.Free, reach)
+	}
+	return tw.Flush()
+}
+
+func sortedStrings[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
