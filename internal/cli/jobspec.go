@@ -311,4 +311,3 @@ func fieldProblems(headline string, fes []*cosmic.FieldError, err error) error {
 	}
 	return errors.New(b.String())
 }
-

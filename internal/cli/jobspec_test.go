@@ -34,10 +34,10 @@ func roundTripSpecs() map[string]cosmic.Spec {
 		"full container": {
 			Type: cosmic.TypeGPUContainer, Name: "train it's", Labels: map[string]string{"team": "ml", "env": "dev", "empty": ""},
 			Location: "us-east", Image: "docker.io/library/ubuntu:24.04", DiskGB: 500,
-			Command: []string{"python", "-c", "print('hi there')", "--", "$HOME"},
-			EnvVars: []cosmic.EnvVar{{Name: "B", Value: "x=y"}, {Name: "A", Value: ""}, {Name: "C", Value: "with space"}},
-			Resources: cosmic.Resources{GPU: 8, GPUModel: "GH100_H100_SXM5_80GB", CPU: 32, Memory: 256},
-			SSHPublicKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB me@host", "ssh-rsa AAAAB3 other"},
+			Command:         []string{"python", "-c", "print('hi there')", "--", "$HOME"},
+			EnvVars:         []cosmic.EnvVar{{Name: "B", Value: "x=y"}, {Name: "A", Value: ""}, {Name: "C", Value: "with space"}},
+			Resources:       cosmic.Resources{GPU: 8, GPUModel: "GH100_H100_SXM5_80GB", CPU: 32, Memory: 256},
+			SSHPublicKeys:   []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB me@host", "ssh-rsa AAAAB3 other"},
 			DefaultHTTPPort: 8888, GRPCPort: 9000, UnsecureHTTP: true, Timeout: 7200, TimeoutAutoRestart: true,
 		},
 		"vllm": {
