@@ -1,0 +1,223 @@
+package apiv1
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Access is who may call a route.
+type Access int
+
+// The access levels.
+const (
+	Public Access = iota // no token needed
+	Read                 // any authenticated user (viewer, member, admin)
+	Write                // members and admins; viewers get 403
+	Admin                // admins only
+)
+
+// Where a parameter travels.
+const (
+	InPath  = "path"
+	InQuery = "query"
+)
+
+// Param is one path or query parameter of a route.
+type Param struct {
+	Name string
+	In   string // InPath or InQuery
+	// Type is a value of the parameter's Go type, reflected for its schema
+	// ("" string, 0 integer, false boolean, time.Time{} date-time, a slice
+	// for a repeatable parameter).
+	Type        any
+	Enum        []string // allowed values, when Type is a plain string
+	Required    bool
+	Description string
+}
+
+// Route is one operation of the API. The app-node registers a handler for
+// each route under Method+" "+Path and the OpenAPI document describes the
+// same list, so the two cannot drift.
+type Route struct {
+	Op          string // operationId; unique; the app-node's handler key
+	Method      string
+	Path        string // ServeMux pattern syntax, which is also OpenAPI's: /api/v1/jobs/{id}
+	Tag         string
+	Summary     string
+	Description string
+	Access      Access
+	Params      []Param
+	Request     any   // a value of the body's type; nil: no body
+	Response    any   // a value of the success body's type; nil: no body
+	Status      int   // the success status
+	Errors      []int // error statuses beyond those implied (see ErrorStatuses)
+}
+
+// Pattern is the route's net/http ServeMux pattern.
+func (r Route) Pattern() string { return r.Method + " " + r.Path }
+
+// ErrorStatuses lists the error statuses the route may answer, ascending:
+// 400 when it takes parameters or a body, 401 unless public, 403 for writes,
+// 404 when it names an object, 413 with a body, 500 and 503 always, and
+// r.Errors.
+func (r Route) ErrorStatuses() []int {
+	set := map[int]bool{http.StatusInternalServerError: true}
+	if len(r.Params) > 0 || r.Request != nil {
+		set[http.StatusBadRequest] = true
+	}
+	if r.Access != Public {
+		set[http.StatusUnauthorized] = true
+		set[http.StatusServiceUnavailable] = true
+	}
+	if r.Access == Write || r.Access == Admin {
+		set[http.StatusForbidden] = true
+	}
+	for _, p := range r.Params {
+		if p.In == InPath {
+			set[http.StatusNotFound] = true
+		}
+	}
+	if r.Request != nil {
+		set[http.StatusRequestEntityTooLarge] = true
+	}
+	for _, s := range r.Errors {
+		set[s] = true
+	}
+	var out []int
+	for s := 100; s < 600; s++ {
+		if set[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Operation IDs: the app-node's handler keys and the document's operationIds.
+const (
+	OpCreateJob      = "createJob"
+	OpListJobs       = "listJobs"
+	OpGetJob         = "getJob"
+	OpDeleteJob      = "deleteJob"
+	OpRestartJob     = "restartJob"
+	OpKillJob        = "killJob"
+	OpDataSyncJob    = "dataSyncJob"
+	OpLabelJob       = "labelJob"
+	OpJobCommand     = "jobCommand"
+	OpRestartReplica = "restartReplica"
+	OpDeleteReplica  = "deleteReplica"
+	OpListRacks      = "listRacks"
+	OpRegisterRack   = "registerRack"
+	OpRemoveRack     = "removeRack"
+	OpWhoAmI         = "whoAmI"
+	OpOpenAPI        = "openAPI"
+	OpHealth         = "health"
+)
+
+// Query parameters of listJobs.
+const (
+	QueryLabelSelector = "labelSelector"
+	QueryOrder         = "order"
+	QueryPage          = "page"
+	QuerySize          = "size"
+	QuerySort          = "sort"
+	QueryStatusState   = "statusState"
+	QueryUpdatedAfter  = "updatedAfter"
+	QueryUpdatedBefore = "updatedBefore"
+	QueryUserName      = "userName"
+	QueryForce         = "force"
+)
+
+// Paging limits of listJobs.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Sort keys and orders of listJobs.
+var (
+	SortKeys = []string{"createdAt", "updatedAt", "name", "state"}
+	Orders   = []string{"asc", "desc"}
+)
+
+var (
+	jobID    = Param{Name: "id", In: InPath, Type: "", Required: true, Description: "Job ID (a UUID)"}
+	replicaN = Param{Name: "n", In: InPath, Type: 0, Required: true, Description: "Replica index, from 0"}
+	force    = func(what string) Param {
+		return Param{Name: QueryForce, In: InQuery, Type: false, Description: what}
+	}
+)
+
+// Routes returns the API's routes, in the order the document lists them.
+func Routes() []Route {
+	job := cosmic.Job{}
+	return []Route{
+		{Op: OpCreateJob, Method: http.MethodPost, Path: Prefix + "/jobs", Tag: "jobs", Access: Write,
+			Summary:     "Create a job",
+			Description: "Decodes the spec strictly (unknown fields are refused), fills defaults and validates it, reporting every invalid field at once in the error's details. The job belongs to the caller and the caller's team.",
+			Request:     cosmic.Spec{}, Response: job, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
+		{Op: OpListJobs, Method: http.MethodGet, Path: Prefix + "/jobs", Tag: "jobs", Access: Read,
+			Summary:     "List jobs",
+			Description: "Lists the jobs of the caller's team (every team for admins), filtered, sorted and paged. Unknown parameters are refused.",
+			Params: []Param{
+				{Name: QueryLabelSelector, In: InQuery, Type: "", Description: "Labels that must all match: key=value[,key=value...]"},
+				{Name: QueryOrder, In: InQuery, Type: "", Enum: Orders, Description: "Order of the sort (default desc)"},
+				{Name: QueryPage, In: InQuery, Type: 0, Description: "Page, from 1 (default 1)"},
+				{Name: QuerySize, In: InQuery, Type: 0, Description: "Page size, 1 to 1000 (default 50)"},
+				{Name: QuerySort, In: InQuery, Type: "", Enum: SortKeys, Description: "Sort key (default createdAt)"},
+				{Name: QueryStatusState, In: InQuery, Type: []cosmic.State{}, Description: "States to keep; repeatable, or comma-separated"},
+				{Name: QueryUpdatedAfter, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated after this time (RFC 3339)"},
+				{Name: QueryUpdatedBefore, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated before this time (RFC 3339)"},
+				{Name: QueryUserName, In: InQuery, Type: "", Description: "Keep jobs created by this user"},
+			},
+			Response: JobList{}, Status: http.StatusOK},
+		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Read,
+			Summary: "Get a job", Params: []Param{jobID}, Response: job, Status: http.StatusOK},
+		{Op: OpDeleteJob, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Write,
+			Summary:     "Delete a job",
+			Description: "Deletes a job and answers it as it now is: in state deleting while its VMs are being removed. A job that holds GPUs is refused (409) unless force=true, which kills it first.",
+			Params:      []Param{jobID, force("Kill the job first if it is running")},
+			Response:    job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpRestartJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/restart", Tag: "jobs", Access: Write,
+			Summary:     "Restart a job",
+			Description: "Replaces a running job's VMs, keeping storage and GPUs (state restarting); a failed or stopped job is queued again.",
+			Params:      []Param{jobID}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpKillJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/kill", Tag: "jobs", Access: Write,
+			Summary:     "Kill a job",
+			Description: "Stops a job: state stopped, GPUs released, storage kept; restart runs it again.",
+			Params:      []Param{jobID}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpDataSyncJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/datasync", Tag: "jobs", Access: Write,
+			Summary:     "Synchronise a job's volume (not implemented)",
+			Description: "Workers do not mount volumes yet: a valid request for a visible job is answered 501 with code not_implemented.",
+			Params:      []Param{jobID}, Request: DataSync{}, Status: http.StatusAccepted, Errors: []int{http.StatusNotImplemented}},
+		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Access: Write,
+			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",
+			Params: []Param{jobID}, Request: Label{}, Response: job, Status: http.StatusOK},
+		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Access: Read,
+			Summary:     "The CLI command equivalent to a spec",
+			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`.",
+			Request:     cosmic.Spec{}, Response: cosmic.Command{}, Status: http.StatusOK},
+		{Op: OpRestartReplica, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/replicas/{n}/restart", Tag: "jobs", Access: Write,
+			Summary: "Restart one replica of a job", Params: []Param{jobID, replicaN}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpDeleteReplica, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}/replicas/{n}", Tag: "jobs", Access: Write,
+			Summary: "Delete one replica of a job", Description: "Removes the replica's VMs; the ork places it again (use it to move a replica).",
+			Params: []Param{jobID, replicaN}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Access: Read,
+			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
+		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Access: Admin,
+			Summary: "Register or update a rack", Request: RegisterRack{}, Response: Rack{}, Status: http.StatusOK},
+		{Op: OpRemoveRack, Method: http.MethodDelete, Path: Prefix + "/racks/{id}", Tag: "racks", Access: Admin,
+			Summary:     "Remove a rack",
+			Description: "A rack with jobs holding GPUs is refused (409) unless force=true, which fails those jobs with reason rack_removed.",
+			Params: []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "Rack ID"},
+				force("Remove even if jobs hold GPUs on the rack")},
+			Status: http.StatusNoContent, Errors: []int{http.StatusConflict}},
+		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Access: Read,
+			Summary: "The caller's user, team and role", Response: WhoAmI{}, Status: http.StatusOK},
+		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Access: Public,
+			Summary: "This document", Response: map[string]any{}, Status: http.StatusOK},
+		{Op: OpHealth, Method: http.MethodGet, Path: Prefix + "/healthz", Tag: "meta", Access: Public,
+			Summary: "Health check", Response: Health{}, Status: http.StatusOK},
+	}
+}

@@ -1,0 +1,136 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Prefix is the path prefix of every route of this API.
+const Prefix = "/api/v1"
+
+// Job is a job as the API shows it: the domain's JSON.
+type Job = cosmic.Job
+
+// Spec is a job spec as the API takes it: the domain's JSON ("region" is
+// accepted as an alias of "location").
+type Spec = cosmic.Spec
+
+// Command is the `cosmicac jobs create` line equivalent to a spec:
+// {"command": "...", "args": [...], "unexpressed": [...]}.
+type Command = cosmic.Command
+
+// FieldError is one invalid field, in the details of an "invalid" error.
+type FieldError = cosmic.FieldError
+
+// JobList is one page of jobs. Page is 1-based; Total counts every job that
+// matches the filters, on every page.
+type JobList struct {
+	Items []Job `json:"items"`
+	Total int   `json:"total"`
+	Page  int   `json:"page"`
+	Size  int   `json:"size"`
+}
+
+// Error codes of ErrorBody.Code. Programs match them; messages are for
+// people and may change.
+const (
+	CodeInvalid          = "invalid"            // 400: the input is invalid; details: []FieldError
+	CodeBadRequest       = "bad_request"        // 400: the request cannot be read
+	CodeUnauthorized     = "unauthorized"       // 401: no token, or an unknown or expired one
+	CodeForbidden        = "forbidden"          // 403: the user's role does not allow it
+	CodeNotFound         = "not_found"          // 404: no such object (or not visible to the user)
+	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeConflict         = "conflict"           // 409: contradicts the object's current state
+	CodeTooLarge         = "too_large"          // 413: the body exceeds the size limit
+	CodeInternal         = "internal"           // 500: a bug or an unexpected failure; see the server log
+	CodeNotImplemented   = "not_implemented"    // 501: not available yet
+	CodeUnavailable      = "unavailable"        // 503: a component behind the API cannot be reached
+	CodeTimeout          = "deadline_exceeded"  // 504: a component behind the API did not answer in time
+)
+
+// ErrorResponse is the body of every non-2xx answer.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is one error. Details, when present, depends on the code: for
+// "invalid" it is a []FieldError naming every problem at once.
+type ErrorBody struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+// Label sets one label of a job; an empty Value removes it.
+type Label struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// DataSyncDirection says which way a manual data synchronisation goes.
+type DataSyncDirection string
+
+// The data sync directions.
+const (
+	DataSyncPush DataSyncDirection = "push" // from the job's volume to its data store
+	DataSyncPull DataSyncDirection = "pull" // from the data store into the job's volume
+)
+
+// DataSyncDirections lists the directions.
+var DataSyncDirections = []DataSyncDirection{DataSyncPush, DataSyncPull}
+
+// DataSync asks for a manual synchronisation of one volume of a job.
+type DataSync struct {
+	Direction DataSyncDirection `json:"direction"`
+	Volume    string            `json:"volume"`
+}
+
+// Rack is a registered rack and its capacity as its worker last reported it.
+type Rack struct {
+	ID          string        `json:"id"`
+	Type        string        `json:"type"`
+	Location    string        `json:"location"`
+	GPUModel    string        `json:"gpuModel"`
+	WorkerKey   string        `json:"workerKey"`
+	CreatedAt   time.Time     `json:"createdAt"`
+	Nodes       []cosmic.Node `json:"nodes"`
+	GPUs        int           `json:"gpus"`
+	FreeGPUs    int           `json:"freeGpus"`
+	Reachable   bool          `json:"reachable"`
+	WorkerAddrs []string      `json:"workerAddrs,omitempty"`
+}
+
+// RackList is every registered rack.
+type RackList struct {
+	Items []Rack `json:"items"`
+	Total int    `json:"total"`
+}
+
+// RegisterRack registers a rack, or updates the rack with that ID. Type
+// defaults to "server". WorkerAddrs tells the ork where to dial the worker's
+// key (host:port of its fabric listener).
+type RegisterRack struct {
+	ID          string   `json:"id"`
+	Type        string   `json:"type,omitempty"`
+	Location    string   `json:"location"`
+	GPUModel    string   `json:"gpuModel"`
+	WorkerKey   string   `json:"workerKey"`
+	WorkerAddrs []string `json:"workerAddrs,omitempty"`
+}
+
+// WhoAmI is the caller as the API knows it.
+type WhoAmI struct {
+	User string      `json:"user"`
+	Team string      `json:"team"`
+	Role cosmic.Role `json:"role"`
+	// Token is the ID of the token the request carried.
+	Token string `json:"token"`
+}
+
+// Health is the answer of the health check.
+type Health struct {
+	Status  string `json:"status"` // "ok"
+	Version string `json:"version"`
+}
