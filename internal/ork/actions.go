@@ -1,0 +1,652 @@
+package ork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/ork/placement"
+	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// Serve registers the ork's methods (orkapi and the workers' report) on r.
+func (o *Ork) Serve(r fabric.Registrar) {
+	fabric.HandleFunc(r, orkapi.MethodCreateJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.CreateJobParams) (cosmic.Job, error) {
+		j, err := o.CreateJob(ctx, p)
+		return j, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodGetJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
+		j, err := o.GetJob(ctx, p.ID)
+		return j, wireError(err)
+	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, orkapi.MethodListJobs, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
+		out, err := o.ListJobs(ctx, p)
+		return out, wireError(err)
+	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, orkapi.MethodDeleteJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.DeleteJobParams) (cosmic.Job, error) {
+		j, err := o.DeleteJob(ctx, p)
+		return j, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodRestartJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RestartJobParams) (cosmic.Job, error) {
+		j, err := o.RestartJob(ctx, p)
+		return j, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodKillJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
+		j, err := o.KillJob(ctx, p.ID)
+		return j, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodLabelJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.LabelJobParams) (cosmic.Job, error) {
+		j, err := o.LabelJob(ctx, p)
+		return j, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodRegisterRack, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
+		ri, err := o.RegisterRack(ctx, p)
+		return ri, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodListRacks, func(ctx context.Context, _ fabric.PublicKey, _ struct{}) (orkapi.ListRacksReply, error) {
+		return o.ListRacks(), nil
+	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, orkapi.MethodForgetRacks, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
+		return struct{}{}, wireError(o.ForgetRacks(ctx, p))
+	})
+	worker.ServeReporter(r, o)
+}
+
+// wireError maps domain errors to fabric error codes, once.
+func wireError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *fabric.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if fields := cosmic.FieldErrors(err); len(fields) > 0 {
+		details := make([]orkapi.FieldError, len(fields))
+		for i, f := range fields {
+			details[i] = orkapi.FieldError{Field: f.Field, Message: f.Message}
+		}
+		return fabric.Errorf(orkapi.CodeInvalid, "%v", err).WithDetails(details)
+	}
+	switch {
+	case errors.Is(err, cosmic.ErrNotFound):
+		return fabric.Errorf(fabric.CodeNotFound, "%v", err)
+	case errors.Is(err, cosmic.ErrInvalid):
+		return fabric.Errorf(orkapi.CodeInvalid, "%v", err)
+	case errors.Is(err, cosmic.ErrConflict), errors.Is(err, cosmic.ErrIllegalTransition):
+		return fabric.Errorf(orkapi.CodeConflict, "%v", err)
+	case errors.Is(err, cosmic.ErrForbidden):
+		return fabric.Errorf(fabric.CodeForbidden, "%v", err)
+	}
+	return err
+}
+
+func conflictf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", cosmic.ErrConflict, fmt.Sprintf(format, args...))
+}
+
+// ---- jobs
+
+// CreateJob validates and admits a job: it fails at once if it can never be
+// placed, else it is queued and placed as soon as GPUs allow.
+func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.Job, error) {
+	id, err := cosmic.ParseJobID(p.ID)
+	if err != nil {
+		return cosmic.Job{}, err
+	}
+	spec := p.Spec
+	spec.Default()
+	if err := spec.Validate(); err != nil {
+		return cosmic.Job{}, err
+	}
+	o.mu.Lock()
+	if !o.locationKnownLocked(spec.Location) {
+		o.mu.Unlock()
+		return cosmic.Job{}, &cosmic.FieldError{Field: "location", Message: fmt.Sprintf("no rack is registered in location %q (%s); known: %v",
+			spec.Location, cosmic.ReasonNoSuchLocation, o.locationsLocked())}
+	}
+	if existing, err := o.st.GetJob(ctx, id); err == nil {
+		o.mu.Unlock()
+		if reflect.DeepEqual(existing.Spec, spec) && existing.User == p.User {
+			return o.annotate(existing), nil // a retried create
+		}
+		return cosmic.Job{}, conflictf("job %s exists with another spec", id)
+	} else if !errors.Is(err, cosmic.ErrNotFound) {
+		o.mu.Unlock()
+		return cosmic.Job{}, err
+	}
+	now := o.now()
+	j := cosmic.NewJob(id, p.User, p.Team, spec, now)
+	for i := range spec.Replicas() {
+		setReplica(&j, i, func(*cosmic.ReplicaStatus) {})
+	}
+	if d, ok := placement.Place(o.snap, j).(placement.Impossible); ok {
+		for i := range j.Status.Replicas {
+			j.Status.Replicas[i].State = cosmic.StateFailed
+		}
+		err = j.SetState(cosmic.StateFailed, &d.Reason, now)
+	} else {
+		err = j.SetState(cosmic.StateQueued, nil, now)
+	}
+	if err == nil {
+		err = o.st.Update(ctx, func(tx Tx) error { return tx.CreateJob(ctx, j) })
+	}
+	if err != nil {
+		o.mu.Unlock()
+		return cosmic.Job{}, err
+	}
+	if j.Status.State == cosmic.StateQueued {
+		o.enqueueLocked(j)
+	}
+	o.mu.Unlock()
+	o.schedule(ctx)
+	return o.GetJob(ctx, id)
+}
+
+func (o *Ork) locationKnownLocked(loc string) bool {
+	for _, r := range o.racks {
+		if r.Rack.Location == loc {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Ork) locationsLocked() []string {
+	var out []string
+	for _, r := range o.racks {
+		if !slices.Contains(out, r.Rack.Location) {
+			out = append(out, r.Rack.Location)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// GetJob returns a job with its queue position filled in.
+func (o *Ork) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
+	j, err := o.st.GetJob(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return o.annotate(j), nil
+}
+
+// ListJobs lists jobs.
+func (o *Ork) ListJobs(ctx context.Context, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
+	jobs, total, err := o.st.ListJobs(ctx, store.ListJobsQuery{Team: p.Team, User: p.User, States: p.States, Labels: p.Labels,
+		UpdatedAfter: p.UpdatedAfter, UpdatedBefore: p.UpdatedBefore, Sort: p.Sort, Order: p.Order, Page: p.Page, Size: p.Size})
+	if err != nil {
+		return orkapi.ListJobsReply{}, err
+	}
+	for i := range jobs {
+		jobs[i] = o.annotate(jobs[i])
+	}
+	if jobs == nil {
+		jobs = []cosmic.Job{}
+	}
+	return orkapi.ListJobsReply{Jobs: jobs, Total: total}, nil
+}
+
+// heldLocked returns the job's reservations grouped by rack.
+func (o *Ork) heldLocked(jobID string) map[string][]cosmic.Reservation {
+	out := map[string][]cosmic.Reservation{}
+	for _, r := range o.snap.Reservations() {
+		if r.JobID == jobID {
+			out[r.Rack] = append(out[r.Rack], r)
+		}
+	}
+	return out
+}
+
+// onRacks calls f on the worker of each rack, in turn; the first error wins.
+func (o *Ork) onRacks(ctx context.Context, racks []string, f func(context.Context, worker.Worker) error) error {
+	for _, id := range racks {
+		o.mu.Lock()
+		r := o.racks[id]
+		o.mu.Unlock()
+		if r == nil {
+			continue
+		}
+		cctx, cancel := o.workerCtx(ctx)
+		err := f(cctx, r.w)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rack %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func keys[M ~map[string]V, V any](m M) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// KillJob stops a job: its VMIs go, its GPUs are released, its storage stays.
+func (o *Ork) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
+	o.mu.Lock()
+	j, err := o.st.GetJob(ctx, id)
+	if err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
+	switch j.Status.State {
+	case cosmic.StateStopped:
+		o.mu.Unlock()
+		return j, nil
+	case cosmic.StateFailed, cosmic.StateDeleting:
+		o.mu.Unlock()
+		return j, conflictf("job %s is %s; only a live job can be killed", id, j.Status.State)
+	}
+	racks := keys(o.heldLocked(id))
+	o.mu.Unlock()
+	if err := o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
+		return w.Stop(ctx, worker.ReplicaRef{JobID: id, Replica: worker.AllReplicas})
+	}); err != nil {
+		return j, fabric.Errorf(fabric.CodeUnavailable, "stop job on its worker: %v", err)
+	}
+	return o.releaseAll(ctx, id, cosmic.StateStopped, cosmic.NewReason(cosmic.ReasonKilled, ""))
+}
+
+// releaseAll frees every GPU of the job and moves it and its replicas to
+// state, in one transaction.
+func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, reason cosmic.Reason) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dequeueLocked(id)
+	j, err := o.updateJobLocked(ctx, id, func(tx Tx, j *cosmic.Job) error {
+		if err := tx.ReleaseGPUs(ctx, id, -1); err != nil {
+			return err
+		}
+		for i := range j.Status.Replicas {
+			j.Status.Replicas[i].State = state
+		}
+		if j.Status.State == state {
+			return nil
+		}
+		return j.SetState(state, &reason, o.now())
+	})
+	if err != nil {
+		return j, err
+	}
+	o.snap.ReleaseJob(id)
+	o.poke()
+	return j, nil
+}
+
+// RestartJob replaces a job's (or one replica's) VMIs, keeping storage and
+// GPUs. A failed or stopped job, which holds no GPUs, is queued again.
+func (o *Ork) RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	j, err := o.st.GetJob(ctx, p.ID)
+	if err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
+	if p.Replica != nil && (*p.Replica < 0 || *p.Replica >= j.Spec.Replicas()) {
+		o.mu.Unlock()
+		return j, &cosmic.FieldError{Field: "replica", Message: fmt.Sprintf("job %s has replicas 0 to %d", p.ID, j.Spec.Replicas()-1)}
+	}
+	switch j.Status.State {
+	case cosmic.StateDeleting, cosmic.StateCreating:
+		o.mu.Unlock()
+		return j, conflictf("job %s is %s", p.ID, j.Status.State)
+	case cosmic.StateQueued:
+		o.mu.Unlock()
+		return o.annotate(j), nil // nothing runs yet
+	}
+	// Replicas holding GPUs are restarted in place; the others are queued.
+	held := map[int]cosmic.Reservation{}
+	for _, rs := range o.heldLocked(p.ID) {
+		for _, r := range rs {
+			held[r.Replica] = r
+		}
+	}
+	selected := func(i int) bool { return p.Replica == nil || *p.Replica == i }
+	var inPlace []cosmic.Reservation
+	requeue := false
+	for i := range j.Spec.Replicas() {
+		if !selected(i) {
+			continue
+		}
+		if r, ok := held[i]; ok {
+			inPlace = append(inPlace, r)
+		} else {
+			requeue = true
+		}
+	}
+	o.mu.Unlock()
+	for _, r := range inPlace {
+		err := o.onRacks(ctx, []string{r.Rack}, func(ctx context.Context, w worker.Worker) error {
+			return w.Restart(ctx, worker.ReplicaRef{JobID: p.ID, Replica: r.Replica})
+		})
+		if err != nil {
+			return j, fabric.Errorf(fabric.CodeUnavailable, "restart replica %d: %v", r.Replica, err)
+		}
+	}
+	o.mu.Lock()
+	reason := cosmic.NewReason(cosmic.ReasonRestartRequested, "")
+	j, err = o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
+		for _, r := range inPlace {
+			setReplica(j, r.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateRestarting, &reason })
+		}
+		for i := range j.Spec.Replicas() {
+			if _, ok := held[i]; !ok && selected(i) {
+				setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateQueued, nil, nil })
+			}
+		}
+		if j.Status.State == cosmic.StateFailed || j.Status.State == cosmic.StateStopped {
+			j.Status.ExitCode = nil
+			return j.SetState(cosmic.StateQueued, nil, o.now())
+		}
+		if len(inPlace) > 0 && p.Replica == nil && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
+			return j.SetState(cosmic.StateRestarting, &reason, o.now())
+		}
+		return o.setAggregate(j)
+	})
+	if err == nil && requeue {
+		o.enqueueLocked(j)
+	}
+	o.mu.Unlock()
+	if err != nil {
+		return j, err
+	}
+	o.poke()
+	return o.annotate(j), nil
+}
+
+// DeleteJob removes a job (or one replica) and everything it created. A job
+// holding GPUs moves to deleting until its worker confirms; the record goes
+// then.
+func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error) {
+	if p.Replica != nil {
+		return o.deleteReplica(ctx, p)
+	}
+	o.mu.Lock()
+	j, err := o.st.GetJob(ctx, p.ID)
+	if err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
+	held := o.heldLocked(p.ID)
+	if len(held) == 0 {
+		// No GPUs: no VMI runs. Its disks, if any, are removed by every
+		// worker of the location (idempotent; orphans are also removed when
+		// a worker reports a job the store does not know).
+		o.dequeueLocked(p.ID)
+		err := o.st.Update(ctx, func(tx Tx) error { return tx.DeleteJob(ctx, p.ID) })
+		var racks []string
+		for id, r := range o.racks {
+			if r.Rack.Location == j.Spec.Location && r.reachable {
+				racks = append(racks, id)
+			}
+		}
+		o.mu.Unlock()
+		if err != nil {
+			return j, err
+		}
+		o.goBackground(func() {
+			for _, id := range racks {
+				o.onRacks(context.WithoutCancel(ctx), []string{id}, func(ctx context.Context, w worker.Worker) error {
+					return w.Delete(ctx, worker.DeleteParams{JobID: p.ID, Replica: worker.AllReplicas, Force: true})
+				})
+			}
+		})
+		j.Status.State = cosmic.StateDeleting
+		return j, nil
+	}
+	j, err = o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
+		if j.Status.State == cosmic.StateDeleting {
+			return nil
+		}
+		return j.SetState(cosmic.StateDeleting, nil, o.now())
+	})
+	o.mu.Unlock()
+	if err != nil {
+		return j, err
+	}
+	if done := o.finishDelete(ctx, p.ID, p.Force); !done {
+		o.log.Warn("delete pending on worker; retried by reconcile", "job_id", p.ID)
+	}
+	return j, nil
+}
+
+// finishDelete asks the workers to delete a deleting job and, once they have,
+// releases its GPUs and removes its record.
+func (o *Ork) finishDelete(ctx context.Context, id string, force bool) bool {
+	o.mu.Lock()
+	racks := keys(o.heldLocked(id))
+	o.mu.Unlock()
+	if err := o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
+		return w.Delete(ctx, worker.DeleteParams{JobID: id, Replica: worker.AllReplicas, Force: force})
+	}); err != nil {
+		o.log.Warn("delete on worker", "job_id", id, "err", err)
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	err := o.st.Update(ctx, func(tx Tx) error {
+		if err := tx.ReleaseGPUs(ctx, id, -1); err != nil {
+			return err
+		}
+		return tx.DeleteJob(ctx, id)
+	})
+	if err != nil && !errors.Is(err, cosmic.ErrNotFound) {
+		o.log.Error("remove deleted job", "job_id", id, "err", err)
+		return false
+	}
+	o.snap.ReleaseJob(id)
+	o.dequeueLocked(id)
+	o.poke()
+	return true
+}
+
+// deleteReplica removes one replica of a job: its VMIs and GPUs go; the
+// replica is shown stopped and no longer counts toward the job's state.
+func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	j, err := o.st.GetJob(ctx, p.ID)
+	if err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
+	n := *p.Replica
+	if n < 0 || n >= j.Spec.Replicas() {
+		o.mu.Unlock()
+		return j, &cosmic.FieldError{Field: "replica", Message: fmt.Sprintf("job %s has replicas 0 to %d", p.ID, j.Spec.Replicas()-1)}
+	}
+	res, held := o.snap.Reserved(p.ID, n)
+	o.mu.Unlock()
+	if held {
+		if err := o.onRacks(ctx, []string{res.Rack}, func(ctx context.Context, w worker.Worker) error {
+			return w.Delete(ctx, worker.DeleteParams{JobID: p.ID, Replica: n, Force: p.Force})
+		}); err != nil {
+			return j, fabric.Errorf(fabric.CodeUnavailable, "delete replica %d: %v", n, err)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	j, err = o.updateJobLocked(ctx, p.ID, func(tx Tx, j *cosmic.Job) error {
+		if held {
+			if err := tx.ReleaseGPUs(ctx, p.ID, n); err != nil {
+				return err
+			}
+		}
+		setReplica(j, n, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
+		return o.setAggregate(j)
+	})
+	if err != nil {
+		return j, err
+	}
+	if held {
+		o.snap.Release(res)
+		o.poke()
+	}
+	return j, nil
+}
+
+// LabelJob sets a label, or removes it when the value is empty.
+func (o *Ork) LabelJob(ctx context.Context, p orkapi.LabelJobParams) (cosmic.Job, error) {
+	if p.Value != "" {
+		if err := cosmic.ValidateLabel("name", p.Name, p.Value); err != nil {
+			return cosmic.Job{}, err
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	j, err := o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
+		if p.Value == "" {
+			delete(j.Spec.Labels, p.Name)
+			return nil
+		}
+		if j.Spec.Labels == nil {
+			j.Spec.Labels = map[string]string{}
+		}
+		j.Spec.Labels[p.Name] = p.Value
+		return nil
+	})
+	return j, err
+}
+
+// ---- racks
+
+// RegisterRack registers or updates a rack and starts talking to its worker.
+func (o *Ork) RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
+	rack := p.Rack
+	if rack.Type == "" {
+		rack.Type = cosmic.RackTypeServer
+	}
+	if err := rack.Validate(); err != nil {
+		return orkapi.RackInfo{}, err
+	}
+	key, err := fabric.ParsePublicKey(rack.WorkerKey)
+	if err != nil {
+		return orkapi.RackInfo{}, &cosmic.FieldError{Field: "workerKey", Message: err.Error()}
+	}
+	for _, a := range p.WorkerAddrs {
+		if _, _, err := fabric.ParsePeer(rack.WorkerKey + "@" + a); err != nil {
+			return orkapi.RackInfo{}, &cosmic.FieldError{Field: "workerAddrs", Message: err.Error()}
+		}
+	}
+	o.mu.Lock()
+	old := o.racks[rack.ID]
+	sr := StoredRack{Rack: rack, WorkerAddrs: p.WorkerAddrs}
+	if old != nil {
+		if old.Rack.Location != rack.Location || old.Rack.WorkerKey != rack.WorkerKey {
+			if len(o.rackReservationsLocked(rack.ID)) > 0 {
+				o.mu.Unlock()
+				return orkapi.RackInfo{}, conflictf("rack %s holds jobs; it cannot change location or worker key", rack.ID)
+			}
+		}
+		sr.Nodes = old.Nodes
+		sr.Rack.CreatedAt = old.Rack.CreatedAt
+	} else {
+		sr.Rack.CreatedAt = o.now().UTC().Truncate(time.Second)
+	}
+	if err := o.st.Update(ctx, func(tx Tx) error { return tx.PutRack(ctx, sr) }); err != nil {
+		o.mu.Unlock()
+		return orkapi.RackInfo{}, err
+	}
+	o.racks[rack.ID] = &rackState{StoredRack: sr, w: o.dial(key, p.WorkerAddrs)}
+	err = o.rebuildLocked(ctx)
+	o.mu.Unlock()
+	if err != nil {
+		return orkapi.RackInfo{}, err
+	}
+	// A first look at the worker, briefly: a worker that is not up yet is
+	// shown unreachable and picked up by the heartbeat.
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	o.reconcileRack(rctx, rack.ID)
+	cancel()
+	o.poke()
+	for _, ri := range o.ListRacks().Racks {
+		if ri.ID == rack.ID {
+			return ri, nil
+		}
+	}
+	return orkapi.RackInfo{}, fmt.Errorf("rack %s vanished while registering", rack.ID)
+}
+
+func (o *Ork) rackReservationsLocked(id string) []cosmic.Reservation {
+	var out []cosmic.Reservation
+	for _, r := range o.snap.Reservations() {
+		if r.Rack == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ListRacks lists the racks with their capacity.
+func (o *Ork) ListRacks() orkapi.ListRacksReply {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := orkapi.ListRacksReply{Racks: []orkapi.RackInfo{}}
+	for _, id := range keys(o.racks) {
+		r := o.racks[id]
+		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs}
+		if ri.Nodes == nil {
+			ri.Nodes = []cosmic.Node{}
+		}
+		for _, n := range r.Nodes {
+			ri.GPUs += n.GPUs
+			if free, ok := o.snap.Free(id, n.Name); ok && n.Ready && n.Schedulable {
+				ri.FreeGPUs += len(free)
+			}
+		}
+		out.Racks = append(out.Racks, ri)
+	}
+	return out
+}
+
+// ForgetRacks removes racks. Jobs holding GPUs there make it a conflict
+// unless Force, which fails them with rack_removed.
+func (o *Ork) ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range p.IDs {
+		if o.racks[id] == nil {
+			return fmt.Errorf("%w: no rack %q", cosmic.ErrNotFound, id)
+		}
+		if rs := o.rackReservationsLocked(id); len(rs) > 0 && !p.Force {
+			return conflictf("rack %s holds GPUs of %d replicas; delete those jobs or use force", id, len(rs))
+		}
+	}
+	reason := cosmic.NewReason(cosmic.ReasonRackRemoved, "")
+	for _, id := range p.IDs {
+		for _, res := range o.rackReservationsLocked(id) {
+			_, err := o.updateJobLocked(ctx, res.JobID, func(tx Tx, j *cosmic.Job) error {
+				if err := tx.ReleaseGPUs(ctx, res.JobID, res.Replica); err != nil {
+					return err
+				}
+				setReplica(j, res.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateFailed, &reason })
+				return o.setAggregate(j)
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if err := o.st.Update(ctx, func(tx Tx) error { return tx.DeleteRack(ctx, id) }); err != nil {
+			return err
+		}
+		delete(o.racks, id)
+	}
+	if err := o.rebuildLocked(ctx); err != nil {
+		return err
+	}
+	o.poke()
+	return nil
+}

@@ -1,0 +1,265 @@
+package ork
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// ReceiveReport implements worker.ReportReceiver: a worker pushes what it
+// observes. Only the rack's own worker key may report for it.
+func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep worker.Report) error {
+	o.mu.Lock()
+	r := o.racks[rep.Rack]
+	o.mu.Unlock()
+	if r == nil {
+		return fabric.Errorf(fabric.CodeNotFound, "no rack %q", rep.Rack)
+	}
+	if r.Rack.WorkerKey != from.String() {
+		return fabric.Errorf(fabric.CodeForbidden, "key %s is not the worker of rack %s", from.Short(), rep.Rack)
+	}
+	if rep.Capacity != nil {
+		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes)
+	}
+	for _, jr := range rep.Jobs {
+		o.applyReport(ctx, rep.Rack, jr)
+	}
+	return nil
+}
+
+// reconcileAll heartbeats every rack at once.
+func (o *Ork) reconcileAll(ctx context.Context) {
+	o.mu.Lock()
+	ids := make([]string, 0, len(o.racks))
+	for id := range o.racks {
+		ids = append(ids, id)
+	}
+	o.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.reconcileRack(ctx, id)
+		}()
+	}
+	wg.Wait()
+}
+
+// reconcileRack asks a worker for its capacity and every job it runs, takes
+// what it reports, and tells it again what it lacks.
+func (o *Ork) reconcileRack(ctx context.Context, id string) {
+	o.mu.Lock()
+	r := o.racks[id]
+	o.mu.Unlock()
+	if r == nil {
+		return
+	}
+	cctx, cancel := o.workerCtx(ctx)
+	defer cancel()
+	capacity, err := r.w.Capacity(cctx)
+	var jobs []worker.JobReport
+	if err == nil {
+		jobs, err = r.w.Jobs(cctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			o.markUnreachable(ctx, id, err)
+		}
+		return
+	}
+	o.markReachable(id)
+	o.updateNodes(ctx, id, capacity.Nodes)
+	seen := map[string]bool{}
+	for _, jr := range jobs {
+		seen[jr.JobID] = true
+		o.applyReport(ctx, id, jr)
+	}
+	// What the store says should run here but the worker does not report.
+	o.mu.Lock()
+	held := map[string][]cosmic.Reservation{}
+	for _, res := range o.snap.Reservations() {
+		if res.Rack == id {
+			held[res.JobID] = append(held[res.JobID], res)
+		}
+	}
+	o.mu.Unlock()
+	for jobID, rs := range held {
+		j, err := o.st.GetJob(ctx, jobID)
+		if err != nil {
+			continue
+		}
+		switch {
+		case j.Status.State == cosmic.StateDeleting:
+			o.finishDelete(ctx, j.ID, false)
+		case !seen[jobID]:
+			o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
+		}
+	}
+}
+
+func (o *Ork) markReachable(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r := o.racks[id]; r != nil {
+		r.reachable, r.seen = true, true
+	}
+}
+
+// markUnreachable makes the rack's jobs unknown: their VMIs may well still
+// run, so they keep their GPUs.
+func (o *Ork) markUnreachable(ctx context.Context, id string, cause error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.racks[id]
+	if r == nil {
+		return
+	}
+	if !r.reachable && r.seen {
+		return // already marked
+	}
+	r.reachable, r.seen = false, true
+	o.log.Warn("worker unreachable", "rack", id, "err", cause)
+	reason := cosmic.NewReason(cosmic.ReasonWorkerUnreachable, "rack "+id)
+	byJob := map[string][]int{}
+	for _, res := range o.snap.Reservations() {
+		if res.Rack == id {
+			byJob[res.JobID] = append(byJob[res.JobID], res.Replica)
+		}
+	}
+	for jobID, replicas := range byJob {
+		_, err := o.updateJobLocked(ctx, jobID, func(_ Tx, j *cosmic.Job) error {
+			if j.Status.State == cosmic.StateDeleting {
+				return nil
+			}
+			for _, i := range replicas {
+				setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateUnknown, &reason })
+			}
+			return o.setAggregate(j)
+		})
+		if err != nil {
+			o.log.Error("mark job unknown", "job_id", jobID, "err", err)
+		}
+	}
+}
+
+// updateNodes records a rack's nodes when they changed, and replans.
+func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.racks[id]
+	if r == nil || slices.EqualFunc(r.Nodes, nodes, func(a, b cosmic.Node) bool { return a == b }) {
+		return
+	}
+	next := r.StoredRack
+	next.Nodes = slices.Clone(nodes)
+	if err := o.st.Update(ctx, func(tx Tx) error { return tx.PutRack(ctx, next) }); err != nil {
+		o.log.Error("store rack nodes", "rack", id, "err", err)
+		return
+	}
+	r.StoredRack = next
+	if err := o.rebuildLocked(ctx); err != nil {
+		o.log.Error("rebuild snapshot", "err", err)
+	}
+	o.poke()
+}
+
+// applyReport takes one job's report from the worker of rack.
+func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport) {
+	o.mu.Lock()
+	var (
+		orphan   bool
+		released []cosmic.Reservation
+		deleting bool
+	)
+	err := o.st.Update(ctx, func(tx Tx) error {
+		released = released[:0]
+		j, err := tx.GetJob(ctx, jr.JobID)
+		if errors.Is(err, cosmic.ErrNotFound) {
+			orphan = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if j.Status.State == cosmic.StateDeleting {
+			deleting = true
+			return nil
+		}
+		changed := false
+		for _, rr := range jr.Replicas {
+			res, held := o.snap.Reserved(j.ID, rr.Replica)
+			if !held || res.Rack != rack {
+				continue // a late report of a replica released already
+			}
+			changed = true
+			setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
+				rs.State, rs.Reason = rr.State, rr.Reason
+				if len(rr.Nodes) > 0 {
+					rs.Nodes = rr.Nodes
+				}
+			})
+			if rr.ExitCode != nil {
+				j.Status.ExitCode = rr.ExitCode
+			}
+			if rr.State == cosmic.StateStarting && rr.Progress != nil {
+				p := *rr.Progress
+				j.Status.Progress = &p
+			}
+			if rr.State == cosmic.StateFailed || rr.State == cosmic.StateStopped || rr.Gone {
+				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
+					return err
+				}
+				released = append(released, res)
+			}
+		}
+		if !changed {
+			return nil
+		}
+		if err := o.setAggregate(&j); err != nil {
+			return err
+		}
+		j.UpdatedAt = o.now()
+		return tx.PutJob(ctx, j)
+	})
+	if err != nil {
+		o.log.Error("apply worker report", "rack", rack, "job_id", jr.JobID, "err", err)
+		o.mu.Unlock()
+		return
+	}
+	for _, res := range released {
+		if err := o.snap.Release(res); err != nil {
+			o.log.Error("release in snapshot", "job_id", res.JobID, "err", err)
+		}
+	}
+	r := o.racks[rack]
+	o.mu.Unlock()
+	if len(released) > 0 {
+		o.poke()
+	}
+	switch {
+	case orphan && r != nil:
+		// The worker runs a job the store does not know (deleted while the
+		// worker was away): remove it.
+		o.goBackground(func() {
+			cctx, cancel := o.workerCtx(ctx)
+			defer cancel()
+			if err := r.w.Delete(cctx, worker.DeleteParams{JobID: jr.JobID, Replica: worker.AllReplicas, Force: true}); err != nil {
+				o.log.Warn("delete orphan job on worker", "rack", rack, "job_id", jr.JobID, "err", err)
+			}
+		})
+	case deleting:
+		allGone := true
+		for _, rr := range jr.Replicas {
+			allGone = allGone && rr.Gone
+		}
+		if allGone {
+			o.finishDelete(ctx, jr.JobID, false)
+		}
+	}
+}
