@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -124,6 +125,43 @@ func (s yamuxStream) abort() {
 	s.s.Close()
 	past := time.Unix(1, 0)
 	s.s.SetDeadline(past)
+}
+
+// coalescer sits between a yamux session and its TLS connection and joins
+// each data frame's 12-byte header with the body yamux writes right after it.
+// Over TLS on a TCP_NODELAY socket every Write is a record and a segment, so
+// without it each data frame costs two. Only yamux's send loop writes, one
+// frame at a time, so a held header is always followed by its body.
+type coalescer struct {
+	net.Conn
+	hdr []byte // a data frame header waiting for its body
+	buf []byte
+}
+
+const (
+	yamuxHeaderSize = 12
+	maxCoalesce     = 16 << 10 // one TLS record
+)
+
+func (c *coalescer) Write(p []byte) (int, error) {
+	if len(c.hdr) > 0 {
+		c.buf = append(append(c.buf[:0], c.hdr...), p...)
+		c.hdr = c.hdr[:0]
+		if _, err := c.Conn.Write(c.buf); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	// version 0, type 0 (data), then flags, stream ID and body length. Large
+	// bodies fill records of their own: only small ones are worth a copy.
+	if len(p) == yamuxHeaderSize && p[0] == 0 && p[1] == 0 {
+		if n := binary.BigEndian.Uint32(p[8:]); n == 0 || n > maxCoalesce {
+			return c.Conn.Write(p)
+		}
+		c.hdr = append(c.hdr[:0], p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
 }
 
 func yamuxConfig() *yamux.Config {

@@ -267,7 +267,7 @@ func (n *Node) dialTCP(ctx context.Context, key PublicKey, addr string) (*peerCo
 		return nil, ctx.Err()
 	}
 	raw.SetDeadline(time.Time{})
-	sess, err := yamux.Client(tc, yamuxConfig())
+	sess, err := yamux.Client(&coalescer{Conn: tc}, yamuxConfig())
 	if err != nil {
 		raw.Close()
 		return nil, err

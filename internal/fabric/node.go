@@ -178,7 +178,10 @@ func (n *Node) quicConfig() *quic.Config {
 }
 
 func (n *Node) listen(addr string) error {
-	udpAddr := "127.0.0.1:0"
+	// A dial-only node still needs a UDP socket for QUIC. It is bound to
+	// every address: one bound to loopback can only reach loopback (the
+	// kernel refuses to send from 127.0.0.1 to another host).
+	udpAddr := ":0"
 	if addr != "" {
 		udpAddr = addr
 	}
@@ -337,7 +340,7 @@ func (n *Node) acceptTCP() {
 				return
 			}
 			raw.SetDeadline(time.Time{})
-			sess, err := yamux.Server(tc, yamuxConfig())
+			sess, err := yamux.Server(&coalescer{Conn: tc}, yamuxConfig())
 			if err != nil {
 				raw.Close()
 				return

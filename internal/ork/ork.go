@@ -26,8 +26,8 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -80,10 +80,10 @@ type Ork struct {
 	mu     sync.Mutex
 	racks  map[string]*rackState
 	snap   *placement.Snapshot
-	queue  []queued               // FIFO; per (location, model) order is what counts
-	queued map[string]cosmic.Job  // jobs in the queue, by ID
-	wait   map[string]string      // job ID → what it waits for
-	kick   chan struct{}          // asks the loop for a scheduling pass
+	queue  []queued              // FIFO; per (location, model) order is what counts
+	queued map[string]cosmic.Job // jobs in the queue, by ID
+	wait   map[string]string     // job ID → what it waits for
+	kick   chan struct{}         // asks the loop for a scheduling pass
 	wg     sync.WaitGroup
 }
 
