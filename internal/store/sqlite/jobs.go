@@ -1,0 +1,227 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+const jobColumns = "id, team, user_name, created_at, updated_at, spec, status"
+
+// CreateJob implements store.Tx.
+func (t *txn) CreateJob(ctx context.Context, j cosmic.Job) error {
+	if j.ID == "" {
+		return fmt.Errorf("create job: empty ID: %w", cosmic.ErrInvalid)
+	}
+	spec, status, err := encodeJob(j)
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	return t.savepoint(ctx, func() error {
+		_, err := t.q.ExecContext(ctx, `INSERT INTO jobs (id, team, user_name, name, state, created_at, updated_at, spec, status)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			j.ID, j.Team, j.User, j.Spec.Name, string(j.Status.State), nanos(j.CreatedAt), nanos(j.UpdatedAt), spec, status)
+		if isUnique(err) {
+			return fmt.Errorf("create job %s: already exists: %w", j.ID, cosmic.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("create job %s: %w", j.ID, err)
+		}
+		return t.insertLabels(ctx, j)
+	})
+}
+
+// PutJob implements store.Tx.
+func (t *txn) PutJob(ctx context.Context, j cosmic.Job) error {
+	spec, status, err := encodeJob(j)
+	if err != nil {
+		return fmt.Errorf("put job %s: %w", j.ID, err)
+	}
+	return t.savepoint(ctx, func() error {
+		res, err := t.q.ExecContext(ctx, `UPDATE jobs SET team = ?, user_name = ?, name = ?, state = ?, created_at = ?,
+			updated_at = ?, spec = ?, status = ? WHERE id = ?`,
+			j.Team, j.User, j.Spec.Name, string(j.Status.State), nanos(j.CreatedAt), nanos(j.UpdatedAt), spec, status, j.ID)
+		if err != nil {
+			return fmt.Errorf("put job %s: %w", j.ID, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return errors.Join(fmt.Errorf("put job %s: %w", j.ID, cosmic.ErrNotFound), err)
+		}
+		if _, err := t.q.ExecContext(ctx, "DELETE FROM job_labels WHERE job_id = ?", j.ID); err != nil {
+			return fmt.Errorf("put job %s: labels: %w", j.ID, err)
+		}
+		return t.insertLabels(ctx, j)
+	})
+}
+
+func (t *txn) insertLabels(ctx context.Context, j cosmic.Job) error {
+	if len(j.Spec.Labels) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, 3*len(j.Spec.Labels))
+	b.WriteString("INSERT INTO job_labels (job_id, key, value) VALUES ")
+	i := 0
+	for k, v := range j.Spec.Labels {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, j.ID, k, v)
+		i++
+	}
+	if _, err := t.q.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("job %s: labels: %w", j.ID, err)
+	}
+	return nil
+}
+
+func encodeJob(j cosmic.Job) (spec, status []byte, err error) {
+	if spec, err = json.Marshal(j.Spec); err != nil {
+		return nil, nil, fmt.Errorf("encode spec: %w", err)
+	}
+	if status, err = json.Marshal(j.Status); err != nil {
+		return nil, nil, fmt.Errorf("encode status: %w", err)
+	}
+	return spec, status, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(s scanner) (cosmic.Job, error) {
+	var (
+		j                cosmic.Job
+		created, updated int64
+		spec, status     []byte
+	)
+	if err := s.Scan(&j.ID, &j.Team, &j.User, &created, &updated, &spec, &status); err != nil {
+		return cosmic.Job{}, err
+	}
+	j.CreatedAt, j.UpdatedAt = fromNanos(created), fromNanos(updated)
+	if err := json.Unmarshal(spec, &j.Spec); err != nil {
+		return cosmic.Job{}, fmt.Errorf("job %s: decode spec: %w", j.ID, err)
+	}
+	if err := json.Unmarshal(status, &j.Status); err != nil {
+		return cosmic.Job{}, fmt.Errorf("job %s: decode status: %w", j.ID, err)
+	}
+	return j, nil
+}
+
+// GetJob implements store.Tx.
+func (t *txn) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
+	j, err := scanJob(t.q.QueryRowContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return cosmic.Job{}, fmt.Errorf("job %s: %w", id, cosmic.ErrNotFound)
+	}
+	if err != nil {
+		return cosmic.Job{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// DeleteJob implements store.Tx. Its reservations go with it (ON DELETE
+// CASCADE).
+func (t *txn) DeleteJob(ctx context.Context, id string) error {
+	res, err := t.q.ExecContext(ctx, "DELETE FROM jobs WHERE id = ?", id)
+	if err != nil {
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(fmt.Errorf("job %s: %w", id, cosmic.ErrNotFound), err)
+	}
+	return nil
+}
+
+var sortColumns = map[string]string{
+	store.SortCreatedAt: "created_at",
+	store.SortUpdatedAt: "updated_at",
+	store.SortName:      "name",
+	store.SortState:     "state",
+}
+
+// ListJobs implements store.Tx.
+func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	}
+	var (
+		where []string
+		args  []any
+	)
+	if q.Team != "" {
+		where = append(where, "team = ?")
+		args = append(args, q.Team)
+	}
+	if q.User != "" {
+		where = append(where, "user_name = ?")
+		args = append(args, q.User)
+	}
+	if len(q.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(q.States)-1)+")")
+		for _, s := range q.States {
+			args = append(args, string(s))
+		}
+	}
+	keys := make([]string, 0, len(q.Labels))
+	for k := range q.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		where = append(where, "id IN (SELECT job_id FROM job_labels WHERE key = ? AND value = ?)")
+		args = append(args, k, q.Labels[k])
+	}
+	if !q.UpdatedAfter.IsZero() {
+		where = append(where, "updated_at > ?")
+		args = append(args, q.UpdatedAfter.UnixNano())
+	}
+	if !q.UpdatedBefore.IsZero() {
+		where = append(where, "updated_at < ?")
+		args = append(args, q.UpdatedBefore.UnixNano())
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	dir := "DESC"
+	if q.Order == store.OrderAsc {
+		dir = "ASC"
+	}
+	offset := q.Page * q.Size
+	rows, err := t.q.QueryContext(ctx, "SELECT "+jobColumns+" FROM jobs"+cond+
+		" ORDER BY "+sortColumns[q.Sort]+" "+dir+", id "+dir+" LIMIT ? OFFSET ?",
+		append(args, q.Size, offset)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	jobs := []cosmic.Job{}
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list jobs: %w", err)
+		}
+		jobs = append(jobs, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	}
+	// A short, non-empty page (or an empty first page) ends the list: its
+	// total needs no count.
+	if (len(jobs) > 0 || offset == 0) && len(jobs) < q.Size {
+		return jobs, offset + len(jobs), nil
+	}
+	var total int
+	if err := t.q.QueryRowContext(ctx, "SELECT count(*) FROM jobs"+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("list jobs: count: %w", err)
+	}
+	return jobs, total, nil
+}

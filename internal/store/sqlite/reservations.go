@@ -1,0 +1,267 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+// ClaimGPUs implements store.Tx. The UNIQUE (rack, node, gpu_index)
+// constraint is what refuses a GPU claimed twice; the savepoint makes the
+// claim all or nothing even inside a transaction that goes on after it.
+func (t *txn) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
+	if err := checkReservation(r); err != nil {
+		return fmt.Errorf("claim gpus for job %s replica %d: %w", r.JobID, r.Replica, err)
+	}
+	var one int
+	err := t.q.QueryRowContext(ctx, "SELECT 1 FROM jobs WHERE id = ?", r.JobID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("claim gpus: job %s: %w", r.JobID, cosmic.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
+	}
+	err = t.q.QueryRowContext(ctx, "SELECT 1 FROM racks WHERE id = ?", r.Rack).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("claim gpus for job %s: rack %q is not registered: %w", r.JobID, r.Rack, cosmic.ErrInvalid)
+	}
+	if err != nil {
+		return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
+	}
+	return t.savepoint(ctx, func() error {
+		_, err := t.q.ExecContext(ctx, "INSERT INTO reservations (job_id, replica, rack) VALUES (?, ?, ?)", r.JobID, r.Replica, r.Rack)
+		if isUnique(err) {
+			return fmt.Errorf("claim gpus: job %s replica %d already holds a reservation: %w", r.JobID, r.Replica, cosmic.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
+		}
+		var b strings.Builder
+		b.WriteString("INSERT INTO reservation_gpus (job_id, replica, rack, node, node_pos, gpu_index) VALUES ")
+		args := make([]any, 0, 6*r.Count())
+		for pos, n := range r.Nodes {
+			for _, i := range n.GPUs {
+				if len(args) > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString("(?, ?, ?, ?, ?, ?)")
+				args = append(args, r.JobID, r.Replica, r.Rack, n.Node, pos, i)
+			}
+		}
+		_, err = t.q.ExecContext(ctx, b.String(), args...)
+		if isUnique(err) {
+			return fmt.Errorf("claim gpus for job %s replica %d: %s: %w", r.JobID, r.Replica, t.holders(ctx, r), cosmic.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
+		}
+		return nil
+	})
+}
+
+// checkReservation reports what makes r unclaimable: ErrInvalid.
+func checkReservation(r cosmic.Reservation) error {
+	if r.JobID == "" || r.Rack == "" || r.Replica < 0 || r.Count() == 0 {
+		return fmt.Errorf("a reservation needs a job, a replica ≥ 0, a rack and GPUs: %w", cosmic.ErrInvalid)
+	}
+	nodes := map[string]bool{}
+	for _, n := range r.Nodes {
+		if n.Node == "" || nodes[n.Node] {
+			return fmt.Errorf("node %q: empty or listed twice: %w", n.Node, cosmic.ErrInvalid)
+		}
+		nodes[n.Node] = true
+		seen := map[int]bool{}
+		for _, i := range n.GPUs {
+			if i < 0 || seen[i] {
+				return fmt.Errorf("gpu %s/%s/%d: negative or listed twice: %w", r.Rack, n.Node, i, cosmic.ErrInvalid)
+			}
+			seen[i] = true
+		}
+	}
+	return nil
+}
+
+// holders describes who holds the GPUs of r that are already claimed.
+func (t *txn) holders(ctx context.Context, r cosmic.Reservation) string {
+	var out []string
+	for _, g := range r.GPUs() {
+		var job string
+		var replica int
+		err := t.q.QueryRowContext(ctx, "SELECT job_id, replica FROM reservation_gpus WHERE rack = ? AND node = ? AND gpu_index = ?",
+			g.Rack, g.Node, g.Index).Scan(&job, &replica)
+		if err == nil {
+			out = append(out, fmt.Sprintf("gpu %s held by job %s replica %d", g, job, replica))
+		}
+	}
+	if len(out) == 0 {
+		return "a gpu is already claimed"
+	}
+	return strings.Join(out, ", ")
+}
+
+// Reservations implements store.Tx.
+func (t *txn) Reservations(ctx context.Context) ([]cosmic.Reservation, error) {
+	return t.reservations(ctx, "", nil)
+}
+
+// JobReservations implements store.Tx.
+func (t *txn) JobReservations(ctx context.Context, jobID string) ([]cosmic.Reservation, error) {
+	return t.reservations(ctx, " WHERE job_id = ?", []any{jobID})
+}
+
+func (t *txn) reservations(ctx context.Context, where string, args []any) ([]cosmic.Reservation, error) {
+	rows, err := t.q.QueryContext(ctx, "SELECT job_id, replica, rack, node, gpu_index FROM reservation_gpus"+where+
+		" ORDER BY job_id, replica, node_pos, gpu_index", args...)
+	if err != nil {
+		return nil, fmt.Errorf("list reservations: %w", err)
+	}
+	defer rows.Close()
+	out := []cosmic.Reservation{}
+	for rows.Next() {
+		var (
+			job, rack, node string
+			replica, index  int
+		)
+		if err := rows.Scan(&job, &replica, &rack, &node, &index); err != nil {
+			return nil, fmt.Errorf("list reservations: %w", err)
+		}
+		if len(out) == 0 || out[len(out)-1].JobID != job || out[len(out)-1].Replica != replica {
+			out = append(out, cosmic.Reservation{JobID: job, Replica: replica, Rack: rack})
+		}
+		r := &out[len(out)-1]
+		if len(r.Nodes) == 0 || r.Nodes[len(r.Nodes)-1].Node != node {
+			r.Nodes = append(r.Nodes, cosmic.NodeAlloc{Node: node})
+		}
+		n := &r.Nodes[len(r.Nodes)-1]
+		n.GPUs = append(n.GPUs, index)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list reservations: %w", err)
+	}
+	return out, nil
+}
+
+// ReleaseGPUs implements store.Tx; the GPU rows go with their reservation
+// (ON DELETE CASCADE).
+func (t *txn) ReleaseGPUs(ctx context.Context, jobID string, replica int) error {
+	var err error
+	if replica == store.AllReplicas {
+		_, err = t.q.ExecContext(ctx, "DELETE FROM reservations WHERE job_id = ?", jobID)
+	} else {
+		_, err = t.q.ExecContext(ctx, "DELETE FROM reservations WHERE job_id = ? AND replica = ?", jobID, replica)
+	}
+	if err != nil {
+		return fmt.Errorf("release gpus of job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// PutRack implements store.Tx.
+func (t *txn) PutRack(ctx context.Context, r store.Rack) error {
+	if r.ID == "" {
+		return fmt.Errorf("put rack: empty ID: %w", cosmic.ErrInvalid)
+	}
+	old, err := t.GetRack(ctx, r.ID)
+	switch {
+	case err == nil:
+		r.CreatedAt = old.CreatedAt
+	case !errors.Is(err, cosmic.ErrNotFound):
+		return err
+	}
+	rack, err := json.Marshal(r.Rack)
+	if err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	addrs, err := json.Marshal(r.WorkerAddrs)
+	if err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	nodes, err := json.Marshal(r.Nodes)
+	if err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	if _, err := t.q.ExecContext(ctx, `INSERT INTO racks (id, rack, worker_addrs, nodes) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET rack = excluded.rack, worker_addrs = excluded.worker_addrs, nodes = excluded.nodes`,
+		r.ID, rack, addrs, nodes); err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func scanRack(s scanner) (store.Rack, error) {
+	var (
+		r                  store.Rack
+		rack, addrs, nodes []byte
+	)
+	if err := s.Scan(&rack, &addrs, &nodes); err != nil {
+		return store.Rack{}, err
+	}
+	if err := json.Unmarshal(rack, &r.Rack); err != nil {
+		return store.Rack{}, fmt.Errorf("decode rack: %w", err)
+	}
+	if err := json.Unmarshal(addrs, &r.WorkerAddrs); err != nil {
+		return store.Rack{}, fmt.Errorf("rack %s: decode worker addresses: %w", r.ID, err)
+	}
+	if err := json.Unmarshal(nodes, &r.Nodes); err != nil {
+		return store.Rack{}, fmt.Errorf("rack %s: decode nodes: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// GetRack implements store.Tx.
+func (t *txn) GetRack(ctx context.Context, id string) (store.Rack, error) {
+	r, err := scanRack(t.q.QueryRowContext(ctx, "SELECT rack, worker_addrs, nodes FROM racks WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Rack{}, fmt.Errorf("rack %s: %w", id, cosmic.ErrNotFound)
+	}
+	if err != nil {
+		return store.Rack{}, fmt.Errorf("get rack %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Racks implements store.Tx.
+func (t *txn) Racks(ctx context.Context) ([]store.Rack, error) {
+	rows, err := t.q.QueryContext(ctx, "SELECT rack, worker_addrs, nodes FROM racks ORDER BY id")
+	if err != nil {
+		return nil, fmt.Errorf("list racks: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Rack{}
+	for rows.Next() {
+		r, err := scanRack(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list racks: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list racks: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteRack implements store.Tx.
+func (t *txn) DeleteRack(ctx context.Context, id string) error {
+	var held int
+	if err := t.q.QueryRowContext(ctx, "SELECT count(*) FROM reservations WHERE rack = ?", id).Scan(&held); err != nil {
+		return fmt.Errorf("delete rack %s: %w", id, err)
+	}
+	if held > 0 {
+		return fmt.Errorf("delete rack %s: %d reservations hold its GPUs: %w", id, held, cosmic.ErrConflict)
+	}
+	res, err := t.q.ExecContext(ctx, "DELETE FROM racks WHERE id = ?", id)
+	if err != nil {
+		return fmt.Errorf("delete rack %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(fmt.Errorf("rack %s: %w", id, cosmic.ErrNotFound), err)
+	}
+	return nil
+}

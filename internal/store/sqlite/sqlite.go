@@ -1,0 +1,401 @@
+// Package sqlite is the embedded implementation of store.Store: one SQLite
+// file, through the pure-Go driver modernc.org/sqlite (no cgo, no server).
+//
+// The database runs in WAL mode with synchronous=NORMAL, foreign keys on
+// and a busy timeout. Writes go through a pool of one connection whose
+// transactions begin IMMEDIATE, so writers queue in the process instead of
+// failing with SQLITE_BUSY; reads use a separate pool of read-only
+// connections and never wait for writers. A committed transaction survives
+// the process being killed (SIGKILL); after a power loss or an OS crash the
+// transactions of the last moments may be lost but the file stays
+// consistent (docs/store.md).
+//
+// Importers: the CLI wiring (which opens it) and tests; everything else sees
+// only store.Store.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	w *sql.DB // writer: one connection, BEGIN IMMEDIATE
+	r *sql.DB // readers: query_only connections
+}
+
+var _ store.Store = (*Store)(nil)
+
+// busyTimeout is how long a connection waits for a lock held by another
+// process (or the WAL checkpointer) before SQLITE_BUSY.
+const busyTimeout = 10 * time.Second
+
+// Open opens (creating it if needed) the database file at path and brings
+// its schema up to date. A database migrated by a newer binary is refused
+// with an error wrapping store.ErrSchemaTooNew.
+func Open(path string) (*Store, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("open sqlite %q: path must be a file name without ? or #: %w", path, cosmic.ErrInvalid)
+	}
+	common := url.Values{}
+	common.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	common.Add("_pragma", "foreign_keys(1)")
+
+	wq := url.Values{"_txlock": {"immediate"}}
+	for k, v := range common {
+		wq[k] = append(wq[k], v...)
+	}
+	wq.Add("_pragma", "journal_mode(WAL)")
+	wq.Add("_pragma", "synchronous(NORMAL)")
+	w, err := sql.Open("sqlite", path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	ctx := context.Background()
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+
+	rq := url.Values{}
+	for k, v := range common {
+		rq[k] = append(rq[k], v...)
+	}
+	rq.Add("_pragma", "query_only(1)")
+	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	n := max(2, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	r.SetConnMaxLifetime(0)
+	r.SetConnMaxIdleTime(0)
+	if err := r.PingContext(ctx); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return &Store{w: w, r: r}, nil
+}
+
+// Close refreshes the query planner's statistics and closes the database.
+func (s *Store) Close() error {
+	_, errOpt := s.w.Exec("PRAGMA optimize")
+	errR := s.r.Close()
+	errW := s.w.Close()
+	if err := errors.Join(errR, errW); err != nil {
+		return fmt.Errorf("close sqlite: %w", err)
+	}
+	_ = errOpt // statistics are an optimisation; a closed or busy DB is not an error
+	return nil
+}
+
+// IntegrityCheck runs PRAGMA integrity_check and returns an error holding
+// its findings unless the database is sound.
+func (s *Store) IntegrityCheck(ctx context.Context) error {
+	rows, err := s.r.QueryContext(ctx, "PRAGMA integrity_check")
+	if err != nil {
+		return fmt.Errorf("integrity check: %w", err)
+	}
+	defer rows.Close()
+	var found []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("integrity check: %w", err)
+		}
+		found = append(found, line)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("integrity check: %w", err)
+	}
+	if len(found) != 1 || found[0] != "ok" {
+		return fmt.Errorf("integrity check: %s", strings.Join(found, "; "))
+	}
+	return nil
+}
+
+// Update runs fn in one write transaction (store.Store).
+func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.write(ctx, func(tx *sql.Tx) error { return fn(&txn{q: tx}) })
+}
+
+// write runs fn in a write transaction on the single writer connection.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin write: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback() // the error that got us here is the one to report
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	committed = true
+	return nil
+}
+
+// read is the Tx of the read pool: each call is a transaction of its own.
+func (s *Store) read() *txn { return &txn{q: s.r} }
+
+// UpdateJob reads, changes and writes one job in one transaction.
+func (s *Store) UpdateJob(ctx context.Context, id string, fn func(j *cosmic.Job) error) (cosmic.Job, error) {
+	var out cosmic.Job
+	err := s.Update(ctx, func(tx store.Tx) error {
+		j, err := tx.GetJob(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(&j); err != nil {
+			return err
+		}
+		if j.ID != id {
+			return fmt.Errorf("update job %s: the function changed its ID to %q: %w", id, j.ID, cosmic.ErrInvalid)
+		}
+		if err := tx.PutJob(ctx, j); err != nil {
+			return err
+		}
+		out = j
+		return nil
+	})
+	return out, err
+}
+
+// CreateJob implements store.Tx in a transaction of its own.
+func (s *Store) CreateJob(ctx context.Context, j cosmic.Job) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.CreateJob(ctx, j) })
+}
+
+// GetJob implements store.Tx.
+func (s *Store) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
+	return s.read().GetJob(ctx, id)
+}
+
+// PutJob implements store.Tx in a transaction of its own.
+func (s *Store) PutJob(ctx context.Context, j cosmic.Job) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.PutJob(ctx, j) })
+}
+
+// ListJobs implements store.Tx; the page and the total come from one
+// snapshot.
+func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+	tx, err := s.r.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	return (&txn{q: tx}).ListJobs(ctx, q)
+}
+
+// DeleteJob implements store.Tx in a transaction of its own.
+func (s *Store) DeleteJob(ctx context.Context, id string) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteJob(ctx, id) })
+}
+
+// ClaimGPUs implements store.Tx in a transaction of its own.
+func (s *Store) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.ClaimGPUs(ctx, r) })
+}
+
+// Reservations implements store.Tx.
+func (s *Store) Reservations(ctx context.Context) ([]cosmic.Reservation, error) {
+	return s.read().Reservations(ctx)
+}
+
+// JobReservations implements store.Tx.
+func (s *Store) JobReservations(ctx context.Context, jobID string) ([]cosmic.Reservation, error) {
+	return s.read().JobReservations(ctx, jobID)
+}
+
+// ReleaseGPUs implements store.Tx in a transaction of its own.
+func (s *Store) ReleaseGPUs(ctx context.Context, jobID string, replica int) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.ReleaseGPUs(ctx, jobID, replica) })
+}
+
+// PutRack implements store.Tx in a transaction of its own.
+func (s *Store) PutRack(ctx context.Context, r store.Rack) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.PutRack(ctx, r) })
+}
+
+// GetRack implements store.Tx.
+func (s *Store) GetRack(ctx context.Context, id string) (store.Rack, error) {
+	return s.read().GetRack(ctx, id)
+}
+
+// Racks implements store.Tx.
+func (s *Store) Racks(ctx context.Context) ([]store.Rack, error) { return s.read().Racks(ctx) }
+
+// DeleteRack implements store.Tx in a transaction of its own.
+func (s *Store) DeleteRack(ctx context.Context, id string) error {
+	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteRack(ctx, id) })
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// txn implements store.Tx on a querier: a write transaction, a read
+// transaction, or the read pool.
+type txn struct{ q querier }
+
+// savepoint runs fn so that its writes all happen or none does, also
+// inside a larger transaction that goes on after fn fails.
+func (t *txn) savepoint(ctx context.Context, fn func() error) error {
+	if _, err := t.q.ExecContext(ctx, "SAVEPOINT sp"); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if err := fn(); err != nil {
+		if _, rerr := t.q.ExecContext(ctx, "ROLLBACK TO sp; RELEASE sp"); rerr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+		}
+		return err
+	}
+	if _, err := t.q.ExecContext(ctx, "RELEASE sp"); err != nil {
+		return fmt.Errorf("release savepoint: %w", err)
+	}
+	return nil
+}
+
+// sqliteCode is the extended result code of a driver error, or 0.
+func sqliteCode(err error) int {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return 0
+}
+
+func isUnique(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY }
+
+// nanos and fromNanos store times as Unix nanoseconds, the zero time as 0.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations lists the embedded migrations, NNNN_name.sql, numbered 1, 2, …
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, n := range names {
+		base := path.Base(n)
+		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
+		}
+		b, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: name, sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %d_%s: want version %d (no gaps or duplicates)", m.version, m.name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+// migrate applies, in one transaction and in order, the migrations the
+// database lacks.
+func migrate(ctx context.Context, db *sql.DB) error {
+	ms, err := migrations()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	latest := len(ms)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var cur int
+	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&cur); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if cur > latest {
+		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
+	}
+	for _, m := range ms[cur:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+			m.version, m.name, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}
