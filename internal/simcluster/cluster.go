@@ -1,0 +1,451 @@
+package simcluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// codeConflict is the fabric error code of a request that contradicts the
+// replica's current state (the ork's orkapi.CodeConflict spelling).
+const codeConflict = "conflict"
+
+// Report delivery: a failed Report is retried with exponential backoff
+// between these bounds; one attempt may take reportTimeout.
+const (
+	retryMin      = 100 * time.Millisecond
+	retryMax      = 5 * time.Second
+	reportTimeout = 10 * time.Second
+)
+
+// Cluster is a simulated rack. It implements worker.Worker. Make it with
+// New, start it with Run.
+type Cluster struct {
+	cfg  Config
+	rep  worker.Reporter
+	logs joblog.Sink
+	log  *slog.Logger
+
+	// Report retry bounds; tests shorten them.
+	retryMin, retryMax time.Duration
+	// ackGrace is how long the worker stays on the fabric after accepting
+	// simUnreachable, so that the caller gets its ack.
+	ackGrace time.Duration
+
+	wake   chan struct{} // the lifecycle loop: a replica has a new due step
+	push   chan struct{} // the report loop: something is dirty
+	outage chan struct{} // the outage loop: simUnreachable was called
+
+	mu       sync.Mutex
+	nodes    []*simNode
+	byName   map[string]*simNode
+	jobs     map[string]*simJob
+	claims   map[gpuKey]replicaKey // every GPU a replica of this cluster holds
+	dirty    map[replicaKey]dirtyReport
+	capDirty uint64 // version of the undelivered capacity change; 0: none
+	version  uint64
+	// failNextImport arms simFailImport without a job: the next import to
+	// start fails.
+	failNextImport bool
+	offlineUntil   time.Time
+	link           Link
+}
+
+type simNode struct {
+	name string
+	lost bool
+}
+
+type gpuKey struct {
+	node  string
+	index int
+}
+
+type replicaKey struct {
+	job     string
+	replica int
+}
+
+func (k replicaKey) String() string { return fmt.Sprintf("%s/%d", k.job, k.replica) }
+
+type dirtyReport struct {
+	rep     worker.ReplicaReport
+	version uint64
+}
+
+type simJob struct {
+	job      cosmic.Job
+	replicas map[int]*replica
+}
+
+// New makes a simulated rack from cfg (zero fields take their defaults; it
+// must Validate). Reports go to rep, system log records to logs.
+func New(cfg Config, rep worker.Reporter, logs joblog.Sink, log *slog.Logger) *Cluster {
+	cfg = cfg.withDefaults()
+	if logs == nil {
+		logs = joblog.Discard
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{
+		cfg:      cfg,
+		rep:      rep,
+		logs:     logs,
+		log:      log.With("rack", cfg.Rack),
+		retryMin: retryMin,
+		retryMax: retryMax,
+		ackGrace: 200 * time.Millisecond,
+		wake:     make(chan struct{}, 1),
+		push:     make(chan struct{}, 1),
+		outage:   make(chan struct{}, 1),
+		byName:   make(map[string]*simNode),
+		jobs:     make(map[string]*simJob),
+		claims:   make(map[gpuKey]replicaKey),
+		dirty:    make(map[replicaKey]dirtyReport),
+	}
+	for i := range cfg.Nodes {
+		n := &simNode{name: cfg.NodeName(i)}
+		c.nodes = append(c.nodes, n)
+		c.byName[n.name] = n
+	}
+	return c
+}
+
+// Config is the cluster's configuration, defaults filled in.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// SetLink hands the cluster its presence on the fabric, which simUnreachable
+// takes down and brings back (see Endpoint). Without a link an outage is
+// played inside the cluster only: worker methods answer "unavailable" and
+// reports stop. Call it before Run.
+func (c *Cluster) SetLink(l Link) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.link = l
+}
+
+// Run plays the rack until ctx is done: the replicas' lifecycles, report
+// delivery and outages. It returns nil once its goroutines have stopped.
+func (c *Cluster) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { c.lifecycleLoop(ctx) })
+	wg.Go(func() { c.reportLoop(ctx) })
+	wg.Go(func() { c.outageLoop(ctx) })
+	// Anything changed before Run is reported now.
+	signal(c.push)
+	wg.Wait()
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// available refuses worker calls while the worker plays unreachable.
+func (c *Cluster) available() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.availableLocked(time.Now())
+}
+
+func (c *Cluster) availableLocked(now time.Time) error {
+	if now.Before(c.offlineUntil) {
+		return fabric.Errorf(fabric.CodeUnavailable, "simulated rack %s is unreachable until %s", c.cfg.Rack, c.offlineUntil.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Capacity implements worker.Worker: every node, Ready unless lost.
+func (c *Cluster) Capacity(ctx context.Context) (worker.Capacity, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err := c.availableLocked(now); err != nil {
+		return worker.Capacity{}, err
+	}
+	return c.capacityLocked(now), nil
+}
+
+func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
+	out := worker.Capacity{Rack: c.cfg.Rack, ObservedAt: now}
+	for _, n := range c.nodes {
+		out.Nodes = append(out.Nodes, cosmic.Node{
+			Name:        n.name,
+			Rack:        c.cfg.Rack,
+			GPUModel:    c.cfg.GPUModel,
+			GPUs:        c.cfg.GPUsPerNode,
+			Schedulable: true,
+			Ready:       !n.lost,
+		})
+	}
+	return out
+}
+
+// Apply implements worker.Worker. For each reservation whose replica is not
+// already alive it starts the replica's lifecycle; a replica alive on the
+// same reservation is left alone. A reservation that the simulated hardware
+// cannot honour (an unknown or lost node, a GPU index beyond the node, a
+// GPU another replica holds) fails its replica with vmi_unschedulable, as a
+// real cluster would refuse the VMI: no GPU is ever held twice.
+//
+// Errors: bad_request for a malformed request (another job's or rack's
+// reservation, no GPUs); conflict for a live replica given a different
+// reservation, or one being deleted.
+func (c *Cluster) Apply(ctx context.Context, p worker.ApplyParams) error {
+	if p.Job.ID == "" {
+		return fabric.Errorf(fabric.CodeBadRequest, "apply: job has no ID")
+	}
+	seen := map[int]bool{}
+	for _, r := range p.Reservations {
+		switch {
+		case r.JobID != p.Job.ID:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is for job %q", p.Job.ID, r.Replica, r.JobID)
+		case r.Rack != c.cfg.Rack:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is on rack %q, this is %q", p.Job.ID, r.Replica, r.Rack, c.cfg.Rack)
+		case r.Replica < 0:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica index %d", p.Job.ID, r.Replica)
+		case seen[r.Replica]:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica %d reserved twice", p.Job.ID, r.Replica)
+		case r.Count() == 0:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d holds no GPUs", p.Job.ID, r.Replica)
+		}
+		seen[r.Replica] = true
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err := c.availableLocked(now); err != nil {
+		return err
+	}
+	j := c.jobs[p.Job.ID]
+	if j == nil {
+		if len(p.Reservations) == 0 {
+			return nil
+		}
+		j = &simJob{replicas: make(map[int]*replica)}
+		c.jobs[p.Job.ID] = j
+	}
+	j.job = p.Job
+	var errs []error
+	for _, res := range p.Reservations {
+		r := j.replicas[res.Replica]
+		switch {
+		case r == nil:
+			r = &replica{key: replicaKey{job: p.Job.ID, replica: res.Replica}}
+			j.replicas[res.Replica] = r
+		case r.phase == phaseDelete:
+			errs = append(errs, fmt.Errorf("replica %d is being deleted", res.Replica))
+			continue
+		case r.holdsGPUs():
+			if !sameReservation(r.res, res) {
+				errs = append(errs, fmt.Errorf("replica %d already runs on %s, not %s", res.Replica, describeAllocs(r.res.Nodes), describeAllocs(res.Nodes)))
+			}
+			continue
+		}
+		c.start(j, r, res, now)
+	}
+	signal(c.wake)
+	if len(errs) > 0 {
+		return fabric.Errorf(codeConflict, "apply %s: %v", p.Job.ID, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Stop implements worker.Worker (kill): the replicas' VMIs are deleted and
+// their GPUs released; their root disks are kept, so a later Apply boots
+// from them without importing again. A stopped replica is reported in state
+// stopped, not Gone: its disk still exists. Stopping a job or replica the
+// cluster does not hold succeeds.
+func (c *Cluster) Stop(ctx context.Context, ref worker.ReplicaRef) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err := c.availableLocked(now); err != nil {
+		return err
+	}
+	j := c.jobs[ref.JobID]
+	if j == nil {
+		return nil
+	}
+	for _, r := range selectReplicas(j, ref.Replica) {
+		if r.state == cosmic.StateStopped || r.phase == phaseDelete {
+			continue
+		}
+		c.stop(j, r, now)
+	}
+	return nil
+}
+
+// Restart implements worker.Worker: each replica holding GPUs has its VMIs
+// replaced (restarting, then schedule and boot, then running), keeping its
+// disk and GPUs. Failed and stopped replicas hold no GPUs: the ork applies
+// them again instead. Naming one of them is a conflict; with AllReplicas they
+// are skipped. An unknown job or replica is not_found.
+func (c *Cluster) Restart(ctx context.Context, ref worker.ReplicaRef) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err := c.availableLocked(now); err != nil {
+		return err
+	}
+	j := c.jobs[ref.JobID]
+	if j == nil {
+		return fabric.Errorf(fabric.CodeNotFound, "restart: no job %s on rack %s", ref.JobID, c.cfg.Rack)
+	}
+	rs := selectReplicas(j, ref.Replica)
+	if len(rs) == 0 {
+		return fabric.Errorf(fabric.CodeNotFound, "restart: job %s has no replica %d on rack %s", ref.JobID, ref.Replica, c.cfg.Rack)
+	}
+	for _, r := range rs {
+		if !r.holdsGPUs() || r.phase == phaseDelete {
+			if ref.Replica != worker.AllReplicas {
+				return fabric.Errorf(codeConflict, "restart: replica %d of job %s is %s and holds no GPUs; apply it again", r.key.replica, ref.JobID, r.stateName())
+			}
+			continue
+		}
+		c.restart(j, r, now)
+	}
+	signal(c.wake)
+	return nil
+}
+
+// Delete implements worker.Worker: the replicas' VMIs and disks are
+// deleted and each is reported Gone. Without Force a replica with VMIs shuts
+// down gracefully for one step first (keeping its GPUs until then); with
+// Force it goes at once. Deleting what the cluster does not hold succeeds
+// (and a named replica is reported Gone again).
+func (c *Cluster) Delete(ctx context.Context, p worker.DeleteParams) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err := c.availableLocked(now); err != nil {
+		return err
+	}
+	j := c.jobs[p.JobID]
+	if j == nil {
+		if p.Replica != worker.AllReplicas {
+			c.markGone(replicaKey{job: p.JobID, replica: p.Replica})
+		}
+		return nil
+	}
+	rs := selectReplicas(j, p.Replica)
+	if len(rs) == 0 && p.Replica != worker.AllReplicas {
+		c.markGone(replicaKey{job: p.JobID, replica: p.Replica})
+	}
+	for _, r := range rs {
+		if p.Force || len(r.vmis) == 0 {
+			c.remove(j, r, p.Force, now)
+			continue
+		}
+		if r.phase == phaseDelete {
+			continue
+		}
+		r.phase, r.due = phaseDelete, now.Add(c.cfg.Step)
+		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
+	}
+	signal(c.wake)
+	return nil
+}
+
+// Jobs implements worker.Worker: every replica the cluster holds (deleted
+// ones excepted), by job ID and replica index.
+func (c *Cluster) Jobs(ctx context.Context) ([]worker.JobReport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.availableLocked(time.Now()); err != nil {
+		return nil, err
+	}
+	return c.jobsLocked(), nil
+}
+
+func (c *Cluster) jobsLocked() []worker.JobReport {
+	out := []worker.JobReport{}
+	for _, id := range slices.Sorted(maps.Keys(c.jobs)) {
+		j := c.jobs[id]
+		jr := worker.JobReport{JobID: id}
+		for _, i := range slices.Sorted(maps.Keys(j.replicas)) {
+			jr.Replicas = append(jr.Replicas, j.replicas[i].report())
+		}
+		out = append(out, jr)
+	}
+	return out
+}
+
+func selectReplicas(j *simJob, which int) []*replica {
+	if which == worker.AllReplicas {
+		out := slices.Collect(maps.Values(j.replicas))
+		slices.SortFunc(out, func(a, b *replica) int { return cmp.Compare(a.key.replica, b.key.replica) })
+		return out
+	}
+	if r := j.replicas[which]; r != nil {
+		return []*replica{r}
+	}
+	return nil
+}
+
+func sameReservation(a, b cosmic.Reservation) bool {
+	return a.Rack == b.Rack && slices.EqualFunc(a.Nodes, b.Nodes, func(x, y cosmic.NodeAlloc) bool {
+		return x.Node == y.Node && slices.Equal(x.GPUs, y.GPUs)
+	})
+}
+
+// ---- reports and records
+
+// mark records r's current report as undelivered.
+func (c *Cluster) mark(r *replica) {
+	c.version++
+	c.dirty[r.key] = dirtyReport{rep: r.report(), version: c.version}
+	signal(c.push)
+}
+
+func (c *Cluster) markGone(k replicaKey) {
+	c.version++
+	c.dirty[k] = dirtyReport{rep: worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}, version: c.version}
+	signal(c.push)
+}
+
+func (c *Cluster) markCapacity() {
+	c.version++
+	c.capDirty = c.version
+	signal(c.push)
+}
+
+// markAll makes the whole state undelivered: after an outage.
+func (c *Cluster) markAll() {
+	for _, j := range c.jobs {
+		for _, r := range j.replicas {
+			c.mark(r)
+		}
+	}
+	c.markCapacity()
+}
+
+// record writes a system log record of r.
+func (c *Cluster) record(r *replica, now time.Time, step string, ok bool, format string, args ...any) {
+	c.logs.Emit(joblog.Record{
+		Time:    now,
+		JobID:   r.key.job,
+		Replica: r.key.replica,
+		Source:  joblog.SourceSystem,
+		Stream:  c.cfg.Rack,
+		Step:    step,
+		OK:      joblog.Bool(ok),
+		Line:    fmt.Sprintf(format, args...),
+	})
+}

@@ -1,0 +1,808 @@
+package simcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+const (
+	step = 10 * time.Millisecond
+	jobA = "aaaaaaaa-0000-4000-8000-000000000001"
+	jobB = "bbbbbbbb-0000-4000-8000-000000000002"
+	jobC = "cccccccc-0000-4000-8000-000000000003"
+)
+
+// fakeReporter records every report; while failing it refuses them.
+type fakeReporter struct {
+	mu      sync.Mutex
+	reports []worker.Report
+	failing bool
+	refused int
+}
+
+func (f *fakeReporter) Report(_ context.Context, r worker.Report) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failing {
+		f.refused++
+		return errors.New("ork unreachable")
+	}
+	f.reports = append(f.reports, r)
+	return nil
+}
+
+func (f *fakeReporter) setFailing(b bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing = b
+}
+
+// replicaReports lists every report of one replica, in order.
+func (f *fakeReporter) replicaReports(job string, replica int) []worker.ReplicaReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []worker.ReplicaReport
+	for _, r := range f.reports {
+		for _, j := range r.Jobs {
+			if j.JobID != job {
+				continue
+			}
+			for _, rr := range j.Replicas {
+				if rr.Replica == replica {
+					out = append(out, rr)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// states lists the replica's reported states, repeats collapsed.
+func (f *fakeReporter) states(job string, replica int) []cosmic.State {
+	var out []cosmic.State
+	for _, rr := range f.replicaReports(job, replica) {
+		if len(out) == 0 || out[len(out)-1] != rr.State {
+			out = append(out, rr.State)
+		}
+	}
+	return out
+}
+
+func (f *fakeReporter) last(job string, replica int) (worker.ReplicaReport, bool) {
+	rs := f.replicaReports(job, replica)
+	if len(rs) == 0 {
+		return worker.ReplicaReport{}, false
+	}
+	return rs[len(rs)-1], true
+}
+
+func (f *fakeReporter) lastCapacity() *worker.Capacity {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.reports) - 1; i >= 0; i-- {
+		if f.reports[i].Capacity != nil {
+			return f.reports[i].Capacity
+		}
+	}
+	return nil
+}
+
+type env struct {
+	c    *Cluster
+	rep  *fakeReporter
+	logs *joblog.Ring
+}
+
+// start runs a 2 × 8 cluster until the test ends.
+func start(t *testing.T) *env {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Step = step
+	e := &env{rep: &fakeReporter{}, logs: joblog.NewRing(10000)}
+	e.c = New(cfg, e.rep, e.logs, nil)
+	e.c.retryMin, e.c.retryMax = step, 4*step
+	e.c.ackGrace = step
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	return e
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(step / 2)
+	}
+}
+
+func (e *env) waitState(t *testing.T, job string, replica int, want cosmic.State) worker.ReplicaReport {
+	t.Helper()
+	var got worker.ReplicaReport
+	waitFor(t, fmt.Sprintf("replica %s/%d %s", job, replica, want), func() bool {
+		var ok bool
+		got, ok = e.rep.last(job, replica)
+		return ok && got.State == want
+	})
+	return got
+}
+
+func (e *env) apply(t *testing.T, id string, rs ...cosmic.Reservation) {
+	t.Helper()
+	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: testJob(id), Reservations: rs}); err != nil {
+		t.Fatalf("Apply %s: %v", id, err)
+	}
+}
+
+func testJob(id string) cosmic.Job {
+	return cosmic.Job{ID: id, Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/library/ubuntu:24.04", DiskGB: 100}}
+}
+
+func resv(job string, replica int, allocs ...cosmic.NodeAlloc) cosmic.Reservation {
+	return cosmic.Reservation{JobID: job, Replica: replica, Rack: "sim-us-1", Nodes: allocs}
+}
+
+func on(node int, gpus ...int) cosmic.NodeAlloc {
+	return cosmic.NodeAlloc{Node: fmt.Sprintf("sim-us-1-node-%d", node), GPUs: gpus}
+}
+
+func span(from, to int) []int {
+	var out []int
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func steps(recs []joblog.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Step)
+	}
+	return out
+}
+
+func importPercents(rs []worker.ReplicaReport) []int {
+	var out []int
+	for _, r := range rs {
+		if r.Progress != nil && r.Progress.Step == progressImport {
+			out = append(out, r.Progress.Percent)
+		}
+	}
+	return out
+}
+
+func reasonCode(r worker.ReplicaReport) cosmic.ReasonCode {
+	if r.Reason == nil {
+		return ""
+	}
+	return r.Reason.Code
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+	want := Config{Rack: "sim-us-1", Location: "us", GPUModel: "GH100_H100_SXM5_80GB", Nodes: 2, GPUsPerNode: 8, Step: time.Second}
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Errorf("DefaultConfig (-want +got):\n%s", diff)
+	}
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	cfg := Config{Rack: "bad rack", Location: "", GPUModel: "H100 80GB", Nodes: 0, GPUsPerNode: 65, Step: -time.Second, NodePrefix: "bad prefix "}
+	var fields []string
+	for _, fe := range cosmic.FieldErrors(cfg.Validate()) {
+		fields = append(fields, fe.Field)
+	}
+	want := []string{"rack", "location", "gpuModel", "nodes", "gpusPerNode", "step", "nodePrefix"}
+	if diff := cmp.Diff(want, fields); diff != "" {
+		t.Errorf("fields with problems (-want +got):\n%s", diff)
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	c := New(Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 3, GPUsPerNode: 4}, &fakeReporter{}, nil, nil)
+	capa, err := c.Capacity(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []cosmic.Node
+	for i := range 3 {
+		want = append(want, cosmic.Node{Name: fmt.Sprintf("r1-node-%d", i), Rack: "r1", GPUModel: "A100", GPUs: 4, Schedulable: true, Ready: true})
+	}
+	if capa.Rack != "r1" {
+		t.Errorf("rack = %q", capa.Rack)
+	}
+	if diff := cmp.Diff(want, capa.Nodes); diff != "" {
+		t.Errorf("nodes (-want +got):\n%s", diff)
+	}
+	if got := c.Config().Step; got != DefaultStep {
+		t.Errorf("default step = %s", got)
+	}
+}
+
+func TestLifecycleToRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, span(0, 7)...)))
+		got := e.waitState(t, jobA, 0, cosmic.StateRunning)
+
+		if diff := cmp.Diff([]cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}, e.rep.states(jobA, 0)); diff != "" {
+			t.Errorf("states (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]int{0, 25, 50, 75, 100}, importPercents(e.rep.replicaReports(jobA, 0))); diff != "" {
+			t.Errorf("import progress (-want +got):\n%s", diff)
+		}
+		want := worker.ReplicaReport{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("final report (-want +got):\n%s", diff)
+		}
+		recs := e.logs.Job(jobA)
+		wantSteps := []string{"accept", "import_disk", "import_disk", "import_disk", "import_disk", "import_disk", "schedule", "boot", "ready"}
+		if diff := cmp.Diff(wantSteps, steps(recs)); diff != "" {
+			t.Errorf("record steps (-want +got):\n%s", diff)
+		}
+		for _, r := range recs {
+			if r.Source != joblog.SourceSystem || r.OK == nil || !*r.OK || r.JobID != jobA {
+				t.Errorf("record %+v: want a successful system record of %s", r, jobA)
+			}
+		}
+		if l := recs[6].Line; !strings.Contains(l, "sim-us-1-node-0") || !strings.Contains(l, "GPUs 0-7") {
+			t.Errorf("schedule record %q does not name the node and GPUs", l)
+		}
+	})
+}
+
+func TestSixteenGPUReplicaTakesTwoNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, span(0, 7)...), on(1, span(0, 7)...)))
+		got := e.waitState(t, jobA, 0, cosmic.StateRunning)
+		if diff := cmp.Diff([]string{"sim-us-1-node-0", "sim-us-1-node-1"}, got.Nodes); diff != "" {
+			t.Errorf("nodes (-want +got):\n%s", diff)
+		}
+		var scheduled, booted []string
+		for _, r := range e.logs.Job(jobA) {
+			switch r.Step {
+			case "schedule":
+				scheduled = append(scheduled, r.Line)
+			case "boot":
+				booted = append(booted, r.Line)
+			}
+		}
+		if len(scheduled) != 2 || len(booted) != 2 {
+			t.Fatalf("want 2 VMIs scheduled and booted, got %q and %q", scheduled, booted)
+		}
+		for i, l := range scheduled {
+			if node := fmt.Sprintf("sim-us-1-node-%d", i); !strings.Contains(l, node) {
+				t.Errorf("VMI %d: %q does not name %s", i, l, node)
+			}
+		}
+		// The rack is full: any further GPU is refused.
+		e.apply(t, jobB, resv(jobB, 0, on(1, 7)))
+		if r := e.waitState(t, jobB, 0, cosmic.StateFailed); reasonCode(r) != cosmic.ReasonVMIUnschedulable {
+			t.Errorf("reason = %+v, want %s", r.Reason, cosmic.ReasonVMIUnschedulable)
+		}
+	})
+}
+
+func TestReservationsTheHardwareCannotHonourFail(t *testing.T) {
+	tests := map[string]cosmic.Reservation{
+		"GPU held by another job": resv(jobB, 0, on(0, 6, 7)),
+		"GPU index beyond node":   resv(jobB, 0, on(1, 7, 8)),
+		"unknown node":            resv(jobB, 0, cosmic.NodeAlloc{Node: "sim-us-1-node-9", GPUs: []int{0}}),
+		"GPU asked twice":         resv(jobB, 0, on(1, 3, 3)),
+		"negative GPU index":      resv(jobB, 0, on(1, -1)),
+	}
+	for name, r := range tests {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := start(t)
+				e.apply(t, jobA, resv(jobA, 0, on(0, span(0, 7)...)))
+				e.waitState(t, jobA, 0, cosmic.StateRunning)
+				e.apply(t, jobB, r)
+				got := e.waitState(t, jobB, 0, cosmic.StateFailed)
+				if reasonCode(got) != cosmic.ReasonVMIUnschedulable || len(got.Nodes) != 0 {
+					t.Errorf("report = %+v, want failed vmi_unschedulable holding nothing", got)
+				}
+				recs := e.logs.Job(jobB)
+				if len(recs) != 1 || recs[0].Step != "schedule" || *recs[0].OK {
+					t.Errorf("records = %+v, want one failed schedule record", recs)
+				}
+				// jobA is untouched and still holds its GPUs.
+				synctest.Wait()
+				if diff := cmp.Diff([]cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}, e.rep.states(jobA, 0)); diff != "" {
+					t.Errorf("jobA states (-want +got):\n%s", diff)
+				}
+				assertNoDoubleBooking(t, e.c)
+			})
+		})
+	}
+}
+
+// assertNoDoubleBooking checks that every replica holding GPUs holds them
+// alone and within the hardware.
+func assertNoDoubleBooking(t *testing.T, c *Cluster) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held := map[gpuKey]replicaKey{}
+	for _, j := range c.jobs {
+		for _, r := range j.replicas {
+			if !r.claimed {
+				continue
+			}
+			for _, g := range r.res.GPUs() {
+				k := gpuKey{g.Node, g.Index}
+				if other, dup := held[k]; dup {
+					t.Errorf("GPU %v held by %v and %v", k, other, r.key)
+				}
+				if g.Index < 0 || g.Index >= c.cfg.GPUsPerNode || c.byName[g.Node] == nil {
+					t.Errorf("GPU %v beyond the hardware", k)
+				}
+				held[k] = r.key
+			}
+		}
+	}
+	if diff := cmp.Diff(held, c.claims, cmp.AllowUnexported(gpuKey{}, replicaKey{})); diff != "" {
+		t.Errorf("claims disagree with replicas (-replicas +claims):\n%s", diff)
+	}
+}
+
+func TestApplyIsIdempotent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		r := resv(jobA, 0, on(0, 0, 1))
+		e.apply(t, jobA, r)
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		n := len(e.logs.Job(jobA))
+		e.apply(t, jobA, r)
+		time.Sleep(10 * step)
+		if got := len(e.logs.Job(jobA)); got != n {
+			t.Errorf("a second Apply wrote %d records", got-n)
+		}
+		err := e.c.Apply(context.Background(), worker.ApplyParams{Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobA, 0, on(1, 0, 1))}})
+		if fabric.ErrorCode(err) != codeConflict {
+			t.Errorf("Apply with another reservation = %v, want a conflict", err)
+		}
+	})
+}
+
+func TestApplyRejectsMalformedRequests(t *testing.T) {
+	c := New(DefaultConfig(), &fakeReporter{}, nil, nil)
+	other := resv(jobA, 0, on(0, 0))
+	other.Rack = "elsewhere"
+	tests := map[string]worker.ApplyParams{
+		"no job ID":        {Reservations: []cosmic.Reservation{resv(jobA, 0, on(0, 0))}},
+		"another job":      {Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobB, 0, on(0, 0))}},
+		"another rack":     {Job: testJob(jobA), Reservations: []cosmic.Reservation{other}},
+		"no GPUs":          {Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobA, 0)}},
+		"replica twice":    {Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobA, 0, on(0, 0)), resv(jobA, 0, on(0, 1))}},
+		"negative replica": {Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobA, -1, on(0, 0))}},
+	}
+	for name, p := range tests {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Apply(context.Background(), p); fabric.ErrorCode(err) != fabric.CodeBadRequest {
+				t.Errorf("Apply = %v, want bad_request", err)
+			}
+		})
+	}
+	jobs, _ := c.Jobs(context.Background())
+	if len(jobs) != 0 {
+		t.Errorf("malformed applies left jobs: %+v", jobs)
+	}
+}
+
+func TestFailImport(t *testing.T) {
+	tests := map[string]struct {
+		jobID  string
+		before bool // inject before the Apply (only with jobID "")
+	}{
+		"named replica": {jobID: jobA},
+		"next import":   {jobID: "", before: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := start(t)
+				if tc.before {
+					if _, err := e.c.FailImport(tc.jobID, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.apply(t, jobA, resv(jobA, 0, on(0, span(0, 7)...)))
+				if !tc.before {
+					if _, err := e.c.FailImport(tc.jobID, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := e.waitState(t, jobA, 0, cosmic.StateFailed)
+				if reasonCode(got) != cosmic.ReasonImportFailed {
+					t.Errorf("reason = %+v, want import_failed", got.Reason)
+				}
+				recs := e.logs.Job(jobA)
+				lastRec := recs[len(recs)-1]
+				if lastRec.Step != "import_disk" || *lastRec.OK || !strings.Contains(lastRec.Line, "50%") {
+					t.Errorf("last record %+v, want a failed import at 50%%", lastRec)
+				}
+				if diff := cmp.Diff([]int{0, 25}, importPercents(e.rep.replicaReports(jobA, 0))); diff != "" {
+					t.Errorf("import progress (-want +got):\n%s", diff)
+				}
+				// The GPUs are free again; the next import is not armed.
+				e.apply(t, jobB, resv(jobB, 0, on(0, span(0, 7)...)))
+				e.waitState(t, jobB, 0, cosmic.StateRunning)
+			})
+		})
+	}
+}
+
+func TestCrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0, 1)), resv(jobA, 1, on(1, 0, 1)))
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		e.waitState(t, jobA, 1, cosmic.StateRunning)
+		if _, err := e.c.Crash(jobA, 1); err != nil {
+			t.Fatal(err)
+		}
+		got := e.waitState(t, jobA, 1, cosmic.StateFailed)
+		if reasonCode(got) != cosmic.ReasonVMICrashed {
+			t.Errorf("reason = %+v, want vmi_crashed", got.Reason)
+		}
+		if r, _ := e.rep.last(jobA, 0); r.State != cosmic.StateRunning {
+			t.Errorf("replica 0 = %s, want running", r.State)
+		}
+		// A crashed replica has no VMI left to crash.
+		if _, err := e.c.Crash(jobA, 1); fabric.ErrorCode(err) != fabric.CodeBadRequest {
+			t.Errorf("second crash = %v, want bad_request", err)
+		}
+		assertNoDoubleBooking(t, e.c)
+	})
+}
+
+func TestLoseAndRestoreNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0, 1, 2, 3)))
+		e.apply(t, jobB, resv(jobB, 0, on(1, 0, 1)))
+		e.apply(t, jobC, resv(jobC, 0, on(0, 4, 5), on(1, 4, 5)))
+		for _, id := range []string{jobA, jobB, jobC} {
+			e.waitState(t, id, 0, cosmic.StateRunning)
+		}
+		if _, err := e.c.LoseNode("sim-us-1-node-0"); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{jobA, jobC} {
+			if r := e.waitState(t, id, 0, cosmic.StateFailed); reasonCode(r) != cosmic.ReasonNodeLost {
+				t.Errorf("%s: reason = %+v, want node_lost", id, r.Reason)
+			}
+		}
+		if r, _ := e.rep.last(jobB, 0); r.State != cosmic.StateRunning {
+			t.Errorf("job on the other node = %s, want running", r.State)
+		}
+		waitFor(t, "capacity with node-0 not ready", func() bool {
+			capa := e.rep.lastCapacity()
+			return capa != nil && !capa.Nodes[0].Ready && capa.Nodes[1].Ready
+		})
+		// Nothing is scheduled on a lost node.
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		synctest.Wait()
+		if r := e.waitState(t, jobA, 0, cosmic.StateFailed); reasonCode(r) != cosmic.ReasonVMIUnschedulable {
+			t.Errorf("apply on a lost node: reason = %+v, want vmi_unschedulable", r.Reason)
+		}
+		if _, err := e.c.RestoreNode("sim-us-1-node-0"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "capacity with node-0 ready", func() bool {
+			capa := e.rep.lastCapacity()
+			return capa != nil && capa.Nodes[0].Ready
+		})
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		capa, _ := e.c.Capacity(context.Background())
+		if !capa.Nodes[0].Ready {
+			t.Errorf("Capacity after restore: %+v", capa.Nodes[0])
+		}
+	})
+}
+
+func TestStopKeepsTheDisk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		r := resv(jobA, 0, on(0, span(0, 7)...))
+		e.apply(t, jobA, r)
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: worker.AllReplicas}); err != nil {
+			t.Fatal(err)
+		}
+		got := e.waitState(t, jobA, 0, cosmic.StateStopped)
+		if got.Gone || len(got.Nodes) != 0 {
+			t.Errorf("stopped report = %+v: want not gone (the disk is kept), no nodes", got)
+		}
+		// Another job may take the released GPUs meanwhile.
+		e.apply(t, jobB, resv(jobB, 0, on(0, 0)))
+		e.waitState(t, jobB, 0, cosmic.StateRunning)
+		if err := e.c.Delete(context.Background(), worker.DeleteParams{JobID: jobB, Replica: worker.AllReplicas, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+
+		n := len(e.logs.Job(jobA))
+		e.apply(t, jobA, r)
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		after := e.logs.Job(jobA)[n:]
+		if diff := cmp.Diff([]string{"accept", "import_disk", "schedule", "boot", "ready"}, steps(after)); diff != "" {
+			t.Errorf("steps after the second Apply (-want +got):\n%s", diff)
+		}
+		if l := after[1].Line; !strings.Contains(l, "reusing") {
+			t.Errorf("import record %q does not say the disk is reused", l)
+		}
+	})
+}
+
+func TestRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0, 1)))
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		n := len(e.rep.replicaReports(jobA, 0))
+		if err := e.c.Restart(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: 0}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, jobA, 0, cosmic.StateRestarting)
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		var states []cosmic.State
+		for _, r := range e.rep.replicaReports(jobA, 0)[n:] {
+			if len(states) == 0 || states[len(states)-1] != r.State {
+				states = append(states, r.State)
+			}
+			if r.State == cosmic.StateRestarting && !slices.Equal(r.Nodes, []string{"sim-us-1-node-0"}) {
+				t.Errorf("restarting report %+v: the GPUs are kept", r)
+			}
+		}
+		if diff := cmp.Diff([]cosmic.State{cosmic.StateRestarting, cosmic.StateRunning}, states); diff != "" {
+			t.Errorf("states after restart (-want +got):\n%s", diff)
+		}
+		for _, r := range e.logs.Job(jobA) {
+			if r.Step == "import_disk" && strings.Contains(r.Line, "reusing") {
+				return
+			}
+		}
+		t.Error("the restart did not reuse the disk")
+	})
+}
+
+func TestRestartErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		ctx := context.Background()
+		if err := e.c.Restart(ctx, worker.ReplicaRef{JobID: jobA}); fabric.ErrorCode(err) != fabric.CodeNotFound {
+			t.Errorf("restart of an unknown job = %v, want not_found", err)
+		}
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		if err := e.c.Stop(ctx, worker.ReplicaRef{JobID: jobA, Replica: 0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.c.Restart(ctx, worker.ReplicaRef{JobID: jobA, Replica: 0}); fabric.ErrorCode(err) != codeConflict {
+			t.Errorf("restart of a stopped replica = %v, want conflict", err)
+		}
+		if err := e.c.Restart(ctx, worker.ReplicaRef{JobID: jobA, Replica: 3}); fabric.ErrorCode(err) != fabric.CodeNotFound {
+			t.Errorf("restart of an unknown replica = %v, want not_found", err)
+		}
+	})
+}
+
+func TestDelete(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		t.Run(fmt.Sprintf("force=%v", force), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := start(t)
+				e.apply(t, jobA, resv(jobA, 0, on(0, span(0, 7)...)), resv(jobA, 1, on(1, span(0, 7)...)))
+				e.waitState(t, jobA, 0, cosmic.StateRunning)
+				e.waitState(t, jobA, 1, cosmic.StateRunning)
+				if err := e.c.Delete(context.Background(), worker.DeleteParams{JobID: jobA, Replica: worker.AllReplicas, Force: force}); err != nil {
+					t.Fatal(err)
+				}
+				if force {
+					// Gone at once, before any step passes.
+					jobs, _ := e.c.Jobs(context.Background())
+					if len(jobs) != 0 {
+						t.Errorf("Jobs right after a forced delete = %+v", jobs)
+					}
+				}
+				for i := range 2 {
+					waitFor(t, "replica gone", func() bool {
+						r, _ := e.rep.last(jobA, i)
+						return r.Gone
+					})
+				}
+				jobs, err := e.c.Jobs(context.Background())
+				if err != nil || len(jobs) != 0 {
+					t.Errorf("Jobs after delete = %+v, %v", jobs, err)
+				}
+				recs := e.logs.Job(jobA)
+				if last := recs[len(recs)-1]; last.Step != "delete" || !strings.Contains(last.Line, "root disk") {
+					t.Errorf("last record %+v, want the delete of VMIs and disk", last)
+				}
+				assertNoDoubleBooking(t, e.c)
+				// Deleting again succeeds.
+				if err := e.c.Delete(context.Background(), worker.DeleteParams{JobID: jobA, Replica: worker.AllReplicas}); err != nil {
+					t.Errorf("second delete = %v", err)
+				}
+			})
+		})
+	}
+}
+
+func TestJobsAfterOperations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		ctx := context.Background()
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)), resv(jobA, 1, on(0, 1)))
+		e.apply(t, jobB, resv(jobB, 0, on(1, 0, 1)))
+		e.apply(t, jobC, resv(jobC, 0, on(1, 2)))
+		e.waitState(t, jobA, 1, cosmic.StateRunning)
+		e.waitState(t, jobB, 0, cosmic.StateRunning)
+		e.waitState(t, jobC, 0, cosmic.StateRunning)
+		if err := e.c.Stop(ctx, worker.ReplicaRef{JobID: jobA, Replica: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Crash(jobB, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.c.Delete(ctx, worker.DeleteParams{JobID: jobC, Replica: worker.AllReplicas, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := e.c.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed := cosmic.NewReason(cosmic.ReasonKilled, "")
+		crashed := cosmic.NewReason(cosmic.ReasonVMICrashed, "VMI job-bbbbbbbb-r0-0 on sim-us-1-node-1 crashed (simulated)")
+		want := []worker.JobReport{
+			{JobID: jobA, Replicas: []worker.ReplicaReport{
+				{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}},
+				{Replica: 1, State: cosmic.StateStopped, Reason: &killed},
+			}},
+			{JobID: jobB, Replicas: []worker.ReplicaReport{{Replica: 0, State: cosmic.StateFailed, Reason: &crashed}}},
+		}
+		if diff := cmp.Diff(want, jobs); diff != "" {
+			t.Errorf("Jobs (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestReportsRetriedWithoutBlockingTheLifecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.rep.setFailing(true)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		waitFor(t, "the replica to run while reports fail", func() bool {
+			recs := e.logs.Job(jobA)
+			return len(recs) > 0 && recs[len(recs)-1].Step == "ready"
+		})
+		if got := e.rep.replicaReports(jobA, 0); len(got) != 0 {
+			t.Fatalf("reports delivered while failing: %+v", got)
+		}
+		e.rep.mu.Lock()
+		refused := e.rep.refused
+		e.rep.mu.Unlock()
+		if refused < 2 {
+			t.Errorf("reporter tried %d times, want retries", refused)
+		}
+		e.rep.setFailing(false)
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		// Only the latest state was kept.
+		if diff := cmp.Diff([]cosmic.State{cosmic.StateRunning}, e.rep.states(jobA, 0)); diff != "" {
+			t.Errorf("delivered states (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestUnreachableWithoutLink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		ctx := context.Background()
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		synctest.Wait()
+		if _, err := e.c.Unreachable(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Capacity(ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+			t.Errorf("Capacity while unreachable = %v, want unavailable", err)
+		}
+		if err := e.c.Apply(ctx, worker.ApplyParams{Job: testJob(jobB)}); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+			t.Errorf("Apply while unreachable = %v, want unavailable", err)
+		}
+		// The VMI lives on, unreported.
+		waitFor(t, "the replica to run", func() bool {
+			recs := e.logs.Job(jobA)
+			return recs[len(recs)-1].Step == "ready"
+		})
+		if r, _ := e.rep.last(jobA, 0); r.State != cosmic.StatePending {
+			t.Errorf("last report while unreachable = %s, want pending", r.State)
+		}
+		// Back, it reports its whole state.
+		e.rep.mu.Lock()
+		n := len(e.rep.reports)
+		e.rep.mu.Unlock()
+		e.waitState(t, jobA, 0, cosmic.StateRunning)
+		e.rep.mu.Lock()
+		back := e.rep.reports[n]
+		e.rep.mu.Unlock()
+		if back.Capacity == nil || len(back.Jobs) != 1 {
+			t.Errorf("first report after the outage = %+v, want capacity and every job", back)
+		}
+		if _, err := e.c.Capacity(ctx); err != nil {
+			t.Errorf("Capacity after the outage = %v", err)
+		}
+		if _, err := e.c.Unreachable(0); fabric.ErrorCode(err) != fabric.CodeBadRequest {
+			t.Errorf("Unreachable(0) = %v, want bad_request", err)
+		}
+	})
+}
+
+func TestRunExitsOnCancel(t *testing.T) {
+	c := New(DefaultConfig(), &fakeReporter{}, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	if err := c.Apply(context.Background(), worker.ApplyParams{Job: testJob(jobA), Reservations: []cosmic.Reservation{resv(jobA, 0, on(0, 0))}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Unreachable(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestFormatGPUs(t *testing.T) {
+	tests := map[string]struct {
+		in   []int
+		want string
+	}{
+		"none":  {nil, ""},
+		"one":   {[]int{3}, "3"},
+		"range": {span(0, 7), "0-7"},
+		"mixed": {[]int{0, 2, 4, 5, 7}, "0,2,4-5,7"},
+	}
+	for name, tc := range tests {
+		if got := formatGPUs(tc.in); got != tc.want {
+			t.Errorf("%s: formatGPUs(%v) = %q, want %q", name, tc.in, got, tc.want)
+		}
+	}
+}

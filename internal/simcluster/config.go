@@ -1,0 +1,97 @@
+package simcluster
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Config is the shape of the simulated rack.
+type Config struct {
+	// Rack is the rack's ID, as registered with the ork.
+	Rack string `json:"rack" yaml:"rack"`
+	// Location is the location the rack is listed under.
+	Location string `json:"location" yaml:"location"`
+	// GPUModel is the model of every GPU of the rack.
+	GPUModel string `json:"gpuModel" yaml:"gpuModel"`
+	// Nodes is the number of nodes; GPUsPerNode the GPUs of each.
+	Nodes       int `json:"nodes" yaml:"nodes"`
+	GPUsPerNode int `json:"gpusPerNode" yaml:"gpusPerNode"`
+	// Step is the time one simulated lifecycle step takes (one import
+	// increment, scheduling, boot, ...). Zero means DefaultStep.
+	Step time.Duration `json:"step" yaml:"step"`
+	// NodePrefix names the nodes: NodePrefix + index. Empty means
+	// Rack + "-node-", giving "sim-us-1-node-0".
+	NodePrefix string `json:"nodePrefix,omitempty" yaml:"nodePrefix,omitempty"`
+}
+
+// Defaults and bounds of a Config.
+const (
+	DefaultStep     = time.Second
+	MaxNodes        = 10000
+	MaxGPUsPerNode  = 64
+	MaxStep         = time.Hour
+	defaultRack     = "sim-us-1"
+	defaultLocation = "us"
+	defaultGPUModel = "GH100_H100_SXM5_80GB"
+)
+
+// DefaultConfig is the rack of `cosmicac up`: sim-us-1 in us, 2 nodes of
+// 8 GH100_H100_SXM5_80GB, one step a second.
+func DefaultConfig() Config {
+	return Config{
+		Rack:        defaultRack,
+		Location:    defaultLocation,
+		GPUModel:    defaultGPUModel,
+		Nodes:       2,
+		GPUsPerNode: 8,
+		Step:        DefaultStep,
+	}
+}
+
+// withDefaults fills the zero fields that have a default.
+func (c Config) withDefaults() Config {
+	if c.Step == 0 {
+		c.Step = DefaultStep
+	}
+	if c.NodePrefix == "" {
+		c.NodePrefix = c.Rack + "-node-"
+	}
+	return c
+}
+
+// NodeName is the name of node i.
+func (c Config) NodeName(i int) string { return c.withDefaults().NodePrefix + strconv.Itoa(i) }
+
+// Validate reports every problem of the config at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &cosmic.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	rack := cosmic.Rack{ID: c.Rack, Type: cosmic.RackTypeServer, Location: c.Location, GPUModel: c.GPUModel}
+	for _, fe := range cosmic.FieldErrors(rack.Validate()) {
+		switch fe.Field {
+		case "id":
+			bad("rack", "%s", fe.Message)
+		case "location", "gpuModel":
+			bad(fe.Field, "%s", fe.Message)
+		}
+	}
+	if c.Nodes < 1 || c.Nodes > MaxNodes {
+		bad("nodes", "%d nodes: want 1 to %d", c.Nodes, MaxNodes)
+	}
+	if c.GPUsPerNode < 1 || c.GPUsPerNode > MaxGPUsPerNode {
+		bad("gpusPerNode", "%d GPUs per node: want 1 to %d", c.GPUsPerNode, MaxGPUsPerNode)
+	}
+	if c.Step < 0 || c.Step > MaxStep {
+		bad("step", "%s: want a duration above 0 and at most %s (0 means %s)", c.Step, MaxStep, DefaultStep)
+	}
+	if c.NodePrefix != "" && !cosmic.ValidLocation(c.NodePrefix+"0") {
+		bad("nodePrefix", "%q does not make valid node names", c.NodePrefix)
+	}
+	return errors.Join(errs...)
+}
