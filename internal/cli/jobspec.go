@@ -52,7 +52,7 @@ func (f *specFlags) add(cmd *cobra.Command) {
 	fs.IntVar(&f.cpu, "cpu", 0, "vCPUs (default 8 per GPU)")
 	fs.IntVar(&f.memory, "memory", 0, "memory in `GiB` (default 64 per GPU)")
 	fs.StringArrayVar(&f.env, "env", nil, "environment variable `K=V` (repeatable)")
-	fs.StringArrayVar(&f.sshKeys, "ssh-key", nil, "SSH public key, or @FILE of authorized_keys lines (repeatable)")
+	fs.StringArrayVar(&f.sshKeys, "ssh-key", nil, "SSH public `KEY`, or @FILE of authorized_keys lines (repeatable)")
 	fs.IntVar(&f.httpPort, "http-port", 0, "default HTTP port")
 	fs.IntVar(&f.grpcPort, "grpc-port", 0, "gRPC port")
 	fs.BoolVar(&f.unsecureHTTP, "unsecure-http", false, "the HTTP port needs no token")

@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+func init() { register((*app).racksCommand) }
+
+func (a *app) racksCommand() *cobra.Command {
+	var conn connFlags
+	cmd := &cobra.Command{
+		Use:     "racks",
+		Aliases: []string{"rack"},
+		Short:   "Register, list and remove racks (the GPU capacity behind one worker)",
+	}
+	conn.add(cmd)
+	cmd.AddCommand(a.racksRegisterCommand(&conn), a.racksListCommand(&conn), a.racksRemoveCommand(&conn))
+	return cmd
+}
+
+func rackRows(racks []apiv1.Rack) []rackRow {
+	rows := make([]rackRow, len(racks))
+	for i, r := range racks {
+		rows[i] = rackRow{ID: r.ID, Location: r.Location, GPUModel: r.GPUModel, Nodes: len(r.Nodes),
+			GPUs: r.GPUs, Free: r.FreeGPUs, Reachable: r.Reachable}
+	}
+	return rows
+}
+
+func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
+	var (
+		out   outputFlag
+		r     apiv1.RegisterRack
+		addrs []string
+	)
+	cmd := &cobra.Command{
+		Use:   "register --id ID --location L --gpu-model M --worker-key KEY [--worker-addr HOST:PORT]",
+		Short: "Register a rack, or update the rack with that ID (admins only)",
+		Long: "Register a rack: the worker (cosmicac wrk-server-k8s-nvidia) whose fabric public key is KEY\n" +
+			"(`cosmicac keys show --data-dir` on the worker prints it) and where the ork dials it.",
+		Example: "  cosmicac racks register --id r2 --location us --gpu-model GH100_H100_SXM5_80GB \\\n" +
+			"    --worker-key 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29 --worker-addr 10.0.0.7:7000",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			var missing []string
+			for _, name := range []string{"id", "location", "gpu-model", "worker-key"} {
+				if !cmd.Flags().Changed(name) {
+					missing = append(missing, "--"+name)
+				}
+			}
+			if len(missing) > 0 {
+				return usageErrorf("give %s", strings.Join(missing, ", "))
+			}
+			for _, ad := range addrs {
+				if _, _, err := net.SplitHostPort(ad); err != nil {
+					return usageErrorf("--worker-addr %q: want HOST:PORT", ad)
+				}
+			}
+			r.WorkerAddrs = addrs
+			rack := cosmic.Rack{ID: r.ID, Type: cosmic.RackTypeServer, Location: r.Location, GPUModel: r.GPUModel, WorkerKey: r.WorkerKey}
+			if err := rack.Validate(); err != nil {
+				return withExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
+			}
+			c, err := a.connect(conn)
+			if err != nil {
+				return err
+			}
+			got, err := c.RegisterRack(cmd.Context(), r)
+			if err != nil {
+				return c.explain(err)
+			}
+			if ok, err := out.structured(a.stdout, got); ok {
+				return err
+			}
+			return writeRacksTable(a.stdout, rackRows([]apiv1.Rack{got}))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&r.ID, "id", "", "rack ID")
+	f.StringVar(&r.Location, "location", "", "location the rack serves")
+	f.StringVar(&r.GPUModel, "gpu-model", "", "GPU model of the rack's nodes, e.g. GH100_H100_SXM5_80GB")
+	f.StringVar(&r.WorkerKey, "worker-key", "", "the worker's fabric public key (64 hex digits)")
+	f.StringArrayVar(&addrs, "worker-addr", nil, "HOST:PORT of the worker's fabric listener (repeatable)")
+	out.add(cmd)
+	return cmd
+}
+
+func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List racks with their nodes, GPUs, free GPUs and whether their worker answers",
+		Example: "  cosmicac racks list\n  cosmicac racks list -o yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			c, err := a.connect(conn)
+			if err != nil {
+				return err
+			}
+			racks, err := c.ListRacks(cmd.Context())
+			if err != nil {
+				return c.explain(err)
+			}
+			if racks == nil {
+				racks = []apiv1.Rack{}
+			}
+			if ok, err := out.structured(a.stdout, apiv1.RackList{Items: racks, Total: len(racks)}); ok {
+				return err
+			}
+			if len(racks) == 0 {
+				fmt.Fprintln(a.stderr, "no racks: register one with `cosmicac racks register`")
+				return nil
+			}
+			return writeRacksTable(a.stdout, rackRows(racks))
+		},
+	}
+	out.add(cmd)
+	return cmd
+}
+
+func (a *app) racksRemoveCommand(conn *connFlags) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "remove ID",
+		Aliases: []string{"rm", "delete"},
+		Short:   "Remove a rack (admins only); --force even if jobs hold its GPUs (they fail with rack_removed)",
+		Example: "  cosmicac racks remove r2\n  cosmicac racks remove r2 --force",
+		Args:    cobra.ExactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			c, err := a.connect(conn)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			racks, err := c.ListRacks(cmd.Context())
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			var ids []cobra.Completion
+			for _, r := range racks {
+				ids = append(ids, cobra.CompletionWithDesc(r.ID, r.Location+" "+r.GPUModel))
+			}
+			return ids, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(conn)
+			if err != nil {
+				return err
+			}
+			if err := c.RemoveRack(cmd.Context(), args[0], force); err != nil {
+				return c.explain(err)
+			}
+			fmt.Fprintf(a.stdout, "removed rack %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "remove it even if jobs hold GPUs there, failing them")
+	return cmd
+}
