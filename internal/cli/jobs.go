@@ -233,6 +233,9 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 				}
 				o.Labels[k] = v
 			}
+			if all && cmd.Flags().Changed("page") {
+				return usageErrorf("--all and --page go not together")
+			}
 			if order != "" && order != "asc" && order != "desc" {
 				return usageErrorf("--order %q: want asc or desc", order)
 			}
@@ -294,7 +297,6 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 	f.BoolVar(&all, "all", false, "every page")
 	f.StringVar(&updAfter, "updated-after", "", "only jobs updated after this time (RFC 3339, or a duration ago such as 1h)")
 	f.StringVar(&updBefor, "updated-before", "", "only jobs updated before this time (RFC 3339, or a duration ago)")
-	cmd.MarkFlagsMutuallyExclusive("all", "page")
 	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return strings.Split(stateNames(), ", "), cobra.ShellCompDirectiveNoFileComp
 	})
