@@ -418,24 +418,27 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 	if err != nil {
 		return j, err
 	}
-	if done := o.finishDelete(ctx, p.ID, p.Force); !done {
-		o.log.Warn("delete pending on worker; retried by reconcile", "job_id", p.ID)
+	if err := o.requestDelete(ctx, p.ID, p.Force); err != nil {
+		o.log.Warn("delete pending on worker; retried by reconcile", "job_id", p.ID, "err", err)
 	}
 	return j, nil
 }
 
-// finishDelete asks the workers to delete a deleting job and, once they have,
-// releases its GPUs and removes its record.
-func (o *Ork) finishDelete(ctx context.Context, id string, force bool) bool {
+// requestDelete asks the workers holding a deleting job's GPUs to delete
+// it. The GPUs are released, and the record removed, by finalizeDelete once
+// a worker reports the job gone.
+func (o *Ork) requestDelete(ctx context.Context, id string, force bool) error {
 	o.mu.Lock()
 	racks := keys(o.heldLocked(id))
 	o.mu.Unlock()
-	if err := o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
+	return o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
 		return w.Delete(ctx, worker.DeleteParams{JobID: id, Replica: worker.AllReplicas, Force: force})
-	}); err != nil {
-		o.log.Warn("delete on worker", "job_id", id, "err", err)
-		return false
-	}
+	})
+}
+
+// finalizeDelete releases a deleted job's GPUs and removes its record, in
+// one transaction.
+func (o *Ork) finalizeDelete(ctx context.Context, id string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	err := o.st.Update(ctx, func(tx Tx) error {
@@ -446,12 +449,11 @@ func (o *Ork) finishDelete(ctx context.Context, id string, force bool) bool {
 	})
 	if err != nil && !errors.Is(err, cosmic.ErrNotFound) {
 		o.log.Error("remove deleted job", "job_id", id, "err", err)
-		return false
+		return
 	}
 	o.snap.ReleaseJob(id)
 	o.dequeueLocked(id)
 	o.poke()
-	return true
 }
 
 // deleteReplica removes one replica of a job: its VMIs and GPUs go; the
@@ -479,23 +481,17 @@ func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosm
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A replica with VMIs keeps its GPUs until its worker reports it gone
+	// (applyReport releases them then); one without is removed at once.
+	state := cosmic.StateStopped
+	if held {
+		state = cosmic.StateDeleting
+	}
 	j, err = o.updateJobLocked(ctx, p.ID, func(tx Tx, j *cosmic.Job) error {
-		if held {
-			if err := tx.ReleaseGPUs(ctx, p.ID, n); err != nil {
-				return err
-			}
-		}
-		setReplica(j, n, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
+		setReplica(j, n, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = state, nil })
 		return o.setAggregate(j)
 	})
-	if err != nil {
-		return j, err
-	}
-	if held {
-		o.snap.Release(res)
-		o.poke()
-	}
-	return j, nil
+	return j, err
 }
 
 // LabelJob sets a label, or removes it when the value is empty.

@@ -95,8 +95,12 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 			continue
 		}
 		switch {
+		case j.Status.State == cosmic.StateDeleting && !seen[jobID]:
+			o.finalizeDelete(ctx, j.ID) // the worker has nothing left of it
 		case j.Status.State == cosmic.StateDeleting:
-			o.finishDelete(ctx, j.ID, false)
+			if err := o.requestDelete(ctx, j.ID, false); err != nil {
+				o.log.Warn("delete on worker", "job_id", j.ID, "err", err)
+			}
 		case !seen[jobID]:
 			o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
 		}
@@ -197,6 +201,26 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			if !held || res.Rack != rack {
 				continue // a late report of a replica released already
 			}
+			cur := cosmic.StateQueued
+			if rr.Replica < len(j.Status.Replicas) {
+				cur = j.Status.Replicas[rr.Replica].State
+			}
+			switch {
+			case cur == cosmic.StateDeleting && rr.Gone:
+				// The deleted replica is gone: its GPUs are free.
+				setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
+				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
+					return err
+				}
+				released = append(released, res)
+				changed = true
+				continue
+			case cur == cosmic.StateDeleting, rr.Gone, rr.State == cosmic.StateStopped:
+				// Stops are the ork's own doing (kill releases at once), so a
+				// stopped or gone report of a replica that holds GPUs is a
+				// late one from before it was placed again: ignore it.
+				continue
+			}
 			changed = true
 			setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
 				rs.State, rs.Reason = rr.State, rr.Reason
@@ -211,7 +235,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 				p := *rr.Progress
 				j.Status.Progress = &p
 			}
-			if rr.State == cosmic.StateFailed || rr.State == cosmic.StateStopped || rr.Gone {
+			if rr.State == cosmic.StateFailed {
 				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
 					return err
 				}
@@ -259,7 +283,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			allGone = allGone && rr.Gone
 		}
 		if allGone {
-			o.finishDelete(ctx, jr.JobID, false)
+			o.finalizeDelete(ctx, jr.JobID)
 		}
 	}
 }

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/platform"
+)
+
+func init() { register((*app).upCommand) }
+
+// defaultDataDir is where `cosmicac up` keeps its state: the user's data
+// directory ($XDG_DATA_HOME/cosmicac, else ~/.local/share/cosmicac).
+func defaultDataDir(getenv func(string) string) string {
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "cosmicac")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "cosmicac")
+	}
+	return "cosmicac-data"
+}
+
+func (a *app) upCommand() *cobra.Command {
+	cfg := platform.DefaultConfig("")
+	var (
+		kubeconfig string
+		verbose    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the whole platform in one process, with a simulated rack",
+		Long: "Runs every CosmicAC component in this process (wrk-ork, a rack worker, the app-node and its\n" +
+			"HTTP API), each on its own fabric node. With no cluster given, the rack is simulated: jobs move\n" +
+			"through the real statuses on simulated GPUs. Ctrl-C stops it cleanly; starting it again keeps\n" +
+			"every job and reservation.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kubeconfig != "" {
+				return fmt.Errorf("--kubeconfig: the Kubernetes rack worker is not built yet (issue 4); run without it for the simulated rack")
+			}
+			if cfg.DataDir == "" {
+				cfg.DataDir = defaultDataDir(a.getenv)
+			}
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			cliID, err := a.loadCLIIdentity("")
+			if err != nil {
+				return fmt.Errorf("load this CLI's fabric key: %w", err)
+			}
+			cfg.OperatorKeys = []fabric.PublicKey{cliID.PublicKey()}
+			ctx := cmd.Context()
+			p, err := platform.Start(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			fmt.Fprintf(a.stdout, "CosmicAC is up.\n\n")
+			fmt.Fprintf(a.stdout, "  API          %s/api/v1  (OpenAPI: %s/api/v1/openapi.json)\n", p.URL, p.URL)
+			fmt.Fprintf(a.stdout, "  admin token  %s\n", p.TokenFile)
+			fmt.Fprintf(a.stdout, "  data         %s\n", cfg.DataDir)
+			fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
+				cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
+			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
+			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
+			fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
+			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n\n", p.AppNode.PublicKey(), p.AppNode.Addr())
+			fmt.Fprintf(a.stdout, "Try:\n  cosmicac login --url %s --token-file %s\n  cosmicac jobs create --name hello --gpus 1 --image ubuntu:24.04 --location %s --wait\n\nCtrl-C to stop.\n",
+				p.URL, p.TokenFile, cfg.Sim.Location)
+			select {
+			case <-ctx.Done():
+				fmt.Fprintln(a.stderr, "stopping…")
+				return nil
+			case err := <-p.Err():
+				return err
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "where state is kept (default $XDG_DATA_HOME/cosmicac or ~/.local/share/cosmicac)")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the HTTP API's address")
+	f.StringVar(&cfg.Sim.Location, "sim-location", cfg.Sim.Location, "the simulated rack's location")
+	f.StringVar(&cfg.Sim.Rack, "sim-rack", cfg.Sim.Rack, "the simulated rack's ID")
+	f.IntVar(&cfg.Sim.Nodes, "sim-nodes", cfg.Sim.Nodes, "nodes of the simulated rack")
+	f.IntVar(&cfg.Sim.GPUsPerNode, "sim-gpus-per-node", cfg.Sim.GPUsPerNode, "GPUs per simulated node")
+	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
+	f.DurationVar(&cfg.Sim.Step, "sim-step", cfg.Sim.Step, "time per simulated lifecycle step")
+	f.DurationVar(&cfg.Ork.Heartbeat, "heartbeat", cfg.Ork.Heartbeat, "how often the ork checks each worker")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster instead of the simulated rack (issue 4)")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
+	return cmd
+}

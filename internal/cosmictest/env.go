@@ -1,0 +1,186 @@
+// Package cosmictest is the whole-system test harness: NewEnv starts every
+// component in-process (each on its own fabric node, talking over the
+// fabric, as `cosmicac up` does) and hands the test the public HTTP client,
+// so tests drive the platform as a user would. Faults are injected over the
+// fabric with the simulated rack's methods, as an operator would with
+// `cosmicac rpc`.
+//
+// Importers: tests only.
+package cosmictest
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/platform"
+)
+
+// Env is one running platform and a client of it.
+type Env struct {
+	T        testing.TB
+	Ctx      context.Context
+	DataDir  string
+	Config   platform.Config
+	P        *platform.Platform
+	Client   *client.Client
+	operator *fabric.Node
+}
+
+// Option changes the platform's config before it starts.
+type Option func(*platform.Config)
+
+// Sim sets the simulated rack's shape.
+func Sim(nodes, gpusPerNode int) Option {
+	return func(c *platform.Config) { c.Sim.Nodes, c.Sim.GPUsPerNode = nodes, gpusPerNode }
+}
+
+// NewEnv starts a platform on a temporary data directory with a fast
+// simulated rack (2 nodes × 8 GPUs, 5ms steps) and a 50ms heartbeat.
+func NewEnv(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	dir := t.TempDir()
+	return newEnvAt(t, dir, opts...)
+}
+
+func newEnvAt(t testing.TB, dir string, opts ...Option) *Env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	opID, err := fabric.LoadOrCreateIdentity(filepath.Join(dir, "operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := platform.DefaultConfig(dir)
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Sim.Step = 5 * time.Millisecond
+	cfg.Ork.Heartbeat = 50 * time.Millisecond
+	cfg.Ork.WorkerTimeout = 2 * time.Second
+	cfg.OperatorKeys = []fabric.PublicKey{opID.PublicKey()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := platform.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start platform: %v", err)
+	}
+	e := &Env{T: t, Ctx: ctx, DataDir: dir, Config: cfg, P: p}
+	t.Cleanup(func() { e.Stop() })
+	tok, err := p.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Client = client.New(p.URL, tok, client.WithPollInterval(10*time.Millisecond))
+	if e.operator, err = fabric.New(fabric.Config{Component: "operator", Identity: opID,
+		Policy: fabric.NewAllowList(p.SimLink.Node().PublicKey(), p.OrkNode.PublicKey())}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// Stop stops the platform (idempotent).
+func (e *Env) Stop() {
+	if e.operator != nil {
+		e.operator.Close()
+		e.operator = nil
+	}
+	if e.P != nil {
+		e.P.Close()
+		e.P = nil
+	}
+}
+
+// Restart stops the platform and starts a new one on the same data.
+func (e *Env) Restart() {
+	e.T.Helper()
+	e.Stop()
+	n := newEnvAt(e.T, e.DataDir, func(c *platform.Config) { *c = withFresh(e.Config, c) })
+	*e = *n
+}
+
+// withFresh keeps the test's shape but the new run's operator key.
+func withFresh(old platform.Config, cur *platform.Config) platform.Config {
+	out := old
+	out.OperatorKeys = cur.OperatorKeys
+	out.Logger = cur.Logger
+	return out
+}
+
+// Create creates a job and fails the test on error.
+func (e *Env) Create(spec cosmic.Spec) cosmic.Job {
+	e.T.Helper()
+	j, err := e.Client.CreateJob(e.Ctx, spec)
+	if err != nil {
+		e.T.Fatalf("create job: %v", err)
+	}
+	return j
+}
+
+// Container is a gpu-container spec in the simulated rack's location.
+func Container(name string, gpus int) cosmic.Spec {
+	return cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: name, Location: "us", Image: "ubuntu:24.04",
+		Resources: cosmic.Resources{GPU: gpus}}
+}
+
+// VLLM is a managed-inference vLLM spec.
+func VLLM(name string, replicas, gpusPerReplica int) cosmic.Spec {
+	return cosmic.Spec{Type: cosmic.TypeManagedInference, Name: name, Location: "us",
+		Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", Replicas: replicas, GPUsPerReplica: gpusPerReplica}}
+}
+
+// WaitState polls the job until it is in one of states; the test fails
+// after 30s, printing the job's history.
+func (e *Env) WaitState(id string, states ...cosmic.State) cosmic.Job {
+	e.T.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var j cosmic.Job
+	var err error
+	for time.Now().Before(deadline) {
+		j, err = e.Client.GetJob(e.Ctx, id)
+		if err == nil && slices.Contains(states, j.Status.State) {
+			return j
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(j.Status, "", "  ")
+	e.T.Fatalf("job %s never reached %v (last err %v); status:\n%s", id, states, err, b)
+	return j
+}
+
+// Fault calls a fault-injection method of the simulated rack over the
+// fabric, as `cosmicac rpc` does.
+func (e *Env) Fault(method string, params any) {
+	e.T.Helper()
+	sim := e.P.SimLink
+	e.operator.AddAddrs(sim.Node().PublicKey(), sim.Addr())
+	if err := e.operator.Call(e.Ctx, sim.Node().PublicKey(), method, params, nil); err != nil {
+		e.T.Fatalf("%s: %v", method, err)
+	}
+}
+
+// FreeGPUs is the rack's free GPUs as the API reports them.
+func (e *Env) FreeGPUs() int {
+	e.T.Helper()
+	racks, err := e.Client.ListRacks(e.Ctx)
+	if err != nil || len(racks) == 0 {
+		e.T.Fatalf("list racks: %v %v", racks, err)
+	}
+	return racks[0].FreeGPUs
+}
+
+// History lists the states a job went through.
+func History(j cosmic.Job) []cosmic.State {
+	var out []cosmic.State
+	for _, h := range j.Status.History {
+		if len(out) == 0 || out[len(out)-1] != h.State {
+			out = append(out, h.State)
+		}
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+package cosmictest
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+func TestBothJobTypesReachRunning(t *testing.T) {
+	e := NewEnv(t)
+	c := e.Create(Container("box", 1))
+	inf := e.Create(VLLM("qwen", 1, 2))
+	c = e.WaitState(c.ID, cosmic.StateRunning)
+	inf = e.WaitState(inf.ID, cosmic.StateRunning)
+	want := []cosmic.State{cosmic.StateCreating, cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}
+	for _, j := range []cosmic.Job{c, inf} {
+		if h := History(j); !slices.Equal(h, want) {
+			t.Errorf("job %s went through %v, want %v", j.Spec.Name, h, want)
+		}
+	}
+	if got := e.FreeGPUs(); got != 13 {
+		t.Errorf("free GPUs = %d, want 13", got)
+	}
+}
+
+func TestTooManyGPUsFailsAtOnce(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("big", 9))
+	j = e.WaitState(j.ID, cosmic.StateFailed)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonExceedsNodeGPUs {
+		t.Fatalf("reason = %+v, want exceeds_node_gpus", j.Status.Reason)
+	}
+}
+
+func TestThirdJobQueuesUntilOneIsDeleted(t *testing.T) {
+	e := NewEnv(t)
+	a, b, c := e.Create(Container("a", 8)), e.Create(Container("b", 8)), e.Create(Container("c", 8))
+	e.WaitState(a.ID, cosmic.StateRunning)
+	e.WaitState(b.ID, cosmic.StateRunning)
+	c = e.WaitState(c.ID, cosmic.StateQueued)
+	if c.Status.QueuePosition != 1 || c.Status.WaitingFor == "" {
+		t.Fatalf("queued job: position %d, waiting for %q", c.Status.QueuePosition, c.Status.WaitingFor)
+	}
+	if _, err := e.Client.DeleteJob(e.Ctx, a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(c.ID, cosmic.StateRunning)
+	if _, err := e.Client.GetJob(e.Ctx, a.ID); client.StatusOf(err) != http.StatusNotFound {
+		t.Fatalf("deleted job: err = %v, want 404", err)
+	}
+}
+
+func TestSixteenGPUReplicaSpansTwoNodes(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(VLLM("wide", 1, 16))
+	j = e.WaitState(j.ID, cosmic.StateRunning)
+	if len(j.Status.Replicas) != 1 || len(j.Status.Replicas[0].Nodes) != 2 {
+		t.Fatalf("replicas = %+v, want one replica on two nodes", j.Status.Replicas)
+	}
+	if got := e.FreeGPUs(); got != 0 {
+		t.Fatalf("free GPUs = %d, want 0", got)
+	}
+}
+
+func TestReplicaCrash(t *testing.T) {
+	e := NewEnv(t)
+	two := e.Create(VLLM("two", 2, 4))
+	one := e.Create(VLLM("one", 1, 4))
+	e.WaitState(two.ID, cosmic.StateRunning)
+	e.WaitState(one.ID, cosmic.StateRunning)
+	e.Fault("simCrash", map[string]any{"jobId": two.ID, "replica": 0})
+	e.Fault("simCrash", map[string]any{"jobId": one.ID, "replica": 0})
+	two = e.WaitState(two.ID, cosmic.StateDegraded)
+	one = e.WaitState(one.ID, cosmic.StateFailed)
+	if one.Status.Reason == nil || one.Status.Reason.Code != cosmic.ReasonVMICrashed {
+		t.Fatalf("single replica: reason %+v, want vmi_crashed", one.Status.Reason)
+	}
+	// Restarting the crashed replica brings the job back to running.
+	if _, err := e.Client.RestartReplica(e.Ctx, two.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(two.ID, cosmic.StateRunning)
+}
+
+func TestRestartPassesThroughRestarting(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("r", 2))
+	e.WaitState(j.ID, cosmic.StateRunning)
+	if _, err := e.Client.RestartJob(e.Ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	j = e.WaitState(j.ID, cosmic.StateRunning)
+	h := History(j)
+	if !slices.Contains(h, cosmic.StateRestarting) || h[len(h)-1] != cosmic.StateRunning {
+		t.Fatalf("history %v: want restarting then running", h)
+	}
+}
+
+func TestKillStopsAndFreesGPUs(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("k", 4))
+	e.WaitState(j.ID, cosmic.StateRunning)
+	if got := e.FreeGPUs(); got != 12 {
+		t.Fatalf("free GPUs while running = %d, want 12", got)
+	}
+	if _, err := e.Client.KillJob(e.Ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	j = e.WaitState(j.ID, cosmic.StateStopped)
+	if got := e.FreeGPUs(); got != 16 {
+		t.Fatalf("free GPUs after kill = %d, want 16", got)
+	}
+	// A stopped job can be restarted: it is queued and runs again.
+	if _, err := e.Client.RestartJob(e.Ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+}
+
+func TestLostWorkerMakesJobsUnknownThenRecovers(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("u", 1))
+	e.WaitState(j.ID, cosmic.StateRunning)
+	e.Fault("simUnreachable", map[string]any{"seconds": 1})
+	j = e.WaitState(j.ID, cosmic.StateUnknown)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonWorkerUnreachable {
+		t.Fatalf("reason %+v, want worker_unreachable", j.Status.Reason)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+}
+
+func TestRestartKeepsJobsAndReservations(t *testing.T) {
+	e := NewEnv(t)
+	a := e.Create(Container("a", 8))
+	b := e.Create(Container("b", 8))
+	c := e.Create(Container("c", 8))
+	e.WaitState(a.ID, cosmic.StateRunning)
+	e.WaitState(b.ID, cosmic.StateRunning)
+	e.WaitState(c.ID, cosmic.StateQueued)
+	e.Restart()
+	e.WaitState(a.ID, cosmic.StateRunning)
+	e.WaitState(b.ID, cosmic.StateRunning)
+	c = e.WaitState(c.ID, cosmic.StateQueued)
+	if got := e.FreeGPUs(); got != 0 {
+		t.Fatalf("free GPUs after restart = %d, want 0", got)
+	}
+	if _, err := e.Client.KillJob(e.Ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(c.ID, cosmic.StateRunning)
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	e := NewEnv(t)
+	bad := Container("nowhere", 1)
+	bad.Location = "mars"
+	_, err := e.Client.CreateJob(e.Ctx, bad)
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest {
+		t.Fatalf("unknown location: err = %v, want 400", err)
+	}
+	neg := Container("neg", -1)
+	if _, err := e.Client.CreateJob(e.Ctx, neg); client.StatusOf(err) != http.StatusBadRequest {
+		t.Fatalf("negative GPUs: err = %v, want 400", err)
+	}
+	list, err := e.Client.ListJobs(e.Ctx, client.ListOptions{})
+	if err != nil || list.Total != 0 {
+		t.Fatalf("after bad input: %d jobs (%v), want 0", list.Total, err)
+	}
+}

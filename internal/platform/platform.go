@@ -1,0 +1,256 @@
+// Package platform assembles every CosmicAC component in one process, each
+// on its own fabric node and talking to the others over the fabric exactly
+// as separate processes would: wrk-ork, a rack worker (the simulated rack by
+// default), and the app-node serving the HTTP API. `cosmicac up` runs it;
+// the whole-system tests (internal/cosmictest) start it per test.
+//
+// Importers: internal/cli and internal/cosmictest.
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// Config is the shape of a one-process platform.
+type Config struct {
+	// DataDir holds the database, each component's identity and the admin
+	// token.
+	DataDir string
+	// Listen is the HTTP API's address; port 0 picks a free one.
+	Listen string
+	// FabricHost is the host the components' fabric nodes listen on.
+	FabricHost string
+	// Sim is the simulated rack.
+	Sim simcluster.Config
+	// Ork tunes the ork.
+	Ork ork.Config
+	// OperatorKeys are admitted to every component with full access (the
+	// local CLI's key, for `cosmicac rpc`).
+	OperatorKeys []fabric.PublicKey
+	Logger       *slog.Logger
+}
+
+// DefaultConfig is `cosmicac up`'s: the API on 127.0.0.1:8080 and one
+// simulated rack in us with 2 nodes × 8 GH100_H100_SXM5_80GB.
+func DefaultConfig(dataDir string) Config {
+	return Config{
+		DataDir:    dataDir,
+		Listen:     appnode.DefaultListen,
+		FabricHost: "127.0.0.1",
+		Sim:        simcluster.DefaultConfig(),
+		Ork:        ork.DefaultConfig(),
+	}
+}
+
+// Platform is a running one-process platform.
+type Platform struct {
+	cfg Config
+	log *slog.Logger
+
+	Store     *sqlite.Store
+	OrkNode   *fabric.Node
+	Ork       *ork.Ork
+	Sim       *simcluster.Cluster
+	SimLink   *simcluster.Endpoint
+	AppNode   *fabric.Node
+	Logs      *joblog.Ring
+	URL       string // the HTTP API's base URL
+	TokenFile string // the bootstrap admin token's file
+	http      *http.Server
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// identity loads (or makes) a component's key in DATA_DIR/NAME.
+func identity(dataDir, name string) (*fabric.Identity, error) {
+	return fabric.LoadOrCreateIdentity(filepath.Join(dataDir, name))
+}
+
+// Start brings every component up and returns once the API answers. Close
+// stops it.
+func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Sim.Validate(); err != nil {
+		return nil, fmt.Errorf("simulated rack: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	p := &Platform{cfg: cfg, log: log, Logs: joblog.NewRing(10000), errs: make(chan error, 8)}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+
+	if p.Store, err = sqlite.Open(filepath.Join(cfg.DataDir, "cosmicac.db")); err != nil {
+		return nil, err
+	}
+	orkID, err := identity(cfg.DataDir, "wrk-ork")
+	if err != nil {
+		return nil, err
+	}
+	simID, err := identity(cfg.DataDir, "sim-"+cfg.Sim.Rack)
+	if err != nil {
+		return nil, err
+	}
+	appID, err := identity(cfg.DataDir, "app-node")
+	if err != nil {
+		return nil, err
+	}
+	listen := net.JoinHostPort(cfg.FabricHost, "0")
+
+	// wrk-ork: admits the app-node, the operator, and (through the dialer)
+	// each registered rack's worker.
+	orkAllow := fabric.NewAllowList(appID.PublicKey())
+	orkAllow.Allow(cfg.OperatorKeys...)
+	if p.OrkNode, err = fabric.New(fabric.Config{Component: "wrk-ork", Identity: orkID, Listen: listen, Policy: orkAllow, Logger: log}); err != nil {
+		return nil, err
+	}
+	if p.Ork, err = ork.New(cfg.Ork, p.Store, ork.FabricDialer(p.OrkNode, orkAllow), log.With("component", "wrk-ork")); err != nil {
+		return nil, err
+	}
+	fabric.NewDirectory(nil).Register(p.OrkNode)
+	p.Ork.Serve(p.OrkNode)
+	if err := p.Ork.Start(ctx); err != nil {
+		return nil, err
+	}
+
+	// The simulated rack's worker: admits the ork and the operator.
+	simAllow := fabric.NewAllowList(orkID.PublicKey())
+	simAllow.Allow(cfg.OperatorKeys...)
+	p.SimLink = simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen, Policy: simAllow, Logger: log}, func(n *fabric.Node) {
+		worker.Serve(n, p.Sim)
+		p.Sim.RegisterFaults(n)
+		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	})
+	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), p.Logs, log.With("component", "wrk-server-sim"))
+	p.Sim.SetLink(p.SimLink)
+	if err := p.SimLink.Up(); err != nil {
+		return nil, err
+	}
+	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
+
+	// Register (or re-register, with its new address) the simulated rack.
+	if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
+		Rack: cosmic.Rack{ID: cfg.Sim.Rack, Type: cosmic.RackTypeServer, Location: cfg.Sim.Location,
+			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String()},
+		WorkerAddrs: []string{p.SimLink.Addr()},
+	}); err != nil {
+		return nil, fmt.Errorf("register the simulated rack: %w", err)
+	}
+	p.goRun("wrk-ork", func() error { return p.Ork.Run(rctx) })
+
+	// app-node: a client of the ork over the fabric, and the HTTP API.
+	if p.AppNode, err = fabric.New(fabric.Config{Component: "app-node", Identity: appID, Listen: listen,
+		Policy: fabric.NewAllowList(append([]fabric.PublicKey{orkID.PublicKey()}, cfg.OperatorKeys...)...), Logger: log}); err != nil {
+		return nil, err
+	}
+	p.AppNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	if p.TokenFile, _, err = appnode.Bootstrap(ctx, p.Store, cfg.DataDir); err != nil {
+		return nil, err
+	}
+	acfg := appnode.DefaultConfig()
+	acfg.Listen, acfg.DataDir = cfg.Listen, cfg.DataDir
+	api, err := appnode.New(acfg, orkapi.NewClient(p.AppNode, orkID.PublicKey()), p.Store, log.With("component", "app-node"))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
+	}
+	p.URL = "http://" + ln.Addr().String()
+	p.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	p.goRun("api", func() error {
+		if err := p.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return p, nil
+}
+
+func (p *Platform) goRun(name string, f func() error) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := f(); err != nil {
+			p.log.Error("component stopped", "name", name, "err", err)
+			select {
+			case p.errs <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// Err delivers the first component failure.
+func (p *Platform) Err() <-chan error { return p.errs }
+
+// AdminToken reads the bootstrap admin token.
+func (p *Platform) AdminToken() (string, error) {
+	b, err := os.ReadFile(p.TokenFile)
+	if err != nil {
+		return "", err
+	}
+	return string(trimSpace(b)), nil
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// Close stops every component and waits for them.
+func (p *Platform) Close() error {
+	if p.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		p.http.Shutdown(ctx)
+		cancel()
+	}
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode} {
+		if n != nil {
+			n.Close()
+		}
+	}
+	if p.SimLink != nil {
+		p.SimLink.Close()
+	}
+	if p.Store != nil {
+		return p.Store.Close()
+	}
+	return nil
+}
