@@ -1,0 +1,655 @@
+// Package appnodetest holds hand-written fakes of the app-node's
+// dependencies (an in-memory ork and accounts store) and a helper that
+// serves the app-node over httptest, for the tests of the app-node, the
+// client and the CLI.
+//
+// Importers: tests only.
+package appnodetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+// Ork is an in-memory ork. It validates as the ork does what the tests
+// need: specs (default, validate, known location), legal state moves,
+// idempotent creates, and racks. It counts every call by method name.
+type Ork struct {
+	mu      sync.Mutex
+	jobs    map[string]cosmic.Job
+	racks   map[string]orkapi.RackInfo
+	calls   map[string]int
+	changes int
+	err     error
+	now     func() time.Time
+}
+
+var _ appnode.Ork = (*Ork)(nil)
+
+// NewOrk returns an empty ork whose clock starts at 2026-01-01 and moves a
+// millisecond per write, so that times are distinct and ordered.
+func NewOrk() *Ork {
+	t := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return &Ork{
+		jobs: map[string]cosmic.Job{}, racks: map[string]orkapi.RackInfo{}, calls: map[string]int{},
+		now: func() time.Time { t = t.Add(time.Millisecond); return t },
+	}
+}
+
+// FailWith makes every later call fail with err (nil: succeed again).
+func (o *Ork) FailWith(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.err = err
+}
+
+// Calls returns how many times method (an orkapi.Method* name) was called.
+func (o *Ork) Calls(method string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.calls[method]
+}
+
+// Writes returns how many calls that may change something were made,
+// whether or not they did.
+func (o *Ork) Writes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, m := range []string{orkapi.MethodCreateJob, orkapi.MethodDeleteJob, orkapi.MethodRestartJob,
+		orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodRegisterRack, orkapi.MethodForgetRacks} {
+		n += o.calls[m]
+	}
+	return n
+}
+
+// Changes returns how many calls changed something.
+func (o *Ork) Changes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.changes
+}
+
+// Jobs returns how many jobs the ork holds.
+func (o *Ork) Jobs() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.jobs)
+}
+
+// SetState moves a job to state, as a worker's report would.
+func (o *Ork) SetState(id string, state cosmic.State, reason *cosmic.Reason) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	j, ok := o.jobs[id]
+	if !ok {
+		return fmt.Errorf("job %s: %w", id, cosmic.ErrNotFound)
+	}
+	if err := j.SetState(state, reason, o.now()); err != nil {
+		return err
+	}
+	o.jobs[id] = j
+	return nil
+}
+
+func (o *Ork) begin(method string) error {
+	o.calls[method]++
+	return o.err
+}
+
+func notFound(id string) error { return fabric.Errorf(fabric.CodeNotFound, "job %s not found", id) }
+
+func conflict(err error) error { return fabric.Errorf(orkapi.CodeConflict, "%v", err) }
+
+func clone(j cosmic.Job) cosmic.Job {
+	j.Spec.Labels = maps(j.Spec.Labels)
+	j.Status.History = slices.Clone(j.Status.History)
+	return j
+}
+
+func maps(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// CreateJob defaults and validates the spec, refuses a location no rack
+// serves (when racks are registered), and creates the job in state queued.
+func (o *Ork) CreateJob(_ context.Context, p orkapi.CreateJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodCreateJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	id, err := cosmic.ParseJobID(p.ID)
+	if err != nil || p.User == "" || p.Team == "" {
+		return cosmic.Job{}, fabric.Errorf(fabric.CodeBadRequest, "id, user and team are required")
+	}
+	spec := p.Spec
+	spec.Default()
+	var fes []orkapi.FieldError
+	for _, fe := range cosmic.FieldErrors(spec.Validate()) {
+		fes = append(fes, orkapi.FieldError{Field: fe.Field, Message: fe.Message})
+	}
+	if len(o.racks) > 0 && !o.servesLocked(spec.Location) {
+		fes = append(fes, orkapi.FieldError{Field: "location", Message: fmt.Sprintf("no rack in location %q", spec.Location)})
+	}
+	if len(fes) > 0 {
+		return cosmic.Job{}, fabric.Errorf(orkapi.CodeInvalid, "%s: %s", fes[0].Field, fes[0].Message).WithDetails(fes)
+	}
+	if j, ok := o.jobs[id]; ok {
+		return clone(j), nil
+	}
+	j := cosmic.NewJob(id, p.User, p.Team, spec, o.now())
+	if err := j.SetState(cosmic.StateQueued, nil, o.now()); err != nil {
+		return cosmic.Job{}, err
+	}
+	o.jobs[id] = j
+	o.changes++
+	return clone(j), nil
+}
+
+func (o *Ork) servesLocked(loc string) bool {
+	for _, r := range o.racks {
+		if r.Location == loc {
+			return true
+		}
+	}
+	return false
+}
+
+// GetJob returns a job.
+func (o *Ork) GetJob(_ context.Context, id string) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodGetJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[id]
+	if !ok {
+		return cosmic.Job{}, notFound(id)
+	}
+	return clone(j), nil
+}
+
+// ListJobs filters, sorts and pages as the ork does.
+func (o *Ork) ListJobs(_ context.Context, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodListJobs); err != nil {
+		return orkapi.ListJobsReply{}, err
+	}
+	var out []*cosmic.Job
+	for _, j := range o.jobs {
+		switch {
+		case p.Team != "" && j.Team != p.Team,
+			p.User != "" && j.User != p.User,
+			len(p.States) > 0 && !slices.Contains(p.States, j.Status.State),
+			!p.UpdatedAfter.IsZero() && !j.UpdatedAt.After(p.UpdatedAfter),
+			!p.UpdatedBefore.IsZero() && !j.UpdatedAt.Before(p.UpdatedBefore):
+			continue
+		}
+		match := true
+		for k, v := range p.Labels {
+			if got, ok := j.Spec.Labels[k]; !ok || got != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, &j)
+		}
+	}
+	cmp := func(a, b *cosmic.Job) int {
+		switch p.Sort {
+		case orkapi.SortUpdatedAt:
+			return a.UpdatedAt.Compare(b.UpdatedAt)
+		case orkapi.SortName:
+			return strings.Compare(a.Spec.Name, b.Spec.Name)
+		case orkapi.SortState:
+			return strings.Compare(string(a.Status.State), string(b.Status.State))
+		}
+		return a.CreatedAt.Compare(b.CreatedAt)
+	}
+	slices.SortFunc(out, func(a, b *cosmic.Job) int {
+		c := cmp(a, b)
+		if c == 0 {
+			c = strings.Compare(a.ID, b.ID)
+		}
+		if p.Order == "asc" {
+			return c
+		}
+		return -c
+	})
+	size := p.Size
+	if size == 0 {
+		size = 50
+	}
+	total := len(out)
+	lo := min(p.Page*size, total)
+	hi := min(lo+size, total)
+	page := make([]cosmic.Job, 0, hi-lo)
+	for _, j := range out[lo:hi] {
+		page = append(page, clone(*j))
+	}
+	return orkapi.ListJobsReply{Jobs: page, Total: total}, nil
+}
+
+// DeleteJob removes a job at once; a job holding GPUs needs Force. With
+// Replica it marks the replica restarting (placed again).
+func (o *Ork) DeleteJob(_ context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodDeleteJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[p.ID]
+	if !ok {
+		return cosmic.Job{}, notFound(p.ID)
+	}
+	if p.Replica != nil {
+		return o.replicaLocked(j, *p.Replica)
+	}
+	if j.Status.State.HoldsGPUs() && !p.Force {
+		return cosmic.Job{}, fabric.Errorf(orkapi.CodeConflict, "job %s is %s: kill it first or delete with force", p.ID, j.Status.State)
+	}
+	if err := j.SetState(cosmic.StateDeleting, nil, o.now()); err != nil {
+		return cosmic.Job{}, conflict(err)
+	}
+	delete(o.jobs, p.ID)
+	o.changes++
+	return clone(j), nil
+}
+
+func (o *Ork) replicaLocked(j cosmic.Job, n int) (cosmic.Job, error) {
+	if n < 0 || n >= j.Spec.Replicas() {
+		return cosmic.Job{}, fabric.Errorf(fabric.CodeNotFound, "job %s has no replica %d", j.ID, n)
+	}
+	r := cosmic.NewReason(cosmic.ReasonRestartRequested, fmt.Sprintf("replica %d", n))
+	if err := j.SetState(cosmic.StateRestarting, &r, o.now()); err != nil {
+		return cosmic.Job{}, conflict(err)
+	}
+	o.jobs[j.ID] = j
+	o.changes++
+	return clone(j), nil
+}
+
+// RestartJob moves a running job to restarting and a failed or stopped one
+// to queued; other states are a conflict.
+func (o *Ork) RestartJob(_ context.Context, p orkapi.RestartJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodRestartJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[p.ID]
+	if !ok {
+		return cosmic.Job{}, notFound(p.ID)
+	}
+	if p.Replica != nil {
+		return o.replicaLocked(j, *p.Replica)
+	}
+	to := cosmic.StateRestarting
+	if j.Status.State.Terminal() {
+		to = cosmic.StateQueued
+	}
+	r := cosmic.NewReason(cosmic.ReasonRestartRequested, "")
+	if err := j.SetState(to, &r, o.now()); err != nil {
+		return cosmic.Job{}, conflict(err)
+	}
+	o.jobs[p.ID] = j
+	o.changes++
+	return clone(j), nil
+}
+
+// KillJob stops a job.
+func (o *Ork) KillJob(_ context.Context, id string) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodKillJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[id]
+	if !ok {
+		return cosmic.Job{}, notFound(id)
+	}
+	if j.Status.State == cosmic.StateStopped {
+		return clone(j), nil // killing a stopped job is a no-op
+	}
+	r := cosmic.NewReason(cosmic.ReasonKilled, "")
+	if err := j.SetState(cosmic.StateStopped, &r, o.now()); err != nil {
+		return cosmic.Job{}, conflict(err)
+	}
+	o.jobs[id] = j
+	o.changes++
+	return clone(j), nil
+}
+
+// LabelJob sets or removes a label.
+func (o *Ork) LabelJob(_ context.Context, p orkapi.LabelJobParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodLabelJob); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[p.ID]
+	if !ok {
+		return cosmic.Job{}, notFound(p.ID)
+	}
+	if err := cosmic.ValidateLabel("name", p.Name, p.Value); err != nil {
+		return cosmic.Job{}, fabric.Errorf(orkapi.CodeInvalid, "%v", err)
+	}
+	j.Spec.Labels = maps(j.Spec.Labels)
+	if p.Value == "" {
+		delete(j.Spec.Labels, p.Name)
+	} else {
+		if j.Spec.Labels == nil {
+			j.Spec.Labels = map[string]string{}
+		}
+		j.Spec.Labels[p.Name] = p.Value
+	}
+	j.UpdatedAt = o.now()
+	o.jobs[p.ID] = j
+	o.changes++
+	return clone(j), nil
+}
+
+// RegisterRack registers or updates a rack with 2 nodes × 8 GPUs.
+func (o *Ork) RegisterRack(_ context.Context, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodRegisterRack); err != nil {
+		return orkapi.RackInfo{}, err
+	}
+	if err := p.Rack.Validate(); err != nil {
+		return orkapi.RackInfo{}, fabric.Errorf(orkapi.CodeInvalid, "%v", err)
+	}
+	ri, ok := o.racks[p.ID]
+	if !ok {
+		p.CreatedAt = o.now()
+		ri = orkapi.RackInfo{Rack: p.Rack, GPUs: 16, FreeGPUs: 16, Reachable: true}
+		for i := range 2 {
+			ri.Nodes = append(ri.Nodes, cosmic.Node{Name: fmt.Sprintf("%s-n%d", p.ID, i), Rack: p.ID,
+				GPUModel: p.GPUModel, GPUs: 8, Schedulable: true, Ready: true})
+		}
+	} else {
+		p.CreatedAt = ri.CreatedAt
+		ri.Rack = p.Rack
+	}
+	ri.WorkerAddrs = p.WorkerAddrs
+	o.racks[p.ID] = ri
+	o.changes++
+	return ri, nil
+}
+
+// ListRacks lists the racks by ID.
+func (o *Ork) ListRacks(context.Context) (orkapi.ListRacksReply, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodListRacks); err != nil {
+		return orkapi.ListRacksReply{}, err
+	}
+	out := orkapi.ListRacksReply{Racks: []orkapi.RackInfo{}}
+	for _, r := range o.racks {
+		out.Racks = append(out.Racks, r)
+	}
+	sort.Slice(out.Racks, func(a, b int) bool { return out.Racks[a].ID < out.Racks[b].ID })
+	return out, nil
+}
+
+// ForgetRacks removes racks; unknown IDs are not found.
+func (o *Ork) ForgetRacks(_ context.Context, p orkapi.ForgetRacksParams) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodForgetRacks); err != nil {
+		return err
+	}
+	for _, id := range p.IDs {
+		if _, ok := o.racks[id]; !ok {
+			return fabric.Errorf(fabric.CodeNotFound, "rack %s not found", id)
+		}
+	}
+	for _, id := range p.IDs {
+		delete(o.racks, id)
+	}
+	o.changes++
+	return nil
+}
+
+// Accounts is an in-memory accounts store.
+type Accounts struct {
+	mu     sync.Mutex
+	teams  map[string]cosmic.Team
+	users  map[string]cosmic.User
+	tokens map[string]store.Token // by ID
+	err    error
+}
+
+var _ appnode.Accounts = (*Accounts)(nil)
+
+// NewAccounts returns an empty accounts store.
+func NewAccounts() *Accounts {
+	return &Accounts{teams: map[string]cosmic.Team{}, users: map[string]cosmic.User{}, tokens: map[string]store.Token{}}
+}
+
+// FailWith makes every later call fail with err (nil: succeed again).
+func (a *Accounts) FailWith(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.err = err
+}
+
+// CreateTeam adds a team.
+func (a *Accounts) CreateTeam(_ context.Context, t cosmic.Team) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.err != nil:
+		return a.err
+	case t.Name == "":
+		return fmt.Errorf("team name: %w", cosmic.ErrInvalid)
+	case a.teams[t.Name] != (cosmic.Team{}):
+		return fmt.Errorf("team %s: %w", t.Name, cosmic.ErrConflict)
+	}
+	a.teams[t.Name] = t
+	return nil
+}
+
+// ListTeams lists teams by name.
+func (a *Accounts) ListTeams(context.Context) ([]cosmic.Team, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return nil, a.err
+	}
+	var out []cosmic.Team
+	for _, t := range a.teams {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// CreateUser adds a user of an existing team.
+func (a *Accounts) CreateUser(_ context.Context, u cosmic.User) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.err != nil:
+		return a.err
+	case u.Name == "" || !u.Role.Valid() || a.teams[u.Team] == (cosmic.Team{}):
+		return fmt.Errorf("user %q: %w", u.Name, cosmic.ErrInvalid)
+	case a.users[u.Name] != (cosmic.User{}):
+		return fmt.Errorf("user %s: %w", u.Name, cosmic.ErrConflict)
+	}
+	a.users[u.Name] = u
+	return nil
+}
+
+// GetUser returns a user.
+func (a *Accounts) GetUser(_ context.Context, name string) (cosmic.User, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return cosmic.User{}, a.err
+	}
+	u, ok := a.users[name]
+	if !ok {
+		return cosmic.User{}, fmt.Errorf("user %s: %w", name, cosmic.ErrNotFound)
+	}
+	return u, nil
+}
+
+// ListUsers lists users by name.
+func (a *Accounts) ListUsers(context.Context) ([]cosmic.User, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return nil, a.err
+	}
+	var out []cosmic.User
+	for _, u := range a.users {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// CreateToken stores a token of an existing user.
+func (a *Accounts) CreateToken(_ context.Context, t store.Token) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if t.ID == "" || len(t.Hash) == 0 || a.users[t.UserName] == (cosmic.User{}) {
+		return fmt.Errorf("token %q: %w", t.ID, cosmic.ErrInvalid)
+	}
+	for _, o := range a.tokens {
+		if o.ID == t.ID || string(o.Hash) == string(t.Hash) {
+			return fmt.Errorf("token %s: %w", t.ID, cosmic.ErrConflict)
+		}
+	}
+	t.Hash = slices.Clone(t.Hash)
+	a.tokens[t.ID] = t
+	return nil
+}
+
+// UserByTokenHash returns a token's user; an expired token is not found.
+func (a *Accounts) UserByTokenHash(_ context.Context, hash []byte) (cosmic.User, store.Token, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return cosmic.User{}, store.Token{}, a.err
+	}
+	for _, t := range a.tokens {
+		if string(t.Hash) == string(hash) && (t.ExpiresAt.IsZero() || time.Now().Before(t.ExpiresAt)) {
+			return a.users[t.UserName], t, nil
+		}
+	}
+	return cosmic.User{}, store.Token{}, fmt.Errorf("token: %w", cosmic.ErrNotFound)
+}
+
+// DeleteToken removes a token.
+func (a *Accounts) DeleteToken(_ context.Context, id string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if _, ok := a.tokens[id]; !ok {
+		return fmt.Errorf("token %s: %w", id, cosmic.ErrNotFound)
+	}
+	delete(a.tokens, id)
+	return nil
+}
+
+// Env is an app-node served over httptest with fake dependencies and an
+// admin bootstrapped.
+type Env struct {
+	Server     *httptest.Server
+	App        *appnode.Server
+	Ork        *Ork
+	Accounts   *Accounts
+	AdminToken string
+	DataDir    string
+}
+
+// URL is the server's base URL.
+func (e *Env) URL() string { return e.Server.URL }
+
+// NewEnv starts an app-node with fresh fakes and bootstraps its admin.
+// The server is closed when the test ends. Logs are discarded unless
+// COSMICAC_TEST_LOG is set.
+func NewEnv(tb testing.TB) *Env {
+	tb.Helper()
+	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(), DataDir: tb.TempDir()}
+	cfg := appnode.DefaultConfig()
+	cfg.DataDir = e.DataDir
+	app, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path, created, err := app.Bootstrap(context.Background())
+	if err != nil || !created {
+		tb.Fatalf("bootstrap: created %v, err %v", created, err)
+	}
+	b, err := readFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.App, e.AdminToken = app, strings.TrimSpace(b)
+	e.Server = httptest.NewServer(app.Handler())
+	tb.Cleanup(e.Server.Close)
+	return e
+}
+
+// AddUser creates a user (and its team if needed) and returns a token of it.
+func (e *Env) AddUser(tb testing.TB, name, team string, role cosmic.Role) string {
+	tb.Helper()
+	ctx := context.Background()
+	if err := e.Accounts.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil && !errors.Is(err, cosmic.ErrConflict) {
+		tb.Fatal(err)
+	}
+	if err := e.Accounts.CreateUser(ctx, cosmic.User{Name: name, Team: team, Role: role}); err != nil {
+		tb.Fatal(err)
+	}
+	secret, hash, err := appnode.NewToken()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id, err := appnode.NewTokenID()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.Accounts.CreateToken(ctx, store.Token{ID: id, Name: name, UserName: name, Hash: hash, CreatedAt: time.Now()}); err != nil {
+		tb.Fatal(err)
+	}
+	return secret
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}

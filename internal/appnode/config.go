@@ -1,0 +1,60 @@
+package appnode
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config is the app-node's configuration.
+type Config struct {
+	// Listen is the HTTP listen address (host:port).
+	Listen string `yaml:"listen"`
+	// DataDir holds admin.token, written at bootstrap.
+	DataDir string `yaml:"dataDir"`
+	// MaxBody is the largest request body accepted, in bytes (413 beyond).
+	MaxBody int64 `yaml:"maxBody"`
+	// OrkTimeout bounds each call to the ork.
+	OrkTimeout time.Duration `yaml:"orkTimeout"`
+	// ShutdownGrace is how long Run waits for requests in flight at shutdown.
+	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
+}
+
+// Defaults of DefaultConfig.
+const (
+	DefaultListen  = "127.0.0.1:8080"
+	DefaultMaxBody = 1 << 20
+)
+
+// DefaultConfig returns the defaults; DataDir is left for the caller (the
+// CLI puts it under the user's data directory).
+func DefaultConfig() Config {
+	return Config{
+		Listen:        DefaultListen,
+		MaxBody:       DefaultMaxBody,
+		OrkTimeout:    30 * time.Second,
+		ShutdownGrace: 10 * time.Second,
+	}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: want host:port: %w", c.Listen, err))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("dataDir is required"))
+	}
+	if c.MaxBody < 1<<10 || c.MaxBody > 64<<20 {
+		errs = append(errs, fmt.Errorf("maxBody %d: want 1 KiB to 64 MiB", c.MaxBody))
+	}
+	if c.OrkTimeout <= 0 {
+		errs = append(errs, errors.New("orkTimeout must be positive"))
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, errors.New("shutdownGrace must not be negative"))
+	}
+	return errors.Join(errs...)
+}

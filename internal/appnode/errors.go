@@ -1,0 +1,134 @@
+package appnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+)
+
+// apiError is an error the app-node itself answers with a given status.
+type apiError struct {
+	status int
+	body   apiv1.ErrorBody
+}
+
+func (e *apiError) Error() string { return e.body.Code + ": " + e.body.Message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, body: apiv1.ErrorBody{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+func badRequest(format string, args ...any) *apiError {
+	return errorf(http.StatusBadRequest, apiv1.CodeBadRequest, format, args...)
+}
+
+// invalid reports field problems as one 400 "invalid" error with every
+// field in details.
+func invalid(fes ...*cosmic.FieldError) *apiError {
+	e := errorf(http.StatusBadRequest, apiv1.CodeInvalid, "%s", fes[0].Error())
+	if len(fes) > 1 {
+		e.body.Message = fmt.Sprintf("%s (and %d more problems)", fes[0].Error(), len(fes)-1)
+	}
+	e.body.Details, _ = json.Marshal(fes)
+	return e
+}
+
+// toHTTP is the one mapping from errors to what clients see: the app-node's
+// own errors as they are; request-body limits 413; the domain's sentinel
+// errors and field errors; the ork's fabric error codes; everything else 500
+// without its text. internal says the error is a failure of ours (5xx) whose
+// cause must be logged.
+func toHTTP(err error) (status int, body apiv1.ErrorBody, internal bool) {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	var fe *fabric.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae.status, ae.body, ae.status >= 500
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, apiv1.ErrorBody{Code: apiv1.CodeTooLarge,
+			Message: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}, false
+	case errors.As(err, &fe):
+		return fabricToHTTP(fe)
+	}
+	if fes := cosmic.FieldErrors(err); len(fes) > 0 {
+		ie := invalid(fes...)
+		return ie.status, ie.body, false
+	}
+	switch {
+	case errors.Is(err, cosmic.ErrInvalid):
+		return http.StatusBadRequest, apiv1.ErrorBody{Code: apiv1.CodeInvalid, Message: err.Error()}, false
+	case errors.Is(err, cosmic.ErrNotFound):
+		return http.StatusNotFound, apiv1.ErrorBody{Code: apiv1.CodeNotFound, Message: err.Error()}, false
+	case errors.Is(err, cosmic.ErrConflict), errors.Is(err, cosmic.ErrIllegalTransition):
+		return http.StatusConflict, apiv1.ErrorBody{Code: apiv1.CodeConflict, Message: err.Error()}, false
+	case errors.Is(err, cosmic.ErrForbidden):
+		return http.StatusForbidden, apiv1.ErrorBody{Code: apiv1.CodeForbidden, Message: err.Error()}, false
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout, Message: "the request timed out"}, true
+	case errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the request was canceled"}, false
+	}
+	return http.StatusInternalServerError, apiv1.ErrorBody{Code: apiv1.CodeInternal, Message: "internal error; see the app-node's log"}, true
+}
+
+func fabricToHTTP(fe *fabric.Error) (int, apiv1.ErrorBody, bool) {
+	switch fe.Code {
+	case fabric.CodeNotFound:
+		return http.StatusNotFound, apiv1.ErrorBody{Code: apiv1.CodeNotFound, Message: fe.Message}, false
+	case orkapi.CodeInvalid:
+		b := apiv1.ErrorBody{Code: apiv1.CodeInvalid, Message: fe.Message}
+		if json.Valid(fe.Details) {
+			b.Details = fe.Details // []orkapi.FieldError: the same shape as apiv1.FieldError
+		}
+		return http.StatusBadRequest, b, false
+	case fabric.CodeBadRequest:
+		return http.StatusBadRequest, apiv1.ErrorBody{Code: apiv1.CodeBadRequest, Message: fe.Message}, false
+	case orkapi.CodeConflict:
+		return http.StatusConflict, apiv1.ErrorBody{Code: apiv1.CodeConflict, Message: fe.Message}, false
+	case fabric.CodeForbidden:
+		return http.StatusForbidden, apiv1.ErrorBody{Code: apiv1.CodeForbidden, Message: fe.Message}, false
+	case fabric.CodeUnavailable, fabric.CodeRefused:
+		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the ork cannot be reached; try again"}, true
+	case fabric.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout, Message: "the ork did not answer in time; try again"}, true
+	case fabric.CodeCanceled:
+		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the request was canceled"}, false
+	}
+	return http.StatusInternalServerError, apiv1.ErrorBody{Code: apiv1.CodeInternal, Message: "internal error; see the app-node's log"}, true
+}
+
+// writeError answers err, logging it when it is a failure of ours.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body, internal := toHTTP(err)
+	if internal {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusUnauthorized {
+		v := `Bearer realm="cosmicac"`
+		if r.Header.Get("Authorization") != "" {
+			v += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", v)
+	}
+	writeJSON(w, status, apiv1.ErrorResponse{Error: body})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // our own types always encode; keep the answer well-formed anyway
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encode answer"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

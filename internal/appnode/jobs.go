@@ -1,0 +1,395 @@
+package appnode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/version"
+)
+
+// orkCtx bounds one call to the ork.
+func (s *Server) orkCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.OrkTimeout)
+}
+
+// readBody reads the request body, at most cfg.MaxBody bytes.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > s.cfg.MaxBody {
+		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBody}
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, badRequest("read body: %v", err)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and
+// trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode body: %w: %w", cosmic.ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("decode body: %w: trailing data after the JSON value", cosmic.ErrInvalid)
+	}
+	return nil
+}
+
+// readSpec reads, defaults and validates a spec, reporting every invalid
+// field at once.
+func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (raw []byte, spec cosmic.Spec, err error) {
+	raw, err = s.readBody(w, r)
+	if err != nil {
+		return nil, cosmic.Spec{}, err
+	}
+	if spec, err = cosmic.ParseSpec(raw); err != nil {
+		return nil, cosmic.Spec{}, err
+	}
+	spec.Default()
+	if err := spec.Validate(); err != nil {
+		return nil, cosmic.Spec{}, err
+	}
+	return raw, spec, nil
+}
+
+func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	_, spec, err := s.readSpec(w, r)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	j, err := s.ork.CreateJob(ctx, orkapi.CreateJobParams{
+		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.user.Team, Spec: spec,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.Header().Set("Location", apiv1.Prefix+"/jobs/"+j.ID)
+	return j, nil
+}
+
+// visibleJob returns the job named by the path's {id} if the caller may
+// see it: admins see every job, others their team's. A job of another team
+// is not found, so that IDs do not leak.
+func (s *Server) visibleJob(r *http.Request, c *caller) (cosmic.Job, error) {
+	id, err := cosmic.ParseJobID(r.PathValue("id"))
+	if err != nil {
+		return cosmic.Job{}, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	j, err := s.ork.GetJob(ctx, id)
+	if err != nil {
+		return cosmic.Job{}, err
+	}
+	if !c.admin() && j.Team != c.user.Team {
+		return cosmic.Job{}, errorf(http.StatusNotFound, apiv1.CodeNotFound, "job %s not found", id)
+	}
+	return j, nil
+}
+
+func (s *Server) getJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	return s.visibleJob(r, c)
+}
+
+func (s *Server) listJobs(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	p, page, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		return nil, err
+	}
+	if !c.admin() {
+		p.Team = c.user.Team
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	rep, err := s.ork.ListJobs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	items := rep.Jobs
+	if items == nil {
+		items = []cosmic.Job{}
+	}
+	return apiv1.JobList{Items: items, Total: rep.Total, Page: page, Size: p.Size}, nil
+}
+
+// parseListQuery turns listJobs's query into the ork's params; page is the
+// API's 1-based page.
+func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, err error) {
+	var fes []*cosmic.FieldError
+	bad := func(field, format string, args ...any) {
+		fes = append(fes, &cosmic.FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	one := func(name string) (string, bool) {
+		v, ok := q[name]
+		if !ok {
+			return "", false
+		}
+		if len(v) > 1 {
+			bad(name, "is given %d times; give it once", len(v))
+		}
+		return v[0], true
+	}
+	if v, ok := one(apiv1.QueryLabelSelector); ok {
+		p.Labels = map[string]string{}
+		for _, term := range strings.Split(v, ",") {
+			k, val, found := strings.Cut(strings.TrimSpace(term), "=")
+			switch {
+			case !found:
+				bad(apiv1.QueryLabelSelector, "term %q: want key=value", term)
+			case !cosmic.ValidLabelKey(k):
+				bad(apiv1.QueryLabelSelector, "term %q: %q is not a label key", term, k)
+			case !cosmic.ValidLabelValue(val):
+				bad(apiv1.QueryLabelSelector, "term %q: %q is not a label value", term, val)
+			default:
+				if old, dup := p.Labels[k]; dup && old != val {
+					bad(apiv1.QueryLabelSelector, "key %q is given twice with different values", k)
+				}
+				p.Labels[k] = val
+			}
+		}
+	}
+	if v, ok := one(apiv1.QueryOrder); ok {
+		if !slices.Contains(apiv1.Orders, v) {
+			bad(apiv1.QueryOrder, "%q: want asc or desc", v)
+		}
+		p.Order = v
+	}
+	if v, ok := one(apiv1.QuerySort); ok {
+		if !slices.Contains(apiv1.SortKeys, v) {
+			bad(apiv1.QuerySort, "%q: want one of %s", v, strings.Join(apiv1.SortKeys, ", "))
+		}
+		p.Sort = v
+	}
+	page = 1
+	if v, ok := one(apiv1.QueryPage); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			bad(apiv1.QueryPage, "%q: want a page number from 1", v)
+		} else {
+			page = n
+		}
+	}
+	p.Size = apiv1.DefaultPageSize
+	if v, ok := one(apiv1.QuerySize); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > apiv1.MaxPageSize {
+			bad(apiv1.QuerySize, "%q: want a page size from 1 to %d", v, apiv1.MaxPageSize)
+		} else {
+			p.Size = n
+		}
+	}
+	p.Page = page - 1
+	for _, v := range q[apiv1.QueryStatusState] {
+		for _, st := range strings.Split(v, ",") {
+			st := cosmic.State(strings.TrimSpace(st))
+			if !st.Valid() {
+				bad(apiv1.QueryStatusState, "%q is not a job state", st)
+				continue
+			}
+			if !slices.Contains(p.States, st) {
+				p.States = append(p.States, st)
+			}
+		}
+	}
+	parseTime := func(name string, dst *time.Time) {
+		if v, ok := one(name); ok {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				bad(name, "%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", v)
+				return
+			}
+			*dst = t
+		}
+	}
+	parseTime(apiv1.QueryUpdatedAfter, &p.UpdatedAfter)
+	parseTime(apiv1.QueryUpdatedBefore, &p.UpdatedBefore)
+	if !p.UpdatedAfter.IsZero() && !p.UpdatedBefore.IsZero() && !p.UpdatedAfter.Before(p.UpdatedBefore) {
+		bad(apiv1.QueryUpdatedAfter, "must be before updatedBefore")
+	}
+	if v, ok := one(apiv1.QueryUserName); ok {
+		if v == "" || len(v) > 128 {
+			bad(apiv1.QueryUserName, "want a user name")
+		}
+		p.User = v
+	}
+	if len(fes) > 0 {
+		return orkapi.ListJobsParams{}, 0, invalid(fes...)
+	}
+	return p, page, nil
+}
+
+// boolQuery parses an optional boolean query parameter.
+func boolQuery(r *http.Request, name string) (bool, error) {
+	v, ok := r.URL.Query()[name]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v[len(v)-1])
+	if err != nil || len(v) > 1 {
+		return false, invalid(&cosmic.FieldError{Field: name, Message: fmt.Sprintf("%q: want true or false, once", v[len(v)-1])})
+	}
+	return b, nil
+}
+
+func (s *Server) deleteJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	force, err := boolQuery(r, apiv1.QueryForce)
+	if err != nil {
+		return nil, err
+	}
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.DeleteJob(ctx, orkapi.DeleteJobParams{ID: j.ID, Force: force})
+}
+
+func (s *Server) restartJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.RestartJob(ctx, orkapi.RestartJobParams{ID: j.ID})
+}
+
+func (s *Server) killJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.KillJob(ctx, j.ID)
+}
+
+func (s *Server) labelJob(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	var l apiv1.Label
+	if err := decodeStrict(raw, &l); err != nil {
+		return nil, err
+	}
+	if err := cosmic.ValidateLabel("name", l.Name, l.Value); err != nil {
+		return nil, err
+	}
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.LabelJob(ctx, orkapi.LabelJobParams{ID: j.ID, Name: l.Name, Value: l.Value})
+}
+
+func (s *Server) dataSyncJob(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	var ds apiv1.DataSync
+	if err := decodeStrict(raw, &ds); err != nil {
+		return nil, err
+	}
+	var fes []*cosmic.FieldError
+	if !slices.Contains(apiv1.DataSyncDirections, ds.Direction) {
+		fes = append(fes, &cosmic.FieldError{Field: "direction", Message: fmt.Sprintf("%q: want push or pull", ds.Direction)})
+	}
+	if ds.Volume == "" {
+		fes = append(fes, &cosmic.FieldError{Field: "volume", Message: "is required"})
+	}
+	if len(fes) > 0 {
+		return nil, invalid(fes...)
+	}
+	if _, err := s.visibleJob(r, c); err != nil {
+		return nil, err
+	}
+	return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented,
+		"data sync is not implemented: workers do not mount volumes yet")
+}
+
+func (s *Server) jobCommand(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
+	raw, _, err := s.readSpec(w, r)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := cosmic.ParseSpec(raw) // as given: defaults need no flags
+	if err != nil {
+		return nil, err
+	}
+	return cosmic.CLICommand(spec), nil
+}
+
+// replica returns the visible job of the path's {id} and the index of the
+// path's {n}, which must name one of its replicas.
+func (s *Server) replica(r *http.Request, c *caller) (cosmic.Job, int, error) {
+	n, err := strconv.Atoi(r.PathValue("n"))
+	if err != nil || n < 0 {
+		return cosmic.Job{}, 0, invalid(&cosmic.FieldError{Field: "n", Message: fmt.Sprintf("%q is not a replica index (from 0)", r.PathValue("n"))})
+	}
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return cosmic.Job{}, 0, err
+	}
+	if n >= j.Spec.Replicas() {
+		return cosmic.Job{}, 0, errorf(http.StatusNotFound, apiv1.CodeNotFound, "job %s has no replica %d (it has %d)", j.ID, n, j.Spec.Replicas())
+	}
+	return j, n, nil
+}
+
+func (s *Server) restartReplica(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, n, err := s.replica(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.RestartJob(ctx, orkapi.RestartJobParams{ID: j.ID, Replica: &n})
+}
+
+func (s *Server) deleteReplica(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, n, err := s.replica(r, c)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return s.ork.DeleteJob(ctx, orkapi.DeleteJobParams{ID: j.ID, Replica: &n})
+}
+
+func (s *Server) whoAmI(_ http.ResponseWriter, _ *http.Request, c *caller) (any, error) {
+	return apiv1.WhoAmI{User: c.user.Name, Team: c.user.Team, Role: c.user.Role, Token: c.token}, nil
+}
+
+func (s *Server) openAPI(_ http.ResponseWriter, _ *http.Request, _ *caller) (any, error) {
+	return s.openapi, nil
+}
+
+func (s *Server) health(_ http.ResponseWriter, _ *http.Request, _ *caller) (any, error) {
+	return apiv1.Health{Status: "ok", Version: version.Version}, nil
+}

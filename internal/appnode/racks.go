@@ -1,0 +1,83 @@
+package appnode
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+)
+
+// rackOut maps the ork's rack to the API's.
+func rackOut(ri orkapi.RackInfo) apiv1.Rack {
+	nodes := ri.Nodes
+	if nodes == nil {
+		nodes = []cosmic.Node{}
+	}
+	return apiv1.Rack{
+		ID: ri.ID, Type: ri.Type, Location: ri.Location, GPUModel: ri.GPUModel,
+		WorkerKey: ri.WorkerKey, CreatedAt: ri.CreatedAt, Nodes: nodes,
+		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs,
+	}
+}
+
+func (s *Server) listRacks(_ http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	rep, err := s.ork.ListRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := apiv1.RackList{Items: make([]apiv1.Rack, len(rep.Racks)), Total: len(rep.Racks)}
+	for i, ri := range rep.Racks {
+		out.Items[i] = rackOut(ri)
+	}
+	return out, nil
+}
+
+func (s *Server) registerRack(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
+	raw, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	var in apiv1.RegisterRack
+	if err := decodeStrict(raw, &in); err != nil {
+		return nil, err
+	}
+	if in.Type == "" {
+		in.Type = cosmic.RackTypeServer
+	}
+	rack := cosmic.Rack{ID: in.ID, Type: in.Type, Location: in.Location, GPUModel: in.GPUModel, WorkerKey: in.WorkerKey}
+	fes := cosmic.FieldErrors(rack.Validate())
+	for i, a := range in.WorkerAddrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			fes = append(fes, &cosmic.FieldError{Field: fmt.Sprintf("workerAddrs[%d]", i), Message: fmt.Sprintf("%q: want host:port", a)})
+		}
+	}
+	if len(fes) > 0 {
+		return nil, invalid(fes...)
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	ri, err := s.ork.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: rack, WorkerAddrs: in.WorkerAddrs})
+	if err != nil {
+		return nil, err
+	}
+	return rackOut(ri), nil
+}
+
+func (s *Server) removeRack(_ http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
+	force, err := boolQuery(r, apiv1.QueryForce)
+	if err != nil {
+		return nil, err
+	}
+	id := r.PathValue("id")
+	if id == "" || len(id) > 63 {
+		return nil, invalid(&cosmic.FieldError{Field: "id", Message: fmt.Sprintf("%q is not a rack ID", id)})
+	}
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	return nil, s.ork.ForgetRacks(ctx, orkapi.ForgetRacksParams{IDs: []string{id}, Force: force})
+}

@@ -1,0 +1,300 @@
+package appnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/version"
+)
+
+// Ork is what the app-node asks of the ork; *orkapi.Client implements it.
+type Ork interface {
+	CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.Job, error)
+	GetJob(ctx context.Context, id string) (cosmic.Job, error)
+	ListJobs(ctx context.Context, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error)
+	DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error)
+	RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic.Job, error)
+	KillJob(ctx context.Context, id string) (cosmic.Job, error)
+	LabelJob(ctx context.Context, p orkapi.LabelJobParams) (cosmic.Job, error)
+	RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (orkapi.RackInfo, error)
+	ListRacks(ctx context.Context) (orkapi.ListRacksReply, error)
+	ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error
+}
+
+var _ Ork = (*orkapi.Client)(nil)
+
+// Observer sees every answered request: the route's operation ID (apiv1.Op*;
+// "" when no route matched), the status and the time taken. It is the hook
+// for metrics.
+type Observer interface {
+	ObserveRequest(op string, status int, elapsed time.Duration)
+}
+
+// Server is the app-node's HTTP API.
+type Server struct {
+	cfg     Config
+	ork     Ork
+	acc     Accounts
+	log     *slog.Logger
+	now     func() time.Time
+	openapi []byte
+	mux     *http.ServeMux
+	obs     Observer
+}
+
+// handler serves one route. It returns the success body (nil: none) or an
+// error, which toHTTP maps; the success status is the route's.
+type handler func(w http.ResponseWriter, r *http.Request, c *caller) (any, error)
+
+// New returns the app-node's server of cfg, forwarding to ork and keeping
+// accounts in acc.
+func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("app-node config: %w", err)
+	}
+	if ork == nil || acc == nil || log == nil {
+		return nil, errors.New("app-node: ork, accounts and logger are required")
+	}
+	routes := apiv1.Routes()
+	doc, err := apiv1.OpenAPI(routes, version.Version)
+	if err != nil {
+		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
+	}
+	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux()}
+	handlers := s.handlers()
+	for _, rt := range routes {
+		h, ok := handlers[rt.Op]
+		if !ok {
+			return nil, fmt.Errorf("app-node: no handler for route %s (%s)", rt.Op, rt.Pattern())
+		}
+		delete(handlers, rt.Op)
+		s.mux.Handle(rt.Pattern(), s.serve(rt, h))
+	}
+	for op := range handlers {
+		return nil, fmt.Errorf("app-node: handler %s has no route", op)
+	}
+	return s, nil
+}
+
+// SetObserver installs o (call it before serving).
+func (s *Server) SetObserver(o Observer) { s.obs = o }
+
+// Bootstrap runs Bootstrap on the server's accounts and data directory.
+func (s *Server) Bootstrap(ctx context.Context) (path string, created bool, err error) {
+	return Bootstrap(ctx, s.acc, s.cfg.DataDir)
+}
+
+func (s *Server) handlers() map[string]handler {
+	return map[string]handler{
+		apiv1.OpCreateJob:      s.createJob,
+		apiv1.OpListJobs:       s.listJobs,
+		apiv1.OpGetJob:         s.getJob,
+		apiv1.OpDeleteJob:      s.deleteJob,
+		apiv1.OpRestartJob:     s.restartJob,
+		apiv1.OpKillJob:        s.killJob,
+		apiv1.OpDataSyncJob:    s.dataSyncJob,
+		apiv1.OpLabelJob:       s.labelJob,
+		apiv1.OpJobCommand:     s.jobCommand,
+		apiv1.OpRestartReplica: s.restartReplica,
+		apiv1.OpDeleteReplica:  s.deleteReplica,
+		apiv1.OpListRacks:      s.listRacks,
+		apiv1.OpRegisterRack:   s.registerRack,
+		apiv1.OpRemoveRack:     s.removeRack,
+		apiv1.OpWhoAmI:         s.whoAmI,
+		apiv1.OpOpenAPI:        s.openAPI,
+		apiv1.OpHealth:         s.health,
+	}
+}
+
+// info is what the logging middleware learns from the route handler.
+type info struct {
+	op   string
+	user string
+}
+
+type infoKey struct{}
+
+// serve wraps h with what every route shares: authentication and access,
+// refusing unknown query parameters (but on public routes), and writing
+// the answer.
+func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
+	known := map[string]bool{}
+	for _, p := range rt.Params {
+		if p.In == apiv1.InQuery {
+			known[p.Name] = true
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in, _ := r.Context().Value(infoKey{}).(*info)
+		if in != nil {
+			in.op = rt.Op
+		}
+		var c *caller
+		if rt.Access != apiv1.Public {
+			var err error
+			if c, err = s.authenticate(r, rt.Access); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			if in != nil {
+				in.user = c.user.Name
+			}
+		}
+		for k := range r.URL.Query() {
+			if !known[k] && rt.Access != apiv1.Public {
+				s.writeError(w, r, badRequest("unknown query parameter %q", k))
+				return
+			}
+		}
+		body, err := h(w, r, c)
+		switch {
+		case err != nil:
+			s.writeError(w, r, err)
+		case body == nil:
+			w.WriteHeader(rt.Status)
+		case rt.Op == apiv1.OpOpenAPI:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rt.Status)
+			_, _ = w.Write(body.([]byte))
+		default:
+			writeJSON(w, rt.Status, body)
+		}
+	})
+}
+
+// Handler returns the API's handler: every route of apiv1.Routes, JSON
+// errors for unknown paths (404) and methods (405), and request logging.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		in := &info{}
+		r = r.WithContext(context.WithValue(r.Context(), infoKey{}, in))
+		sw := &statusWriter{ResponseWriter: w}
+		s.route(sw, r)
+		elapsed := time.Since(start)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		level := slog.LevelInfo
+		if sw.status >= 500 {
+			level = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
+			"op", in.op, "status", sw.status, "duration_ms", float64(elapsed.Microseconds())/1000,
+			"user", in.user, "remote", r.RemoteAddr)
+		if s.obs != nil {
+			s.obs.ObserveRequest(in.op, sw.status, elapsed)
+		}
+	})
+}
+
+// route dispatches r, answering requests no route matches with a JSON
+// error instead of the mux's plain text.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	h, _ := s.mux.Handler(r)
+	rec := &headerRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		s.writeError(w, r, errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	case http.StatusNotFound:
+		s.writeError(w, r, errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route %s %s; see %s/openapi.json", r.Method, r.URL.Path, apiv1.Prefix))
+	default: // a redirect to the clean path
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+	}
+}
+
+// headerRecorder keeps the status and headers the mux's fallback handlers
+// write, and drops their plain-text body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (h *headerRecorder) WriteHeader(status int) {
+	if h.status == 0 {
+		h.status = status
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Run serves the API on cfg.Listen until ctx ends, then shuts down,
+// waiting up to cfg.ShutdownGrace for requests in flight.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("app-node: listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves the API on ln until ctx ends; it closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	s.log.Info("app-node listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("app-node: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-errc // Serve returned ErrServerClosed
+	if err != nil {
+		return fmt.Errorf("app-node: shutdown: %w", err)
+	}
+	return nil
+}
