@@ -1,0 +1,91 @@
+package cosmictest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// checkReservations asserts the placement invariants on the store: no GPU
+// claimed twice, no node above its capacity, and GPUs held only by jobs
+// whose state holds GPUs.
+func checkReservations(t *testing.T, e *Env, when string) {
+	t.Helper()
+	res, err := e.P.Store.Reservations(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[cosmic.GPURef]string{}
+	perNode := map[string]int{}
+	holders := map[string]bool{}
+	for _, r := range res {
+		holders[r.JobID] = true
+		for _, g := range r.GPUs() {
+			if other, dup := seen[g]; dup {
+				t.Fatalf("%s: GPU %v claimed by %s and %s", when, g, other, r.JobID)
+			}
+			seen[g] = r.JobID
+			if g.Index < 0 || g.Index >= e.Config.Sim.GPUsPerNode {
+				t.Fatalf("%s: GPU index %v beyond the node", when, g)
+			}
+			perNode[g.Node]++
+		}
+	}
+	for n, c := range perNode {
+		if c > e.Config.Sim.GPUsPerNode {
+			t.Fatalf("%s: node %s has %d GPUs claimed, capacity %d", when, n, c, e.Config.Sim.GPUsPerNode)
+		}
+	}
+	for id := range holders {
+		j, err := e.P.Store.GetJob(e.Ctx, id)
+		if err != nil {
+			t.Fatalf("%s: reservation of missing job %s: %v", when, id, err)
+		}
+		if !j.Status.State.HoldsGPUs() {
+			t.Fatalf("%s: job %s is %s but holds GPUs", when, id, j.Status.State)
+		}
+	}
+}
+
+// TestRandomOperationsKeepInvariants runs seeded random sequences of create,
+// delete, restart and kill, with restarts of the whole platform (the ork
+// among it), checking after every step that no GPU is claimed twice and no
+// node is over capacity.
+func TestRandomOperationsKeepInvariants(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 42))
+			e := NewEnv(t)
+			var ids []string
+			for step := range 40 {
+				op := rng.IntN(10)
+				switch {
+				case op < 4 || len(ids) == 0:
+					var spec cosmic.Spec
+					if rng.IntN(4) == 0 {
+						spec = VLLM(fmt.Sprint("v", step), 1+rng.IntN(2), []int{4, 8, 16}[rng.IntN(3)])
+					} else {
+						spec = Container(fmt.Sprint("c", step), 1+rng.IntN(8))
+					}
+					ids = append(ids, e.Create(spec).ID)
+				case op < 6:
+					i := rng.IntN(len(ids))
+					if _, err := e.Client.DeleteJob(e.Ctx, ids[i], rng.IntN(2) == 0); err == nil {
+						ids = append(ids[:i], ids[i+1:]...)
+					}
+				case op < 7:
+					e.Client.RestartJob(e.Ctx, ids[rng.IntN(len(ids))])
+				case op < 9:
+					e.Client.KillJob(e.Ctx, ids[rng.IntN(len(ids))])
+				default:
+					e.Restart()
+				}
+				time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+				checkReservations(t, e, fmt.Sprintf("step %d (op %d)", step, op))
+			}
+		})
+	}
+}
