@@ -34,6 +34,7 @@ func (t *txn) CreateJob(ctx context.Context, j cosmic.Job) error {
 		if err != nil {
 			return fmt.Errorf("create job %s: %w", j.ID, err)
 		}
+		t.writes++
 		return t.insertLabels(ctx, j)
 	})
 }
@@ -54,6 +55,7 @@ func (t *txn) PutJob(ctx context.Context, j cosmic.Job) error {
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return errors.Join(fmt.Errorf("put job %s: %w", j.ID, cosmic.ErrNotFound), err)
 		}
+		t.writes++
 		if _, err := t.q.ExecContext(ctx, "DELETE FROM job_labels WHERE job_id = ?", j.ID); err != nil {
 			return fmt.Errorf("put job %s: labels: %w", j.ID, err)
 		}
@@ -157,36 +159,42 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 		args  []any
 	)
 	if q.Team != "" {
-		where = append(where, "team = ?")
+		where = append(where, "jobs.team = ?")
 		args = append(args, q.Team)
 	}
 	if q.User != "" {
-		where = append(where, "user_name = ?")
+		where = append(where, "jobs.user_name = ?")
 		args = append(args, q.User)
 	}
 	if len(q.States) > 0 {
-		where = append(where, "state IN (?"+strings.Repeat(", ?", len(q.States)-1)+")")
+		where = append(where, "jobs.state IN (?"+strings.Repeat(", ?", len(q.States)-1)+")")
 		for _, s := range q.States {
 			args = append(args, string(s))
 		}
 	}
+	if !q.UpdatedAfter.IsZero() {
+		where = append(where, "jobs.updated_at > ?")
+		args = append(args, q.UpdatedAfter.UnixNano())
+	}
+	if !q.UpdatedBefore.IsZero() {
+		where = append(where, "jobs.updated_at < ?")
+		args = append(args, q.UpdatedBefore.UnixNano())
+	}
+	// Each label is a join on job_labels' primary key (job_id, key): at
+	// most one row per job, so no duplicates; the planner starts from the
+	// label's (key, value) index or from the jobs' when that is narrower.
 	keys := make([]string, 0, len(q.Labels))
 	for k := range q.Labels {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
-		where = append(where, "id IN (SELECT job_id FROM job_labels WHERE key = ? AND value = ?)")
-		args = append(args, k, q.Labels[k])
+	var joins strings.Builder
+	var joinArgs []any
+	for i, k := range keys {
+		fmt.Fprintf(&joins, " JOIN job_labels l%d ON l%d.job_id = jobs.id AND l%d.key = ? AND l%d.value = ?", i, i, i, i)
+		joinArgs = append(joinArgs, k, q.Labels[k])
 	}
-	if !q.UpdatedAfter.IsZero() {
-		where = append(where, "updated_at > ?")
-		args = append(args, q.UpdatedAfter.UnixNano())
-	}
-	if !q.UpdatedBefore.IsZero() {
-		where = append(where, "updated_at < ?")
-		args = append(args, q.UpdatedBefore.UnixNano())
-	}
+	args = append(joinArgs, args...)
 	cond := ""
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
@@ -195,10 +203,12 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 	if q.Order == store.OrderAsc {
 		dir = "ASC"
 	}
+	from := " FROM jobs" + joins.String() + cond
+	order := " ORDER BY jobs." + sortColumns[q.Sort] + " " + dir + ", jobs.id " + dir
 	offset := q.Page * q.Size
-	rows, err := t.q.QueryContext(ctx, "SELECT "+jobColumns+" FROM jobs"+cond+
-		" ORDER BY "+sortColumns[q.Sort]+" "+dir+", id "+dir+" LIMIT ? OFFSET ?",
-		append(args, q.Size, offset)...)
+	// The page's IDs come from indexes alone; only its rows are read.
+	rows, err := t.q.QueryContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id IN (SELECT jobs.id"+from+order+
+		" LIMIT ? OFFSET ?)"+order, append(args, q.Size, offset)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs: %w", err)
 	}
@@ -220,7 +230,7 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 		return jobs, offset + len(jobs), nil
 	}
 	var total int
-	if err := t.q.QueryRowContext(ctx, "SELECT count(*) FROM jobs"+cond, args...).Scan(&total); err != nil {
+	if err := t.q.QueryRowContext(ctx, "SELECT count(*)"+from, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("list jobs: count: %w", err)
 	}
 	return jobs, total, nil

@@ -61,6 +61,7 @@ func (t *txn) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
 		if err != nil {
 			return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
 		}
+		t.writes += r.Count()
 		return nil
 	})
 }

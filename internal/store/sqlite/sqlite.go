@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -40,7 +41,19 @@ import (
 type Store struct {
 	w *sql.DB // writer: one connection, BEGIN IMMEDIATE
 	r *sql.DB // readers: query_only connections
+
+	// unanalyzed counts the rows written since the planner's statistics
+	// were last refreshed.
+	unanalyzed atomic.Int64
 }
+
+// analyzeEvery is how many written rows (jobs and claims) make the store
+// refresh the query planner's statistics. ANALYZE samples at most
+// analysisLimit rows per index, so it takes milliseconds at any size.
+const (
+	analyzeEvery  = 1000
+	analysisLimit = 1000
+)
 
 var _ store.Store = (*Store)(nil)
 
@@ -65,6 +78,7 @@ func Open(path string) (*Store, error) {
 	}
 	wq.Add("_pragma", "journal_mode(WAL)")
 	wq.Add("_pragma", "synchronous(NORMAL)")
+	wq.Add("_pragma", fmt.Sprintf("analysis_limit(%d)", analysisLimit))
 	w, err := sql.Open("sqlite", path+"?"+wq.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -99,7 +113,17 @@ func Open(path string) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	return &Store{w: w, r: r}, nil
+	s := &Store{w: w, r: r}
+	s.analyze(ctx)
+	return s, nil
+}
+
+// analyze refreshes the statistics the query planner uses to choose, for
+// example, between a label's index and a team's. It is an optimisation: a
+// failure only leaves the old statistics.
+func (s *Store) analyze(ctx context.Context) {
+	s.unanalyzed.Store(0)
+	_, _ = s.w.ExecContext(ctx, "ANALYZE")
 }
 
 // Close refreshes the query planner's statistics and closes the database.
@@ -141,7 +165,15 @@ func (s *Store) IntegrityCheck(ctx context.Context) error {
 
 // Update runs fn in one write transaction (store.Store).
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	return s.write(ctx, func(tx *sql.Tx) error { return fn(&txn{q: tx}) })
+	t := &txn{}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		t.q = tx
+		return fn(t)
+	})
+	if err == nil && s.unanalyzed.Add(int64(t.writes)) >= analyzeEvery {
+		s.analyze(ctx)
+	}
+	return err
 }
 
 // write runs fn in a write transaction on the single writer connection.
@@ -270,7 +302,10 @@ type querier interface {
 
 // txn implements store.Tx on a querier: a write transaction, a read
 // transaction, or the read pool.
-type txn struct{ q querier }
+type txn struct {
+	q      querier
+	writes int // rows of jobs and claims written
+}
 
 // savepoint runs fn so that its writes all happen or none does, also
 // inside a larger transaction that goes on after fn fails.
