@@ -132,7 +132,7 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 				return a.printJob(&out, job)
 			}
 			fmt.Fprintf(a.stderr, "job %s created\n", job.ID)
-			final, werr := a.waitJob(cmd.Context(), c, job.ID, waitTimeout)
+			final, werr := a.waitJob(cmd.Context(), c, job, waitTimeout)
 			if final.ID != "" {
 				if quiet {
 					fmt.Fprintln(a.stdout, final.ID)
@@ -157,13 +157,15 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 // waitJob follows a job until it settles, printing each change of its
 // status line on stderr. Running and degraded end it with exit 0; failed
 // and stopped with exit 3 and the reason.
-func (a *app) waitJob(ctx context.Context, c *apiConn, id string, timeout time.Duration) (apiv1.Job, error) {
+func (a *app) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeout time.Duration) (apiv1.Job, error) {
+	id := created.ID
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	last := ""
+	last := describeStatus(created.Status)
+	fmt.Fprintln(a.stderr, last)
 	j, err := c.WaitJob(ctx, id, client.Settled, func(j cosmic.Job) {
 		if line := describeStatus(j.Status); line != last {
 			fmt.Fprintln(a.stderr, line)

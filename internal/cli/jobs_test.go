@@ -129,7 +129,7 @@ func TestJobsCreateWait(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(errs), "\n")
-	want := []string{"queued (position 1: waiting for 8 × GH100_H100_SXM5_80GB in us)", "pending", "starting: import_disk 40%", "running"}
+	want := []string{"queued", "queued (position 1: waiting for 8 × GH100_H100_SXM5_80GB in us)", "pending", "starting: import_disk 40%", "running"}
 	if d := cmp.Diff(want, lines[1:]); d != "" || !strings.HasPrefix(lines[0], "job ") {
 		t.Errorf("stderr (-want +got):\n%s\n%s", d, errs)
 	}
