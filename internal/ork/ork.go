@@ -389,6 +389,12 @@ func (o *Ork) setAggregate(j *cosmic.Job) error {
 		}
 		return nil
 	}
+	if (to == cosmic.StatePending || to == cosmic.StateQueued) && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
+		// The worker is building the VMIs anew (it restarted and lost them,
+		// or replaced them): the job is restarting, not going backwards.
+		r := cosmic.NewReason(cosmic.ReasonRestartRequested, "the worker is recreating the job's VMIs")
+		return j.SetState(cosmic.StateRestarting, &r, o.now())
+	}
 	if !cosmic.CanTransition(j.Status.State, to) {
 		o.log.Warn("ignoring illegal aggregate transition", "job_id", j.ID, "from", j.Status.State, "to", to)
 		return nil
