@@ -1,0 +1,348 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+func init() {
+	register((*app).wrkOrkCommand)
+	register((*app).appNodeCommand)
+	register((*app).wrkServerSimCommand)
+}
+
+// componentFlags are what every component takes (DESIGN §9): its data
+// directory (its identity lives there), its fabric address, a YAML config
+// file that flags override, and the keys it admits.
+type componentFlags struct {
+	DataDir  string   `json:"dataDir"`
+	Listen   string   `json:"listen"`
+	Allow    []string `json:"allow,omitempty"`
+	ReadOnly []string `json:"allowReadOnly,omitempty"`
+	AllowAny bool     `json:"allowAny,omitempty"`
+	Verbose  bool     `json:"verbose,omitempty"`
+}
+
+func (c *componentFlags) bind(f *pflag.FlagSet, defListen string) {
+	c.Listen = defListen
+	f.StringVar(&c.DataDir, "data-dir", "", "the component's data directory (its fabric identity lives there)")
+	f.StringVar(&c.Listen, "listen", c.Listen, "the fabric address to serve on (QUIC on UDP, fallback on TCP)")
+	f.StringSliceVar(&c.Allow, "allow", nil, "public keys admitted with full access (repeatable)")
+	f.StringSliceVar(&c.ReadOnly, "allow-readonly", nil, "public keys admitted to read-only methods (repeatable)")
+	f.BoolVar(&c.AllowAny, "allow-any", false, "admit every key (development only)")
+	f.BoolVarP(&c.Verbose, "verbose", "v", false, "log at info level")
+}
+
+// node starts the component's fabric node with its allow-list.
+func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
+	if c.DataDir == "" {
+		return nil, nil, usageErrorf("--data-dir is required")
+	}
+	id, err := fabric.LoadOrCreateIdentity(c.DataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	allow := fabric.NewAllowList(extra...)
+	for _, list := range []struct {
+		keys []string
+		add  func(...fabric.PublicKey)
+	}{{c.Allow, allow.Allow}, {c.ReadOnly, allow.AllowReadOnly}} {
+		for _, s := range list.keys {
+			k, err := fabric.ParsePublicKey(s)
+			if err != nil {
+				return nil, nil, usageErrorf("--allow %q: %v", s, err)
+			}
+			list.add(k)
+		}
+	}
+	allow.SetAllowAny(c.AllowAny)
+	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: allow, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, allow, nil
+}
+
+func (a *app) componentLogger(verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// loadConfigFile fills cfg from a YAML file, then puts back every flag given
+// on the command line: flags override the file.
+func loadConfigFile(cmd *cobra.Command, path string, cfg any) error {
+	if path == "" {
+		return nil
+	}
+	type given struct {
+		f     *pflag.Flag
+		s     string
+		slice []string
+	}
+	var keep []given
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			keep = append(keep, given{f: f, slice: sv.GetSlice()})
+		} else {
+			keep = append(keep, given{f: f, s: f.Value.String()})
+		}
+	})
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return usageErrorf("--config: %v", err)
+	}
+	if err := yaml.UnmarshalStrict(b, cfg); err != nil {
+		return usageErrorf("--config %s: %v", path, err)
+	}
+	for _, g := range keep {
+		if g.slice != nil {
+			g.f.Value.(pflag.SliceValue).Replace(g.slice)
+		} else if err := g.f.Value.Set(g.s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parsePeerFlag parses a KEY@HOST:PORT flag value.
+func parsePeerFlag(name, v string) (fabric.PublicKey, []string, error) {
+	if v == "" {
+		return fabric.PublicKey{}, nil, usageErrorf("--%s KEY@HOST:PORT is required", name)
+	}
+	k, addrs, err := fabric.ParsePeer(v)
+	if err != nil {
+		return k, nil, usageErrorf("--%s: %v", name, err)
+	}
+	if len(addrs) == 0 {
+		return k, nil, usageErrorf("--%s: give an address, KEY@HOST:PORT", name)
+	}
+	return k, addrs, nil
+}
+
+func (a *app) printNode(n *fabric.Node) {
+	fmt.Fprintf(a.stdout, "%s %s@%s\n", "fabric", n.PublicKey(), n.Addr())
+}
+
+// ---- wrk-ork
+
+type orkFileConfig struct {
+	componentFlags `json:",inline"`
+	Database       string     `json:"database,omitempty"`
+	Ork            ork.Config `json:"ork"`
+}
+
+func (a *app) wrkOrkCommand() *cobra.Command {
+	cfg := orkFileConfig{Ork: ork.DefaultConfig()}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "wrk-ork",
+		Short: "Run cosmicac-wrk-ork: racks, queue, placement, reservations, job statuses",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			log := a.componentLogger(cfg.Verbose)
+			n, allow, err := cfg.node("wrk-ork", log)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			db := cfg.Database
+			if db == "" {
+				db = filepath.Join(cfg.DataDir, "ork.db")
+			}
+			st, err := sqlite.Open(db)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			o, err := ork.New(cfg.Ork, st, ork.FabricDialer(n, allow), log.With("component", "wrk-ork"))
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			fabric.NewDirectory(nil).Register(n)
+			o.Serve(n)
+			ctx := cmd.Context()
+			if err := o.Start(ctx); err != nil {
+				return err
+			}
+			a.printNode(n)
+			return o.Run(ctx)
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7420")
+	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	cmd.Flags().StringVar(&cfg.Database, "database", "", "the SQLite database (default DATA_DIR/ork.db)")
+	cmd.Flags().DurationVar(&cfg.Ork.Heartbeat, "heartbeat", cfg.Ork.Heartbeat, "how often each worker is checked")
+	return cmd
+}
+
+// ---- app-node
+
+type appNodeFileConfig struct {
+	componentFlags `json:",inline"`
+	Ork            string         `json:"ork"`
+	Database       string         `json:"database,omitempty"`
+	API            appnode.Config `json:"api"`
+}
+
+func (a *app) appNodeCommand() *cobra.Command {
+	cfg := appNodeFileConfig{API: appnode.DefaultConfig()}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "app-node",
+		Short: "Run cosmicac-app-node: the HTTP API, authentication and accounts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
+			log := a.componentLogger(cfg.Verbose)
+			n, _, err := cfg.node("app-node", log, orkKey)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			n.AddAddrs(orkKey, orkAddrs...)
+			db := cfg.Database
+			if db == "" {
+				db = filepath.Join(cfg.DataDir, "app.db")
+			}
+			st, err := sqlite.Open(db)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			cfg.API.DataDir = cfg.DataDir
+			ctx := cmd.Context()
+			tokenFile, created, err := appnode.Bootstrap(ctx, st, cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(a.stdout, "admin token written to %s\n", tokenFile)
+			}
+			s, err := appnode.New(cfg.API, orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			a.printNode(n)
+			fmt.Fprintf(a.stdout, "api http://%s/api/v1\n", cfg.API.Listen)
+			return s.Run(ctx)
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7421")
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
+	f.StringVar(&cfg.Database, "database", "", "the accounts database (default DATA_DIR/app.db)")
+	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
+	return cmd
+}
+
+// ---- wrk-server-sim
+
+type simFileConfig struct {
+	componentFlags `json:",inline"`
+	Ork            string            `json:"ork"`
+	Rack           simcluster.Config `json:"rack"`
+}
+
+func (a *app) wrkServerSimCommand() *cobra.Command {
+	cfg := simFileConfig{Rack: simcluster.DefaultConfig()}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "wrk-server-sim",
+		Short: "Run a simulated rack worker (the worker of `cosmicac up`) as its own process",
+		Long: "Runs the simulated rack as a separate process: the same worker contract as\n" +
+			"wrk-server-k8s-nvidia, with simulated nodes and GPUs. Register it with\n" +
+			"`cosmicac racks register --worker-key KEY --worker-addr HOST:PORT`.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			if err := cfg.Rack.Validate(); err != nil {
+				return usageErrorf("%v", err)
+			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
+			if cfg.DataDir == "" {
+				return usageErrorf("--data-dir is required")
+			}
+			id, err := fabric.LoadOrCreateIdentity(cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			log := a.componentLogger(cfg.Verbose)
+			allow := fabric.NewAllowList(orkKey)
+			for _, s := range cfg.Allow {
+				k, err := fabric.ParsePublicKey(s)
+				if err != nil {
+					return usageErrorf("--allow %q: %v", s, err)
+				}
+				allow.Allow(k)
+			}
+			allow.SetAllowAny(cfg.AllowAny)
+			var cluster *simcluster.Cluster
+			ep := simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen, Policy: allow, Logger: log},
+				func(n *fabric.Node) {
+					worker.Serve(n, cluster)
+					cluster.RegisterFaults(n)
+					n.AddAddrs(orkKey, orkAddrs...)
+				})
+			cluster = simcluster.New(cfg.Rack, ep.Reporter(orkKey), nil, log.With("component", "wrk-server-sim"))
+			cluster.SetLink(ep)
+			if err := ep.Up(); err != nil {
+				return err
+			}
+			defer ep.Close()
+			a.printNode(ep.Node())
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return cluster.Run(ctx) })
+			err = g.Wait()
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7423")
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
+	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")
+	f.StringVar(&cfg.Rack.Location, "location", cfg.Rack.Location, "the rack's location")
+	f.IntVar(&cfg.Rack.Nodes, "nodes", cfg.Rack.Nodes, "simulated nodes")
+	f.IntVar(&cfg.Rack.GPUsPerNode, "gpus-per-node", cfg.Rack.GPUsPerNode, "GPUs per node")
+	f.StringVar(&cfg.Rack.GPUModel, "gpu-model", cfg.Rack.GPUModel, "the GPUs' model")
+	f.DurationVar(&cfg.Rack.Step, "step", cfg.Rack.Step, "time per simulated lifecycle step")
+	return cmd
+}

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// component runs `cosmicac ARGS...` as a child process and returns the
+// values of the lines it prints that start with the given prefixes.
+func component(t *testing.T, prefixes []string, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	got := make(chan map[string]string, 1)
+	go func() {
+		vals := map[string]string{}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) >= 2 {
+				for _, p := range prefixes {
+					if f[0] == p {
+						vals[p] = f[1]
+					}
+				}
+			}
+			if len(vals) == len(prefixes) {
+				got <- vals
+				vals = map[string]string{}
+			}
+		}
+	}()
+	select {
+	case v := <-got:
+		return v
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not start", args[0])
+		return nil
+	}
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestComponentsAsProcesses runs wrk-ork, a simulated rack worker and the
+// app-node as three processes that talk over the fabric, registers the rack
+// through the API, and runs a job on it.
+func TestComponentsAsProcesses(t *testing.T) {
+	base := t.TempDir()
+	dirs := map[string]string{}
+	keys := map[string]fabric.PublicKey{}
+	for _, c := range []string{"ork", "app", "sim"} {
+		dirs[c] = filepath.Join(base, c)
+		id, err := fabric.LoadOrCreateIdentity(dirs[c])
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[c] = id.PublicKey()
+	}
+	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
+		"--allow", keys["app"].String(), "--heartbeat", "50ms")["fabric"]
+	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
+		"--ork", ork, "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
+	api := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
+		"--ork", ork, "--api-listen", freePort(t))["api"]
+
+	tok, err := os.ReadFile(filepath.Join(dirs["app"], "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(strings.TrimSuffix(api, "/api/v1"), strings.TrimSpace(string(tok)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, simAddrs, err := fabric.ParsePeer(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rack, err := c.RegisterRack(ctx, apiv1.RegisterRack{ID: "r1", Location: "eu", GPUModel: "GH100_H100_SXM5_80GB",
+		WorkerKey: keys["sim"].String(), WorkerAddrs: simAddrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rack.Reachable || rack.GPUs != 16 {
+		t.Fatalf("registered rack = %+v, want reachable with 16 GPUs", rack)
+	}
+	j, err := c.CreateJob(ctx, cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "p", Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err = c.WaitJob(ctx, j.ID, client.Settled, nil)
+	if err != nil || j.Status.State != cosmic.StateRunning {
+		t.Fatalf("job: %s (%v)", j.Status.State, err)
+	}
+}
+
+func TestConfigFileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "ork.yaml")
+	os.WriteFile(cfgPath, []byte("dataDir: "+dir+"\nlisten: 127.0.0.1:1\nbogus: 1\n"), 0o600)
+	code, _, errs := runCLI(t, nil, "wrk-ork", "--config", cfgPath)
+	if code != ExitUsage || !strings.Contains(errs, "bogus") {
+		t.Fatalf("unknown config field: exit %d, %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, nil, "app-node", "--data-dir", dir); code != ExitUsage || !strings.Contains(errs, "--ork") {
+		t.Fatalf("app-node without --ork: exit %d, %q", code, errs)
+	}
+}
+
+func TestFlagsOverrideConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("dataDir: /from/file\nlisten: 1.1.1.1:1\nallow: [a, b]\n"), 0o600)
+	var cfg componentFlags
+	cmd := &cobra.Command{Use: "x", RunE: func(cmd *cobra.Command, _ []string) error { return loadConfigFile(cmd, path, &cfg) }}
+	cfg.bind(cmd.Flags(), "0.0.0.0:9")
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:2", "--allow", "c"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "/from/file" || cfg.Listen != "127.0.0.1:2" || len(cfg.Allow) != 1 || cfg.Allow[0] != "c" {
+		t.Fatalf("cfg = %+v: want dataDir from the file, listen and allow from flags", cfg)
+	}
+}
