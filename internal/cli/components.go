@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -102,7 +103,7 @@ func loadConfigFile(cmd *cobra.Command, path string, cfg any) error {
 	var keep []given
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			keep = append(keep, given{f: f, slice: sv.GetSlice()})
+			keep = append(keep, given{f: f, slice: slices.Clone(sv.GetSlice())}) // the file decodes into the same array
 		} else {
 			keep = append(keep, given{f: f, s: f.Value.String()})
 		}
