@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/platform"
 )
 
 func TestBothJobTypesReachRunning(t *testing.T) {
@@ -171,4 +173,42 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if err != nil || list.Total != 0 {
 		t.Fatalf("after bad input: %d jobs (%v), want 0", list.Total, err)
 	}
+}
+
+func TestImportFailureFailsTheJob(t *testing.T) {
+	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = 20 * time.Millisecond })
+	e.Fault("simFailImport", map[string]any{"jobId": "", "replica": 0}) // the next import
+	j := e.Create(Container("broken-image", 1))
+	j = e.WaitState(j.ID, cosmic.StateFailed)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonImportFailed {
+		t.Fatalf("reason %+v, want import_failed", j.Status.Reason)
+	}
+	if got := e.FreeGPUs(); got != 16 {
+		t.Fatalf("free GPUs after a failed import = %d, want 16", got)
+	}
+	// The system log shows each step up to the failure.
+	var steps []string
+	for _, r := range e.P.Logs.Job(j.ID) {
+		steps = append(steps, r.Step)
+	}
+	if !slices.Contains(steps, "import_disk") {
+		t.Fatalf("system log steps %v: want the import step", steps)
+	}
+}
+
+func TestLostNodeFailsItsJobs(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("on-node", 8))
+	j = e.WaitState(j.ID, cosmic.StateRunning)
+	e.Fault("simLoseNode", map[string]any{"node": j.Status.Replicas[0].Nodes[0]})
+	j = e.WaitState(j.ID, cosmic.StateFailed)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonNodeLost {
+		t.Fatalf("reason %+v, want node_lost", j.Status.Reason)
+	}
+	// The lost node takes no new work: a second 8-GPU job fits only once.
+	a, b := e.Create(Container("a", 8)), e.Create(Container("b", 8))
+	e.WaitState(a.ID, cosmic.StateRunning)
+	e.WaitState(b.ID, cosmic.StateQueued)
+	e.Fault("simRestoreNode", map[string]any{"node": j.Status.Replicas[0].Nodes[0]})
+	e.WaitState(b.ID, cosmic.StateRunning)
 }
