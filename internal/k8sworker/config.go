@@ -265,6 +265,18 @@ func (c RackConfig) Validate() error {
 	if c.UnschedulableGrace.Duration < 0 {
 		bad("unschedulableGrace", "%s: must not be negative", c.UnschedulableGrace.Duration)
 	}
+	for i, t := range c.Tolerations {
+		switch t.Operator {
+		case "", corev1.TolerationOpEqual, corev1.TolerationOpExists:
+		default:
+			bad(fmt.Sprintf("tolerations[%d].operator", i), "%q: want Equal or Exists", t.Operator)
+		}
+		switch t.Effect {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			bad(fmt.Sprintf("tolerations[%d].effect", i), "%q: want NoSchedule, PreferNoSchedule or NoExecute (or empty: all)", t.Effect)
+		}
+	}
 	if !strings.HasPrefix(c.AgentPath, "/") || strings.ContainsAny(c.AgentPath, " \t\n'\"\\") {
 		bad("agentPath", "%q: want an absolute path without spaces or quotes", c.AgentPath)
 	}

@@ -45,10 +45,11 @@ func TestRackConfigValidate(t *testing.T) {
 				c.ImportRestartLimit = -1
 				c.UnschedulableGrace = metav1.Duration{Duration: -time.Second}
 				c.AgentPath = "cosmicac"
+				c.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Gt", Effect: "Sometimes"}}
 			},
 			fields: []string{"rack", "location", "namespace", "storageClassName", "images.vllm", "images.parakeet",
 				"perGPU.cpu", "perGPU.memoryGB", "client.qps", "client.burst", "driftPolicy", "importRestartLimit",
-				"unschedulableGrace", "agentPath"},
+				"unschedulableGrace", "tolerations[0].operator", "tolerations[0].effect", "agentPath"},
 		},
 		"bad gpu mappings": {
 			edit: func(c *RackConfig) {
