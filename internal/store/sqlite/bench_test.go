@@ -23,7 +23,7 @@ const (
 	benchUsers = 200
 )
 
-var bench struct {
+type benchDB struct {
 	once  sync.Once
 	dir   string
 	s     *Store
@@ -32,13 +32,19 @@ var bench struct {
 	err   error
 }
 
+// bench is the mixed database of BenchmarkStore; broad holds benchJobs
+// settled jobs of one team (BenchmarkStoreBroad).
+var bench, broad benchDB
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bench.s != nil {
-		bench.s.Close()
-	}
-	if bench.dir != "" {
-		os.RemoveAll(bench.dir)
+	for _, db := range []*benchDB{&bench, &broad} {
+		if db.s != nil {
+			db.s.Close()
+		}
+		if db.dir != "" {
+			os.RemoveAll(db.dir)
+		}
 	}
 	os.Exit(code)
 }
@@ -73,6 +79,25 @@ func benchJob(r *rand.Rand, i int, t0 time.Time) cosmic.Job {
 }
 
 func benchStore(b *testing.B) *Store {
+	return bench.open(b, func(r *rand.Rand, i int, t0 time.Time) cosmic.Job { return benchJob(r, i, t0) })
+}
+
+// broadJob is a job of the broad database: all of team "default", each
+// stopped or failed, as the API benchmark (internal/cosmictest) seeds them.
+func broadJob(r *rand.Rand, i int, t0 time.Time) cosmic.Job {
+	j := benchJob(r, i, t0)
+	j.Team, j.User = "default", "admin"
+	j.Status.State = cosmic.StateStopped
+	if i%3 == 0 {
+		j.Status.State = cosmic.StateFailed
+	}
+	j.Status.History[3].State = j.Status.State
+	return j
+}
+
+func broadStore(b *testing.B) *Store { return broad.open(b, broadJob) }
+
+func (bench *benchDB) open(b *testing.B, job func(r *rand.Rand, i int, t0 time.Time) cosmic.Job) *Store {
 	bench.once.Do(func() {
 		bench.dir, bench.err = os.MkdirTemp("", "cosmicac-store-bench-")
 		if bench.err != nil {
@@ -88,7 +113,7 @@ func benchStore(b *testing.B) *Store {
 		ctx := context.Background()
 		bench.err = bench.s.Update(ctx, func(tx store.Tx) error {
 			for i := range benchJobs {
-				j := benchJob(r, i, t0)
+				j := job(r, i, t0)
 				if err := tx.CreateJob(ctx, j); err != nil {
 					return err
 				}
@@ -144,24 +169,7 @@ func BenchmarkStore(b *testing.B) {
 		}
 		reportLatency(b, ds)
 	})
-	list := func(name string, q func() store.ListJobsQuery) {
-		b.Run(name, func(b *testing.B) {
-			var ds []time.Duration
-			for b.Loop() {
-				q := q()
-				start := time.Now()
-				jobs, total, err := s.ListJobs(ctx, q)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(start))
-				if total < len(jobs) || (total > q.Size && len(jobs) != q.Size) {
-					b.Fatalf("%d jobs of %d", len(jobs), total)
-				}
-			}
-			reportLatency(b, ds)
-		})
-	}
+	list := benchList(b, s)
 	// The goal's case: one team's live jobs, newest first, a page of 50.
 	list("list", func() store.ListJobsQuery {
 		return store.ListJobsQuery{Team: fmt.Sprintf("team-%d", r.IntN(benchTeams)),
@@ -180,5 +188,73 @@ func BenchmarkStore(b *testing.B) {
 	// A deep page of one team's jobs by update time.
 	list("list-deep-page", func() store.ListJobsQuery {
 		return store.ListJobsQuery{Team: fmt.Sprintf("team-%d", r.IntN(benchTeams)), Sort: store.SortUpdatedAt, Page: 80, Size: 50}
+	})
+}
+
+// benchList returns a function that runs a sub-benchmark of ListJobs with
+// the queries q returns, reporting p50 and p99.
+func benchList(b *testing.B, s *Store) func(name string, q func() store.ListJobsQuery) {
+	ctx := context.Background()
+	return func(name string, q func() store.ListJobsQuery) {
+		b.Run(name, func(b *testing.B) {
+			var ds []time.Duration
+			for b.Loop() {
+				q := q()
+				start := time.Now()
+				jobs, total, err := s.ListJobs(ctx, q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+				if total < len(jobs) || (total > q.Size && len(jobs) != q.Size) {
+					b.Fatalf("%d jobs of %d", len(jobs), total)
+				}
+			}
+			reportLatency(b, ds)
+		})
+	}
+}
+
+// BenchmarkStoreBroad measures lists whose filters match (nearly) every
+// one of 100,000 jobs: all of one team, stopped or failed, the shape of
+// the API benchmark (internal/cosmictest BenchmarkAPI).
+func BenchmarkStoreBroad(b *testing.B) {
+	s := broadStore(b)
+	b.Logf("built %d jobs in %v", benchJobs, broad.build.Round(time.Millisecond))
+	list := benchList(b, s)
+	settled := []cosmic.State{cosmic.StateStopped, cosmic.StateFailed}
+	var i int
+	next := func() int { i++; return (i - 1) % 20 }
+	// team + {stopped, failed}: all 100,000 match; pages 0-19 of 50.
+	list("team-states", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled, Page: next(), Size: 50}
+	})
+	// The same states without the team, oldest first.
+	list("states-asc", func() store.ListJobsQuery {
+		return store.ListJobsQuery{States: settled, Order: store.OrderAsc, Page: next(), Size: 50}
+	})
+	// One state (a third of the jobs).
+	list("team-failed", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled[1:], Page: next(), Size: 50}
+	})
+	// A state none has, next to one all have.
+	list("team-stopped-running", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: []cosmic.State{cosmic.StateRunning, cosmic.StateStopped}, Page: next(), Size: 50}
+	})
+	// By update time, the same broad filter.
+	list("team-states-updated", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled, Sort: store.SortUpdatedAt, Page: next(), Size: 50}
+	})
+	// A deep page: 20,000 jobs in.
+	list("team-states-page-400", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled, Page: 400, Size: 50}
+	})
+	// The last page: read from the end.
+	list("team-states-last-page", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled, Page: benchJobs/50 - 1, Size: 50}
+	})
+	// A label on top: the count cannot come from the counters.
+	list("team-states-label", func() store.ListJobsQuery {
+		return store.ListJobsQuery{Team: "default", States: settled, Labels: map[string]string{"env": "prod"}, Page: next(), Size: 50}
 	})
 }

@@ -199,16 +199,38 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	dir := "DESC"
-	if q.Order == store.OrderAsc {
-		dir = "ASC"
-	}
 	from := " FROM jobs" + joins.String() + cond
-	order := " ORDER BY jobs." + sortColumns[q.Sort] + " " + dir + ", jobs.id " + dir
+	orderBy := func(dir string) string {
+		return " ORDER BY jobs." + sortColumns[q.Sort] + " " + dir + ", jobs.id " + dir
+	}
+	order, reverse := orderBy("DESC"), orderBy("ASC")
+	if q.Order == store.OrderAsc {
+		order, reverse = reverse, order
+	}
 	offset := q.Page * q.Size
+
+	// A list filtered only by team, user and states knows its total first,
+	// from the counters (countable). A page then past the end needs no
+	// query, and a page in the back half of the list is read from the end,
+	// in the reverse order: the skipped entries (OFFSET) are never more than
+	// half the matches.
+	counted := countable(q)
+	total, limit, skip, inner := 0, q.Size, offset, order
+	if counted {
+		if total, err = t.countJobs(ctx, q); err != nil {
+			return nil, 0, fmt.Errorf("list jobs: count: %w", err)
+		}
+		if offset >= total {
+			return []cosmic.Job{}, total, nil
+		}
+		end := min(offset+q.Size, total)
+		if back := total - end; back < offset {
+			limit, skip, inner = end-offset, back, reverse
+		}
+	}
 	// The page's IDs come from indexes alone; only its rows are read.
-	rows, err := t.q.QueryContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id IN (SELECT jobs.id"+from+order+
-		" LIMIT ? OFFSET ?)"+order, append(args, q.Size, offset)...)
+	rows, err := t.q.QueryContext(ctx, "SELECT "+jobColumns+" FROM jobs WHERE id IN (SELECT jobs.id"+from+inner+
+		" LIMIT ? OFFSET ?)"+order, append(args, limit, skip)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list jobs: %w", err)
 	}
@@ -224,14 +246,53 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("list jobs: %w", err)
 	}
+	if counted {
+		return jobs, total, nil
+	}
 	// A short, non-empty page (or an empty first page) ends the list: its
 	// total needs no count.
 	if (len(jobs) > 0 || offset == 0) && len(jobs) < q.Size {
 		return jobs, offset + len(jobs), nil
 	}
-	var total int
 	if err := t.q.QueryRowContext(ctx, "SELECT count(*)"+from, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("list jobs: count: %w", err)
 	}
 	return jobs, total, nil
+}
+
+// countable says whether the total of q can come from the counters:
+// whether it filters only by team, user and states.
+func countable(q store.ListJobsQuery) bool {
+	return len(q.Labels) == 0 && q.UpdatedAfter.IsZero() && q.UpdatedBefore.IsZero()
+}
+
+// countJobs returns how many jobs match a countable q: the sum of the
+// counters that triggers keep per (team, user, state) (migration 0002), a
+// few rows instead of every matching job.
+func (t *txn) countJobs(ctx context.Context, q store.ListJobsQuery) (int, error) {
+	var total int
+	var (
+		where []string
+		cargs []any
+	)
+	if q.Team != "" {
+		where = append(where, "team = ?")
+		cargs = append(cargs, q.Team)
+	}
+	if q.User != "" {
+		where = append(where, "user_name = ?")
+		cargs = append(cargs, q.User)
+	}
+	if len(q.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(q.States)-1)+")")
+		for _, s := range q.States {
+			cargs = append(cargs, string(s))
+		}
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	err := t.q.QueryRowContext(ctx, "SELECT coalesce(sum(n), 0) FROM job_counts"+cond, cargs...).Scan(&total)
+	return total, err
 }

@@ -3,10 +3,13 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/storetest"
 )
@@ -103,5 +106,67 @@ func TestOpenBadPath(t *testing.T) {
 			s.Close()
 			t.Errorf("Open(%q) succeeded", p)
 		}
+	}
+}
+
+// TestMigrateJobCounts: migration 0002 applied to a database that already
+// holds jobs counts them all, and the counters follow writes afterwards.
+func TestMigrateJobCounts(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to version 1, then jobs written without the counters' triggers.
+	if _, err := s.w.ExecContext(ctx, `DROP TABLE job_counts;
+		DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete; DROP TRIGGER job_counts_update;
+		DELETE FROM schema_migrations WHERE version >= 2`); err != nil {
+		t.Fatal(err)
+	}
+	states := []cosmic.State{cosmic.StateRunning, cosmic.StateStopped, cosmic.StateFailed}
+	for i := range 30 {
+		j := cosmic.Job{ID: fmt.Sprintf("j%02d", i), Team: fmt.Sprintf("t%d", i%2), User: fmt.Sprintf("u%d", i%3),
+			CreatedAt: time.Unix(int64(i), 0), Status: cosmic.Status{State: states[i%3]}}
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'job_counts%'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("at version 1: %d job_counts objects, %v", n, err)
+	}
+	s.Close()
+
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.DeleteJob(ctx, "j00"); err != nil { // t0 u0 running
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateJob(ctx, "j01", func(j *cosmic.Job) error { j.Status.State = cosmic.StateFailed; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		q    store.ListJobsQuery
+		want int
+	}{
+		{store.ListJobsQuery{}, 29},
+		{store.ListJobsQuery{Team: "t0"}, 14},
+		{store.ListJobsQuery{Team: "t1", States: []cosmic.State{cosmic.StateFailed}}, 6},
+		{store.ListJobsQuery{States: []cosmic.State{cosmic.StateStopped, cosmic.StateFailed}}, 20},
+		{store.ListJobsQuery{User: "u0", States: []cosmic.State{cosmic.StateRunning}}, 9},
+	} {
+		tt.q.Size = 1
+		_, total, err := s.ListJobs(ctx, tt.q)
+		if err != nil || total != tt.want {
+			t.Errorf("ListJobs(%+v): total %d, %v; want %d", tt.q, total, err, tt.want)
+		}
+	}
+	var sum int
+	if err := s.r.QueryRowContext(ctx, "SELECT sum(n) FROM job_counts").Scan(&sum); err != nil || sum != 29 {
+		t.Errorf("sum of job_counts = %d, %v; want 29", sum, err)
 	}
 }

@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"list filters", testListFilters},
 		{"list sort and pages", testListSortPages},
 		{"list invalid", testListInvalid},
+		{"list totals follow writes", testListTotals},
 		{"labels follow updates", testLabelsFollowUpdates},
 		{"reservations", testReservations},
 		{"claim is all or nothing", testClaimAllOrNothing},
@@ -316,6 +317,142 @@ func testListSortPages(t *testing.T, open func(t *testing.T) store.Store) {
 			t.Errorf("past the end: %d jobs, total %d, %v; want none, 4", len(jobs), total, err)
 		}
 	})
+}
+
+// testListTotals changes jobs' owners and states, deletes some, rolls a
+// transaction back, reopens, and checks after each step that every list
+// (one or several states, team, user, none) has exactly the jobs and the
+// total of a reference model, in order, page by page.
+func testListTotals(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	teams := []string{"t1", "t2", "t3"}
+	users := []string{"u1", "u2", "u3", "u4"}
+	states := []cosmic.State{cosmic.StateRunning, cosmic.StateStopped, cosmic.StateFailed, cosmic.StatePending}
+	model := map[string]cosmic.Job{}
+	n := 0
+	newJob := func() cosmic.Job {
+		n++
+		// Two jobs share each creation time: ties break by ID.
+		return job(fmt.Sprintf("j%03d", n), teams[n%3], users[n%4], states[n%len(states)], "x", nil, n/2, n)
+	}
+	var created []cosmic.Job
+	for range 40 {
+		created = append(created, newJob())
+	}
+	mustCreate(t, s, created...)
+	for _, j := range created {
+		model[j.ID] = j
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, team := range []string{"", "t1", "t2"} {
+			for _, user := range []string{"", "u1", "u2"} {
+				for _, st := range [][]cosmic.State{nil, {cosmic.StateRunning}, {cosmic.StateStopped, cosmic.StateFailed},
+					{cosmic.StateRunning, cosmic.StateRunning, cosmic.StatePending}, {cosmic.StateDeleting, cosmic.StateFailed}, {cosmic.StateDeleting}} {
+					var want []cosmic.Job
+					for _, j := range model {
+						if (team == "" || j.Team == team) && (user == "" || j.User == user) && (len(st) == 0 || slices.Contains(st, j.Status.State)) {
+							want = append(want, j)
+						}
+					}
+					sort.Slice(want, func(a, b int) bool {
+						if !want[a].CreatedAt.Equal(want[b].CreatedAt) {
+							return want[a].CreatedAt.After(want[b].CreatedAt)
+						}
+						return want[a].ID > want[b].ID
+					})
+					name := fmt.Sprintf("%s: team %q user %q states %v", step, team, user, st)
+					for _, size := range []int{1, 3, 1000} {
+						var got []string
+						for page := 0; page*size <= len(want); page++ {
+							jobs, total, err := s.ListJobs(ctx, store.ListJobsQuery{Team: team, User: user, States: st, Page: page, Size: size})
+							if err != nil {
+								t.Fatalf("%s: ListJobs = %v", name, err)
+							}
+							if total != len(want) {
+								t.Errorf("%s: size %d page %d: total %d, want %d", name, size, page, total, len(want))
+							}
+							got = append(got, ids(jobs)...)
+						}
+						if diff := cmp.Diff(ids(want), got, cmpopts.EquateEmpty()); diff != "" {
+							t.Errorf("%s: size %d: pages (-want +got):\n%s", name, size, diff)
+						}
+					}
+				}
+			}
+		}
+	}
+	check("created")
+
+	// Owners and states change; some jobs keep theirs; some are deleted.
+	for i, j := range created {
+		switch i % 5 {
+		case 0:
+			j.Status.State = cosmic.StateFailed
+		case 1:
+			j.Team = teams[(i+1)%3]
+		case 2:
+			j.User, j.Status.State = users[(i+1)%4], cosmic.StateDeleting
+		case 3:
+			j.Spec.Name = "renamed"
+		case 4:
+			if err := s.DeleteJob(ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+			delete(model, j.ID)
+			continue
+		}
+		if err := s.PutJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		model[j.ID] = j
+	}
+	if _, err := s.UpdateJob(ctx, created[3].ID, func(j *cosmic.Job) error {
+		j.Status.State = cosmic.StateStopped
+		model[j.ID] = *j
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("changed")
+
+	// A transaction that creates, changes and deletes, then fails, leaves
+	// every total as it was.
+	errRollback := errors.New("roll back")
+	err := s.Update(ctx, func(tx store.Tx) error {
+		mustCreate(t, tx, newJob(), newJob())
+		j := model[created[0].ID]
+		j.Status.State = cosmic.StateRunning
+		if err := tx.PutJob(ctx, j); err != nil {
+			return err
+		}
+		if err := tx.DeleteJob(ctx, created[1].ID); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	wantErr(t, "Update(rolled back)", err, errRollback)
+	check("rolled back")
+
+	// A failed create (duplicate ID) counts nothing either.
+	wantErr(t, "CreateJob(duplicate)", s.CreateJob(ctx, model[created[0].ID]), cosmic.ErrConflict)
+	for _, j := range model {
+		if err := s.DeleteJob(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		delete(model, j.ID)
+		if len(model) == 10 {
+			break
+		}
+	}
+	check("deleted")
+
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	s = open(t)
+	check("reopened")
 }
 
 func testListInvalid(t *testing.T, open func(t *testing.T) store.Store) {
