@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,12 @@ import (
 // component runs `cosmicac ARGS...` as a child process and returns the
 // values of the lines it prints that start with the given prefixes.
 func component(t *testing.T, prefixes []string, args ...string) map[string]string {
+	_, v := componentCmd(t, prefixes, args...)
+	return v
+}
+
+// componentCmd is component, also returning the process.
+func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, map[string]string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
@@ -55,10 +62,10 @@ func component(t *testing.T, prefixes []string, args ...string) map[string]strin
 	}()
 	select {
 	case v := <-got:
-		return v
+		return cmd, v
 	case <-time.After(60 * time.Second):
 		t.Fatalf("%s did not start", args[0])
-		return nil
+		return nil, nil
 	}
 }
 
@@ -86,8 +93,9 @@ func TestComponentsAsProcesses(t *testing.T) {
 		}
 		keys[c] = id.PublicKey()
 	}
-	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
-		"--allow", keys["app"].String(), "--heartbeat", "50ms")["fabric"]
+	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--allow", keys["app"].String(), "--heartbeat", "50ms"}
+	orkCmd, orkOut := componentCmd(t, []string{"fabric"}, orkArgs...)
+	ork := orkOut["fabric"]
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
 		"--ork", ork, "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
 	api := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
@@ -119,6 +127,26 @@ func TestComponentsAsProcesses(t *testing.T) {
 	j, err = c.WaitJob(ctx, j.ID, client.Settled, nil)
 	if err != nil || j.Status.State != cosmic.StateRunning {
 		t.Fatalf("job: %s (%v)", j.Status.State, err)
+	}
+
+	// The ork dies (SIGKILL) and comes back on the same address: the job
+	// and its GPUs are still there, and new work is placed beside it.
+	orkCmd.Process.Signal(syscall.SIGKILL)
+	orkCmd.Wait()
+	componentCmd(t, []string{"fabric"}, orkArgs...)
+	if j, err = c.GetJob(ctx, j.ID); err != nil || j.Status.State != cosmic.StateRunning {
+		t.Fatalf("after ork restart: %s (%v)", j.Status.State, err)
+	}
+	j2, err := c.CreateJob(ctx, cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "q", Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j2, err = c.WaitJob(ctx, j2.ID, client.Settled, nil); err != nil || j2.Status.State != cosmic.StateRunning {
+		t.Fatalf("second job after ork restart: %s (%v)", j2.Status.State, err)
+	}
+	racks, err := c.ListRacks(ctx)
+	if err != nil || len(racks) != 1 || racks[0].FreeGPUs != 6 {
+		t.Fatalf("racks after ork restart = %+v (%v), want 6 GPUs free", racks, err)
 	}
 }
 
