@@ -40,6 +40,11 @@ type rawStream interface {
 	abort()
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
+	// watchCaller arranges for cancel to run if the caller gives up (aborts
+	// the stream) while its call is being served; stop ends the watch and
+	// reports whether the caller gave up. No frame may be read between the
+	// two.
+	watchCaller(cancel context.CancelFunc) (stop func() (gone bool))
 }
 
 // ---- QUIC
@@ -77,9 +82,23 @@ type quicStream struct{ s *quic.Stream }
 // streamAborted is the QUIC application error code of an aborted stream.
 const streamAborted quic.StreamErrorCode = 1
 
+// abort resets our half (RESET_STREAM) and asks the peer to stop sending
+// (STOP_SENDING).
 func (s quicStream) abort() {
 	s.s.CancelWrite(streamAborted)
 	s.s.CancelRead(streamAborted)
+}
+
+// watchCaller: the context of the stream's sending half ends when the peer
+// stops reading (the STOP_SENDING of its abort) or the connection ends; it
+// costs no goroutine and no packet.
+func (s quicStream) watchCaller(cancel context.CancelFunc) func() bool {
+	ctx := s.s.Context()
+	stop := context.AfterFunc(ctx, cancel)
+	return func() bool {
+		stop()
+		return ctx.Err() != nil
+	}
 }
 
 // ---- TCP + TLS + yamux
@@ -118,6 +137,29 @@ func (s yamuxStream) Write(p []byte) (int, error)        { return s.s.Write(p) }
 func (s yamuxStream) closeWrite() error                  { return s.s.Close() }
 func (s yamuxStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
 func (s yamuxStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+// watchCaller: a caller sends nothing while it waits for its answer, so
+// anything read meanwhile (its abort arrives as end-of-stream, yamux having
+// no reset) means it gave up. A goroutine reads until stop interrupts it with
+// a past read deadline.
+func (s yamuxStream) watchCaller(cancel context.CancelFunc) func() bool {
+	done := make(chan bool, 1)
+	go func() {
+		var b [1]byte
+		n, err := s.s.Read(b[:])
+		gone := n > 0 || !isTimeout(err)
+		if gone {
+			cancel()
+		}
+		done <- gone
+	}()
+	return func() bool {
+		s.s.SetReadDeadline(time.Unix(1, 0))
+		gone := <-done
+		s.s.SetReadDeadline(time.Time{})
+		return gone
+	}
+}
 
 // abort half-closes (yamux has no reset) and unblocks local readers and
 // writers; the peer sees end-of-stream.

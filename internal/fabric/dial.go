@@ -413,34 +413,127 @@ func timeoutOf(ctx context.Context) time.Duration {
 
 // callOn runs one call or event on pc.
 func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, params json.RawMessage) (json.RawMessage, error) {
-	s, err := pc.c.openStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	buf := appendRequest(make([]byte, 0, 16+len(method)+len(params)), request{kind: k, timeout: timeoutOf(ctx), method: method, params: params})
-	stop := context.AfterFunc(ctx, s.abort)
-	defer stop()
-	if _, err := s.Write(buf); err != nil {
-		s.abort()
-		return nil, err
-	}
 	if k == kindEvent {
+		s, err := pc.c.openStream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, s.abort)
+		defer stop()
+		if _, err := s.Write(appendRequest(nil, request{kind: k, method: method, params: params})); err != nil {
+			s.abort()
+			return nil, err
+		}
 		return nil, s.closeWrite()
 	}
-	body, err := readFrame(s, n.cfg.MaxMessage, nil)
-	s.closeWrite()
+	cs, err := pc.takeStream(ctx)
 	if err != nil {
-		s.abort()
 		return nil, err
 	}
-	res, rerr, err := decodeResponse(body)
+	cs.buf = appendRequest(cs.buf[:0], request{kind: k, timeout: timeoutOf(ctx), method: method, params: params})
+	stop := context.AfterFunc(ctx, cs.s.abort)
+	_, err = cs.s.Write(cs.buf)
+	var body []byte
+	if err == nil {
+		body, err = readFrame(cs.s, n.cfg.MaxMessage, nil)
+	}
+	aborted := !stop()
+	var (
+		res  json.RawMessage
+		rerr *Error
+	)
+	if err == nil {
+		res, rerr, err = decodeResponse(body)
+	}
 	if err != nil {
+		cs.s.abort()
 		return nil, err
+	}
+	if !aborted {
+		pc.putStream(cs)
 	}
 	if rerr != nil {
 		return nil, rerr
 	}
 	return res, nil
+}
+
+// Call streams are reused: a call takes an idle stream of the connection
+// (or opens one), and puts it back once its answer is read. A stream is one
+// QUIC or yamux stream, so a reused one costs no stream set-up, no
+// end-of-stream and no stream credit: only the request and the answer cross
+// the network. A call that is cancelled or fails aborts its stream instead.
+const (
+	// idleStreamTTL: a stream idle longer is retired rather than reused. It
+	// is well under requestReadTimeout, after which the server gives up on
+	// an idle stream.
+	idleStreamTTL = requestReadTimeout / 3
+	// maxIdleStreams bounds the idle call streams kept per connection.
+	maxIdleStreams = 64
+)
+
+// callStream is a call stream and the buffer its last request was encoded in.
+type callStream struct {
+	s   rawStream
+	buf []byte
+	at  time.Time // when it went idle
+}
+
+// takeStream returns the newest idle call stream, or a new one.
+func (pc *peerConn) takeStream(ctx context.Context) (callStream, error) {
+	var (
+		cs    callStream
+		ok    bool
+		stale []callStream
+	)
+	pc.idleMu.Lock()
+	if i := len(pc.idle) - 1; i >= 0 {
+		if time.Since(pc.idle[i].at) < idleStreamTTL {
+			cs, ok = pc.idle[i], true
+			pc.idle[i] = callStream{}
+			pc.idle = pc.idle[:i]
+		} else {
+			// The newest is stale, so all are.
+			stale = slices.Clone(pc.idle)
+			clear(pc.idle)
+			pc.idle = pc.idle[:0]
+		}
+	}
+	pc.idleMu.Unlock()
+	for _, o := range stale {
+		o.s.abort()
+	}
+	if ok {
+		return cs, nil
+	}
+	s, err := pc.c.openStream(ctx)
+	if err != nil {
+		return callStream{}, err
+	}
+	return callStream{s: s}, nil
+}
+
+// putStream makes cs available to the next call, or retires it.
+func (pc *peerConn) putStream(cs callStream) {
+	if cap(cs.buf) > maxKeptBuffer {
+		cs.buf = nil
+	}
+	cs.at = time.Now()
+	var retire []callStream
+	pc.idleMu.Lock()
+	if len(pc.idle) > 0 && cs.at.Sub(pc.idle[0].at) >= idleStreamTTL {
+		retire = append(retire, pc.idle[0]) // the oldest has gone stale
+		pc.idle = slices.Delete(pc.idle, 0, 1)
+	}
+	if len(pc.idle) < maxIdleStreams && pc.ctx.Err() == nil {
+		pc.idle = append(pc.idle, cs)
+	} else {
+		retire = append(retire, cs)
+	}
+	pc.idleMu.Unlock()
+	for _, o := range retire {
+		o.s.abort()
+	}
 }
 
 // OpenStream opens a bidirectional stream to method on the peer holding key.

@@ -104,6 +104,9 @@ type peerConn struct {
 	c   muxConn
 	key PublicKey
 	ctx context.Context // done when the connection is
+
+	idleMu sync.Mutex
+	idle   []callStream // call streams waiting for the next call, newest last
 }
 
 type dialCall struct {
@@ -423,21 +426,39 @@ func (n *Node) Revoke(key PublicKey) {
 }
 
 // requestReadTimeout bounds how long an opened stream may take to send its
-// request frame.
+// request frame, and how long a stream that has answered a call is kept
+// waiting for the next one.
 const requestReadTimeout = 30 * time.Second
 
+// serveStream answers the requests the peer sends on s. A call stream is
+// reused: after answering, the server waits for the caller's next call on it
+// (see idleStreamTTL); events and streams end it.
 func (n *Node) serveStream(pc *peerConn, s rawStream) {
-	s.SetReadDeadline(time.Now().Add(requestReadTimeout))
-	body, err := readFrame(s, n.cfg.MaxMessage, nil)
-	if err != nil {
-		s.abort()
-		return
+	var buf []byte // the last response frame, reused for the next
+	for first := true; ; first = false {
+		s.SetReadDeadline(time.Now().Add(requestReadTimeout))
+		body, err := readFrame(s, n.cfg.MaxMessage, nil)
+		if err != nil {
+			if err == io.EOF && !first {
+				s.closeWrite() // the caller retired the stream
+			} else {
+				s.abort()
+			}
+			return
+		}
+		s.SetReadDeadline(time.Time{})
+		var again bool
+		if again, buf = n.serveRequest(pc, s, body, buf); !again {
+			return
+		}
 	}
-	s.SetReadDeadline(time.Time{})
+}
+
+// serveRequest serves one request frame and reports whether s carries on.
+func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, []byte) {
 	req, err := decodeRequest(body)
 	if err != nil {
-		n.reply(s, nil, Errorf(CodeBadRequest, "%v", err))
-		return
+		return n.reply(s, buf, nil, Errorf(CodeBadRequest, "%v", err))
 	}
 	access := n.cfg.Policy.Access(pc.key)
 	rt := n.lookup(req.method)
@@ -455,12 +476,16 @@ func (n *Node) serveStream(pc *peerConn, s rawStream) {
 		refusal = Errorf(CodeBadRequest, "method %q is a stream; open it with OpenStream", req.method)
 	}
 	if refusal != nil {
-		if req.kind == kindEvent {
+		switch req.kind {
+		case kindEvent:
 			s.abort()
-			return
+			return false, buf
+		case kindStream:
+			n.reply(s, buf, nil, refusal)
+			s.closeWrite()
+			return false, buf
 		}
-		n.reply(s, nil, refusal)
-		return
+		return n.reply(s, buf, nil, refusal)
 	}
 
 	ctx, cancel := context.WithCancel(pc.ctx)
@@ -471,18 +496,16 @@ func (n *Node) serveStream(pc *peerConn, s rawStream) {
 	}
 	switch req.kind {
 	case kindCall:
-		// The caller keeps its half open until it has the answer, so an
-		// end-of-stream or reset before then means it gave up.
-		go func() {
-			io.Copy(io.Discard, s)
-			cancel()
-		}()
+		stop := s.watchCaller(cancel)
 		res, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params})
-		if err != nil {
-			n.reply(s, nil, asWireError(err))
-			return
+		if stop() {
+			s.abort() // the caller gave up: nobody reads an answer
+			return false, buf
 		}
-		n.reply(s, res, nil)
+		if err != nil {
+			return n.reply(s, buf, nil, asWireError(err))
+		}
+		return n.reply(s, buf, res, nil)
 	case kindEvent:
 		s.abort()
 		if _, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params}); err != nil {
@@ -495,19 +518,22 @@ func (n *Node) serveStream(pc *peerConn, s rawStream) {
 			if err == nil {
 				err = Errorf(CodeInternal, "stream handler for %q returned without accepting", req.method)
 			}
-			n.reply(s, nil, asWireError(err))
-			return
+			n.reply(s, buf, nil, asWireError(err))
+			s.closeWrite()
+			return false, buf
 		}
 		if err != nil {
 			s.abort()
-			return
+			return false, buf
 		}
 		s.closeWrite()
 	}
+	return false, buf
 }
 
-// reply writes one response frame and closes our half of the stream.
-func (n *Node) reply(s rawStream, res any, e *Error) {
+// reply writes one response frame, encoded in buf (grown as needed), and
+// reports whether it went out; the stream stays open for the next request.
+func (n *Node) reply(s rawStream, buf []byte, res any, e *Error) (bool, []byte) {
 	var (
 		payload []byte
 		status  = statusOK
@@ -528,12 +554,19 @@ func (n *Node) reply(s rawStream, res any, e *Error) {
 		status = statusError
 		payload, _ = json.Marshal(Errorf(CodeInternal, "result of %d bytes exceeds the %d-byte message limit", len(payload), n.cfg.MaxMessage))
 	}
+	buf = appendResponse(buf[:0], status, payload)
 	s.SetWriteDeadline(time.Now().Add(requestReadTimeout))
-	if _, err := s.Write(appendResponse(make([]byte, 0, 5+len(payload)), status, payload)); err != nil {
-		s.abort()
-		return
+	_, err = s.Write(buf)
+	if cap(buf) > maxKeptBuffer {
+		buf = nil
 	}
-	s.closeWrite()
-	// Stop waiting for the caller's end-of-stream after a while.
-	s.SetReadDeadline(time.Now().Add(requestReadTimeout))
+	if err != nil {
+		s.abort()
+		return false, buf
+	}
+	s.SetWriteDeadline(time.Time{})
+	return true, buf
 }
+
+// maxKeptBuffer bounds the frame buffers kept for reuse between calls.
+const maxKeptBuffer = 64 << 10

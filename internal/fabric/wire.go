@@ -16,7 +16,8 @@ import (
 //	request  = kind:byte timeout:uvarint(µs, 0 = none) methodLen:uvarint method params:JSON
 //	response = status:byte payload:JSON  (status 0: result, 1: Error)
 //
-// A call is answered by one response frame. An event gets no answer. A
+// A call is answered by one response frame, after which the stream may carry
+// the caller's next call (call streams are reused). An event gets no answer. A
 // stream is answered by one response frame and then carries raw bytes in both
 // directions until each side closes its half.
 
