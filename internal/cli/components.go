@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -252,9 +253,13 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
+			ln, err := net.Listen("tcp", cfg.API.Listen)
+			if err != nil {
+				return fmt.Errorf("listen for the API: %w", err)
+			}
 			a.printNode(n)
-			fmt.Fprintf(a.stdout, "api http://%s/api/v1\n", cfg.API.Listen)
-			return s.Run(ctx)
+			fmt.Fprintf(a.stdout, "api http://%s/api/v1\n", ln.Addr())
+			return s.Serve(ctx, ln)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7421")
