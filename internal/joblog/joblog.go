@@ -1,8 +1,8 @@
 // Package joblog defines a job's log record and the sink that components
 // write records to. Workers write system records (each step of setting a job
 // up and whether it succeeded); agents write application records. The
-// monitor (internal/monitor) receives them over the fabric. Any package may
-// import joblog.
+// monitor (internal/monitor) receives them over the fabric; Forwarder is the
+// sink that sends them there. Any package may import joblog.
 package joblog
 
 import (
@@ -18,12 +18,15 @@ const (
 
 // Record is one line of a job's log.
 type Record struct {
-	Time    time.Time `json:"time"`
-	JobID   string    `json:"job"`
-	Replica int       `json:"replica"`
-	Source  string    `json:"source"`           // system | application
-	Stream  string    `json:"stream,omitempty"` // stdout | stderr | the worker's name
-	Line    string    `json:"line"`
+	Time  time.Time `json:"time"`
+	JobID string    `json:"job"`
+	// Team owns the job; optional (the monitor labels Loki streams with it
+	// when set).
+	Team    string `json:"team,omitempty"`
+	Replica int    `json:"replica"`
+	Source  string `json:"source"`           // system | application
+	Stream  string `json:"stream,omitempty"` // stdout | stderr | the worker's name
+	Line    string `json:"line"`
 	// Step names the setup step of a system record ("import_disk",
 	// "schedule", "boot", ...) and OK whether it succeeded.
 	Step string `json:"step,omitempty"`

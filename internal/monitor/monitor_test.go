@@ -1,0 +1,239 @@
+package monitor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/monitor"
+)
+
+const jobA = "3f2a9c1e-0b7d-4c1e-9a55-2b8e4f6d7a10"
+
+var allowAll = monitor.AuthorizerFunc(func(*http.Request, string) error { return nil })
+
+type env struct {
+	m      *monitor.Monitor
+	srv    *httptest.Server
+	c      *client.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs a monitor of cfg with its HTTP API. With small, accepted
+// connections get a small send buffer, so that a viewer that does not read
+// blocks the server's writes soon.
+func start(t testing.TB, cfg monitor.Config, small bool) *env {
+	t.Helper()
+	m, err := monitor.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{m: m, done: make(chan struct{})}
+	e.srv = httptest.NewUnstartedServer(m.Handler(allowAll))
+	if small {
+		e.srv.Listener = smallBufListener{e.srv.Listener}
+	}
+	e.srv.Start()
+	e.c = client.New(e.srv.URL, "tok")
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	go func() { defer close(e.done); m.Run(ctx) }()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *env) stop() {
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	e.srv.CloseClientConnections()
+	e.srv.Close()
+	e.cancel()
+	<-e.done
+	e.m.Close()
+}
+
+type smallBufListener struct{ net.Listener }
+
+func (l smallBufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(8 << 10)
+	}
+	return c, err
+}
+
+func rec(i int) joblog.Record {
+	return joblog.Record{Time: time.Now(), JobID: jobA, Team: "ml", Source: joblog.SourceApplication, Stream: "stdout", Line: "line " + strconv.Itoa(i)}
+}
+
+// appendN appends records from..to-1 in batches.
+func appendN(t testing.TB, m *monitor.Monitor, from, to, batch int) {
+	t.Helper()
+	for i := from; i < to; i += batch {
+		var rs []joblog.Record
+		for k := i; k < min(i+batch, to); k++ {
+			rs = append(rs, rec(k))
+		}
+		if _, err := m.Append(context.Background(), rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func lineNo(r *client.LogRecord) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(r.Line, "line "))
+	return n
+}
+
+// collect reads a job's logs until n records came or the stream ended.
+func collect(ctx context.Context, c *client.Client, o client.LogOptions, n int) ([]client.LogRecord, []client.LogEvent, error) {
+	var recs []client.LogRecord
+	var other []client.LogEvent
+	errEnough := errors.New("enough")
+	err := c.JobLogs(ctx, jobA, o, func(ev client.LogEvent) error {
+		if ev.Type != client.LogRecordEvent {
+			other = append(other, ev)
+			return nil
+		}
+		recs = append(recs, *ev.Record)
+		if n > 0 && len(recs) >= n {
+			return errEnough
+		}
+		return nil
+	})
+	if errors.Is(err, errEnough) {
+		err = nil
+	}
+	return recs, other, err
+}
+
+// checkRun reports unless recs are lines from..from+len-1 with increasing
+// numbers.
+func checkRun(t testing.TB, recs []client.LogRecord, from, n int) {
+	t.Helper()
+	if len(recs) != n {
+		t.Fatalf("got %d records, want %d", len(recs), n)
+	}
+	for i, r := range recs {
+		if lineNo(&r) != from+i {
+			t.Fatalf("record %d is %q, want line %d", i, r.Line, from+i)
+		}
+		if i > 0 && r.Seq <= recs[i-1].Seq {
+			t.Fatalf("record %d: seq %d after %d", i, r.Seq, recs[i-1].Seq)
+		}
+	}
+}
+
+func TestHundredViewersAndOneStalled(t *testing.T) {
+	cfg := monitor.DefaultConfig("")
+	cfg.BufferPerJob, cfg.ViewerMaxLag = 4000, 4000
+	cfg.WriteTimeout = 3 * time.Second
+	e := start(t, cfg, true)
+	const viewers, total = 100, 3000
+
+	// The stalled viewer asks and never reads.
+	conn, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetReadBuffer(4 << 10)
+	fmt.Fprintf(conn, "GET /monitor/v1/jobs/%s/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n", jobA)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	results := make([][]client.LogRecord, viewers)
+	errs := make([]error, viewers)
+	ready := make(chan struct{}, viewers)
+	for i := range viewers {
+		wg.Go(func() {
+			o := client.LogOptions{Follow: true, MaxReconnects: -1}
+			var got []client.LogRecord
+			errs[i] = e.c.JobLogs(ctx, jobA, o, func(ev client.LogEvent) error {
+				switch ev.Type {
+				case client.LogMetaEvent:
+					ready <- struct{}{}
+				case client.LogRecordEvent:
+					got = append(got, *ev.Record)
+					if len(got) == total {
+						return io.EOF
+					}
+				case client.LogCutoffEvent:
+					return errors.New("cut off: " + ev.Message)
+				}
+				return nil
+			})
+			results[i] = got
+		})
+	}
+	for range viewers {
+		<-ready
+	}
+	var slowest time.Duration
+	for i := 0; i < total; i += 50 {
+		var rs []joblog.Record
+		for k := i; k < i+50; k++ {
+			rs = append(rs, rec(k))
+		}
+		t0 := time.Now()
+		if _, err := e.m.Append(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(t0))
+		time.Sleep(time.Millisecond) // a producer's pace, so healthy viewers keep up
+	}
+	wg.Wait()
+	for i := range viewers {
+		if !errors.Is(errs[i], io.EOF) {
+			t.Fatalf("viewer %d: %v", i, errs[i])
+		}
+		checkRun(t, results[i], 0, total)
+	}
+	// The stalled viewer was disconnected.
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		t.Fatalf("stalled viewer: want its stream closed, got %v", err)
+	}
+	if n := metric(t, e.m, "cosmicac_monitor_viewers_cut_off_total"); n != 1 {
+		t.Errorf("viewers cut off: %v, want 1", n)
+	}
+	if n := metric(t, e.m, "cosmicac_monitor_records_delivered_total"); n < viewers*total {
+		t.Errorf("records delivered: %v, want at least %d", n, viewers*total)
+	}
+	t.Logf("slowest append of 50 records: %v", slowest)
+}
+
+// metric sums every series of a counter or gauge.
+func metric(t testing.TB, m *monitor.Monitor, name string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			sum += x.GetCounter().GetValue() + x.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
