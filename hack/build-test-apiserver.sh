@@ -7,6 +7,7 @@
 #
 # Usage:  hack/build-test-apiserver.sh [DEST_DIR]
 #         export KUBEBUILDER_ASSETS=DEST_DIR
+#         hack/build-test-apiserver.sh --print-dest   # print the default DEST_DIR
 #
 # DEST_DIR defaults to $COSMICAC_ENVTEST_DIR, else
 # ~/.cache/cosmicac/envtest/k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>: outside the
@@ -46,7 +47,12 @@ if [[ -z "${ETCD_VERSION:-}" ]]; then
   esac
 fi
 ETCD_VERSION=${ETCD_VERSION#v}
-DEST=${1:-${COSMICAC_ENVTEST_DIR:-${HOME:?HOME not set}/.cache/cosmicac/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}}}
+DEFAULT_DEST=${COSMICAC_ENVTEST_DIR:-${HOME:?HOME not set}/.cache/cosmicac/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}}
+if [[ "${1:-}" == --print-dest ]]; then
+  echo "$DEFAULT_DEST"
+  exit 0
+fi
+DEST=${1:-$DEFAULT_DEST}
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 WORK_DIR=${WORK_DIR:-$DEST/.build}

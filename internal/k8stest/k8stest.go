@@ -1,0 +1,395 @@
+// Package k8stest runs a real kube-apiserver and etcd for tests, with the real
+// KubeVirt (VirtualMachineInstance, VirtualMachine), CDI (DataVolume) and
+// Multus (NetworkAttachmentDefinition) CRDs installed. It is a test helper:
+// import it from _test.go files only.
+//
+// The binaries come from hack/build-test-apiserver.sh (built from Go modules,
+// cached outside the checkout); the CRDs are committed under testdata/crds
+// (regenerate with hack/crdgen/gen-crds.sh). Nothing runs KubeVirt's or CDI's
+// controllers: tests play them by setting VMI status with a plain update (the
+// VMI CRD has no status subresource) and DataVolume status through the status
+// subresource. See docs/testing-kubernetes.md.
+//
+// Usage, one control plane per test:
+//
+//	env := k8stest.Start(t) // stopped by t.Cleanup
+//	env.Client.Create(ctx, obj)
+//
+// or one per test package, started on first use:
+//
+//	func TestMain(m *testing.M) { code := m.Run(); k8stest.StopShared(); os.Exit(code) }
+//	func TestX(t *testing.T)    { env := k8stest.Shared(t); ... }
+//
+// When the binaries are missing, Start and Shared skip the test with the
+// command that builds them, except when $CI or $KUBEBUILDER_ASSETS is set:
+// then they fail it (CI never skips these tests).
+package k8stest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Versions of the binaries that hack/build-test-apiserver.sh builds by default.
+const (
+	KubernetesVersion = "1.37.2"
+	EtcdVersion       = "3.7.3"
+)
+
+// EnvAssetsDir names the directory with the kube-apiserver and etcd binaries
+// when KUBEBUILDER_ASSETS is not set (the script's DEST default too).
+const EnvAssetsDir = "COSMICAC_ENVTEST_DIR"
+
+// ErrNoAssets is returned (wrapped) by StartShared when kube-apiserver or etcd
+// is not there; the message says how to build them.
+var ErrNoAssets = errors.New("k8stest: kube-apiserver/etcd binaries not found")
+
+// Env is a running control plane.
+type Env struct {
+	// Config is an admin (system:masters) client config for the apiserver. It
+	// stays valid across StopAPIServer/StartAPIServer.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for Config (embedded
+	// client certificate and CA), in a temporary directory removed by Stop.
+	Kubeconfig string
+	// Scheme is Scheme(): client-go's types, apiextensions/v1, KubeVirt core/v1,
+	// CDI core/v1beta1 and Multus k8s.cni.cncf.io/v1.
+	Scheme *k8sruntime.Scheme
+	// Client is a controller-runtime client (no cache) with Scheme.
+	Client client.Client
+	// StartDuration is how long Start took: etcd, apiserver and CRDs.
+	StartDuration time.Duration
+	// Environment is the underlying envtest environment.
+	Environment *envtest.Environment
+
+	dir     string // certs, kubeconfig, logs
+	logs    []*os.File
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Scheme returns a new scheme with client-go's built-in types,
+// apiextensions/v1, KubeVirt core/v1, CDI core/v1beta1 and Multus
+// k8s.cni.cncf.io/v1.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(kubevirtv1.AddToScheme(s))
+	utilruntime.Must(cdiv1.AddToScheme(s))
+	utilruntime.Must(nadv1.AddToScheme(s))
+	return s
+}
+
+// packageDir is this source file's directory (tests run with the source tree).
+func packageDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		panic("k8stest: runtime.Caller failed")
+	}
+	return filepath.Dir(file)
+}
+
+// CRDDir is the directory of the committed CRD YAML (testdata/crds).
+func CRDDir() string { return filepath.Join(packageDir(), "testdata", "crds") }
+
+// BuildScript is the absolute path of hack/build-test-apiserver.sh.
+func BuildScript() string {
+	return filepath.Join(packageDir(), "..", "..", "hack", "build-test-apiserver.sh")
+}
+
+// AssetsDir is where the binaries are looked for: $KUBEBUILDER_ASSETS, else
+// $COSMICAC_ENVTEST_DIR, else ~/.cache/cosmicac/envtest/k8s-1.37.2-etcd-3.7.3.
+// (envtest's TEST_ASSET_KUBE_APISERVER and TEST_ASSET_ETCD still override
+// single binaries.)
+func AssetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	if d := os.Getenv(EnvAssetsDir); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "cosmicac", "envtest",
+		"k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion)
+}
+
+func binPath(name, envOverride string) string {
+	if p := os.Getenv(envOverride); p != "" {
+		return p
+	}
+	return filepath.Join(AssetsDir(), name)
+}
+
+// checkAssets returns an error wrapping ErrNoAssets if a binary is missing.
+func checkAssets() error {
+	var missing []string
+	for _, b := range []struct{ name, env string }{
+		{"kube-apiserver", "TEST_ASSET_KUBE_APISERVER"},
+		{"etcd", "TEST_ASSET_ETCD"},
+	} {
+		p := binPath(b.name, b.env)
+		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	build := BuildScript()
+	if os.Getenv("KUBEBUILDER_ASSETS") != "" || os.Getenv(EnvAssetsDir) != "" {
+		build += " " + AssetsDir()
+	}
+	return fmt.Errorf("%w: missing %s; build them (5-10 min, once per machine) with:\n\t%s",
+		ErrNoAssets, strings.Join(missing, ", "), build)
+}
+
+// mustRun reports whether missing binaries fail tests instead of skipping
+// them: under CI ($CI set, as internal/fabric's tests) or when
+// KUBEBUILDER_ASSETS names them explicitly (.ci/run exports it).
+func mustRun() bool {
+	return os.Getenv("CI") != "" || os.Getenv("KUBEBUILDER_ASSETS") != ""
+}
+
+// skipOrFail skips t when the binaries are missing, or fails it if mustRun.
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNoAssets) && !mustRun() {
+		t.Skip(err)
+	}
+	t.Fatal(err)
+}
+
+// Start starts a control plane for one test and stops it in t.Cleanup. It
+// skips the test if the binaries are missing (fails it under CI).
+func Start(t testing.TB) *Env {
+	t.Helper()
+	env, stop, err := StartShared()
+	if err != nil {
+		skipOrFail(t, err)
+	}
+	t.Cleanup(stop)
+	t.Logf("k8stest: kube-apiserver v%s + etcd v%s with KubeVirt/CDI/Multus CRDs started in %v",
+		KubernetesVersion, EtcdVersion, env.StartDuration.Round(time.Millisecond))
+	return env
+}
+
+// StartShared starts a control plane, for a TestMain or several tests; call
+// the returned function (or Env.Stop) to stop it. The error wraps ErrNoAssets
+// when the binaries are missing.
+func StartShared() (*Env, func(), error) {
+	if err := checkAssets(); err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "cosmicac-k8stest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &Env{dir: dir, Scheme: Scheme()}
+	if err := e.start(); err != nil {
+		e.Stop()
+		return nil, nil, err
+	}
+	return e, e.Stop, nil
+}
+
+func (e *Env) logFile(name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(e.dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err == nil {
+		e.logs = append(e.logs, f)
+	}
+	return f, err
+}
+
+func (e *Env) start() error {
+	t0 := time.Now()
+	etcdLog, err := e.logFile("etcd.log")
+	if err != nil {
+		return err
+	}
+	apiLog, err := e.logFile("kube-apiserver.log")
+	if err != nil {
+		return err
+	}
+	certDir := filepath.Join(e.dir, "apiserver")
+	if err := os.Mkdir(certDir, 0o700); err != nil {
+		return err
+	}
+	te := &envtest.Environment{
+		BinaryAssetsDirectory: AssetsDir(),
+		CRDDirectoryPaths:     []string{CRDDir()},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                e.Scheme,
+	}
+	te.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	api := te.ControlPlane.GetAPIServer()
+	// A CertDir of our own (not a random one that envtest deletes on Stop)
+	// keeps the serving certificate, its CA and the port across
+	// StopAPIServer/StartAPIServer, so Config and Kubeconfig stay valid.
+	api.CertDir = certDir
+	api.Out, api.Err = apiLog, apiLog
+	// kube-apiserver 1.37 refuses a loopback advertise address unless the
+	// endpoint reconciler is off; without it, a host or network namespace
+	// with no default route cannot start the apiserver.
+	api.Configure().
+		Set("advertise-address", "127.0.0.1").
+		Set("endpoint-reconciler-type", "none")
+	e.Environment = te
+	cfg, err := te.Start()
+	if err != nil {
+		return fmt.Errorf("k8stest: starting envtest: %w%s", err, e.logTail())
+	}
+	e.Config = cfg
+	e.Kubeconfig = filepath.Join(e.dir, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, te.KubeConfig, 0o600); err != nil {
+		return err
+	}
+	e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		return err
+	}
+	e.StartDuration = time.Since(t0)
+	return nil
+}
+
+// logTail returns the last lines of the control plane's logs, for errors.
+func (e *Env) logTail() string {
+	var b strings.Builder
+	for _, name := range []string{"kube-apiserver.log", "etcd.log"} {
+		data, err := os.ReadFile(filepath.Join(e.dir, name))
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", name, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// LogDir is the directory holding etcd.log and kube-apiserver.log (removed by Stop).
+func (e *Env) LogDir() string { return e.dir }
+
+// StopAPIServer stops kube-apiserver and leaves etcd running with its data:
+// clients see connection refused until StartAPIServer.
+func (e *Env) StopAPIServer() error {
+	return e.Environment.ControlPlane.GetAPIServer().Stop()
+}
+
+// StartAPIServer starts kube-apiserver again (same port, certificates and
+// etcd data) after StopAPIServer and waits until it serves the KubeVirt,
+// CDI and Multus resources again.
+func (e *Env) StartAPIServer() error {
+	api := e.Environment.ControlPlane.GetAPIServer()
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("k8stest: restarting kube-apiserver: %w%s", err, e.logTail())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lists := []client.ObjectList{&kubevirtv1.VirtualMachineInstanceList{}, &cdiv1.DataVolumeList{}, &nadv1.NetworkAttachmentDefinitionList{}}
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, l := range lists {
+			if last = e.Client.List(ctx, l, client.Limit(1)); last != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("k8stest: kube-apiserver restarted but does not serve the CRDs: %w (last: %v)%s", err, last, e.logTail())
+	}
+	return nil
+}
+
+// RestartAPIServer is StopAPIServer followed by StartAPIServer.
+func (e *Env) RestartAPIServer() error {
+	if err := e.StopAPIServer(); err != nil {
+		return err
+	}
+	return e.StartAPIServer()
+}
+
+// Stop stops the apiserver, then etcd, and removes the temporary files. It
+// may be called more than once.
+func (e *Env) Stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	if e.Environment != nil {
+		// envtest stops the apiserver before etcd (the other order hangs).
+		if err := e.Environment.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "k8stest: stopping the control plane: %v\n", err)
+		}
+	}
+	for _, f := range e.logs {
+		f.Close()
+	}
+	if e.dir != "" && os.Getenv("COSMICAC_K8STEST_KEEP") == "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+var shared struct {
+	mu  sync.Mutex
+	env *Env
+	err error
+}
+
+// Shared returns the test binary's shared control plane, starting it on the
+// first call; stop it with StopShared in TestMain. Tests that stop the
+// apiserver must not run in parallel with others using it (or use Start).
+// It skips t if the binaries are missing (fails it under CI).
+func Shared(t testing.TB) *Env {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.env == nil && shared.err == nil {
+		shared.env, _, shared.err = StartShared()
+		if shared.err == nil {
+			t.Logf("k8stest: shared control plane started in %v", shared.env.StartDuration.Round(time.Millisecond))
+		}
+	}
+	if shared.err != nil {
+		skipOrFail(t, shared.err)
+	}
+	return shared.env
+}
+
+// StopShared stops the control plane that Shared started, if any.
+func StopShared() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.env != nil {
+		shared.env.Stop()
+		shared.env = nil
+	}
+}
