@@ -71,7 +71,6 @@ type fwdCollector struct {
 	labels prometheus.Labels
 }
 
-
 func (c *fwdCollector) desc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc("cosmicac_joblog_forwarder_"+name, help, nil, c.labels)
 }

@@ -94,6 +94,9 @@ func New(cfg Config, log *slog.Logger) (*Monitor, error) {
 		}
 		m.spool = sp
 		m.lastSeq.Store(sp.maxSeq)
+		if sp.size() == 0 {
+			m.pushed.Store(sp.maxSeq) // else the replay's first push sets it
+		}
 		m.loki = newLokiClient(cfg.Loki)
 	}
 	return m, nil

@@ -237,3 +237,131 @@ func metric(t testing.TB, m *monitor.Monitor, name string) float64 {
 	}
 	return sum
 }
+
+func TestResumeWithLastEventID(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	appendN(t, e.m, 0, 100, 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, _, err := collect(ctx, e.c, client.LogOptions{Follow: true}, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, first, 0, 50)
+	appendN(t, e.m, 100, 250, 9)
+	rest, _, err := collect(ctx, e.c, client.LogOptions{After: first[49].Seq}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, rest, 50, 200)
+
+	// The raw protocol: Last-Event-ID header, ids in order, an end event.
+	req, _ := http.NewRequest("GET", e.srv.URL+"/monitor/v1/jobs/"+jobA+"/logs", nil)
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(rest[197].Seq, 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if got := resp.Header.Get(monitor.HistoryHeader); got != monitor.HistoryBufferOnly {
+		t.Errorf("%s: %q, want %q", monitor.HistoryHeader, got, monitor.HistoryBufferOnly)
+	}
+	want := fmt.Sprintf("id: %d\nevent: record\n", rest[198].Seq)
+	if !strings.Contains(string(body), want) || !strings.Contains(string(body), "event: end\n") ||
+		strings.Contains(string(body), fmt.Sprintf("id: %d\n", rest[197].Seq)) {
+		t.Errorf("resumed stream:\n%s", body)
+	}
+}
+
+func TestFilters(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	var rs []joblog.Record
+	for i := range 40 {
+		r := rec(i)
+		r.Replica = i % 2
+		if i%4 == 0 {
+			r.Source, r.Step, r.OK = joblog.SourceSystem, "boot", joblog.Bool(true)
+		}
+		rs = append(rs, r)
+	}
+	if _, err := e.m.Append(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	ctx := context.Background()
+	got, _, err := collect(ctx, e.c, client.LogOptions{Replica: &one}, 0)
+	if err != nil || len(got) != 20 {
+		t.Fatalf("replica 1: %d records, %v", len(got), err)
+	}
+	got, _, err = collect(ctx, e.c, client.LogOptions{Source: joblog.SourceSystem}, 0)
+	if err != nil || len(got) != 10 || got[0].Step != "boot" || got[0].OK == nil || !*got[0].OK {
+		t.Fatalf("system: %d records %+v, %v", len(got), got, err)
+	}
+	_, _, err = collect(ctx, e.c, client.LogOptions{Source: "nope"}, 0)
+	if client.StatusOf(err) != http.StatusBadRequest {
+		t.Fatalf("bad source: %v, want a 400", err)
+	}
+}
+
+func TestBufferOnlySaysSo(t *testing.T) {
+	cfg := monitor.DefaultConfig("")
+	cfg.BufferPerJob, cfg.ViewerMaxLag = 10, 10
+	e := start(t, cfg, false)
+	appendN(t, e.m, 0, 25, 5)
+	recs, evs, err := collect(context.Background(), e.c, client.LogOptions{Since: "1h"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, recs, 15, 10)
+	if len(evs) == 0 || evs[0].Meta == nil || evs[0].Meta.History != monitor.HistoryBufferOnly || !evs[0].Meta.Partial {
+		t.Fatalf("first event %+v: want meta saying buffer-only and partial", evs)
+	}
+}
+
+func TestSlowViewerIsCutOffAndResumes(t *testing.T) {
+	cfg := monitor.DefaultConfig("")
+	cfg.BufferPerJob, cfg.ViewerMaxLag = 1000, 100
+	e := start(t, cfg, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := 0
+	var cutoffs int
+	proceed := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var last uint64
+		done <- e.c.JobLogs(ctx, jobA, client.LogOptions{Follow: true}, func(ev client.LogEvent) error {
+			switch ev.Type {
+			case client.LogMetaEvent:
+				if got == 0 && cutoffs == 0 {
+					proceed <- struct{}{}
+					<-proceed // stall until the producer is far ahead
+				}
+			case client.LogCutoffEvent:
+				cutoffs++
+			case client.LogRecordEvent:
+				if ev.Record.Seq <= last || lineNo(ev.Record) != got {
+					return fmt.Errorf("record %q after %d records", ev.Record.Line, got)
+				}
+				last = ev.Record.Seq
+				got++
+				if got == 600 {
+					return io.EOF
+				}
+			}
+			return nil
+		})
+	}()
+	<-proceed
+	appendN(t, e.m, 0, 500, 500) // 500 behind at once: more than ViewerMaxLag
+	proceed <- struct{}{}
+	time.Sleep(100 * time.Millisecond)
+	appendN(t, e.m, 500, 600, 50)
+	if err := <-done; !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if cutoffs == 0 {
+		t.Fatal("the stalled viewer was never cut off")
+	}
+}

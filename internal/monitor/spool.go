@@ -35,6 +35,8 @@ import (
 
 var errSpoolFull = errors.New("loki spool full: Loki is not taking records fast enough")
 
+var errClosed = errors.New("monitor closed")
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 const frameHeader = 8
@@ -229,6 +231,9 @@ func (s *spool) append(es []*entry, bodies [][]byte) (uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.f == nil {
+		return 0, errClosed
+	}
 	if s.sizeLocked()+int64(total) > s.maxBytes {
 		return 0, errSpoolFull
 	}

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -236,6 +237,9 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	start := lo
 	if needOlder && m.loki != nil {
 		for start <= floor {
+			if !m.waitPushed(ctx, floor, 5*time.Second) {
+				sw.event("warning", map[string]string{"message": "Loki is behind: the most recent history may be incomplete"})
+			}
 			err := m.loki.queryRange(ctx, lr.job, lr.filter, start, floor+1, func(e Entry) error {
 				sw.arm()
 				b, err := json.Marshal(e.Record)
@@ -279,6 +283,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	heartbeat := time.NewTicker(m.cfg.Heartbeat)
 	defer heartbeat.Stop()
 	batch := make([]*entry, 0, readBatch)
+	caughtUp := false
 	for {
 		j.mu.RLock()
 		end := j.end()
@@ -293,7 +298,9 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 			batch = append(batch[:0], j.entries[off:off+n]...)
 		}
 		j.mu.RUnlock()
-		if gone || (lr.follow && lag > uint64(m.cfg.ViewerMaxLag)) {
+		// The backlog a viewer starts with is not lag; what piles up once
+		// it has caught up is.
+		if gone || (lr.follow && caughtUp && lag > uint64(m.cfg.ViewerMaxLag)) {
 			m.met.cutOff.WithLabelValues("lagged").Inc()
 			sw.event("cutoff", Cutoff{Reason: "lagged", LastID: last,
 				Message: fmt.Sprintf("this viewer fell %d records behind (at most %d); reconnect with Last-Event-ID: %d to resume", lag, m.cfg.ViewerMaxLag, last)})
@@ -324,6 +331,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 			}
 			continue
 		}
+		caughtUp = true
 		if !lr.follow {
 			sw.event("end", map[string]uint64{"lastId": last})
 			sw.flush()
@@ -341,4 +349,16 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 			fmt.Fprint(sw, ": ping\n\n")
 		}
 	}
+}
+
+// waitPushed waits (at most d) until every record numbered up to seq is in
+// Loki, reporting whether it is.
+func (m *Monitor) waitPushed(ctx context.Context, seq uint64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for m.pushed.Load() < seq {
+		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+			return false
+		}
+	}
+	return true
 }

@@ -103,6 +103,13 @@ func (s *Server) FailNext(n, status int, retryAfter string) {
 	}
 }
 
+// Heal forgets the faults not yet injected.
+func (s *Server) Heal() {
+	s.mu.Lock()
+	s.fails = nil
+	s.mu.Unlock()
+}
+
 // SetDelay makes every request wait d first.
 func (s *Server) SetDelay(d time.Duration) {
 	s.mu.Lock()

@@ -1,0 +1,217 @@
+package monitor_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/monitor"
+	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
+)
+
+func lokiConfig(t testing.TB, lk *lokitest.Server, dir string) monitor.Config {
+	cfg := monitor.DefaultConfig(dir)
+	cfg.Loki.URL = lk.URL
+	cfg.Loki.MinBackoff = 10 * time.Millisecond
+	cfg.Loki.MaxBackoff = 200 * time.Millisecond
+	cfg.Loki.BatchWait = 5 * time.Millisecond
+	return cfg
+}
+
+// waitLoki waits until Loki holds n records of jobA.
+func waitLoki(t testing.TB, lk *lokitest.Server, n int) []lokitest.Entry {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		es := lk.Entries(map[string]string{"job": jobA})
+		if len(es) >= n {
+			return es
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Loki holds %d records, want %d", len(es), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLokiRetries429And500(t *testing.T) {
+	for _, format := range []string{"protobuf", "json"} {
+		t.Run(format, func(t *testing.T) {
+			lk := lokitest.New()
+			defer lk.Close()
+			lk.Tenant = "tenant-1"
+			lk.FailNext(1, 429, "1")
+			lk.FailNext(2, 500, "")
+			cfg := lokiConfig(t, lk, t.TempDir())
+			cfg.Loki.Format, cfg.Loki.TenantID = format, "tenant-1"
+			cfg.Loki.Username, cfg.Loki.Password = "u", "p"
+			e := start(t, cfg, false)
+			t0 := time.Now()
+			ok := true
+			r := rec(0)
+			r.Source, r.Step, r.OK = joblog.SourceSystem, "import_disk", &ok
+			if _, err := e.m.Append(context.Background(), []joblog.Record{r}); err != nil {
+				t.Fatal(err)
+			}
+			appendN(t, e.m, 1, 100, 10)
+			es := waitLoki(t, lk, 100)
+			if el := time.Since(t0); el < time.Second {
+				t.Errorf("all in Loki after %v: the 429's Retry-After: 1 was not honoured", el)
+			}
+			if _, failed, _ := lk.Stats(); failed != 3 {
+				t.Errorf("faults answered: %d, want 3", failed)
+			}
+			if len(es) != 100 {
+				t.Fatalf("Loki holds %d records, want 100", len(es))
+			}
+			got := es[0]
+			want := map[string]string{"job": jobA, "team": "ml", "source": "system", "replica": "0"}
+			for k, v := range want {
+				if got.Labels[k] != v {
+					t.Errorf("label %s=%q, want %q (labels %v)", k, got.Labels[k], v, got.Labels)
+				}
+			}
+			if got.Metadata["step"] != "import_disk" || got.Metadata["ok"] != "true" || got.Metadata["stream"] != "stdout" || got.Line != "line 0" {
+				t.Errorf("first entry %+v", got)
+			}
+			for _, a := range lk.Authorizations() {
+				if a != "Basic dTpw" {
+					t.Fatalf("Authorization %q, want basic auth", a)
+				}
+			}
+			if n := metric(t, e.m, "cosmicac_monitor_loki_push_errors_total"); n != 3 {
+				t.Errorf("push errors metric %v, want 3", n)
+			}
+		})
+	}
+}
+
+func TestSpoolKeepsAcknowledgedRecordsAcrossRestart(t *testing.T) {
+	lk := lokitest.New()
+	defer lk.Close()
+	dir := t.TempDir()
+	cfg := lokiConfig(t, lk, dir)
+	cfg.Loki.SegmentBytes = 8 << 10 // several segments
+	cfg.Loki.SpoolBytes = 64 << 20
+	lk.FailNext(1_000_000, 503, "") // Loki is away
+
+	e := start(t, cfg, false)
+	// A producer appends until the monitor goes away under it.
+	var mu sync.Mutex
+	var acked []int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i += 10 {
+			var rs []joblog.Record
+			for k := i; k < i+10; k++ {
+				rs = append(rs, rec(k))
+			}
+			if _, err := e.m.Append(context.Background(), rs); err != nil {
+				return
+			}
+			mu.Lock()
+			for k := i; k < i+10; k++ {
+				acked = append(acked, k)
+			}
+			mu.Unlock()
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	e.stop()
+	wg.Wait()
+	if len(acked) == 0 {
+		t.Fatal("nothing was acknowledged")
+	}
+	// A torn frame at the end, as from a crash mid-write, is cut off.
+	segs, _ := filepath.Glob(filepath.Join(dir, "spool", "*.seg"))
+	f, err := os.OpenFile(segs[len(segs)-1], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0, 0, 1, 0, 9, 9})
+	f.Close()
+
+	lk.Heal()
+	e2 := start(t, cfg, false)
+	es := waitLoki(t, lk, len(acked))
+	seen := map[string]int{}
+	var maxTS int64
+	for _, x := range es {
+		seen[x.Line]++
+		maxTS = max(maxTS, x.TS)
+	}
+	for _, k := range acked {
+		if seen["line "+strconv.Itoa(k)] != 1 {
+			t.Fatalf("acknowledged record %d is in Loki %d times", k, seen["line "+strconv.Itoa(k)])
+		}
+	}
+	// Numbers go on after the restart.
+	rep, err := e2.m.Append(context.Background(), []joblog.Record{rec(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(rep.LastSeq) <= maxTS {
+		t.Fatalf("after the restart a record got %d, not above %d", rep.LastSeq, maxTS)
+	}
+	t.Logf("%d acknowledged records across %d segments, all in Loki once", len(acked), len(segs))
+}
+
+func TestHistoryAndLiveMeetWithoutGapOrDuplicate(t *testing.T) {
+	lk := lokitest.New()
+	defer lk.Close()
+	cfg := lokiConfig(t, lk, t.TempDir())
+	cfg.BufferPerJob, cfg.ViewerMaxLag = 100, 100
+	cfg.Loki.QueryLimit = 70 // several pages
+	e := start(t, cfg, false)
+	appendN(t, e.m, 0, 400, 20)
+	waitLoki(t, lk, 400)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var recs []client.LogRecord
+	var metas []client.LogEvent
+	done := make(chan error, 1)
+	go func() {
+		done <- e.c.JobLogs(ctx, jobA, client.LogOptions{Follow: true, Since: "1h"}, func(ev client.LogEvent) error {
+			switch ev.Type {
+			case client.LogRecordEvent:
+				recs = append(recs, *ev.Record)
+				if len(recs) == 700 {
+					return errors.New("done")
+				}
+			case client.LogMetaEvent:
+				metas = append(metas, ev)
+			}
+			return nil
+		})
+	}()
+	// Live records arrive while history is read.
+	for i := 400; i < 700; i += 10 {
+		appendN(t, e.m, i, i+10, 10)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := <-done; err == nil || err.Error() != "done" {
+		t.Fatal(err)
+	}
+	checkRun(t, recs, 0, 700)
+	if metas[0].Meta.History != monitor.HistoryLoki {
+		t.Errorf("meta %+v, want history from Loki", metas[0].Meta)
+	}
+	// And the whole history without follow.
+	waitLoki(t, lk, 700)
+	all, _, err := collect(ctx, e.c, client.LogOptions{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, all, 0, 700)
+	if all[0].Team != "ml" || all[0].Stream != "stdout" || all[0].Time.IsZero() {
+		t.Errorf("a record read back from Loki: %+v", all[0])
+	}
+}
