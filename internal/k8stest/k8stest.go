@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -244,13 +245,17 @@ func (e *Env) start() error {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                e.Scheme,
 	}
-	te.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	var etcdOut, apiOut io.Writer = etcdLog, apiLog
+	if os.Getenv("KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT") == "true" {
+		etcdOut, apiOut = io.MultiWriter(etcdLog, os.Stderr), io.MultiWriter(apiLog, os.Stderr)
+	}
+	te.ControlPlane.Etcd = &envtest.Etcd{Out: etcdOut, Err: etcdOut}
 	api := te.ControlPlane.GetAPIServer()
 	// A CertDir of our own (not a random one that envtest deletes on Stop)
 	// keeps the serving certificate, its CA and the port across
 	// StopAPIServer/StartAPIServer, so Config and Kubeconfig stay valid.
 	api.CertDir = certDir
-	api.Out, api.Err = apiLog, apiLog
+	api.Out, api.Err = apiOut, apiOut
 	// kube-apiserver 1.37 refuses a loopback advertise address unless the
 	// endpoint reconciler is off; without it, a host or network namespace
 	// with no default route cannot start the apiserver.
