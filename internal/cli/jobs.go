@@ -35,6 +35,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		a.jobsKillCommand(&conn),
 		a.jobsLabelCommand(&conn),
 		a.jobsCommandCommand(&conn),
+		a.jobsLogsCommand(&conn),
 	)
 	return cmd
 }
