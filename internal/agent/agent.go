@@ -1,0 +1,361 @@
+// Package agent is the instance agent (`cosmicac agent instance`): the
+// process inside a GPU Container Job's VMI that the platform reaches over
+// the fabric. It is a dial-only fabric node: it connects outward to the
+// platform peers its bootstrap names (no inbound port on the cluster),
+// admits only those keys, announces itself under the topic
+// "instance/<job id>", and serves
+//
+//   - shell.open (a stream, see package shellproto): a shell or a command,
+//     with a real PTY or with pipes, many at once; each session is recorded
+//     in the job's system log;
+//   - agent.status (a call): ready, version, sessions, the job's command;
+//
+// runs the job's command, if any, sending its output as application log
+// records and reporting its exit (Status.Command, CommandStatus.Outcome),
+// and pushes its status to the rack worker (MethodReport events) on every
+// change and every ReportInterval.
+//
+// See docs/shell.md. Importers: internal/cli (the agent command and `jobs
+// shell`), and the rack workers for the report types.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/version"
+)
+
+// Fabric methods of the agent.
+const (
+	// MethodStatus is a call answered with Status (read-only access).
+	MethodStatus = "agent.status"
+	// MethodShell opens a shell session (a stream).
+	MethodShell = shellproto.Method
+	// MethodReport is the event the agent sends to its worker peers with its
+	// Status, on every change and every ReportInterval. Events are at most
+	// once: a worker that must not miss one also calls MethodStatus.
+	MethodReport = "agent.report"
+)
+
+// Component is the agent's component name in pings.
+const Component = "agent-instance"
+
+// Topic is the directory topic an agent of job announces itself under.
+func Topic(jobID string) string { return "instance/" + jobID }
+
+// Intervals.
+var (
+	// ReportInterval is how often the status is pushed to worker peers
+	// without a change.
+	ReportInterval = 10 * time.Second
+	// ReconnectInterval is how often unconnected peers are dialled again.
+	ReconnectInterval = 3 * time.Second
+)
+
+// Status is what MethodStatus answers and MethodReport carries.
+type Status struct {
+	JobID    string `json:"jobId"`
+	Replica  int    `json:"replica"`
+	VMIIndex int    `json:"vmiIndex"`
+	// Key is the agent's public key.
+	Key string `json:"key"`
+	// Ready: the agent serves shells and has reached the platform (at least
+	// one dialled peer is connected, or it has none to dial).
+	Ready     bool      `json:"ready"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"startedAt"`
+	// Sessions are the open shell sessions.
+	Sessions []SessionInfo `json:"sessions"`
+	// SessionsTotal counts every session opened since the start.
+	SessionsTotal int `json:"sessionsTotal"`
+	// Command is the job's command, when the spec has one.
+	Command *CommandStatus `json:"command,omitempty"`
+}
+
+// SessionInfo describes one open shell session.
+type SessionInfo struct {
+	ID        string    `json:"id"`
+	Peer      string    `json:"peer"` // the key that opened it (the relay, or the CLI)
+	User      string    `json:"user,omitempty"`
+	Argv      []string  `json:"argv,omitempty"`
+	TTY       bool      `json:"tty"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// Agent is one instance agent.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	ready   chan struct{}
+	started time.Time
+
+	mu        sync.Mutex
+	node      *fabric.Node
+	isReady   bool
+	closing   bool
+	sessions  map[string]*session
+	nextID    int
+	total     int
+	command   *CommandStatus
+	cmdDone   chan struct{}
+	sessionWG sync.WaitGroup
+}
+
+// New makes an agent; Run runs it.
+func New(cfg Config, log *slog.Logger) *Agent {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Logs == nil {
+		cfg.Logs = joblog.Discard
+	}
+	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), sessions: map[string]*session{}}
+}
+
+// Ready is closed once the agent is ready (Status.Ready).
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Node is the agent's fabric node, once Run has started it (else nil).
+func (a *Agent) Node() *fabric.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.node
+}
+
+// CommandDone is closed when the job's command has exited (nil when the
+// config has no command, or before Run started it).
+func (a *Agent) CommandDone() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cmdDone
+}
+
+// Status returns the agent's status now.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.statusLocked()
+}
+
+func (a *Agent) statusLocked() Status {
+	s := Status{JobID: a.cfg.JobID, Replica: a.cfg.Replica, VMIIndex: a.cfg.VMIIndex,
+		Ready: a.isReady, Version: version.Version, StartedAt: a.started,
+		Sessions: []SessionInfo{}, SessionsTotal: a.total}
+	if a.cfg.Identity != nil {
+		s.Key = a.cfg.Identity.PublicKey().String()
+	}
+	for _, ss := range a.sessions {
+		s.Sessions = append(s.Sessions, ss.info)
+	}
+	slices.SortFunc(s.Sessions, func(x, y SessionInfo) int { return x.StartedAt.Compare(y.StartedAt) })
+	if a.command != nil {
+		c := a.command.clone()
+		s.Command = &c
+	}
+	return s
+}
+
+// changed tells OnChange and the worker peers about a new status.
+func (a *Agent) changed() {
+	st := a.Status()
+	if a.cfg.OnChange != nil {
+		a.cfg.OnChange(st)
+	}
+	a.report(st)
+}
+
+func (a *Agent) report(st Status) {
+	n := a.Node()
+	if n == nil {
+		return
+	}
+	for _, p := range a.cfg.Peers {
+		if p.Role != RoleWorker {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := n.Notify(ctx, p.Key, MethodReport, st); err != nil {
+				a.log.Debug("report to worker failed", "worker", p.Key.Short(), "err", err)
+			}
+		}()
+	}
+}
+
+// Run serves until ctx ends; then it ends every session and the job's
+// command (SIGTERM, then SIGKILL after 10 s) and closes the node.
+func (a *Agent) Run(ctx context.Context) error {
+	cfg := a.cfg
+	if cfg.Identity == nil {
+		return errors.New("agent: config has no identity")
+	}
+	if cfg.JobID == "" {
+		return errors.New("agent: config has no job ID")
+	}
+	allow := fabric.NewAllowList()
+	for _, p := range cfg.Peers {
+		allow.Allow(p.Key)
+	}
+	n, err := fabric.New(fabric.Config{Component: Component, Identity: cfg.Identity, Listen: cfg.Listen,
+		Policy: allow, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	n.HandleStream(MethodShell, a.handleShell)
+	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
+		return a.Status(), nil
+	}, fabric.ReadOnly())
+	var dial, dirs []fabric.PublicKey
+	for _, p := range cfg.Peers {
+		if len(p.Addrs) > 0 {
+			n.AddAddrs(p.Key, p.Addrs...)
+			dial = append(dial, p.Key)
+		}
+		if p.Role == RoleOrk || p.Role == RoleDirectory {
+			dirs = append(dirs, p.Key)
+		}
+	}
+	a.mu.Lock()
+	a.node, a.started = n, time.Now()
+	a.mu.Unlock()
+	a.log.Info("agent serving", "job", cfg.JobID, "key", n.PublicKey().String(), "addr", n.Addr(), "peers", len(cfg.Peers))
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	// Keep a connection to every peer with an address: the platform calls
+	// the agent back over them.
+	wg.Go(func() { a.keepConnected(rctx, n, dial) })
+	if len(dirs) > 0 {
+		meta, _ := json.Marshal(map[string]any{"jobId": cfg.JobID, "replica": cfg.Replica, "vmiIndex": cfg.VMIIndex, "version": version.Version})
+		wg.Go(func() {
+			n.KeepAnnounced(rctx, fabric.AnnounceParams{Topic: Topic(cfg.JobID), Meta: meta}, dirs...)
+		})
+	}
+	if len(cfg.Command) > 0 {
+		done := make(chan struct{})
+		a.mu.Lock()
+		a.cmdDone = done
+		a.mu.Unlock()
+		wg.Go(func() { a.runCommand(rctx, done) })
+	}
+	wg.Go(func() {
+		t := time.NewTicker(ReportInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				a.report(a.Status())
+			}
+		}
+	})
+
+	<-ctx.Done()
+	a.mu.Lock()
+	a.closing = true
+	for _, s := range a.sessions {
+		s.hangup()
+	}
+	a.mu.Unlock()
+	cancel()
+	a.sessionWG.Wait()
+	return nil
+}
+
+// keepConnected dials every peer that is not connected, at once and then
+// every ReconnectInterval; the agent becomes ready when the first round
+// reached one of them (or there is none).
+func (a *Agent) keepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey) {
+	t := time.NewTicker(ReconnectInterval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		reached := len(peers) == 0
+		for _, k := range peers {
+			if n.Connected(k) {
+				reached = true
+				continue
+			}
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
+					a.log.Debug("peer unreachable", "peer", k.Short(), "err", err)
+					return
+				}
+				mu.Lock()
+				reached = true
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if reached {
+			a.setReady()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) setReady() {
+	a.mu.Lock()
+	if a.isReady {
+		a.mu.Unlock()
+		return
+	}
+	a.isReady = true
+	close(a.ready)
+	a.mu.Unlock()
+	a.log.Info("agent ready", "job", a.cfg.JobID)
+	a.changed()
+}
+
+// record writes a system record of the job.
+func (a *Agent) record(step, format string, args ...any) {
+	a.cfg.Logs.Emit(joblog.Record{Time: time.Now(), JobID: a.cfg.JobID, Team: a.cfg.Team, Replica: a.cfg.Replica,
+		Source: joblog.SourceSystem, Stream: Component, Step: step, OK: joblog.Bool(true), Line: fmt.Sprintf(format, args...)})
+}
+
+// HandleReports registers f for the MethodReport events agents send; a
+// rack worker calls it on its fabric node (whose allow-list must admit the
+// agents' keys).
+func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st Status)) {
+	fabric.HandleFunc(r, MethodReport, func(_ context.Context, peer fabric.PublicKey, st Status) (struct{}, error) {
+		f(peer, st)
+		return struct{}{}, nil
+	})
+}
+
+// GetStatus calls MethodStatus on the agent with key (over the connection
+// it opened, or at an address the caller knows).
+func GetStatus(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (Status, error) {
+	var st Status
+	err := n.Call(ctx, key, MethodStatus, struct{}{}, &st)
+	return st, err
+}
+
+func hostEnv() []string { return os.Environ() }

@@ -1,0 +1,431 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+)
+
+// testRig is a platform node (the app-node's role: it relays shells) and a
+// dial-only agent that connects to it.
+type testRig struct {
+	platform *fabric.Node
+	agent    *Agent
+	logs     *joblog.Ring
+	dialer   FabricDialer
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+func mustID(t testing.TB) *fabric.Identity {
+	t.Helper()
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func newRig(t testing.TB, mod func(*Config)) *testRig {
+	t.Helper()
+	agentID := mustID(t)
+	pn, err := fabric.New(fabric.Config{Component: "app-node", Identity: mustID(t), Listen: "127.0.0.1:0",
+		Policy: fabric.NewAllowList(agentID.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pn.Close() })
+	r := &testRig{platform: pn, logs: joblog.NewRing(10000), done: make(chan error, 1)}
+	cfg := Config{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml", Identity: agentID,
+		Peers: []Peer{{Role: RoleAppNode, Key: pn.PublicKey(), Addrs: []string{pn.Addr()}}},
+		Shell: "/bin/bash", Env: []string{"COSMICAC_TEST=1"}, WorkDir: t.TempDir(), Logs: r.logs}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r.agent = New(cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.agent.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			t.Error("agent did not stop")
+		}
+	})
+	select {
+	case <-r.agent.Ready():
+	case err := <-r.done:
+		t.Fatalf("agent stopped: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("agent not ready")
+	}
+	r.dialer = FabricDialer{Node: pn, Agent: agentID.PublicKey()}
+	return r
+}
+
+// syncBuf is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls until out contains want.
+func waitFor(t testing.TB, out *syncBuf, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %q; output so far:\n%s", want, out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type tsession struct {
+	in     *io.PipeWriter
+	out    *syncBuf
+	errb   *syncBuf
+	resize chan Size
+	sig    chan string
+	res    chan result
+}
+
+type result struct {
+	es  shellproto.ExitStatus
+	err error
+}
+
+func (r *testRig) open(t testing.TB, p shellproto.OpenParams) *tsession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := r.dialer.DialShell(ctx, "", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	s := &tsession{in: pw, out: &syncBuf{}, errb: &syncBuf{}, resize: make(chan Size, 1), sig: make(chan string, 1), res: make(chan result, 1)}
+	go func() {
+		es, err := RunSession(context.Background(), c, SessionIO{Stdin: pr, Stdout: s.out, Stderr: s.errb, Resize: s.resize, Signals: s.sig})
+		s.res <- result{es, err}
+	}()
+	return s
+}
+
+func (s *tsession) wait(t testing.TB) shellproto.ExitStatus {
+	t.Helper()
+	select {
+	case r := <-s.res:
+		if r.err != nil {
+			t.Fatalf("session: %v; output:\n%s", r.err, s.out.String())
+		}
+		return r.es
+	case <-time.After(20 * time.Second):
+		t.Fatalf("session did not end; output:\n%s", s.out.String())
+	}
+	return shellproto.ExitStatus{}
+}
+
+func (s *tsession) send(t testing.TB, text string) {
+	t.Helper()
+	if _, err := io.WriteString(s.in, text); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShellTTYInteractiveExitCode(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80, Env: []string{"PS1=$ "}})
+	s.send(t, "echo hi-$((40+2)) $COSMICAC_TEST\n")
+	waitFor(t, s.out, "hi-42 1")
+	s.send(t, "exit 3\n")
+	if es := s.wait(t); es.Code != 3 {
+		t.Fatalf("exit code %d, want 3", es.Code)
+	}
+	// The session is in the job's system log: who, when, how long.
+	var opened, closed bool
+	for _, rec := range r.logs.Job(r.agent.cfg.JobID) {
+		if rec.Source != joblog.SourceSystem || rec.Step != "shell" {
+			continue
+		}
+		opened = opened || strings.Contains(rec.Line, "opened by key "+r.platform.PublicKey().Short())
+		closed = closed || strings.Contains(rec.Line, "closed after") && strings.Contains(rec.Line, "exit code 3")
+	}
+	if !opened || !closed {
+		t.Fatalf("session records missing (opened %v, closed %v): %+v", opened, closed, r.logs.Job(r.agent.cfg.JobID))
+	}
+}
+
+func TestShellResize(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80})
+	s.send(t, "stty size\n")
+	waitFor(t, s.out, "24 80")
+	s.resize <- Size{Rows: 50, Cols: 132}
+	time.Sleep(50 * time.Millisecond) // the resize frame precedes the next input frame anyway
+	s.send(t, "stty size; exit\n")
+	waitFor(t, s.out, "50 132")
+	if es := s.wait(t); es.Code != 0 {
+		t.Fatalf("exit %d", es.Code)
+	}
+}
+
+func TestShellCtrlCTTY(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.open(t, shellproto.OpenParams{TTY: true, Argv: []string{"sleep", "100"}})
+	time.Sleep(200 * time.Millisecond) // let sleep start
+	start := time.Now()
+	s.send(t, "\x03") // ^C typed: the remote line discipline sends SIGINT
+	es := s.wait(t)
+	if es.Code != 130 || es.Signal != "INT" {
+		t.Fatalf("exit %+v, want 130 by INT", es)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestShellCtrlCShellContinues(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.open(t, shellproto.OpenParams{TTY: true})
+	s.send(t, "sleep 100\n")
+	time.Sleep(300 * time.Millisecond)
+	s.send(t, "\x03")
+	s.send(t, "echo after-$((6*7))\n")
+	waitFor(t, s.out, "after-42")
+	s.send(t, "exit 0\n")
+	if es := s.wait(t); es.Code != 0 {
+		t.Fatalf("exit %+v", es)
+	}
+}
+
+func TestShellSignalPipeMode(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.open(t, shellproto.OpenParams{Argv: []string{"sh", "-c", "echo started; sleep 100"}})
+	waitFor(t, s.out, "started")
+	s.sig <- "INT"
+	if es := s.wait(t); es.Code != 130 {
+		t.Fatalf("exit %+v, want 130", es)
+	}
+}
+
+func TestShellStdinPipe(t *testing.T) {
+	r := newRig(t, nil)
+	c, _, err := r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{Argv: []string{"wc", "-l"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	es, err := RunSession(context.Background(), c, SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es.Code != 0 || strings.TrimSpace(out.String()) != "2" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", es.Code, out.String(), errb.String())
+	}
+	// stderr stays apart in pipe mode, and exit codes come back.
+	c, _, err = r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	es, err = RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb})
+	if err != nil || es.Code != 7 || out.String() != "out\n" || errb.String() != "err\n" {
+		t.Fatalf("exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
+	}
+	// A command that does not exist: 127, like a shell.
+	c, _, err = r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{Argv: []string{"no-such-command-here"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err = RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb})
+	if err != nil || es.Code != 127 {
+		t.Fatalf("exit %+v %v", es, err)
+	}
+}
+
+func TestShellConcurrent(t *testing.T) {
+	r := newRig(t, nil)
+	const n = 20
+	sessions := make([]*tsession, n)
+	for i := range sessions {
+		sessions[i] = r.open(t, shellproto.OpenParams{TTY: i%2 == 0, Argv: []string{"bash"}})
+	}
+	// All 20 are open at once.
+	deadline := time.Now().Add(15 * time.Second)
+	for len(r.agent.Status().Sessions) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions open, want %d", len(r.agent.Status().Sessions), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, s := range sessions {
+		s.send(t, fmt.Sprintf("echo session-$((%d*1000)); exit %d\n", i, i))
+	}
+	for i, s := range sessions {
+		es := s.wait(t)
+		if es.Code != i {
+			t.Errorf("session %d: exit %d", i, es.Code)
+		}
+		if want := fmt.Sprintf("session-%d", i*1000); !strings.Contains(s.out.String(), want) {
+			t.Errorf("session %d: output %q lacks %q", i, s.out.String(), want)
+		}
+	}
+	if st := r.agent.Status(); len(st.Sessions) != 0 || st.SessionsTotal != n {
+		t.Fatalf("after: %d open, %d total", len(st.Sessions), st.SessionsTotal)
+	}
+}
+
+// A closed (not exited) session ends its processes, but never the job's
+// command, and the agent keeps serving.
+func TestClosedShellLeavesAgentAndJob(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Command = []string{"sh", "-c", "echo job-up; sleep 100"} })
+	waitStatus(t, r.agent, func(s Status) bool { return s.Command != nil && len(s.Command.Tail) > 0 })
+
+	c, reply, err := r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{TTY: true, Argv: []string{"sleep", "100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.PID == 0 || reply.Session == "" {
+		t.Fatalf("reply %+v", reply)
+	}
+	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == 1 })
+	c.Close() // the user's terminal goes away
+	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == 0 })
+
+	st := r.agent.Status()
+	if st.Command.State != CommandRunning {
+		t.Fatalf("the job's command stopped with the session: %+v", st.Command)
+	}
+	s := r.open(t, shellproto.OpenParams{Argv: []string{"echo", "still-here"}})
+	if es := s.wait(t); es.Code != 0 || !strings.Contains(s.out.String(), "still-here") {
+		t.Fatalf("second session: %+v %q", es, s.out.String())
+	}
+}
+
+func waitStatus(t testing.TB, a *Agent, ok func(Status) bool) Status {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := a.Status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never matched: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestUnlistedPeerRefused(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Listen = "127.0.0.1:0" })
+	stranger, err := fabric.New(fabric.Config{Component: "cli", Identity: mustID(t), Policy: fabric.NewAllowList()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	stranger.AddAddrs(r.dialer.Agent, r.agent.Node().Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err = FabricDialer{Node: stranger, Agent: r.dialer.Agent}.DialShell(ctx, "", shellproto.OpenParams{Argv: []string{"id"}})
+	if fabric.ErrorCode(err) != fabric.CodeRefused {
+		t.Fatalf("stranger's shell: %v (code %q), want refused", err, fabric.ErrorCode(err))
+	}
+	if _, err := GetStatus(ctx, stranger, r.dialer.Agent); fabric.ErrorCode(err) != fabric.CodeRefused {
+		t.Fatalf("stranger's status: %v, want refused", err)
+	}
+	// The listed platform peer still gets in.
+	st, err := GetStatus(ctx, r.platform, r.dialer.Agent)
+	if err != nil || !st.Ready || st.JobID != r.agent.cfg.JobID {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+func TestCommandExitAndReports(t *testing.T) {
+	reports := make(chan Status, 100)
+	var worker *fabric.Node
+	r := newRig(t, func(c *Config) {
+		var err error
+		worker, err = fabric.New(fabric.Config{Component: "worker", Identity: mustID(t), Listen: "127.0.0.1:0",
+			Policy: fabric.NewAllowList(c.Identity.PublicKey())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { worker.Close() })
+		HandleReports(worker, func(peer fabric.PublicKey, st Status) {
+			if peer == c.Identity.PublicKey() {
+				reports <- st
+			}
+		})
+		c.Peers = append(c.Peers, Peer{Role: RoleWorker, Key: worker.PublicKey(), Addrs: []string{worker.Addr()}})
+		c.Command = []string{"sh", "-c", "echo hello $COSMICAC_TEST; echo oops >&2; exit 4"}
+	})
+	select {
+	case <-r.agent.CommandDone():
+	case <-time.After(15 * time.Second):
+		t.Fatal("command did not finish")
+	}
+	st := r.agent.Status()
+	state, reason, done := st.Command.Outcome()
+	if !done || state != "failed" || reason == nil || reason.Code != "command_failed" ||
+		!strings.Contains(reason.Message, "exit code 4") || !strings.Contains(reason.Message, "oops") {
+		t.Fatalf("outcome %v %+v %v; command %+v", state, reason, done, st.Command)
+	}
+	var app []string
+	for _, rec := range r.logs.Job(r.agent.cfg.JobID) {
+		if rec.Source == joblog.SourceApplication {
+			app = append(app, rec.Stream+":"+rec.Line)
+		}
+	}
+	if strings.Join(app, ",") != "stdout:hello 1,stderr:oops" && strings.Join(app, ",") != "stderr:oops,stdout:hello 1" {
+		t.Fatalf("application records %q", app)
+	}
+	// The worker hears of the exit.
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case rep := <-reports:
+			if rep.Command != nil && rep.Command.State == CommandExited && *rep.Command.ExitCode == 4 && rep.Ready {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no report of the command's exit reached the worker")
+		}
+	}
+}
+
+func TestCommandSuccessOutcome(t *testing.T) {
+	code := 0
+	c := CommandStatus{State: CommandExited, ExitCode: &code}
+	if s, r, done := c.Outcome(); s != "stopped" || r != nil || !done {
+		t.Fatalf("%v %v %v", s, r, done)
+	}
+	if _, _, done := (CommandStatus{State: CommandRunning}).Outcome(); done {
+		t.Fatal("running command is done")
+	}
+}

@@ -1,0 +1,261 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+)
+
+// Peer roles the agent knows. Every peer in the config is admitted with
+// full access; the role decides what else the agent does with it.
+const (
+	RoleOrk       = "ork"       // a directory: the agent announces itself there
+	RoleDirectory = "directory" // another directory
+	RoleWorker    = "worker"    // the rack worker: receives MethodReport events
+	RoleAppNode   = "app-node"  // relays users' shells (and later HTTP) to the agent
+	RoleMonitor   = "monitor"   // wrk-monitor: receives the agent's log records
+	RoleProxy     = "proxy-inference"
+)
+
+// FileIdentity is the agent's key pair as the bootstrap carries it.
+type FileIdentity struct {
+	PrivateKeyPEM string `json:"privateKeyPEM"`
+	PublicKey     string `json:"publicKey"`
+}
+
+// FilePeer is a platform peer as the bootstrap carries it.
+type FilePeer struct {
+	Role  string   `json:"role"`
+	Key   string   `json:"key"`
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+// FileConfig is the agent's YAML file (/etc/cosmicac/agent.yaml in a VMI).
+// Its first fields mirror k8sworker.AgentConfig field for field (the agent
+// imports no k8s.io, so it keeps its own copy); the last ones are the
+// agent's own and optional.
+type FileConfig struct {
+	JobID     string          `json:"jobId"`
+	JobType   string          `json:"jobType,omitempty"`
+	Team      string          `json:"team,omitempty"`
+	Replica   int             `json:"replica"`
+	VMIIndex  int             `json:"vmiIndex"`
+	VMICount  int             `json:"vmiCount,omitempty"`
+	GPUs      int             `json:"gpus,omitempty"`
+	Hosts     []string        `json:"hosts,omitempty"`
+	Identity  *FileIdentity   `json:"identity,omitempty"`
+	Peers     []FilePeer      `json:"peers,omitempty"`
+	Command   []string        `json:"command,omitempty"`
+	EnvFile   string          `json:"envFile,omitempty"`
+	HTTPPort  int             `json:"httpPort,omitempty"`
+	GRPCPort  int             `json:"grpcPort,omitempty"`
+	Inference json.RawMessage `json:"inference,omitempty"`
+
+	// The agent's own settings.
+	// IdentityFile is read when Identity is absent (a key made with
+	// `cosmicac keys generate`).
+	IdentityFile string `json:"identityFile,omitempty"`
+	// Env is added after the env file, NAME=value each.
+	Env []string `json:"env,omitempty"`
+	// Shell is the login shell of sessions without argv (default: $SHELL,
+	// then /bin/bash, then /bin/sh).
+	Shell string `json:"shell,omitempty"`
+	// WorkDir is where sessions and the command start (default: $HOME of
+	// the agent's user, else /).
+	WorkDir string `json:"workDir,omitempty"`
+	// Listen makes the agent also listen on a fabric address (for agents
+	// on a routable network, and tests). Default: dial-only.
+	Listen string `json:"listen,omitempty"`
+}
+
+// Peer is a platform component the agent admits and connects to.
+type Peer struct {
+	Role  string
+	Key   fabric.PublicKey
+	Addrs []string
+}
+
+// Config is a parsed agent configuration.
+type Config struct {
+	JobID    string
+	Team     string
+	Replica  int
+	VMIIndex int
+	Identity *fabric.Identity
+	// Peers are the keys the platform authorised for this job: the only
+	// ones admitted. Those with addresses are dialled and kept connected.
+	Peers   []Peer
+	Shell   string
+	Command []string
+	// Env is the environment of the command and of sessions, on top of the
+	// agent's own (NAME=value each).
+	Env     []string
+	WorkDir string
+	Listen  string
+	// Logs receives the agent's records: session records (system) and the
+	// command's output (application). Default: discard.
+	Logs joblog.Sink
+	// OnChange, if set, is called with the new status after each change
+	// (ready, a session opened or closed, the command exited). It must not
+	// block.
+	OnChange func(Status)
+}
+
+// LoadConfig reads the agent's YAML file, the env file it names and the
+// identity it holds or names.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	var fc FileConfig
+	if err := yaml.Unmarshal(b, &fc); err != nil {
+		return Config{}, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	return fc.Parse()
+}
+
+// Parse checks a FileConfig and turns it into a Config.
+func (fc FileConfig) Parse() (Config, error) {
+	var errs []error
+	cfg := Config{JobID: fc.JobID, Team: fc.Team, Replica: fc.Replica, VMIIndex: fc.VMIIndex,
+		Shell: fc.Shell, Command: fc.Command, WorkDir: fc.WorkDir, Listen: fc.Listen}
+	if fc.JobID == "" {
+		errs = append(errs, errors.New("jobId is required"))
+	}
+	switch {
+	case fc.Identity != nil:
+		id, err := fabric.ParseIdentityPEM([]byte(fc.Identity.PrivateKeyPEM))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("identity: %w", err))
+			break
+		}
+		if fc.Identity.PublicKey != "" && fc.Identity.PublicKey != id.PublicKey().String() {
+			errs = append(errs, fmt.Errorf("identity: publicKey %s does not match the private key (%s)", fc.Identity.PublicKey, id.PublicKey()))
+		}
+		cfg.Identity = id
+	case fc.IdentityFile != "":
+		id, err := fabric.ReadIdentityFile(fc.IdentityFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("identityFile: %w", err))
+		}
+		cfg.Identity = id
+	default:
+		errs = append(errs, errors.New("identity (or identityFile) is required: the platform gives each agent its key"))
+	}
+	for i, p := range fc.Peers {
+		k, err := fabric.ParsePublicKey(p.Key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peers[%d].key: %w", i, err))
+			continue
+		}
+		for _, a := range p.Addrs {
+			if _, _, err := fabric.ParsePeer(p.Key + "@" + a); err != nil {
+				errs = append(errs, fmt.Errorf("peers[%d].addrs: %w", i, err))
+			}
+		}
+		cfg.Peers = append(cfg.Peers, Peer{Role: p.Role, Key: k, Addrs: p.Addrs})
+	}
+	if fc.EnvFile != "" {
+		env, err := ReadEnvFile(fc.EnvFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		cfg.Env = append(cfg.Env, env...)
+	}
+	for _, e := range fc.Env {
+		if !strings.Contains(e, "=") {
+			errs = append(errs, fmt.Errorf("env %q: want NAME=value", e))
+		}
+	}
+	cfg.Env = append(cfg.Env, fc.Env...)
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("agent config: %w", err)
+	}
+	return cfg, nil
+}
+
+// ReadEnvFile reads the worker's env file: one NAME='value' a line, quoted
+// for the POSIX shell (k8sworker's envFile), blank lines and # comments
+// skipped. It returns NAME=value strings.
+func ReadEnvFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEnv(b)
+}
+
+// ParseEnv parses the content of an env file (see ReadEnvFile).
+func ParseEnv(b []byte) ([]string, error) {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	// A quoted value may span lines: join until the quotes balance.
+	var pending string
+	line := 0
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		if pending != "" {
+			l = pending + "\n" + l
+			pending = ""
+		} else if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		name, raw, ok := strings.Cut(l, "=")
+		if !ok || name == "" || strings.ContainsAny(name, " \t'\"") {
+			return nil, fmt.Errorf("env file line %d: want NAME='value'", line)
+		}
+		v, complete, err := unquote(raw)
+		if err != nil {
+			return nil, fmt.Errorf("env file line %d: %w", line, err)
+		}
+		if !complete {
+			pending = l
+			continue
+		}
+		out = append(out, name+"="+v)
+	}
+	if pending != "" {
+		return nil, errors.New("env file: unterminated quote at end")
+	}
+	return out, sc.Err()
+}
+
+// unquote reads a POSIX-shell word made of 'single-quoted' parts, \-escaped
+// characters and plain characters. complete is false inside an open quote.
+func unquote(s string) (v string, complete bool, err error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return "", false, nil
+			}
+			b.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+		case '\\':
+			if i+1 >= len(s) {
+				return "", false, errors.New("trailing backslash")
+			}
+			b.WriteByte(s[i+1])
+			i++
+		case ' ', '\t', '"', '$', '`':
+			return "", false, fmt.Errorf("unsupported character %q outside single quotes", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true, nil
+}
