@@ -125,6 +125,9 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), sessions: map[string]*session{}}
 }
 
+// SetLogs replaces the sink of the agent's records; call it before Run.
+func (a *Agent) SetLogs(s joblog.Sink) { a.cfg.Logs = s }
+
 // Ready is closed once the agent is ready (Status.Ready).
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 

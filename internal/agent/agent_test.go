@@ -3,8 +3,11 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -427,5 +430,50 @@ func TestCommandSuccessOutcome(t *testing.T) {
 	}
 	if _, _, done := (CommandStatus{State: CommandRunning}).Outcome(); done {
 		t.Fatal("running command is done")
+	}
+}
+
+// The app-node's relay (ServeShellRelay) and the CLI's HTTP dialer.
+func TestHTTPRelay(t *testing.T) {
+	r := newRig(t, nil)
+	var gotUser string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Authorization") != "Bearer good" {
+			writeJSONError(w, http.StatusForbidden, "forbidden", "not on the job's team")
+			return
+		}
+		ServeShellRelay(w, req, "alice", func(ctx context.Context, p shellproto.OpenParams) (Conn, shellproto.OpenReply, error) {
+			gotUser = p.User
+			return r.dialer.DialShell(ctx, "", p)
+		})
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	_, _, err := HTTPShellDialer{BaseURL: srv.URL, Token: "bad"}.DialShell(ctx, "job", shellproto.OpenParams{})
+	var he *HTTPError
+	if !errors.As(err, &he) || he.Status != http.StatusForbidden || he.Code != "forbidden" {
+		t.Fatalf("bad token: %v", err)
+	}
+	c, reply, err := HTTPShellDialer{BaseURL: srv.URL, Token: "good"}.DialShell(ctx, "job", shellproto.OpenParams{Argv: []string{"wc", "-l"}, User: "mallory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Session == "" || reply.PID == 0 {
+		t.Fatalf("reply %+v", reply)
+	}
+	var out bytes.Buffer
+	es, err := RunSession(ctx, c, SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out})
+	if err != nil || es.Code != 0 || strings.TrimSpace(out.String()) != "2" {
+		t.Fatalf("exit %+v %v, out %q", es, err, out.String())
+	}
+	if gotUser != "alice" {
+		t.Fatalf("user %q reached the agent, want the platform's alice", gotUser)
+	}
+	found := false
+	for _, rec := range r.logs.Job(r.agent.cfg.JobID) {
+		found = found || strings.Contains(rec.Line, "opened by alice (via key")
+	}
+	if !found {
+		t.Fatal("the session record does not name alice")
 	}
 }

@@ -36,6 +36,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		a.jobsLabelCommand(&conn),
 		a.jobsCommandCommand(&conn),
 		a.jobsLogsCommand(&conn),
+		a.jobsShellCommand(&conn),
 	)
 	return cmd
 }
