@@ -31,6 +31,20 @@ type Caller interface {
 	Call(ctx context.Context, key fabric.PublicKey, method string, params, result any) error
 }
 
+// NodeFunc is a Caller through whatever node f returns at the time of the
+// call (a worker whose node is replaced, e.g. simcluster.Endpoint.Node);
+// while f returns nil, calls fail and the forwarder buffers.
+type NodeFunc func() *fabric.Node
+
+// Call implements Caller.
+func (f NodeFunc) Call(ctx context.Context, key fabric.PublicKey, method string, params, result any) error {
+	n := f()
+	if n == nil {
+		return fabric.Errorf(fabric.CodeUnavailable, "no fabric node")
+	}
+	return n.Call(ctx, key, method, params, result)
+}
+
 // ForwarderStats counts a forwarder's records.
 type ForwarderStats struct {
 	Emitted  uint64 // given to Emit

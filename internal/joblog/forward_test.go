@@ -84,3 +84,11 @@ func TestForwarderDropsWhileAwayAndRecovers(t *testing.T) {
 	cancel()
 	<-done
 }
+
+func TestTee(t *testing.T) {
+	a, b := joblog.NewRing(10), joblog.NewRing(10)
+	joblog.Tee(a, b).Emit(joblog.Record{JobID: "j", Line: "x"})
+	if len(a.Job("j")) != 1 || len(b.Job("j")) != 1 {
+		t.Fatal("a record did not reach both sinks")
+	}
+}

@@ -83,3 +83,14 @@ func (r *Ring) Job(id string) []Record {
 
 // Bool returns a pointer to b, for Record.OK.
 func Bool(b bool) *bool { return &b }
+
+// Tee returns a sink that emits every record to each of sinks, in order.
+func Tee(sinks ...Sink) Sink { return tee(sinks) }
+
+type tee []Sink
+
+func (t tee) Emit(r Record) {
+	for _, s := range t {
+		s.Emit(r)
+	}
+}

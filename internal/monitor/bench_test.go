@@ -42,6 +42,7 @@ var fanoutCases = []struct {
 	rate    int
 }{
 	{"paced5k", 20000, 5000},
+	{"paced10k", 40000, 10000},
 	{"unpaced", 40000, 0},
 }
 

@@ -46,6 +46,9 @@ type Monitor struct {
 	lastSeq atomic.Uint64
 	jobs    map[string]*jobLog
 
+	quit     chan struct{} // closed by CloseStreams
+	quitOnce sync.Once
+
 	spool  *spool      // nil without Loki
 	loki   *lokiClient // nil without Loki
 	pushed atomic.Uint64
@@ -85,7 +88,7 @@ func New(cfg Config, log *slog.Logger) (*Monitor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Monitor{cfg: cfg, log: log, now: time.Now, jobs: map[string]*jobLog{}}
+	m := &Monitor{cfg: cfg, log: log, now: time.Now, jobs: map[string]*jobLog{}, quit: make(chan struct{})}
 	m.met = newMetrics(m)
 	if cfg.Loki.URL != "" {
 		sp, err := openSpool(filepath.Join(cfg.DataDir, "spool"), cfg.Loki.SpoolBytes, cfg.Loki.SegmentBytes)
@@ -109,6 +112,12 @@ func (m *Monitor) Close() error {
 	}
 	return nil
 }
+
+// CloseStreams ends every open log stream (viewers reconnect with
+// Last-Event-ID to wherever the monitor comes back). Register it with
+// http.Server.RegisterOnShutdown: Shutdown does not end streaming
+// handlers by itself.
+func (m *Monitor) CloseStreams() { m.quitOnce.Do(func() { close(m.quit) }) }
 
 // Registry holds the monitor's metrics.
 func (m *Monitor) Registry() *prometheus.Registry { return m.met.reg }

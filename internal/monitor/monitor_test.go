@@ -365,3 +365,27 @@ func TestSlowViewerIsCutOffAndResumes(t *testing.T) {
 		t.Fatal("the stalled viewer was never cut off")
 	}
 }
+
+func TestCloseStreamsEndsFollowers(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	appendN(t, e.m, 0, 5, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := collect(ctx, e.c, client.LogOptions{Follow: true, MaxReconnects: -1}, 0)
+		done <- err
+	}()
+	go func() {
+		for metric(t, e.m, "cosmicac_monitor_viewers") == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		got <- struct{}{}
+	}()
+	<-got
+	e.m.CloseStreams()
+	if err := <-done; err == nil || ctx.Err() != nil {
+		t.Fatalf("follower: %v (want its stream ended by CloseStreams)", err)
+	}
+}

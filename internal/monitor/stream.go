@@ -344,6 +344,8 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.quit:
+			return
 		case <-v.wake:
 		case <-heartbeat.C:
 			fmt.Fprint(sw, ": ping\n\n")
