@@ -1,0 +1,229 @@
+package agent
+
+// TestNetns runs the agent in its own network namespace, as if inside a VMI
+// on another network: it is dial-only and reaches the platform node in a
+// second namespace over a veth pair; the platform node opens shells on it
+// over the connection the agent opened. The addresses exist only inside the
+// namespaces.
+//
+// It needs root and iproute2's `ip`. Without them it is skipped, unless CI
+// is set: CI runs as root and must run it (as internal/fabric's TestNetns).
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+const (
+	nsRoleEnv   = "AGENT_NETNS_ROLE"   // "agent" or "platform"
+	nsConfigEnv = "AGENT_NETNS_CONFIG" // agent: its config file; platform: its key file
+	nsPeerEnv   = "AGENT_NETNS_PEER"   // platform: the agent's key
+
+	nsPlatformIP = "10.232.0.1"
+	nsAgentIP    = "10.232.0.2"
+	nsPort       = "7431"
+)
+
+func nsSkip(t *testing.T, reason string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set, so this test must run, but: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+func runIP(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func TestNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the two-namespace test")
+	}
+	if os.Geteuid() != 0 {
+		nsSkip(t, fmt.Sprintf("needs root to create network namespaces (euid %d)", os.Geteuid()))
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		nsSkip(t, "needs the ip command (iproute2): "+err.Error())
+	}
+	tag := fmt.Sprintf("%d", os.Getpid())
+	nsP, nsA := "agp"+tag, "aga"+tag
+	vP, vA := "avp"+tag, "ava"+tag
+	if err := runIP("netns", "add", nsP); err != nil {
+		nsSkip(t, "cannot create a network namespace: "+err.Error())
+	}
+	t.Cleanup(func() { runIP("netns", "del", nsP) })
+	if err := runIP("netns", "add", nsA); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { runIP("netns", "del", nsA) })
+	t.Cleanup(func() { exec.Command("ip", "link", "del", vP).Run() })
+	for _, args := range [][]string{
+		{"link", "add", vP, "netns", nsP, "type", "veth", "peer", "name", vA, "netns", nsA},
+		{"-n", nsP, "addr", "add", nsPlatformIP + "/24", "dev", vP},
+		{"-n", nsA, "addr", "add", nsAgentIP + "/24", "dev", vA},
+		{"-n", nsP, "link", "set", "lo", "up"},
+		{"-n", nsA, "link", "set", "lo", "up"},
+		{"-n", nsP, "link", "set", vP, "up"},
+		{"-n", nsA, "link", "set", vA, "up"},
+	} {
+		if err := runIP(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dir := t.TempDir()
+	platID, agentID := mustID(t), mustID(t)
+	platKey := filepath.Join(dir, "platform.key")
+	if err := fabric.WriteIdentityFile(platKey, platID); err != nil {
+		t.Fatal(err)
+	}
+	pem, _ := agentID.MarshalPEM()
+	fc := FileConfig{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml",
+		Identity: &FileIdentity{PrivateKeyPEM: string(pem), PublicKey: agentID.PublicKey().String()},
+		Peers:    []FilePeer{{Role: RoleAppNode, Key: platID.PublicKey().String(), Addrs: []string{nsPlatformIP + ":" + nsPort}}},
+		Shell:    "/bin/bash", WorkDir: dir}
+	b, _ := yaml.Marshal(fc)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	helper := func(ns, role, config string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestNetnsHelper$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), nsRoleEnv+"="+role, nsConfigEnv+"="+config, nsPeerEnv+"="+agentID.PublicKey().String())
+		cmd.WaitDelay = 5 * time.Second
+		return cmd
+	}
+	plat := helper(nsP, "platform", platKey)
+	var platOut bytes.Buffer
+	plat.Stdout, plat.Stderr = &platOut, &platOut
+	if err := plat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ag := helper(nsA, "agent", cfgPath)
+	agIn, err := ag.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agOut bytes.Buffer
+	ag.Stdout, ag.Stderr = &agOut, &agOut
+	if err := ag.Start(); err != nil {
+		t.Fatal(err)
+	}
+	perr := plat.Wait()
+	agIn.Close()
+	aerr := ag.Wait()
+	t.Logf("platform side:\n%s", platOut.String())
+	if perr != nil || !strings.Contains(platOut.String(), "NETNS-OK") {
+		t.Fatalf("platform side failed: %v\nagent side:\n%s", perr, agOut.String())
+	}
+	if aerr != nil {
+		t.Fatalf("agent side: %v\n%s", aerr, agOut.String())
+	}
+}
+
+// TestNetnsHelper is one side of TestNetns; it does nothing when run
+// directly.
+func TestNetnsHelper(t *testing.T) {
+	switch os.Getenv(nsRoleEnv) {
+	case "agent":
+		cfg, err := LoadConfig(os.Getenv(nsConfigEnv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+		if err := New(cfg, nil).Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case "platform":
+		netnsPlatform(t)
+	default:
+		t.Skip("helper of TestNetns")
+	}
+}
+
+func netnsPlatform(t *testing.T) {
+	id, err := fabric.ReadIdentityFile(os.Getenv(nsConfigEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentKey, err := fabric.ParsePublicKey(os.Getenv(nsPeerEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fabric.New(fabric.Config{Component: "app-node", Identity: id, Listen: nsPlatformIP + ":" + nsPort,
+		Policy: fabric.NewAllowList(agentKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for !n.Connected(agentKey) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never connected")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := GetStatus(ctx, n, agentKey)
+	if err != nil || !st.Ready {
+		t.Fatalf("status %+v: %v", st, err)
+	}
+	r := &testRig{platform: n, dialer: FabricDialer{Node: n, Agent: agentKey}}
+
+	// A terminal: input, resize, Ctrl-C, the exit code.
+	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80})
+	s.send(t, "echo hi-$((40+2)); stty size\n")
+	waitFor(t, s.out, "hi-42")
+	waitFor(t, s.out, "24 80")
+	s.resize <- Size{Rows: 40, Cols: 120}
+	time.Sleep(50 * time.Millisecond)
+	s.send(t, "stty size\n")
+	waitFor(t, s.out, "40 120")
+	s.send(t, "sleep 100\n")
+	time.Sleep(300 * time.Millisecond)
+	s.send(t, "\x03echo status-$?\n")
+	waitFor(t, s.out, "status-130")
+	s.send(t, "exit 3\n")
+	if es := s.wait(t); es.Code != 3 {
+		t.Fatalf("exit %d", es.Code)
+	}
+	// Pipes and a 1 MiB round trip.
+	c, _, err := r.dialer.DialShell(ctx, "", shellproto.OpenParams{Argv: []string{"sha256sum"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	var out bytes.Buffer
+	es, err := RunSession(ctx, c, SessionIO{Stdin: bytes.NewReader(data), Stdout: &out})
+	sum := sha256.Sum256(data)
+	if err != nil || es.Code != 0 || !strings.HasPrefix(out.String(), hex.EncodeToString(sum[:])) {
+		t.Fatalf("sha256sum: %+v %v %q", es, err, out.String())
+	}
+	fmt.Printf("sha256 of 1 MiB through the shell: %s", out.String())
+	fmt.Println("NETNS-OK")
+}
