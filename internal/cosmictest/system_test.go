@@ -212,3 +212,46 @@ func TestLostNodeFailsItsJobs(t *testing.T) {
 	e.Fault("simRestoreNode", map[string]any{"node": j.Status.Replicas[0].Nodes[0]})
 	e.WaitState(b.ID, cosmic.StateRunning)
 }
+
+// TestJobLogsShowSetupStepsUpToAFailure reads a job's logs through the API,
+// as `cosmicac jobs logs` does: the system records of each setup step reach
+// wrk-monitor over the fabric, the failed import last.
+func TestJobLogsShowSetupStepsUpToAFailure(t *testing.T) {
+	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = 20 * time.Millisecond })
+	e.Fault("simFailImport", map[string]any{"jobId": "", "replica": 0})
+	j := e.Create(Container("broken-image", 1))
+	e.WaitState(j.ID, cosmic.StateFailed)
+	var recs []client.LogRecord
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs = recs[:0]
+		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
+			if ev.Record != nil {
+				recs = append(recs, *ev.Record)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(recs); n > 0 && recs[n-1].OK != nil && !*recs[n-1].OK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(recs) == 0 {
+		t.Fatal("no log records")
+	}
+	last := recs[len(recs)-1]
+	if last.Step != "import_disk" || last.OK == nil || *last.OK {
+		t.Fatalf("last record %+v: want the failed import_disk step", last)
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Seq <= recs[i-1].Seq {
+			t.Fatalf("records out of order: %d after %d", recs[i].Seq, recs[i-1].Seq)
+		}
+	}
+	if recs[0].Source != "system" {
+		t.Fatalf("first record %+v: want a system record", recs[0])
+	}
+}

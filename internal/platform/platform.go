@@ -23,6 +23,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
@@ -43,6 +44,9 @@ type Config struct {
 	Sim simcluster.Config
 	// Ork tunes the ork.
 	Ork ork.Config
+	// Monitor tunes wrk-monitor (Loki forwarding, buffers); its spool lives
+	// under DataDir/wrk-monitor unless set.
+	Monitor monitor.Config
 	// OperatorKeys are admitted to every component with full access (the
 	// local CLI's key, for `cosmicac rpc`).
 	OperatorKeys []fabric.PublicKey
@@ -58,6 +62,7 @@ func DefaultConfig(dataDir string) Config {
 		FabricHost: "127.0.0.1",
 		Sim:        simcluster.DefaultConfig(),
 		Ork:        ork.DefaultConfig(),
+		Monitor:    monitor.DefaultConfig(""),
 	}
 }
 
@@ -66,16 +71,19 @@ type Platform struct {
 	cfg Config
 	log *slog.Logger
 
-	Store     *sqlite.Store
-	OrkNode   *fabric.Node
-	Ork       *ork.Ork
-	Sim       *simcluster.Cluster
-	SimLink   *simcluster.Endpoint
-	AppNode   *fabric.Node
-	Logs      *joblog.Ring
-	URL       string // the HTTP API's base URL
-	TokenFile string // the bootstrap admin token's file
-	http      *http.Server
+	Store       *sqlite.Store
+	OrkNode     *fabric.Node
+	Ork         *ork.Ork
+	Sim         *simcluster.Cluster
+	SimLink     *simcluster.Endpoint
+	AppNode     *fabric.Node
+	Logs        *joblog.Ring
+	Monitor     *monitor.Monitor
+	MonitorNode *fabric.Node
+	LogFwd      *joblog.Forwarder
+	URL         string // the HTTP API's base URL
+	TokenFile   string // the bootstrap admin token's file
+	http        *http.Server
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -142,6 +150,26 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 
+	// wrk-monitor: takes log records from the workers over the fabric.
+	monID, err := identity(cfg.DataDir, "wrk-monitor")
+	if err != nil {
+		return nil, err
+	}
+	mcfg := cfg.Monitor
+	if mcfg.DataDir == "" {
+		mcfg.DataDir = filepath.Join(cfg.DataDir, "wrk-monitor")
+	}
+	if p.Monitor, err = monitor.New(mcfg, log.With("component", "wrk-monitor")); err != nil {
+		return nil, err
+	}
+	monAllow := fabric.NewAllowList(simID.PublicKey())
+	monAllow.Allow(cfg.OperatorKeys...)
+	if p.MonitorNode, err = fabric.New(fabric.Config{Component: "wrk-monitor", Identity: monID, Listen: listen, Policy: monAllow, Logger: log}); err != nil {
+		return nil, err
+	}
+	p.Monitor.Serve(p.MonitorNode)
+	p.goRun("wrk-monitor", func() error { return p.Monitor.Run(rctx) })
+
 	// The simulated rack's worker: admits the ork and the operator.
 	simAllow := fabric.NewAllowList(orkID.PublicKey())
 	simAllow.Allow(cfg.OperatorKeys...)
@@ -149,8 +177,11 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		worker.Serve(n, p.Sim)
 		p.Sim.RegisterFaults(n)
 		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+		n.AddAddrs(monID.PublicKey(), p.MonitorNode.Addr())
 	})
-	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), p.Logs, log.With("component", "wrk-server-sim"))
+	p.LogFwd = joblog.NewForwarder(joblog.NodeFunc(p.SimLink.Node), monID.PublicKey(), 10000)
+	p.goRun("log forwarder", func() error { return p.LogFwd.Run(rctx) })
+	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), joblog.Tee(p.Logs, p.LogFwd), log.With("component", "wrk-server-sim"))
 	p.Sim.SetLink(p.SimLink)
 	if err := p.SimLink.Up(); err != nil {
 		return nil, err
@@ -187,7 +218,15 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
 	}
 	p.URL = "http://" + ln.Addr().String()
-	p.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// One HTTP server, routed as the Caddy gateway routes: /monitor to
+	// wrk-monitor (which checks each viewer's token with the app-node),
+	// everything else to the app-node.
+	mux := http.NewServeMux()
+	mux.Handle("/monitor/metrics", p.Monitor.MetricsHandler())
+	mux.Handle("/monitor/", p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler()))))
+	mux.Handle("/", api.Handler())
+	p.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second} // no write timeout: SSE streams
+	p.http.RegisterOnShutdown(p.Monitor.CloseStreams)
 	p.goRun("api", func() error {
 		if err := p.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -241,13 +280,16 @@ func (p *Platform) Close() error {
 		p.cancel()
 	}
 	p.wg.Wait()
-	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode} {
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode} {
 		if n != nil {
 			n.Close()
 		}
 	}
 	if p.SimLink != nil {
 		p.SimLink.Close()
+	}
+	if p.Monitor != nil {
+		p.Monitor.Close()
 	}
 	if p.Store != nil {
 		return p.Store.Close()
