@@ -79,6 +79,9 @@ func (a *app) run(ctx context.Context, args []string) int {
 	if err == nil {
 		return ExitOK
 	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return ExitInterrupted // Ctrl-C: the user knows
+	}
 	fmt.Fprintln(a.stderr, "error:", err)
 	var ee *exitError
 	switch {
