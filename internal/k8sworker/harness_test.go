@@ -1,0 +1,395 @@
+package k8sworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	virtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/k8stest"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	code := m.Run()
+	k8stest.StopShared()
+	os.Exit(code)
+}
+
+// fakeReporter collects the worker's reports.
+type fakeReporter struct {
+	mu      sync.Mutex
+	reports []worker.Report
+	fail    atomic.Bool
+}
+
+func (f *fakeReporter) Report(_ context.Context, r worker.Report) error {
+	if f.fail.Load() {
+		return errors.New("ork away")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports = append(f.reports, r)
+	return nil
+}
+
+// history is every report of one replica, in order.
+func (f *fakeReporter) history(job string, replica int) []worker.ReplicaReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []worker.ReplicaReport
+	for _, r := range f.reports {
+		for _, jr := range r.Jobs {
+			if jr.JobID != job {
+				continue
+			}
+			for _, rr := range jr.Replicas {
+				if rr.Replica == replica {
+					out = append(out, rr)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (f *fakeReporter) last(job string, replica int) (worker.ReplicaReport, bool) {
+	h := f.history(job, replica)
+	if len(h) == 0 {
+		return worker.ReplicaReport{}, false
+	}
+	return h[len(h)-1], true
+}
+
+func (f *fakeReporter) lastCapacity() *worker.Capacity {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.reports) - 1; i >= 0; i-- {
+		if c := f.reports[i].Capacity; c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+var nsCounter atomic.Int64
+
+// harness is one test's rack: its own namespace and GPU resource name on
+// a shared control plane (nodes are cluster-wide, so each test's nodes
+// carry a resource no other test's rack maps).
+type harness struct {
+	t   *testing.T
+	env *k8stest.Env
+	c   client.Client
+	// restCfg is the worker's client config (default: env.Config).
+	restCfg *rest.Config
+	cfg     RackConfig
+	rep     *fakeReporter
+	logs    *joblog.Ring
+	w       *Worker
+	cancel  context.CancelFunc
+	done    chan error
+	ctx     context.Context
+}
+
+func newHarness(t *testing.T, env *k8stest.Env, mut func(*RackConfig)) *harness {
+	t.Helper()
+	n := nsCounter.Add(1)
+	cfg := DefaultRackConfig()
+	cfg.Rack = "k8s-test"
+	cfg.Namespace = fmt.Sprintf("cosmicac-t%d-%d", os.Getpid()%100000, n)
+	cfg.GPUResources = []GPUResource{{Resource: fmt.Sprintf("t%d.example.com/gpu", n), Model: "GH100_H100_SXM5_80GB"}}
+	cfg.UnschedulableGrace = metav1.Duration{Duration: 0}
+	if mut != nil {
+		mut(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	h := &harness{t: t, env: env, c: env.Client, cfg: cfg, rep: &fakeReporter{}, logs: joblog.NewRing(10000), ctx: ctx}
+	if err := h.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cfg.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// start runs a worker (again).
+func (h *harness) start() {
+	h.t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rc := h.restCfg
+	if rc == nil {
+		rc = h.env.Config
+	}
+	w, err := New(h.cfg, rc, h.rep, h.logs, log)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	w.retryMin, w.retryMax = 20*time.Millisecond, 200*time.Millisecond
+	ctx, cancel := context.WithCancel(h.ctx)
+	h.w, h.cancel, h.done = w, cancel, make(chan error, 1)
+	go func() { h.done <- w.Run(ctx) }()
+	h.t.Cleanup(h.stop)
+	sctx, scancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer scancel()
+	if err := w.WaitSynced(sctx); err != nil {
+		h.t.Fatalf("worker did not sync: %v", err)
+	}
+}
+
+// stop stops the worker and waits for Run to return.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	h.cancel = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		h.t.Error("Run did not return 20s after its context was cancelled")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func (h *harness) resource() corev1.ResourceName {
+	return corev1.ResourceName(h.cfg.GPUResources[0].Resource)
+}
+
+// addNode plays the kubelet and the device plugin: a Ready node with gpus
+// allocatable GPUs of the rack's resource.
+func (h *harness) addNode(name string, gpus int) {
+	h.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := h.c.Create(h.ctx, n); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = h.c.Delete(context.Background(), n) })
+	q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+	n.Status.Capacity = corev1.ResourceList{h.resource(): q, corev1.ResourceCPU: resource.MustParse("128")}
+	n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := h.c.Status().Update(h.ctx, n); err != nil {
+		h.t.Fatal(err)
+	}
+	// The admission plugin TaintNodesByCondition taints new nodes not-ready;
+	// play the node lifecycle controller, which lifts it once Ready.
+	n.Spec.Taints = nil
+	if err := h.c.Update(h.ctx, n); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) nodeName(i int) string { return fmt.Sprintf("%s-node-%d", h.cfg.Namespace, i) }
+
+// containerJob is a 1-GPU container job.
+func containerJob(team string) cosmic.Job {
+	s := cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/cosmicac/ubuntu-cuda:24.04", DiskGB: 20}
+	s.Default()
+	return cosmic.NewJob(cosmic.NewJobID(), "ada@example.com", team, s, time.Now())
+}
+
+func (h *harness) reservation(job cosmic.Job, replica int, nodes ...cosmic.NodeAlloc) cosmic.Reservation {
+	return cosmic.Reservation{JobID: job.ID, Rack: h.cfg.Rack, Replica: replica, Nodes: nodes}
+}
+
+func (h *harness) apply(job cosmic.Job, res ...cosmic.Reservation) {
+	h.t.Helper()
+	if err := h.w.Apply(h.ctx, worker.ApplyParams{Job: job, Reservations: res}); err != nil {
+		h.t.Fatalf("Apply: %v", err)
+	}
+}
+
+// eventually retries f until it returns nil or timeout passes.
+func (h *harness) eventually(timeout time.Duration, what string, f func() error) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: still not true after %v: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitReport waits for the replica's latest report to be in state.
+func (h *harness) waitReport(job string, replica int, state cosmic.State, check func(worker.ReplicaReport) error) worker.ReplicaReport {
+	h.t.Helper()
+	var got worker.ReplicaReport
+	h.eventually(15*time.Second, fmt.Sprintf("replica %d of %s reported %s", replica, job, state), func() error {
+		r, ok := h.rep.last(job, replica)
+		if !ok {
+			return errors.New("no report")
+		}
+		if r.State != state {
+			return fmt.Errorf("latest report %+v", r)
+		}
+		if check != nil {
+			if err := check(r); err != nil {
+				return err
+			}
+		}
+		got = r
+		return nil
+	})
+	return got
+}
+
+func progressIs(step string, pct int) func(worker.ReplicaReport) error {
+	return func(r worker.ReplicaReport) error {
+		if r.Progress == nil || r.Progress.Step != step || r.Progress.Percent != pct {
+			return fmt.Errorf("progress %+v, want %s %d%%", r.Progress, step, pct)
+		}
+		return nil
+	}
+}
+
+func reasonIs(code cosmic.ReasonCode) func(worker.ReplicaReport) error {
+	return func(r worker.ReplicaReport) error {
+		if r.Reason == nil || r.Reason.Code != code {
+			return fmt.Errorf("reason %+v, want %s", r.Reason, code)
+		}
+		return nil
+	}
+}
+
+func (h *harness) key(name string) client.ObjectKey {
+	return client.ObjectKey{Namespace: h.cfg.Namespace, Name: name}
+}
+
+func (h *harness) vmi(name string) *virtv1.VirtualMachineInstance {
+	h.t.Helper()
+	var v virtv1.VirtualMachineInstance
+	h.eventually(10*time.Second, "VMI "+name+" exists", func() error { return h.c.Get(h.ctx, h.key(name), &v) })
+	return &v
+}
+
+func (h *harness) dv(name string) *cdiv1.DataVolume {
+	h.t.Helper()
+	var d cdiv1.DataVolume
+	h.eventually(10*time.Second, "DataVolume "+name+" exists", func() error { return h.c.Get(h.ctx, h.key(name), &d) })
+	return &d
+}
+
+// setDV plays CDI: the DataVolume's status (status subresource).
+func (h *harness) setDV(name string, phase cdiv1.DataVolumePhase, progress string, restarts int32) {
+	h.t.Helper()
+	h.eventually(10*time.Second, "set DataVolume "+name, func() error {
+		d := h.dv(name)
+		d.Status.Phase, d.Status.Progress, d.Status.RestartCount = phase, cdiv1.DataVolumeProgress(progress), restarts
+		if phase == cdiv1.Failed {
+			d.Status.Conditions = []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Status: corev1.ConditionFalse, Reason: "Error", Message: "Unable to connect to http data source: 404"}}
+		}
+		return h.c.Status().Update(h.ctx, d)
+	})
+}
+
+// setVMI plays KubeVirt: the VMI's status (a plain update: the VMI CRD has
+// no status subresource).
+func (h *harness) setVMI(name string, f func(*virtv1.VirtualMachineInstance)) {
+	h.t.Helper()
+	h.eventually(10*time.Second, "set VMI "+name, func() error {
+		v := h.vmi(name)
+		f(v)
+		return h.c.Update(h.ctx, v)
+	})
+}
+
+func running(node string) func(*virtv1.VirtualMachineInstance) {
+	return func(v *virtv1.VirtualMachineInstance) {
+		v.Status.Phase = virtv1.Running
+		v.Status.NodeName = node
+		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
+	}
+}
+
+// runReplica walks a replica's disks and VMIs to Running and Ready.
+func (h *harness) runReplica(job string, replica int, nodes ...string) {
+	h.t.Helper()
+	for i, n := range nodes {
+		name := VMIName(job, replica, i)
+		h.setDV(name, cdiv1.Succeeded, "100.0%", 0)
+		h.setVMI(name, running(n))
+	}
+	h.waitReport(job, replica, cosmic.StateRunning, nil)
+}
+
+// objectsOf lists the job's objects on the apiserver, by kind.
+func (h *harness) objectsOf(job string) map[string][]string {
+	h.t.Helper()
+	out := map[string][]string{}
+	sel := client.MatchingLabels{LabelJob: job}
+	ns := client.InNamespace(h.cfg.Namespace)
+	var cms corev1.ConfigMapList
+	var secrets corev1.SecretList
+	var dvs cdiv1.DataVolumeList
+	var vmis virtv1.VirtualMachineInstanceList
+	var svcs corev1.ServiceList
+	for kind, l := range map[string]client.ObjectList{"ConfigMap": &cms, "Secret": &secrets, "DataVolume": &dvs, "VirtualMachineInstance": &vmis, "Service": &svcs} {
+		if err := h.c.List(h.ctx, l, ns, sel); err != nil {
+			h.t.Fatal(err)
+		}
+		_ = kind
+	}
+	for _, o := range cms.Items {
+		out["ConfigMap"] = append(out["ConfigMap"], o.Name)
+	}
+	for _, o := range secrets.Items {
+		out["Secret"] = append(out["Secret"], o.Name)
+	}
+	for _, o := range dvs.Items {
+		out["DataVolume"] = append(out["DataVolume"], o.Name)
+	}
+	for _, o := range vmis.Items {
+		out["VirtualMachineInstance"] = append(out["VirtualMachineInstance"], o.Name)
+	}
+	for _, o := range svcs.Items {
+		out["Service"] = append(out["Service"], o.Name)
+	}
+	for k := range out {
+		slices.Sort(out[k])
+	}
+	return out
+}
+
+// records is the job's system log records' steps, in order.
+func (h *harness) steps(job string) []string {
+	var out []string
+	for _, r := range h.logs.Job(job) {
+		out = append(out, r.Step)
+	}
+	return out
+}
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+type joblogRecord = joblog.Record
