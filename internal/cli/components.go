@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
@@ -28,6 +32,7 @@ func init() {
 	register((*app).wrkOrkCommand)
 	register((*app).appNodeCommand)
 	register((*app).wrkServerSimCommand)
+	register((*app).wrkMonitorCommand)
 }
 
 // componentFlags are what every component takes (DESIGN §9): its data
@@ -276,6 +281,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 type simFileConfig struct {
 	componentFlags `json:",inline"`
 	Ork            string            `json:"ork"`
+	Monitor        string            `json:"monitor,omitempty"`
 	Rack           simcluster.Config `json:"rack"`
 }
 
@@ -317,21 +323,39 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				allow.Allow(k)
 			}
 			allow.SetAllowAny(cfg.AllowAny)
-			var cluster *simcluster.Cluster
+			var (
+				cluster  *simcluster.Cluster
+				logs     joblog.Sink = joblog.Discard
+				monKey   fabric.PublicKey
+				monAddrs []string
+			)
+			if cfg.Monitor != "" {
+				if monKey, monAddrs, err = parsePeerFlag("monitor", cfg.Monitor); err != nil {
+					return err
+				}
+			}
 			ep := simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen, Policy: allow, Logger: log},
 				func(n *fabric.Node) {
 					worker.Serve(n, cluster)
 					cluster.RegisterFaults(n)
 					n.AddAddrs(orkKey, orkAddrs...)
+					if len(monAddrs) > 0 {
+						n.AddAddrs(monKey, monAddrs...)
+					}
 				})
-			cluster = simcluster.New(cfg.Rack, ep.Reporter(orkKey), nil, log.With("component", "wrk-server-sim"))
+			g, ctx := errgroup.WithContext(cmd.Context())
+			if cfg.Monitor != "" {
+				fwd := joblog.NewForwarder(joblog.NodeFunc(ep.Node), monKey, 10000)
+				g.Go(func() error { return fwd.Run(ctx) })
+				logs = fwd
+			}
+			cluster = simcluster.New(cfg.Rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
 			cluster.SetLink(ep)
 			if err := ep.Up(); err != nil {
 				return err
 			}
 			defer ep.Close()
 			a.printNode(ep.Node())
-			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return cluster.Run(ctx) })
 			err = g.Wait()
 			if errors.Is(err, context.Canceled) {
@@ -344,11 +368,95 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
+	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to: KEY@HOST:PORT")
 	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")
 	f.StringVar(&cfg.Rack.Location, "location", cfg.Rack.Location, "the rack's location")
 	f.IntVar(&cfg.Rack.Nodes, "nodes", cfg.Rack.Nodes, "simulated nodes")
 	f.IntVar(&cfg.Rack.GPUsPerNode, "gpus-per-node", cfg.Rack.GPUsPerNode, "GPUs per node")
 	f.StringVar(&cfg.Rack.GPUModel, "gpu-model", cfg.Rack.GPUModel, "the GPUs' model")
 	f.DurationVar(&cfg.Rack.Step, "step", cfg.Rack.Step, "time per simulated lifecycle step")
+	return cmd
+}
+
+// ---- wrk-monitor
+
+type monitorFileConfig struct {
+	componentFlags `json:",inline"`
+	HTTPListen     string         `json:"httpListen"`
+	AppNodeURL     string         `json:"appNodeURL"`
+	Monitor        monitor.Config `json:"monitor"`
+}
+
+func (a *app) wrkMonitorCommand() *cobra.Command {
+	cfg := monitorFileConfig{HTTPListen: "0.0.0.0:8082", Monitor: monitor.DefaultConfig("")}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "wrk-monitor",
+		Short: "Run cosmicac-wrk-monitor: job log records in, live streams and Loki out",
+		Long: "Takes log records from workers and agents over the fabric (admit their keys with --allow),\n" +
+			"streams them live under /monitor/v1/jobs/{id}/logs, forwards them to Loki when --loki-url is\n" +
+			"set, and reads history back from it. Viewers authenticate with their CosmicAC token, which\n" +
+			"the monitor checks against the app-node (--app-node-url).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			if cfg.AppNodeURL == "" {
+				return usageErrorf("--app-node-url is required (viewers' tokens are checked there)")
+			}
+			log := a.componentLogger(cfg.Verbose)
+			n, _, err := cfg.node("wrk-monitor", log)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			if cfg.Monitor.DataDir == "" {
+				cfg.Monitor.DataDir = filepath.Join(cfg.DataDir, "spool")
+			}
+			m, err := monitor.New(cfg.Monitor, log.With("component", "wrk-monitor"))
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			defer m.Close()
+			m.Serve(n)
+			mux := http.NewServeMux()
+			mux.Handle("/monitor/metrics", m.MetricsHandler())
+			mux.Handle("/monitor/", m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)))
+			ln, err := net.Listen("tcp", cfg.HTTPListen)
+			if err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			hs.RegisterOnShutdown(m.CloseStreams)
+			a.printNode(n)
+			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return m.Run(ctx) })
+			g.Go(func() error {
+				if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			})
+			g.Go(func() error {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return hs.Shutdown(sctx)
+			})
+			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7422")
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /monitor/v1 and /monitor/metrics")
+	f.StringVar(&cfg.AppNodeURL, "app-node-url", "", "the app-node's base URL, to check viewers' tokens")
+	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward records to this Loki (e.g. http://loki:3100)")
+	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,7 +86,7 @@ func TestComponentsAsProcesses(t *testing.T) {
 	base := t.TempDir()
 	dirs := map[string]string{}
 	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app", "sim"} {
+	for _, c := range []string{"ork", "app", "sim", "mon"} {
 		dirs[c] = filepath.Join(base, c)
 		id, err := fabric.LoadOrCreateIdentity(dirs[c])
 		if err != nil {
@@ -96,10 +97,13 @@ func TestComponentsAsProcesses(t *testing.T) {
 	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--allow", keys["app"].String(), "--heartbeat", "50ms"}
 	orkCmd, orkOut := componentCmd(t, []string{"fabric"}, orkArgs...)
 	ork := orkOut["fabric"]
+	apiAddr := freePort(t)
+	mon := component(t, []string{"fabric", "monitor"}, "wrk-monitor", "--data-dir", dirs["mon"], "--listen", "127.0.0.1:0",
+		"--allow", keys["sim"].String(), "--http-listen", "127.0.0.1:0", "--app-node-url", "http://"+apiAddr)
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
+		"--ork", ork, "--monitor", mon["fabric"], "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
 	api := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--api-listen", freePort(t))["api"]
+		"--ork", ork, "--api-listen", apiAddr)["api"]
 
 	tok, err := os.ReadFile(filepath.Join(dirs["app"], "admin.token"))
 	if err != nil {
@@ -127,6 +131,18 @@ func TestComponentsAsProcesses(t *testing.T) {
 	j, err = c.WaitJob(ctx, j.ID, client.Settled, nil)
 	if err != nil || j.Status.State != cosmic.StateRunning {
 		t.Fatalf("job: %s (%v)", j.Status.State, err)
+	}
+
+	// The job's system records reached the monitor process.
+	var steps []string
+	err = c.JobLogs(ctx, j.ID, client.LogOptions{MonitorURL: strings.TrimSuffix(mon["monitor"], "/monitor/v1")}, func(ev client.LogEvent) error {
+		if ev.Record != nil {
+			steps = append(steps, ev.Record.Step)
+		}
+		return nil
+	})
+	if err != nil || !slices.Contains(steps, "ready") {
+		t.Fatalf("logs from the monitor process: steps %v (%v)", steps, err)
 	}
 
 	// The ork dies (SIGKILL) and comes back on the same address: the job

@@ -95,6 +95,8 @@ func (a *app) upCommand() *cobra.Command {
 	f.DurationVar(&cfg.Sim.Step, "sim-step", cfg.Sim.Step, "time per simulated lifecycle step")
 	f.DurationVar(&cfg.Ork.Heartbeat, "heartbeat", cfg.Ork.Heartbeat, "how often the ork checks each worker")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster instead of the simulated rack (issue 4)")
+	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward job logs to this Loki (e.g. http://127.0.0.1:3100)")
+	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
 	return cmd
 }

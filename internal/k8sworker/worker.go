@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -179,13 +180,18 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 // calls fail cleanly, while the apiserver is away.
 func restMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
-	for _, k := range []string{"ConfigMap", "Secret", "Service", "PersistentVolumeClaim"} {
-		m.Add(corev1.SchemeGroupVersion.WithKind(k), meta.RESTScopeNamespace)
+	add := func(gv schema.GroupVersion, kind string, scope meta.RESTScope) {
+		plural, singular := meta.UnsafeGuessKindToResource(gv.WithKind(kind))
+		m.AddSpecific(gv.WithKind(kind), plural, singular, scope)
+		m.AddSpecific(gv.WithKind(kind+"List"), plural, singular, scope)
 	}
-	m.Add(virtv1.GroupVersion.WithKind("VirtualMachineInstance"), meta.RESTScopeNamespace)
-	m.Add(cdiv1.SchemeGroupVersion.WithKind("DataVolume"), meta.RESTScopeNamespace)
+	add(corev1.SchemeGroupVersion, "Node", meta.RESTScopeRoot)
+	add(corev1.SchemeGroupVersion, "Namespace", meta.RESTScopeRoot)
+	for _, k := range []string{"ConfigMap", "Secret", "Service", "PersistentVolumeClaim"} {
+		add(corev1.SchemeGroupVersion, k, meta.RESTScopeNamespace)
+	}
+	add(virtv1.GroupVersion, "VirtualMachineInstance", meta.RESTScopeNamespace)
+	add(cdiv1.SchemeGroupVersion, "DataVolume", meta.RESTScopeNamespace)
 	return m
 }
 
