@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/k8sworker"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+func init() {
+	register((*app).wrkServerK8sCommand)
+}
+
+// ---- wrk-server-k8s-nvidia
+
+type k8sFileConfig struct {
+	componentFlags `json:",inline"`
+	Ork            string `json:"ork"`
+	Monitor        string `json:"monitor,omitempty"`
+	Kubeconfig     string `json:"kubeconfig,omitempty"`
+	RackConfig     string `json:"rackConfig,omitempty"`
+	Rack           string `json:"rack,omitempty"`
+	Location       string `json:"location,omitempty"`
+}
+
+// loadRackConfig reads the rack config file (or takes the defaults), puts
+// the --rack and --location overrides over it and validates it. Every
+// problem is a usage error (exit 2), naming the file and the field.
+func loadRackConfig(path, rack, location string) (k8sworker.RackConfig, error) {
+	cfg := k8sworker.DefaultRackConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, usageErrorf("--rack-config: %v", err)
+		}
+		if cfg, err = k8sworker.ParseRackConfig(data); err != nil {
+			return cfg, usageErrorf("--rack-config %s: %v", path, err)
+		}
+	}
+	if rack != "" {
+		cfg.Rack = rack
+	}
+	if location != "" {
+		cfg.Location = location
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageErrorf("rack config: %v", err)
+	}
+	return cfg, nil
+}
+
+// loadKubeconfig reads a kubeconfig file; without one, the in-cluster
+// config (the worker running as a pod).
+func loadKubeconfig(path string) (*rest.Config, error) {
+	if path == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, usageErrorf("--kubeconfig FILE is required outside a cluster (%v)", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, usageErrorf("--kubeconfig %s: %v", path, err)
+	}
+	return c, nil
+}
+
+func (a *app) wrkServerK8sCommand() *cobra.Command {
+	var cfg k8sFileConfig
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "wrk-server-k8s-nvidia",
+		Short: "Run a rack worker that runs jobs as KubeVirt GPU VMs on a Kubernetes cluster",
+		Long: "Runs cosmicac-wrk-server-k8s-nvidia: the rack's jobs become KubeVirt VMIs with GPUs passed\n" +
+			"through, on the cluster --kubeconfig points at (in a pod: the in-cluster config). The rack\n" +
+			"config (--rack-config, YAML; see docs/k8s-worker.md) names the rack, its location, GPU\n" +
+			"resources, namespace, storage class and networks; a bad one is refused at start (exit 2).\n" +
+			"Register it with `cosmicac racks register --worker-key KEY --worker-addr HOST:PORT`.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			rack, err := loadRackConfig(cfg.RackConfig, cfg.Rack, cfg.Location)
+			if err != nil {
+				return err
+			}
+			restCfg, err := loadKubeconfig(cfg.Kubeconfig)
+			if err != nil {
+				return err
+			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
+			var monKey fabric.PublicKey
+			var monAddrs []string
+			if cfg.Monitor != "" {
+				if monKey, monAddrs, err = parsePeerFlag("monitor", cfg.Monitor); err != nil {
+					return err
+				}
+			}
+			log := a.componentLogger(cfg.Verbose)
+			ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+			n, _, err := cfg.node("wrk-server-k8s-nvidia", log, orkKey)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			n.AddAddrs(orkKey, orkAddrs...)
+			g, ctx := errgroup.WithContext(cmd.Context())
+			var logs joblog.Sink = joblog.Discard
+			if cfg.Monitor != "" {
+				n.AddAddrs(monKey, monAddrs...)
+				fwd := joblog.NewForwarder(n, monKey, 10000)
+				g.Go(func() error { return fwd.Run(ctx) })
+				logs = fwd
+			}
+			w, err := k8sworker.New(rack, restCfg, worker.NewReporterClient(n, orkKey), logs, log.With("component", "wrk-server-k8s-nvidia"))
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			worker.Serve(n, w)
+			a.printNode(n)
+			fmt.Fprintf(a.stdout, "rack %s (%s) on %s, namespace %s\n", rack.Rack, rack.Location, restCfg.Host, rack.Namespace)
+			g.Go(func() error { return w.Run(ctx) })
+			err = g.Wait()
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7424")
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
+	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to: KEY@HOST:PORT")
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (default: the in-cluster config)")
+	f.StringVar(&cfg.RackConfig, "rack-config", "", "the rack config, YAML (default: the defaults of docs/k8s-worker.md)")
+	f.StringVar(&cfg.Rack, "rack", "", "the rack's ID (overrides the rack config's)")
+	f.StringVar(&cfg.Location, "location", "", "the rack's location (overrides the rack config's)")
+	return cmd
+}
