@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -45,6 +47,8 @@ type componentFlags struct {
 	ReadOnly []string `json:"allowReadOnly,omitempty"`
 	AllowAny bool     `json:"allowAny,omitempty"`
 	Verbose  bool     `json:"verbose,omitempty"`
+	// MetricsListen serves /metrics (Prometheus) when set.
+	MetricsListen string `json:"metricsListen,omitempty"`
 }
 
 func (c *componentFlags) bind(f *pflag.FlagSet, defListen string) {
@@ -55,6 +59,30 @@ func (c *componentFlags) bind(f *pflag.FlagSet, defListen string) {
 	f.StringSliceVar(&c.ReadOnly, "allow-readonly", nil, "public keys admitted to read-only methods (repeatable)")
 	f.BoolVar(&c.AllowAny, "allow-any", false, "admit every key (development only)")
 	f.BoolVarP(&c.Verbose, "verbose", "v", false, "log at info level")
+	f.StringVar(&c.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
+}
+
+// serveMetrics serves reg at /metrics on the component's metrics address,
+// if one is set, until ctx ends.
+func (c *componentFlags) serveMetrics(ctx context.Context, reg *prometheus.Registry) error {
+	if c.MetricsListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", c.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("metrics: listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler(reg))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		hs.Close()
+	}()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // node starts the component's fabric node with its allow-list.
@@ -195,7 +223,10 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			a.printNode(n)
-			return o.Run(ctx)
+			g, ctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(o.Collector())) })
+			g.Go(func() error { return o.Run(ctx) })
+			return g.Wait()
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7420")
@@ -258,6 +289,9 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
+			obs := metrics.NewAPIObserver()
+			s.SetObserver(obs)
+			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))
 			ln, err := net.Listen("tcp", cfg.API.Listen)
 			if err != nil {
 				return fmt.Errorf("listen for the API: %w", err)
@@ -344,11 +378,14 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 					}
 				})
 			g, ctx := errgroup.WithContext(cmd.Context())
+			reg := metrics.NewRegistry()
 			if cfg.Monitor != "" {
 				fwd := joblog.NewForwarder(joblog.NodeFunc(ep.Node), monKey, 10000)
 				g.Go(func() error { return fwd.Run(ctx) })
+				reg.MustRegister(monitor.ForwarderCollector("wrk-server-sim", fwd))
 				logs = fwd
 			}
+			g.Go(func() error { return cfg.serveMetrics(ctx, reg) })
 			cluster = simcluster.New(cfg.Rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
 			cluster.SetLink(ep)
 			if err := ep.Up(); err != nil {

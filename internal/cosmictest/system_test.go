@@ -2,8 +2,10 @@ package cosmictest
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,5 +255,28 @@ func TestJobLogsShowSetupStepsUpToAFailure(t *testing.T) {
 	}
 	if recs[0].Source != "system" {
 		t.Fatalf("first record %+v: want a system record", recs[0])
+	}
+}
+
+// TestMetrics: the platform serves Prometheus metrics for its components.
+func TestMetrics(t *testing.T) {
+	e := NewEnv(t)
+	j := e.Create(Container("m", 1))
+	e.WaitState(j.ID, cosmic.StateRunning)
+	for path, want := range map[string][]string{
+		"/metrics":         {"cosmicac_ork_queued_jobs 0", `cosmicac_ork_gpus{free="true",rack="sim-us-1"} 15`, `cosmicac_api_request_duration_seconds_count{code="201",op="createJob"} 1`, "cosmicac_joblog_forwarder_"},
+		"/monitor/metrics": {"cosmicac_monitor_records_received_total"},
+	} {
+		resp, err := http.Get(e.P.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				t.Errorf("%s lacks %q", path, w)
+			}
+		}
 	}
 }

@@ -19,10 +19,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -81,9 +84,12 @@ type Platform struct {
 	Monitor     *monitor.Monitor
 	MonitorNode *fabric.Node
 	LogFwd      *joblog.Forwarder
-	URL         string // the HTTP API's base URL
-	TokenFile   string // the bootstrap admin token's file
-	http        *http.Server
+	// Metrics holds the in-process components' metrics, served at /metrics
+	// (the monitor's own are at /monitor/metrics).
+	Metrics   *prometheus.Registry
+	URL       string // the HTTP API's base URL
+	TokenFile string // the bootstrap admin token's file
+	http      *http.Server
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -213,6 +219,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
+	apiObs := metrics.NewAPIObserver()
+	api.SetObserver(apiObs)
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
@@ -223,6 +232,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// everything else to the app-node.
 	mux := http.NewServeMux()
 	mux.Handle("/monitor/metrics", p.Monitor.MetricsHandler())
+	mux.Handle("/metrics", metrics.Handler(p.Metrics))
 	mux.Handle("/monitor/", p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler()))))
 	mux.Handle("/", api.Handler())
 	p.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second} // no write timeout: SSE streams

@@ -1,0 +1,60 @@
+// Package metrics holds what CosmicAC's components share for Prometheus:
+// a registry with the Go and process collectors, the HTTP handler serving
+// it, and the API's request observer. Each component registers its own
+// collectors (the ork's, the monitor's, a log forwarder's) on its registry.
+//
+// Importers: the CLI wiring and internal/platform.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewRegistry returns a registry with the Go runtime and process collectors
+// and the given ones.
+func NewRegistry(cs ...prometheus.Collector) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(cs...)
+	return r
+}
+
+// Handler serves the gatherers' metrics in the Prometheus format.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// APIObserver records the HTTP API's requests: it implements the app-node's
+// Observer.
+type APIObserver struct {
+	duration *prometheus.HistogramVec
+}
+
+// NewAPIObserver makes the observer; register it as a collector.
+func NewAPIObserver() *APIObserver {
+	return &APIObserver{duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "cosmicac", Subsystem: "api", Name: "request_duration_seconds",
+		Help:    "Time to answer an API request, by operation and status code.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"op", "code"})}
+}
+
+// ObserveRequest implements appnode.Observer.
+func (o *APIObserver) ObserveRequest(op string, status int, elapsed time.Duration) {
+	if op == "" {
+		op = "unmatched"
+	}
+	o.duration.WithLabelValues(op, strconv.Itoa(status)).Observe(elapsed.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (o *APIObserver) Describe(ch chan<- *prometheus.Desc) { o.duration.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (o *APIObserver) Collect(ch chan<- prometheus.Metric) { o.duration.Collect(ch) }
