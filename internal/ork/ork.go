@@ -328,8 +328,11 @@ func (o *Ork) schedule(ctx context.Context) {
 		}
 	}
 	o.mu.Unlock()
+	// Workers are told in the background: a slow or unreachable worker must
+	// not hold up the caller (an API create), and the heartbeat's reconcile
+	// applies again what does not arrive.
 	for _, w := range work {
-		o.applyOnWorker(ctx, w)
+		o.goBackground(func() { o.applyOnWorker(context.WithoutCancel(ctx), w) })
 	}
 }
 
