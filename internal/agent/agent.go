@@ -220,6 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer n.Close()
 	n.HandleStream(MethodShell, a.handleShell)
+	n.HandleStream(MethodTCPConnect, a.handleTCP)
 	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
 		return a.Status(), nil
 	}, fabric.ReadOnly())

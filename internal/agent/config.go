@@ -101,6 +101,9 @@ type Config struct {
 	Env     []string
 	WorkDir string
 	Listen  string
+	// TCPPorts are the VM's loopback ports tcp.connect may reach (default:
+	// 22 only).
+	TCPPorts []int
 	// Logs receives the agent's records: session records (system) and the
 	// command's output (application). Default: discard.
 	Logs joblog.Sink
@@ -129,6 +132,12 @@ func (fc FileConfig) Parse() (Config, error) {
 	var errs []error
 	cfg := Config{JobID: fc.JobID, Team: fc.Team, Replica: fc.Replica, VMIIndex: fc.VMIIndex,
 		Shell: fc.Shell, Command: fc.Command, WorkDir: fc.WorkDir, Listen: fc.Listen}
+	cfg.TCPPorts = []int{DefaultSSHPort}
+	for _, port := range []int{fc.HTTPPort, fc.GRPCPort} {
+		if port > 0 {
+			cfg.TCPPorts = append(cfg.TCPPorts, port)
+		}
+	}
 	if fc.JobID == "" {
 		errs = append(errs, errors.New("jobId is required"))
 	}

@@ -189,9 +189,20 @@ func netnsPlatform(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := GetStatus(ctx, n, agentKey)
-	if err != nil || !st.Ready {
-		t.Fatalf("status %+v: %v", st, err)
+	// Ready follows the agent's first successful ping, which may end just
+	// after its connection shows here.
+	for {
+		st, err := GetStatus(ctx, n, agentKey)
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if st.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v: never ready", st)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	r := &testRig{platform: n, dialer: FabricDialer{Node: n, Agent: agentKey}}
 

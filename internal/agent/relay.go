@@ -72,17 +72,40 @@ func (e *HTTPError) Error() string {
 func (d HTTPShellDialer) DialShell(ctx context.Context, jobID string, p shellproto.OpenParams) (Conn, shellproto.OpenReply, error) {
 	var reply shellproto.OpenReply
 	p.User = "" // the platform says who the caller is
-	body, err := json.Marshal(p)
+	c, h, err := d.upgrade(ctx, ShellPath(jobID), ShellUpgrade, p)
 	if err != nil {
 		return nil, reply, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(d.BaseURL, "/")+ShellPath(jobID), bytes.NewReader(body))
+	reply.Session = h.Get(HeaderShellSession)
+	reply.PID, _ = strconv.Atoi(h.Get(HeaderShellPID))
+	return c, reply, nil
+}
+
+// SSHPath is the API path that connects to port 22 in a job's VM (the
+// app-node relays it to the agent's tcp.connect).
+func SSHPath(jobID string) string { return "/api/v1/jobs/" + jobID + "/ssh" }
+
+// TCPUpgrade is the Upgrade token of SSHPath.
+const TCPUpgrade = "cosmicac-tcp.v1"
+
+// DialSSH opens a byte stream to port 22 of the job's VM through the API.
+func (d HTTPShellDialer) DialSSH(ctx context.Context, jobID string) (Conn, error) {
+	c, _, err := d.upgrade(ctx, SSHPath(jobID), TCPUpgrade, struct{}{})
+	return c, err
+}
+
+func (d HTTPShellDialer) upgrade(ctx context.Context, path, proto string, params any) (Conn, http.Header, error) {
+	body, err := json.Marshal(params)
 	if err != nil {
-		return nil, reply, err
+		return nil, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(d.BaseURL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", ShellUpgrade)
+	req.Header.Set("Upgrade", proto)
 	if d.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+d.Token)
 	}
@@ -92,7 +115,7 @@ func (d HTTPShellDialer) DialShell(ctx context.Context, jobID string, p shellpro
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, reply, err
+		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
@@ -105,18 +128,16 @@ func (d HTTPShellDialer) DialShell(ctx context.Context, jobID string, p shellpro
 			he.Code, he.Message = e.Error.Code, e.Error.Message
 		}
 		if resp.StatusCode == http.StatusNotFound && he.Code == "" {
-			he.Message = "this CosmicAC API has no shell endpoint (" + ShellPath(jobID) + ")"
+			he.Message = "this CosmicAC API has no endpoint " + path
 		}
-		return nil, reply, he
+		return nil, nil, he
 	}
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok {
 		resp.Body.Close()
-		return nil, reply, errors.New("shell: the upgraded connection is not writable")
+		return nil, nil, errors.New("the upgraded connection is not writable")
 	}
-	reply.Session = resp.Header.Get(HeaderShellSession)
-	reply.PID, _ = strconv.Atoi(resp.Header.Get(HeaderShellPID))
-	return halfCloser{rwc}, reply, nil
+	return halfCloser{rwc}, resp.Header, nil
 }
 
 // halfCloser adapts a connection without half-close: shellproto ends input

@@ -37,6 +37,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		a.jobsCommandCommand(&conn),
 		a.jobsLogsCommand(&conn),
 		a.jobsShellCommand(&conn),
+		a.jobsSSHCommand(&conn),
 	)
 	return cmd
 }

@@ -225,7 +225,7 @@ func TestJobsShellRefusedKey(t *testing.T) {
 func TestJobsShellNoEndpoint(t *testing.T) {
 	srv := newFakeShellless(t)
 	c, _, errs := runCLI(t, map[string]string{envURL: srv, envToken: "t"}, "jobs", "shell", "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", "--", "true")
-	if c != ExitFailure || !strings.Contains(errs, "no shell endpoint") {
+	if c != ExitFailure || !strings.Contains(errs, "no endpoint") {
 		t.Fatalf("exit %d, stderr %q", c, errs)
 	}
 }

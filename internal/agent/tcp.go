@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// MethodTCPConnect opens a stream spliced to a TCP port on the VM's
+// loopback: 22 for `cosmicac jobs ssh` (the user's ssh with the CLI as
+// ProxyCommand), the job's HTTP port for /api/v1/jobs/{id}/http/… later.
+const MethodTCPConnect = "tcp.connect"
+
+// TCPConnectParams are the parameters of MethodTCPConnect.
+type TCPConnectParams struct {
+	Port int `json:"port"`
+}
+
+// DefaultSSHPort is the port `jobs ssh` connects to.
+const DefaultSSHPort = 22
+
+func (a *Agent) allowedPort(p int) bool {
+	if len(a.cfg.TCPPorts) > 0 {
+		return slices.Contains(a.cfg.TCPPorts, p)
+	}
+	return p == DefaultSSHPort
+}
+
+func (a *Agent) handleTCP(ctx context.Context, req *fabric.StreamRequest) error {
+	var p TCPConnectParams
+	if err := req.Decode(&p); err != nil {
+		return err
+	}
+	if p.Port == 0 {
+		p.Port = DefaultSSHPort
+	}
+	if !a.allowedPort(p.Port) {
+		return fabric.Errorf(fabric.CodeForbidden, "port %d is not open to the platform", p.Port)
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)))
+	cancel()
+	if err != nil {
+		return fabric.Errorf(fabric.CodeUnavailable, "connect to port %d in the VM: %v", p.Port, err)
+	}
+	defer c.Close()
+	st, err := req.Accept(nil)
+	if err != nil {
+		return err
+	}
+	a.record("tcp", "tcp connection to port %d opened by key %s", p.Port, req.Peer.Short())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(c, st)
+		c.(*net.TCPConn).CloseWrite()
+	})
+	io.Copy(st, c)
+	st.CloseWrite()
+	wg.Wait()
+	return nil
+}
+
+// DialTCP opens a MethodTCPConnect stream to port on the agent with key.
+func DialTCP(ctx context.Context, n *fabric.Node, key fabric.PublicKey, port int) (*fabric.Stream, error) {
+	return n.OpenStream(ctx, key, MethodTCPConnect, TCPConnectParams{Port: port}, nil)
+}
