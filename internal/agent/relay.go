@@ -195,6 +195,7 @@ func ServeShellRelay(w http.ResponseWriter, r *http.Request, user string, open f
 		return
 	}
 	defer conn.Close()
+	conn.SetDeadline(time.Time{}) // the server's read/write timeouts must not end a shell
 	Splice(conn, brw.Reader, c)
 }
 
