@@ -98,7 +98,7 @@ var nsCounter atomic.Int64
 // a shared control plane (nodes are cluster-wide, so each test's nodes
 // carry a resource no other test's rack maps).
 type harness struct {
-	t   *testing.T
+	t   testing.TB
 	env *k8stest.Env
 	c   client.Client
 	// restCfg is the worker's client config (default: env.Config).
@@ -112,7 +112,7 @@ type harness struct {
 	ctx     context.Context
 }
 
-func newHarness(t *testing.T, env *k8stest.Env, mut func(*RackConfig)) *harness {
+func newHarness(t testing.TB, env *k8stest.Env, mut func(*RackConfig)) *harness {
 	t.Helper()
 	n := nsCounter.Add(1)
 	cfg := DefaultRackConfig()
@@ -173,7 +173,7 @@ func (h *harness) stop() {
 	}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 

@@ -616,7 +616,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 // cutProxy forwards TCP connections to an apiserver; cut closes them and
 // stops listening, restore listens again on the same address.
 type cutProxy struct {
-	t      *testing.T
+	t      testing.TB
 	target string
 	addr   string
 	mu     sync.Mutex
@@ -624,7 +624,7 @@ type cutProxy struct {
 	conns  map[net.Conn]bool
 }
 
-func newCutProxy(t *testing.T, host string) *cutProxy {
+func newCutProxy(t testing.TB, host string) *cutProxy {
 	u, err := url.Parse(host)
 	if err != nil {
 		t.Fatal(err)
