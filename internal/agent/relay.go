@@ -180,17 +180,13 @@ func ServeShellRelay(w http.ResponseWriter, r *http.Request, user string, open f
 		return
 	}
 	defer c.Close()
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		writeJSONError(w, http.StatusInternalServerError, "internal", "the server cannot upgrade connections")
-		return
-	}
 	w.Header().Set("Connection", "Upgrade")
 	w.Header().Set("Upgrade", ShellUpgrade)
 	w.Header().Set(HeaderShellSession, reply.Session)
 	w.Header().Set(HeaderShellPID, strconv.Itoa(reply.PID))
 	w.WriteHeader(http.StatusSwitchingProtocols)
-	conn, brw, err := hj.Hijack()
+	// ResponseController reaches through middleware that wraps w (Unwrap).
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}
