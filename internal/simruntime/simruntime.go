@@ -1,0 +1,876 @@
+package simruntime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// What every reply carries to say it is simulated.
+const (
+	// Fingerprint is the system_fingerprint of every completion and the
+	// owned_by of every model.
+	Fingerprint = "cosmicac-simulated"
+	// HeaderSimulated is set to "true" on every response.
+	HeaderSimulated = "X-CosmicAC-Simulated"
+)
+
+// Runtimes the simulator plays.
+const (
+	RuntimeVLLM     = "vllm"
+	RuntimeParakeet = "parakeet"
+)
+
+// Config configures a simulated runtime.
+type Config struct {
+	// Runtime is RuntimeVLLM (default: text endpoints) or RuntimeParakeet
+	// (transcriptions).
+	Runtime string
+	// Model is the model id (e.g. "Qwen/Qwen3-32B"); ServedModelName the
+	// name clients use (default: Model).
+	Model           string
+	ServedModelName string
+	// TTFT is the time from a request to its first token; InterTokenDelay
+	// the time between tokens.
+	TTFT            time.Duration
+	InterTokenDelay time.Duration
+	// DefaultMaxTokens caps a completion whose request sets no max_tokens
+	// (default 16). MaxModelLen is reported in the model list (default 32768).
+	DefaultMaxTokens int
+	MaxModelLen      int
+	// LoadTime is how long "loading the weights" takes after New: /health
+	// and every request answer 503 meanwhile.
+	LoadTime time.Duration
+	// Embeddings serves /v1/embeddings (an embedding model).
+	Embeddings bool
+	// Faults are the failures injected from the start.
+	Faults Faults
+	// AccessLog, if set, receives one uvicorn-like line per request.
+	AccessLog io.Writer
+}
+
+// Faults are injected failures.
+type Faults struct {
+	// FailRate is the fraction of requests (0..1) answered with Status.
+	FailRate float64 `json:"failRate,omitempty"`
+	// FailNext answers the next N requests with Status.
+	FailNext int `json:"failNext,omitempty"`
+	// Status of an injected failure (default 500).
+	Status int `json:"status,omitempty"`
+	// AbortAfterTokens cuts every stream (the connection) after that many
+	// tokens (0: never).
+	AbortAfterTokens int `json:"abortAfterTokens,omitempty"`
+	// Unhealthy makes /health answer 503.
+	Unhealthy bool `json:"unhealthy,omitempty"`
+	// ExtraLatency is added before every answer.
+	ExtraLatency time.Duration `json:"extraLatency,omitempty"`
+}
+
+// Server is a simulated runtime; it is an http.Handler.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	created int64
+	readyAt time.Time
+	idBase  string
+	nextID  atomic.Uint64
+
+	faultMu  sync.Mutex
+	faults   Faults
+	failNext int
+	failAcc  float64 // accumulates FailRate, so failures are spread evenly
+
+	running, waiting  atomic.Int64
+	promptTokens      atomic.Int64
+	generationTokens  atomic.Int64
+	success, failures atomic.Int64
+	ttftSumNanos      atomic.Int64
+	ttftCount         atomic.Int64
+	e2eSumNanos       atomic.Int64
+	e2eCount          atomic.Int64
+}
+
+// New makes a simulated runtime of cfg.
+func New(cfg Config) *Server {
+	if cfg.Runtime == "" {
+		cfg.Runtime = RuntimeVLLM
+	}
+	if cfg.ServedModelName == "" {
+		cfg.ServedModelName = cfg.Model
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 16
+	}
+	if cfg.MaxModelLen <= 0 {
+		cfg.MaxModelLen = 32768
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix(),
+		readyAt: time.Now().Add(cfg.LoadTime), idBase: hex.EncodeToString(b)}
+	s.SetFaults(cfg.Faults)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /sim/faults", s.getFaults)
+	s.mux.HandleFunc("POST /sim/faults", s.postFaults)
+	if cfg.Runtime == RuntimeParakeet {
+		s.mux.HandleFunc("POST /v1/audio/transcriptions", s.transcribe)
+	} else {
+		s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
+		s.mux.HandleFunc("POST /v1/completions", s.completions)
+		if cfg.Embeddings {
+			s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+		}
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("%s %s is not served by this (simulated) %s runtime", r.Method, r.URL.Path, s.cfg.Runtime))
+	})
+	return s
+}
+
+// Config returns the server's configuration (defaults filled in).
+func (s *Server) Config() Config { return s.cfg }
+
+// SetFaults replaces the injected failures.
+func (s *Server) SetFaults(f Faults) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if f.Status == 0 {
+		f.Status = http.StatusInternalServerError
+	}
+	s.faults, s.failNext, s.failAcc = f, f.FailNext, 0
+}
+
+// Faults returns the injected failures now (FailNext counts down).
+func (s *Server) Faults() Faults {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	f := s.faults
+	f.FailNext = s.failNext
+	return f
+}
+
+// inject decides whether this request fails; it returns the status (0: no).
+func (s *Server) inject() (status int, f Faults) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	f = s.faults
+	if s.failNext > 0 {
+		s.failNext--
+		return f.Status, f
+	}
+	if f.FailRate > 0 {
+		s.failAcc += f.FailRate
+		if s.failAcc >= 1 {
+			s.failAcc--
+			return f.Status, f
+		}
+	}
+	return 0, f
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderSimulated, "true")
+	if s.cfg.AccessLog == nil {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(sw, r)
+	fmt.Fprintf(s.cfg.AccessLog, "INFO:     %s - \"%s %s %s\" %d %s\n", r.RemoteAddr, r.Method, r.URL.Path, r.Proto, sw.status, http.StatusText(sw.status))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) loaded() bool { return !time.Now().Before(s.readyAt) }
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded() || s.Faults().Unhealthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) getFaults(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+func (s *Server) postFaults(w http.ResponseWriter, r *http.Request) {
+	var f Faults
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&f); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "decode faults: "+err.Error())
+		return
+	}
+	s.SetFaults(f)
+	writeJSON(w, http.StatusOK, s.Faults())
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		Root        string `json:"root"`
+		MaxModelLen int    `json:"max_model_len,omitempty"`
+	}
+	m := model{ID: s.cfg.ServedModelName, Object: "model", Created: s.created, OwnedBy: Fingerprint, Root: s.cfg.Model}
+	if s.cfg.Runtime == RuntimeVLLM {
+		m.MaxModelLen = s.cfg.MaxModelLen
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
+}
+
+// ---- errors and JSON
+
+// ErrorBody is the OpenAI error shape.
+type ErrorBody struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   any    `json:"param"`
+	Code    any    `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]ErrorBody{"error": {Message: msg, Type: typ, Code: status}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// admit runs the checks every inference request shares: loaded, injected
+// failures, extra latency. It reports whether to go on.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (Faults, bool) {
+	if !s.loaded() {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the model is still loading (simulated)")
+		return Faults{}, false
+	}
+	status, f := s.inject()
+	if f.ExtraLatency > 0 {
+		if !sleep(r.Context(), f.ExtraLatency) {
+			return f, false
+		}
+	}
+	if status != 0 {
+		s.failures.Add(1)
+		writeError(w, status, "InternalServerError", "injected failure (simulated runtime)")
+		return f, false
+	}
+	return f, true
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ---- text generation
+
+// vocabulary of the simulated model.
+var vocabulary = strings.Fields(`the a of to and in is it that for on with as this
+was by at be from or an are which model token GPU cluster fabric replica stream
+simulated answer quick brown fox jumps over lazy dog cosmic light star orbit
+rack node job queue proxy agent vLLM request reply data signal time space wave
+field energy code test value`)
+
+// Words returns the deterministic completion of prompt: its tokens (the
+// first without a leading space) and the natural length before "stop".
+func Words(prompt string) (natural int, token func(i int) string) {
+	h := fnv.New64a()
+	h.Write([]byte(prompt))
+	seed := h.Sum64()
+	natural = 8 + int(seed%24)
+	return natural, func(i int) string {
+		x := seed + uint64(i)*0x9E3779B97F4A7C15
+		x ^= x >> 31
+		x *= 0xBF58476D1CE4E5B9
+		x ^= x >> 29
+		w := vocabulary[x%uint64(len(vocabulary))]
+		if i == 0 {
+			return w
+		}
+		return " " + w
+	}
+}
+
+// countTokens is the simulator's tokenizer: one token per word.
+func countTokens(s string) int { return len(strings.Fields(s)) }
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type genRequest struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text of a message's content: a string, or an array of parts.
+func (m chatMessage) text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request) (genRequest, bool) {
+	var req genRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+		return req, false
+	}
+	if req.Model != s.cfg.ServedModelName {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return req, false
+	}
+	return req, true
+}
+
+func (req genRequest) maxTokens(def int) (int, bool) {
+	switch {
+	case req.MaxCompletionTokens != nil:
+		return *req.MaxCompletionTokens, *req.MaxCompletionTokens >= 1
+	case req.MaxTokens != nil:
+		return *req.MaxTokens, *req.MaxTokens >= 1
+	}
+	return def, true
+}
+
+func (s *Server) id(prefix string) string {
+	return prefix + s.idBase + strconv.FormatUint(s.nextID.Add(1), 16)
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	faults, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	req, ok := s.decodeGen(w, r)
+	if !ok {
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "messages must not be empty")
+		return
+	}
+	var prompt strings.Builder
+	ptoks := 0
+	for _, m := range req.Messages {
+		t := m.text()
+		prompt.WriteString(m.Role + ": " + t + "\n")
+		ptoks += countTokens(t) + 3
+	}
+	s.generate(w, r, req, faults, prompt.String(), ptoks, true)
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	faults, ok := s.admit(w, r)
+	if !ok {
+		return
+	}
+	req, ok := s.decodeGen(w, r)
+	if !ok {
+		return
+	}
+	var prompt string
+	if json.Unmarshal(req.Prompt, &prompt) != nil {
+		var ps []string
+		if json.Unmarshal(req.Prompt, &ps) != nil || len(ps) == 0 {
+			writeError(w, http.StatusBadRequest, "BadRequestError", "prompt must be a string or an array of strings")
+			return
+		}
+		prompt = strings.Join(ps, "\n")
+	}
+	s.generate(w, r, req, faults, prompt, countTokens(prompt), false)
+}
+
+// generate answers a chat (chat) or text completion of prompt.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, req genRequest, faults Faults, prompt string, ptoks int, chat bool) {
+	max, ok := req.maxTokens(s.cfg.DefaultMaxTokens)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
+		return
+	}
+	if ptoks+max > s.cfg.MaxModelLen {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens.", s.cfg.MaxModelLen, ptoks+max))
+		return
+	}
+	natural, token := Words(prompt)
+	n, finish := natural, "stop"
+	if max < natural {
+		n, finish = max, "length"
+	}
+	start := time.Now()
+	s.running.Add(1)
+	defer s.running.Add(-1)
+	s.promptTokens.Add(int64(ptoks))
+	u := usage{PromptTokens: ptoks, CompletionTokens: n, TotalTokens: ptoks + n}
+	id := s.id("cmpl-")
+	if chat {
+		id = s.id("chatcmpl-")
+	}
+	if req.Stream {
+		chunkObject := "text_completion"
+		if chat {
+			chunkObject = "chat.completion.chunk"
+		}
+		s.stream(w, r, req, faults, id, chunkObject, chat, n, finish, token, u, start)
+		return
+	}
+	if !sleep(r.Context(), s.cfg.TTFT) {
+		return
+	}
+	s.observeTTFT(start)
+	var text strings.Builder
+	for i := 0; i < n; i++ {
+		if i > 0 && !sleep(r.Context(), s.cfg.InterTokenDelay) {
+			return
+		}
+		text.WriteString(token(i))
+	}
+	s.generationTokens.Add(int64(n))
+	var resp any
+	if chat {
+		resp = map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
+			"system_fingerprint": Fingerprint,
+			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text.String()},
+				"logprobs": nil, "finish_reason": finish}},
+			"usage": u}
+	} else {
+		resp = map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
+			"system_fingerprint": Fingerprint,
+			"choices":            []any{map[string]any{"index": 0, "text": text.String(), "logprobs": nil, "finish_reason": finish}},
+			"usage":              u}
+	}
+	s.finish(start)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) observeTTFT(start time.Time) {
+	s.ttftSumNanos.Add(int64(time.Since(start)))
+	s.ttftCount.Add(1)
+}
+
+func (s *Server) finish(start time.Time) {
+	s.e2eSumNanos.Add(int64(time.Since(start)))
+	s.e2eCount.Add(1)
+	s.success.Add(1)
+}
+
+// chunk is one SSE chunk of a stream.
+type chunk struct {
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []chunkChoice `json:"choices"`
+	Usage             *usage        `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int     `json:"index"`
+	Delta        *delta  `json:"delta,omitempty"`
+	Text         *string `json:"text,omitempty"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type delta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, faults Faults, id, object string, chat bool, n int, finish string, token func(int) string, u usage, start time.Time) {
+	fl, _ := w.(http.Flusher)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if fl != nil {
+		fl.Flush() // headers at once, as vLLM's StreamingResponse does
+	}
+	created := time.Now().Unix()
+	buf := make([]byte, 0, 512)
+	send := func(c *chunk) bool {
+		buf = append(buf[:0], "data: "...)
+		b, _ := json.Marshal(c)
+		buf = append(buf, b...)
+		buf = append(buf, "\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	mk := func(cc chunkChoice) *chunk {
+		cc.Index = 0
+		return &chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{cc}}
+	}
+	if !sleep(r.Context(), s.cfg.TTFT) {
+		return
+	}
+	s.observeTTFT(start)
+	if chat {
+		empty := ""
+		if !send(mk(chunkChoice{Delta: &delta{Role: "assistant", Content: &empty}})) {
+			return
+		}
+	}
+	for i := 0; i < n; i++ {
+		if i > 0 && !sleep(r.Context(), s.cfg.InterTokenDelay) {
+			return
+		}
+		if faults.AbortAfterTokens > 0 && i >= faults.AbortAfterTokens {
+			s.failures.Add(1)
+			panic(http.ErrAbortHandler) // cut the connection mid-stream
+		}
+		t := token(i)
+		var c *chunk
+		if chat {
+			c = mk(chunkChoice{Delta: &delta{Content: &t}})
+		} else {
+			c = mk(chunkChoice{Text: &t})
+		}
+		if i == n-1 {
+			c.Choices[0].FinishReason = &finish
+			if chat {
+				c.Choices[0].Delta = &delta{Content: &t}
+			}
+		}
+		if !send(c) {
+			return
+		}
+		s.generationTokens.Add(1)
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		uu := u
+		if !send(&chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{}, Usage: &uu}) {
+			return
+		}
+	}
+	w.Write([]byte("data: [DONE]\n\n"))
+	if fl != nil {
+		fl.Flush()
+	}
+	s.finish(start)
+}
+
+// ---- embeddings
+
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.admit(w, r); !ok {
+		return
+	}
+	var req struct {
+		Model string          `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
+		return
+	}
+	if req.Model != s.cfg.ServedModelName {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	var inputs []string
+	var one string
+	if json.Unmarshal(req.Input, &one) == nil {
+		inputs = []string{one}
+	} else if json.Unmarshal(req.Input, &inputs) != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "input must be a string or an array of strings")
+		return
+	}
+	data := make([]any, len(inputs))
+	toks := 0
+	for i, in := range inputs {
+		toks += countTokens(in)
+		h := fnv.New64a()
+		h.Write([]byte(in))
+		x := h.Sum64()
+		vec := make([]float64, 8)
+		var norm float64
+		for j := range vec {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			vec[j] = float64(int64(x%2001)-1000) / 1000
+			norm += vec[j] * vec[j]
+		}
+		for j := range vec {
+			vec[j] /= math.Sqrt(norm)
+		}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": vec}
+	}
+	s.success.Add(1)
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "model": req.Model, "data": data,
+		"usage": map[string]int{"prompt_tokens": toks, "total_tokens": toks}})
+}
+
+// ---- transcriptions (parakeet)
+
+// MaxAudioBytes bounds an upload.
+const MaxAudioBytes = 64 << 20
+
+func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.admit(w, r); !ok {
+		return
+	}
+	start := time.Now()
+	r.Body = http.MaxBytesReader(w, r.Body, MaxAudioBytes)
+	if err := r.ParseMultipartForm(8 << 20); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "want a multipart/form-data body with a file: "+err.Error())
+		return
+	}
+	defer r.MultipartForm.RemoveAll()
+	if m := r.FormValue("model"); m != s.cfg.ServedModelName {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", m))
+		return
+	}
+	f, _, err := r.FormFile("file")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "the form has no file field")
+		return
+	}
+	audio, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "read the file: "+err.Error())
+		return
+	}
+	dur, err := WAVDuration(audio)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "could not decode the audio: "+err.Error())
+		return
+	}
+	if !sleep(r.Context(), s.cfg.TTFT) {
+		return
+	}
+	h := fnv.New64a()
+	h.Write(audio)
+	_, token := Words(hex.EncodeToString(h.Sum(nil)))
+	nw := 2 + int(dur*2.5) // about 150 words a minute
+	if nw > 200 {
+		nw = 200
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "[simulated transcript of %.2f s] ", dur)
+	for i := 0; i < nw; i++ {
+		b.WriteString(token(i))
+	}
+	b.WriteString(".")
+	text := b.String()
+	s.finish(start)
+	switch r.FormValue("response_format") {
+	case "text":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, text+"\n")
+	case "verbose_json":
+		writeJSON(w, http.StatusOK, map[string]any{"task": "transcribe", "language": "en", "duration": dur, "text": text,
+			"segments": []any{map[string]any{"id": 0, "start": 0.0, "end": dur, "text": text}}})
+	case "", "json":
+		writeJSON(w, http.StatusOK, map[string]any{"text": text,
+			"usage": map[string]any{"type": "duration", "seconds": int(math.Ceil(dur))}})
+	default:
+		writeError(w, http.StatusBadRequest, "BadRequestError", "response_format must be json, text or verbose_json")
+	}
+}
+
+// WAVDuration returns the length in seconds of a RIFF/WAVE file's PCM data.
+func WAVDuration(b []byte) (float64, error) {
+	if len(b) < 12 || string(b[0:4]) != "RIFF" || string(b[8:12]) != "WAVE" {
+		return 0, errors.New("not a RIFF/WAVE file")
+	}
+	var byteRate uint32
+	for p := 12; p+8 <= len(b); {
+		id := string(b[p : p+4])
+		size := int(le32(b[p+4:]))
+		body := p + 8
+		switch id {
+		case "fmt ":
+			if size < 16 || body+16 > len(b) {
+				return 0, errors.New("short fmt chunk")
+			}
+			byteRate = le32(b[body+8:])
+		case "data":
+			if byteRate == 0 {
+				return 0, errors.New("data chunk before fmt chunk")
+			}
+			if body+size > len(b) {
+				size = len(b) - body
+			}
+			return float64(size) / float64(byteRate), nil
+		}
+		p = body + size + size%2
+	}
+	return 0, errors.New("no data chunk")
+}
+
+func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+
+// WAV returns a mono 16-bit PCM WAV file of the given length: a quiet tone,
+// for probes and tests.
+func WAV(seconds float64, rate int) []byte {
+	n := int(seconds * float64(rate))
+	data := make([]byte, 44+2*n)
+	copy(data, "RIFF")
+	put32(data[4:], uint32(36+2*n))
+	copy(data[8:], "WAVEfmt ")
+	put32(data[16:], 16)
+	data[20], data[22] = 1, 1 // PCM, mono
+	put32(data[24:], uint32(rate))
+	put32(data[28:], uint32(2*rate))
+	data[32], data[34] = 2, 16
+	copy(data[36:], "data")
+	put32(data[40:], uint32(2*n))
+	for i := 0; i < n; i++ {
+		v := int16(2000 * math.Sin(2*math.Pi*440*float64(i)/float64(rate)))
+		data[44+2*i], data[45+2*i] = byte(v), byte(uint16(v)>>8)
+	}
+	return data
+}
+
+func put32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24) }
+
+// ---- metrics
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	m := strconv.Quote(s.cfg.ServedModelName)
+	secs := func(n int64) string { return strconv.FormatFloat(float64(n)/1e9, 'g', -1, 64) }
+	var b strings.Builder
+	line := func(name, typ, help, value string, labels string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=%s%s} %s\n", name, help, name, typ, name, m, labels, value)
+	}
+	fmt.Fprintf(&b, "# HELP cosmicac_simulated 1: this runtime is simulated (no model runs).\n# TYPE cosmicac_simulated gauge\ncosmicac_simulated 1\n")
+	line("vllm:num_requests_running", "gauge", "Number of requests currently running.", strconv.FormatInt(s.running.Load(), 10), "")
+	line("vllm:num_requests_waiting", "gauge", "Number of requests waiting.", strconv.FormatInt(s.waiting.Load(), 10), "")
+	line("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", strconv.FormatInt(s.promptTokens.Load(), 10), "")
+	line("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", strconv.FormatInt(s.generationTokens.Load(), 10), "")
+	line("vllm:request_success_total", "counter", "Count of successfully processed requests.", strconv.FormatInt(s.success.Load(), 10), "")
+	line("cosmicac_sim_injected_failures_total", "counter", "Requests failed by fault injection.", strconv.FormatInt(s.failures.Load(), 10), "")
+	fmt.Fprintf(&b, "# HELP vllm:time_to_first_token_seconds Time to first token.\n# TYPE vllm:time_to_first_token_seconds summary\n")
+	fmt.Fprintf(&b, "vllm:time_to_first_token_seconds_sum{model_name=%s} %s\nvllm:time_to_first_token_seconds_count{model_name=%s} %d\n", m, secs(s.ttftSumNanos.Load()), m, s.ttftCount.Load())
+	fmt.Fprintf(&b, "# HELP vllm:e2e_request_latency_seconds End-to-end request latency.\n# TYPE vllm:e2e_request_latency_seconds summary\n")
+	fmt.Fprintf(&b, "vllm:e2e_request_latency_seconds_sum{model_name=%s} %s\nvllm:e2e_request_latency_seconds_count{model_name=%s} %d\n", m, secs(s.e2eSumNanos.Load()), m, s.e2eCount.Load())
+	io.WriteString(w, b.String())
+}
+
+// ---- serving
+
+// Running is a simulated runtime serving HTTP on a listener.
+type Running struct {
+	*Server
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// Start serves s on addr ("127.0.0.1:0" picks a port) until Close.
+func Start(addr string, s *Server) (*Running, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	r := &Running{Server: s, srv: &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}, ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.srv.Serve(ln)
+	}()
+	return r, nil
+}
+
+// Addr is the host:port served.
+func (r *Running) Addr() string { return r.ln.Addr().String() }
+
+// URL is the base URL (http://host:port).
+func (r *Running) URL() string { return "http://" + r.Addr() }
+
+// Close stops at once: the listener and every connection are closed, as
+// when the process dies.
+func (r *Running) Close() error {
+	err := r.srv.Close()
+	<-r.done
+	return err
+}
+
+// Done is closed when the server has stopped.
+func (r *Running) Done() <-chan struct{} { return r.done }

@@ -1,0 +1,147 @@
+package simruntime
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func post(t *testing.T, url, body string) *http.Response {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestChatDeterministicAndSimulated(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Model: "Qwen/Qwen3-32B", ServedModelName: "qwen"}))
+	defer srv.Close()
+	var texts []string
+	for range 2 {
+		resp := post(t, srv.URL+"/v1/chat/completions", `{"model":"qwen","messages":[{"role":"user","content":"hello there"}],"max_tokens":5}`)
+		if resp.StatusCode != 200 || resp.Header.Get(HeaderSimulated) != "true" {
+			t.Fatalf("status %d, header %q", resp.StatusCode, resp.Header.Get(HeaderSimulated))
+		}
+		var out struct {
+			SystemFingerprint string `json:"system_fingerprint"`
+			Choices           []struct {
+				Message      struct{ Content string }
+				FinishReason string `json:"finish_reason"`
+			}
+			Usage usage
+		}
+		json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if out.SystemFingerprint != Fingerprint || out.Choices[0].FinishReason != "length" || out.Usage.CompletionTokens != 5 || out.Usage.PromptTokens != 5 {
+			t.Fatalf("reply %+v", out)
+		}
+		texts = append(texts, out.Choices[0].Message.Content)
+	}
+	if texts[0] != texts[1] || len(strings.Fields(texts[0])) != 5 {
+		t.Fatalf("texts %q", texts)
+	}
+	resp := post(t, srv.URL+"/v1/chat/completions", `{"model":"other","messages":[{"role":"user","content":"x"}]}`)
+	if resp.StatusCode != 404 {
+		t.Fatalf("unknown model: %d", resp.StatusCode)
+	}
+}
+
+func TestStreamWithUsage(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Model: "m/m", InterTokenDelay: time.Millisecond}))
+	defer srv.Close()
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		body := `{"model":"m/m","prompt":"once upon","messages":[{"role":"user","content":"once upon"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`
+		resp := post(t, srv.URL+path, body)
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+			t.Fatalf("content type %q", ct)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var events []string
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+				events = append(events, strings.TrimPrefix(l, "data: "))
+			}
+		}
+		resp.Body.Close()
+		if events[len(events)-1] != "[DONE]" {
+			t.Fatalf("%s: last event %q", path, events[len(events)-1])
+		}
+		var last chunk
+		json.Unmarshal([]byte(events[len(events)-2]), &last)
+		if last.Usage == nil || last.Usage.CompletionTokens != 4 || len(last.Choices) != 0 {
+			t.Fatalf("%s: usage chunk %s", path, events[len(events)-2])
+		}
+		want := 4 + 2 // tokens, usage, [DONE]
+		if path == "/v1/chat/completions" {
+			want++ // the role chunk
+		}
+		if len(events) != want {
+			t.Fatalf("%s: %d events: %q", path, len(events), events)
+		}
+	}
+}
+
+func TestTranscription(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Runtime: RuntimeParakeet, Model: "nvidia/parakeet-tdt-0.6b-v3"}))
+	defer srv.Close()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	mw.WriteField("model", "nvidia/parakeet-tdt-0.6b-v3")
+	fw, _ := mw.CreateFormFile("file", "a.wav")
+	fw.Write(WAV(1.5, 16000))
+	mw.Close()
+	resp, err := http.Post(srv.URL+"/v1/audio/transcriptions", mw.FormDataContentType(), &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "simulated transcript of 1.50 s") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if resp := post(t, srv.URL+"/v1/chat/completions", `{}`); resp.StatusCode != 404 {
+		t.Fatalf("parakeet chat: %d", resp.StatusCode)
+	}
+}
+
+func TestFaultsAndLoading(t *testing.T) {
+	s := New(Config{Model: "m/m", LoadTime: 50 * time.Millisecond})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	if resp, _ := http.Get(srv.URL + "/health"); resp.StatusCode != 503 {
+		t.Fatalf("health while loading: %d", resp.StatusCode)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if resp, _ := http.Get(srv.URL + "/health"); resp.StatusCode != 200 {
+		t.Fatalf("health: %d", resp.StatusCode)
+	}
+	post(t, srv.URL+"/sim/faults", `{"failNext":2,"status":503}`)
+	for i, want := range []int{503, 503, 200} {
+		if resp := post(t, srv.URL+"/v1/completions", `{"model":"m/m","prompt":"x"}`); resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	s.SetFaults(Faults{FailRate: 0.5})
+	fails := 0
+	for range 10 {
+		if resp := post(t, srv.URL+"/v1/completions", `{"model":"m/m","prompt":"x"}`); resp.StatusCode == 500 {
+			fails++
+		}
+	}
+	if fails != 5 {
+		t.Fatalf("%d of 10 failed at rate 0.5", fails)
+	}
+	resp, _ := http.Get(srv.URL + "/metrics")
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), "vllm:generation_tokens_total{model_name=\"m/m\"}") || !strings.Contains(string(b), "cosmicac_simulated 1") {
+		t.Fatalf("metrics:\n%s", b)
+	}
+}
