@@ -215,10 +215,24 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 				released = append(released, res)
 				changed = true
 				continue
+			case commandEnded(cur, rr):
+				// The job's command exited 0 (a gpu-container job): the
+				// replica is stopped and its GPUs free. Kills release at
+				// once, so a killed replica's report never gets here.
+				setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, rr.Reason, nil })
+				code := *rr.ExitCode
+				j.Status.ExitCode = &code
+				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
+					return err
+				}
+				released = append(released, res)
+				changed = true
+				continue
 			case cur == cosmic.StateDeleting, rr.Gone, rr.State == cosmic.StateStopped:
-				// Stops are the ork's own doing (kill releases at once), so a
-				// stopped or gone report of a replica that holds GPUs is a
-				// late one from before it was placed again: ignore it.
+				// Other stops are the ork's own doing (kill releases at
+				// once), so a stopped or gone report of a replica that holds
+				// GPUs is a late one from before it was placed again: ignore
+				// it.
 				continue
 			}
 			changed = true
@@ -286,4 +300,22 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			o.finalizeDelete(ctx, jr.JobID)
 		}
 	}
+}
+
+// commandEnded says whether rr reports the end of the job's command (a
+// stopped replica with an exit code) for a replica the ork has seen
+// running (or lost sight of since: unknown). Only a worker whose replica
+// ran a command reports an exit code, and it reports running before the
+// end; a replica placed again is pending or starting until the worker
+// reports it running anew, so a late report of the previous run's end is
+// ignored there.
+func commandEnded(cur cosmic.State, rr worker.ReplicaReport) bool {
+	if rr.State != cosmic.StateStopped || rr.Gone || rr.ExitCode == nil {
+		return false
+	}
+	switch cur {
+	case cosmic.StateRunning, cosmic.StateUnknown:
+		return true
+	}
+	return false
 }

@@ -60,6 +60,9 @@ type Cluster struct {
 	failNextImport bool
 	offlineUntil   time.Time
 	link           Link
+	agents         AgentRunner     // nil: replicas run without agents
+	agentGen       uint64          // generations of started agents
+	runCtx         context.Context // Run's: agents live within it
 }
 
 type simNode struct {
@@ -139,6 +142,10 @@ func (c *Cluster) SetLink(l Link) {
 // Run plays the rack until ctx is done: the replicas' lifecycles, report
 // delivery and outages. It returns nil once its goroutines have stopped.
 func (c *Cluster) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.runCtx = ctx
+	c.mu.Unlock()
+	defer c.stopAgents()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.lifecycleLoop(ctx) })
 	wg.Go(func() { c.reportLoop(ctx) })
@@ -147,6 +154,17 @@ func (c *Cluster) Run(ctx context.Context) error {
 	signal(c.push)
 	wg.Wait()
 	return nil
+}
+
+// stopAgents stops every replica's agent (Run has ended).
+func (c *Cluster) stopAgents() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, j := range c.jobs {
+		for _, r := range j.replicas {
+			c.stopAgent(r)
+		}
+	}
 }
 
 func signal(ch chan struct{}) {

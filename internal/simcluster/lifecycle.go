@@ -22,6 +22,7 @@ const (
 	phaseBoot                  // next, boot the VMIs
 	phaseReady                 // next, running
 	phaseDelete                // graceful delete: next, gone
+	phaseExit                  // the command exited: next, stopped or failed
 )
 
 // importIncrement is the percent of the root disk imported per step.
@@ -50,6 +51,10 @@ type replica struct {
 	disk       bool  // the root disk is imported (and kept until Delete)
 	importPct  int
 	failImport bool // simFailImport armed for this replica's import
+
+	agent    *agentRun       // the instance agent (gpu-container jobs with an AgentRunner)
+	exit     *CommandOutcome // the command's end, not yet taken
+	exitCode *int            // reported: the exit code of the command that ended r
 }
 
 // vmi is one simulated VirtualMachineInstance: a replica's share of one node.
@@ -75,6 +80,10 @@ func (r *replica) report() worker.ReplicaReport {
 	}
 	if r.claimed {
 		out.Nodes = r.res.NodeNames()
+	}
+	if r.exitCode != nil {
+		v := *r.exitCode
+		out.ExitCode = &v
 	}
 	return out
 }
@@ -130,6 +139,8 @@ func (c *Cluster) start(j *simJob, r *replica, res cosmic.Reservation, now time.
 	r.res = res
 	r.vmis = nil
 	r.progress = nil
+	r.exit, r.exitCode = nil, nil
+	c.stopAgent(r)
 	if problem := c.checkFit(r.key, res); problem != "" {
 		r.claimed = false
 		r.state, r.phase = cosmic.StateFailed, phaseIdle
@@ -257,10 +268,36 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		}
 		r.progress = &cosmic.Progress{Step: progressBoot, Percent: 100}
 		r.phase = phaseReady
+		c.startAgent(j, r, now)
 	case phaseReady:
+		if !r.agentReady() {
+			// Running only once the agent is ready: look again next step
+			// (or when it signals ready).
+			if !r.agent.waiting {
+				r.agent.waiting = true
+				c.record(r, now, "agent", true, "waiting for the instance agent of replica %d to be ready", r.key.replica)
+			}
+			return
+		}
+		if r.agent != nil {
+			c.record(r, now, "agent", true, "instance agent of replica %d ready", r.key.replica)
+		}
 		r.state, r.reason, r.progress = cosmic.StateRunning, nil, nil
 		r.phase = phaseIdle
 		c.record(r, now, "ready", true, "replica %d running on %s", r.key.replica, describeAllocs(r.res.Nodes))
+		if r.exit != nil {
+			r.phase = phaseExit // the command already ended: report running first
+		}
+	case phaseExit:
+		if _, undelivered := c.dirty[r.key]; undelivered || r.exit == nil {
+			// The ork has not heard that r runs yet: the end follows the
+			// running it ends.
+			if r.exit == nil {
+				r.phase = phaseIdle
+			}
+			return
+		}
+		c.endCommand(r, now)
 	case phaseDelete:
 		c.remove(j, r, false, now)
 		return
@@ -277,6 +314,8 @@ func (c *Cluster) fail(r *replica, code cosmic.ReasonCode, detail string) {
 	r.state, r.reason, r.progress = cosmic.StateFailed, &reason, nil
 	r.phase = phaseIdle
 	r.vmis = nil
+	r.exit = nil
+	c.stopAgent(r)
 	c.release(r)
 	c.mark(r)
 }
@@ -297,6 +336,8 @@ func (c *Cluster) stop(j *simJob, r *replica, now time.Time) {
 		disk = "root disk kept"
 	}
 	r.vmis = nil
+	r.exit = nil
+	c.stopAgent(r)
 	c.release(r)
 	reason := cosmic.NewReason(cosmic.ReasonKilled, "")
 	r.state, r.reason, r.progress, r.phase = cosmic.StateStopped, &reason, nil, phaseIdle
@@ -314,6 +355,8 @@ func (c *Cluster) restart(j *simJob, r *replica, now time.Time) {
 		r.importPct = 0
 	}
 	r.vmis = nil
+	r.exit, r.exitCode = nil, nil
+	c.stopAgent(r)
 	r.state, r.reason, r.progress = cosmic.StateRestarting, nil, nil
 	r.phase, r.due = phaseAccept, now.Add(c.cfg.Step)
 	c.record(r, now, "restart", true, "restarting replica %d: %s; root disk and GPUs kept", r.key.replica, what)
@@ -339,6 +382,8 @@ func (c *Cluster) remove(j *simJob, r *replica, force bool, now time.Time) {
 	r.vmis = nil
 	r.disk = false
 	r.phase = phaseIdle
+	r.exit = nil
+	c.stopAgent(r)
 	c.release(r)
 	c.record(r, now, "delete", true, "replica %d deleted: %s", r.key.replica, what)
 	delete(j.replicas, r.key.replica)

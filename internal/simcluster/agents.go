@@ -1,0 +1,169 @@
+package simcluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// AgentRunner starts the instance agent of a gpu-container replica when its
+// VMIs boot, as cloud-init starts `cosmicac agent instance` in a real VMI.
+// The platform provides it (internal/platform), so that this package stays
+// free of the agent: the simulated rack only sees three signals.
+//
+// Start must not block. ready is closed once the agent is ready (the
+// replica is reported running only then); done delivers the job's command's
+// outcome once, when it exits (it never delivers for a job without a
+// command); stop ends the agent (and the command) without blocking, and
+// is called when the replica's VMIs go away (kill, restart, crash, delete,
+// the command's end). After stop, done is ignored.
+type AgentRunner interface {
+	Start(ctx context.Context, job cosmic.Job, replica int) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+}
+
+// CommandOutcome is how a replica's command ended: State stopped (exit 0)
+// or failed (Reason command_failed, with the code and the last lines).
+// ExitCode is nil when there was no exit code (the agent itself failed).
+type CommandOutcome struct {
+	State    cosmic.State
+	Reason   *cosmic.Reason
+	ExitCode *int
+}
+
+// agentRun is a replica's running agent.
+type agentRun struct {
+	gen     uint64
+	ready   <-chan struct{}
+	stop    func()
+	isReady bool
+	waiting bool // the "waiting for the agent" record was written
+}
+
+// SetAgents hands the cluster the runner of gpu-container replicas' agents.
+// Without one, replicas are running once their VMIs boot. Call it before
+// Run.
+func (c *Cluster) SetAgents(a AgentRunner) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.agents = a
+}
+
+// startAgent starts r's agent, if the cluster has a runner and the job is a
+// gpu-container job.
+func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
+	c.stopAgent(r)
+	if c.agents == nil || j.job.Spec.Type != cosmic.TypeGPUContainer {
+		return
+	}
+	ctx := c.runCtx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.agentGen++
+	gen := c.agentGen
+	ready, done, stop := c.agents.Start(ctx, j.job, r.key.replica)
+	r.agent = &agentRun{gen: gen, ready: ready, stop: stop}
+	c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
+	if done != nil {
+		k := r.key
+		go func() {
+			select {
+			case o, ok := <-done:
+				if ok {
+					c.commandExited(k, gen, o)
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if ready != nil {
+		go func() {
+			select {
+			case <-ready:
+				signal(c.wake)
+			case <-ctx.Done():
+			}
+		}()
+	}
+}
+
+// stopAgent stops r's agent, if it runs; its outcome is ignored from now.
+func (c *Cluster) stopAgent(r *replica) {
+	if r.agent == nil {
+		return
+	}
+	if r.agent.stop != nil {
+		r.agent.stop()
+	}
+	r.agent = nil
+}
+
+// agentReady says whether r may be reported running: it has no agent, or
+// its agent is ready.
+func (r *replica) agentReady() bool {
+	a := r.agent
+	if a == nil || a.isReady || a.ready == nil {
+		return true
+	}
+	select {
+	case <-a.ready:
+		a.isReady = true
+		return true
+	default:
+		return false
+	}
+}
+
+// commandExited takes the outcome of the command of r's agent generation
+// gen: r ends at its next step once running has been delivered.
+func (c *Cluster) commandExited(k replicaKey, gen uint64, o CommandOutcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[k.job]
+	if j == nil {
+		return
+	}
+	r := j.replicas[k.replica]
+	if r == nil || r.agent == nil || r.agent.gen != gen {
+		return // a stopped agent's command: its end is no news
+	}
+	r.exit = &o
+	if r.phase == phaseIdle && r.state == cosmic.StateRunning {
+		r.phase, r.due = phaseExit, time.Now()
+		signal(c.wake)
+	}
+	// Before running, phaseReady moves on to phaseExit.
+}
+
+// endCommand ends r after its command exited: the VMIs are deleted and the
+// GPUs released (the root disk is kept), the agent stopped, and r is
+// stopped (exit 0) or failed with the outcome's reason and exit code.
+func (c *Cluster) endCommand(r *replica, now time.Time) {
+	o := *r.exit
+	r.exit = nil
+	c.stopAgent(r)
+	what := "no VMI"
+	if len(r.vmis) > 0 {
+		what = describeVMIs(r.vmis) + " deleted"
+	}
+	r.vmis = nil
+	c.release(r)
+	r.state, r.reason, r.progress, r.phase = o.State, o.Reason, nil, phaseIdle
+	if r.state != cosmic.StateFailed {
+		r.state = cosmic.StateStopped
+	}
+	r.exitCode = o.ExitCode
+	code := "no exit code"
+	if o.ExitCode != nil {
+		code = fmt.Sprintf("exit code %d", *o.ExitCode)
+	}
+	detail := ""
+	if o.Reason != nil && o.Reason.Message != "" {
+		detail = ": " + strings.TrimSpace(o.Reason.Message)
+	}
+	c.record(r, now, "command", r.state == cosmic.StateStopped, "the command of replica %d ended (%s), replica %s%s; %s; GPUs released",
+		r.key.replica, code, r.state, detail, what)
+}

@@ -1,0 +1,160 @@
+package simcluster
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// fakeAgents is an AgentRunner whose agents the test drives.
+type fakeAgents struct {
+	mu     sync.Mutex
+	agents []*fakeAgent
+}
+
+type fakeAgent struct {
+	job     string
+	replica int
+	ready   chan struct{}
+	done    chan CommandOutcome
+	stopped atomic.Bool
+}
+
+func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int) (<-chan struct{}, <-chan CommandOutcome, func()) {
+	a := &fakeAgent{job: job.ID, replica: replica, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
+	f.mu.Lock()
+	f.agents = append(f.agents, a)
+	f.mu.Unlock()
+	return a.ready, a.done, func() { a.stopped.Store(true) }
+}
+
+func (f *fakeAgents) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.agents)
+}
+
+func (f *fakeAgents) get(i int) *fakeAgent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.agents[i]
+}
+
+func startWithAgents(t *testing.T) (*env, *fakeAgents) {
+	e := start(t)
+	f := &fakeAgents{}
+	e.c.SetAgents(f)
+	return e, f
+}
+
+func exitCode(n int) *int { return &n }
+
+func TestAgentGatesRunning(t *testing.T) {
+	e, f := startWithAgents(t)
+	e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+	waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
+	a := f.get(0)
+	if a.job != jobA || a.replica != 0 {
+		t.Fatalf("agent of %s/%d", a.job, a.replica)
+	}
+	time.Sleep(10 * step)
+	if st := e.rep.states(jobA, 0); slices.Contains(st, cosmic.StateRunning) {
+		t.Fatalf("running before the agent is ready: %v", st)
+	}
+	close(a.ready)
+	e.waitState(t, jobA, 0, cosmic.StateRunning)
+	if a.stopped.Load() {
+		t.Fatal("the running replica's agent was stopped")
+	}
+	// A job that is not a gpu-container job gets no agent.
+	j := testJob(jobB)
+	j.Spec.Type = cosmic.TypeManagedInference
+	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: j, Reservations: []cosmic.Reservation{resv(jobB, 0, on(0, 1))}}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, jobB, 0, cosmic.StateRunning)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d agents, want 1", n)
+	}
+}
+
+func TestCommandEndStopsOrFailsReplica(t *testing.T) {
+	e, f := startWithAgents(t)
+	// Exit 0 before the agent is even ready: running is reported first,
+	// then stopped with exit code 0, and the GPUs are free.
+	e.apply(t, jobA, resv(jobA, 0, on(0, 0, 1)))
+	waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
+	a := f.get(0)
+	a.done <- CommandOutcome{State: cosmic.StateStopped, ExitCode: exitCode(0)}
+	close(a.ready)
+	got := e.waitState(t, jobA, 0, cosmic.StateStopped)
+	if got.ExitCode == nil || *got.ExitCode != 0 || got.Reason != nil || len(got.Nodes) != 0 {
+		t.Fatalf("stopped report %+v: want exit code 0, no reason, no nodes", got)
+	}
+	if st := e.rep.states(jobA, 0); !slices.Equal(st[len(st)-2:], []cosmic.State{cosmic.StateRunning, cosmic.StateStopped}) {
+		t.Fatalf("states %v: want running, then stopped", st)
+	}
+	waitFor(t, "the agent to stop", a.stopped.Load)
+	// The GPUs are free: another job takes them.
+	e.apply(t, jobB, resv(jobB, 0, on(0, 0, 1)))
+	waitFor(t, "job B's agent", func() bool { return f.count() == 2 })
+	close(f.get(1).ready)
+	e.waitState(t, jobB, 0, cosmic.StateRunning)
+
+	// A failing command fails the replica with its reason and exit code.
+	b := f.get(1)
+	r := cosmic.NewReason(cosmic.ReasonCommandFailed, "exit code 3")
+	b.done <- CommandOutcome{State: cosmic.StateFailed, Reason: &r, ExitCode: exitCode(3)}
+	got = e.waitState(t, jobB, 0, cosmic.StateFailed)
+	if got.ExitCode == nil || *got.ExitCode != 3 || reasonCode(got) != cosmic.ReasonCommandFailed {
+		t.Fatalf("failed report %+v: want exit code 3, command_failed", got)
+	}
+
+	// Applied again, the replica boots a new agent and reports no exit code.
+	e.apply(t, jobA, resv(jobA, 0, on(1, 0)))
+	waitFor(t, "job A's new agent", func() bool { return f.count() == 3 })
+	close(f.get(2).ready)
+	if got := e.waitState(t, jobA, 0, cosmic.StateRunning); got.ExitCode != nil {
+		t.Fatalf("running again with exit code %d", *got.ExitCode)
+	}
+}
+
+func TestKilledReplicaIgnoresItsAgentsEnd(t *testing.T) {
+	e, f := startWithAgents(t)
+	e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+	waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
+	a := f.get(0)
+	close(a.ready)
+	e.waitState(t, jobA, 0, cosmic.StateRunning)
+	if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: worker.AllReplicas}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.stopped.Load() {
+		t.Fatal("kill did not stop the agent")
+	}
+	// The agent's command ends on SIGTERM: no news.
+	a.done <- CommandOutcome{State: cosmic.StateFailed, ExitCode: exitCode(143)}
+	time.Sleep(5 * step)
+	got := e.waitState(t, jobA, 0, cosmic.StateStopped)
+	if got.ExitCode != nil || reasonCode(got) != cosmic.ReasonKilled {
+		t.Fatalf("killed replica %+v: want killed, no exit code", got)
+	}
+	// A restart stops the agent and boots a new one.
+	e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+	waitFor(t, "a new agent", func() bool { return f.count() == 2 })
+	close(f.get(1).ready)
+	e.waitState(t, jobA, 0, cosmic.StateRunning)
+	if err := e.c.Restart(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restarted replica's agent", func() bool { return f.count() == 3 })
+	if !f.get(1).stopped.Load() {
+		t.Fatal("restart did not stop the old agent")
+	}
+}
