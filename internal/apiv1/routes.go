@@ -107,6 +107,8 @@ const (
 	OpJobCommand     = "jobCommand"
 	OpRestartReplica = "restartReplica"
 	OpDeleteReplica  = "deleteReplica"
+	OpJobShell       = "jobShell"
+	OpJobSSH         = "jobSSH"
 	OpListRacks      = "listRacks"
 	OpRegisterRack   = "registerRack"
 	OpRemoveRack     = "removeRack"
@@ -127,6 +129,14 @@ const (
 	QueryUpdatedBefore = "updatedBefore"
 	QueryUserName      = "userName"
 	QueryForce         = "force"
+	QueryReplica       = "replica"
+)
+
+// Upgrade tokens of the shell and SSH routes (agent.ShellUpgrade and
+// agent.TCPUpgrade).
+const (
+	UpgradeShell = "cosmicac-shell.v1"
+	UpgradeTCP   = "cosmicac-tcp.v1"
 )
 
 // Paging limits of listJobs.
@@ -142,9 +152,10 @@ var (
 )
 
 var (
-	jobID    = Param{Name: "id", In: InPath, Type: "", Required: true, Description: "Job ID (a UUID)"}
-	replicaN = Param{Name: "n", In: InPath, Type: 0, Required: true, Description: "Replica index, from 0"}
-	force    = func(what string) Param {
+	jobID        = Param{Name: "id", In: InPath, Type: "", Required: true, Description: "Job ID (a UUID)"}
+	replicaQuery = Param{Name: QueryReplica, In: InQuery, Type: 0, Description: "Replica index, from 0 (default 0)"}
+	replicaN     = Param{Name: "n", In: InPath, Type: 0, Required: true, Description: "Replica index, from 0"}
+	force        = func(what string) Param {
 		return Param{Name: QueryForce, In: InQuery, Type: false, Description: what}
 	}
 )
@@ -203,6 +214,19 @@ func Routes() []Route {
 		{Op: OpDeleteReplica, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}/replicas/{n}", Tag: "jobs", Access: Write,
 			Summary: "Delete one replica of a job", Description: "Removes the replica's VMs; the ork places it again (use it to move a replica).",
 			Params: []Param{jobID, replicaN}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpJobShell, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/shell", Tag: "jobs", Access: Write,
+			Summary: "Open a shell in a running gpu-container job",
+			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeShell + "`. The caller must be on the job's team (or an admin; viewers are refused). " +
+				"The app-node opens the session on the job's instance agent over the fabric and answers 101 Switching Protocols with headers X-Cosmicac-Shell-Session and X-Cosmicac-Shell-Pid; " +
+				"the connection then carries shellproto frames both ways (docs/shell.md). 409 when the job is not a running gpu-container job, 503 when its agent is not reachable. " +
+				"Each session is recorded in the job's system log.",
+			Params:  []Param{jobID, replicaQuery},
+			Request: ShellRequest{}, Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
+		{Op: OpJobSSH, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/ssh", Tag: "jobs", Access: Write,
+			Summary: "Connect to port 22 of a running gpu-container job",
+			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeTCP + "`; the same rules as the shell. After 101 Switching Protocols the connection is spliced to port 22 in the job's VM " +
+				"(`cosmicac jobs ssh` uses it as ssh's ProxyCommand).",
+			Params: []Param{jobID, replicaQuery}, Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
 		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Access: Read,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
 		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Access: Admin,

@@ -134,3 +134,14 @@ type Health struct {
 	Status  string `json:"status"` // "ok"
 	Version string `json:"version"`
 }
+
+// ShellRequest opens a shell (the body of POST /jobs/{id}/shell): argv
+// empty for the login shell; tty asks for a terminal of rows × cols.
+type ShellRequest struct {
+	Argv []string `json:"argv,omitempty"`
+	TTY  bool     `json:"tty"`
+	Rows int      `json:"rows,omitempty"`
+	Cols int      `json:"cols,omitempty"`
+	Term string   `json:"term,omitempty"`
+	Env  []string `json:"env,omitempty"`
+}

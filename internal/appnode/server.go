@@ -48,6 +48,7 @@ type Server struct {
 	openapi []byte
 	mux     *http.ServeMux
 	obs     Observer
+	shells  Shells
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -105,6 +106,8 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpJobCommand:     s.jobCommand,
 		apiv1.OpRestartReplica: s.restartReplica,
 		apiv1.OpDeleteReplica:  s.deleteReplica,
+		apiv1.OpJobShell:       s.jobShell,
+		apiv1.OpJobSSH:         s.jobSSH,
 		apiv1.OpListRacks:      s.listRacks,
 		apiv1.OpRegisterRack:   s.registerRack,
 		apiv1.OpRemoveRack:     s.removeRack,
@@ -158,6 +161,8 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 		switch {
 		case err != nil:
 			s.writeError(w, r, err)
+		case body == written{}:
+			// The handler answered (an upgraded connection).
 		case body == nil:
 			w.WriteHeader(rt.Status)
 		case rt.Op == apiv1.OpOpenAPI:

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,5 +101,18 @@ func TestRPC(t *testing.T) {
 	code, _, errs = runCLI(t, nil, "rpc", "--peer", peer, "--method", "ping", "--key-file", other, "--timeout", "10s")
 	if code != ExitFailure || !strings.Contains(errs, "refused") {
 		t.Fatalf("unlisted key: exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestSilentErrorsAreNotPrinted(t *testing.T) {
+	var errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errb, getenv: func(string) string { return "" }}
+	// An exitError wrapping a silent error exits with its code and prints
+	// nothing; any other error is printed.
+	if got := a.report(context.Background(), &exitError{code: 9, err: silentExit{9}}); got != 9 || errb.Len() != 0 {
+		t.Fatalf("silent: exit %d, stderr %q", got, errb.String())
+	}
+	if got := a.report(context.Background(), &exitError{code: 4, err: errors.New("boom")}); got != 4 || !strings.Contains(errb.String(), "error: boom") {
+		t.Fatalf("loud: exit %d, stderr %q", got, errb.String())
 	}
 }

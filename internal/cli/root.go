@@ -75,14 +75,22 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	err := root.ExecuteContext(ctx)
+	return a.report(ctx, root.ExecuteContext(ctx))
+}
+
+// report prints a command's error, unless it is Silent (a remote exit code
+// that is the exit code), and returns the exit code.
+func (a *app) report(ctx context.Context, err error) int {
 	if err == nil {
 		return ExitOK
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return ExitInterrupted // Ctrl-C: the user knows
 	}
-	fmt.Fprintln(a.stderr, "error:", err)
+	var silent interface{ Silent() bool }
+	if !errors.As(err, &silent) || !silent.Silent() {
+		fmt.Fprintln(a.stderr, "error:", err)
+	}
 	var ee *exitError
 	switch {
 	case errors.As(err, &ee):

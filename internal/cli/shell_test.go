@@ -196,6 +196,10 @@ func TestJobsShellPiped(t *testing.T) {
 		strings.TrimSpace(out.String()) != "Linux" || !strings.Contains(errb.String(), "oops") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", c, out.String(), errb.String())
 	}
+	// The remote exit code is the exit code; nothing else is said.
+	if strings.Contains(errb.String(), "error:") {
+		t.Fatalf("a remote exit code was reported as an error: stderr %q", errb.String())
+	}
 	// Usage errors.
 	if c, _, _ := runCLI(t, nil, r.args("-t", "-T")...); c != ExitUsage {
 		t.Fatalf("-t -T: exit %d", c)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -74,22 +75,26 @@ type Platform struct {
 	cfg Config
 	log *slog.Logger
 
-	Store       *sqlite.Store
-	OrkNode     *fabric.Node
-	Ork         *ork.Ork
-	Sim         *simcluster.Cluster
-	SimLink     *simcluster.Endpoint
-	AppNode     *fabric.Node
-	Logs        *joblog.Ring
-	Monitor     *monitor.Monitor
-	MonitorNode *fabric.Node
-	LogFwd      *joblog.Forwarder
+	Store   *sqlite.Store
+	OrkNode *fabric.Node
+	Ork     *ork.Ork
+	Sim     *simcluster.Cluster
+	SimLink *simcluster.Endpoint
+	AppNode *fabric.Node
+	// DirectoryNode hosts the directory the instance agents announce
+	// themselves in (agent.Topic); the app-node looks them up there.
+	DirectoryNode *fabric.Node
+	Logs          *joblog.Ring
+	Monitor       *monitor.Monitor
+	MonitorNode   *fabric.Node
+	LogFwd        *joblog.Forwarder
 	// Metrics holds the in-process components' metrics, served at /metrics
 	// (the monitor's own are at /monitor/metrics).
 	Metrics   *prometheus.Registry
 	URL       string // the HTTP API's base URL
 	TokenFile string // the bootstrap admin token's file
 	http      *http.Server
+	agents    *simAgents
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -176,22 +181,71 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	p.Monitor.Serve(p.MonitorNode)
 	p.goRun("wrk-monitor", func() error { return p.Monitor.Run(rctx) })
 
+	// The app-node's fabric node: a client of the ork, and the peer the
+	// instance agents dial so that it can open their shells.
+	appAllow := fabric.NewAllowList(append([]fabric.PublicKey{orkID.PublicKey()}, cfg.OperatorKeys...)...)
+	if p.AppNode, err = fabric.New(fabric.Config{Component: "app-node", Identity: appID, Listen: listen,
+		Policy: appAllow, Logger: log}); err != nil {
+		return nil, err
+	}
+	p.AppNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+
+	// The agents' directory: the instance agents announce themselves there
+	// (full access to it is all they get), the app-node looks them up.
+	dirID, err := identity(cfg.DataDir, "wrk-directory")
+	if err != nil {
+		return nil, err
+	}
+	dirAllow := fabric.NewAllowList(appID.PublicKey())
+	dirAllow.Allow(cfg.OperatorKeys...)
+	if p.DirectoryNode, err = fabric.New(fabric.Config{Component: "wrk-directory", Identity: dirID, Listen: listen, Policy: dirAllow, Logger: log}); err != nil {
+		return nil, err
+	}
+	fabric.NewDirectory(nil).Register(p.DirectoryNode)
+	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
+
 	// The simulated rack's worker: admits the ork and the operator.
 	simAllow := fabric.NewAllowList(orkID.PublicKey())
 	simAllow.Allow(cfg.OperatorKeys...)
+	simLog := log.With("component", "wrk-server-sim")
 	p.SimLink = simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen, Policy: simAllow, Logger: log}, func(n *fabric.Node) {
 		worker.Serve(n, p.Sim)
 		p.Sim.RegisterFaults(n)
+		// The agents' status events: the rack follows its agents in
+		// process, so they are only logged.
+		fabric.HandleFunc(n, agent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st agent.Status) (struct{}, error) {
+			simLog.Debug("agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "ready", st.Ready, "sessions", len(st.Sessions))
+			return struct{}{}, nil
+		}, fabric.ReadOnly())
 		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
 		n.AddAddrs(monID.PublicKey(), p.MonitorNode.Addr())
 	})
 	p.LogFwd = joblog.NewForwarder(joblog.NodeFunc(p.SimLink.Node), monID.PublicKey(), 10000)
 	p.goRun("log forwarder", func() error { return p.LogFwd.Run(rctx) })
-	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), joblog.Tee(p.Logs, p.LogFwd), log.With("component", "wrk-server-sim"))
+	jobLogs := joblog.Tee(p.Logs, p.LogFwd)
+	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), jobLogs, simLog)
 	p.Sim.SetLink(p.SimLink)
 	if err := p.SimLink.Up(); err != nil {
 		return nil, err
 	}
+	// The instance agents of gpu-container replicas, with the bootstrap a
+	// VMI gets: the directory (announce), the worker (reports), the
+	// app-node (shells) and the monitor (admitted, not dialled: their
+	// records go into the platform's sink here).
+	p.agents = &simAgents{
+		log: log.With("component", agent.Component), logs: jobLogs, dataDir: cfg.DataDir,
+		peers: []agent.Peer{
+			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
+			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
+			{Role: agent.RoleAppNode, Key: appID.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
+			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
+		},
+		full:     []*fabric.AllowList{dirAllow},
+		readOnly: []*fabric.AllowList{simAllow, appAllow},
+		nodes:    func() []*fabric.Node { return []*fabric.Node{p.DirectoryNode, p.AppNode, p.SimLink.Node()} },
+		keys:     map[agentSlot]fabric.PublicKey{},
+	}
+	p.Sim.SetAgents(p.agents)
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
 
 	// Register (or re-register, with its new address) the simulated rack.
@@ -204,12 +258,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	p.goRun("wrk-ork", func() error { return p.Ork.Run(rctx) })
 
-	// app-node: a client of the ork over the fabric, and the HTTP API.
-	if p.AppNode, err = fabric.New(fabric.Config{Component: "app-node", Identity: appID, Listen: listen,
-		Policy: fabric.NewAllowList(append([]fabric.PublicKey{orkID.PublicKey()}, cfg.OperatorKeys...)...), Logger: log}); err != nil {
-		return nil, err
-	}
-	p.AppNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	// app-node: the HTTP API.
 	if p.TokenFile, _, err = appnode.Bootstrap(ctx, p.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
@@ -219,6 +268,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
+	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()}, Verify: p.agents.Verify})
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd))
@@ -290,7 +340,10 @@ func (p *Platform) Close() error {
 		p.cancel()
 	}
 	p.wg.Wait()
-	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode} {
+	if p.agents != nil {
+		p.agents.Wait()
+	}
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode} {
 		if n != nil {
 			n.Close()
 		}

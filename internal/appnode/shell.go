@@ -1,0 +1,186 @@
+package appnode
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// Shells reaches the instance agents of gpu-container jobs (docs/shell.md);
+// FabricShells is the implementation over the fabric. Without one
+// (SetShells), the shell and SSH routes answer 503.
+type Shells interface {
+	// DialShell opens a shell session on the agent of the job's replica;
+	// p.User is the caller the app-node vouches for.
+	DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error)
+	// DialTCP opens a byte stream to port on the loopback of the replica's
+	// VM.
+	DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error)
+}
+
+// SetShells installs the way to the jobs' agents (call it before serving).
+func (s *Server) SetShells(sh Shells) { s.shells = sh }
+
+// written is the body of a handler that answered on its own (an upgraded
+// connection): serve writes nothing more.
+type written struct{}
+
+// shellTarget checks a shell or SSH request: the caller may use the job
+// (its team, or an admin; viewers were refused by the route's access), the
+// job is a running gpu-container job, and the replica (?replica=N, default
+// 0) exists and runs.
+func (s *Server) shellTarget(r *http.Request, c *caller) (cosmic.Job, int, error) {
+	replica := 0
+	if v := r.URL.Query().Get(apiv1.QueryReplica); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cosmic.Job{}, 0, badRequest("replica %q: want an index from 0", v)
+		}
+		replica = n
+	}
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return j, 0, err
+	}
+	if j.Spec.Type != cosmic.TypeGPUContainer {
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is a %s job; only gpu-container jobs have a shell", j.ID, j.Spec.Type)
+	}
+	if j.Status.State != cosmic.StateRunning && j.Status.State != cosmic.StateDegraded {
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is %s; a shell needs it running", j.ID, j.Status.State)
+	}
+	if replica >= j.Spec.Replicas() {
+		return j, 0, badRequest("job %s has no replica %d (it has %d)", j.ID, replica, j.Spec.Replicas())
+	}
+	if replica < len(j.Status.Replicas) && j.Status.Replicas[replica].State != cosmic.StateRunning {
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "replica %d of job %s is %s; a shell needs it running", replica, j.ID, j.Status.Replicas[replica].State)
+	}
+	if s.shells == nil {
+		return j, 0, errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this app-node does not reach the jobs' agents")
+	}
+	return j, replica, nil
+}
+
+func (s *Server) jobShell(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, replica, err := s.shellTarget(r, c)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s.log.Info("shell requested", "job_id", j.ID, "replica", replica, "user", c.user.Name)
+	agent.ServeShellRelay(w, r, c.user.Name, func(ctx context.Context, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+		return s.shells.DialShell(ctx, j, replica, p)
+	})
+	s.log.Info("shell ended", "job_id", j.ID, "replica", replica, "user", c.user.Name, "duration_ms", time.Since(start).Milliseconds())
+	return written{}, nil
+}
+
+func (s *Server) jobSSH(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, replica, err := s.shellTarget(r, c)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), apiv1.UpgradeTCP) {
+		return nil, badRequest("ssh needs `Upgrade: %s`", apiv1.UpgradeTCP)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	st, err := s.shells.DialTCP(ctx, j, replica, agent.DefaultSSHPort)
+	cancel()
+	if err != nil {
+		return nil, agentError(err)
+	}
+	defer st.Close()
+	s.log.Info("ssh connection", "job_id", j.ID, "replica", replica, "user", c.user.Name)
+	w.Header().Set("Connection", "Upgrade")
+	w.Header().Set("Upgrade", apiv1.UpgradeTCP)
+	w.WriteHeader(http.StatusSwitchingProtocols)
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return written{}, nil
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Time{})
+	agent.Splice(conn, brw.Reader, st)
+	return written{}, nil
+}
+
+// agentError maps a failure to reach a job's agent to the API's errors.
+func agentError(err error) error {
+	switch fabric.ErrorCode(err) {
+	case fabric.CodeForbidden:
+		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "the job's agent refused: %v", err)
+	case fabric.CodeBadRequest:
+		return badRequest("the job's agent refused: %v", err)
+	}
+	return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "reach the job's agent: %v", err)
+}
+
+// FabricShells finds a job's agent by a fabric Lookup of agent.Topic(job)
+// on Directories and opens its streams over Node (the agent dialled Node,
+// so the streams ride the agent's own connection).
+type FabricShells struct {
+	Node        *fabric.Node
+	Directories []fabric.PublicKey
+	// Verify, if set, says whether key is the agent the platform issued for
+	// the job's replica. Announcements by any other key are ignored: a
+	// directory takes any admitted key's word for its topic.
+	Verify func(jobID string, replica int, key fabric.PublicKey) bool
+}
+
+// Find returns the key of the agent of the job's replica: among the live
+// announcements, one connected to Node first, then the freshest.
+func (f FabricShells) Find(ctx context.Context, jobID string, replica int) (fabric.PublicKey, error) {
+	peers, err := f.Node.Lookup(ctx, agent.Topic(jobID), f.Directories...)
+	if err != nil {
+		return fabric.PublicKey{}, fabric.Errorf(fabric.CodeUnavailable, "look up the agent of job %s: %v", jobID, err)
+	}
+	var best *fabric.PeerInfo
+	bestConnected := false
+	for i := range peers {
+		p := &peers[i]
+		var meta struct {
+			JobID   string `json:"jobId"`
+			Replica int    `json:"replica"`
+		}
+		if json.Unmarshal(p.Meta, &meta) != nil || meta.JobID != jobID || meta.Replica != replica {
+			continue
+		}
+		if f.Verify != nil && !f.Verify(jobID, replica, p.Key) {
+			continue
+		}
+		connected := f.Node.Connected(p.Key)
+		if best == nil || (connected && !bestConnected) || (connected == bestConnected && p.ExpiresAt.After(best.ExpiresAt)) {
+			best, bestConnected = p, connected
+		}
+	}
+	if best == nil {
+		return fabric.PublicKey{}, fabric.Errorf(fabric.CodeUnavailable, "the agent of job %s replica %d has not announced itself", jobID, replica)
+	}
+	return best.Key, nil
+}
+
+// DialShell implements Shells.
+func (f FabricShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+	key, err := f.Find(ctx, job.ID, replica)
+	if err != nil {
+		return nil, shellproto.OpenReply{}, err
+	}
+	return agent.FabricDialer{Node: f.Node, Agent: key}.DialShell(ctx, job.ID, p)
+}
+
+// DialTCP implements Shells.
+func (f FabricShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error) {
+	key, err := f.Find(ctx, job.ID, replica)
+	if err != nil {
+		return nil, err
+	}
+	return agent.DialTCP(ctx, f.Node, key, port)
+}
