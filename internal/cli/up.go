@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
 )
 
@@ -29,8 +30,8 @@ func defaultDataDir(getenv func(string) string) string {
 func (a *app) upCommand() *cobra.Command {
 	cfg := platform.DefaultConfig("")
 	var (
-		kubeconfig string
-		verbose    bool
+		kubeconfig, rackConfig, location string
+		verbose                          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -42,7 +43,25 @@ func (a *app) upCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kubeconfig != "" {
-				return fmt.Errorf("--kubeconfig: the Kubernetes rack worker is not built yet (issue 4); run without it for the simulated rack")
+				rc := k8sworker.DefaultRackConfig()
+				if rackConfig != "" {
+					b, err := os.ReadFile(rackConfig)
+					if err != nil {
+						return usageErrorf("--rack-config: %v", err)
+					}
+					if rc, err = k8sworker.ParseRackConfig(b); err != nil {
+						return usageErrorf("--rack-config %s: %v", rackConfig, err)
+					}
+				}
+				if location != "" {
+					rc.Location = location
+				}
+				if err := rc.Validate(); err != nil {
+					return usageErrorf("rack config: %v", err)
+				}
+				cfg.Kube = &platform.KubeConfig{Kubeconfig: kubeconfig, Rack: rc}
+			} else if rackConfig != "" || location != "" {
+				return usageErrorf("--rack-config and --location go with --kubeconfig (the simulated rack takes --sim-location)")
 			}
 			if cfg.DataDir == "" {
 				cfg.DataDir = defaultDataDir(a.getenv)
@@ -67,8 +86,12 @@ func (a *app) upCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "  API          %s/api/v1  (OpenAPI: %s/api/v1/openapi.json)\n", p.URL, p.URL)
 			fmt.Fprintf(a.stdout, "  admin token  %s\n", p.TokenFile)
 			fmt.Fprintf(a.stdout, "  data         %s\n", cfg.DataDir)
-			fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
-				cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
+			if k := cfg.Kube; k != nil {
+				fmt.Fprintf(a.stdout, "  rack         %s in %s: the cluster of %s, namespace %s\n\n", k.Rack.Rack, k.Rack.Location, k.Kubeconfig, k.Rack.Namespace)
+			} else {
+				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
+					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
+			}
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
 			fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
@@ -94,7 +117,9 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.DurationVar(&cfg.Sim.Step, "sim-step", cfg.Sim.Step, "time per simulated lifecycle step")
 	f.DurationVar(&cfg.Ork.Heartbeat, "heartbeat", cfg.Ork.Heartbeat, "how often the ork checks each worker")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster instead of the simulated rack (issue 4)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster (KubeVirt + CDI) instead of the simulated rack")
+	f.StringVar(&rackConfig, "rack-config", "", "with --kubeconfig: the rack's YAML config (docs/k8s-worker.md)")
+	f.StringVar(&location, "location", "", "with --kubeconfig: the rack's location (overrides the rack config)")
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward job logs to this Loki (e.g. http://127.0.0.1:3100)")
 	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")

@@ -46,6 +46,9 @@ type Config struct {
 	FabricHost string
 	// Sim is the simulated rack.
 	Sim simcluster.Config
+	// Kube, when set, drives a real cluster through wrk-server-k8s-nvidia
+	// instead: its rack is registered and the simulated one is not.
+	Kube *KubeConfig
 	// Ork tunes the ork.
 	Ork ork.Config
 	// Monitor tunes wrk-monitor (Loki forwarding, buffers); its spool lives
@@ -80,6 +83,8 @@ type Platform struct {
 	Ork     *ork.Ork
 	Sim     *simcluster.Cluster
 	SimLink *simcluster.Endpoint
+	// KubeNode is wrk-server-k8s-nvidia's fabric node when Config.Kube is set.
+	KubeNode *fabric.Node
 	AppNode *fabric.Node
 	// DirectoryNode hosts the directory the instance agents announce
 	// themselves in (agent.Topic); the app-node looks them up there.
@@ -248,8 +253,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	p.Sim.SetAgents(p.agents)
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
 
-	// Register (or re-register, with its new address) the simulated rack.
-	if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
+	if cfg.Kube != nil {
+		if err := p.startKubeWorker(ctx, rctx, *cfg.Kube, orkID.PublicKey(), monID.PublicKey(), jobLogs); err != nil {
+			return nil, err
+		}
+	} else if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
+		// Register (or re-register, with its new address) the simulated rack.
 		Rack: cosmic.Rack{ID: cfg.Sim.Rack, Type: cosmic.RackTypeServer, Location: cfg.Sim.Location,
 			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String()},
 		WorkerAddrs: []string{p.SimLink.Addr()},
@@ -343,7 +352,7 @@ func (p *Platform) Close() error {
 	if p.agents != nil {
 		p.agents.Wait()
 	}
-	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode} {
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode, p.KubeNode} {
 		if n != nil {
 			n.Close()
 		}

@@ -1,0 +1,130 @@
+package cosmictest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	virtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/k8stest"
+	"github.com/cosmicac/cosmicac/internal/k8sworker"
+	"github.com/cosmicac/cosmicac/internal/platform"
+)
+
+// TestUpWithKubeconfig runs the whole platform against a real kube-apiserver
+// (with the KubeVirt and CDI CRDs), as `cosmicac up --kubeconfig` does: the
+// cluster's nodes become the rack's capacity, a job's objects are created on
+// the apiserver, and the job runs once the test, playing CDI and KubeVirt,
+// finishes the import and boots the VMI.
+func TestUpWithKubeconfig(t *testing.T) {
+	kube := k8stest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := kube.Client
+	rc := k8sworker.DefaultRackConfig()
+	rc.Rack, rc.Location = "kube-eu-1", "eu"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rc.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		addGPUNode(t, ctx, c, fmt.Sprintf("gpu-%d", i), corev1.ResourceName("nvidia.com/"+rc.GPUModel), 8)
+	}
+	e := NewEnv(t, func(cfg *platform.Config) { cfg.Kube = &platform.KubeConfig{Kubeconfig: kube.Kubeconfig, Rack: rc} })
+
+	// The cluster's GPUs are the rack's.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		racks, err := e.Client.ListRacks(e.Ctx)
+		if err == nil && len(racks) == 1 && racks[0].ID == rc.Rack && racks[0].GPUs == 16 && racks[0].FreeGPUs == 16 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("racks = %+v (%v), want %s with 16 free GPUs", racks, err, rc.Rack)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	spec := Container("on-kube", 2)
+	spec.Location = "eu"
+	j := e.Create(spec)
+	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
+	name := k8sworker.VMIName(j.ID, 0, 0)
+	// Play CDI: the root disk imports.
+	eventually(t, "DataVolume "+name+" imported", func() error {
+		var dv cdiv1.DataVolume
+		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &dv); err != nil {
+			return err
+		}
+		dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
+		return c.Status().Update(ctx, &dv)
+	})
+	// Play KubeVirt: the VMI is scheduled on its reserved node and boots.
+	eventually(t, "VMI "+name+" running", func() error {
+		var v virtv1.VirtualMachineInstance
+		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &v); err != nil {
+			return err
+		}
+		if len(v.Spec.Domain.Devices.GPUs) != 2 {
+			return fmt.Errorf("VMI claims %d GPUs, want 2", len(v.Spec.Domain.Devices.GPUs))
+		}
+		v.Status.Phase = virtv1.Running
+		v.Status.NodeName = j.Status.Replicas[0].Nodes[0]
+		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
+		return c.Update(ctx, &v)
+	})
+	e.WaitState(j.ID, cosmic.StateRunning)
+
+	// Deleting the job removes its objects from the cluster.
+	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the job's VMI deleted", func() error {
+		var v virtv1.VirtualMachineInstance
+		err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &v)
+		if err == nil {
+			return fmt.Errorf("VMI %s still exists", name)
+		}
+		return client.IgnoreNotFound(err)
+	})
+}
+
+func addGPUNode(t *testing.T, ctx context.Context, c client.Client, name string, res corev1.ResourceName, gpus int) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Capacity = corev1.ResourceList{res: *resource.NewQuantity(int64(gpus), resource.DecimalSI), corev1.ResourceCPU: resource.MustParse("128")}
+	n.Status.Allocatable = n.Status.Capacity.DeepCopy()
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = nil // play the node lifecycle controller
+	if err := c.Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,71 @@
+package platform
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/k8sworker"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// KubeConfig makes `cosmicac up` drive a real cluster instead of the
+// simulated rack.
+type KubeConfig struct {
+	// Kubeconfig is the cluster's kubeconfig file.
+	Kubeconfig string
+	// Rack is the rack's configuration (k8sworker.DefaultRackConfig when
+	// zero).
+	Rack k8sworker.RackConfig
+}
+
+// startKubeWorker runs wrk-server-k8s-nvidia in this process, on its own
+// fabric node, and registers its rack with the ork.
+func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, orkKey, monKey fabric.PublicKey, logs joblog.Sink) error {
+	rc := kc.Rack
+	if err := rc.Validate(); err != nil {
+		return fmt.Errorf("rack config: %w", err)
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kc.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
+	}
+	ctrllog.SetLogger(logr.FromSlogHandler(p.log.Handler()))
+	id, err := identity(p.cfg.DataDir, "k8s-"+rc.Rack)
+	if err != nil {
+		return err
+	}
+	allow := fabric.NewAllowList(orkKey)
+	allow.Allow(p.cfg.OperatorKeys...)
+	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: id,
+		Listen: net.JoinHostPort(p.cfg.FabricHost, "0"), Policy: allow, Logger: p.log})
+	if err != nil {
+		return err
+	}
+	p.KubeNode = n
+	n.AddAddrs(orkKey, p.OrkNode.Addr())
+	n.AddAddrs(monKey, p.MonitorNode.Addr())
+	w, err := k8sworker.New(rc, restCfg, worker.NewReporterClient(n, orkKey), logs, p.log.With("component", "wrk-server-k8s-nvidia"))
+	if err != nil {
+		return err
+	}
+	worker.Serve(n, w)
+	p.goRun("wrk-server-k8s-nvidia", func() error { return w.Run(runCtx) })
+	_, err = p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
+		Rack: cosmic.Rack{ID: rc.Rack, Type: cosmic.RackTypeServer, Location: rc.Location,
+			GPUModel: rc.GPUModel, WorkerKey: id.PublicKey().String()},
+		WorkerAddrs: []string{n.Addr()},
+	})
+	if err != nil {
+		return fmt.Errorf("register the cluster's rack: %w", err)
+	}
+	return nil
+}
