@@ -85,7 +85,7 @@ type Platform struct {
 	SimLink *simcluster.Endpoint
 	// KubeNode is wrk-server-k8s-nvidia's fabric node when Config.Kube is set.
 	KubeNode *fabric.Node
-	AppNode *fabric.Node
+	AppNode  *fabric.Node
 	// DirectoryNode hosts the directory the instance agents announce
 	// themselves in (agent.Topic); the app-node looks them up there.
 	DirectoryNode *fabric.Node
