@@ -1,0 +1,684 @@
+package inferagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/version"
+)
+
+// Fabric methods of the inference agent.
+const (
+	// MethodHTTP is a stream carrying HTTP/1.1 to the local runtime: the
+	// opener writes requests, the agent answers each (keep-alive), streaming
+	// response bodies as the runtime produces them.
+	MethodHTTP = "inference.http"
+	// MethodStatus is a call answered with Status (read-only access).
+	MethodStatus = "inference.status"
+	// MethodReport is the event carrying Status to the worker peers, on
+	// every change and every ReportInterval.
+	MethodReport = "inference.report"
+)
+
+// Component is the agent's component name in pings.
+const Component = "agent-inference"
+
+// HeaderRetry, on an answer of the agent itself (not of the runtime), says
+// the request never reached a runtime: the proxy may send it elsewhere.
+const HeaderRetry = "X-CosmicAC-Retry"
+
+// ReportInterval is how often the status is pushed without a change.
+var ReportInterval = 10 * time.Second
+
+// Topic is the directory topic the agents of a job announce under.
+func Topic(jobID string) string { return "inference/" + jobID }
+
+// Meta is what an agent announces under Topic (its directory meta).
+type Meta struct {
+	JobID    string `json:"jobId"`
+	Team     string `json:"team,omitempty"`
+	Replica  int    `json:"replica"`
+	VMIIndex int    `json:"vmiIndex"`
+	Role     string `json:"role"`
+	// Model is the served model name; Runtime vllm or parakeet.
+	Model   string `json:"model"`
+	Runtime string `json:"runtime"`
+	// Ready: the runtime answered a real probe (head), or joined (worker).
+	Ready bool `json:"ready"`
+	// ProbeMs is the last probe's latency.
+	ProbeMs float64 `json:"probeMs,omitempty"`
+	// Error is why the replica is not ready, when known.
+	Error string `json:"error,omitempty"`
+}
+
+// Status is what MethodStatus answers and MethodReport carries.
+type Status struct {
+	Meta
+	Key             string    `json:"key"`
+	Version         string    `json:"version"`
+	StartedAt       time.Time `json:"startedAt"`
+	Command         string    `json:"command"`
+	RuntimeRestarts int       `json:"runtimeRestarts"`
+	LastProbeAt     time.Time `json:"lastProbeAt,omitzero"`
+}
+
+// Agent is one inference agent.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+	cmd Command
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	kick      chan struct{}
+	crashed   chan struct{}
+	crashOnce sync.Once
+
+	mu   sync.Mutex
+	node *fabric.Node
+	st   Status
+	addr string // the runtime's host:port while it runs
+
+	rp *httputil.ReverseProxy
+	hc *http.Client
+}
+
+// New makes an agent; Run runs it.
+func New(cfg Config, log *slog.Logger) *Agent {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), kick: make(chan struct{}, 1), crashed: make(chan struct{})}
+	a.st.Meta = Meta{JobID: cfg.JobID, Team: cfg.Team, Replica: cfg.Replica, VMIIndex: cfg.Placement.VMIIndex,
+		Role: cfg.Placement.Role(), Model: ServedModelName(cfg.Inference), Runtime: string(cfg.Inference.Runtime), Error: "starting"}
+	if a.st.Runtime == "" {
+		a.st.Runtime = string(cosmic.RuntimeVLLM)
+	}
+	a.st.Version = version.Version
+	if cfg.Identity != nil {
+		a.st.Key = cfg.Identity.PublicKey().String()
+	}
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	// The probes have a transport of their own: a probe's cancelled context
+	// must never race a proxied request for a pooled connection.
+	a.hc = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdleConnsPerHost: 2}}
+	a.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = a.runtimeAddr()
+			pr.Out.Host = pr.Out.URL.Host
+		},
+		Transport:     tr,
+		FlushInterval: -1, // every write of the runtime (an SSE event) goes out at once
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the proxy gave up: nobody reads an answer
+			}
+			a.log.Debug("runtime request failed", "path", r.URL.Path, "err", err)
+			w.Header().Set(HeaderRetry, "safe")
+			writeError(w, http.StatusBadGateway, "runtime_unavailable", "the replica's runtime did not answer: "+err.Error())
+		},
+	}
+	return a
+}
+
+// Ready is closed the first time the agent is ready.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Node is the agent's fabric node once Run has started it.
+func (a *Agent) Node() *fabric.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.node
+}
+
+// Status returns the agent's status now.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st
+}
+
+func (a *Agent) runtimeAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
+// Crash stops the agent as a dying VMI would: connections are cut, the
+// runtime is killed and nothing is withdrawn from the directories (the
+// announcement expires). Run then returns.
+func (a *Agent) Crash() { a.crashOnce.Do(func() { close(a.crashed) }) }
+
+// update changes the status under the lock and tells everyone.
+func (a *Agent) update(f func(st *Status)) {
+	a.mu.Lock()
+	before := a.st
+	f(&a.st)
+	st := a.st
+	a.mu.Unlock()
+	if st.Ready && !before.Ready {
+		a.readyOnce.Do(func() { close(a.ready) })
+	}
+	if st.Ready != before.Ready || st.Error != before.Error || st.RuntimeRestarts != before.RuntimeRestarts {
+		a.kickAnnounce()
+		if a.cfg.OnChange != nil {
+			a.cfg.OnChange(st)
+		}
+		a.report(st)
+	}
+}
+
+func (a *Agent) report(st Status) {
+	n := a.Node()
+	if n == nil {
+		return
+	}
+	for _, p := range a.cfg.Peers {
+		if p.Role != RoleWorkerKey {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := n.Notify(ctx, p.Key, MethodReport, st); err != nil {
+				a.log.Debug("report to worker failed", "worker", p.Key.Short(), "err", err)
+			}
+		}()
+	}
+}
+
+// record writes a system record of the job.
+func (a *Agent) record(step string, ok bool, format string, args ...any) {
+	a.cfg.Logs.Emit(joblog.Record{Time: time.Now(), JobID: a.cfg.JobID, Team: a.cfg.Team, Replica: a.cfg.Replica,
+		Source: joblog.SourceSystem, Stream: Component, Step: step, OK: joblog.Bool(ok), Line: fmt.Sprintf(format, args...)})
+}
+
+// Run serves until ctx ends (or Crash); then it stops the runtime, withdraws
+// its announcement and closes its node.
+func (a *Agent) Run(ctx context.Context) error {
+	cfg := a.cfg
+	if cfg.Identity == nil {
+		return errors.New("inference agent: config has no identity")
+	}
+	if cfg.JobID == "" {
+		return errors.New("inference agent: config has no job ID")
+	}
+	cmd, err := BuildCommand(cfg.Inference, cfg.Placement)
+	if err != nil {
+		return fmt.Errorf("inference agent: %w", err)
+	}
+	a.cmd = cmd
+	allow := fabric.NewAllowList()
+	for _, p := range cfg.Peers {
+		allow.Allow(p.Key)
+	}
+	n, err := fabric.New(fabric.Config{Component: Component, Identity: cfg.Identity, Listen: cfg.Listen, Policy: allow, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	ln := NewListener(n.PublicKey())
+	srv := &http.Server{Handler: http.HandlerFunc(a.serveHTTP), IdleTimeout: 120 * time.Second, ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
+	n.HandleStream(MethodHTTP, func(ctx context.Context, req *fabric.StreamRequest) error {
+		s, err := req.Accept(nil)
+		if err != nil {
+			return err
+		}
+		ln.Serve(ctx, NewStreamConn(s, n.PublicKey()))
+		return nil
+	})
+	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
+		return a.Status(), nil
+	}, fabric.ReadOnly())
+	a.mu.Lock()
+	a.node = n
+	a.st.StartedAt = time.Now()
+	a.st.Command = cmd.String()
+	a.mu.Unlock()
+	a.log.Info("inference agent serving", "job", cfg.JobID, "replica", cfg.Replica, "vmi", cfg.Placement.VMIIndex, "role", cfg.Placement.Role(), "key", n.PublicKey().String())
+
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(ln) })
+	var dial, dirs []fabric.PublicKey
+	for _, p := range cfg.Peers {
+		if len(p.Addrs) > 0 {
+			n.AddAddrs(p.Key, p.Addrs...)
+			dial = append(dial, p.Key)
+		}
+		if p.Role == RoleOrk || p.Role == RoleDirectory {
+			dirs = append(dirs, p.Key)
+		}
+	}
+	wg.Go(func() { keepConnected(rctx, n, dial, a.log, a.kickAnnounce) })
+	announced := make(chan struct{})
+	wg.Go(func() {
+		defer close(announced)
+		a.announce(rctx, n, dirs)
+	})
+	wg.Go(func() {
+		t := time.NewTicker(ReportInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				a.report(a.Status())
+			}
+		}
+	})
+	supervised := make(chan struct{})
+	go func() {
+		defer close(supervised)
+		a.supervise(rctx)
+	}()
+
+	crashed := false
+	select {
+	case <-ctx.Done():
+	case <-a.crashed:
+		crashed = true
+	}
+	if crashed {
+		n.Close() // cut every connection first, like a dead VMI
+	}
+	cancel()
+	<-supervised
+	<-announced
+	srv.Close()
+	ln.Close()
+	n.Close()
+	wg.Wait()
+	return nil
+}
+
+// supervise starts the runtime, probes it, and restarts it when it exits.
+func (a *Agent) supervise(ctx context.Context) {
+	backoff := a.cfg.RestartBackoff
+	for ctx.Err() == nil {
+		started := time.Now()
+		stdout := &lineWriter{emit: a.appLine("stdout")}
+		stderr := &lineWriter{emit: a.appLine("stderr")}
+		p, err := a.cfg.Launcher.Start(ctx, Launch{Command: a.cmd, Inference: a.cfg.Inference, Placement: a.cfg.Placement,
+			Role: a.cfg.Placement.Role(), Env: a.cfg.Env, Stdout: stdout, Stderr: stderr})
+		if err != nil {
+			a.record("runtime_start", false, "start the runtime: %v", err)
+			a.update(func(st *Status) { st.Ready, st.Error = false, "start the runtime: "+err.Error() })
+		} else {
+			a.record("runtime_start", true, "runtime started: %s", a.cmd)
+			a.mu.Lock()
+			a.addr = p.Addr()
+			a.mu.Unlock()
+			pctx, stopProbe := context.WithCancel(ctx)
+			probed := make(chan struct{})
+			go func() {
+				defer close(probed)
+				if a.cfg.Placement.Role() == RoleHead {
+					a.probeLoop(pctx, p.Addr())
+				} else {
+					a.update(func(st *Status) { st.Ready, st.Error = true, "" })
+				}
+			}()
+			select {
+			case <-p.Done():
+			case <-ctx.Done():
+				grace := 10 * time.Second
+				select {
+				case <-a.crashed:
+					grace = 0
+				default:
+				}
+				p.Stop(grace)
+			}
+			stopProbe()
+			<-probed
+			stdout.Flush()
+			stderr.Flush()
+			a.mu.Lock()
+			a.addr = ""
+			a.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			a.record("runtime_exit", false, "runtime exited: %v", p.Err())
+			a.update(func(st *Status) {
+				st.Ready, st.Error = false, fmt.Sprintf("runtime exited: %v", p.Err())
+				st.RuntimeRestarts++
+			})
+		}
+		if time.Since(started) > time.Minute {
+			backoff = a.cfg.RestartBackoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// probeLoop waits for /health, then for a real probe to pass (ready), then
+// probes every ProbeInterval; two failures in a row make the replica not
+// ready until a probe passes again.
+func (a *Agent) probeLoop(ctx context.Context, addr string) {
+	base := "http://" + addr
+	for {
+		if a.healthy(ctx, base) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.cfg.HealthPoll):
+		}
+	}
+	failures := 0
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		t0 := time.Now()
+		err := a.probe(ctx, base)
+		if ctx.Err() != nil {
+			return
+		}
+		ms := float64(time.Since(t0).Microseconds()) / 1000
+		if err == nil {
+			failures = 0
+			first := !a.Status().Ready
+			a.update(func(st *Status) { st.Ready, st.Error, st.ProbeMs, st.LastProbeAt = true, "", ms, time.Now() })
+			if first {
+				a.record("ready", true, "runtime answered a real probe in %.1f ms: the replica is ready", ms)
+			}
+			wait = a.cfg.ProbeInterval
+			continue
+		}
+		failures++
+		a.log.Info("probe failed", "job", a.cfg.JobID, "replica", a.cfg.Replica, "err", err)
+		if failures >= 2 || !a.Status().Ready {
+			if a.Status().Ready {
+				a.record("probe", false, "runtime failed two probes: %v", err)
+			}
+			a.update(func(st *Status) { st.Ready, st.Error, st.LastProbeAt = false, "probe: "+err.Error(), time.Now() })
+		}
+		wait = a.cfg.HealthPoll
+		if a.Status().Ready {
+			wait = a.cfg.ProbeInterval / 4
+		}
+	}
+}
+
+func (a *Agent) healthy(ctx context.Context, base string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// probeWAV is the audio of the parakeet probe: half a second.
+var probeWAV = simruntime.WAV(0.5, 16000)
+
+// probe asks the runtime for real work: a one-token completion (vLLM), a
+// short transcription (parakeet).
+func (a *Agent) probe(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+	defer cancel()
+	model := ServedModelName(a.cfg.Inference)
+	var req *http.Request
+	if a.cfg.Inference.Runtime == cosmic.RuntimeParakeet {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		mw.WriteField("model", model)
+		fw, _ := mw.CreateFormFile("file", "probe.wav")
+		fw.Write(probeWAV)
+		mw.Close()
+		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/audio/transcriptions", &body)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+	} else {
+		b, _ := json.Marshal(map[string]any{"model": model, "prompt": "ping", "max_tokens": 1})
+		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d: %s", req.URL.Path, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 200)])))
+	}
+	var out struct {
+		Choices []json.RawMessage `json:"choices"`
+		Text    *string           `json:"text"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return fmt.Errorf("%s: %v", req.URL.Path, err)
+	}
+	if len(out.Choices) == 0 && out.Text == nil {
+		return fmt.Errorf("%s answered without output", req.URL.Path)
+	}
+	return nil
+}
+
+// serveHTTP answers one request the proxy sent over a stream.
+func (a *Agent) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Placement.Role() != RoleHead {
+		w.Header().Set(HeaderRetry, "safe")
+		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "this VMI is a headless worker; send requests to the replica's head")
+		return
+	}
+	if a.runtimeAddr() == "" {
+		w.Header().Set(HeaderRetry, "safe")
+		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "the replica's runtime is not running")
+		return
+	}
+	// Full duplex: the runtime may answer (stream) before the transport has
+	// read the request body's end; by default net/http's server would then
+	// close the body under the transport, which fails the request.
+	http.NewResponseController(w).EnableFullDuplex()
+	a.rp.ServeHTTP(w, r)
+}
+
+// writeError answers with the OpenAI error shape.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": code, "code": code}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// announce keeps the agent announced under the job's topic with its Meta,
+// refreshing every third of the TTL and at once on every change; at the end
+// it withdraws the announcement (not after Crash).
+func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.PublicKey) {
+	if len(dirs) == 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(a.cfg.AnnounceTTL / 3)
+	defer t.Stop()
+	for {
+		m := a.Status().Meta
+		if m.Ready && !a.proxyConnected(n) {
+			// The proxy reaches the agent only over a connection the agent
+			// opened: ready means reachable too.
+			m.Ready, m.Error = false, "not connected to proxy-inference yet"
+		}
+		meta, _ := json.Marshal(m)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := n.Announce(actx, fabric.AnnounceParams{Topic: Topic(a.cfg.JobID), TTLSeconds: a.cfg.AnnounceTTL.Seconds(), Meta: meta}, dirs...)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("announce failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			select {
+			case <-a.crashed:
+				return
+			default:
+			}
+			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			for _, d := range dirs {
+				n.Call(wctx, d, fabric.MethodUnannounce, fabric.LookupParams{Topic: Topic(a.cfg.JobID)}, nil)
+			}
+			cancel()
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+	}
+}
+
+func (a *Agent) kickAnnounce() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// proxyConnected reports whether the agent has a connection to a
+// proxy-inference peer (true when the bootstrap names none with an address).
+func (a *Agent) proxyConnected(n *fabric.Node) bool {
+	some := false
+	for _, p := range a.cfg.Peers {
+		if p.Role != RoleProxy || len(p.Addrs) == 0 {
+			continue
+		}
+		some = true
+		if n.Connected(p.Key) {
+			return true
+		}
+	}
+	return !some
+}
+
+// keepConnected dials every peer that is not connected, at once and then
+// every 3s: the platform reaches the agent over these connections.
+func keepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey, log *slog.Logger, connected func()) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, k := range peers {
+			if n.Connected(k) {
+				continue
+			}
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
+					log.Debug("peer unreachable", "peer", k.Short(), "err", err)
+					return
+				}
+				connected()
+			})
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// appLine returns the emitter of the runtime's output lines on stream.
+func (a *Agent) appLine(stream string) func(string) {
+	return func(line string) {
+		a.cfg.Logs.Emit(joblog.Record{Time: time.Now(), JobID: a.cfg.JobID, Team: a.cfg.Team, Replica: a.cfg.Replica,
+			Source: joblog.SourceApplication, Stream: stream, Line: line})
+	}
+}
+
+// lineWriter splits what is written into lines (at most 16 KiB each).
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	emit func(string)
+}
+
+const maxLine = 16 << 10
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			if len(w.buf) >= maxLine {
+				w.emit(string(w.buf[:maxLine]))
+				w.buf = append(w.buf[:0], w.buf[maxLine:]...)
+				continue
+			}
+			return len(p), nil
+		}
+		w.emit(strings.TrimRight(string(w.buf[:i]), "\r"))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// Flush emits a last, unterminated line.
+func (w *lineWriter) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.emit(string(w.buf))
+		w.buf = nil
+	}
+}
+
+// GetStatus calls MethodStatus on the agent with key.
+func GetStatus(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (Status, error) {
+	var st Status
+	err := n.Call(ctx, key, MethodStatus, struct{}{}, &st)
+	return st, err
+}
+
+// HandleReports registers f for the MethodReport events agents send; a
+// rack worker calls it on its fabric node (whose policy admits the agents).
+func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st Status)) {
+	fabric.HandleFunc(r, MethodReport, func(_ context.Context, peer fabric.PublicKey, st Status) (struct{}, error) {
+		f(peer, st)
+		return struct{}{}, nil
+	})
+}

@@ -1,0 +1,138 @@
+package inferagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+)
+
+func node(t *testing.T, name string, listen string, policy fabric.Policy) *fabric.Node {
+	t.Helper()
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fabric.New(fabric.Config{Component: name, Identity: id, Listen: listen, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// TestAgentServesOverFabric: a dial-only agent with the simulated runtime
+// announces itself ready, with its meta, and answers HTTP/1.1 (SSE
+// included) over MethodHTTP streams that the proxy side dials.
+func TestAgentServesOverFabric(t *testing.T) {
+	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
+	dir := node(t, "ork", "127.0.0.1:0", anyone)
+	fabric.NewDirectory(nil).Register(dir)
+	proxy := node(t, "proxy", "127.0.0.1:0", anyone)
+	proxy.AddAddrs(dir.PublicKey(), dir.Addr())
+	id, _ := fabric.GenerateIdentity()
+	logs := joblog.NewRing(1000)
+	a := New(Config{JobID: "job1", Team: "t", Replica: 1, Placement: Placement{VMICount: 1, GPUs: 1},
+		Inference: cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", ServedModelName: "qwen"},
+		Identity:  id, Logs: logs, HealthPoll: 10 * time.Millisecond,
+		Launcher: &SimLauncher{Config: simruntime.Config{InterTokenDelay: time.Millisecond}},
+
+		Peers: []Peer{{Role: RoleOrk, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
+			{Role: RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}}}}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-a.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not ready: %+v", a.Status())
+	}
+	var peers []fabric.PeerInfo
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		peers, _ = proxy.Lookup(ctx, Topic("job1"), dir.PublicKey())
+		var m Meta
+		if len(peers) == 1 && json.Unmarshal(peers[0].Meta, &m) == nil && m.Ready {
+			if m.Model != "qwen" || m.Replica != 1 || m.Role != RoleHead {
+				t.Fatalf("meta %+v", m)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not announced ready: %+v", peers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	key := peers[0].Key
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return DialStream(ctx, proxy, key)
+	}}}
+	for i := range 3 { // keep-alive: the same stream serves several requests
+		resp, err := hc.Post("http://agent/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"qwen","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Get(simruntime.HeaderSimulated) != "true" {
+			t.Fatalf("request %d: headers %v", i, resp.Header)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var events int
+		var last string
+		for sc.Scan() {
+			if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+				events++
+				last = l
+			}
+		}
+		resp.Body.Close()
+		if sc.Err() != nil {
+			t.Fatalf("request %d: %v", i, sc.Err())
+		}
+		if events != 5 || last != "data: [DONE]" {
+			t.Fatalf("request %d: %d events, last %q", i, events, last)
+		}
+	}
+	var sawUvicorn, sawReady bool
+	for _, r := range logs.Job("job1") {
+		sawUvicorn = sawUvicorn || r.Source == joblog.SourceApplication && strings.Contains(r.Line, "Uvicorn running")
+		sawReady = sawReady || r.Source == joblog.SourceSystem && r.Step == "ready"
+	}
+	if !sawUvicorn || !sawReady {
+		t.Fatalf("records: %+v", logs.Job("job1"))
+	}
+	st, err := GetStatus(ctx, proxy, key)
+	if err != nil || !st.Ready || !strings.HasPrefix(st.Command, "vllm serve Qwen/Qwen3-8B") {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	// The runtime dies: the agent reports not ready, restarts it, and is ready again.
+	a.cfg.Launcher.(*SimLauncher).Runtime().Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st := a.Status()
+		if st.RuntimeRestarts == 1 && st.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not restarted: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := hc.Get("http://agent/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), `"qwen"`) {
+		t.Fatalf("models: %s", b)
+	}
+}
