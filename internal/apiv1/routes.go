@@ -2,6 +2,7 @@ package apiv1
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -53,10 +54,22 @@ type Route struct {
 	Response    any   // a value of the success body's type; nil: no body
 	Status      int   // the success status
 	Errors      []int // error statuses beyond those implied (see ErrorStatuses)
+	// Proxy marks a route that forwards to a job's own server: its last
+	// path parameter takes the rest of the path, slashes included
+	// ({name...} in the ServeMux pattern; OpenAPI has no such template, so
+	// the document names it {name}), the query and the body are the job's
+	// (no unknown-parameter check), and the handler authenticates the
+	// caller itself (the job's spec may waive the token).
+	Proxy bool
 }
 
 // Pattern is the route's net/http ServeMux pattern.
-func (r Route) Pattern() string { return r.Method + " " + r.Path }
+func (r Route) Pattern() string {
+	if r.Proxy && strings.HasSuffix(r.Path, "}") {
+		return r.Method + " " + strings.TrimSuffix(r.Path, "}") + "...}"
+	}
+	return r.Method + " " + r.Path
+}
 
 // ErrorStatuses lists the error statuses the route may answer, ascending:
 // 400 when it takes parameters or a body, 401 unless public, 403 for writes,
@@ -109,6 +122,13 @@ const (
 	OpDeleteReplica  = "deleteReplica"
 	OpJobShell       = "jobShell"
 	OpJobSSH         = "jobSSH"
+	OpJobHTTPGet     = "jobHTTPGet"
+	OpJobHTTPHead    = "jobHTTPHead"
+	OpJobHTTPPost    = "jobHTTPPost"
+	OpJobHTTPPut     = "jobHTTPPut"
+	OpJobHTTPPatch   = "jobHTTPPatch"
+	OpJobHTTPDelete  = "jobHTTPDelete"
+	OpJobHTTPOptions = "jobHTTPOptions"
 	OpListRacks      = "listRacks"
 	OpRegisterRack   = "registerRack"
 	OpRemoveRack     = "removeRack"
@@ -131,6 +151,13 @@ const (
 	QueryForce         = "force"
 	QueryReplica       = "replica"
 )
+
+// JobHTTPOps are the operations of HTTP to the job, one per method.
+var JobHTTPOps = map[string]string{
+	http.MethodGet: OpJobHTTPGet, http.MethodHead: OpJobHTTPHead, http.MethodPost: OpJobHTTPPost,
+	http.MethodPut: OpJobHTTPPut, http.MethodPatch: OpJobHTTPPatch, http.MethodDelete: OpJobHTTPDelete,
+	http.MethodOptions: OpJobHTTPOptions,
+}
 
 // Upgrade tokens of the shell and SSH routes (agent.ShellUpgrade and
 // agent.TCPUpgrade).
@@ -163,7 +190,7 @@ var (
 // Routes returns the API's routes, in the order the document lists them.
 func Routes() []Route {
 	job := cosmic.Job{}
-	return []Route{
+	routes := []Route{
 		{Op: OpCreateJob, Method: http.MethodPost, Path: Prefix + "/jobs", Tag: "jobs", Access: Write,
 			Summary:     "Create a job",
 			Description: "Decodes the spec strictly (unknown fields are refused), fills defaults and validates it, reporting every invalid field at once in the error's details. The job belongs to the caller and the caller's team.",
@@ -227,6 +254,11 @@ func Routes() []Route {
 			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeTCP + "`; the same rules as the shell. After 101 Switching Protocols the connection is spliced to port 22 in the job's VM " +
 				"(`cosmicac jobs ssh` uses it as ssh's ProxyCommand).",
 			Params: []Param{jobID, replicaQuery}, Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
+	}
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		routes = append(routes, jobHTTPRoute(m))
+	}
+	return append(routes, []Route{
 		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Access: Read,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
 		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Access: Admin,
@@ -243,5 +275,21 @@ func Routes() []Route {
 			Summary: "This document", Response: map[string]any{}, Status: http.StatusOK},
 		{Op: OpHealth, Method: http.MethodGet, Path: Prefix + "/healthz", Tag: "meta", Access: Public,
 			Summary: "Health check", Response: Health{}, Status: http.StatusOK},
-	}
+	}...)
+}
+
+// jobHTTPRoute is HTTP to the job with one method (docs/shell.md, "HTTP to
+// the job").
+func jobHTTPRoute(method string) Route {
+	return Route{Op: JobHTTPOps[method], Method: method, Path: Prefix + "/jobs/{id}/http/{path}", Tag: "jobs", Access: Read, Proxy: true,
+		Summary: method + " on the HTTP server of a running gpu-container job",
+		Description: "Forwards the request (method, the path after /http, query, headers, body) to the spec's defaultHttpPort on the loopback of the job's VM, " +
+			"through the job's instance agent, and answers what the job's server answers, streamed (server-sent events and websocket upgrades pass through). " +
+			"A token of the job's team (or an admin's) is required unless the spec sets unsecureHttp; viewers may only GET and HEAD (no upgrades). " +
+			"The Authorization header is never forwarded; the job sees Host localhost:PORT, X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Forwarded-Prefix (/api/v1/jobs/{id}/http). " +
+			"Header X-Cosmicac-Replica picks the replica (default 0). 409 when the job is not a running gpu-container job with a defaultHttpPort, " +
+			"503 when its agent cannot be reached, 502 when nothing listens on the port in the VM. Without a token, a job that is not unsecureHttp is 401 whether it exists or not.",
+		Params: []Param{jobID, {Name: "path", In: InPath, Type: "", Required: true,
+			Description: "The path on the job's server, without its leading slash; it may contain slashes and be empty"}},
+		Status: http.StatusOK, Errors: []int{http.StatusForbidden, http.StatusConflict, http.StatusBadGateway}}
 }

@@ -99,6 +99,9 @@ func TestEveryRouteIsServed(t *testing.T) {
 		if a.status == http.StatusMethodNotAllowed {
 			t.Errorf("%s: 405", rt.Pattern())
 		}
+		if rt.Method == http.MethodHead {
+			continue // no body to tell; TestJobHTTP serves HEAD
+		}
 		if a.status == http.StatusNotFound && strings.Contains(a.err(t).Message, "no route") {
 			t.Errorf("%s: not routed", rt.Pattern())
 		}

@@ -108,6 +108,13 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpDeleteReplica:  s.deleteReplica,
 		apiv1.OpJobShell:       s.jobShell,
 		apiv1.OpJobSSH:         s.jobSSH,
+		apiv1.OpJobHTTPGet:     s.jobHTTP,
+		apiv1.OpJobHTTPHead:    s.jobHTTP,
+		apiv1.OpJobHTTPPost:    s.jobHTTP,
+		apiv1.OpJobHTTPPut:     s.jobHTTP,
+		apiv1.OpJobHTTPPatch:   s.jobHTTP,
+		apiv1.OpJobHTTPDelete:  s.jobHTTP,
+		apiv1.OpJobHTTPOptions: s.jobHTTP,
 		apiv1.OpListRacks:      s.listRacks,
 		apiv1.OpRegisterRack:   s.registerRack,
 		apiv1.OpRemoveRack:     s.removeRack,
@@ -127,7 +134,8 @@ type infoKey struct{}
 
 // serve wraps h with what every route shares: authentication and access,
 // refusing unknown query parameters (but on public routes), and writing
-// the answer.
+// the answer. Proxy routes authenticate in their handler and keep the
+// query for the job.
 func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 	known := map[string]bool{}
 	for _, p := range rt.Params {
@@ -141,7 +149,7 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 			in.op = rt.Op
 		}
 		var c *caller
-		if rt.Access != apiv1.Public {
+		if rt.Access != apiv1.Public && !rt.Proxy {
 			var err error
 			if c, err = s.authenticate(r, rt.Access); err != nil {
 				s.writeError(w, r, err)
@@ -152,7 +160,7 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 			}
 		}
 		for k := range r.URL.Query() {
-			if !known[k] && rt.Access != apiv1.Public {
+			if !known[k] && rt.Access != apiv1.Public && !rt.Proxy {
 				s.writeError(w, r, badRequest("unknown query parameter %q", k))
 				return
 			}
