@@ -30,11 +30,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,10 +87,29 @@ type Env struct {
 	// Environment is the underlying envtest environment.
 	Environment *envtest.Environment
 
+	// StopDurations are how long each StopAPIServer took, and Killed how
+	// many of them had to kill kube-apiserver (graceful shutdown longer than
+	// APIServerStopGrace).
+	StopDurations []time.Duration
+	Killed        int
+
 	dir     string // certs, kubeconfig, logs
 	logs    []*os.File
 	mu      sync.Mutex
 	stopped bool
+	opts    options
+}
+
+// APIServerStopGrace is how long StopAPIServer (and Stop) let kube-apiserver
+// shut down after SIGTERM before envtest kills its process group (SIGKILL).
+// With --shutdown-watch-termination-grace-period set (see start) a graceful
+// shutdown takes about a second even with watches open.
+const APIServerStopGrace = 8 * time.Second
+
+// options are knobs for this package's own tests.
+type options struct {
+	stopGrace time.Duration     // default APIServerStopGrace
+	flags     map[string]string // extra or overriding kube-apiserver flags
 }
 
 // Scheme returns a new scheme with client-go's built-in types,
@@ -201,7 +224,9 @@ func Start(t testing.TB) *Env {
 // StartShared starts a control plane, for a TestMain or several tests; call
 // the returned function (or Env.Stop) to stop it. The error wraps ErrNoAssets
 // when the binaries are missing.
-func StartShared() (*Env, func(), error) {
+func StartShared() (*Env, func(), error) { return startShared(options{}) }
+
+func startShared(opts options) (*Env, func(), error) {
 	if err := checkAssets(); err != nil {
 		return nil, nil, err
 	}
@@ -209,7 +234,10 @@ func StartShared() (*Env, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &Env{dir: dir, Scheme: Scheme()}
+	if opts.stopGrace == 0 {
+		opts.stopGrace = APIServerStopGrace
+	}
+	e := &Env{dir: dir, Scheme: Scheme(), opts: opts}
 	if err := e.start(); err != nil {
 		e.Stop()
 		return nil, nil, err
@@ -261,7 +289,20 @@ func (e *Env) start() error {
 	// with no default route cannot start the apiserver.
 	api.Configure().
 		Set("advertise-address", "127.0.0.1").
-		Set("endpoint-reconciler-type", "none")
+		Set("endpoint-reconciler-type", "none").
+		// Clients holding watches (informers) keep them open for up to
+		// --min-request-timeout (30 min); without a watch termination grace
+		// period kube-apiserver's graceful shutdown waits on them past
+		// envtest's 20 s stop timeout. With it, the apiserver ends its
+		// watches and exits in about a second (measured with an informer
+		// and a raw watch open).
+		Set("shutdown-watch-termination-grace-period", "1s").
+		Set("shutdown-delay-duration", "0s")
+	for k, v := range e.opts.flags {
+		api.Configure().Set(k, v)
+	}
+	// envtest copies this to the apiserver's (and etcd's) stop timeout.
+	te.ControlPlaneStopTimeout = e.opts.stopGrace
 	e.Environment = te
 	cfg, err := te.Start()
 	if err != nil {
@@ -301,9 +342,79 @@ func (e *Env) logTail() string {
 func (e *Env) LogDir() string { return e.dir }
 
 // StopAPIServer stops kube-apiserver and leaves etcd running with its data:
-// clients see connection refused until StartAPIServer.
+// clients see connection refused until StartAPIServer. It works with
+// clients holding watches: the apiserver ends them (see start), and if its
+// shutdown still takes longer than APIServerStopGrace, envtest kills it and
+// StopAPIServer waits until the process is gone and its port is free (and
+// counts it in Killed) instead of failing.
 func (e *Env) StopAPIServer() error {
-	return e.Environment.ControlPlane.GetAPIServer().Stop()
+	api := e.Environment.ControlPlane.GetAPIServer()
+	pid := apiserverPID(api)
+	t0 := time.Now()
+	err := api.Stop()
+	if err != nil {
+		// envtest sent SIGKILL after its stop timeout but does not wait for
+		// the process. (Its next Start makes a new process state, so the
+		// apiserver starts again once the old one is gone.)
+		if werr := waitGone(pid, e.Config.Host, 10*time.Second); werr != nil {
+			return fmt.Errorf("k8stest: stopping kube-apiserver: %w; %v%s", err, werr, e.logTail())
+		}
+		e.Killed++
+	}
+	e.StopDurations = append(e.StopDurations, time.Since(t0))
+	return nil
+}
+
+// apiserverPID is the pid of envtest's kube-apiserver process, read by
+// reflection (envtest does not export it); 0 if not found.
+func apiserverPID(api any) (pid int) {
+	defer func() {
+		if recover() != nil {
+			pid = 0
+		}
+	}()
+	ps := reflect.ValueOf(api).Elem().FieldByName("processState")
+	if !ps.IsValid() || ps.IsNil() {
+		return 0
+	}
+	cmd := ps.Elem().FieldByName("Cmd")
+	if cmd.IsNil() {
+		return 0
+	}
+	proc := cmd.Elem().FieldByName("Process")
+	if proc.IsNil() {
+		return 0
+	}
+	return int(proc.Elem().FieldByName("Pid").Int())
+}
+
+// waitGone waits until process pid has exited (and been reaped: envtest
+// waits for it) and host's port refuses connections.
+func waitGone(pid int, host string, timeout time.Duration) error {
+	u, err := url.Parse(host)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		alive := pid > 0 && syscall.Kill(pid, 0) == nil
+		listening := false
+		if !alive {
+			if c, err := net.DialTimeout("tcp", u.Host, 200*time.Millisecond); err == nil {
+				c.Close()
+				listening = true
+			}
+		}
+		switch {
+		case !alive && !listening:
+			return nil
+		case time.Now().After(deadline) && alive:
+			return fmt.Errorf("kube-apiserver (pid %d) still running %v after SIGKILL", pid, timeout)
+		case time.Now().After(deadline):
+			return fmt.Errorf("%s still accepts connections %v after kube-apiserver was killed", u.Host, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // StartAPIServer starts kube-apiserver again (same port, certificates and

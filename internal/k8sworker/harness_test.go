@@ -24,6 +24,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -393,3 +394,43 @@ func (h *harness) steps(job string) []string {
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 type joblogRecord = joblog.Record
+
+// assertUnavailable checks, with the apiserver away, that Capacity, Jobs
+// and Apply fail with unavailable (the ork then marks the rack's jobs
+// unknown, never failed); it returns the job and reservation whose Apply
+// was refused, to apply once the apiserver is back.
+func (h *harness) assertUnavailable() (cosmic.Job, cosmic.Reservation) {
+	h.t.Helper()
+	h.eventually(10*time.Second, "Capacity unavailable", func() error {
+		_, err := h.w.Capacity(h.ctx)
+		if fabric.ErrorCode(err) != fabric.CodeUnavailable {
+			return fmt.Errorf("Capacity: %v", err)
+		}
+		return nil
+	})
+	if _, err := h.w.Jobs(h.ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+		h.t.Fatalf("Jobs: %v, want unavailable", err)
+	}
+	j := containerJob("team-a")
+	res := h.reservation(j, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{7}})
+	if err := h.w.Apply(h.ctx, worker.ApplyParams{Job: j, Reservations: []cosmic.Reservation{res}}); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+		h.t.Fatalf("Apply: %v, want unavailable", err)
+	}
+	return j, res
+}
+
+// assertAnswersAgain waits until the apiserver is back for the worker:
+// Capacity answers with the rack's node.
+func (h *harness) assertAnswersAgain() {
+	h.t.Helper()
+	h.eventually(30*time.Second, "Capacity answers again", func() error {
+		c, err := h.w.Capacity(h.ctx)
+		if err != nil {
+			return err
+		}
+		if len(c.Nodes) != 1 {
+			return fmt.Errorf("nodes %+v", c.Nodes)
+		}
+		return nil
+	})
+}

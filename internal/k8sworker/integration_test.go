@@ -546,13 +546,90 @@ func TestIntegrationDriftFail(t *testing.T) {
 	}
 }
 
-// TestIntegrationAPIServerOutage cuts the worker off its apiserver and
-// brings it back: the worker reaches the apiserver through a TCP proxy that
-// stops listening (connection refused) and listens again on the same port.
-// (k8stest's StopAPIServer cannot be used with a client holding watches: the
-// apiserver does not finish its graceful shutdown within envtest's stop
-// timeout, and envtest then does not start it again.)
+// TestIntegrationAPIServerOutage stops the apiserver (etcd keeps running)
+// while the worker's informers hold watches, and starts it again: while it
+// is away the worker answers unavailable (the ork marks the rack's jobs
+// unknown) and reports nothing, in particular not failed; once it is back
+// the worker relists, reports the jobs as they are, and works again.
 func TestIntegrationAPIServerOutage(t *testing.T) {
+	env := k8stest.Shared(t)
+	h := newHarness(t, env, nil)
+	h.addNode(h.nodeName(0), 8)
+	h.start()
+	crash, stay := containerJob("team-a"), containerJob("team-a")
+	h.apply(crash, h.reservation(crash, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{0}}))
+	h.apply(stay, h.reservation(stay, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{1}}))
+	h.runReplica(crash.ID, 0, h.nodeName(0))
+	h.runReplica(stay.ID, 0, h.nodeName(0))
+	beforeCrash, beforeStay := len(h.rep.history(crash.ID, 0)), len(h.rep.history(stay.ID, 0))
+
+	t0 := time.Now()
+	if err := env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	up := false
+	t.Cleanup(func() { // the shared apiserver serves the next tests
+		if !up {
+			if err := env.StartAPIServer(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	t.Logf("apiserver stopped (the worker's watches open) in %v", time.Since(t0).Round(time.Millisecond))
+	j2, res2 := h.assertUnavailable()
+	time.Sleep(2 * time.Second) // the informers' watches fail and retry; health probes fail
+	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
+		t.Errorf("reported %+v during the outage", r)
+	}
+	if _, err := h.w.Jobs(h.ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+		t.Fatalf("Jobs 2s into the outage: %v, want unavailable", err)
+	}
+
+	t0 = time.Now()
+	if err := env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	up = true
+	t.Logf("apiserver started again in %v", time.Since(t0).Round(time.Millisecond))
+	h.assertAnswersAgain()
+	t.Logf("the worker answers again %v after the start", time.Since(t0).Round(time.Millisecond))
+	// Nothing changed on the cluster: the jobs are still running, and the
+	// relist reports nothing else.
+	jobs, err := h.w.Jobs(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{crash.ID, stay.ID} {
+		i := slices.IndexFunc(jobs, func(j worker.JobReport) bool { return j.JobID == id })
+		if i < 0 || len(jobs[i].Replicas) != 1 || jobs[i].Replicas[0].State != cosmic.StateRunning {
+			t.Fatalf("Jobs after the outage: %s is %+v, want running", id, jobs)
+		}
+	}
+	time.Sleep(time.Second)
+	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
+		if r.State != cosmic.StateRunning {
+			t.Errorf("reported %+v after the outage, nothing changed", r)
+		}
+	}
+	// The watches work again: a crash now is reported, and the worker applies.
+	h.setVMI(VMIName(crash.ID, 0, 0), func(v *virtv1.VirtualMachineInstance) { v.Status.Phase = virtv1.Failed })
+	h.waitReport(crash.ID, 0, cosmic.StateFailed, reasonIs(cosmic.ReasonVMICrashed))
+	h.eventually(30*time.Second, "Apply after the outage", func() error {
+		return h.w.Apply(h.ctx, worker.ApplyParams{Job: j2, Reservations: []cosmic.Reservation{res2}})
+	})
+	h.waitReport(j2.ID, 0, cosmic.StatePending, nil)
+	if r, _ := h.rep.last(stay.ID, 0); r.State != cosmic.StateRunning {
+		t.Fatalf("the job left alone: %+v", r)
+	}
+}
+
+// TestIntegrationAPIServerPartition cuts the worker off an apiserver that
+// keeps running, and reconnects it: the worker reaches the apiserver through
+// a TCP proxy that closes its connections and stops listening (connection
+// refused), then listens again on the same port. Unlike a stopped apiserver,
+// the cluster goes on meanwhile: a VMI crash during the partition is
+// reported once the worker sees the cluster again, not before.
+func TestIntegrationAPIServerPartition(t *testing.T) {
 	env := k8stest.Shared(t)
 	h := newHarness(t, env, nil)
 	proxy := newCutProxy(t, env.Config.Host)
@@ -566,23 +643,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	before := len(h.rep.history(job.ID, 0))
 
 	proxy.cut()
-	// Capacity and Jobs fail with unavailable: the ork marks the rack's
-	// jobs unknown.
-	h.eventually(10*time.Second, "Capacity unavailable", func() error {
-		_, err := h.w.Capacity(h.ctx)
-		if fabric.ErrorCode(err) != fabric.CodeUnavailable {
-			return fmt.Errorf("Capacity: %v", err)
-		}
-		return nil
-	})
-	if _, err := h.w.Jobs(h.ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
-		t.Fatalf("Jobs: %v, want unavailable", err)
-	}
-	j2 := containerJob("team-a")
-	res2 := h.reservation(j2, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{1}})
-	if err := h.w.Apply(h.ctx, worker.ApplyParams{Job: j2, Reservations: []cosmic.Reservation{res2}}); fabric.ErrorCode(err) != fabric.CodeUnavailable {
-		t.Fatalf("Apply: %v, want unavailable", err)
-	}
+	j2, res2 := h.assertUnavailable()
 	// Meanwhile the cluster goes on: the VMI crashes. Nothing is reported
 	// while the worker cannot see it.
 	h.setVMI(VMIName(job.ID, 0, 0), func(v *virtv1.VirtualMachineInstance) { v.Status.Phase = virtv1.Failed })
@@ -592,16 +653,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	}
 
 	proxy.restore()
-	h.eventually(30*time.Second, "Capacity answers again", func() error {
-		c, err := h.w.Capacity(h.ctx)
-		if err != nil {
-			return err
-		}
-		if len(c.Nodes) != 1 {
-			return fmt.Errorf("nodes %+v", c.Nodes)
-		}
-		return nil
-	})
+	h.assertAnswersAgain()
 	if _, err := h.w.Jobs(h.ctx); err != nil {
 		t.Fatalf("Jobs after the outage: %v", err)
 	}
