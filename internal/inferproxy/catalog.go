@@ -1,0 +1,229 @@
+package inferproxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+// Model is one served model: a managed-inference job and the name clients
+// ask for.
+type Model struct {
+	// Name is the served model name (inference.servedModelName, else the
+	// model id).
+	Name  string
+	JobID string
+	// Team owns the job; its API keys reach the model.
+	Team string
+	// RequireAuth off makes the model reachable without a key (and by every
+	// team's keys).
+	RequireAuth bool
+	Runtime     cosmic.Runtime
+	// ModelID is the Hugging Face id the job serves.
+	ModelID string
+	Created time.Time
+}
+
+// Catalog says which models exist and who owns them. It is all the proxy
+// needs to know of jobs; OrkCatalog answers from the ork's job list, and a
+// test can answer from a slice (StaticCatalog).
+type Catalog interface {
+	Models(ctx context.Context) ([]Model, error)
+}
+
+// StaticCatalog is a fixed list of models.
+type StaticCatalog []Model
+
+// Models implements Catalog.
+func (s StaticCatalog) Models(context.Context) ([]Model, error) { return s, nil }
+
+// JobLister is the part of the ork's client (*orkapi.Client) OrkCatalog uses.
+type JobLister interface {
+	ListJobs(ctx context.Context, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error)
+}
+
+var _ JobLister = (*orkapi.Client)(nil)
+
+// OrkCatalog lists the managed-inference jobs the ork has in a state where
+// replicas may serve (starting, running, degraded, restarting, unknown).
+type OrkCatalog struct{ Ork JobLister }
+
+// servingStates are the job states whose replicas may answer.
+var servingStates = []cosmic.State{cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}
+
+// Models implements Catalog.
+func (c OrkCatalog) Models(ctx context.Context) ([]Model, error) {
+	var out []Model
+	for page := 0; ; page++ {
+		r, err := c.Ork.ListJobs(ctx, orkapi.ListJobsParams{States: servingStates, Page: page, Size: 1000})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ModelsOf(r.Jobs)...)
+		if (page+1)*1000 >= r.Total || len(r.Jobs) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// ModelsOf picks the managed-inference jobs of jobs as models.
+func ModelsOf(jobs []cosmic.Job) []Model {
+	var out []Model
+	for _, j := range jobs {
+		in := j.Spec.Inference
+		if j.Spec.Type != cosmic.TypeManagedInference || in == nil {
+			continue
+		}
+		out = append(out, Model{Name: inferagent.ServedModelName(*in), JobID: j.ID, Team: j.Team,
+			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt})
+	}
+	return out
+}
+
+// cachedCatalog keeps a Catalog's answer for ttl.
+type cachedCatalog struct {
+	c   Catalog
+	ttl time.Duration
+
+	mu     sync.Mutex
+	at     time.Time
+	models []Model
+	err    error
+}
+
+func (c *cachedCatalog) Models(ctx context.Context) ([]Model, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < c.ttl {
+		return c.models, c.err
+	}
+	ms, err := c.c.Models(ctx)
+	if err != nil && c.models != nil {
+		// Keep serving the last good list while the ork is away.
+		return c.models, nil
+	}
+	c.models, c.err, c.at = ms, err, time.Now()
+	return ms, err
+}
+
+// visible returns the models a caller may use: its team's, and those that
+// need no key. team "" is a caller without a key.
+func visible(ms []Model, team string) []Model {
+	var out []Model
+	for _, m := range ms {
+		if !m.RequireAuth || team != "" && m.Team == team {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// resolve returns the jobs serving name to the caller: its team's jobs
+// first; only when it has none, those that need no key.
+func resolve(ms []Model, team, name string) []Model {
+	var own, open []Model
+	for _, m := range ms {
+		if m.Name != name {
+			continue
+		}
+		switch {
+		case team != "" && m.Team == team:
+			own = append(own, m)
+		case !m.RequireAuth:
+			open = append(open, m)
+		}
+	}
+	if len(own) > 0 {
+		return own
+	}
+	slices.SortFunc(open, func(a, b Model) int { return a.Created.Compare(b.Created) })
+	return open
+}
+
+// ---- API keys
+
+// Keys finds API keys by the hash of their secret; *sqlite.Store
+// implements it (store.APIKeys).
+type Keys interface {
+	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)
+}
+
+// KeyPrefix starts every API key secret.
+const KeyPrefix = "sk-cac-"
+
+// NewAPIKey makes a key of team named name: the record to store and the
+// secret to show once.
+func NewAPIKey(name, team, createdBy string, now time.Time) (store.APIKey, string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return store.APIKey{}, "", fmt.Errorf("read random: %w", err)
+	}
+	secret := KeyPrefix + base64.RawURLEncoding.EncodeToString(b)
+	id := make([]byte, 8)
+	if _, err := rand.Read(id); err != nil {
+		return store.APIKey{}, "", fmt.Errorf("read random: %w", err)
+	}
+	return store.APIKey{ID: "key_" + hex.EncodeToString(id), Name: name, Team: team, CreatedBy: createdBy,
+		Prefix: secret[:len(KeyPrefix)+4], Hash: HashKey(secret), CreatedAt: now.UTC()}, secret, nil
+}
+
+// HashKey is the hash under which a key's secret is stored (sha256).
+func HashKey(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// keyCache remembers looked-up keys briefly, so a request costs no store
+// read; a revoked key stops working within keyTTL.
+type keyCache struct {
+	keys Keys
+	ttl  time.Duration
+
+	mu sync.Mutex
+	m  map[string]keyEntry
+}
+
+type keyEntry struct {
+	k   store.APIKey
+	ok  bool
+	exp time.Time
+}
+
+func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, bool, error) {
+	hash := HashKey(secret)
+	hk := string(hash)
+	now := time.Now()
+	c.mu.Lock()
+	e, hit := c.m[hk]
+	c.mu.Unlock()
+	if hit && now.Before(e.exp) {
+		return e.k, e.ok, nil
+	}
+	k, err := c.keys.APIKeyByHash(ctx, hash)
+	switch {
+	case err == nil:
+		e = keyEntry{k: k, ok: true, exp: now.Add(c.ttl)}
+	case isNotFound(err):
+		e = keyEntry{exp: now.Add(c.ttl)}
+	default:
+		return store.APIKey{}, false, err
+	}
+	c.mu.Lock()
+	if len(c.m) > 100000 {
+		clear(c.m)
+	}
+	c.m[hk] = e
+	c.mu.Unlock()
+	return e.k, e.ok, nil
+}

@@ -1,0 +1,170 @@
+package inferproxy
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+)
+
+// harness is proxy-inference with agents and simulated runtimes, all
+// in-process over a real fabric: a directory node (the ork's role), the
+// proxy's node, and one dial-only agent node per VMI.
+type harness struct {
+	t       testing.TB
+	dir     *fabric.Node
+	pnode   *fabric.Node
+	store   *sqlite.Store
+	proxy   *Proxy
+	srv     *httptest.Server
+	keys    map[string]string // team → secret
+	mu      sync.Mutex
+	models  []Model
+	agents  map[string][]*agentHandle
+	baseCfg inferagent.Config
+}
+
+type agentHandle struct {
+	a      *inferagent.Agent
+	sim    *inferagent.SimLauncher
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type catalogFunc func() []Model
+
+func (f catalogFunc) Models(context.Context) ([]Model, error) { return f(), nil }
+
+func newNode(t testing.TB, name, listen string, policy fabric.Policy) *fabric.Node {
+	t.Helper()
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fabric.New(fabric.Config{Component: name, Identity: id, Listen: listen, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func newHarness(t testing.TB, cfg Config) *harness {
+	t.Helper()
+	h := &harness{t: t, keys: map[string]string{}, agents: map[string][]*agentHandle{}}
+	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
+	h.dir = newNode(t, "wrk-ork", "127.0.0.1:0", anyone)
+	fabric.NewDirectory(nil).Register(h.dir)
+	h.pnode = newNode(t, "proxy-inference", "127.0.0.1:0", AgentPolicy(h.dir.PublicKey()))
+	h.pnode.AddAddrs(h.dir.PublicKey(), h.dir.Addr())
+	var err error
+	if h.store, err = sqlite.Open(filepath.Join(t.TempDir(), "db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.store.Close() })
+	ctx := context.Background()
+	for _, team := range []string{"team-a", "team-b"} {
+		if err := h.store.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil {
+			t.Fatal(err)
+		}
+		k, secret, err := NewAPIKey("test", team, "admin", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.store.CreateAPIKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		h.keys[team] = secret
+	}
+	h.proxy = New(cfg, h.pnode, []fabric.PublicKey{h.dir.PublicKey()}, catalogFunc(func() []Model {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return append([]Model(nil), h.models...)
+	}), h.store, nil)
+	h.srv = httptest.NewServer(h.proxy.Handler())
+	t.Cleanup(func() {
+		h.srv.Close()
+		h.proxy.Close()
+		for _, as := range h.agents {
+			for _, a := range as {
+				a.cancel()
+				<-a.done
+			}
+		}
+	})
+	h.baseCfg = inferagent.Config{HealthPoll: 10 * time.Millisecond, ProbeInterval: time.Second, AnnounceTTL: 3 * time.Second}
+	return h
+}
+
+// addJob starts the agents of a job's replicas (vmis VMIs each) and lists
+// the model in the catalog.
+func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, vmis int, requireAuth bool, sim simruntime.Config) {
+	h.t.Helper()
+	model := "Qwen/Qwen3-8B"
+	if rt == cosmic.RuntimeParakeet {
+		model = cosmic.ParakeetModel
+	}
+	in := cosmic.InferenceSpec{Runtime: rt, Model: model, ServedModelName: name, RequireAuth: &requireAuth}
+	h.mu.Lock()
+	h.models = append(h.models, Model{Name: name, JobID: jobID, Team: team, RequireAuth: requireAuth, Runtime: rt, ModelID: model, Created: time.Now()})
+	h.mu.Unlock()
+	var hosts []string
+	for i := range vmis {
+		hosts = append(hosts, jobID+"-vmi"+string(rune('0'+i)))
+	}
+	for r := range replicas {
+		for v := range vmis {
+			id, _ := fabric.GenerateIdentity()
+			cfg := h.baseCfg
+			cfg.JobID, cfg.Team, cfg.Replica, cfg.Inference, cfg.Identity = jobID, team, r, in, id
+			cfg.Placement = inferagent.Placement{VMIIndex: v, VMICount: vmis, GPUs: 1}
+			if vmis > 1 {
+				cfg.Placement.Hosts = hosts
+			}
+			sl := &inferagent.SimLauncher{Config: sim}
+			cfg.Launcher = sl
+			cfg.Peers = []inferagent.Peer{
+				{Role: inferagent.RoleOrk, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
+				{Role: inferagent.RoleProxy, Key: h.pnode.PublicKey(), Addrs: []string{h.pnode.Addr()}},
+			}
+			a := inferagent.New(cfg, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			ah := &agentHandle{a: a, sim: sl, cancel: cancel, done: make(chan struct{})}
+			go func() {
+				defer close(ah.done)
+				a.Run(ctx)
+			}()
+			h.agents[jobID] = append(h.agents[jobID], ah)
+		}
+	}
+}
+
+// waitReady waits until the proxy sees n ready replicas of job.
+func (h *harness) waitReady(jobID string, n int) {
+	h.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mh, _ := h.proxy.JobHealth(context.Background(), jobID)
+		ready := 0
+		for _, r := range mh.Replicas {
+			if r.Ready {
+				ready++
+			}
+		}
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("job %s: %d of %d replicas ready: %+v", jobID, ready, n, mh)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,65 @@
+package inferproxy
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// limiter holds per-key limits: requests in flight, and requests per
+// minute (a token bucket of RPM tokens refilled at RPM/60 per second).
+type limiter struct {
+	maxConcurrent int
+	rpm           int
+
+	mu   sync.Mutex
+	keys map[string]*keyLimit
+}
+
+type keyLimit struct {
+	inFlight int
+	tokens   float64
+	at       time.Time
+}
+
+// acquire admits one request of key, or says how long to wait. release
+// must be called when an admitted request ends.
+func (l *limiter) acquire(key string, now time.Time) (ok bool, retryAfter time.Duration, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.keys[key]
+	if k == nil {
+		if len(l.keys) > 100000 {
+			for id, kl := range l.keys {
+				if kl.inFlight == 0 {
+					delete(l.keys, id)
+				}
+			}
+		}
+		k = &keyLimit{tokens: float64(l.rpm), at: now}
+		l.keys[key] = k
+	}
+	if l.maxConcurrent > 0 && k.inFlight >= l.maxConcurrent {
+		return false, time.Second, "concurrent"
+	}
+	if l.rpm > 0 {
+		rate := float64(l.rpm) / 60 // tokens per second
+		k.tokens = math.Min(float64(l.rpm), k.tokens+now.Sub(k.at).Seconds()*rate)
+		k.at = now
+		if k.tokens < 1 {
+			wait := time.Duration((1 - k.tokens) / rate * float64(time.Second))
+			return false, wait, "rpm"
+		}
+		k.tokens--
+	}
+	k.inFlight++
+	return true, 0, ""
+}
+
+func (l *limiter) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k := l.keys[key]; k != nil && k.inFlight > 0 {
+		k.inFlight--
+	}
+}

@@ -1,0 +1,323 @@
+package inferproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+)
+
+func sdk(h *harness, key string) openai.Client {
+	opts := []option.RequestOption{option.WithBaseURL(h.srv.URL + Prefix + "/"), option.WithMaxRetries(0)}
+	if key != "" {
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	return openai.NewClient(opts...)
+}
+
+// wantAPIError checks err is an OpenAI-shaped error with status and code.
+func wantAPIError(t *testing.T, what string, err error, status int, code string) {
+	t.Helper()
+	var ae *openai.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("%s: %v is not an API error", what, err)
+	}
+	if ae.StatusCode != status || ae.Code != code || ae.Message == "" || ae.Type == "" {
+		t.Fatalf("%s: status %d code %q type %q message %q; want %d %q (raw %s)", what, ae.StatusCode, ae.Code, ae.Type, ae.Message, status, code, ae.RawJSON())
+	}
+}
+
+// TestOpenAISDK drives /inference/v1 with the official OpenAI Go SDK: a
+// chat completion, a streamed one with include_usage, the model list, a
+// transcription of a WAV file, and the errors (wrong key, another team's
+// model, unknown model), each in OpenAI's error shape.
+func TestOpenAISDK(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, KeyTTL: 100 * time.Millisecond})
+	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{})
+	h.addJob("job-asr", "team-a", cosmic.ParakeetModel, cosmic.RuntimeParakeet, 1, 1, true, simruntime.Config{})
+	h.addJob("job-b", "team-b", "b-model", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
+	h.waitReady("job-qwen", 2)
+	h.waitReady("job-asr", 1)
+	h.waitReady("job-b", 1)
+	ctx := context.Background()
+	a := sdk(h, h.keys["team-a"])
+
+	cc, err := a.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "qwen",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")}, MaxTokens: openai.Int(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cc.Choices) != 1 || len(strings.Fields(cc.Choices[0].Message.Content)) != 6 || cc.Usage.CompletionTokens != 6 ||
+		cc.SystemFingerprint != simruntime.Fingerprint || cc.Choices[0].FinishReason != "length" {
+		t.Fatalf("chat completion %+v", cc)
+	}
+
+	stream := a.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "qwen",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")},
+		MaxTokens:     openai.Int(6),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if acc.Usage.CompletionTokens != 6 || acc.Usage.TotalTokens == 0 || acc.Choices[0].Message.Content != cc.Choices[0].Message.Content || chunks != 8 {
+		t.Fatalf("stream: %d chunks, usage %+v, text %q (non-streamed %q)", chunks, acc.Usage, acc.Choices[0].Message.Content, cc.Choices[0].Message.Content)
+	}
+
+	page, err := a.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range page.Data {
+		names = append(names, m.ID)
+	}
+	if strings.Join(names, ",") != "qwen,"+cosmic.ParakeetModel {
+		t.Fatalf("models %v", names)
+	}
+
+	wav := simruntime.WAV(2, 16000)
+	tr, err := a.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{Model: cosmic.ParakeetModel,
+		File: openai.File(bytes.NewReader(wav), "hello.wav", "audio/wav")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tr.Text, "simulated transcript of 2.00 s") {
+		t.Fatalf("transcription %q", tr.Text)
+	}
+
+	wrong := sdk(h, KeyPrefix+"wrong")
+	_, err = wrong.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "qwen",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	wantAPIError(t, "wrong key", err, 401, "invalid_api_key")
+	_, err = a.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "b-model",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	wantAPIError(t, "another team's model", err, 404, "model_not_found")
+	_, err = a.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "nope",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	wantAPIError(t, "unknown model", err, 404, "model_not_found")
+	nokey := sdk(h, "")
+	_, err = nokey.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "qwen",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	wantAPIError(t, "no key", err, 401, "invalid_api_key")
+	// team-b's key reaches its own model with X-API-Key.
+	req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"b-model","prompt":"hi","max_tokens":2}`))
+	req.Header.Set("X-API-Key", h.keys["team-b"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("X-API-Key: %v %v", resp.Status, err)
+	}
+	resp.Body.Close()
+	// A key revoked in the store stops working (the cache keeps it ≤ KeyTTL).
+	keys, _ := h.store.ListAPIKeys(ctx, "team-b")
+	if err := h.store.DeleteAPIKey(ctx, keys[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	req, _ = http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"b-model","prompt":"hi"}`))
+	req.Header.Set("X-API-Key", h.keys["team-b"])
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("revoked key: %v %v", resp.Status, err)
+	}
+	mh, _ := h.proxy.JobHealth(ctx, "job-qwen")
+	if mh.Health != HealthHealthy || len(mh.Replicas) != 2 {
+		t.Fatalf("health %+v", mh)
+	}
+}
+
+// TestRequireAuthOff: a model whose job turns authorization off is reached
+// without a key and by any team's key.
+func TestRequireAuthOff(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h.addJob("job-open", "team-a", "open", cosmic.RuntimeVLLM, 1, 1, false, simruntime.Config{})
+	h.waitReady("job-open", 1)
+	for _, key := range []string{"", h.keys["team-b"]} {
+		cl := sdk(h, key)
+		c, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "open",
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(3)})
+		if err != nil || c.Usage.CompletionTokens != 3 {
+			t.Fatalf("key %q: %+v %v", key, c, err)
+		}
+	}
+}
+
+// TestLimits: per-key concurrency and requests per minute answer 429 with
+// Retry-After; an oversized body 413; all in OpenAI's shape.
+func TestLimits(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, MaxConcurrentPerKey: 2, RequestsPerMinute: 5, MaxBodyBytes: 1024})
+	h.addJob("job-q", "team-a", "q", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{TTFT: 300 * time.Millisecond})
+	h.waitReady("job-q", 1)
+	post := func(body string) *http.Response {
+		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	shape := func(resp *http.Response, status int, code string) {
+		t.Helper()
+		var e struct {
+			Error struct{ Message, Type, Code string }
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != status || e.Error.Code != code || e.Error.Message == "" || e.Error.Type == "" {
+			t.Fatalf("status %d %+v, want %d %s", resp.StatusCode, e, status, code)
+		}
+		if status == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+	}
+	shape(post(`{"model":"q","prompt":"`+strings.Repeat("x", 2000)+`"}`), 413, "request_too_large")
+	var wg sync.WaitGroup
+	codes := make(chan int, 3)
+	for range 3 {
+		wg.Go(func() {
+			resp := post(`{"model":"q","prompt":"hi"}`)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+		time.Sleep(30 * time.Millisecond)
+	}
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[200] != 2 || got[429] != 1 {
+		t.Fatalf("3 concurrent with a limit of 2: %v", got)
+	}
+	// 5 per minute: the two that ran took 2 (neither the 413 nor the 429
+	// counts); three more pass, then 429.
+	for range 3 {
+		resp := post(`{"model":"q","prompt":"hi"}`)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	shape(post(`{"model":"q","prompt":"hi"}`), 429, "rate_limit_exceeded")
+}
+
+// TestReplicaKilledDuringStreaming: with two replicas and requests waiting
+// for their first token, replica 0 dies; every request that had not begun
+// streaming completes on replica 1.
+func TestReplicaKilledDuringStreaming(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, MaxConcurrentPerKey: 100})
+	h.addJob("job-k", "team-a", "k", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{TTFT: 400 * time.Millisecond, InterTokenDelay: 5 * time.Millisecond})
+	h.waitReady("job-k", 2)
+	const n = 20
+	type result struct {
+		replica string
+		events  int
+		done    bool
+		err     error
+	}
+	results := make(chan result, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/chat/completions",
+				strings.NewReader(`{"model":"k","messages":[{"role":"user","content":"tell me"}],"stream":true,"max_tokens":10}`))
+			req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			r := result{replica: resp.Header.Get("X-CosmicAC-Replica")}
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+					r.events++
+					r.done = l == "data: [DONE]"
+				}
+			}
+			r.err = sc.Err()
+			results <- r
+		}()
+	}
+	time.Sleep(150 * time.Millisecond) // all are waiting for their first token
+	var victim *agentHandle
+	for _, a := range h.agents["job-k"] {
+		if a.a.Status().Replica == 0 {
+			victim = a
+		}
+	}
+	victim.a.Crash()
+	byReplica := map[string]int{}
+	for range n {
+		r := <-results
+		if r.err != nil || !r.done || r.events != 12 {
+			t.Fatalf("a request failed: %+v", r)
+		}
+		byReplica[r.replica]++
+	}
+	if byReplica["1"] != n {
+		t.Fatalf("answers by replica: %v", byReplica)
+	}
+	mh, _ := h.proxy.JobHealth(context.Background(), "job-k")
+	if mh.Health != HealthDegraded && mh.Health != HealthHealthy { // replica 0 is out, or already expired from the directory
+		t.Fatalf("health after the crash: %+v", mh)
+	}
+}
+
+// TestMultiNodeReplica: a 2-node vLLM replica's agents elect VMI 0 as head;
+// only the head is routed to, and the replica serves one endpoint.
+func TestMultiNodeReplica(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h.addJob("job-mn", "team-a", "big", cosmic.RuntimeVLLM, 1, 2, true, simruntime.Config{})
+	h.waitReady("job-mn", 1)
+	for _, a := range h.agents["job-mn"] {
+		select {
+		case <-a.a.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("VMI not ready: %+v", a.a.Status())
+		}
+	}
+	var roles []string
+	for _, a := range h.agents["job-mn"] {
+		st := a.a.Status()
+		roles = append(roles, st.Role)
+		if st.Role == "worker" && !strings.Contains(st.Command, "--headless") || st.Role == "head" && strings.Contains(st.Command, "--headless") {
+			t.Fatalf("VMI %d: role %s, command %s", st.VMIIndex, st.Role, st.Command)
+		}
+	}
+	if strings.Join(roles, ",") != "head,worker" {
+		t.Fatalf("roles %v", roles)
+	}
+	mh, _ := h.proxy.JobHealth(context.Background(), "job-mn")
+	if len(mh.Replicas) != 1 {
+		t.Fatalf("the proxy sees %d replicas: %+v", len(mh.Replicas), mh)
+	}
+	for range 3 {
+		cl := sdk(h, h.keys["team-a"])
+		c, err := cl.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "big",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}, MaxTokens: openai.Int(2)})
+		if err != nil || c.Usage.CompletionTokens != 2 {
+			t.Fatalf("%+v %v", c, err)
+		}
+	}
+}

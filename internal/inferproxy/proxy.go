@@ -1,0 +1,627 @@
+package inferproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"mime"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+)
+
+// Prefix is where the OpenAI-compatible API is served.
+const Prefix = "/inference/v1"
+
+// Config tunes the proxy.
+type Config struct {
+	// MaxBodyBytes bounds a JSON request (default 16 MiB); MaxAudioBytes an
+	// audio upload (default 64 MiB). Larger ones are answered 413.
+	MaxBodyBytes  int64
+	MaxAudioBytes int64
+	// MaxConcurrentPerKey bounds a key's requests in flight (default 64);
+	// RequestsPerMinute its request rate (default 600). Both are answered
+	// 429 with Retry-After. Zero takes the default, negative turns it off.
+	// Callers without a key are limited per client address.
+	MaxConcurrentPerKey int
+	RequestsPerMinute   int
+	// MaxAttempts bounds the replicas one request is tried on (default 3).
+	MaxAttempts int
+	// CatalogTTL is how long the model list is kept (default 2s),
+	// LookupTTL a job's replica list (default 1s), KeyTTL a looked-up API key
+	// (default 10s: a revoked key works at most that long).
+	CatalogTTL time.Duration
+	LookupTTL  time.Duration
+	KeyTTL     time.Duration
+	// DownFor keeps a replica that failed to answer out of rotation
+	// (default 5s, or until the directory says it is ready again).
+	DownFor time.Duration
+	// SlowFirstByte makes a replica degraded when its time to first byte
+	// (EWMA) or its probe is slower (default 10s).
+	SlowFirstByte time.Duration
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxConcurrentPerKey, 64)
+	def(&c.RequestsPerMinute, 600)
+	def(&c.MaxAttempts, 3)
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxAudioBytes == 0 {
+		c.MaxAudioBytes = 64 << 20
+	}
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur(&c.CatalogTTL, 2*time.Second)
+	dur(&c.LookupTTL, time.Second)
+	dur(&c.KeyTTL, 10*time.Second)
+	dur(&c.DownFor, 5*time.Second)
+	dur(&c.SlowFirstByte, 10*time.Second)
+}
+
+// Proxy is proxy-inference: the OpenAI-compatible endpoint in front of the
+// replicas of every managed-inference job.
+type Proxy struct {
+	cfg      Config
+	node     *fabric.Node
+	catalog  *cachedCatalog
+	keys     *keyCache
+	replicas *replicaSet
+	limits   *limiter
+	tr       *http.Transport
+	mux      *http.ServeMux
+	log      *slog.Logger
+}
+
+// New returns a proxy that finds replicas through node's lookups in dirs
+// (the ork's directory), models in catalog and API keys in keys.
+func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog, keys Keys, log *slog.Logger) *Proxy {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{cfg: cfg, node: node, log: log,
+		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL},
+		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL, m: map[string]keyEntry{}},
+		replicas: &replicaSet{node: node, dirs: dirs, ttl: cfg.LookupTTL, pools: map[string]*pool{}},
+		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
+	}
+	// One pooled transport; a replica is the host "<agent key>.agent", and
+	// its connections are HTTP/1.1 keep-alive over fabric streams.
+	p.tr = &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			key, err := fabric.ParsePublicKey(strings.TrimSuffix(host, ".agent"))
+			if err != nil {
+				return nil, err
+			}
+			return inferagent.DialStream(ctx, node, key)
+		},
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	p.mux = http.NewServeMux()
+	p.mux.HandleFunc("POST "+Prefix+"/chat/completions", p.forwardJSON)
+	p.mux.HandleFunc("POST "+Prefix+"/completions", p.forwardJSON)
+	p.mux.HandleFunc("POST "+Prefix+"/embeddings", p.forwardJSON)
+	p.mux.HandleFunc("POST "+Prefix+"/audio/transcriptions", p.forwardAudio)
+	p.mux.HandleFunc("GET "+Prefix+"/models", p.listModels)
+	p.mux.HandleFunc("GET "+Prefix+"/models/{model...}", p.getModel)
+	p.mux.HandleFunc("GET /inference/health", p.health)
+	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
+	})
+	return p
+}
+
+// Handler serves /inference/v1/… and /inference/health.
+func (p *Proxy) Handler() http.Handler { return p.mux }
+
+// Close drops the pooled connections to the agents.
+func (p *Proxy) Close() { p.tr.CloseIdleConnections() }
+
+// AgentPolicy is proxy-inference's fabric policy: full access for the
+// platform keys given, read-only access for any other key. Inference agents
+// (whose keys the proxy cannot know in advance) connect with read-only
+// access, which lets them only ping; the proxy trusts a key because the
+// ork's directory lists it under the job's topic, and the directory takes
+// announcements only from keys the ork admits.
+func AgentPolicy(full ...fabric.PublicKey) fabric.Policy {
+	al := fabric.NewAllowList(full...)
+	return fabric.PolicyFunc(func(k fabric.PublicKey) fabric.Access {
+		if a := al.Access(k); a != fabric.AccessNone {
+			return a
+		}
+		return fabric.AccessReadOnly
+	})
+}
+
+// ---- errors
+
+// writeError answers with OpenAI's error shape.
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code, "param": nil}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+var errNoKey = "missing API key: send Authorization: Bearer KEY or X-API-Key: KEY"
+
+// caller is who sent a request: a key of a team, or nobody.
+type caller struct {
+	team  string // "" without a key
+	limit string // the limiter's key
+}
+
+// authenticate reads the key of r. A key that is given must be valid.
+func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	secret := r.Header.Get("X-API-Key")
+	if h := r.Header.Get("Authorization"); secret == "" && h != "" {
+		scheme, s, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "the Authorization header must be Bearer KEY")
+			return caller{}, false
+		}
+		secret = strings.TrimSpace(s)
+	}
+	if secret == "" {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		return caller{limit: "addr:" + host}, true
+	}
+	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "incorrect API key provided")
+		return caller{}, false
+	}
+	k, ok, err := p.keys.lookup(r.Context(), secret)
+	if err != nil {
+		p.log.Error("look up API key", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "auth_unavailable", "API keys cannot be checked now; retry")
+		return caller{}, false
+	}
+	if !ok {
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "incorrect API key provided")
+		return caller{}, false
+	}
+	return caller{team: k.Team, limit: "key:" + k.ID}, true
+}
+
+// ---- models
+
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Root is the model id the job serves; Job the job.
+	Root string `json:"root,omitempty"`
+	Job  string `json:"job,omitempty"`
+}
+
+func toObject(m Model) modelObject {
+	return modelObject{ID: m.Name, Object: "model", Created: m.Created.Unix(), OwnedBy: m.Team, Root: m.ModelID, Job: m.JobID}
+}
+
+func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller, bool) {
+	c, ok := p.authenticate(w, r)
+	if !ok {
+		return nil, c, false
+	}
+	ms, err := p.catalog.Models(r.Context())
+	if err != nil {
+		p.log.Error("list models", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "catalog_unavailable", "the model list cannot be read now; retry")
+		return nil, c, false
+	}
+	return visible(ms, c.team), c, true
+}
+
+func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
+	ms, _, ok := p.models(w, r)
+	if !ok {
+		return
+	}
+	seen := map[string]bool{}
+	data := []modelObject{}
+	for _, m := range ms {
+		if !seen[m.Name] {
+			seen[m.Name] = true
+			data = append(data, toObject(m))
+		}
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
+}
+
+func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
+	ms, c, ok := p.models(w, r)
+	if !ok {
+		return
+	}
+	if jobs := resolve(ms, c.team, r.PathValue("model")); len(jobs) > 0 {
+		writeJSON(w, toObject(jobs[0]))
+		return
+	}
+	writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", r.PathValue("model")))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// ---- health
+
+// ModelHealth is a model's health apart from its job's status: from the
+// agents' probes (ready in their announcements) and the proxy's own
+// observations of errors and latency per replica.
+type ModelHealth struct {
+	Model    string          `json:"model"`
+	JobID    string          `json:"jobId"`
+	Health   string          `json:"health"`
+	Replicas []ReplicaHealth `json:"replicas"`
+}
+
+// JobHealth is the health of a job's model: unknown without any announced
+// replica; healthy when every replica is; unhealthy when none is healthy
+// or degraded; else degraded.
+func (p *Proxy) JobHealth(ctx context.Context, jobID string) (ModelHealth, error) {
+	rs, err := p.replicas.get(ctx, jobID)
+	if err != nil {
+		return ModelHealth{JobID: jobID, Health: HealthUnknown, Replicas: []ReplicaHealth{}}, err
+	}
+	mh := ModelHealth{JobID: jobID, Replicas: []ReplicaHealth{}}
+	good, ok := 0, 0
+	for _, r := range rs {
+		h := r.health(p.cfg.SlowFirstByte)
+		mh.Model = r.meta.Load().Model
+		mh.Replicas = append(mh.Replicas, h)
+		switch h.Health {
+		case HealthHealthy:
+			good++
+			ok++
+		case HealthDegraded:
+			ok++
+		}
+	}
+	switch {
+	case len(rs) == 0:
+		mh.Health = HealthUnknown
+	case good == len(rs):
+		mh.Health = HealthHealthy
+	case ok == 0:
+		mh.Health = HealthUnhealthy
+	default:
+		mh.Health = HealthDegraded
+	}
+	return mh, nil
+}
+
+func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
+	ms, _, ok := p.models(w, r)
+	if !ok {
+		return
+	}
+	out := []ModelHealth{}
+	for _, m := range ms {
+		mh, _ := p.JobHealth(r.Context(), m.JobID)
+		mh.Model = m.Name
+		out = append(out, mh)
+	}
+	writeJSON(w, map[string]any{"models": out})
+}
+
+// MethodHealth is the fabric call (read-only) answering a job's
+// ModelHealth, for the ork and the app-node.
+const MethodHealth = "inference.modelHealth"
+
+// Serve registers the proxy's fabric methods on r.
+func (p *Proxy) Serve(r fabric.Registrar) {
+	fabric.HandleFunc(r, MethodHealth, func(ctx context.Context, _ fabric.PublicKey, q struct {
+		JobID string `json:"jobId"`
+	}) (ModelHealth, error) {
+		return p.JobHealth(ctx, q.JobID)
+	}, fabric.ReadOnly())
+}
+
+// ---- forwarding
+
+func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
+	c, ok := p.authenticate(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r, p.cfg.MaxBodyBytes)
+	if !ok {
+		return
+	}
+	var head struct {
+		Model string `json:"model"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "the body is not valid JSON: "+err.Error())
+		return
+	}
+	p.forward(w, r, c, head.Model, body)
+}
+
+func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
+	c, ok := p.authenticate(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r, p.cfg.MaxAudioBytes)
+	if !ok {
+		return
+	}
+	model, err := multipartField(r.Header.Get("Content-Type"), body, "model")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_multipart", err.Error())
+		return
+	}
+	p.forward(w, r, c, model, body)
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
+		return nil, false
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "bad_body", "read the request body: "+err.Error())
+		return nil, false
+	}
+	return b, true
+}
+
+// multipartField returns the value of a form field of a multipart body.
+func multipartField(contentType string, body []byte, name string) (string, error) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return "", errors.New("want a multipart/form-data body")
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if err != nil {
+			return "", fmt.Errorf("the form has no %s field", name)
+		}
+		if part.FormName() == name {
+			v, err := io.ReadAll(io.LimitReader(part, 1024))
+			return string(v), err
+		}
+	}
+}
+
+// hopHeaders are not forwarded either way (and credentials not upstream).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Proxy-Authorization", "Proxy-Authenticate"}
+
+// forward sends the request to a ready replica of the model, trying
+// another when one fails before any byte reached the client.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte) {
+	if model == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "model_required", "the request names no model")
+		return
+	}
+	ms, err := p.catalog.Models(r.Context())
+	if err != nil {
+		p.log.Error("list models", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", "catalog_unavailable", "the model list cannot be read now; retry")
+		return
+	}
+	jobs := resolve(ms, c.team, model)
+	if len(jobs) == 0 {
+		if c.team == "" {
+			// Without a key, an unknown model and another team's look alike.
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", errNoKey)
+			return
+		}
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+		return
+	}
+	if jobs[0].Runtime == cosmic.RuntimeParakeet && !strings.HasSuffix(r.URL.Path, "/audio/transcriptions") {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
+		return
+	}
+	ok, retry, why := p.limits.acquire(c.limit, time.Now())
+	if !ok {
+		secs := int(math.Ceil(retry.Seconds()))
+		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		msg := "too many requests in flight for this key"
+		if why == "rpm" {
+			msg = "rate limit reached: too many requests per minute for this key"
+		}
+		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", msg)
+		return
+	}
+	defer p.limits.release(c.limit)
+
+	var rs []*replica
+	for _, j := range jobs {
+		got, err := p.replicas.get(r.Context(), j.JobID)
+		if err != nil && r.Context().Err() == nil {
+			p.log.Warn("look up replicas", "job", j.JobID, "err", err)
+		}
+		rs = append(rs, got...)
+	}
+	path := "/v1" + strings.TrimPrefix(r.URL.Path, Prefix)
+	tried := map[*replica]bool{}
+	lastErr := "no replica of the model is ready"
+	for attempt := 0; attempt < p.cfg.MaxAttempts; attempt++ {
+		rep := pick(rs, tried)
+		if rep == nil {
+			break
+		}
+		tried[rep] = true
+		done, errText := p.try(w, r, rep, path, body)
+		if done {
+			return
+		}
+		lastErr = errText
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+	}
+	w.Header().Set("Retry-After", "1")
+	if len(tried) == 0 {
+		writeError(w, http.StatusServiceUnavailable, "server_error", "no_ready_replica", fmt.Sprintf("no replica of the model `%s` is ready; retry", model))
+		return
+	}
+	writeError(w, http.StatusBadGateway, "server_error", "replica_failed", fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr))
+}
+
+// try sends the request to one replica. It reports done when the answer
+// (or part of it) reached the client; otherwise nothing was written and the
+// request may go to another replica.
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte) (done bool, errText string) {
+	rep.outstanding.Add(1)
+	defer rep.outstanding.Add(-1)
+	start := time.Now()
+	out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+hex.EncodeToString(rep.key[:])+".agent"+path, bytes.NewReader(body))
+	for k, vs := range r.Header {
+		out.Header[k] = vs
+	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.Header.Del("Authorization")
+	out.Header.Del("X-API-Key")
+	out.ContentLength = int64(len(body))
+	resp, err := p.tr.RoundTrip(out)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return true, ""
+		}
+		rep.observe(true, 0, err.Error())
+		rep.markDown(p.cfg.DownFor)
+		return false, err.Error()
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway && resp.Header.Get(inferagent.HeaderRetry) != "" {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		msg := fmt.Sprintf("replica %d answered %d: %s", rep.meta.Load().Replica, resp.StatusCode, strings.TrimSpace(string(b)))
+		rep.observe(true, 0, msg)
+		return false, msg
+	}
+	defer resp.Body.Close()
+	// Hold the headers back until the first byte of the body: a replica
+	// that dies before it (during prefill, say) fails over unseen.
+	buf := make([]byte, 32<<10)
+	n, rerr := readSome(resp.Body, buf)
+	if n == 0 && rerr != nil && rerr != io.EOF {
+		if r.Context().Err() != nil {
+			return true, ""
+		}
+		rep.observe(true, 0, rerr.Error())
+		rep.markDown(p.cfg.DownFor)
+		return false, rerr.Error()
+	}
+	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	for _, hh := range hopHeaders {
+		h.Del(hh)
+	}
+	h.Del(inferagent.HeaderRetry)
+	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
+	w.WriteHeader(resp.StatusCode)
+	fl, _ := w.(http.Flusher)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && fl != nil {
+		if err := copySSE(w, fl, resp.Body, buf, n, rerr); err != nil && r.Context().Err() == nil {
+			p.log.Debug("stream cut", "replica", rep.meta.Load().Replica, "err", err)
+			panic(http.ErrAbortHandler) // tell the client the stream broke
+		}
+		return true, ""
+	}
+	if n > 0 {
+		w.Write(buf[:n])
+	}
+	if rerr == nil {
+		if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil && r.Context().Err() == nil {
+			panic(http.ErrAbortHandler)
+		}
+	}
+	return true, ""
+}
+
+// readSome reads until it has at least one byte or an error.
+func readSome(r io.Reader, buf []byte) (int, error) {
+	for {
+		n, err := r.Read(buf)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// copySSE writes an event stream through, one event (ending in a blank
+// line) per write and flush: events are never held back nor joined.
+func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, rerr error) error {
+	pending := make([]byte, 0, 4096)
+	pending = append(pending, buf[:n]...)
+	for {
+		for {
+			i := bytes.Index(pending, []byte("\n\n"))
+			if i < 0 {
+				break
+			}
+			if _, err := w.Write(pending[:i+2]); err != nil {
+				return nil // the client left
+			}
+			fl.Flush()
+			pending = pending[i+2:]
+		}
+		if len(pending) > 1<<20 { // no event boundary: pass it on as is
+			w.Write(pending)
+			fl.Flush()
+			pending = pending[:0]
+		}
+		if rerr != nil {
+			if len(pending) > 0 {
+				w.Write(pending)
+				fl.Flush()
+			}
+			if rerr == io.EOF {
+				return nil
+			}
+			return rerr
+		}
+		n, rerr = body.Read(buf)
+		pending = append(pending, buf[:n]...)
+	}
+}

@@ -1,0 +1,242 @@
+package inferproxy
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+)
+
+// Health of a replica or a model.
+const (
+	HealthHealthy   = "healthy"
+	HealthDegraded  = "degraded"
+	HealthUnhealthy = "unhealthy"
+	HealthUnknown   = "unknown"
+)
+
+// replica is what the proxy knows of one replica's head agent.
+type replica struct {
+	key  fabric.PublicKey
+	meta atomic.Pointer[inferagent.Meta]
+
+	outstanding atomic.Int64
+
+	mu        sync.Mutex
+	downUntil time.Time
+	outcomes  [64]outcome // a ring of the last requests
+	n, next   int
+	ewmaMs    float64
+	lastErr   string
+}
+
+type outcome struct{ failed bool }
+
+// observe records a request's outcome and its time to first byte.
+func (r *replica) observe(failed bool, ttfb time.Duration, errText string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.outcomes[r.next] = outcome{failed: failed}
+	r.next = (r.next + 1) % len(r.outcomes)
+	r.n = min(r.n+1, len(r.outcomes))
+	if !failed {
+		ms := float64(ttfb.Microseconds()) / 1000
+		if r.ewmaMs == 0 {
+			r.ewmaMs = ms
+		} else {
+			r.ewmaMs = 0.9*r.ewmaMs + 0.1*ms
+		}
+	} else {
+		r.lastErr = errText
+	}
+}
+
+// markDown keeps the replica out of rotation for d (it failed to answer).
+func (r *replica) markDown(d time.Duration) {
+	r.mu.Lock()
+	r.downUntil = time.Now().Add(d)
+	r.mu.Unlock()
+}
+
+func (r *replica) isDown(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return now.Before(r.downUntil)
+}
+
+// ReplicaHealth is one replica's health as the proxy sees it.
+type ReplicaHealth struct {
+	Replica     int     `json:"replica"`
+	Key         string  `json:"key"`
+	Health      string  `json:"health"`
+	Ready       bool    `json:"ready"`
+	Outstanding int64   `json:"outstanding"`
+	Requests    int     `json:"recentRequests"`
+	ErrorRate   float64 `json:"errorRate"`
+	LatencyMs   float64 `json:"latencyMs"` // EWMA of the time to first byte
+	ProbeMs     float64 `json:"probeMs,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// health judges a replica: not ready or kept out after a failure →
+// unhealthy; ≥50% errors among ≥5 recent requests → unhealthy; ≥10% errors,
+// or a time to first byte (or probe) over slow → degraded; else healthy.
+func (r *replica) health(slow time.Duration) ReplicaHealth {
+	m := r.meta.Load()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := ReplicaHealth{Replica: m.Replica, Key: r.key.String(), Ready: m.Ready, Outstanding: r.outstanding.Load(),
+		Requests: r.n, LatencyMs: r.ewmaMs, ProbeMs: m.ProbeMs, Error: m.Error}
+	fails := 0
+	for i := 0; i < r.n; i++ {
+		if r.outcomes[i].failed {
+			fails++
+		}
+	}
+	if r.n > 0 {
+		h.ErrorRate = float64(fails) / float64(r.n)
+	}
+	if h.Error == "" && fails > 0 {
+		h.Error = r.lastErr
+	}
+	slowMs := float64(slow.Milliseconds())
+	switch {
+	case !m.Ready || time.Now().Before(r.downUntil):
+		h.Health = HealthUnhealthy
+	case r.n >= 5 && h.ErrorRate >= 0.5:
+		h.Health = HealthUnhealthy
+	case r.n >= 5 && h.ErrorRate >= 0.1, h.LatencyMs > slowMs, m.ProbeMs > slowMs:
+		h.Health = HealthDegraded
+	default:
+		h.Health = HealthHealthy
+	}
+	return h
+}
+
+// pool is the replicas of one job, refreshed from the directories.
+type pool struct {
+	jobID string
+
+	mu       sync.Mutex
+	at       time.Time
+	replicas map[fabric.PublicKey]*replica
+	order    []*replica // the live announcements, ready or not
+	err      error
+	loading  chan struct{} // non-nil while a lookup runs
+}
+
+// replicaSet finds and caches each job's replicas.
+type replicaSet struct {
+	node *fabric.Node
+	dirs []fabric.PublicKey
+	ttl  time.Duration
+
+	mu    sync.Mutex
+	pools map[string]*pool
+}
+
+// get returns the live replicas of job, looking them up when the cached
+// answer is older than ttl (one lookup at a time per job; the others wait
+// for it).
+func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) {
+	s.mu.Lock()
+	p := s.pools[jobID]
+	if p == nil {
+		p = &pool{jobID: jobID, replicas: map[fabric.PublicKey]*replica{}}
+		s.pools[jobID] = p
+	}
+	s.mu.Unlock()
+	for {
+		p.mu.Lock()
+		if time.Since(p.at) < s.ttl {
+			out, err := p.order, p.err
+			p.mu.Unlock()
+			return out, err
+		}
+		if ch := p.loading; ch != nil {
+			stale := p.order
+			p.mu.Unlock()
+			if len(stale) > 0 { // serve the stale list meanwhile
+				return stale, nil
+			}
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		p.loading = ch
+		p.mu.Unlock()
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		peers, err := s.node.Lookup(lctx, inferagent.Topic(jobID), s.dirs...)
+		cancel()
+		p.mu.Lock()
+		p.loading = nil
+		close(ch)
+		if err != nil {
+			p.err, p.at = err, time.Now()
+			if len(p.order) > 0 {
+				p.err = nil // keep the last good answer
+			}
+			p.mu.Unlock()
+			continue
+		}
+		next := make(map[fabric.PublicKey]*replica, len(peers))
+		order := make([]*replica, 0, len(peers))
+		for _, pi := range peers {
+			var m inferagent.Meta
+			if json.Unmarshal(pi.Meta, &m) != nil || m.Role != inferagent.RoleHead || m.JobID != jobID {
+				continue // workers of multi-node replicas serve no API
+			}
+			r := p.replicas[pi.Key]
+			if r == nil {
+				r = &replica{key: pi.Key}
+			}
+			r.meta.Store(&m)
+			next[pi.Key] = r
+			order = append(order, r)
+		}
+		p.replicas, p.order, p.err, p.at = next, order, nil, time.Now()
+		p.mu.Unlock()
+	}
+}
+
+// pick chooses the ready replica with the fewest outstanding requests
+// (ties at random), skipping tried ones and those kept out after a failure
+// (unless nothing else is left).
+func pick(rs []*replica, tried map[*replica]bool) *replica {
+	now := time.Now()
+	var best []*replica
+	var bestN int64
+	var fallback *replica
+	for _, r := range rs {
+		if tried[r] || !r.meta.Load().Ready {
+			continue
+		}
+		if r.isDown(now) {
+			fallback = r
+			continue
+		}
+		n := r.outstanding.Load()
+		switch {
+		case len(best) == 0 || n < bestN:
+			best, bestN = append(best[:0], r), n
+		case n == bestN:
+			best = append(best, r)
+		}
+	}
+	switch len(best) {
+	case 0:
+		return fallback
+	case 1:
+		return best[0]
+	}
+	return best[rand.IntN(len(best))]
+}
