@@ -144,6 +144,9 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	return a
 }
 
+// SetLogs replaces the sink of the agent's records; call it before Run.
+func (a *Agent) SetLogs(s joblog.Sink) { a.cfg.Logs = s }
+
 // Ready is closed the first time the agent is ready.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 

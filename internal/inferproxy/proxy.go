@@ -3,7 +3,6 @@ package inferproxy
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -510,7 +510,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
-	out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+hex.EncodeToString(rep.key[:])+".agent"+path, bytes.NewReader(body))
+	out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+rep.host()+path, bytes.NewReader(body))
 	for k, vs := range r.Header {
 		out.Header[k] = vs
 	}
@@ -539,7 +539,9 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	defer resp.Body.Close()
 	// Hold the headers back until the first byte of the body: a replica
 	// that dies before it (during prefill, say) fails over unseen.
-	buf := make([]byte, 32<<10)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
 	n, rerr := readSome(resp.Body, buf)
 	if n == 0 && rerr != nil && rerr != io.EOF {
 		if r.Context().Err() != nil {
@@ -578,6 +580,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	}
 	return true, ""
 }
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // readSome reads until it has at least one byte or an error.
 func readSome(r io.Reader, buf []byte) (int, error) {

@@ -2,6 +2,7 @@ package inferproxy
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
 	"sync"
@@ -26,6 +27,7 @@ type replica struct {
 	meta atomic.Pointer[inferagent.Meta]
 
 	outstanding atomic.Int64
+	hostName    atomic.Pointer[string]
 
 	mu        sync.Mutex
 	downUntil time.Time
@@ -36,6 +38,16 @@ type replica struct {
 }
 
 type outcome struct{ failed bool }
+
+// host is the replica's host name for the proxy's transport.
+func (r *replica) host() string {
+	if h := r.hostName.Load(); h != nil {
+		return *h
+	}
+	h := hex.EncodeToString(r.key[:]) + ".agent"
+	r.hostName.Store(&h)
+	return h
+}
 
 // observe records a request's outcome and its time to first byte.
 func (r *replica) observe(failed bool, ttfb time.Duration, errText string) {

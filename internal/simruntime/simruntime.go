@@ -60,6 +60,9 @@ type Config struct {
 	Faults Faults
 	// AccessLog, if set, receives one uvicorn-like line per request.
 	AccessLog io.Writer
+	// OnEvent, if set, is called as each SSE event of a stream is written
+	// (the completion's id and the event's index), for latency benchmarks.
+	OnEvent func(id string, index int, at time.Time)
 }
 
 // Faults are injected failures.
@@ -567,7 +570,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 	}
 	created := time.Now().Unix()
 	buf := make([]byte, 0, 512)
+	sent := 0
 	send := func(c *chunk) bool {
+		if s.cfg.OnEvent != nil {
+			s.cfg.OnEvent(id, sent, time.Now())
+			sent++
+		}
 		buf = append(buf[:0], "data: "...)
 		b, _ := json.Marshal(c)
 		buf = append(buf, b...)
@@ -784,7 +792,9 @@ func WAVDuration(b []byte) (float64, error) {
 	return 0, errors.New("no data chunk")
 }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 
 // WAV returns a mono 16-bit PCM WAV file of the given length: a quiet tone,
 // for probes and tests.
@@ -808,7 +818,9 @@ func WAV(seconds float64, rate int) []byte {
 	return data
 }
 
-func put32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24) }
+func put32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
 
 // ---- metrics
 

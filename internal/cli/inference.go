@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+)
+
+// envAPIKey is where `cosmicac inference` finds an API key without --api-key.
+const envAPIKey = "COSMICAC_API_KEY"
+
+func init() {
+	register((*app).inferenceCommand)
+	agentSubcommands = append(agentSubcommands, (*app).agentInferenceCommand)
+}
+
+// inferCallFlags are the flags of the commands that call /inference/v1.
+type inferCallFlags struct {
+	url, apiKey, model string
+}
+
+func (f *inferCallFlags) add(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&f.url, "url", "", "CosmicAC URL (default $"+envURL+", the login config, or "+DefaultURL+")")
+	cmd.PersistentFlags().StringVar(&f.apiKey, "api-key", "", "inference API key (default $"+envAPIKey+"; none for models without authorization)")
+}
+
+func (a *app) inferenceCommand() *cobra.Command {
+	var f inferCallFlags
+	cmd := &cobra.Command{
+		Use:   "inference",
+		Short: "Talk to a managed inference model through /inference/v1 (OpenAI-compatible)",
+	}
+	f.add(cmd)
+	cmd.AddCommand(a.inferenceChatCommand(&f), a.inferenceTranscribeCommand(&f))
+	return cmd
+}
+
+// endpoint returns the /inference/v1 base URL and the API key.
+func (a *app) endpoint(f *inferCallFlags) (string, string, error) {
+	cfg, err := a.clientConfig(&connFlags{url: f.url, token: "-"})
+	if err != nil {
+		return "", "", err
+	}
+	key := f.apiKey
+	if key == "" {
+		key = a.getenv(envAPIKey)
+	}
+	return strings.TrimSuffix(strings.TrimRight(cfg.URL, "/"), "/api/v1") + inferproxy.Prefix, key, nil
+}
+
+// inferenceError turns an OpenAI-shaped error answer into what the user reads.
+func inferenceError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error struct{ Message, Code string }
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		return withExit(ExitFailure, fmt.Errorf("%s (%d): %s", e.Error.Code, resp.StatusCode, e.Error.Message))
+	}
+	return withExit(ExitFailure, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b))))
+}
+
+func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
+	var (
+		stream    bool
+		maxTokens int
+		system    string
+	)
+	cmd := &cobra.Command{
+		Use:   "chat --model M [--stream] [--api-key K] MESSAGE",
+		Short: "Send one chat message to a model and print the answer",
+		Example: "  cosmicac inference chat --model Qwen/Qwen3-32B 'Why is the sky blue?'\n" +
+			"  COSMICAC_API_KEY=sk-cac-… cosmicac inference chat --model qwen --stream 'Tell me a story'",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.model == "" {
+				return usageErrorf("--model is required")
+			}
+			base, key, err := a.endpoint(f)
+			if err != nil {
+				return err
+			}
+			var msgs []map[string]string
+			if system != "" {
+				msgs = append(msgs, map[string]string{"role": "system", "content": system})
+			}
+			msgs = append(msgs, map[string]string{"role": "user", "content": strings.Join(args, " ")})
+			req := map[string]any{"model": f.model, "messages": msgs, "stream": stream}
+			if maxTokens > 0 {
+				req["max_tokens"] = maxTokens
+			}
+			if stream {
+				req["stream_options"] = map[string]bool{"include_usage": true}
+			}
+			body, _ := json.Marshal(req)
+			hr, _ := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
+			hr.Header.Set("Content-Type", "application/json")
+			if key != "" {
+				hr.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(hr)
+			if err != nil {
+				return withExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return inferenceError(resp)
+			}
+			if !stream {
+				var out struct {
+					Choices []struct {
+						Message struct{ Content string }
+					}
+				}
+				if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+					return withExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
+				}
+				if len(out.Choices) > 0 {
+					fmt.Fprintln(a.stdout, out.Choices[0].Message.Content)
+				}
+				return nil
+			}
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: "); ok && data != "[DONE]" {
+					var c struct {
+						Choices []struct {
+							Delta struct{ Content string }
+						}
+					}
+					if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 {
+						fmt.Fprint(a.stdout, c.Choices[0].Delta.Content)
+					}
+				}
+				if err != nil {
+					fmt.Fprintln(a.stdout)
+					if err == io.EOF {
+						return nil
+					}
+					return withExit(ExitFailure, fmt.Errorf("the stream broke: %w", err))
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name (see `cosmicac jobs get`)")
+	cmd.Flags().BoolVar(&stream, "stream", false, "print the answer as it is generated")
+	cmd.Flags().IntVar(&maxTokens, "max-tokens", 0, "the most tokens to generate (default: the model's)")
+	cmd.Flags().StringVar(&system, "system", "", "a system message sent first")
+	return cmd
+}
+
+func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:     "transcribe --model M FILE",
+		Short:   "Transcribe an audio file (speech to text, e.g. with " + "nvidia/parakeet-tdt-0.6b-v3)",
+		Example: "  cosmicac inference transcribe --model nvidia/parakeet-tdt-0.6b-v3 meeting.wav",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.model == "" {
+				return usageErrorf("--model is required")
+			}
+			audio, err := os.ReadFile(args[0])
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			base, key, err := a.endpoint(f)
+			if err != nil {
+				return err
+			}
+			var body bytes.Buffer
+			mw := multipart.NewWriter(&body)
+			mw.WriteField("model", f.model)
+			if format != "" {
+				mw.WriteField("response_format", format)
+			}
+			fw, _ := mw.CreateFormFile("file", filepath.Base(args[0]))
+			fw.Write(audio)
+			mw.Close()
+			hr, _ := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/audio/transcriptions", &body)
+			hr.Header.Set("Content-Type", mw.FormDataContentType())
+			if key != "" {
+				hr.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(hr)
+			if err != nil {
+				return withExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return inferenceError(resp)
+			}
+			if format != "" && format != "json" {
+				_, err := io.Copy(a.stdout, resp.Body)
+				return err
+			}
+			var out struct{ Text string }
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				return withExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
+			}
+			fmt.Fprintln(a.stdout, out.Text)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name")
+	cmd.Flags().StringVar(&format, "format", "", "response_format: json (default: print the text), text or verbose_json")
+	return cmd
+}
+
+// ---- cosmicac agent inference
+
+func (a *app) agentInferenceCommand() *cobra.Command {
+	var (
+		configFile string
+		listen     string
+		simulated  bool
+		verbose    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "inference --config FILE",
+		Short: "Run the inference agent of a managed inference replica: the model server, probes, proxied requests",
+		Long: "The inference agent runs inside each VM of a managed inference replica. It reads its bootstrap\n" +
+			"from --config (/etc/cosmicac/agent.yaml), starts the model server (`vllm serve …` with the\n" +
+			"parallelism of the placement, or the parakeet server; --simulated runs the simulated runtime\n" +
+			"in-process), sends its output as application log records, reports the replica ready once a\n" +
+			"real probe passes, announces itself under inference/<job id> and serves the proxy's requests\n" +
+			"over the fabric. See docs/inference.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile == "" {
+				return usageErrorf("--config FILE is required")
+			}
+			cfg, err := inferagent.LoadConfig(configFile)
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			if listen != "" {
+				cfg.Listen = listen
+			}
+			if simulated {
+				cfg.Launcher = &inferagent.SimLauncher{Config: simruntime.Config{TTFT: 50 * time.Millisecond, InterTokenDelay: 20 * time.Millisecond}}
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			ag := inferagent.New(cfg, a.componentLogger(verbose))
+			// Records go to wrk-monitor when the bootstrap names one.
+			for _, p := range cfg.Peers {
+				if p.Role != inferagent.RoleMonitor {
+					continue
+				}
+				fw := joblog.NewForwarder(joblog.NodeFunc(ag.Node), p.Key, 0)
+				ag.SetLogs(fw)
+				go fw.Run(ctx)
+				break
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- ag.Run(ctx) }()
+			select {
+			case <-ag.Ready():
+				st := ag.Status()
+				fmt.Fprintf(a.stdout, "inference agent %s ready (job %s, replica %d, %s)\n", st.Key, st.JobID, st.Replica, st.Role)
+			case err := <-errc:
+				return err
+			}
+			return <-errc
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&configFile, "config", "", "the agent's YAML config (the bootstrap)")
+	fl.StringVar(&listen, "listen", "", "also listen on this fabric address (default: dial out only)")
+	fl.BoolVar(&simulated, "simulated", false, "run the simulated runtime in-process instead of the model server")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "log at info level")
+	return cmd
+}

@@ -1,0 +1,306 @@
+package inferproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+)
+
+// TestBenchInference measures the whole path (client → proxy → fabric →
+// agent → runtime) against calling the runtime directly, next to a plain
+// httputil.ReverseProxy and nginx (when installed) in front of the same
+// runtime, in interleaved rounds in one run. It prints the table of
+// docs/benchmarks.md, "Inference". Run it with
+//
+//	COSMICAC_BENCH=1 go test -run TestBenchInference -v ./internal/inferproxy/
+func TestBenchInference(t *testing.T) {
+	if os.Getenv("COSMICAC_BENCH") == "" {
+		t.Skip("set COSMICAC_BENCH=1 to run the inference benchmark")
+	}
+	rounds := envInt("COSMICAC_BENCH_ROUNDS", 5)
+	seqN := envInt("COSMICAC_BENCH_SEQ", 400)
+	parDur := time.Duration(envInt("COSMICAC_BENCH_PAR_MS", 1000)) * time.Millisecond
+	streams := envInt("COSMICAC_BENCH_STREAMS", 20)
+
+	// One runtime behind every path. The agent's runtime is the same
+	// simruntime, started by its launcher; the direct, ReverseProxy and
+	// nginx paths call that very runtime.
+	var emitted sync.Map // completion id → []time.Time
+	ttft := time.Duration(envInt("COSMICAC_BENCH_TTFT_US", 0)) * time.Microsecond
+	sim := simruntime.Config{TTFT: ttft, InterTokenDelay: 2 * time.Millisecond, OnEvent: func(id string, i int, at time.Time) {
+		v, _ := emitted.LoadOrStore(id, &eventTimes{})
+		v.(*eventTimes).add(i, at)
+	}}
+	h := newHarness(t, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1})
+	h.addJob("job-bench", "team-a", "m", cosmic.RuntimeVLLM, 1, 1, true, sim)
+	h.waitReady("job-bench", 1)
+	rt := h.agents["job-bench"][0].sim.Runtime()
+	key := h.keys["team-a"]
+
+	target, _ := url.Parse(rt.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
+	rpSrv := httptest.NewServer(rp)
+	defer rpSrv.Close()
+
+	paths := []benchPath{
+		{name: "direct (runtime)", url: rt.URL() + "/v1"},
+		{name: "httputil.ReverseProxy", url: rpSrv.URL + "/v1"},
+	}
+	if ng := startNginx(t, rt.Addr()); ng != "" {
+		paths = append(paths, benchPath{name: "nginx " + nginxVersion(), url: ng + "/v1"})
+	}
+	paths = append(paths, benchPath{name: "CosmicAC (proxy → fabric → agent)", url: h.srv.URL + Prefix, key: key})
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
+	body := []byte(`{"model":"m","prompt":"hello","max_tokens":1}`)
+	streamBody := []byte(`{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true,"max_tokens":20}`)
+	do := func(p *benchPath, path string, b []byte) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", p.url+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		if p.key != "" {
+			req.Header.Set("Authorization", "Bearer "+p.key)
+		}
+		return client.Do(req)
+	}
+	// Warm up every path (connections, pools).
+	for i := range paths {
+		for range 200 {
+			resp, err := do(&paths[i], "/completions", body)
+			if err != nil {
+				t.Fatalf("%s: %v", paths[i].name, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	for round := 0; round < rounds; round++ {
+		for i := range paths {
+			p := &paths[i]
+			// Sequential latency.
+			for range seqN {
+				t0 := time.Now()
+				resp, err := do(p, "/completions", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("%s: %s", p.name, resp.Status)
+				}
+				p.lat = append(p.lat, time.Since(t0))
+			}
+			// Throughput: 8 clients for parDur.
+			var n atomic.Int64
+			stop := time.Now().Add(parDur)
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						resp, err := do(p, "/completions", body)
+						if err != nil {
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			p.rps = append(p.rps, float64(n.Load())/parDur.Seconds())
+			// SSE: the delay from the runtime writing each event to the
+			// client reading it.
+			for range streams {
+				resp, err := do(p, "/chat/completions", streamBody)
+				if err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(resp.Body)
+				idx := 0
+				for {
+					line, err := br.ReadBytes('\n')
+					if err != nil {
+						break
+					}
+					at := time.Now()
+					if !bytes.HasPrefix(line, []byte("data: {")) {
+						continue
+					}
+					var c struct{ ID string }
+					json.Unmarshal(line[6:], &c)
+					if v, ok := emitted.Load(c.ID); ok {
+						if e, ok := v.(*eventTimes).get(idx); ok {
+							p.event = append(p.event, at.Sub(e))
+						}
+					}
+					idx++
+				}
+				resp.Body.Close()
+			}
+		}
+	}
+	direct := paths[0]
+	dp50, dp99 := pct(direct.lat, 50), pct(direct.lat, 99)
+	drps := median(direct.rps)
+	de50 := pct(direct.event, 50)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nruntime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
+	fmt.Fprintf(&b, "| path | p50 | p99 | added p50 | added p99 | req/s (8 clients) | vs direct | SSE event p50 | added per event p50 |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range paths {
+		p50, p99 := pct(p.lat, 50), pct(p.lat, 99)
+		e50 := pct(p.event, 50)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %.2f | %s | %s |\n", p.name, us(p50), us(p99), us(p50-dp50), us(p99-dp99),
+			median(p.rps), median(p.rps)/drps, us(e50), us(e50-de50))
+	}
+	t.Log(b.String())
+}
+
+type benchPath struct {
+	name, url, key string
+	lat, event     []time.Duration
+	rps            []float64
+}
+
+type eventTimes struct {
+	mu sync.Mutex
+	t  []time.Time
+}
+
+func (e *eventTimes) add(i int, at time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(e.t) <= i {
+		e.t = append(e.t, time.Time{})
+	}
+	e.t[i] = at
+}
+
+func (e *eventTimes) get(i int) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if i < len(e.t) && !e.t[i].IsZero() {
+		return e.t[i], true
+	}
+	return time.Time{}, false
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1000) }
+
+func envInt(name string, def int) int {
+	var v int
+	if _, err := fmt.Sscan(os.Getenv(name), &v); err != nil || v <= 0 {
+		return def
+	}
+	return v
+}
+
+// startNginx runs nginx (Debian's, when installed) on loopback in front of
+// upstream, with its config in a temp dir; it returns its base URL ("" when
+// nginx is not installed).
+func startNginx(t *testing.T, upstream string) string {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		t.Log("nginx not installed: skipping its path")
+		return ""
+	}
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	conf := fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 4096; }
+http {
+	access_log off;
+	client_body_temp_path %[1]s/body;
+	proxy_temp_path %[1]s/proxy;
+	fastcgi_temp_path %[1]s/fastcgi;
+	uwsgi_temp_path %[1]s/uwsgi;
+	scgi_temp_path %[1]s/scgi;
+	upstream runtime { server %[2]s; keepalive 256; }
+	server {
+		listen %[3]s;
+		location / {
+			proxy_pass http://runtime;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+		}
+	}
+}
+`, dir, upstream, addr)
+	path := filepath.Join(dir, "nginx.conf")
+	os.WriteFile(path, []byte(conf), 0o644)
+	cmd := exec.Command(bin, "-c", path, "-p", dir, "-e", filepath.Join(dir, "error.log"))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("nginx did not start")
+	return ""
+}
+
+func nginxVersion() string {
+	out, _ := exec.Command("nginx", "-v").CombinedOutput()
+	v := strings.TrimSpace(string(out))
+	if i := strings.Index(v, "nginx/"); i >= 0 {
+		return strings.Fields(v[i+6:])[0]
+	}
+	return ""
+}
