@@ -80,4 +80,8 @@ type ReplicaStatus struct {
 	State  State    `json:"state"`
 	Reason *Reason  `json:"reason,omitempty"`
 	Nodes  []string `json:"nodes,omitempty"`
+	// AgentKeys are the public keys of the replica's in-VM agents (by VMI
+	// index), as the rack's worker issued them; empty where the worker
+	// reports none (the simulated rack keeps its agents in process).
+	AgentKeys []string `json:"agentKeys,omitempty"`
 }

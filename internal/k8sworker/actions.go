@@ -197,7 +197,11 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 	}
 	graphs := make([]Graph, len(p.Reservations))
 	for i, r := range p.Reservations {
-		g, err := BuildReplica(w.cfg, p.Job, r, Bootstrap{})
+		boot, err := w.bootstrap(ctx, p.Job.ID, r)
+		if err != nil {
+			return fabricError("apply "+p.Job.ID, err)
+		}
+		g, err := BuildReplica(w.cfg, p.Job, r, boot)
 		if err != nil {
 			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: %v", p.Job.ID, err)
 		}

@@ -608,9 +608,13 @@ func buildSecret(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, count i
 	if err != nil {
 		return nil, err
 	}
+	meta := replicaMeta(cfg, job, SecretName(job.ID, replica, p.index), replica, p.index)
+	if p.index < len(boot.Agents) && boot.Agents[p.index].PublicKey != "" {
+		meta.Annotations[AnnotationAgentKey] = boot.Agents[p.index].PublicKey
+	}
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: replicaMeta(cfg, job, SecretName(job.ID, replica, p.index), replica, p.index),
+		ObjectMeta: meta,
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{UserDataKey: ud},
 	}, nil

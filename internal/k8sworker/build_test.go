@@ -37,17 +37,9 @@ func testJob(team string, s cosmic.Spec) cosmic.Job {
 	return j
 }
 
-func testBootstrap(n int) Bootstrap {
-	b := Bootstrap{Peers: []Peer{{Role: "worker", Key: testOrkKey, Addrs: []string{"10.0.0.5:7946"}}}}
-	keys := []string{testKeyA, testKeyB}
-	for i := range n {
-		b.Agents = append(b.Agents, AgentIdentity{
-			PrivateKeyPEM: fmt.Sprintf("-----BEGIN PRIVATE KEY-----\nTEST-KEY-OF-VMI-%d\n-----END PRIVATE KEY-----\n", i),
-			PublicKey:     keys[i%len(keys)],
-		})
-	}
-	return b
-}
+// testBootstrap is a bootstrap of n VMIs with deterministic (seeded)
+// agent identities and peers (agents_test.go).
+func testBootstrap(n int) Bootstrap { return seededBootstrap(n) }
 
 func multiNodeConfig() RackConfig {
 	c := DefaultRackConfig()
@@ -69,9 +61,10 @@ func buildCases() map[string]buildCase {
 	def := DefaultRackConfig()
 	return map[string]buildCase{
 		"container-1gpu": {
-			cfg: def,
-			job: testJob("ml", cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/cosmicac/ubuntu-cuda:24.04"}),
-			res: cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{3}}}},
+			cfg:  def,
+			job:  testJob("ml", cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/cosmicac/ubuntu-cuda:24.04"}),
+			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{3}}}},
+			boot: testBootstrap(1),
 		},
 		"container-8gpu": {
 			cfg: def,

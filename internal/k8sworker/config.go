@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
 // RackConfig is the configuration of one Kubernetes rack: where it is listed,
@@ -62,6 +64,20 @@ type RackConfig struct {
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty" yaml:"tolerations,omitempty"`
 	// AgentPath is the path of the cosmicac binary inside the VM images.
 	AgentPath string `json:"agentPath" yaml:"agentPath"`
+	// Peers are the platform peers each VMI's agent is told about, admits
+	// and dials: the agents' directory (role directory), the app-nodes that
+	// relay shells (app-node), the monitor (monitor). The worker adds
+	// itself (role worker) when it serves agents (ServeAgents). Their
+	// addresses must be reachable from the pod network.
+	Peers []Peer `json:"peers,omitempty" yaml:"peers,omitempty"`
+	// RequireAgent lists the job types whose replicas are running only once
+	// the agent of every VMI has reported ready (when the worker serves
+	// agents; without ServeAgents no agent can report, and VMI readiness
+	// alone decides).
+	RequireAgent []cosmic.JobType `json:"requireAgent" yaml:"requireAgent"`
+	// AgentTimeout is how long an agent may go without reporting before
+	// its last report no longer counts (agents report every 10 s).
+	AgentTimeout metav1.Duration `json:"agentTimeout" yaml:"agentTimeout"`
 }
 
 // GPUResource maps one extended resource of the nodes to a GPU model.
@@ -147,8 +163,16 @@ func DefaultRackConfig() RackConfig {
 		ImportRestartLimit: DefaultImportRestartLimit,
 		UnschedulableGrace: metav1.Duration{Duration: DefaultUnschedulableGrace},
 		AgentPath:          DefaultAgentPath,
+		RequireAgent:       []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
+		AgentTimeout:       metav1.Duration{Duration: DefaultAgentTimeout},
 	}
 }
+
+// DefaultAgentTimeout is three missed agent reports and some slack.
+const DefaultAgentTimeout = 35 * time.Second
+
+// Peer roles an agent's bootstrap may name (agent.Role*, inferagent's).
+var peerRoles = []string{"ork", "directory", "worker", "app-node", "monitor", "proxy-inference"}
 
 // ParseRackConfig reads a YAML (or JSON) config over DefaultRackConfig,
 // strictly (unknown fields are errors), and validates it.
@@ -279,6 +303,29 @@ func (c RackConfig) Validate() error {
 	}
 	if !strings.HasPrefix(c.AgentPath, "/") || strings.ContainsAny(c.AgentPath, " \t\n'\"\\") {
 		bad("agentPath", "%q: want an absolute path without spaces or quotes", c.AgentPath)
+	}
+	for i, p := range c.Peers {
+		f := fmt.Sprintf("peers[%d]", i)
+		if !slices.Contains(peerRoles, p.Role) {
+			bad(f+".role", "%q: want one of %s", p.Role, strings.Join(peerRoles, ", "))
+		}
+		if _, err := fabric.ParsePublicKey(p.Key); err != nil {
+			bad(f+".key", "%v", err)
+			continue
+		}
+		for j, a := range p.Addrs {
+			if _, _, err := fabric.ParsePeer(p.Key + "@" + a); err != nil {
+				bad(fmt.Sprintf("%s.addrs[%d]", f, j), "%q: %v", a, err)
+			}
+		}
+	}
+	for i, t := range c.RequireAgent {
+		if t != cosmic.TypeGPUContainer && t != cosmic.TypeManagedInference {
+			bad(fmt.Sprintf("requireAgent[%d]", i), "%q: want %s or %s", t, cosmic.TypeGPUContainer, cosmic.TypeManagedInference)
+		}
+	}
+	if c.AgentTimeout.Duration <= 0 {
+		bad("agentTimeout", "%s: must be positive", c.AgentTimeout.Duration)
 	}
 	return errors.Join(errs...)
 }

@@ -335,11 +335,24 @@ type decision struct {
 	promote bool                             // a replacement is done: back to run
 	current map[int]string                   // UIDs of the replica's current VMIs
 	requeue time.Duration
+	// agentGate: running waits for the replica's agents; latch is the VMI
+	// UIDs to record as agent-ready (the gate just opened).
+	agentGate bool
+	latch     []string
+	vmis      []*virtv1.VirtualMachineInstance // the current VMIs, by index
 }
 
 // status judges replica k from its observed objects (pure but for m's
-// override bookkeeping).
+// override bookkeeping), with the keys of its agents.
 func (w *Worker) status(k replicaKey, m *replicaMem, o observation, now time.Time) decision {
+	d := w.judge(k, m, o, now)
+	if !d.rep.Gone {
+		d.rep.AgentKeys = agentKeys(o)
+	}
+	return d
+}
+
+func (w *Worker) judge(k replicaKey, m *replicaMem, o observation, now time.Time) decision {
 	d := decision{current: map[int]string{}}
 	prev := cosmic.State("")
 	if m.last != nil {
@@ -426,7 +439,13 @@ func (w *Worker) status(k replicaKey, m *replicaMem, o observation, now time.Tim
 		}
 	}
 	obs := ReplicaObservation{Replica: k.replica, Nodes: nodes, DataVolumes: dvs[:len(nodes)], VMIs: vmis[:len(nodes)], Previous: prev}
-	r := ReplicaStatus(w.policy, obs, now)
+	pol := w.policy
+	pol.RequireAgent, obs.AgentReady, d.latch = w.agentGate(k, o, st, obs.VMIs, now)
+	d.agentGate, d.vmis = pol.RequireAgent, obs.VMIs
+	r := ReplicaStatus(pol, obs, now)
+	if r.State != cosmic.StateRunning {
+		d.latch = nil
+	}
 	switch {
 	case r.State == cosmic.StateFailed:
 		d.fail = r.Reason
@@ -436,7 +455,7 @@ func (w *Worker) status(k replicaKey, m *replicaMem, o observation, now time.Tim
 		d.rep = r
 	case st.Desired == desiredReplace || len(d.drift) > 0 && w.cfg.DriftPolicy == DriftRecreate:
 		obs.Replacing = true
-		d.rep = ReplicaStatus(w.policy, obs, now)
+		d.rep = ReplicaStatus(pol, obs, now)
 	default:
 		d.rep = r
 	}
@@ -504,8 +523,13 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 	now := time.Now()
 	d := w.status(k, m, o, now)
 	var errs []error
+	w.syncAgents(k, d.rep.AgentKeys, d.rep.Gone || m.deleting && o.empty())
 	if !m.deleting && d.hasSt {
 		st := d.state
+		latch := d.latch != nil && d.fail == nil && len(d.drift) == 0
+		if latch {
+			st.AgentReady = d.latch
+		}
 		switch {
 		case d.fail != nil:
 			if err := w.failReplica(ctx, k, m, st, *d.fail); err != nil {
@@ -525,6 +549,23 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 			st.Desired, st.Replacing = desiredRun, nil
 			if err := w.writeState(ctx, k, m, st); err != nil {
 				errs = append(errs, err)
+			}
+		case latch:
+			if err := w.writeState(ctx, k, m, st); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if latch {
+			w.record(k, m, now, "agent", true, "the agents of replica %d reported ready", k.replica)
+		}
+		if d.agentGate && d.rep.State == cosmic.StateRunning {
+			names, next := w.agentsSilent(k, d.vmis, now)
+			if len(names) > 0 {
+				w.record(k, m, now, "agent", false, "the agent of VMI %s has not reported for %s; replica %d stays running (its VM runs; the agent may be restarting)",
+					joinNames(names), w.cfg.AgentTimeout.Duration, k.replica)
+			}
+			if next > 0 && (d.requeue == 0 || next < d.requeue) {
+				d.requeue = next
 			}
 		}
 		for _, v := range d.remove {

@@ -92,6 +92,8 @@ func (w *Worker) recordChange(k replicaKey, m *replicaMem, prev *worker.ReplicaR
 		w.record(k, m, now, "schedule", true, "replica %d scheduled: %s", k.replica, describeScheduled(o))
 	case s == StepBoot && p > 0 && (ws != s || wp != p):
 		w.record(k, m, now, "boot", true, "replica %d: VMIs running, waiting for them to be ready", k.replica)
+	case s == StepAgent && ws != s:
+		w.record(k, m, now, "agent", true, "replica %d: VMIs ready, waiting for the agent to report ready", k.replica)
 	case rep.State == cosmic.StatePending && was.State == "":
 		w.record(k, m, now, "pending", true, "replica %d waiting for its root disk import and VMIs to be scheduled", k.replica)
 	}

@@ -56,7 +56,10 @@ type replicaState struct {
 	Reservation cosmic.Reservation
 	Replacing   []string
 	Failure     *cosmic.Reason
-	Version     int64
+	// AgentReady are the UIDs of the VMIs whose agents have reported ready
+	// (AnnotationAgentReady).
+	AgentReady []string
+	Version    int64
 }
 
 // holdsGPUs reports whether the replica runs (or is being replaced) on its
@@ -84,6 +87,9 @@ func stateOf(s *corev1.Secret) (replicaState, bool) {
 			st.Failure = &r
 		}
 	}
+	if r := a[AnnotationAgentReady]; r != "" {
+		st.AgentReady = strings.Split(r, ",")
+	}
 	st.Version, _ = strconv.ParseInt(a[AnnotationStateVersion], 10, 64)
 	return st, true
 }
@@ -98,6 +104,10 @@ func (s replicaState) annotations() map[string]*string {
 		AnnotationStateVersion: new(strconv.FormatInt(s.Version, 10)),
 		AnnotationReplacing:    nil,
 		AnnotationFailure:      nil,
+		AnnotationAgentReady:   nil,
+	}
+	if len(s.AgentReady) > 0 {
+		out[AnnotationAgentReady] = new(strings.Join(s.AgentReady, ","))
 	}
 	if len(s.Replacing) > 0 {
 		out[AnnotationReplacing] = new(strings.Join(s.Replacing, ","))

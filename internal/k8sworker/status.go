@@ -31,12 +31,14 @@ type StatusPolicy struct {
 	// UnschedulableGrace is how long a VMI may be unschedulable before its
 	// replica fails.
 	UnschedulableGrace time.Duration
-	// RequireAgent keeps a replica starting (step StepAgent) until its agent
-	// reports ready, once the in-VM agents exist (issue 7).
+	// RequireAgent keeps a replica starting (step StepAgent) until its
+	// agents report ready. A replica already running stays running (an
+	// agent going silent later does not take it back to starting).
 	RequireAgent bool
 }
 
-// StatusPolicy is the rack's status policy (agents not required yet).
+// StatusPolicy is the rack's status policy. RequireAgent is decided per
+// replica by the worker (RackConfig.RequireAgent, ServeAgents).
 func (c RackConfig) StatusPolicy() StatusPolicy {
 	return StatusPolicy{ImportRestartLimit: c.ImportRestartLimit, UnschedulableGrace: c.UnschedulableGrace.Duration}
 }
@@ -131,7 +133,7 @@ func ReplicaStatus(p StatusPolicy, o ReplicaObservation, now time.Time) worker.R
 	switch {
 	case restarting:
 		rep.State, rep.Progress = cosmic.StateRestarting, least.progress
-	case least.state == cosmic.StateRunning && p.RequireAgent && !o.AgentReady:
+	case least.state == cosmic.StateRunning && p.RequireAgent && !o.AgentReady && o.Previous != cosmic.StateRunning:
 		rep.State, rep.Progress = cosmic.StateStarting, &cosmic.Progress{Step: StepAgent}
 	case least.state == cosmic.StateRunning:
 		rep.State = cosmic.StateRunning

@@ -80,6 +80,8 @@ type Worker struct {
 
 	synced chan struct{} // closed once the informers have synced
 
+	agents *agentHub // set by ServeAgents
+
 	mu       sync.Mutex
 	replicas map[replicaKey]*replicaMem
 	dirty    map[replicaKey]dirtyReport

@@ -241,6 +241,9 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 				if len(rr.Nodes) > 0 {
 					rs.Nodes = rr.Nodes
 				}
+				if len(rr.AgentKeys) > 0 {
+					rs.AgentKeys = rr.AgentKeys
+				}
 			})
 			if rr.ExitCode != nil {
 				j.Status.ExitCode = rr.ExitCode

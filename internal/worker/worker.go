@@ -81,6 +81,11 @@ type ReplicaReport struct {
 	Progress *cosmic.Progress `json:"progress,omitempty"`
 	Nodes    []string         `json:"nodes,omitempty"`
 	ExitCode *int             `json:"exitCode,omitempty"`
+	// AgentKeys are the public keys (64 hex digits, by VMI index) of the
+	// in-VM agents the worker issued for the replica, when it issues them
+	// (the Kubernetes worker). The ork keeps them in the job's status, so an
+	// app-node can tell the agent the platform issued from any other key.
+	AgentKeys []string `json:"agentKeys,omitempty"`
 	// Gone is set once every object of the replica is deleted.
 	Gone bool `json:"gone,omitempty"`
 }

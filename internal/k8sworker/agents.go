@@ -1,0 +1,393 @@
+package k8sworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	virtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+)
+
+// The in-VM agents (issue 7, docs/shell.md). At Apply the worker gives each
+// VMI an agent identity of its own, kept on the cluster in the VMI's
+// cloud-init Secret (the private key only in the user data, the public key
+// also in AnnotationAgentKey), so a restarted worker, a restart of the
+// replica or a second Apply reuse it. The user data also names the peers
+// the agent admits and dials: RackConfig.Peers plus the worker itself.
+// The worker admits its agents' keys read-only on its fabric node while
+// their replica exists and takes their reports (agent.MethodReport,
+// inferagent.MethodReport): a replica of a job type in
+// RackConfig.RequireAgent is running only once its VMIs are Ready and
+// every VMI's agent has reported ready since the VMI was created.
+
+const (
+	// AnnotationAgentKey is on each VMI's cloud-init Secret: the public key
+	// of the agent the worker issued for that VMI.
+	AnnotationAgentKey = "cosmicac.io/agent-key"
+	// AnnotationAgentReady is on the replica's carrier: the UIDs of the
+	// VMIs whose agents have reported ready (comma-separated). Once set for
+	// the current VMIs, the gate stays open: an agent that goes silent
+	// later, or a restarted worker that has not heard from it yet, does not
+	// take a running replica back to starting.
+	AnnotationAgentReady = "cosmicac.io/agent-ready"
+)
+
+// NewAgentIdentity is id as the bootstrap carries it.
+func NewAgentIdentity(id *fabric.Identity) (AgentIdentity, error) {
+	pem, err := id.MarshalPEM()
+	if err != nil {
+		return AgentIdentity{}, err
+	}
+	return AgentIdentity{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}, nil
+}
+
+// Identity parses the key pair.
+func (a AgentIdentity) Identity() (*fabric.Identity, error) {
+	return fabric.ParseIdentityPEM([]byte(a.PrivateKeyPEM))
+}
+
+// AgentFile returns the content of AgentConfigPath in cloud-init user data
+// (what UserData wrote there).
+func AgentFile(userData []byte) ([]byte, error) {
+	var cc cloudConfig
+	if err := yaml.Unmarshal(userData, &cc); err != nil {
+		return nil, fmt.Errorf("user data: %w", err)
+	}
+	for _, f := range cc.WriteFiles {
+		if f.Path == AgentConfigPath {
+			return []byte(f.Content), nil
+		}
+	}
+	return nil, fmt.Errorf("user data has no %s", AgentConfigPath)
+}
+
+// AgentConfigOf reads the agent config back out of cloud-init user data.
+func AgentConfigOf(userData []byte) (AgentConfig, error) {
+	b, err := AgentFile(userData)
+	if err != nil {
+		return AgentConfig{}, err
+	}
+	var ac AgentConfig
+	if err := yaml.Unmarshal(b, &ac); err != nil {
+		return AgentConfig{}, fmt.Errorf("%s: %w", AgentConfigPath, err)
+	}
+	return ac, nil
+}
+
+// AgentOptions is how the worker serves its VMIs' agents.
+type AgentOptions struct {
+	// Node is the worker's fabric node: it takes the agents' reports.
+	Node *fabric.Node
+	// Allow is Node's allow-list: the agents' keys are admitted read-only
+	// while their replica has objects, then removed (and their connections
+	// revoked).
+	Allow *fabric.AllowList
+	// Addrs are where the agents reach the worker, from the pod network
+	// (default: Node.Addr()).
+	Addrs []string
+	// OnAgents, if set, is called with the keys of a replica's agents (by
+	// VMI index) when they become known or change, and with nil once the
+	// replica is gone, so that whoever runs the worker admits them where
+	// agents need them (the agents' directory with full access, the
+	// app-node read-only). It must not block.
+	OnAgents func(jobID string, replica int, keys []fabric.PublicKey)
+}
+
+// agentSlot is one VMI's agent.
+type agentSlot struct {
+	replicaKey
+	vmi int
+}
+
+type agentSeen struct {
+	ready bool
+	at    time.Time
+}
+
+// agentHub is the worker's side of its agents.
+type agentHub struct {
+	opts    AgentOptions
+	self    Peer
+	started time.Time
+
+	mu        sync.Mutex
+	slots     map[fabric.PublicKey]agentSlot    // admitted keys
+	byReplica map[replicaKey][]fabric.PublicKey // by VMI index
+	seen      map[agentSlot]agentSeen           // last report of each agent
+	silent    map[agentSlot]bool                // recorded silent
+}
+
+// ServeAgents makes the worker serve its VMIs' agents on o.Node: it admits
+// their keys on o.Allow, takes their reports, tells them its key and
+// address (role worker) in their bootstrap, and gates running on their
+// readiness for the job types in RackConfig.RequireAgent. Call it before
+// Run.
+func (w *Worker) ServeAgents(o AgentOptions) error {
+	if o.Node == nil || o.Allow == nil {
+		return errors.New("k8sworker: ServeAgents needs the worker's fabric node and its allow-list")
+	}
+	addrs := o.Addrs
+	if len(addrs) == 0 && o.Node.Addr() != "" {
+		addrs = []string{o.Node.Addr()}
+	}
+	h := &agentHub{opts: o, started: time.Now(),
+		self:  Peer{Role: agent.RoleWorker, Key: o.Node.PublicKey().String(), Addrs: addrs},
+		slots: map[fabric.PublicKey]agentSlot{}, byReplica: map[replicaKey][]fabric.PublicKey{},
+		seen: map[agentSlot]agentSeen{}, silent: map[agentSlot]bool{}}
+	handle := func(_ context.Context, peer fabric.PublicKey, r agentReport) (struct{}, error) {
+		w.onAgentReport(peer, r)
+		return struct{}{}, nil
+	}
+	// Agents are admitted read-only: their reports are read-only methods.
+	fabric.HandleFunc(o.Node, agent.MethodReport, handle, fabric.ReadOnly())
+	fabric.HandleFunc(o.Node, inferagent.MethodReport, handle, fabric.ReadOnly())
+	w.agents = h
+	return nil
+}
+
+// agentReport is what the worker reads of agent.Status and
+// inferagent.Status (the same fields).
+type agentReport struct {
+	JobID    string `json:"jobId"`
+	Replica  int    `json:"replica"`
+	VMIIndex int    `json:"vmiIndex"`
+	Ready    bool   `json:"ready"`
+}
+
+// onAgentReport takes one report. An agent speaks only for its own VMI:
+// a report naming another slot than the one its key was issued for is
+// dropped.
+func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentReport) {
+	h := w.agents
+	h.mu.Lock()
+	slot, ok := h.slots[peer]
+	if !ok || slot.job != r.JobID || slot.replica != r.Replica || slot.vmi != r.VMIIndex {
+		h.mu.Unlock()
+		w.log.Warn("agent report for another VMI dropped", "agent", peer.Short(), "job_id", r.JobID, "replica", r.Replica, "vmi_index", r.VMIIndex)
+		return
+	}
+	prev, had := h.seen[slot]
+	h.seen[slot] = agentSeen{ready: r.Ready, at: time.Now()}
+	back := h.silent[slot]
+	delete(h.silent, slot)
+	h.mu.Unlock()
+	if back {
+		m := w.mem(slot.replicaKey)
+		w.record(slot.replicaKey, m, time.Now(), "agent", true, "the agent of VMI %s reports again", VMIName(slot.job, slot.replica, slot.vmi))
+	}
+	if !had || prev.ready != r.Ready || back {
+		w.queue.Add(slot.replicaKey)
+	}
+}
+
+// peers are the bootstrap's peers: the rack's, then the worker itself.
+func (w *Worker) peers() []Peer {
+	out := slices.Clone(w.cfg.Peers)
+	if w.agents != nil {
+		out = append(out, w.agents.self)
+	}
+	return out
+}
+
+// bootstrap is the Bootstrap of replica r of job: the identity of each
+// VMI's agent (the one on its Secret when there is one, else a new one)
+// and the peers.
+func (w *Worker) bootstrap(ctx context.Context, jobID string, r cosmic.Reservation) (Bootstrap, error) {
+	b := Bootstrap{Peers: w.peers()}
+	for i := range r.Nodes {
+		var s corev1.Secret
+		err := w.c.Get(ctx, client.ObjectKey{Namespace: w.cfg.Namespace, Name: SecretName(jobID, r.Replica, i)}, &s)
+		switch {
+		case err == nil:
+			if ac, err := AgentConfigOf(s.Data[UserDataKey]); err == nil && ac.Identity != nil {
+				if _, err := ac.Identity.Identity(); err == nil {
+					b.Agents = append(b.Agents, *ac.Identity)
+					continue
+				}
+			}
+			w.log.Warn("cloud-init Secret holds no usable agent identity: issuing a new one", "secret", s.Name)
+		case !apierrors.IsNotFound(err):
+			return Bootstrap{}, err
+		}
+		id, err := fabric.GenerateIdentity()
+		if err != nil {
+			return Bootstrap{}, err
+		}
+		ai, err := NewAgentIdentity(id)
+		if err != nil {
+			return Bootstrap{}, err
+		}
+		b.Agents = append(b.Agents, ai)
+	}
+	return b, nil
+}
+
+// agentKeys are the public keys on a replica's Secrets, by VMI index.
+func agentKeys(o observation) []string {
+	var out []string
+	for i := range o.secrets {
+		s := &o.secrets[i]
+		n := vmiIndex(s)
+		k := s.Annotations[AnnotationAgentKey]
+		if n < 0 || k == "" || s.DeletionTimestamp != nil {
+			continue
+		}
+		for len(out) <= n {
+			out = append(out, "")
+		}
+		out[n] = k
+	}
+	return out
+}
+
+// syncAgents admits the keys of replica k's agents (from its Secrets) and
+// takes off those of a replica that is gone.
+func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
+	h := w.agents
+	if h == nil {
+		return
+	}
+	var want []fabric.PublicKey
+	if !gone {
+		for _, s := range keys {
+			pk, err := fabric.ParsePublicKey(s)
+			if err != nil {
+				continue
+			}
+			want = append(want, pk)
+		}
+	}
+	h.mu.Lock()
+	have := h.byReplica[k]
+	if slices.Equal(have, want) {
+		h.mu.Unlock()
+		return
+	}
+	var removed []fabric.PublicKey
+	for _, pk := range have {
+		if !slices.Contains(want, pk) {
+			removed = append(removed, pk)
+			delete(h.slots, pk)
+		}
+	}
+	for i, pk := range want {
+		h.slots[pk] = agentSlot{replicaKey: k, vmi: i}
+	}
+	if len(want) == 0 {
+		delete(h.byReplica, k)
+		for s := range h.seen {
+			if s.replicaKey == k {
+				delete(h.seen, s)
+				delete(h.silent, s)
+			}
+		}
+	} else {
+		h.byReplica[k] = want
+	}
+	h.mu.Unlock()
+	h.opts.Allow.AllowReadOnly(want...)
+	h.opts.Allow.Remove(removed...)
+	for _, pk := range removed {
+		h.opts.Node.Revoke(pk)
+	}
+	if h.opts.OnAgents != nil {
+		h.opts.OnAgents(k.job, k.replica, want)
+	}
+}
+
+// jobTypeOf is the replica's job type from its root (or carrier).
+func jobTypeOf(o observation) cosmic.JobType {
+	if o.root != nil && o.root.Data["type"] != "" {
+		return cosmic.JobType(o.root.Data["type"])
+	}
+	return ""
+}
+
+// agentGate says whether replica k needs its agents to run and whether
+// they are ready: every VMI's agent is recorded ready on the carrier
+// (st.AgentReady holds its UID), or has reported ready since its VMI was
+// created, within AgentTimeout. latch is the UIDs to record when the gate
+// opened from reports.
+func (w *Worker) agentGate(k replicaKey, o observation, st replicaState, vmis []*virtv1.VirtualMachineInstance, now time.Time) (required, ready bool, latch []string) {
+	h := w.agents
+	if h == nil || !slices.Contains(w.cfg.RequireAgent, jobTypeOf(o)) || len(agentKeys(o)) == 0 {
+		// Not required, or the VMIs were built without agents.
+		return false, true, nil
+	}
+	latched := setOf(st.AgentReady)
+	ready, fresh := len(vmis) > 0, false
+	var uids []string
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, v := range vmis {
+		if v == nil {
+			ready = false
+			continue
+		}
+		uids = append(uids, string(v.UID))
+		if latched[string(v.UID)] {
+			continue
+		}
+		s, ok := h.seen[agentSlot{replicaKey: k, vmi: i}]
+		if ok && s.ready && !s.at.Before(v.CreationTimestamp.Time) && now.Sub(s.at) <= w.cfg.AgentTimeout.Duration {
+			fresh = true
+			continue
+		}
+		ready = false
+	}
+	if ready && fresh {
+		latch = uids
+	}
+	return true, ready, latch
+}
+
+// agentsSilent lists the VMIs of a running replica whose agents have not
+// reported for AgentTimeout and were not recorded silent yet (marking
+// them), and when to look again.
+func (w *Worker) agentsSilent(k replicaKey, vmis []*virtv1.VirtualMachineInstance, now time.Time) ([]string, time.Duration) {
+	h := w.agents
+	if h == nil {
+		return nil, 0
+	}
+	timeout := w.cfg.AgentTimeout.Duration
+	var names []string
+	var next time.Duration
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, v := range vmis {
+		if v == nil {
+			continue
+		}
+		slot := agentSlot{replicaKey: k, vmi: i}
+		last := h.started
+		if s, ok := h.seen[slot]; ok && s.at.After(last) {
+			last = s.at
+		}
+		if left := timeout - now.Sub(last); left > 0 {
+			if next == 0 || left < next {
+				next = left + 50*time.Millisecond
+			}
+			continue
+		}
+		if !h.silent[slot] {
+			h.silent[slot] = true
+			names = append(names, v.Name)
+		}
+	}
+	return names, next
+}
+
+func joinNames(names []string) string { return strings.Join(names, ", ") }
