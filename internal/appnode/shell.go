@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,9 +136,50 @@ type FabricShells struct {
 	Verify func(jobID string, replica int, key fabric.PublicKey) bool
 }
 
+// JobAgentKey reports whether key is one the rack's worker issued for the
+// job's replica, as the job's status lists them
+// (cosmic.ReplicaStatus.AgentKeys, which the Kubernetes worker reports and
+// the ork keeps). A replica whose status lists no key has none.
+func JobAgentKey(job cosmic.Job, replica int, key fabric.PublicKey) bool {
+	for _, rs := range job.Status.Replicas {
+		if rs.Index == replica {
+			return slices.Contains(rs.AgentKeys, key.String())
+		}
+	}
+	return false
+}
+
+// hasAgentKeys reports whether the job's status lists agent keys for the
+// replica.
+func hasAgentKeys(job cosmic.Job, replica int) bool {
+	for _, rs := range job.Status.Replicas {
+		if rs.Index == replica {
+			return len(rs.AgentKeys) > 0
+		}
+	}
+	return false
+}
+
 // Find returns the key of the agent of the job's replica: among the live
 // announcements, one connected to Node first, then the freshest.
 func (f FabricShells) Find(ctx context.Context, jobID string, replica int) (fabric.PublicKey, error) {
+	return f.find(ctx, jobID, replica, f.Verify)
+}
+
+// findFor is Find for a job whose status is known: when the status lists
+// the replica's agent keys (a worker that issues them), an announcement
+// by any other key is ignored too, Verify or not.
+func (f FabricShells) findFor(ctx context.Context, job cosmic.Job, replica int) (fabric.PublicKey, error) {
+	verify := f.Verify
+	if hasAgentKeys(job, replica) {
+		verify = func(jobID string, replica int, key fabric.PublicKey) bool {
+			return JobAgentKey(job, replica, key) && (f.Verify == nil || f.Verify(jobID, replica, key))
+		}
+	}
+	return f.find(ctx, job.ID, replica, verify)
+}
+
+func (f FabricShells) find(ctx context.Context, jobID string, replica int, verify func(string, int, fabric.PublicKey) bool) (fabric.PublicKey, error) {
 	peers, err := f.Node.Lookup(ctx, agent.Topic(jobID), f.Directories...)
 	if err != nil {
 		return fabric.PublicKey{}, fabric.Errorf(fabric.CodeUnavailable, "look up the agent of job %s: %v", jobID, err)
@@ -153,7 +195,7 @@ func (f FabricShells) Find(ctx context.Context, jobID string, replica int) (fabr
 		if json.Unmarshal(p.Meta, &meta) != nil || meta.JobID != jobID || meta.Replica != replica {
 			continue
 		}
-		if f.Verify != nil && !f.Verify(jobID, replica, p.Key) {
+		if verify != nil && !verify(jobID, replica, p.Key) {
 			continue
 		}
 		connected := f.Node.Connected(p.Key)
@@ -169,7 +211,7 @@ func (f FabricShells) Find(ctx context.Context, jobID string, replica int) (fabr
 
 // DialShell implements Shells.
 func (f FabricShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
-	key, err := f.Find(ctx, job.ID, replica)
+	key, err := f.findFor(ctx, job, replica)
 	if err != nil {
 		return nil, shellproto.OpenReply{}, err
 	}
@@ -178,7 +220,7 @@ func (f FabricShells) DialShell(ctx context.Context, job cosmic.Job, replica int
 
 // DialTCP implements Shells.
 func (f FabricShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error) {
-	key, err := f.Find(ctx, job.ID, replica)
+	key, err := f.findFor(ctx, job, replica)
 	if err != nil {
 		return nil, err
 	}

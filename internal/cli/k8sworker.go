@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
@@ -33,6 +34,41 @@ type k8sFileConfig struct {
 	RackConfig     string `json:"rackConfig,omitempty"`
 	Rack           string `json:"rack,omitempty"`
 	Location       string `json:"location,omitempty"`
+	// The agents' peers (docs/k8s-worker.md, "Agents"): KEY@HOST:PORT each,
+	// reachable from the pod network.
+	Directory []string `json:"directory,omitempty"`
+	AppNode   []string `json:"appNode,omitempty"`
+	// AgentAddr is where the VMIs' agents reach this worker (default: the
+	// address it listens on).
+	AgentAddr []string `json:"agentAddr,omitempty"`
+}
+
+// agentPeers turns the --directory, --app-node and --monitor flags into the
+// peers of the agents' bootstrap.
+func (c k8sFileConfig) agentPeers() ([]k8sworker.Peer, error) {
+	var out []k8sworker.Peer
+	add := func(flag, role string, vals ...string) error {
+		for _, v := range vals {
+			k, addrs, err := parsePeerFlag(flag, v)
+			if err != nil {
+				return err
+			}
+			out = append(out, k8sworker.Peer{Role: role, Key: k.String(), Addrs: addrs})
+		}
+		return nil
+	}
+	if err := add("directory", agent.RoleDirectory, c.Directory...); err != nil {
+		return nil, err
+	}
+	if err := add("app-node", agent.RoleAppNode, c.AppNode...); err != nil {
+		return nil, err
+	}
+	if c.Monitor != "" {
+		if err := add("monitor", agent.RoleMonitor, c.Monitor); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // loadRackConfig reads the rack config file (or takes the defaults), puts
@@ -98,6 +134,14 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			peers, err := cfg.agentPeers()
+			if err != nil {
+				return err
+			}
+			rack.Peers = append(rack.Peers, peers...)
+			if err := rack.Validate(); err != nil {
+				return usageErrorf("rack config: %v", err)
+			}
 			restCfg, err := loadKubeconfig(cfg.Kubeconfig)
 			if err != nil {
 				return err
@@ -115,7 +159,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			}
 			log := a.componentLogger(cfg.Verbose)
 			ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-			n, _, err := cfg.node("wrk-server-k8s-nvidia", log, orkKey)
+			n, allow, err := cfg.node("wrk-server-k8s-nvidia", log, orkKey)
 			if err != nil {
 				return err
 			}
@@ -133,6 +177,9 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
+			if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Allow: allow, Addrs: cfg.AgentAddr}); err != nil {
+				return err
+			}
 			worker.Serve(n, w)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "rack %s (%s) on %s, namespace %s\n", rack.Rack, rack.Location, restCfg.Host, rack.Namespace)
@@ -148,10 +195,13 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
-	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to: KEY@HOST:PORT")
+	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to (also given to the VMIs' agents): KEY@HOST:PORT")
 	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (default: the in-cluster config)")
 	f.StringVar(&cfg.RackConfig, "rack-config", "", "the rack config, YAML (default: the defaults of docs/k8s-worker.md)")
 	f.StringVar(&cfg.Rack, "rack", "", "the rack's ID (overrides the rack config's)")
 	f.StringVar(&cfg.Location, "location", "", "the rack's location (overrides the rack config's)")
+	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory, where the VMIs' agents announce themselves: KEY@HOST:PORT reachable from the pods (repeatable)")
+	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMIs' agents: KEY@HOST:PORT reachable from the pods (repeatable)")
+	f.StringSliceVar(&cfg.AgentAddr, "agent-addr", nil, "HOST:PORT at which the VMIs' agents reach this worker (default: --listen's address, which must then be routable from the pods)")
 	return cmd
 }

@@ -110,6 +110,7 @@ func (a *app) upCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where state is kept (default $XDG_DATA_HOME/cosmicac or ~/.local/share/cosmicac)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the HTTP API's address")
+	f.StringVar(&cfg.FabricHost, "fabric-host", cfg.FabricHost, "the host (an IP) every component's fabric node listens on; with --kubeconfig the VMIs' agents dial it, so it must be reachable from the pods (the default loopback is only good for tests)")
 	f.StringVar(&cfg.Sim.Location, "sim-location", cfg.Sim.Location, "the simulated rack's location")
 	f.StringVar(&cfg.Sim.Rack, "sim-rack", cfg.Sim.Rack, "the simulated rack's ID")
 	f.IntVar(&cfg.Sim.Nodes, "sim-nodes", cfg.Sim.Nodes, "nodes of the simulated rack")

@@ -3,6 +3,8 @@ package cosmictest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
@@ -80,7 +83,53 @@ func TestUpWithKubeconfig(t *testing.T) {
 		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
 		return c.Update(ctx, &v)
 	})
-	e.WaitState(j.ID, cosmic.StateRunning)
+	// The VMI is Ready but its agent has not reported: still starting.
+	time.Sleep(300 * time.Millisecond)
+	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateStarting {
+		t.Fatalf("before its agent reported: %+v, %v", got.Status, err)
+	}
+	// Play the VM: run the agent from the Secret's agent.yaml. It dials the
+	// worker, the agents' directory and the app-node; the job runs, and a
+	// shell reaches it through the app-node (which accepts only the key the
+	// job's status lists).
+	var sec corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: k8sworker.SecretName(j.ID, 0, 0)}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	file, err := k8sworker.AgentFile(sec.Data[k8sworker.UserDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acfg, err := agent.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg.WorkDir = t.TempDir()
+	actx, acancel := context.WithCancel(ctx)
+	adone := make(chan error, 1)
+	go func() { adone <- agent.New(acfg, nil).Run(actx) }()
+	defer func() { acancel(); <-adone }()
+	j = e.WaitState(j.ID, cosmic.StateRunning)
+	if keys := j.Status.Replicas[0].AgentKeys; len(keys) != 1 || keys[0] != acfg.Identity.PublicKey().String() {
+		t.Fatalf("agent keys in the job's status %v, want the agent's %s", keys, acfg.Identity.PublicKey())
+	}
+	tok, err := e.P.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	var out string
+	eventually(t, "a shell in the job", func() error {
+		code, out, _, err = e.shell(tok, j.ID, "", "echo", "hi from the VM")
+		return err
+	})
+	if code != 0 || out != "hi from the VM\n" {
+		t.Fatalf("shell: code %d, out %q", code, out)
+	}
 
 	// Deleting the job removes its objects from the cluster.
 	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
