@@ -132,6 +132,9 @@ const (
 	OpListRacks      = "listRacks"
 	OpRegisterRack   = "registerRack"
 	OpRemoveRack     = "removeRack"
+	OpCreateAPIKey   = "createAPIKey"
+	OpListAPIKeys    = "listAPIKeys"
+	OpRevokeAPIKey   = "revokeAPIKey"
 	OpWhoAmI         = "whoAmI"
 	OpOpenAPI        = "openAPI"
 	OpHealth         = "health"
@@ -269,6 +272,18 @@ func Routes() []Route {
 			Params: []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "Rack ID"},
 				force("Remove even if jobs hold GPUs on the rack")},
 			Status: http.StatusNoContent, Errors: []int{http.StatusConflict}},
+		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Access: Write,
+			Summary: "Create an inference API key",
+			Description: "Makes a key of the caller's team (another team: admins only) for the OpenAI-compatible API at /inference/v1. " +
+				"The answer carries the secret (key) this once; only its hash is kept.",
+			Request: CreateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusCreated},
+		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Access: Read,
+			Summary: "List the caller's team's inference API keys (never their secrets)", Response: APIKeyList{}, Status: http.StatusOK},
+		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Access: Write,
+			Summary:     "Revoke an inference API key",
+			Description: "The key stops working within 10 s (proxy-inference caches lookups that long). Another team's key is not found (admins: any).",
+			Params:      []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
+			Status:      http.StatusNoContent},
 		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Access: Read,
 			Summary: "The caller's user, team and role", Response: WhoAmI{}, Status: http.StatusOK},
 		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Access: Public,

@@ -145,3 +145,35 @@ type ShellRequest struct {
 	Term string   `json:"term,omitempty"`
 	Env  []string `json:"env,omitempty"`
 }
+
+// APIKey is an inference API key as the API lists it (never its secret):
+// it belongs to a team and reaches that team's models at /inference/v1
+// (docs/inference.md, "API keys").
+type APIKey struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Team      string    `json:"team"`
+	CreatedBy string    `json:"createdBy"`
+	Prefix    string    `json:"prefix"` // the start of the secret, to recognise it
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// CreateAPIKey is the body of POST /api/v1/api-keys. Team defaults to the
+// caller's; only admins may name another.
+type CreateAPIKey struct {
+	Name string `json:"name"`
+	Team string `json:"team,omitempty"`
+}
+
+// CreatedAPIKey is the answer of POST /api/v1/api-keys: the key and its
+// secret, which is shown this once.
+type CreatedAPIKey struct {
+	APIKey
+	Key string `json:"key"`
+}
+
+// APIKeyList is the answer of GET /api/v1/api-keys.
+type APIKeyList struct {
+	Items []APIKey `json:"items"`
+	Total int      `json:"total"`
+}

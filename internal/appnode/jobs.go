@@ -109,7 +109,13 @@ func (s *Server) visibleJob(r *http.Request, c *caller) (cosmic.Job, error) {
 }
 
 func (s *Server) getJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
-	return s.visibleJob(r, c)
+	j, err := s.visibleJob(r, c)
+	if err != nil {
+		return nil, err
+	}
+	js := []cosmic.Job{j}
+	s.annotateModelHealth(r, js)
+	return js[0], nil
 }
 
 func (s *Server) listJobs(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
@@ -130,6 +136,7 @@ func (s *Server) listJobs(_ http.ResponseWriter, r *http.Request, c *caller) (an
 	if items == nil {
 		items = []cosmic.Job{}
 	}
+	s.annotateModelHealth(r, items)
 	return apiv1.JobList{Items: items, Total: rep.Total, Page: page, Size: p.Size}, nil
 }
 

@@ -49,6 +49,10 @@ type Server struct {
 	mux     *http.ServeMux
 	obs     Observer
 	shells  Shells
+	// apiKeys keeps the inference API keys (SetAPIKeys); modelHealth
+	// annotates inference jobs (SetModelHealth).
+	apiKeys     APIKeyStore
+	modelHealth ModelHealthSource
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -118,6 +122,9 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpListRacks:      s.listRacks,
 		apiv1.OpRegisterRack:   s.registerRack,
 		apiv1.OpRemoveRack:     s.removeRack,
+		apiv1.OpCreateAPIKey:   s.createAPIKey,
+		apiv1.OpListAPIKeys:    s.listAPIKeys,
+		apiv1.OpRevokeAPIKey:   s.revokeAPIKey,
 		apiv1.OpWhoAmI:         s.whoAmI,
 		apiv1.OpOpenAPI:        s.openAPI,
 		apiv1.OpHealth:         s.health,

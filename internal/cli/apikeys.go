@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
 func init() { register((*app).apiKeysCommand) }
@@ -83,9 +83,9 @@ func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			if keys == nil {
-				keys = []client.APIKey{}
+				keys = []apiv1.APIKey{}
 			}
-			if ok, err := out.structured(a.stdout, client.APIKeyList{Items: keys, Total: len(keys)}); ok {
+			if ok, err := out.structured(a.stdout, apiv1.APIKeyList{Items: keys, Total: len(keys)}); ok {
 				return err
 			}
 			if len(keys) == 0 {

@@ -289,6 +289,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
+			s.SetAPIKeys(st) // its database keeps the inference API keys too
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
 			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
 // TestInferenceAndAPIKeyCommands runs the inference and api-keys commands
@@ -52,13 +52,13 @@ func TestInferenceAndAPIKeyCommands(t *testing.T) {
 		fmt.Fprintf(w, `{"text":"%d bytes heard"}`, len(b))
 	})
 	mux.HandleFunc("POST /api/v1/api-keys", func(w http.ResponseWriter, r *http.Request) {
-		var req client.CreateAPIKeyRequest
+		var req apiv1.CreateAPIKey
 		json.NewDecoder(r.Body).Decode(&req)
 		w.WriteHeader(201)
-		json.NewEncoder(w).Encode(client.CreatedAPIKey{APIKey: client.APIKey{ID: "key_1", Name: req.Name, Team: "default", Prefix: "sk-cac-abcd", CreatedAt: time.Now()}, Key: "sk-cac-secret"})
+		json.NewEncoder(w).Encode(apiv1.CreatedAPIKey{APIKey: apiv1.APIKey{ID: "key_1", Name: req.Name, Team: "default", Prefix: "sk-cac-abcd", CreatedAt: time.Now()}, Key: "sk-cac-secret"})
 	})
 	mux.HandleFunc("GET /api/v1/api-keys", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(client.APIKeyList{Items: []client.APIKey{{ID: "key_1", Name: "ci", Team: "default", Prefix: "sk-cac-abcd"}}, Total: 1})
+		json.NewEncoder(w).Encode(apiv1.APIKeyList{Items: []apiv1.APIKey{{ID: "key_1", Name: "ci", Team: "default", Prefix: "sk-cac-abcd"}}, Total: 1})
 	})
 	mux.HandleFunc("DELETE /api/v1/api-keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if r.PathValue("id") != "key_1" {

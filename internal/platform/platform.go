@@ -25,12 +25,15 @@ import (
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
@@ -51,6 +54,10 @@ type Config struct {
 	Kube *KubeConfig
 	// Ork tunes the ork.
 	Ork ork.Config
+	// SimRuntime is the simulated runtime of the simulated rack's
+	// inference agents (time to first token, faults, …); zero takes
+	// platform.SimRuntime.
+	SimRuntime simruntime.Config
 	// Monitor tunes wrk-monitor (Loki forwarding, buffers); its spool lives
 	// under DataDir/wrk-monitor unless set.
 	Monitor monitor.Config
@@ -89,10 +96,14 @@ type Platform struct {
 	// DirectoryNode hosts the directory the instance agents announce
 	// themselves in (agent.Topic); the app-node looks them up there.
 	DirectoryNode *fabric.Node
-	Logs          *joblog.Ring
-	Monitor       *monitor.Monitor
-	MonitorNode   *fabric.Node
-	LogFwd        *joblog.Forwarder
+	// ProxyNode is proxy-inference's fabric node; Proxy serves
+	// /inference/v1 on the platform's HTTP server (docs/inference.md).
+	ProxyNode   *fabric.Node
+	Proxy       *inferproxy.Proxy
+	Logs        *joblog.Ring
+	Monitor     *monitor.Monitor
+	MonitorNode *fabric.Node
+	LogFwd      *joblog.Forwarder
 	// Metrics holds the in-process components' metrics, served at /metrics
 	// (the monitor's own are at /monitor/metrics).
 	Metrics   *prometheus.Registry
@@ -100,6 +111,7 @@ type Platform struct {
 	TokenFile string // the bootstrap admin token's file
 	http      *http.Server
 	agents    *simAgents
+	inference *simInference
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -209,6 +221,26 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	fabric.NewDirectory(nil).Register(p.DirectoryNode)
 	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 
+	// proxy-inference: finds the inference agents in the agents' directory
+	// (read-only there: lookups) and the models in the ork's job list
+	// (read-only there: listJobs); any key may connect read-only (the
+	// agents dial it; it trusts them because the directory lists them).
+	proxyID, err := identity(cfg.DataDir, "proxy-inference")
+	if err != nil {
+		return nil, err
+	}
+	if p.ProxyNode, err = fabric.New(fabric.Config{Component: "proxy-inference", Identity: proxyID, Listen: listen,
+		Policy: inferproxy.AgentPolicy(cfg.OperatorKeys...), Logger: log}); err != nil {
+		return nil, err
+	}
+	dirAllow.AllowReadOnly(proxyID.PublicKey())
+	orkAllow.AllowReadOnly(proxyID.PublicKey())
+	p.ProxyNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
+	p.ProxyNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	p.Proxy = inferproxy.New(inferproxy.Config{}, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
+		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, log.With("component", "proxy-inference"))
+	p.Proxy.Serve(p.ProxyNode)
+
 	// The simulated rack's worker: admits the ork and the operator.
 	simAllow := fabric.NewAllowList(orkID.PublicKey())
 	simAllow.Allow(cfg.OperatorKeys...)
@@ -220,6 +252,10 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		// process, so they are only logged.
 		fabric.HandleFunc(n, agent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st agent.Status) (struct{}, error) {
 			simLog.Debug("agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "ready", st.Ready, "sessions", len(st.Sessions))
+			return struct{}{}, nil
+		}, fabric.ReadOnly())
+		fabric.HandleFunc(n, inferagent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st inferagent.Status) (struct{}, error) {
+			simLog.Debug("inference agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
 			return struct{}{}, nil
 		}, fabric.ReadOnly())
 		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
@@ -251,6 +287,21 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		keys:     map[agentSlot]fabric.PublicKey{},
 	}
 	p.Sim.SetAgents(p.agents)
+	// The inference agents of managed-inference replicas, one per VMI,
+	// each with the simulated runtime.
+	p.inference = &simInference{
+		log: log.With("component", inferagent.Component), logs: jobLogs, runtime: cfg.simRuntime(),
+		peers: []inferagent.Peer{
+			{Role: inferagent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
+			{Role: inferagent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
+			{Role: inferagent.RoleWorkerKey, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
+		},
+		full:     []*fabric.AllowList{dirAllow},
+		readOnly: []*fabric.AllowList{simAllow},
+		nodes:    func() []*fabric.Node { return []*fabric.Node{p.DirectoryNode, p.ProxyNode, p.SimLink.Node()} },
+		agents:   map[string][]*inferagent.Agent{},
+	}
+	p.Sim.SetInference(p.inference)
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
 
 	if cfg.Kube != nil {
@@ -278,6 +329,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()}, Verify: p.agents.Verify})
+	api.SetAPIKeys(p.Store)
+	api.SetModelHealth(proxyHealth{p.Proxy})
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd))
@@ -293,6 +346,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	mux.Handle("/monitor/metrics", p.Monitor.MetricsHandler())
 	mux.Handle("/metrics", metrics.Handler(p.Metrics))
 	mux.Handle("/monitor/", p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler()))))
+	mux.Handle("/inference/", p.Proxy.Handler())
 	mux.Handle("/", api.Handler())
 	p.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second} // no write timeout: SSE streams
 	p.http.RegisterOnShutdown(p.Monitor.CloseStreams)
@@ -352,7 +406,13 @@ func (p *Platform) Close() error {
 	if p.agents != nil {
 		p.agents.Wait()
 	}
-	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode, p.KubeNode} {
+	if p.inference != nil {
+		p.inference.Wait()
+	}
+	if p.Proxy != nil {
+		p.Proxy.Close()
+	}
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode, p.ProxyNode, p.KubeNode} {
 		if n != nil {
 			n.Close()
 		}

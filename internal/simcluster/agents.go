@@ -33,11 +33,53 @@ type CommandOutcome struct {
 	ExitCode *int
 }
 
+// InferenceRunner starts the inference agents of a managed-inference
+// replica when its VMIs boot, one per VMI, as cloud-init starts `cosmicac
+// agent inference` in each. The platform provides it (internal/platform).
+//
+// StartInference must not block. The handle's Ready is closed once the
+// replica's head agent is ready (its runtime answered a real probe): the
+// replica is reported running only then. Done delivers a failure of the
+// agents (never a normal end); Stop ends them gracefully (they withdraw
+// their announcements) and is called when the VMIs go away (kill,
+// restart, delete); Crash, if set, ends them as dying VMIs would (no
+// withdrawal, connections cut) and is called by the simCrash fault before
+// the replica fails.
+type InferenceRunner interface {
+	StartInference(ctx context.Context, job cosmic.Job, replica int, vmis []VMI) AgentHandle
+}
+
+// VMI is one of a replica's VMIs as an InferenceRunner sees it: its name
+// (its DNS name in the replica), its node and its GPUs there.
+type VMI struct {
+	Name string
+	Node string
+	GPUs []int
+}
+
+// AgentHandle is what an InferenceRunner returns for a replica's agents.
+type AgentHandle struct {
+	Ready <-chan struct{}
+	Done  <-chan CommandOutcome
+	Stop  func()
+	Crash func()
+}
+
+// SetInference hands the cluster the runner of managed-inference
+// replicas' agents. Without one, those replicas are running once their
+// VMIs boot. Call it before Run.
+func (c *Cluster) SetInference(r InferenceRunner) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inference = r
+}
+
 // agentRun is a replica's running agent.
 type agentRun struct {
 	gen     uint64
 	ready   <-chan struct{}
 	stop    func()
+	crash   func() // nil: stop
 	isReady bool
 	waiting bool // the "waiting for the agent" record was written
 }
@@ -51,22 +93,34 @@ func (c *Cluster) SetAgents(a AgentRunner) {
 	c.agents = a
 }
 
-// startAgent starts r's agent, if the cluster has a runner and the job is a
-// gpu-container job.
+// startAgent starts r's agent, if the cluster has a runner for the job's
+// type: the instance agent of a gpu-container replica, the inference
+// agents (one per VMI) of a managed-inference replica.
 func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	c.stopAgent(r)
-	if c.agents == nil || j.job.Spec.Type != cosmic.TypeGPUContainer {
-		return
-	}
 	ctx := c.runCtx
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	var h AgentHandle
+	switch {
+	case c.agents != nil && j.job.Spec.Type == cosmic.TypeGPUContainer:
+		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica)
+		c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
+	case c.inference != nil && j.job.Spec.Type == cosmic.TypeManagedInference:
+		vmis := make([]VMI, len(r.vmis))
+		for i, v := range r.vmis {
+			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...)}
+		}
+		h = c.inference.StartInference(ctx, j.job, r.key.replica, vmis)
+		c.record(r, now, "agent", true, "inference agents of replica %d started in %s", r.key.replica, describeVMIs(r.vmis))
+	default:
+		return
+	}
 	c.agentGen++
 	gen := c.agentGen
-	ready, done, stop := c.agents.Start(ctx, j.job, r.key.replica)
-	r.agent = &agentRun{gen: gen, ready: ready, stop: stop}
-	c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
+	ready, done := h.Ready, h.Done
+	r.agent = &agentRun{gen: gen, ready: ready, stop: h.Stop, crash: h.Crash}
 	if done != nil {
 		k := r.key
 		go func() {
@@ -88,6 +142,24 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 			}
 		}()
 	}
+}
+
+// agentWhat names a job's replica agent in records.
+func agentWhat(j cosmic.Job) string {
+	if j.Spec.Type == cosmic.TypeManagedInference {
+		return "head inference agent"
+	}
+	return "instance agent"
+}
+
+// crashAgent ends r's agent as a crashing VMI would, if it runs; its
+// outcome is ignored from now.
+func (c *Cluster) crashAgent(r *replica) {
+	if r.agent != nil && r.agent.crash != nil {
+		r.agent.crash()
+		r.agent = nil
+	}
+	c.stopAgent(r)
 }
 
 // stopAgent stops r's agent, if it runs; its outcome is ignored from now.

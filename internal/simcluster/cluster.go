@@ -61,6 +61,7 @@ type Cluster struct {
 	offlineUntil   time.Time
 	link           Link
 	agents         AgentRunner     // nil: replicas run without agents
+	inference      InferenceRunner // nil: managed-inference replicas run without agents
 	agentGen       uint64          // generations of started agents
 	runCtx         context.Context // Run's: agents live within it
 }

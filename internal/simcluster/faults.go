@@ -123,6 +123,7 @@ func (c *Cluster) Crash(jobID string, replica int) (FaultAck, error) {
 	}
 	what := describeVMIs(r.vmis)
 	c.record(r, time.Now(), "crash", false, "%s crashed", what)
+	c.crashAgent(r)
 	c.fail(r, cosmic.ReasonVMICrashed, what+" crashed (simulated)")
 	return FaultAck{Fault: MethodCrash, Detail: fmt.Sprintf("replica %d of job %s: %s crashed", replica, jobID, what)}, nil
 }

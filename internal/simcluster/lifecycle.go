@@ -52,7 +52,7 @@ type replica struct {
 	importPct  int
 	failImport bool // simFailImport armed for this replica's import
 
-	agent    *agentRun       // the instance agent (gpu-container jobs with an AgentRunner)
+	agent    *agentRun       // the replica's agent(s) (gpu-container: AgentRunner; managed-inference: InferenceRunner)
 	exit     *CommandOutcome // the command's end, not yet taken
 	exitCode *int            // reported: the exit code of the command that ended r
 }
@@ -275,12 +275,12 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 			// (or when it signals ready).
 			if !r.agent.waiting {
 				r.agent.waiting = true
-				c.record(r, now, "agent", true, "waiting for the instance agent of replica %d to be ready", r.key.replica)
+				c.record(r, now, "agent", true, "waiting for the %s of replica %d to be ready", agentWhat(j.job), r.key.replica)
 			}
 			return
 		}
 		if r.agent != nil {
-			c.record(r, now, "agent", true, "instance agent of replica %d ready", r.key.replica)
+			c.record(r, now, "agent", true, "%s of replica %d ready", agentWhat(j.job), r.key.replica)
 		}
 		r.state, r.reason, r.progress = cosmic.StateRunning, nil, nil
 		r.phase = phaseIdle
