@@ -132,6 +132,8 @@ func New(cfg Config, log *slog.Logger) *Agent {
 		},
 		Transport:     tr,
 		FlushInterval: -1, // every write of the runtime (an SSE event) goes out at once
+		// A stream cut by a crash or a client is news only when debugging.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the proxy gave up: nobody reads an answer
