@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store"
 )
 
 // checkReservations asserts the placement invariants on the store: no GPU
@@ -14,15 +15,35 @@ import (
 // whose state holds GPUs.
 func checkReservations(t *testing.T, e *Env, when string) {
 	t.Helper()
-	res, err := e.P.Store.Reservations(e.Ctx)
+	// One transaction, so that the reservations and the jobs are read as of
+	// one moment.
+	var (
+		res  []cosmic.Reservation
+		jobs = map[string]cosmic.Job{}
+	)
+	err := e.P.Store.Update(e.Ctx, func(tx store.Tx) error {
+		var err error
+		if res, err = tx.Reservations(e.Ctx); err != nil {
+			return err
+		}
+		for _, r := range res {
+			if _, ok := jobs[r.JobID]; ok {
+				continue
+			}
+			j, err := tx.GetJob(e.Ctx, r.JobID)
+			if err != nil {
+				return fmt.Errorf("reservation of missing job %s: %w", r.JobID, err)
+			}
+			jobs[r.JobID] = j
+		}
+		return nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", when, err)
 	}
 	seen := map[cosmic.GPURef]string{}
 	perNode := map[string]int{}
-	holders := map[string]bool{}
 	for _, r := range res {
-		holders[r.JobID] = true
 		for _, g := range r.GPUs() {
 			if other, dup := seen[g]; dup {
 				t.Fatalf("%s: GPU %v claimed by %s and %s", when, g, other, r.JobID)
@@ -39,11 +60,7 @@ func checkReservations(t *testing.T, e *Env, when string) {
 			t.Fatalf("%s: node %s has %d GPUs claimed, capacity %d", when, n, c, e.Config.Sim.GPUsPerNode)
 		}
 	}
-	for id := range holders {
-		j, err := e.P.Store.GetJob(e.Ctx, id)
-		if err != nil {
-			t.Fatalf("%s: reservation of missing job %s: %v", when, id, err)
-		}
+	for id, j := range jobs {
 		if !j.Status.State.HoldsGPUs() {
 			t.Fatalf("%s: job %s is %s but holds GPUs", when, id, j.Status.State)
 		}

@@ -92,6 +92,8 @@ type rackState struct {
 	w         worker.Worker
 	reachable bool
 	seen      bool // answered at least once since the ork started
+	// observedAt is when the worker observed the nodes last applied.
+	observedAt time.Time
 }
 
 type queued struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -24,7 +25,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 		return fabric.Errorf(fabric.CodeForbidden, "key %s is not the worker of rack %s", from.Short(), rep.Rack)
 	}
 	if rep.Capacity != nil {
-		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes)
+		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes, rep.Capacity.ObservedAt)
 	}
 	for _, jr := range rep.Jobs {
 		o.applyReport(ctx, rep.Rack, jr)
@@ -74,7 +75,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		return
 	}
 	o.markReachable(id)
-	o.updateNodes(ctx, id, capacity.Nodes)
+	o.updateNodes(ctx, id, capacity.Nodes, capacity.ObservedAt)
 	seen := map[string]bool{}
 	for _, jr := range jobs {
 		seen[jr.JobID] = true
@@ -152,12 +153,24 @@ func (o *Ork) markUnreachable(ctx context.Context, id string, cause error) {
 	}
 }
 
-// updateNodes records a rack's nodes when they changed, and replans.
-func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node) {
+// updateNodes records a rack's nodes when they changed, and replans. A
+// pushed report and a heartbeat's pull can cross on the way: the one the
+// worker observed earlier (observedAt) never overwrites a later one, so a
+// node lost a moment ago is not placed on again.
+func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node, observedAt time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.racks[id]
-	if r == nil || slices.EqualFunc(r.Nodes, nodes, func(a, b cosmic.Node) bool { return a == b }) {
+	if r == nil {
+		return
+	}
+	if !observedAt.IsZero() {
+		if observedAt.Before(r.observedAt) {
+			return
+		}
+		r.observedAt = observedAt
+	}
+	if slices.EqualFunc(r.Nodes, nodes, func(a, b cosmic.Node) bool { return a == b }) {
 		return
 	}
 	next := r.StoredRack
