@@ -87,6 +87,12 @@ func (c *componentFlags) serveMetrics(ctx context.Context, reg *prometheus.Regis
 
 // node starts the component's fabric node with its allow-list.
 func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
+	return c.nodeWith(component, log, nil, extra...)
+}
+
+// nodeWith is node with a policy made from the allow-list by wrap (nil:
+// the allow-list itself).
+func (c *componentFlags) nodeWith(component string, log *slog.Logger, wrap func(fabric.Policy) fabric.Policy, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
 	if c.DataDir == "" {
 		return nil, nil, usageErrorf("--data-dir is required")
 	}
@@ -108,7 +114,11 @@ func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabri
 		}
 	}
 	allow.SetAllowAny(c.AllowAny)
-	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: allow, Logger: log})
+	var policy fabric.Policy = allow
+	if wrap != nil {
+		policy = wrap(allow)
+	}
+	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: policy, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,6 +253,10 @@ type appNodeFileConfig struct {
 	Ork            string         `json:"ork"`
 	Database       string         `json:"database,omitempty"`
 	API            appnode.Config `json:"api"`
+	// Directories are the agents' directories (wrk-directory), where the
+	// app-node looks up the jobs' agents for shells.
+	Directories      []string      `json:"directories,omitempty"`
+	AgentKeysRefresh time.Duration `json:"agentKeysRefresh,omitempty"`
 }
 
 func (a *app) appNodeCommand() *cobra.Command {
@@ -261,12 +275,31 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			n, _, err := cfg.node("app-node", log, orkKey)
+			// The jobs' agents dial the app-node (which opens shells back
+			// over their connections): their keys, as the ork lists them,
+			// are admitted read-only.
+			keys := &agentKeys{log: log.With("component", "app-node")}
+			n, allow, err := cfg.nodeWith("app-node", log, func(base fabric.Policy) fabric.Policy {
+				return keys.policy(base, fabric.AccessReadOnly)
+			}, orkKey)
 			if err != nil {
 				return err
 			}
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
+			keys.ork, keys.node = orkapi.NewClient(n, orkKey), n
+			var dirs []fabric.PublicKey
+			for _, d := range cfg.Directories {
+				k, addrs, err := parsePeerFlag("directory", d)
+				if err != nil {
+					return err
+				}
+				if allow.Access(k) == fabric.AccessNone {
+					allow.AllowReadOnly(k) // only called (lookup)
+				}
+				n.AddAddrs(k, addrs...)
+				dirs = append(dirs, k)
+			}
 			db := cfg.Database
 			if db == "" {
 				db = filepath.Join(cfg.DataDir, "app.db")
@@ -290,6 +323,12 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return usageErrorf("%v", err)
 			}
 			s.SetAPIKeys(st) // its database keeps the inference API keys too
+			if len(dirs) > 0 {
+				// Shells reach an agent found in the directories only if the
+				// ork lists its key for the job's replica.
+				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs, Verify: keys.verify})
+			}
+			go keys.run(ctx, cfg.AgentKeysRefresh)
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
 			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))
@@ -308,6 +347,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
 	f.StringVar(&cfg.Database, "database", "", "the accounts database (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
+	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
+	f.DurationVar(&cfg.AgentKeysRefresh, "agent-keys-refresh", defaultAgentKeysRefresh, "how often the agents' keys are read from the ork")
 	return cmd
 }
 

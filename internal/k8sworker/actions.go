@@ -368,7 +368,7 @@ func (w *Worker) stopReplica(ctx context.Context, k replicaKey) error {
 		return nil
 	}
 	if ok {
-		st.Desired, st.Replacing, st.Failure = desiredStop, nil, nil
+		st.Desired, st.Replacing, st.Failure, st.ExitCode = desiredStop, nil, nil, nil
 		if err := w.writeState(ctx, k, m, st); err != nil {
 			return err
 		}

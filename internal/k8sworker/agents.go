@@ -104,6 +104,11 @@ type AgentOptions struct {
 	// agents need them (the agents' directory with full access, the
 	// app-node read-only). It must not block.
 	OnAgents func(jobID string, replica int, keys []fabric.PublicKey)
+	// PollInterval is how often the worker also calls agent.status on each
+	// connected agent, to catch a command's exit whose agent.report event
+	// was lost (default DefaultAgentPoll). An agent is polled as soon as it
+	// is connected after the worker (re)started.
+	PollInterval time.Duration
 }
 
 // agentSlot is one VMI's agent.
@@ -128,6 +133,11 @@ type agentHub struct {
 	byReplica map[replicaKey][]fabric.PublicKey // by VMI index
 	seen      map[agentSlot]agentSeen           // last report of each agent
 	silent    map[agentSlot]bool                // recorded silent
+	exits     map[agentSlot]exitSeen            // commands that ended, not acted on yet
+	ran       map[replicaKey]bool               // the ork was last told running
+	polled    map[fabric.PublicKey]time.Time    // last agent.status answer
+	loop      sync.Once
+	wake      chan struct{}
 }
 
 // ServeAgents makes the worker serve its VMIs' agents on o.Node: it admits
@@ -146,7 +156,12 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 	h := &agentHub{opts: o, started: time.Now(),
 		self:  Peer{Role: agent.RoleWorker, Key: o.Node.PublicKey().String(), Addrs: addrs},
 		slots: map[fabric.PublicKey]agentSlot{}, byReplica: map[replicaKey][]fabric.PublicKey{},
-		seen: map[agentSlot]agentSeen{}, silent: map[agentSlot]bool{}}
+		seen: map[agentSlot]agentSeen{}, silent: map[agentSlot]bool{},
+		exits: map[agentSlot]exitSeen{}, ran: map[replicaKey]bool{}, polled: map[fabric.PublicKey]time.Time{},
+		wake: make(chan struct{}, 1)}
+	if h.opts.PollInterval <= 0 {
+		h.opts.PollInterval = DefaultAgentPoll
+	}
 	handle := func(_ context.Context, peer fabric.PublicKey, r agentReport) (struct{}, error) {
 		w.onAgentReport(peer, r)
 		return struct{}{}, nil
@@ -165,6 +180,8 @@ type agentReport struct {
 	Replica  int    `json:"replica"`
 	VMIIndex int    `json:"vmiIndex"`
 	Ready    bool   `json:"ready"`
+	// Command is the job's command (instance agents of a job with one).
+	Command *agent.CommandStatus `json:"command,omitempty"`
 }
 
 // onAgentReport takes one report. An agent speaks only for its own VMI:
@@ -183,6 +200,7 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentReport) {
 	h.seen[slot] = agentSeen{ready: r.Ready, at: time.Now()}
 	back := h.silent[slot]
 	delete(h.silent, slot)
+	ended := h.noteCommandLocked(slot, r.Command)
 	h.mu.Unlock()
 	if back {
 		m := w.mem(slot.replicaKey)
@@ -190,6 +208,9 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentReport) {
 	}
 	if !had || prev.ready != r.Ready || back {
 		w.queue.Add(slot.replicaKey)
+	}
+	if ended {
+		h.kick()
 	}
 }
 
@@ -260,6 +281,7 @@ func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
 	if h == nil {
 		return
 	}
+	h.loop.Do(func() { go w.agentLoop() })
 	var want []fabric.PublicKey
 	if !gone {
 		for _, s := range keys {
@@ -281,6 +303,7 @@ func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
 		if !slices.Contains(want, pk) {
 			removed = append(removed, pk)
 			delete(h.slots, pk)
+			delete(h.polled, pk)
 		}
 	}
 	for i, pk := range want {
@@ -294,6 +317,12 @@ func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
 				delete(h.silent, s)
 			}
 		}
+		for s := range h.exits {
+			if s.replicaKey == k {
+				delete(h.exits, s)
+			}
+		}
+		delete(h.ran, k)
 	} else {
 		h.byReplica[k] = want
 	}

@@ -25,6 +25,7 @@ func signal(ch chan struct{}) {
 // setReport records rep as replica k's report; a change is pushed to the
 // ork and written as a system log record.
 func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport, o observation, now time.Time) {
+	rep = withExit(m, rep, o)
 	if m.last != nil && reflect.DeepEqual(*m.last, rep) {
 		return
 	}
@@ -186,6 +187,7 @@ func (w *Worker) reportLoop(ctx context.Context) {
 
 type sentVersions struct {
 	replicas map[replicaKey]uint64
+	states   map[replicaKey]cosmic.State
 	capacity uint64
 }
 
@@ -202,7 +204,7 @@ func (w *Worker) pending(ctx context.Context) (worker.Report, sentVersions, bool
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	sent := sentVersions{replicas: make(map[replicaKey]uint64, len(w.dirty)), capacity: w.capDirty}
+	sent := sentVersions{replicas: make(map[replicaKey]uint64, len(w.dirty)), states: make(map[replicaKey]cosmic.State, len(w.dirty)), capacity: w.capDirty}
 	if len(w.dirty) == 0 && (w.capDirty == 0 || capa == nil) {
 		return worker.Report{}, sent, false
 	}
@@ -216,6 +218,7 @@ func (w *Worker) pending(ctx context.Context) (worker.Report, sentVersions, bool
 	for _, k := range keys {
 		d := w.dirty[k]
 		sent.replicas[k] = d.version
+		sent.states[k] = d.rep.State
 		if n := len(rep.Jobs); n == 0 || rep.Jobs[n-1].JobID != k.job {
 			rep.Jobs = append(rep.Jobs, worker.JobReport{JobID: k.job})
 		}
@@ -227,6 +230,7 @@ func (w *Worker) pending(ctx context.Context) (worker.Report, sentVersions, bool
 
 // delivered clears the changes a Report carried, unless newer ones came.
 func (w *Worker) delivered(sent sentVersions) {
+	w.agents.delivered(sent.states)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, v := range sent.replicas {

@@ -32,6 +32,10 @@ const (
 	// AnnotationFailure is the reason (JSON) of a replica the worker
 	// failed; its VMIs are deleted, so the objects no longer show why.
 	AnnotationFailure = "cosmicac.io/failure"
+	// AnnotationExitCode is the exit code of the job's command, on a
+	// replica the worker stopped (exit 0) or failed (any other code)
+	// because its command ended (command.go).
+	AnnotationExitCode = "cosmicac.io/exit-code"
 	// AnnotationStateVersion orders the worker's writes of the state
 	// (Unix nanoseconds), so it knows when its informer has caught up.
 	AnnotationStateVersion = "cosmicac.io/state-version"
@@ -59,7 +63,10 @@ type replicaState struct {
 	// AgentReady are the UIDs of the VMIs whose agents have reported ready
 	// (AnnotationAgentReady).
 	AgentReady []string
-	Version    int64
+	// ExitCode is the command's exit code, once it ended the replica
+	// (AnnotationExitCode).
+	ExitCode *int
+	Version  int64
 }
 
 // holdsGPUs reports whether the replica runs (or is being replaced) on its
@@ -90,6 +97,12 @@ func stateOf(s *corev1.Secret) (replicaState, bool) {
 	if r := a[AnnotationAgentReady]; r != "" {
 		st.AgentReady = strings.Split(r, ",")
 	}
+	// The exit code belongs to the stop or failure its command caused; a
+	// replica applied again may still carry the annotation (server-side
+	// apply leaves the worker's patches alone) until its next write.
+	if c, err := strconv.Atoi(a[AnnotationExitCode]); err == nil && (d == desiredStop || d == desiredFailed) {
+		st.ExitCode = &c
+	}
 	st.Version, _ = strconv.ParseInt(a[AnnotationStateVersion], 10, 64)
 	return st, true
 }
@@ -105,6 +118,10 @@ func (s replicaState) annotations() map[string]*string {
 		AnnotationReplacing:    nil,
 		AnnotationFailure:      nil,
 		AnnotationAgentReady:   nil,
+		AnnotationExitCode:     nil,
+	}
+	if s.ExitCode != nil {
+		out[AnnotationExitCode] = new(strconv.Itoa(*s.ExitCode))
 	}
 	if len(s.AgentReady) > 0 {
 		out[AnnotationAgentReady] = new(strings.Join(s.AgentReady, ","))
