@@ -9,6 +9,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/metrics"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 )
 
 func init() { register((*app).agentCommand) }
@@ -30,9 +32,10 @@ func (a *app) agentCommand() *cobra.Command {
 
 func (a *app) agentInstanceCommand() *cobra.Command {
 	var (
-		configFile string
-		listen     string
-		verbose    bool
+		configFile    string
+		listen        string
+		verbose       bool
+		metricsListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "instance --config FILE",
@@ -58,6 +61,7 @@ func (a *app) agentInstanceCommand() *cobra.Command {
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			// Records go to wrk-monitor when the bootstrap names one.
+			reg := metrics.NewRegistry()
 			for _, p := range cfg.Peers {
 				if p.Role != agent.RoleMonitor {
 					continue
@@ -65,8 +69,11 @@ func (a *app) agentInstanceCommand() *cobra.Command {
 				fw := joblog.NewForwarder(lazyCaller{ag}, p.Key, 0)
 				ag.SetLogs(fw)
 				go fw.Run(ctx)
+				reg.MustRegister(monitor.ForwarderCollector(agent.Component, fw))
 				break
 			}
+			mf := componentFlags{MetricsListen: metricsListen}
+			go mf.serveMetrics(ctx, reg)
 			errc := make(chan error, 1)
 			go func() { errc <- ag.Run(ctx) }()
 			select {
@@ -83,6 +90,7 @@ func (a *app) agentInstanceCommand() *cobra.Command {
 	f.StringVar(&configFile, "config", "", "the agent's YAML config (the bootstrap)")
 	f.StringVar(&listen, "listen", "", "also listen on this fabric address (default: dial out only)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log at info level")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (inside the VM)")
 	return cmd
 }
 

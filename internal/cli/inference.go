@@ -19,6 +19,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/metrics"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
 
@@ -232,6 +234,8 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 		listen     string
 		simulated  bool
 		verbose    bool
+
+		metricsListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "inference --config FILE",
@@ -261,6 +265,7 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 			defer cancel()
 			ag := inferagent.New(cfg, a.componentLogger(verbose))
 			// Records go to wrk-monitor when the bootstrap names one.
+			reg := metrics.NewRegistry()
 			for _, p := range cfg.Peers {
 				if p.Role != inferagent.RoleMonitor {
 					continue
@@ -268,8 +273,11 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 				fw := joblog.NewForwarder(joblog.NodeFunc(ag.Node), p.Key, 0)
 				ag.SetLogs(fw)
 				go fw.Run(ctx)
+				reg.MustRegister(monitor.ForwarderCollector("agent-inference", fw))
 				break
 			}
+			mf := componentFlags{MetricsListen: metricsListen}
+			go mf.serveMetrics(ctx, reg)
 			errc := make(chan error, 1)
 			go func() { errc <- ag.Run(ctx) }()
 			select {
@@ -287,5 +295,6 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 	fl.StringVar(&listen, "listen", "", "also listen on this fabric address (default: dial out only)")
 	fl.BoolVar(&simulated, "simulated", false, "run the simulated runtime in-process instead of the model server")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log at info level")
+	fl.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (inside the VM)")
 	return cmd
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
+	"github.com/cosmicac/cosmicac/internal/metrics"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -167,12 +169,15 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			n.AddAddrs(orkKey, orkAddrs...)
 			g, ctx := errgroup.WithContext(cmd.Context())
 			var logs joblog.Sink = joblog.Discard
+			reg := metrics.NewRegistry()
 			if cfg.Monitor != "" {
 				n.AddAddrs(monKey, monAddrs...)
 				fwd := joblog.NewForwarder(n, monKey, 10000)
 				g.Go(func() error { return fwd.Run(ctx) })
+				reg.MustRegister(monitor.ForwarderCollector("wrk-server-k8s-nvidia", fwd))
 				logs = fwd
 			}
+			g.Go(func() error { return cfg.serveMetrics(ctx, reg) })
 			w, err := k8sworker.New(rack, restCfg, worker.NewReporterClient(n, orkKey), logs, log.With("component", "wrk-server-k8s-nvidia"))
 			if err != nil {
 				return usageErrorf("%v", err)
