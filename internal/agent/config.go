@@ -75,6 +75,8 @@ type FileConfig struct {
 	// Listen makes the agent also listen on a fabric address (for agents
 	// on a routable network, and tests). Default: dial-only.
 	Listen string `json:"listen,omitempty"`
+	// SSHPort is where sshd listens on the VM's loopback (default 22).
+	SSHPort int `json:"sshPort,omitempty"`
 }
 
 // Peer is a platform component the agent admits and connects to.
@@ -104,6 +106,9 @@ type Config struct {
 	// TCPPorts are the VM's loopback ports tcp.connect may reach (default:
 	// 22 only).
 	TCPPorts []int
+	// SSHPort is the loopback port a tcp.connect to port 22 (`jobs ssh`)
+	// reaches (default 22; tests point it at a throwaway sshd).
+	SSHPort int
 	// Logs receives the agent's records: session records (system) and the
 	// command's output (application). Default: discard.
 	Logs joblog.Sink
@@ -131,7 +136,7 @@ func LoadConfig(path string) (Config, error) {
 func (fc FileConfig) Parse() (Config, error) {
 	var errs []error
 	cfg := Config{JobID: fc.JobID, Team: fc.Team, Replica: fc.Replica, VMIIndex: fc.VMIIndex,
-		Shell: fc.Shell, Command: fc.Command, WorkDir: fc.WorkDir, Listen: fc.Listen}
+		Shell: fc.Shell, Command: fc.Command, WorkDir: fc.WorkDir, Listen: fc.Listen, SSHPort: fc.SSHPort}
 	cfg.TCPPorts = []int{DefaultSSHPort}
 	for _, port := range []int{fc.HTTPPort, fc.GRPCPort} {
 		if port > 0 {

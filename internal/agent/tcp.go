@@ -43,9 +43,13 @@ func (a *Agent) handleTCP(ctx context.Context, req *fabric.StreamRequest) error 
 	if !a.allowedPort(p.Port) {
 		return fabric.Errorf(fabric.CodeForbidden, "port %d is not open to the platform", p.Port)
 	}
+	target := p.Port
+	if target == DefaultSSHPort && a.cfg.SSHPort > 0 {
+		target = a.cfg.SSHPort
+	}
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)))
+	c, err := d.DialContext(dctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(target)))
 	cancel()
 	if err != nil {
 		return fabric.Errorf(fabric.CodeUnavailable, "connect to port %d in the VM: %v", p.Port, err)

@@ -34,6 +34,7 @@ type simAgents struct {
 	log     *slog.Logger
 	logs    joblog.Sink
 	dataDir string
+	sshPort int // agent.Config.SSHPort
 
 	// The peers of the bootstrap.
 	peers []agent.Peer
@@ -93,7 +94,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int) (<-c
 	env = append(env, "HOME="+dir)
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: s.peers, Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: s.logs,
-		TCPPorts: tcpPorts(job.Spec),
+		TCPPorts: tcpPorts(job.Spec), SSHPort: s.sshPort,
 		OnChange: func(st agent.Status) {
 			if st.Command == nil {
 				return

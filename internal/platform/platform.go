@@ -64,6 +64,9 @@ type Config struct {
 	// OperatorKeys are admitted to every component with full access (the
 	// local CLI's key, for `cosmicac rpc`).
 	OperatorKeys []fabric.PublicKey
+	// AgentSSHPort is the host port the simulated rack's agents connect
+	// `jobs ssh` to (their VM's port 22 is the host's; default 22).
+	AgentSSHPort int
 	Logger       *slog.Logger
 }
 
@@ -274,7 +277,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// app-node (shells) and the monitor (admitted, not dialled: their
 	// records go into the platform's sink here).
 	p.agents = &simAgents{
-		log: log.With("component", agent.Component), logs: jobLogs, dataDir: cfg.DataDir,
+		log: log.With("component", agent.Component), logs: jobLogs, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort,
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
 			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
