@@ -1,0 +1,91 @@
+// Package archtest holds the tests that keep the architecture's boundaries:
+// what each package may depend on, and that every package says what it is.
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+type pkg struct {
+	ImportPath string
+	Doc        string
+	Deps       []string
+	Name       string
+}
+
+// list runs `go list -deps=false -json` over the module's packages.
+func list(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "github.com/cosmicac/cosmicac/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// TestEveryPackageIsDocumented: a package comment says what it is and who
+// may import it.
+func TestEveryPackageIsDocumented(t *testing.T) {
+	for _, p := range list(t) {
+		if p.Name == "" || strings.HasSuffix(p.ImportPath, "/archtest") {
+			continue
+		}
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package comment", p.ImportPath)
+		}
+	}
+}
+
+// TestBoundaries: the domain does no I/O and knows no Kubernetes; the agents,
+// which run inside the VMs, know no Kubernetes either; only the Kubernetes
+// worker and its test harness (and the wiring) import client-go.
+func TestBoundaries(t *testing.T) {
+	const mod = "github.com/cosmicac/cosmicac/internal/"
+	kube := []string{"k8s.io/", "kubevirt.io/", "sigs.k8s.io/controller-runtime"}
+	rules := map[string][]string{
+		mod + "cosmic":     append([]string{"net/http", "database/sql$", "os/exec"}, kube...),
+		mod + "agent":      kube,
+		mod + "inferagent": kube,
+		mod + "fabric":     append([]string{mod + "store", mod + "ork", mod + "cosmic"}, kube...),
+		mod + "ork":        append([]string{mod + "store/sqlite", mod + "appnode"}, kube...),
+		mod + "appnode":    append([]string{mod + "ork$", mod + "ork/placement", mod + "store/sqlite"}, kube...),
+	}
+	for _, p := range list(t) {
+		banned, ok := rules[p.ImportPath]
+		if !ok {
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, b := range banned {
+				if matches(d, b) {
+					t.Errorf("%s depends on %s", p.ImportPath, d)
+				}
+			}
+		}
+	}
+}
+
+// matches reports whether dependency d falls under rule b: "x$" is exactly
+// x; "x/" is everything under x; "x" is x and everything under it.
+func matches(d, b string) bool {
+	switch {
+	case strings.HasSuffix(b, "$"):
+		return d == strings.TrimSuffix(b, "$")
+	case strings.HasSuffix(b, "/"):
+		return strings.HasPrefix(d, b)
+	default:
+		return d == b || strings.HasPrefix(d, b+"/")
+	}
+}
