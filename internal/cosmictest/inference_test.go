@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -154,6 +155,25 @@ func TestInferenceOpenAI(t *testing.T) {
 	wantOpenAIError(t, "another team's model", err, 404, "model_not_found")
 	_, err = a.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "nope", Messages: msg})
 	wantOpenAIError(t, "unknown model", err, 404, "model_not_found")
+
+	// proxy-inference's metrics on the platform's /metrics.
+	resp, err := http.Get(e.P.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, w := range []string{`cosmicac_inference_requests_total{code="200",endpoint="chat/completions",model="qwen"} 2`,
+		`cosmicac_inference_requests_total{code="401",endpoint="chat/completions",model=""} 1`,
+		`cosmicac_inference_requests_total{code="404",endpoint="chat/completions",model=""} 2`,
+		`cosmicac_inference_time_to_first_byte_seconds_count{endpoint="chat/completions",model="qwen"} 2`,
+		`cosmicac_inference_request_duration_seconds_count{endpoint="audio/transcriptions",model="asr"} 1`,
+		`cosmicac_inference_requests_in_flight 0`,
+		`cosmicac_inference_replica_outstanding_requests{job="` + qwen.ID + `",model="qwen",replica="0"} 0`} {
+		if !strings.Contains(string(body), w) {
+			t.Errorf("/metrics lacks %q", w)
+		}
+	}
 
 	// Model health, apart from the status, in the job API.
 	j, err := e.Client.GetJob(e.Ctx, qwen.ID)

@@ -92,6 +92,8 @@ type Proxy struct {
 	limits   *limiter
 	tr       *http.Transport
 	mux      *http.ServeMux
+	handler  http.Handler
+	metrics  *proxyMetrics
 	log      *slog.Logger
 }
 
@@ -108,6 +110,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 		replicas: &replicaSet{node: node, dirs: dirs, ttl: cfg.LookupTTL, pools: map[string]*pool{}},
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
+	p.metrics = newProxyMetrics(p.replicas)
 	// One pooled transport; a replica is the host "<agent key>.agent", and
 	// its connections are HTTP/1.1 keep-alive over fabric streams.
 	p.tr = &http.Transport{
@@ -135,11 +138,12 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
 	})
+	p.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.metrics.observe(p.mux, w, r) })
 	return p
 }
 
 // Handler serves /inference/v1/… and /inference/health.
-func (p *Proxy) Handler() http.Handler { return p.mux }
+func (p *Proxy) Handler() http.Handler { return p.handler }
 
 // Close drops the pooled connections to the agents.
 func (p *Proxy) Close() { p.tr.CloseIdleConnections() }
@@ -456,8 +460,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
 		return
 	}
+	setModel(w, model)
 	ok, retry, why := p.limits.acquire(c.limit, time.Now())
 	if !ok {
+		p.metrics.rateLimited.WithLabelValues(why).Inc()
 		secs := int(math.Ceil(retry.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 		msg := "too many requests in flight for this key"
@@ -486,8 +492,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			break
 		}
 		tried[rep] = true
+		if attempt > 0 {
+			p.metrics.retries.WithLabelValues(model).Inc()
+		}
 		done, errText := p.try(w, r, rep, path, body)
 		if done {
+			if attempt > 0 {
+				p.metrics.failovers.WithLabelValues(model).Inc()
+			}
 			return
 		}
 		lastErr = errText
