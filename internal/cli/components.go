@@ -20,6 +20,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
@@ -323,6 +324,10 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return usageErrorf("%v", err)
 			}
 			s.SetAPIKeys(st) // its database keeps the inference API keys too
+			// proxy-inference checks keys here (inference.apiKeyByHash): only
+			// the keys of the allow-list (give its key with --allow-readonly),
+			// never the jobs' agents.
+			inferproxy.ServeAPIKeys(n, st, func(k fabric.PublicKey) bool { return allow.Access(k) != fabric.AccessNone })
 			if len(dirs) > 0 {
 				// Shells reach an agent found in the directories only if the
 				// ork lists its key for the job's replica.

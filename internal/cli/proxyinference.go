@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/metrics"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+)
+
+func init() { register((*app).proxyInferenceCommand) }
+
+// ---- proxy-inference
+
+type proxyInferenceFileConfig struct {
+	componentFlags `json:",inline"`
+	Ork            string `json:"ork"`
+	// Directories are the agents' directories (wrk-directory), where the
+	// inference agents announce their replicas.
+	Directories []string `json:"directories"`
+	// AppNode answers API key lookups (inference.apiKeyByHash).
+	AppNode    string            `json:"appNode"`
+	HTTPListen string            `json:"httpListen"`
+	Proxy      inferproxy.Config `json:"proxy"`
+}
+
+// proxyInferenceCommand is proxy-inference as its own process: the
+// OpenAI-compatible /inference/v1 on its own HTTP address, with the model
+// list from the ork (listJobs), the replicas from the agents' directories
+// and the API keys from the app-node (inference.apiKeyByHash): it opens no
+// database.
+func (a *app) proxyInferenceCommand() *cobra.Command {
+	cfg := proxyInferenceFileConfig{HTTPListen: "0.0.0.0:8083"}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "proxy-inference",
+		Short: "Run cosmicac-proxy-inference: the OpenAI-compatible /inference/v1 of managed-inference jobs",
+		Long: "Serves /inference/v1 (and /inference/health) on --http-listen. It reads the managed-inference\n" +
+			"jobs from the ork (which must admit its key read-only), finds their replicas in the agents'\n" +
+			"directories (--directory, which must admit it read-only) and checks API keys with the\n" +
+			"app-node (--app-node, which must admit it with --allow-readonly). The inference agents dial\n" +
+			"it (name it to the rack workers as their agents' proxy-inference peer); any key is admitted\n" +
+			"read-only, and the keys given with --allow get full access.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
+			appKey, appAddrs, err := parsePeerFlag("app-node", cfg.AppNode)
+			if err != nil {
+				return err
+			}
+			if len(cfg.Directories) == 0 {
+				return usageErrorf("--directory KEY@HOST:PORT is required (the agents' directory)")
+			}
+			log := a.componentLogger(cfg.Verbose)
+			// The agents' keys cannot be known ahead: every key is admitted
+			// read-only (ping, inference.modelHealth); the proxy trusts an
+			// agent because a directory lists it (inferproxy.AgentPolicy).
+			n, _, err := cfg.nodeWith("proxy-inference", log, func(base fabric.Policy) fabric.Policy {
+				return fabric.PolicyFunc(func(k fabric.PublicKey) fabric.Access {
+					if acc := base.Access(k); acc != fabric.AccessNone {
+						return acc
+					}
+					return fabric.AccessReadOnly
+				})
+			})
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			n.AddAddrs(orkKey, orkAddrs...)
+			n.AddAddrs(appKey, appAddrs...)
+			var dirs []fabric.PublicKey
+			for _, d := range cfg.Directories {
+				k, addrs, err := parsePeerFlag("directory", d)
+				if err != nil {
+					return err
+				}
+				n.AddAddrs(k, addrs...)
+				dirs = append(dirs, k)
+			}
+			if cfg.Proxy.KeyTTL == 0 {
+				// With FabricKeys' 1 s, a revoked key stops working within 10 s,
+				// as with `cosmicac up`.
+				cfg.Proxy.KeyTTL = 9 * time.Second
+			}
+			p := inferproxy.New(cfg.Proxy, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
+				inferproxy.NewFabricKeys(n, appKey, time.Second), log.With("component", "proxy-inference"))
+			defer p.Close()
+			p.Serve(n)
+			mux := http.NewServeMux()
+			mux.Handle("/inference/", p.Handler())
+			ln, err := net.Listen("tcp", cfg.HTTPListen)
+			if err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			a.printNode(n)
+			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(p.Collector())) })
+			g.Go(func() error {
+				if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			})
+			g.Go(func() error {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return hs.Shutdown(sctx)
+			})
+			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	cfg.bind(cmd.Flags(), "0.0.0.0:7425")
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT (its job list names the models)")
+	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable)")
+	f.StringVar(&cfg.AppNode, "app-node", "", "the app-node, which checks API keys: KEY@HOST:PORT")
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /inference/v1")
+	f.IntVar(&cfg.Proxy.MaxConcurrentPerKey, "max-concurrent-per-key", 0, "requests in flight per API key (0: 64; negative: no limit)")
+	f.IntVar(&cfg.Proxy.RequestsPerMinute, "requests-per-minute", 0, "requests per minute per API key (0: 600; negative: no limit)")
+	return cmd
+}

@@ -1,0 +1,143 @@
+package inferproxy
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+// MethodAPIKeyByHash is the app-node's fabric call (read-only, and only
+// for the keys ServeAPIKeys admits) that finds an inference API key by the
+// hash of its secret: how a standalone proxy-inference checks keys without
+// opening the accounts database.
+const MethodAPIKeyByHash = "inference.apiKeyByHash"
+
+// APIKeyByHashParams asks for the key whose secret hashes to Hash (sha256,
+// 32 bytes; base64 in JSON).
+type APIKeyByHashParams struct {
+	Hash []byte `json:"hash"`
+}
+
+// APIKeyByHashReply is the key, without its hash; Found false when no key
+// has that hash (an unknown or revoked key). An answer, not an error, so
+// that a peer without the method (not_found) is never taken for "no such
+// key".
+type APIKeyByHashReply struct {
+	Found     bool      `json:"found"`
+	ID        string    `json:"id,omitempty"`
+	Name      string    `json:"name,omitempty"`
+	Team      string    `json:"team,omitempty"`
+	CreatedBy string    `json:"createdBy,omitempty"`
+	Prefix    string    `json:"prefix,omitempty"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+}
+
+// ServeAPIKeys registers MethodAPIKeyByHash on r, answering from keys (the
+// app-node's store). admit says which callers may use it (the app-node:
+// the keys of its allow-list, never the jobs' agents, which it also admits
+// read-only); others are answered forbidden.
+func ServeAPIKeys(r fabric.Registrar, keys Keys, admit func(fabric.PublicKey) bool) {
+	fabric.HandleFunc(r, MethodAPIKeyByHash, func(ctx context.Context, peer fabric.PublicKey, q APIKeyByHashParams) (APIKeyByHashReply, error) {
+		if admit != nil && !admit(peer) {
+			return APIKeyByHashReply{}, fabric.Errorf(fabric.CodeForbidden, "%s is for proxy-inference", MethodAPIKeyByHash)
+		}
+		if len(q.Hash) != 32 {
+			return APIKeyByHashReply{}, fabric.Errorf(fabric.CodeBadRequest, "hash: want 32 bytes (sha256), got %d", len(q.Hash))
+		}
+		k, err := keys.APIKeyByHash(ctx, q.Hash)
+		switch {
+		case isNotFound(err):
+			return APIKeyByHashReply{}, nil
+		case err != nil:
+			return APIKeyByHashReply{}, err
+		}
+		return APIKeyByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
+			Prefix: k.Prefix, CreatedAt: k.CreatedAt}, nil
+	}, fabric.ReadOnly())
+}
+
+// FabricKeys implements Keys over the fabric: it asks the app-node
+// (MethodAPIKeyByHash). Answers, found or not, are kept for a short TTL,
+// and concurrent lookups of one hash share one call.
+type FabricKeys struct {
+	node    *fabric.Node
+	appNode fabric.PublicKey
+	ttl     time.Duration
+
+	mu       sync.Mutex
+	m        map[string]fabricKeyEntry
+	inflight map[string]*keyCall
+}
+
+type fabricKeyEntry struct {
+	r   APIKeyByHashReply
+	exp time.Time
+}
+
+type keyCall struct {
+	done chan struct{}
+	r    APIKeyByHashReply
+	err  error
+}
+
+// NewFabricKeys asks appNode through node; ttl ≤ 0 takes 1 s.
+func NewFabricKeys(node *fabric.Node, appNode fabric.PublicKey, ttl time.Duration) *FabricKeys {
+	if ttl <= 0 {
+		ttl = time.Second
+	}
+	return &FabricKeys{node: node, appNode: appNode, ttl: ttl, m: map[string]fabricKeyEntry{}, inflight: map[string]*keyCall{}}
+}
+
+var _ Keys = (*FabricKeys)(nil)
+
+// APIKeyByHash implements Keys: the key, or cosmic.ErrNotFound.
+func (f *FabricKeys) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	hk := string(hash)
+	f.mu.Lock()
+	if e, ok := f.m[hk]; ok && time.Now().Before(e.exp) {
+		f.mu.Unlock()
+		return keyOf(e.r, hash)
+	}
+	c := f.inflight[hk]
+	if c == nil {
+		c = &keyCall{done: make(chan struct{})}
+		f.inflight[hk] = c
+		f.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		c.err = f.node.Call(cctx, f.appNode, MethodAPIKeyByHash, APIKeyByHashParams{Hash: hash}, &c.r)
+		cancel()
+		f.mu.Lock()
+		delete(f.inflight, hk)
+		if c.err == nil {
+			if len(f.m) > 100000 {
+				clear(f.m)
+			}
+			f.m[hk] = fabricKeyEntry{r: c.r, exp: time.Now().Add(f.ttl)}
+		}
+		f.mu.Unlock()
+		close(c.done)
+	} else {
+		f.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return store.APIKey{}, ctx.Err()
+		}
+	}
+	if c.err != nil {
+		return store.APIKey{}, c.err
+	}
+	return keyOf(c.r, hash)
+}
+
+func keyOf(r APIKeyByHashReply, hash []byte) (store.APIKey, error) {
+	if !r.Found {
+		return store.APIKey{}, cosmic.ErrNotFound
+	}
+	return store.APIKey{ID: r.ID, Name: r.Name, Team: r.Team, CreatedBy: r.CreatedBy, Prefix: r.Prefix,
+		Hash: hash, CreatedAt: r.CreatedAt}, nil
+}

@@ -1,0 +1,77 @@
+package inferproxy
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/store"
+)
+
+type countingKeys struct {
+	calls atomic.Int64
+	mu    sync.Mutex
+	keys  map[string]store.APIKey
+}
+
+func (c *countingKeys) APIKeyByHash(_ context.Context, hash []byte) (store.APIKey, error) {
+	c.calls.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k, ok := c.keys[string(hash)]; ok {
+		return k, nil
+	}
+	return store.APIKey{}, cosmic.ErrNotFound
+}
+
+// TestFabricKeys: the app-node's apiKeyByHash answers the proxy's key (and
+// refuses a read-only key it does not admit); FabricKeys finds keys, says
+// not found for others, and caches both briefly.
+func TestFabricKeys(t *testing.T) {
+	ctx := context.Background()
+	k, secret, err := NewAPIKey("ci", "team-a", "alice", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := &countingKeys{keys: map[string]store.APIKey{string(k.Hash): k}}
+	allow := fabric.NewAllowList()
+	app := newNode(t, "app-node", "127.0.0.1:0", allow)
+	proxy := newNode(t, "proxy-inference", "127.0.0.1:0", fabric.NewAllowList())
+	rogue := newNode(t, "agent", "127.0.0.1:0", fabric.NewAllowList())
+	allow.AllowReadOnly(proxy.PublicKey())
+	allow.AllowReadOnly(rogue.PublicKey())
+	admitted := fabric.NewAllowList(proxy.PublicKey())
+	ServeAPIKeys(app, ks, func(p fabric.PublicKey) bool { return admitted.Access(p) != fabric.AccessNone })
+	proxy.AddAddrs(app.PublicKey(), app.Addr())
+	rogue.AddAddrs(app.PublicKey(), app.Addr())
+
+	fk := NewFabricKeys(proxy, app.PublicKey(), 200*time.Millisecond)
+	got, err := fk.APIKeyByHash(ctx, HashKey(secret))
+	if err != nil || got.ID != k.ID || got.Team != "team-a" || !got.CreatedAt.Equal(k.CreatedAt) {
+		t.Fatalf("lookup: %+v %v", got, err)
+	}
+	if _, err := fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong")); !isNotFound(err) {
+		t.Fatalf("unknown key: %v, want not found", err)
+	}
+	for range 10 {
+		fk.APIKeyByHash(ctx, HashKey(secret))
+		fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong"))
+	}
+	if n := ks.calls.Load(); n != 2 {
+		t.Fatalf("%d store reads, want 2 (cached)", n)
+	}
+	time.Sleep(250 * time.Millisecond)
+	fk.APIKeyByHash(ctx, HashKey(secret))
+	if n := ks.calls.Load(); n != 3 {
+		t.Fatalf("%d store reads after the TTL, want 3", n)
+	}
+
+	err = rogue.Call(ctx, app.PublicKey(), MethodAPIKeyByHash, APIKeyByHashParams{Hash: HashKey(secret)}, &APIKeyByHashReply{})
+	if fabric.ErrorCode(err) != fabric.CodeForbidden {
+		t.Fatalf("a key not admitted: %v, want forbidden", err)
+	}
+}
