@@ -11,7 +11,6 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +94,7 @@ type Agent struct {
 	st   Status
 	addr string // the runtime's host:port while it runs
 
-	rp *httputil.ReverseProxy
+	fw *forwarder
 	hc *http.Client
 }
 
@@ -115,34 +114,10 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	if cfg.Identity != nil {
 		a.st.Key = cfg.Identity.PublicKey().String()
 	}
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-	}
 	// The probes have a transport of their own: a probe's cancelled context
 	// must never race a proxied request for a pooled connection.
 	a.hc = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdleConnsPerHost: 2}}
-	a.rp = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = a.runtimeAddr()
-			pr.Out.Host = pr.Out.URL.Host
-		},
-		Transport:     tr,
-		FlushInterval: -1, // every write of the runtime (an SSE event) goes out at once
-		// A stream cut by a crash or a client is news only when debugging.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
-				return // the proxy gave up: nobody reads an answer
-			}
-			a.log.Debug("runtime request failed", "path", r.URL.Path, "err", err)
-			w.Header().Set(HeaderRetry, "safe")
-			writeError(w, http.StatusBadGateway, "runtime_unavailable", "the replica's runtime did not answer: "+err.Error())
-		},
-	}
+	a.fw = newForwarder()
 	return a
 }
 
@@ -366,6 +341,7 @@ func (a *Agent) supervise(ctx context.Context) {
 			a.mu.Lock()
 			a.addr = ""
 			a.mu.Unlock()
+			a.fw.closeIdle() // the runtime is gone, and so are its connections
 			if ctx.Err() != nil {
 				return
 			}
@@ -510,7 +486,8 @@ func (a *Agent) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "this VMI is a headless worker; send requests to the replica's head")
 		return
 	}
-	if a.runtimeAddr() == "" {
+	addr := a.runtimeAddr()
+	if addr == "" {
 		w.Header().Set(HeaderRetry, "safe")
 		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "the replica's runtime is not running")
 		return
@@ -519,7 +496,11 @@ func (a *Agent) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// read the request body's end; by default net/http's server would then
 	// close the body under the transport, which fails the request.
 	http.NewResponseController(w).EnableFullDuplex()
-	a.rp.ServeHTTP(w, r)
+	a.fw.serve(w, r, addr, func(err error) {
+		a.log.Debug("runtime request failed", "path", r.URL.Path, "err", err)
+		w.Header().Set(HeaderRetry, "safe")
+		writeError(w, http.StatusBadGateway, "runtime_unavailable", "the replica's runtime did not answer: "+err.Error())
+	})
 }
 
 // writeError answers with the OpenAI error shape.
