@@ -27,6 +27,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/netnstest"
 )
 
 const (
@@ -39,57 +40,9 @@ const (
 	nsPort       = "7431"
 )
 
-func nsSkip(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set, so this test must run, but: %s", reason)
-	}
-	t.Skip(reason)
-}
-
-func runIP(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 func TestNetns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the two-namespace test")
-	}
-	if os.Geteuid() != 0 {
-		nsSkip(t, fmt.Sprintf("needs root to create network namespaces (euid %d)", os.Geteuid()))
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		nsSkip(t, "needs the ip command (iproute2): "+err.Error())
-	}
-	tag := fmt.Sprintf("%d", os.Getpid())
-	nsP, nsA := "agp"+tag, "aga"+tag
-	vP, vA := "avp"+tag, "ava"+tag
-	if err := runIP("netns", "add", nsP); err != nil {
-		nsSkip(t, "cannot create a network namespace: "+err.Error())
-	}
-	t.Cleanup(func() { runIP("netns", "del", nsP) })
-	if err := runIP("netns", "add", nsA); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { runIP("netns", "del", nsA) })
-	t.Cleanup(func() { exec.Command("ip", "link", "del", vP).Run() })
-	for _, args := range [][]string{
-		{"link", "add", vP, "netns", nsP, "type", "veth", "peer", "name", vA, "netns", nsA},
-		{"-n", nsP, "addr", "add", nsPlatformIP + "/24", "dev", vP},
-		{"-n", nsA, "addr", "add", nsAgentIP + "/24", "dev", vA},
-		{"-n", nsP, "link", "set", "lo", "up"},
-		{"-n", nsA, "link", "set", "lo", "up"},
-		{"-n", nsP, "link", "set", vP, "up"},
-		{"-n", nsA, "link", "set", vA, "up"},
-	} {
-		if err := runIP(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := netnstest.New(t, "ag", nsPlatformIP, nsAgentIP)
+	nsP, nsA := pair.A, pair.B
 
 	dir := t.TempDir()
 	platID, agentID := mustID(t), mustID(t)

@@ -18,9 +18,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/netnstest"
 )
 
 // Environment of the helper processes.
@@ -37,63 +38,9 @@ const (
 	netnsPort     = "7420"
 )
 
-// netnsSkip skips the test for reason, or fails it under CI.
-func netnsSkip(t *testing.T, reason string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set, so this test must run, but: %s", reason)
-	}
-	t.Skip(reason)
-}
-
-func runIP(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 func TestNetns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the two-namespace test")
-	}
-	if os.Geteuid() != 0 {
-		netnsSkip(t, fmt.Sprintf("needs root to create network namespaces (euid %d)", os.Geteuid()))
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		netnsSkip(t, "needs the ip command (iproute2): "+err.Error())
-	}
-
-	// Names unique to this process: other test runs may share the host.
-	tag := fmt.Sprintf("%d", os.Getpid())
-	nsS, nsC := "fabs"+tag, "fabc"+tag
-	vethS, vethC := "fvs"+tag, "fvc"+tag
-	if err := runIP("netns", "add", nsS); err != nil {
-		netnsSkip(t, "cannot create a network namespace: "+err.Error())
-	}
-	t.Cleanup(func() { runIP("netns", "del", nsS) })
-	if err := runIP("netns", "add", nsC); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { runIP("netns", "del", nsC) })
-	// Both ends are created inside their namespaces; deleting a namespace
-	// deletes its end and with it the pair. The host-side delete is for an
-	// ip that created the pair in the host namespace after all.
-	t.Cleanup(func() { exec.Command("ip", "link", "del", vethS).Run() })
-	for _, args := range [][]string{
-		{"link", "add", vethS, "netns", nsS, "type", "veth", "peer", "name", vethC, "netns", nsC},
-		{"-n", nsS, "addr", "add", netnsServerIP + "/24", "dev", vethS},
-		{"-n", nsC, "addr", "add", netnsClientIP + "/24", "dev", vethC},
-		{"-n", nsS, "link", "set", "lo", "up"},
-		{"-n", nsC, "link", "set", "lo", "up"},
-		{"-n", nsS, "link", "set", vethS, "up"},
-		{"-n", nsC, "link", "set", vethC, "up"},
-	} {
-		if err := runIP(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := netnstest.New(t, "fab", netnsServerIP, netnsClientIP)
+	nsS, nsC := pair.A, pair.B
 
 	dir := t.TempDir()
 	srvID, cliID := mustIdentity(t), mustIdentity(t)

@@ -102,14 +102,14 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 			fmt.Sprintf("%d replicas of %d GPUs asked; the nodes of %s hold at most %d of them", replicas, g, spec.Location, capacity))}
 	}
 
-	var todo []int
+	var unplaced []int
 	for rep := range replicas {
 		if _, ok := s.reserved[resKey{job.ID, rep}]; !ok {
-			todo = append(todo, rep)
+			unplaced = append(unplaced, rep)
 		}
 	}
 	if !multi {
-		if out, ok := s.tryPlace(job.ID, todo, func() (cosmic.Reservation, bool) { return s.pickSingle(groups, g) }); ok {
+		if out, ok := s.tryPlace(job.ID, unplaced, func() (cosmic.Reservation, bool) { return s.pickSingle(groups, g) }); ok {
 			return Placed{Reservations: out}
 		}
 		return wait("")
@@ -123,10 +123,10 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 			continue
 		}
 		for _, spread := range []bool{false, true} {
-			if spread && len(todo) < 2 {
+			if spread && len(unplaced) < 2 {
 				break
 			}
-			if out, ok := s.tryPlace(job.ID, todo, func() (cosmic.Reservation, bool) { return s.pickMulti(groups, g, k, spread) }); ok {
+			if out, ok := s.tryPlace(job.ID, unplaced, func() (cosmic.Reservation, bool) { return s.pickMulti(groups, g, k, spread) }); ok {
 				return Placed{Reservations: out}
 			}
 		}
