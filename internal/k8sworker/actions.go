@@ -196,6 +196,11 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 		return err
 	}
 	graphs := make([]Graph, len(p.Reservations))
+	w.mu.Lock()
+	for _, r := range p.Reservations {
+		delete(w.gone, replicaKey{job: p.Job.ID, replica: r.Replica})
+	}
+	w.mu.Unlock()
 	for i, r := range p.Reservations {
 		boot, err := w.bootstrap(ctx, p.Job.ID, r)
 		if err != nil {

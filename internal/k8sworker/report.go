@@ -29,11 +29,20 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 	if m.last != nil && reflect.DeepEqual(*m.last, rep) {
 		return
 	}
+	w.mu.Lock()
+	tombstone := w.gone[k]
+	w.mu.Unlock()
+	if tombstone && !rep.Gone {
+		return // a late event about a replica reported Gone
+	}
 	prev := m.last
 	m.last = &rep
 	w.recordChange(k, m, prev, rep, o, now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if rep.Gone {
+		w.gone[k] = true
+	}
 	w.version++
 	w.dirty[k] = dirtyReport{rep: rep, version: w.version}
 	signal(w.push)
@@ -43,6 +52,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 func (w *Worker) markGone(k replicaKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.gone[k] = true
 	w.version++
 	w.dirty[k] = dirtyReport{rep: worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}, version: w.version}
 	signal(w.push)

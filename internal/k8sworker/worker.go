@@ -85,6 +85,10 @@ type Worker struct {
 	mu       sync.Mutex
 	replicas map[replicaKey]*replicaMem
 	dirty    map[replicaKey]dirtyReport
+	// gone holds the replicas last reported Gone: a late event about one
+	// (an informer still catching up) must not report it alive again; an
+	// Apply of the replica lifts it.
+	gone     map[replicaKey]bool
 	capDirty uint64
 	lastCap  []cosmic.Node
 	version  uint64
@@ -169,6 +173,7 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 		synced:   make(chan struct{}),
 		replicas: make(map[replicaKey]*replicaMem),
 		dirty:    make(map[replicaKey]dirtyReport),
+		gone:     make(map[replicaKey]bool),
 		push:     make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[replicaKey](),
