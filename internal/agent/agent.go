@@ -28,6 +28,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
@@ -294,11 +295,11 @@ func (a *Agent) keepConnected(ctx context.Context, n *fabric.Node, peers []fabri
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
-		var mu sync.Mutex
-		reached := len(peers) == 0
+		var reached atomic.Bool // written by the dialling goroutines
+		reached.Store(len(peers) == 0)
 		for _, k := range peers {
 			if n.Connected(k) {
-				reached = true
+				reached.Store(true)
 				continue
 			}
 			wg.Go(func() {
@@ -308,13 +309,11 @@ func (a *Agent) keepConnected(ctx context.Context, n *fabric.Node, peers []fabri
 					a.log.Debug("peer unreachable", "peer", k.Short(), "err", err)
 					return
 				}
-				mu.Lock()
-				reached = true
-				mu.Unlock()
+				reached.Store(true)
 			})
 		}
 		wg.Wait()
-		if reached {
+		if reached.Load() {
 			a.setReady()
 		}
 		select {
