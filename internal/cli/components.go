@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -194,11 +195,11 @@ func (a *app) printNode(n *fabric.Node) {
 type orkFileConfig struct {
 	componentFlags `json:",inline"`
 	Database       string     `json:"database,omitempty"`
-	Ork            ork.Config `json:"ork"`
+	Ork            orkSection `json:"ork"`
 }
 
 func (a *app) wrkOrkCommand() *cobra.Command {
-	cfg := orkFileConfig{Ork: ork.DefaultConfig()}
+	cfg := orkFileConfig{Ork: orkSectionOf(ork.DefaultConfig())}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-ork",
@@ -223,7 +224,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			o, err := ork.New(cfg.Ork, st, ork.FabricDialer(n, allow), log.With("component", "wrk-ork"))
+			o, err := ork.New(cfg.Ork.toConfig(), st, ork.FabricDialer(n, allow), log.With("component", "wrk-ork"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
@@ -243,7 +244,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7420")
 	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	cmd.Flags().StringVar(&cfg.Database, "database", "", "the SQLite database (default DATA_DIR/ork.db)")
-	cmd.Flags().DurationVar(&cfg.Ork.Heartbeat, "heartbeat", cfg.Ork.Heartbeat, "how often each worker is checked")
+	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
 	return cmd
 }
 
@@ -253,15 +254,15 @@ type appNodeFileConfig struct {
 	componentFlags `json:",inline"`
 	Ork            string         `json:"ork"`
 	Database       string         `json:"database,omitempty"`
-	API            appnode.Config `json:"api"`
+	API            appNodeSection `json:"api"`
 	// Directories are the agents' directories (wrk-directory), where the
 	// app-node looks up the jobs' agents for shells.
-	Directories      []string      `json:"directories,omitempty"`
-	AgentKeysRefresh time.Duration `json:"agentKeysRefresh,omitempty"`
+	Directories      []string        `json:"directories,omitempty"`
+	AgentKeysRefresh config.Duration `json:"agentKeysRefresh,omitempty"`
 }
 
 func (a *app) appNodeCommand() *cobra.Command {
-	cfg := appNodeFileConfig{API: appnode.DefaultConfig()}
+	cfg := appNodeFileConfig{API: appNodeSectionOf(appnode.DefaultConfig()), AgentKeysRefresh: config.Duration(defaultAgentKeysRefresh)}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "app-node",
@@ -319,7 +320,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if created {
 				fmt.Fprintf(a.stdout, "admin token written to %s\n", tokenFile)
 			}
-			s, err := appnode.New(cfg.API, orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
+			s, err := appnode.New(cfg.API.toConfig(), orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
@@ -333,7 +334,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 				// ork lists its key for the job's replica.
 				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs, Verify: keys.verify})
 			}
-			go keys.run(ctx, cfg.AgentKeysRefresh)
+			go keys.run(ctx, cfg.AgentKeysRefresh.D())
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
 			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))
@@ -353,7 +354,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 	f.StringVar(&cfg.Database, "database", "", "the accounts database (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
-	f.DurationVar(&cfg.AgentKeysRefresh, "agent-keys-refresh", defaultAgentKeysRefresh, "how often the agents' keys are read from the ork")
+	f.Var(&cfg.AgentKeysRefresh, "agent-keys-refresh", "how often the agents' keys are read from the ork")
 	return cmd
 }
 
@@ -361,13 +362,13 @@ func (a *app) appNodeCommand() *cobra.Command {
 
 type simFileConfig struct {
 	componentFlags `json:",inline"`
-	Ork            string            `json:"ork"`
-	Monitor        string            `json:"monitor,omitempty"`
-	Rack           simcluster.Config `json:"rack"`
+	Ork            string     `json:"ork"`
+	Monitor        string     `json:"monitor,omitempty"`
+	Rack           simSection `json:"rack"`
 }
 
 func (a *app) wrkServerSimCommand() *cobra.Command {
-	cfg := simFileConfig{Rack: simcluster.DefaultConfig()}
+	cfg := simFileConfig{Rack: simSectionOf(simcluster.DefaultConfig())}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-server-sim",
@@ -380,7 +381,8 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
 				return err
 			}
-			if err := cfg.Rack.Validate(); err != nil {
+			rack := cfg.Rack.toConfig()
+			if err := rack.Validate(); err != nil {
 				return usageErrorf("%v", err)
 			}
 			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
@@ -433,7 +435,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				logs = fwd
 			}
 			g.Go(func() error { return cfg.serveMetrics(ctx, reg) })
-			cluster = simcluster.New(cfg.Rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
+			cluster = simcluster.New(rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
 			cluster.SetLink(ep)
 			if err := ep.Up(); err != nil {
 				return err
@@ -458,7 +460,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 	f.IntVar(&cfg.Rack.Nodes, "nodes", cfg.Rack.Nodes, "simulated nodes")
 	f.IntVar(&cfg.Rack.GPUsPerNode, "gpus-per-node", cfg.Rack.GPUsPerNode, "GPUs per node")
 	f.StringVar(&cfg.Rack.GPUModel, "gpu-model", cfg.Rack.GPUModel, "the GPUs' model")
-	f.DurationVar(&cfg.Rack.Step, "step", cfg.Rack.Step, "time per simulated lifecycle step")
+	f.Var(&cfg.Rack.Step, "step", "time per simulated lifecycle step")
 	return cmd
 }
 
@@ -468,11 +470,11 @@ type monitorFileConfig struct {
 	componentFlags `json:",inline"`
 	HTTPListen     string         `json:"httpListen"`
 	AppNodeURL     string         `json:"appNodeURL"`
-	Monitor        monitor.Config `json:"monitor"`
+	Monitor        monitorSection `json:"monitor"`
 }
 
 func (a *app) wrkMonitorCommand() *cobra.Command {
-	cfg := monitorFileConfig{HTTPListen: "0.0.0.0:8082", Monitor: monitor.DefaultConfig("")}
+	cfg := monitorFileConfig{HTTPListen: "0.0.0.0:8082", Monitor: monitorSectionOf(monitor.DefaultConfig(""))}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-monitor",
@@ -495,10 +497,11 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 				return err
 			}
 			defer n.Close()
-			if cfg.Monitor.DataDir == "" {
-				cfg.Monitor.DataDir = filepath.Join(cfg.DataDir, "spool")
+			mcfg := cfg.Monitor.toConfig()
+			if mcfg.DataDir == "" {
+				mcfg.DataDir = filepath.Join(cfg.DataDir, "spool")
 			}
-			m, err := monitor.New(cfg.Monitor, log.With("component", "wrk-monitor"))
+			m, err := monitor.New(mcfg, log.With("component", "wrk-monitor"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}

@@ -1,10 +1,9 @@
 package cli
 
 import (
-	"time"
-
 	"github.com/spf13/cobra"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
@@ -15,8 +14,8 @@ func init() { register((*app).wrkDirectoryCommand) }
 
 type directoryFileConfig struct {
 	componentFlags   `json:",inline"`
-	Ork              string        `json:"ork"`
-	AgentKeysRefresh time.Duration `json:"agentKeysRefresh,omitempty"`
+	Ork              string          `json:"ork"`
+	AgentKeysRefresh config.Duration `json:"agentKeysRefresh,omitempty"`
 }
 
 // wrkDirectoryCommand is the agents' directory as its own process: a
@@ -24,7 +23,7 @@ type directoryFileConfig struct {
 // agents announce themselves. An agent's key is the user's (it lives in
 // the user's VM), so it gets full access only here, never on the ork.
 func (a *app) wrkDirectoryCommand() *cobra.Command {
-	var cfg directoryFileConfig
+	cfg := directoryFileConfig{AgentKeysRefresh: config.Duration(defaultAgentKeysRefresh)}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-directory",
@@ -61,7 +60,7 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			keys.ork, keys.node = orkapi.NewClient(n, orkKey), n
 			fabric.NewDirectory(nil).Register(n)
 			a.printNode(n)
-			keys.run(cmd.Context(), cfg.AgentKeysRefresh)
+			keys.run(cmd.Context(), cfg.AgentKeysRefresh.D())
 			return nil
 		},
 	}
@@ -69,6 +68,6 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
-	f.DurationVar(&cfg.AgentKeysRefresh, "agent-keys-refresh", defaultAgentKeysRefresh, "how often the agents' keys are read from the ork")
+	f.Var(&cfg.AgentKeysRefresh, "agent-keys-refresh", "how often the agents' keys are read from the ork")
 	return cmd
 }

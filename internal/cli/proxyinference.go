@@ -28,9 +28,9 @@ type proxyInferenceFileConfig struct {
 	// inference agents announce their replicas.
 	Directories []string `json:"directories"`
 	// AppNode answers API key lookups (inference.apiKeyByHash).
-	AppNode    string            `json:"appNode"`
-	HTTPListen string            `json:"httpListen"`
-	Proxy      inferproxy.Config `json:"proxy"`
+	AppNode    string       `json:"appNode"`
+	HTTPListen string       `json:"httpListen"`
+	Proxy      proxySection `json:"proxy"`
 }
 
 // proxyInferenceCommand is proxy-inference as its own process: the
@@ -93,12 +93,13 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				n.AddAddrs(k, addrs...)
 				dirs = append(dirs, k)
 			}
-			if cfg.Proxy.KeyTTL == 0 {
+			pcfg := cfg.Proxy.toConfig()
+			if pcfg.KeyTTL == 0 {
 				// With FabricKeys' 1 s, a revoked key stops working within 10 s,
 				// as with `cosmicac up`.
-				cfg.Proxy.KeyTTL = 9 * time.Second
+				pcfg.KeyTTL = 9 * time.Second
 			}
-			p := inferproxy.New(cfg.Proxy, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
+			p := inferproxy.New(pcfg, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
 				inferproxy.NewFabricKeys(n, appKey, time.Second), log.With("component", "proxy-inference"))
 			defer p.Close()
 			p.Serve(n)

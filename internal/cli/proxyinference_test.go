@@ -53,7 +53,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	app, api := appOut["fabric"], appOut["api"]
 	// A config file, overridden by flags: revoked keys are seen quickly.
 	cfgPath := filepath.Join(base, "proxy.yaml")
-	os.WriteFile(cfgPath, []byte("httpListen: 127.0.0.1:1\nproxy:\n  keyTTL: 100000000\n"), 0o600)
+	os.WriteFile(cfgPath, []byte("httpListen: 127.0.0.1:1\nproxy:\n  keyTTL: 100ms\n"), 0o600)
 	metricsAddr := freePort(t)
 	prox := component(t, []string{"fabric", "inference"}, "proxy-inference", "--config", cfgPath, "--data-dir", dirs["proxy"],
 		"--listen", "127.0.0.1:0", "--ork", ork, "--directory", dir, "--app-node", app, "--http-listen", "127.0.0.1:0",
