@@ -225,7 +225,7 @@ func (n *Node) dialQUIC(ctx context.Context, key PublicKey, addr string) (*peerC
 	if err != nil {
 		return nil, err
 	}
-	c, err := n.qtr.Dial(ctx, ua, clientTLS(n.cert, key), n.quicConfig())
+	c, err := n.qtr.Dial(ctx, ua, clientTLS(n.cert, key, alpn), n.quicConfig())
 	if err != nil {
 		return nil, classifyDialErr(err)
 	}
@@ -252,7 +252,7 @@ func (n *Node) dialTCP(ctx context.Context, key PublicKey, addr string) (*peerCo
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	tc := tls.Client(raw, clientTLS(n.cert, key))
+	tc := tls.Client(raw, clientTLS(n.cert, key, alpn))
 	err = tc.HandshakeContext(ctx)
 	var b [1]byte
 	if err == nil {
@@ -549,7 +549,14 @@ func (n *Node) OpenStream(ctx context.Context, key PublicKey, method string, par
 		if err != nil {
 			return nil, err
 		}
-		st, err := n.openOn(ctx, pc, method, p)
+		var st *Stream
+		s, err := pc.c.openStream(ctx)
+		if err == nil {
+			st, err = n.openOn(ctx, s, pc.key, method, p)
+		}
+		if err == nil {
+			st.transport = pc.c.transport()
+		}
 		if err != nil && !fresh && attempt == 0 && notProcessed(err) {
 			n.drop(pc)
 			continue
@@ -557,21 +564,29 @@ func (n *Node) OpenStream(ctx context.Context, key PublicKey, method string, par
 		if err != nil {
 			return nil, n.wrapCallErr(ctx, key, method, err)
 		}
-		if reply != nil && len(st.reply) > 0 {
-			if err := json.Unmarshal(st.reply, reply); err != nil {
-				st.Close()
-				return nil, Errorf(CodeInternal, "decode %s reply: %v", method, err)
-			}
+		if err := st.decodeReply(reply); err != nil {
+			return nil, err
 		}
 		return st, nil
 	}
 }
 
-func (n *Node) openOn(ctx context.Context, pc *peerConn, method string, params json.RawMessage) (*Stream, error) {
-	s, err := pc.c.openStream(ctx)
-	if err != nil {
-		return nil, err
+// decodeReply decodes the accepting server's reply into v (nil to drop it);
+// on failure it closes s.
+func (s *Stream) decodeReply(v any) error {
+	if v == nil || len(s.reply) == 0 {
+		return nil
 	}
+	if err := json.Unmarshal(s.reply, v); err != nil {
+		s.Close()
+		return Errorf(CodeInternal, "decode %s reply: %v", s.method, err)
+	}
+	return nil
+}
+
+// openOn sends a stream request on s, a new stream to key, and reads the
+// answer.
+func (n *Node) openOn(ctx context.Context, s rawStream, key PublicKey, method string, params json.RawMessage) (*Stream, error) {
 	stop := context.AfterFunc(ctx, s.abort)
 	buf := appendRequest(nil, request{kind: kindStream, method: method, params: params})
 	if _, err := s.Write(buf); err != nil {
@@ -596,7 +611,7 @@ func (n *Node) openOn(ctx context.Context, pc *peerConn, method string, params j
 		}
 		return nil, err
 	}
-	return &Stream{s: s, peer: pc.key, method: method, reply: res}, nil
+	return &Stream{s: s, peer: key, method: method, reply: res}, nil
 }
 
 // ---- ping

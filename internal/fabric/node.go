@@ -96,6 +96,7 @@ type Node struct {
 	all     map[*peerConn]struct{}
 	dialing map[PublicKey]*dialCall
 	book    map[PublicKey][]string
+	parked  map[PublicKey]*parkPool
 	closed  bool
 }
 
@@ -140,9 +141,11 @@ func New(cfg Config) (*Node, error) {
 		all:     make(map[*peerConn]struct{}),
 		dialing: make(map[PublicKey]*dialCall),
 		book:    make(map[PublicKey][]string),
+		parked:  make(map[PublicKey]*parkPool),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.Handle(MethodPing, n.ping, ReadOnly())
+	n.Handle(MethodPark, n.handlePark)
 	if err := n.listen(cfg.Listen); err != nil {
 		n.cancel()
 		return nil, err
@@ -238,7 +241,7 @@ func (n *Node) bind(addr string, serve bool) error {
 		udp.Close()
 		return fmt.Errorf("fabric: listen tcp on port %d: %w", port, err)
 	}
-	qln, err := tr.Listen(serverTLS(n.cert, n.cfg.Policy), n.quicConfig())
+	qln, err := tr.Listen(serverTLS(n.cert, n.cfg.Policy, alpn), n.quicConfig())
 	if err != nil {
 		tln.Close()
 		tr.Close()
@@ -327,7 +330,7 @@ func (n *Node) acceptTCP() {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			tc := tls.Server(raw, serverTLS(n.cert, n.cfg.Policy))
+			tc := tls.Server(raw, serverTLS(n.cert, n.cfg.Policy, alpn, alpnDirect, alpnPark))
 			raw.SetDeadline(time.Now().Add(n.cfg.DialTimeout))
 			if err := tc.HandshakeContext(n.ctx); err != nil {
 				n.log.Debug("tcp handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
@@ -343,6 +346,14 @@ func (n *Node) acceptTCP() {
 				return
 			}
 			raw.SetDeadline(time.Time{})
+			switch tc.ConnectionState().NegotiatedProtocol {
+			case alpnDirect:
+				n.serveDirect(key, tc, raw, requestReadTimeout)
+				return
+			case alpnPark:
+				n.acceptParked(key, tc, raw)
+				return
+			}
 			sess, err := yamux.Server(&coalescer{Conn: tc}, yamuxConfig())
 			if err != nil {
 				raw.Close()
@@ -434,9 +445,19 @@ const requestReadTimeout = 30 * time.Second
 // reused: after answering, the server waits for the caller's next call on it
 // (see idleStreamTTL); events and streams end it.
 func (n *Node) serveStream(pc *peerConn, s rawStream) {
+	n.serveStreamWait(pc, s, requestReadTimeout)
+}
+
+// serveStreamWait is serveStream waiting up to firstWait for the first
+// request.
+func (n *Node) serveStreamWait(pc *peerConn, s rawStream, firstWait time.Duration) {
 	var buf []byte // the last response frame, reused for the next
 	for first := true; ; first = false {
-		s.SetReadDeadline(time.Now().Add(requestReadTimeout))
+		wait := requestReadTimeout
+		if first {
+			wait = firstWait
+		}
+		s.SetReadDeadline(time.Now().Add(wait))
 		body, err := readFrame(s, n.cfg.MaxMessage, nil)
 		if err != nil {
 			if err == io.EOF && !first {
@@ -512,7 +533,7 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, 
 			n.log.Warn("event handler failed", "method", req.method, "peer", pc.key.Short(), "err", err)
 		}
 	case kindStream:
-		sr := &StreamRequest{Peer: pc.key, Access: access, Method: req.method, Params: req.params, s: s}
+		sr := &StreamRequest{Peer: pc.key, Access: access, Method: req.method, Params: req.params, s: s, transport: pc.c.transport()}
 		err := rt.stream(ctx, sr)
 		if !sr.accepted {
 			if err == nil {

@@ -10,14 +10,19 @@ import (
 // may be used from two goroutines at once. CloseWrite ends the outgoing half;
 // Close ends both.
 type Stream struct {
-	s      rawStream
-	peer   PublicKey
-	method string
-	reply  json.RawMessage
+	s         rawStream
+	peer      PublicKey
+	method    string
+	reply     json.RawMessage
+	transport string
 }
 
 // Peer is the key at the other end.
 func (s *Stream) Peer() PublicKey { return s.peer }
+
+// Transport is what the stream travels on: TransportQUIC, TransportTCP
+// (yamux over TCP+TLS) or TransportTCPDirect (OpenDirectStream).
+func (s *Stream) Transport() string { return s.transport }
 
 // Method is the method the stream was opened with.
 func (s *Stream) Method() string { return s.method }
@@ -51,8 +56,9 @@ type StreamRequest struct {
 	Method string
 	Params json.RawMessage
 
-	s        rawStream
-	accepted bool
+	s         rawStream
+	transport string
+	accepted  bool
 }
 
 // Decode unmarshals the params into v, as a bad_request Error on failure.
@@ -79,5 +85,5 @@ func (r *StreamRequest) Accept(reply any) (*Stream, error) {
 	if _, err := r.s.Write(appendResponse(nil, statusOK, payload)); err != nil {
 		return nil, err
 	}
-	return &Stream{s: r.s, peer: r.Peer, method: r.Method}, nil
+	return &Stream{s: r.s, peer: r.Peer, method: r.Method, transport: r.transport}, nil
 }

@@ -12,8 +12,18 @@ import (
 	"time"
 )
 
-// alpn names the fabric protocol and its version in the TLS handshake.
+// alpn names the fabric protocol and its version in the TLS handshake: a
+// multiplexed connection (QUIC, or TCP+TLS with yamux).
 const alpn = "cosmicac-fabric/1"
+
+// alpnDirect names a TCP+TLS connection that carries one stream and no
+// multiplexer (see OpenDirectStream).
+const alpnDirect = "cosmicac-fabric-direct/1"
+
+// alpnPark names a direct connection dialled the other way round: the
+// dialler parks it with the server, which opens one stream on it later (see
+// MethodPark).
+const alpnPark = "cosmicac-fabric-park/1"
 
 // serverName is sent as SNI; certificates are not checked against it, the
 // key is what is checked.
@@ -74,13 +84,14 @@ func peerKey(rawCerts [][]byte) (PublicKey, error) {
 	return k, nil
 }
 
-// serverTLS admits clients whose key the policy lets in.
-func serverTLS(cert tls.Certificate, policy Policy) *tls.Config {
+// serverTLS admits clients whose key the policy lets in, speaking one of
+// protos.
+func serverTLS(cert tls.Certificate, policy Policy, protos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAnyClientCert,
-		NextProtos:   []string{alpn},
+		NextProtos:   protos,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			k, err := peerKey(raw)
 			if err != nil {
@@ -94,13 +105,12 @@ func serverTLS(cert tls.Certificate, policy Policy) *tls.Config {
 	}
 }
 
-// clientTLS accepts only a server holding want. With want zero it accepts any
-// key (used for inbound-direction dials never; kept for tools that probe).
-func clientTLS(cert tls.Certificate, want PublicKey) *tls.Config {
+// clientTLS accepts only a server holding want, speaking proto.
+func clientTLS(cert tls.Certificate, want PublicKey, proto string) *tls.Config {
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		Certificates:       []tls.Certificate{cert},
-		NextProtos:         []string{alpn},
+		NextProtos:         []string{proto},
 		ServerName:         serverName,
 		InsecureSkipVerify: true, // replaced by the key pinning below
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {

@@ -53,10 +53,12 @@ type Addr fabric.PublicKey
 func (a Addr) Network() string { return "fabric" }
 func (a Addr) String() string  { return fabric.PublicKey(a).String() }
 
-// DialStream opens an MethodHTTP stream to the agent with key and returns
-// it as a net.Conn.
-func DialStream(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (net.Conn, error) {
-	s, err := n.OpenStream(ctx, key, MethodHTTP, nil, nil)
+// DialStream opens a MethodHTTP stream to the agent with key and returns
+// it as a net.Conn. It is a direct stream (a TCP+TLS connection of its own,
+// fabric.OpenDirectStream) when the agent's address is known, so that a
+// proxied request and each of its events cross no multiplexer.
+func DialStream(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (*StreamConn, error) {
+	s, err := n.OpenDirectStream(ctx, key, MethodHTTP, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,7 @@ type proxyMetrics struct {
 	retries     *prometheus.CounterVec // model
 	failovers   *prometheus.CounterVec // model
 	rateLimited *prometheus.CounterVec // reason
+	agentConns  *prometheus.CounterVec // transport
 	outstanding *prometheus.Desc       // job, replica, model
 	replicas    *replicaSet
 }
@@ -61,6 +62,10 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 			Name: "cosmicac_inference_rate_limited_total",
 			Help: "Requests answered 429, by limit (concurrent, rpm).",
 		}, []string{"reason"}),
+		agentConns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cosmicac_inference_agent_connections_total",
+			Help: "Connections opened to inference agents (each carries keep-alive HTTP/1.1), by fabric transport: tcp-direct (a TCP+TLS connection of its own, dialled or parked by the agent), quic or tcp (a stream of a multiplexed connection).",
+		}, []string{"transport"}),
 		outstanding: prometheus.NewDesc("cosmicac_inference_replica_outstanding_requests",
 			"Requests in flight from this proxy to each announced replica head.", []string{"job", "replica", "model"}, nil),
 		replicas: rs,
@@ -80,6 +85,7 @@ func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.retries.Describe(ch)
 	m.failovers.Describe(ch)
 	m.rateLimited.Describe(ch)
+	m.agentConns.Describe(ch)
 	ch <- m.outstanding
 }
 
@@ -92,6 +98,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.retries.Collect(ch)
 	m.failovers.Collect(ch)
 	m.rateLimited.Collect(ch)
+	m.agentConns.Collect(ch)
 	m.replicas.mu.Lock()
 	pools := make([]*pool, 0, len(m.replicas.pools))
 	for _, p := range m.replicas.pools {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -320,4 +321,55 @@ func TestMultiNodeReplica(t *testing.T) {
 			t.Fatalf("%+v %v", c, err)
 		}
 	}
+}
+
+// TestAgentConnectionsAreDirect: the agents only dial out (no address), so
+// the proxy's connections to them are ones they parked: each a TCP+TLS
+// connection of its own, not a stream of a multiplexed one.
+func TestAgentConnectionsAreDirect(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{})
+	h.waitReady("job-qwen", 2)
+	a := sdk(h, h.keys["team-a"])
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			_, err := a.Completions.New(context.Background(), openai.CompletionNewParams{
+				Model: openai.CompletionNewParamsModel("qwen"), Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(2)})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	byTransport := map[string]float64{}
+	mfs, err := gatherer(h.proxy).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cosmicac_inference_agent_connections_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			byTransport[m.GetLabel()[0].GetValue()] += m.GetCounter().GetValue()
+		}
+	}
+	// Parks arrive within milliseconds; a request that found none within
+	// 250 ms (a starved machine) goes over the multiplexed connection.
+	if byTransport["tcp-direct"] == 0 {
+		t.Fatalf("agent connections by transport %v, want tcp-direct ones", byTransport)
+	}
+	t.Logf("agent connections by transport: %v", byTransport)
+}
+
+func gatherer(p *Proxy) prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	r.MustRegister(p.Collector())
+	return r
 }

@@ -120,7 +120,12 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 			if err != nil {
 				return nil, err
 			}
-			return inferagent.DialStream(ctx, node, key)
+			c, err := inferagent.DialStream(ctx, node, key)
+			if err != nil {
+				return nil, err
+			}
+			p.metrics.agentConns.WithLabelValues(c.Transport()).Inc()
+			return c, nil
 		},
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 512,
