@@ -67,12 +67,18 @@ type Meta struct {
 }
 
 // Status is what MethodStatus answers and MethodReport carries.
+//
+// The Kubernetes worker reads the reports of both agents with one shape
+// (jobId, replica, vmiIndex, ready, and the instance agent's "command", an
+// agent.CommandStatus object), so the runtime's command line is
+// "commandLine": under "command" the worker could not decode a report, and
+// a managed-inference replica on Kubernetes never turned running.
 type Status struct {
 	Meta
 	Key             string    `json:"key"`
 	Version         string    `json:"version"`
 	StartedAt       time.Time `json:"startedAt"`
-	Command         string    `json:"command"`
+	Command         string    `json:"commandLine"`
 	RuntimeRestarts int       `json:"runtimeRestarts"`
 	LastProbeAt     time.Time `json:"lastProbeAt,omitzero"`
 }
