@@ -14,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -56,14 +57,19 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 	p.KubeNode = n
 	n.AddAddrs(orkKey, p.OrkNode.Addr())
 	n.AddAddrs(monKey, p.MonitorNode.Addr())
-	// The agents' peers: this platform's agents' directory and app-node, at
-	// the addresses they listen on (Config.FabricHost, which must be
-	// reachable from the pods), and the monitor, admitted but not dialled
-	// (agents' keys are not admitted there, as on the simulated rack). The
-	// worker adds itself.
+	// The agents' peers: this platform's agents' directory, app-node and
+	// proxy-inference, at the addresses they listen on (Config.FabricHost,
+	// which must be reachable from the pods), and the monitor, admitted but
+	// not dialled (agents' keys are not admitted there, as on the simulated
+	// rack). The worker adds itself. proxy-inference reaches an inference
+	// agent only over the connection the agent opens to it, so without it
+	// the proxy could not route to the cluster's replicas (it admits any key
+	// read-only; the instance agents dial it too, and may call only its
+	// read-only methods).
 	rc.Peers = append(slices.Clone(rc.Peers),
 		k8sworker.Peer{Role: agent.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
 		k8sworker.Peer{Role: agent.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
+		k8sworker.Peer{Role: inferagent.RoleProxy, Key: p.ProxyNode.PublicKey().String(), Addrs: []string{p.ProxyNode.Addr()}},
 		k8sworker.Peer{Role: agent.RoleMonitor, Key: monKey.String()},
 	)
 	w, err := k8sworker.New(rc, restCfg, worker.NewReporterClient(n, orkKey), logs, p.log.With("component", "wrk-server-k8s-nvidia"))
