@@ -20,6 +20,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/hop"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 )
 
@@ -90,7 +91,7 @@ type Proxy struct {
 	keys     *keyCache
 	replicas *replicaSet
 	limits   *limiter
-	tr       *http.Transport
+	pool     *hop.Pool
 	mux      *http.ServeMux
 	handler  http.Handler
 	metrics  *proxyMetrics
@@ -111,27 +112,21 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
 	p.metrics = newProxyMetrics(p.replicas)
-	// One pooled transport; a replica is the host "<agent key>.agent", and
-	// its connections are HTTP/1.1 keep-alive over fabric streams.
-	p.tr = &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, _, _ := net.SplitHostPort(addr)
-			key, err := fabric.ParsePublicKey(strings.TrimSuffix(host, ".agent"))
-			if err != nil {
-				return nil, err
-			}
-			c, err := inferagent.DialStream(ctx, node, key)
-			if err != nil {
-				return nil, err
-			}
-			p.metrics.agentConns.WithLabelValues(c.Transport()).Inc()
-			return c, nil
-		},
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 512,
-		IdleConnTimeout:     60 * time.Second,
-		DisableCompression:  true,
-	}
+	// One pool of keep-alive HTTP/1.1 connections to the agents, each a
+	// fabric stream (direct where the agent's address is known or it parked
+	// connections with us); a replica is the address "<agent key>.agent".
+	p.pool = hop.NewPool(func(ctx context.Context, addr string) (net.Conn, error) {
+		key, err := fabric.ParsePublicKey(strings.TrimSuffix(addr, ".agent"))
+		if err != nil {
+			return nil, err
+		}
+		c, err := inferagent.DialStream(ctx, node, key)
+		if err != nil {
+			return nil, err
+		}
+		p.metrics.agentConns.WithLabelValues(c.Transport()).Inc()
+		return c, nil
+	}, 512, agentIdleFor)
 	p.mux = http.NewServeMux()
 	p.mux.HandleFunc("POST "+Prefix+"/chat/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/completions", p.forwardJSON)
@@ -150,8 +145,12 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 // Handler serves /inference/v1/… and /inference/health.
 func (p *Proxy) Handler() http.Handler { return p.handler }
 
+// agentIdleFor is how long a connection to an agent may rest before it is
+// dropped: below the agent's own idle timeout (120 s).
+const agentIdleFor = 60 * time.Second
+
 // Close drops the pooled connections to the agents.
-func (p *Proxy) Close() { p.tr.CloseIdleConnections() }
+func (p *Proxy) Close() { p.pool.CloseIdle() }
 
 // AgentPolicy is proxy-inference's fabric policy: full access for the
 // platform keys given, read-only access for any other key. Inference agents
@@ -434,10 +433,6 @@ func multipartField(contentType string, body []byte, name string) (string, error
 	}
 }
 
-// hopHeaders are not forwarded either way (and credentials not upstream).
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Proxy-Authorization", "Proxy-Authenticate"}
-
 // forward sends the request to a ready replica of the model, trying
 // another when one fails before any byte reached the client.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte) {
@@ -528,16 +523,10 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
 	out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+rep.host()+path, bytes.NewReader(body))
-	for k, vs := range r.Header {
-		out.Header[k] = vs
-	}
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
-	}
-	out.Header.Del("Authorization")
+	hop.CopyHeaders(out.Header, r.Header)
+	out.Header.Del("Authorization") // the caller's credentials stay here
 	out.Header.Del("X-API-Key")
-	out.ContentLength = int64(len(body))
-	resp, err := p.tr.RoundTrip(out)
+	resp, err := p.pool.Do(out, rep.host())
 	if err != nil {
 		if r.Context().Err() != nil {
 			return true, ""
@@ -546,20 +535,25 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		rep.markDown(p.cfg.DownFor)
 		return false, err.Error()
 	}
+	// The connection goes back to the pool only after a clean end of the
+	// answer; a cut one, or one the client left, is closed (which stops the
+	// agent's and the runtime's work on it).
+	rb := &eofReader{r: resp.Body}
+	clean := false
+	defer func() { resp.Finish(clean && rb.eof) }()
 	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway && resp.Header.Get(inferagent.HeaderRetry) != "" {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(rb, 4096))
+		clean = true
 		msg := fmt.Sprintf("replica %d answered %d: %s", rep.meta.Load().Replica, resp.StatusCode, strings.TrimSpace(string(b)))
 		rep.observe(true, 0, msg)
 		return false, msg
 	}
-	defer resp.Body.Close()
 	// Hold the headers back until the first byte of the body: a replica
 	// that dies before it (during prefill, say) fails over unseen.
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
-	n, rerr := readSome(resp.Body, buf)
+	n, rerr := readSome(rb, buf)
 	if n == 0 && rerr != nil && rerr != io.EOF {
 		if r.Context().Err() != nil {
 			return true, ""
@@ -570,32 +564,43 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
 	h := w.Header()
-	for k, vs := range resp.Header {
-		h[k] = vs
-	}
-	for _, hh := range hopHeaders {
-		h.Del(hh)
-	}
+	hop.CopyHeaders(h, resp.Header)
 	h.Del(inferagent.HeaderRetry)
 	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && fl != nil {
-		if err := copySSE(w, fl, resp.Body, buf, n, rerr); err != nil && r.Context().Err() == nil {
+		if err := copySSE(w, fl, rb, buf, n, rerr); err != nil && r.Context().Err() == nil {
 			p.log.Debug("stream cut", "replica", rep.meta.Load().Replica, "err", err)
 			panic(http.ErrAbortHandler) // tell the client the stream broke
 		}
+		clean = true
 		return true, ""
 	}
 	if n > 0 {
 		w.Write(buf[:n])
 	}
 	if rerr == nil {
-		if _, err := io.CopyBuffer(w, resp.Body, buf); err != nil && r.Context().Err() == nil {
+		if _, err := io.CopyBuffer(w, rb, buf); err != nil && r.Context().Err() == nil {
 			panic(http.ErrAbortHandler)
 		}
 	}
+	clean = true
 	return true, ""
+}
+
+// eofReader records whether its reader reached a clean end.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -1,0 +1,284 @@
+package hop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawServer answers each request on a connection with answer(i, req), the
+// i-th request of the connection; after it, close ends the connection.
+type rawServer struct {
+	ln     net.Listener
+	conns  atomic.Int32
+	answer func(i int, req *http.Request, body []byte) (resp string, close bool)
+}
+
+func newRawServer(t *testing.T, answer func(i int, req *http.Request, body []byte) (string, bool)) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServer{ln: ln, answer: answer}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.conns.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					resp, closeAfter := s.answer(i, req, body)
+					if _, err := io.WriteString(c, resp); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func ok(body string) string {
+	return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+func tcpPool(maxIdle int, idleFor time.Duration) (*Pool, *atomic.Int32) {
+	var dials atomic.Int32
+	d := net.Dialer{}
+	return NewPool(func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, "tcp", addr)
+	}, maxIdle, idleFor), &dials
+}
+
+func get(t *testing.T, p *Pool, addr string, body string) (*Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", "http://"+addr+"/x", rd)
+	resp, err := p.Do(req, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Finish(true)
+	return resp, string(b)
+}
+
+func TestConnectionsAreReused(t *testing.T) {
+	s := newRawServer(t, func(i int, _ *http.Request, body []byte) (string, bool) { return ok(fmt.Sprintf("%d:%s", i, body)), false })
+	p, dials := tcpPool(4, time.Minute)
+	addr := s.ln.Addr().String()
+	for i := range 10 {
+		if _, b := get(t, p, addr, "hi"); b != fmt.Sprintf("%d:hi", i) {
+			t.Fatalf("request %d answered %q", i, b)
+		}
+	}
+	if dials.Load() != 1 || s.conns.Load() != 1 {
+		t.Fatalf("10 sequential requests used %d dials (%d server connections), want 1", dials.Load(), s.conns.Load())
+	}
+}
+
+// TestStaleConnectionReplayed: the server closed the pooled connection
+// while it was idle (a keep-alive timeout); the request goes again, with
+// its body, on a fresh connection.
+func TestStaleConnectionReplayed(t *testing.T) {
+	s := newRawServer(t, func(i int, _ *http.Request, body []byte) (string, bool) {
+		return ok("echo:" + string(body)), true // closes after each answer, without saying so
+	})
+	p, dials := tcpPool(4, time.Minute)
+	addr := s.ln.Addr().String()
+	get(t, p, addr, "one")
+	time.Sleep(50 * time.Millisecond) // the server's FIN arrives
+	if _, b := get(t, p, addr, "two"); b != "echo:two" {
+		t.Fatalf("replayed request answered %q", b)
+	}
+	if dials.Load() != 2 {
+		t.Fatalf("%d dials, want 2 (the replay on a fresh connection)", dials.Load())
+	}
+
+	// A body that cannot be read again is not replayed.
+	get(t, p, addr, "three")
+	time.Sleep(50 * time.Millisecond)
+	req, _ := http.NewRequest("POST", "http://"+addr+"/x", io.NopCloser(strings.NewReader("four")))
+	req.ContentLength = 4
+	if _, err := p.Do(req, addr); err == nil {
+		t.Fatal("a request with a one-shot body was replayed")
+	}
+}
+
+func TestCloseAndFinishFalseDropConnection(t *testing.T) {
+	s := newRawServer(t, func(i int, req *http.Request, _ []byte) (string, bool) {
+		if req.URL.Path == "/close" {
+			return "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true
+		}
+		return ok("ok"), false
+	})
+	p, dials := tcpPool(4, time.Minute)
+	addr := s.ln.Addr().String()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/close", nil)
+	resp, err := p.Do(req, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Finish(true)
+	get(t, p, addr, "")
+	if dials.Load() != 2 {
+		t.Fatalf("after Connection: close, %d dials, want 2", dials.Load())
+	}
+	req, _ = http.NewRequest("GET", "http://"+addr+"/", nil)
+	resp, err = p.Do(req, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Finish(false) // body not read: the connection cannot be reused
+	get(t, p, addr, "")
+	if dials.Load() != 3 {
+		t.Fatalf("after Finish(false), %d dials, want 3", dials.Load())
+	}
+}
+
+func TestIdleConnectionsExpire(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) { return ok("ok"), false })
+	p, dials := tcpPool(4, 20*time.Millisecond)
+	addr := s.ln.Addr().String()
+	get(t, p, addr, "")
+	time.Sleep(60 * time.Millisecond)
+	get(t, p, addr, "")
+	if dials.Load() != 2 {
+		t.Fatalf("%d dials, want 2 (the idle connection expired)", dials.Load())
+	}
+}
+
+func TestInformationalAnswersSkipped(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) {
+		return "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + ok("final"), false
+	})
+	p, _ := tcpPool(4, time.Minute)
+	resp, b := get(t, p, s.ln.Addr().String(), "x")
+	if resp.StatusCode != 200 || b != "final" {
+		t.Fatalf("answer %d %q, want 200 final", resp.StatusCode, b)
+	}
+}
+
+// TestCancelClosesConnection: a request whose context ends while it waits
+// for its answer returns at once, and its connection is closed (the server
+// sees it go: its work is cancelled).
+func TestCancelClosesConnection(t *testing.T) {
+	gone := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		http.ReadRequest(bufio.NewReader(c))
+		c.Read(make([]byte, 1)) // never answers; returns when the client closes
+		close(gone)
+		c.Close()
+	}()
+	p, _ := tcpPool(4, time.Minute)
+	addr := ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Do(req, addr)
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not return after cancel")
+	}
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not see the connection close")
+	}
+}
+
+func TestConcurrentRequests(t *testing.T) {
+	s := newRawServer(t, func(i int, _ *http.Request, body []byte) (string, bool) { return ok(string(body)), false })
+	p, dials := tcpPool(8, time.Minute)
+	addr := s.ln.Addr().String()
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				msg := fmt.Sprintf("%d-%d", g, i)
+				req, _ := http.NewRequest("POST", "http://"+addr+"/", bytes.NewReader([]byte(msg)))
+				resp, err := p.Do(req, addr)
+				if err != nil {
+					bad.Add(1)
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Finish(err == nil)
+				if string(b) != msg {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if bad.Load() > 0 {
+		t.Fatalf("%d requests failed or got another's answer", bad.Load())
+	}
+	if dials.Load() > 8 {
+		t.Fatalf("%d dials for 8 concurrent clients", dials.Load())
+	}
+}
+
+func TestCopyHeaders(t *testing.T) {
+	src := http.Header{
+		"Connection":        {"keep-alive, X-Private"},
+		"X-Private":         {"secret"},
+		"Keep-Alive":        {"timeout=5"},
+		"Transfer-Encoding": {"chunked"},
+		"Content-Type":      {"text/event-stream"},
+		"X-Request-Id":      {"abc"},
+	}
+	dst := http.Header{}
+	CopyHeaders(dst, src)
+	if len(dst) != 2 || dst.Get("Content-Type") != "text/event-stream" || dst.Get("X-Request-Id") != "abc" {
+		t.Fatalf("copied %v, want Content-Type and X-Request-Id only", dst)
+	}
+}
