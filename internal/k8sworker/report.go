@@ -30,7 +30,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 		return
 	}
 	w.mu.Lock()
-	tombstone := w.gone[k]
+	_, tombstone := w.gone[k]
 	w.mu.Unlock()
 	if tombstone && !rep.Gone {
 		return // a late event about a replica reported Gone
@@ -41,7 +41,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if rep.Gone {
-		w.gone[k] = true
+		w.tombstoneLocked(k, now)
 	}
 	w.version++
 	w.dirty[k] = dirtyReport{rep: rep, version: w.version}
@@ -52,10 +52,30 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 func (w *Worker) markGone(k replicaKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.gone[k] = true
+	w.tombstoneLocked(k, time.Now())
 	w.version++
 	w.dirty[k] = dirtyReport{rep: worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}, version: w.version}
 	signal(w.push)
+}
+
+// goneTTL is how long a tombstone outlives its replica's Gone report:
+// informers lag by seconds, not minutes.
+const goneTTL = 10 * time.Minute
+
+// tombstoneLocked records replica k as reported Gone at now and, at most
+// once per goneTTL, forgets tombstones older than goneTTL, so that a
+// long-running worker does not keep one per replica it ever deleted.
+func (w *Worker) tombstoneLocked(k replicaKey, now time.Time) {
+	w.gone[k] = now
+	if now.Sub(w.gonePruned) < goneTTL {
+		return
+	}
+	w.gonePruned = now
+	for g, at := range w.gone {
+		if now.Sub(at) > goneTTL {
+			delete(w.gone, g)
+		}
+	}
 }
 
 func (w *Worker) markCapacityLocked() {

@@ -85,14 +85,16 @@ type Worker struct {
 	mu       sync.Mutex
 	replicas map[replicaKey]*replicaMem
 	dirty    map[replicaKey]dirtyReport
-	// gone holds the replicas last reported Gone: a late event about one
-	// (an informer still catching up) must not report it alive again; an
-	// Apply of the replica lifts it.
-	gone     map[replicaKey]bool
-	capDirty uint64
-	lastCap  []cosmic.Node
-	version  uint64
-	push     chan struct{}
+	// gone holds the replicas last reported Gone, and when: a late event
+	// about one (an informer still catching up) must not report it alive
+	// again; an Apply of the replica lifts it, and it is forgotten after
+	// goneTTL (tombstoneLocked).
+	gone       map[replicaKey]time.Time
+	gonePruned time.Time
+	capDirty   uint64
+	lastCap    []cosmic.Node
+	version    uint64
+	push       chan struct{}
 }
 
 // replicaKey names one replica of a job.
@@ -173,7 +175,7 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 		synced:   make(chan struct{}),
 		replicas: make(map[replicaKey]*replicaMem),
 		dirty:    make(map[replicaKey]dirtyReport),
-		gone:     make(map[replicaKey]bool),
+		gone:     make(map[replicaKey]time.Time),
 		push:     make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[replicaKey](),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -103,5 +104,26 @@ func TestFabricError(t *testing.T) {
 	}
 	if !retryable(apierrors.NewConflict(gr, "x", errors.New("changed"))) || !retryable(apierrors.NewInternalError(errors.New("etcd"))) || retryable(apierrors.NewNotFound(gr, "x")) {
 		t.Fatal("retryable")
+	}
+}
+
+// TestTombstonesAreForgotten: a replica reported Gone keeps its tombstone
+// long enough to ignore late informer events, then is forgotten, so a
+// worker that has deleted many jobs does not keep them all.
+func TestTombstonesAreForgotten(t *testing.T) {
+	w := &Worker{gone: map[replicaKey]time.Time{}}
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range 100 {
+		w.tombstoneLocked(replicaKey{job: "old", replica: i}, t0)
+	}
+	w.tombstoneLocked(replicaKey{job: "recent"}, t0.Add(goneTTL/2))
+	if len(w.gone) != 101 {
+		t.Fatalf("%d tombstones within goneTTL, want 101", len(w.gone))
+	}
+	w.tombstoneLocked(replicaKey{job: "new"}, t0.Add(goneTTL+time.Minute))
+	if _, ok := w.gone[replicaKey{job: "old"}]; ok || len(w.gone) != 2 {
+		t.Fatalf("after goneTTL: %d tombstones (old kept: %v), want recent and new", len(w.gone), ok)
 	}
 }
