@@ -242,37 +242,51 @@ func (n *Node) dialQUIC(ctx context.Context, key PublicKey, addr string) (*peerC
 }
 
 func (n *Node) dialTCP(ctx context.Context, key PublicKey, addr string) (*peerConn, error) {
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", addr)
+	tc, raw, err := n.handshakeTCP(ctx, key, addr, alpn)
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	tc := tls.Client(raw, clientTLS(n.cert, key, alpn))
-	err = tc.HandshakeContext(ctx)
-	var b [1]byte
-	if err == nil {
-		_, err = io.ReadFull(tc, b[:]) // the welcome; a refusal arrives here as an alert
-	}
-	if err != nil {
-		raw.Close()
-		return nil, classifyDialErr(err)
-	}
-	if !stop() {
-		raw.Close()
-		return nil, ctx.Err()
-	}
-	raw.SetDeadline(time.Time{})
 	sess, err := yamux.Client(&coalescer{Conn: tc}, yamuxConfig())
 	if err != nil {
 		raw.Close()
 		return nil, err
 	}
 	return &peerConn{c: yamuxConn{s: sess, under: raw}, key: key, ctx: closeCtx(n.ctx, sess.CloseChan())}, nil
+}
+
+// handshakeTCP dials key at addr over TCP, completes the TLS handshake
+// speaking proto, and reads the server's welcome (a refusal arrives as an
+// alert instead).
+func (n *Node) handshakeTCP(ctx context.Context, key PublicKey, addr, proto string) (*tls.Conn, net.Conn, error) {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	tc := tls.Client(raw, clientTLS(n.cert, key, proto))
+	err = tc.HandshakeContext(ctx)
+	var b [1]byte
+	if err == nil {
+		_, err = io.ReadFull(tc, b[:])
+	}
+	if err == nil && tc.ConnectionState().NegotiatedProtocol != proto {
+		err = fmt.Errorf("peer does not speak %s", proto)
+	}
+	if err != nil {
+		raw.Close()
+		return nil, nil, classifyDialErr(err)
+	}
+	if !stop() {
+		raw.Close()
+		return nil, nil, ctx.Err()
+	}
+	raw.SetDeadline(time.Time{})
+	return tc, raw, nil
 }
 
 func classifyDialErr(err error) error {

@@ -223,9 +223,9 @@ func (n *Node) dialDirectProto(ctx context.Context, key PublicKey, addrs []strin
 	defer cancel()
 	var errs []error
 	for _, a := range addrs {
-		d, err := n.dialDirectAddr(ctx, key, a, proto)
+		tc, raw, err := n.handshakeTCP(ctx, key, a, proto)
 		if err == nil {
-			return d, nil
+			return newDirectConn(tc, raw), nil
 		}
 		switch {
 		case errors.Is(err, ErrRefused):
@@ -240,38 +240,6 @@ func (n *Node) dialDirectProto(ctx context.Context, key PublicKey, addrs []strin
 		}
 	}
 	return nil, localError(CodeUnavailable, fmt.Errorf("dial peer %s directly: %w", key.Short(), errors.Join(errs...)))
-}
-
-func (n *Node) dialDirectAddr(ctx context.Context, key PublicKey, addr, proto string) (*directConn, error) {
-	var nd net.Dialer
-	raw, err := nd.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	tc := tls.Client(raw, clientTLS(n.cert, key, proto))
-	err = tc.HandshakeContext(ctx)
-	var b [1]byte
-	if err == nil {
-		_, err = io.ReadFull(tc, b[:]) // the welcome; a refusal arrives here as an alert
-	}
-	if err == nil && tc.ConnectionState().NegotiatedProtocol != proto {
-		err = fmt.Errorf("peer does not speak %s", proto)
-	}
-	if err != nil {
-		raw.Close()
-		return nil, classifyDialErr(err)
-	}
-	if !stop() {
-		raw.Close()
-		return nil, ctx.Err()
-	}
-	raw.SetDeadline(time.Time{})
-	return newDirectConn(tc, raw), nil
 }
 
 // Parked connections.
