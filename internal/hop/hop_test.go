@@ -92,7 +92,9 @@ func get(t *testing.T, p *Pool, addr string, body string) (*Response, string) {
 }
 
 func TestConnectionsAreReused(t *testing.T) {
-	s := newRawServer(t, func(i int, _ *http.Request, body []byte) (string, bool) { return ok(fmt.Sprintf("%d:%s", i, body)), false })
+	s := newRawServer(t, func(i int, _ *http.Request, body []byte) (string, bool) {
+		return ok(fmt.Sprintf("%d:%s", i, body)), false
+	})
 	p, dials := tcpPool(4, time.Minute)
 	addr := s.ln.Addr().String()
 	for i := range 10 {
