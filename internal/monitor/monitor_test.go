@@ -210,7 +210,16 @@ func TestHundredViewersAndOneStalled(t *testing.T) {
 		}
 		checkRun(t, results[i], 0, total)
 	}
-	// The stalled viewer was disconnected.
+	// The stalled viewer is cut off once a write to it has waited
+	// WriteTimeout. Wait for that before reading its connection: reading
+	// would un-stall it.
+	deadline := time.Now().Add(60 * time.Second)
+	for metric(t, e.m, "cosmicac_monitor_viewers_cut_off_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled viewer was not cut off within 60 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("stalled viewer: want its stream closed, got %v", err)
