@@ -38,6 +38,9 @@ type rawStream interface {
 	closeWrite() error
 	// abort stops both directions at once; pending reads and writes fail.
 	abort()
+	// shutdown ends the stream gracefully: what was written is delivered,
+	// then end-of-stream; what the peer sends from now on is discarded.
+	shutdown()
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
 	// watchCaller arranges for cancel to run if the caller gives up (aborts
@@ -86,6 +89,13 @@ const streamAborted quic.StreamErrorCode = 1
 // (STOP_SENDING).
 func (s quicStream) abort() {
 	s.s.CancelWrite(streamAborted)
+	s.s.CancelRead(streamAborted)
+}
+
+// shutdown sends FIN after the data (delivered reliably, unlike after
+// CancelWrite) and STOP_SENDING.
+func (s quicStream) shutdown() {
+	s.s.Close()
 	s.s.CancelRead(streamAborted)
 }
 
@@ -160,6 +170,9 @@ func (s yamuxStream) watchCaller(cancel context.CancelFunc) func() bool {
 		return gone
 	}
 }
+
+// shutdown half-closes; yamux delivers what was written first.
+func (s yamuxStream) shutdown() { s.s.Close() }
 
 // abort half-closes (yamux has no reset) and unblocks local readers and
 // writers; the peer sees end-of-stream.

@@ -75,6 +75,19 @@ func (d *directConn) abort() {
 	d.close()
 }
 
+// shutdown sends close_notify and FIN after the data, then discards what
+// the peer still sends until it closes (at most directLinger) before
+// closing: closing with unread data would reset the connection and could
+// lose the data's tail.
+func (d *directConn) shutdown() {
+	d.closeWrite()
+	go func() {
+		d.SetReadDeadline(time.Now().Add(directLinger))
+		io.Copy(io.Discard, d)
+		d.close()
+	}()
+}
+
 // watchCaller: the direct opener only opens streams; a call sent on a direct
 // connection is served to completion.
 func (d *directConn) watchCaller(context.CancelFunc) func() bool {

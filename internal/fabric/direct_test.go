@@ -277,3 +277,47 @@ func TestDirectStreamFallsBack(t *testing.T) {
 		t.Fatalf("a peer with no address and no connection: %v, want unavailable", err)
 	}
 }
+
+// TestShutdownDeliversEverything: a server that writes its answer and shuts
+// the stream down (as net/http closes a connection after its last answer)
+// loses none of it, on every transport, even though the opener is still
+// sending.
+func TestShutdownDeliversEverything(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	for _, tr := range []string{TransportQUIC, TransportTCP, TransportTCPDirect} {
+		t.Run(tr, func(t *testing.T) {
+			opts := []nodeOpt{withTransports(TransportQUIC, TransportTCP)}
+			if tr != TransportTCPDirect {
+				opts = []nodeOpt{withTransports(tr)}
+			}
+			srv, cli := pair(t, opts...)
+			srv.HandleStream("answer", func(ctx context.Context, req *StreamRequest) error {
+				s, err := req.Accept(nil)
+				if err != nil {
+					return err
+				}
+				s.Write(payload)
+				s.Shutdown()
+				return nil
+			})
+			ctx := ctxT(t)
+			open := cli.OpenStream
+			if tr == TransportTCPDirect {
+				open = cli.OpenDirectStream
+			}
+			s, err := open(ctx, srv.PublicKey(), "answer", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if s.Transport() != tr {
+				t.Fatalf("transport %q, want %q", s.Transport(), tr)
+			}
+			go s.Write(bytes.Repeat([]byte("x"), 64<<10)) // unread by the server
+			got, err := io.ReadAll(s)
+			if err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("read %d bytes (%v), want all %d", len(got), err, len(payload))
+			}
+		})
+	}
+}

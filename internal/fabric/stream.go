@@ -36,7 +36,14 @@ func (s *Stream) Write(p []byte) (int, error) { return s.s.Write(p) }
 // CloseWrite sends end-of-stream to the peer; reading continues.
 func (s *Stream) CloseWrite() error { return s.s.closeWrite() }
 
-// Close ends both directions.
+// Shutdown ends the stream gracefully: what was written is still
+// delivered, then the peer reads end-of-stream; what the peer sends from now
+// on is discarded. End a stream that carried a complete exchange with it
+// (an HTTP/1.1 connection closed after its last answer); Close aborts.
+func (s *Stream) Shutdown() { s.s.shutdown() }
+
+// Close ends both directions at once: on QUIC and direct streams a reset,
+// and data not yet delivered may be lost (see Shutdown).
 func (s *Stream) Close() error {
 	err := s.s.closeWrite()
 	s.s.abort()

@@ -25,14 +25,15 @@ func NewStreamConn(s *fabric.Stream, local fabric.PublicKey) *StreamConn {
 	return &StreamConn{Stream: s, local: Addr(local), remote: Addr(s.Peer()), done: make(chan struct{})}
 }
 
-// Close ends both directions of the stream (at once: on QUIC a reset).
+// Close ends the stream gracefully (fabric.Stream.Shutdown): net/http
+// closes a connection after writing its last answer, which must still be
+// delivered; the peer reads end-of-stream, which cancels its request.
 func (c *StreamConn) Close() error {
-	var err error
 	c.once.Do(func() {
-		err = c.Stream.Close()
+		c.Stream.Shutdown()
 		close(c.done)
 	})
-	return err
+	return nil
 }
 
 // Done is closed once Close has been called.
