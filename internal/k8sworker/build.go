@@ -620,6 +620,15 @@ func buildSecret(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, count i
 	}, nil
 }
 
+// peersFor is the peers an agent of a job of type typ is told about: only
+// an inference agent has business with proxy-inference.
+func peersFor(typ cosmic.JobType, peers []Peer) []Peer {
+	if typ == cosmic.TypeManagedInference {
+		return peers
+	}
+	return slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return p.Role == "proxy-inference" })
+}
+
 // UserData is the cloud-init user data of VMI index (of count, with gpus
 // GPUs) of a replica: the default user with the spec's SSH keys, the agent's
 // config at AgentConfigPath, the job's environment at EnvFilePath, and a
@@ -635,7 +644,7 @@ func UserData(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, h
 		VMICount: count,
 		GPUs:     gpus,
 		Hosts:    hosts,
-		Peers:    boot.Peers,
+		Peers:    peersFor(job.Spec.Type, boot.Peers),
 		Command:  job.Spec.Command,
 		EnvFile:  EnvFilePath,
 		HTTPPort: job.Spec.DefaultHTTPPort,
