@@ -9,61 +9,22 @@ import (
 	"os"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
-// Peer roles the agent knows. Every peer in the config is admitted with
-// full access; the role decides what else the agent does with it.
-const (
-	RoleOrk       = "ork"       // a directory: the agent announces itself there
-	RoleDirectory = "directory" // another directory
-	RoleWorker    = "worker"    // the rack worker: receives MethodReport events
-	RoleAppNode   = "app-node"  // relays users' shells (and later HTTP) to the agent
-	RoleMonitor   = "monitor"   // wrk-monitor: receives the agent's log records
-	RoleProxy     = "proxy-inference"
-)
-
-// FileIdentity is the agent's key pair as the bootstrap carries it.
-type FileIdentity struct {
-	PrivateKeyPEM string `json:"privateKeyPEM"`
-	PublicKey     string `json:"publicKey"`
-}
-
-// FilePeer is a platform peer as the bootstrap carries it.
-type FilePeer struct {
-	Role  string   `json:"role"`
-	Key   string   `json:"key"`
-	Addrs []string `json:"addrs,omitempty"`
-}
-
-// FileConfig is the agent's YAML file (/etc/cosmicac/agent.yaml in a VMI).
-// Its first fields mirror k8sworker.AgentConfig field for field (the agent
-// imports no k8s.io, so it keeps its own copy); the last ones are the
-// agent's own and optional.
+// FileConfig is the instance agent's YAML file: the bootstrap
+// (/etc/cosmicac/agent.yaml in a VMI). After the fields both agents read
+// come the ones of k8sworker.AgentConfig only the instance agent reads,
+// then its own, optional settings.
 type FileConfig struct {
-	JobID     string          `json:"jobId"`
-	JobType   string          `json:"jobType,omitempty"`
-	Team      string          `json:"team,omitempty"`
-	Replica   int             `json:"replica"`
-	VMIIndex  int             `json:"vmiIndex"`
-	VMICount  int             `json:"vmiCount,omitempty"`
-	GPUs      int             `json:"gpus,omitempty"`
-	Hosts     []string        `json:"hosts,omitempty"`
-	Identity  *FileIdentity   `json:"identity,omitempty"`
-	Peers     []FilePeer      `json:"peers,omitempty"`
+	FileBootstrap
 	Command   []string        `json:"command,omitempty"`
-	EnvFile   string          `json:"envFile,omitempty"`
 	HTTPPort  int             `json:"httpPort,omitempty"`
 	GRPCPort  int             `json:"grpcPort,omitempty"`
 	Inference json.RawMessage `json:"inference,omitempty"`
 
 	// The agent's own settings.
-	// IdentityFile is read when Identity is absent (a key made with
-	// `cosmicac keys generate`).
-	IdentityFile string `json:"identityFile,omitempty"`
 	// Env is added after the env file, NAME=value each.
 	Env []string `json:"env,omitempty"`
 	// Shell is the login shell of sessions without argv (default: $SHELL,
@@ -72,18 +33,8 @@ type FileConfig struct {
 	// WorkDir is where sessions and the command start (default: $HOME of
 	// the agent's user, else /).
 	WorkDir string `json:"workDir,omitempty"`
-	// Listen makes the agent also listen on a fabric address (for agents
-	// on a routable network, and tests). Default: dial-only.
-	Listen string `json:"listen,omitempty"`
 	// SSHPort is where sshd listens on the VM's loopback (default 22).
 	SSHPort int `json:"sshPort,omitempty"`
-}
-
-// Peer is a platform component the agent admits and connects to.
-type Peer struct {
-	Role  string
-	Key   fabric.PublicKey
-	Addrs []string
 }
 
 // Config is a parsed agent configuration.
@@ -121,13 +72,9 @@ type Config struct {
 // LoadConfig reads the agent's YAML file, the env file it names and the
 // identity it holds or names.
 func LoadConfig(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
 	var fc FileConfig
-	if err := yaml.Unmarshal(b, &fc); err != nil {
-		return Config{}, fmt.Errorf("agent config %s: %w", path, err)
+	if err := ReadBootstrap(path, &fc); err != nil {
+		return Config{}, err
 	}
 	return fc.Parse()
 }
@@ -146,46 +93,11 @@ func (fc FileConfig) Parse() (Config, error) {
 	if fc.JobID == "" {
 		errs = append(errs, errors.New("jobId is required"))
 	}
-	switch {
-	case fc.Identity != nil:
-		id, err := fabric.ParseIdentityPEM([]byte(fc.Identity.PrivateKeyPEM))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("identity: %w", err))
-			break
-		}
-		if fc.Identity.PublicKey != "" && fc.Identity.PublicKey != id.PublicKey().String() {
-			errs = append(errs, fmt.Errorf("identity: publicKey %s does not match the private key (%s)", fc.Identity.PublicKey, id.PublicKey()))
-		}
-		cfg.Identity = id
-	case fc.IdentityFile != "":
-		id, err := fabric.ReadIdentityFile(fc.IdentityFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("identityFile: %w", err))
-		}
-		cfg.Identity = id
-	default:
-		errs = append(errs, errors.New("identity (or identityFile) is required: the platform gives each agent its key"))
+	boot, err := fc.FileBootstrap.Parse()
+	if err != nil {
+		errs = append(errs, err)
 	}
-	for i, p := range fc.Peers {
-		k, err := fabric.ParsePublicKey(p.Key)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peers[%d].key: %w", i, err))
-			continue
-		}
-		for _, a := range p.Addrs {
-			if _, _, err := fabric.ParsePeer(p.Key + "@" + a); err != nil {
-				errs = append(errs, fmt.Errorf("peers[%d].addrs: %w", i, err))
-			}
-		}
-		cfg.Peers = append(cfg.Peers, Peer{Role: p.Role, Key: k, Addrs: p.Addrs})
-	}
-	if fc.EnvFile != "" {
-		env, err := ReadEnvFile(fc.EnvFile)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		cfg.Env = append(cfg.Env, env...)
-	}
+	cfg.Identity, cfg.Peers, cfg.Env = boot.Identity, boot.Peers, boot.Env
 	for _, e := range fc.Env {
 		if !strings.Contains(e, "=") {
 			errs = append(errs, fmt.Errorf("env %q: want NAME=value", e))

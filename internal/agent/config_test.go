@@ -7,7 +7,7 @@ import (
 )
 
 func TestConfigErrors(t *testing.T) {
-	_, err := FileConfig{Peers: []FilePeer{{Key: "nope"}}, Env: []string{"X"}}.Parse()
+	_, err := FileConfig{FileBootstrap: FileBootstrap{Peers: []FilePeer{{Key: "nope"}}}, Env: []string{"X"}}.Parse()
 	for _, want := range []string{"jobId", "identity", "peers[0].key", `env "X"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
@@ -15,7 +15,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	id, other := mustID(t), mustID(t)
 	pem, _ := id.MarshalPEM()
-	_, err = FileConfig{JobID: "j", Identity: &FileIdentity{PrivateKeyPEM: string(pem), PublicKey: other.PublicKey().String()}}.Parse()
+	_, err = FileConfig{FileBootstrap: FileBootstrap{JobID: "j", Identity: &FileIdentity{PrivateKeyPEM: string(pem), PublicKey: other.PublicKey().String()}}}.Parse()
 	if err == nil || !strings.Contains(err.Error(), "does not match") {
 		t.Errorf("mismatched identity: %v", err)
 	}

@@ -51,10 +51,10 @@ func TestNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	pem, _ := agentID.MarshalPEM()
-	fc := FileConfig{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml",
+	fc := FileConfig{FileBootstrap: FileBootstrap{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml",
 		Identity: &FileIdentity{PrivateKeyPEM: string(pem), PublicKey: agentID.PublicKey().String()},
-		Peers:    []FilePeer{{Role: RoleAppNode, Key: platID.PublicKey().String(), Addrs: []string{nsPlatformIP + ":" + nsPort}}},
-		Shell:    "/bin/bash", WorkDir: dir}
+		Peers:    []FilePeer{{Role: RoleAppNode, Key: platID.PublicKey().String(), Addrs: []string{nsPlatformIP + ":" + nsPort}}}},
+		Shell: "/bin/bash", WorkDir: dir}
 	b, _ := yaml.Marshal(fc)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -267,7 +268,7 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 			// Records go to wrk-monitor when the bootstrap names one.
 			reg := metrics.NewRegistry()
 			for _, p := range cfg.Peers {
-				if p.Role != inferagent.RoleMonitor {
+				if p.Role != agent.RoleMonitor {
 					continue
 				}
 				fw := joblog.NewForwarder(joblog.NodeFunc(ag.Node), p.Key, 0)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -183,7 +184,7 @@ func (a *Agent) report(st Status) {
 		return
 	}
 	for _, p := range a.cfg.Peers {
-		if p.Role != RoleWorkerKey {
+		if p.Role != agent.RoleWorker {
 			continue
 		}
 		go func() {
@@ -255,7 +256,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			n.AddAddrs(p.Key, p.Addrs...)
 			dial = append(dial, p.Key)
 		}
-		if p.Role == RoleOrk || p.Role == RoleDirectory {
+		if p.Role == agent.RoleOrk || p.Role == agent.RoleDirectory {
 			dirs = append(dirs, p.Key)
 		}
 	}
@@ -572,7 +573,7 @@ func (a *Agent) kickAnnounce() {
 func (a *Agent) proxyConnected(n *fabric.Node) bool {
 	some := false
 	for _, p := range a.cfg.Peers {
-		if p.Role != RoleProxy || len(p.Addrs) == 0 {
+		if p.Role != agent.RoleProxy || len(p.Addrs) == 0 {
 			continue
 		}
 		some = true

@@ -3,10 +3,7 @@ package inferagent
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -14,49 +11,14 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
-// Peer roles the inference agent knows (the strings of k8sworker.Peer.Role).
-const (
-	RoleOrk       = "ork"       // a directory: the agent announces itself there
-	RoleDirectory = "directory" // another directory
-	RoleWorkerKey = "worker"    // the rack worker: receives MethodReport events
-	RoleMonitor   = "monitor"   // wrk-monitor: receives the agent's log records
-	RoleProxy     = "proxy-inference"
-)
-
-// FileIdentity is the agent's key pair as the bootstrap carries it.
-type FileIdentity struct {
-	PrivateKeyPEM string `json:"privateKeyPEM"`
-	PublicKey     string `json:"publicKey"`
-}
-
-// FilePeer is a platform peer as the bootstrap carries it.
-type FilePeer struct {
-	Role  string   `json:"role"`
-	Key   string   `json:"key"`
-	Addrs []string `json:"addrs,omitempty"`
-}
-
-// FileConfig is /etc/cosmicac/agent.yaml in a managed-inference VMI. Its
-// first fields mirror k8sworker.AgentConfig (the agent imports no k8s.io);
-// the last ones are the agent's own and optional.
+// FileConfig is /etc/cosmicac/agent.yaml in a managed-inference VMI: the
+// bootstrap both agents read, the model, then the agent's own, optional
+// settings.
 type FileConfig struct {
-	JobID     string                `json:"jobId"`
-	JobType   string                `json:"jobType,omitempty"`
-	Team      string                `json:"team,omitempty"`
-	Replica   int                   `json:"replica"`
-	VMIIndex  int                   `json:"vmiIndex"`
-	VMICount  int                   `json:"vmiCount,omitempty"`
-	GPUs      int                   `json:"gpus,omitempty"`
-	Hosts     []string              `json:"hosts,omitempty"`
-	Identity  *FileIdentity         `json:"identity,omitempty"`
-	Peers     []FilePeer            `json:"peers,omitempty"`
-	EnvFile   string                `json:"envFile,omitempty"`
+	agent.FileBootstrap
 	Inference *cosmic.InferenceSpec `json:"inference,omitempty"`
 
 	// The agent's own settings.
-	IdentityFile string `json:"identityFile,omitempty"`
-	// Listen makes the agent also listen on a fabric address.
-	Listen string `json:"listen,omitempty"`
 	// Port is the runtime's port (default 8000).
 	Port int `json:"port,omitempty"`
 	// Simulated runs the simulated runtime in-process instead of the
@@ -65,12 +27,15 @@ type FileConfig struct {
 }
 
 // Peer is a platform component the agent admits (and dials when it has
-// addresses).
-type Peer struct {
-	Role  string
-	Key   fabric.PublicKey
-	Addrs []string
-}
+// addresses): agent.Peer, under this name for internal/inferproxy's tests.
+type Peer = agent.Peer
+
+// Peer roles of the bootstrap that internal/inferproxy's tests name here
+// (the others are agent's only: agent.RoleDirectory, agent.RoleWorker, …).
+const (
+	RoleOrk   = agent.RoleOrk
+	RoleProxy = agent.RoleProxy
+)
 
 // Config is a parsed agent configuration.
 type Config struct {
@@ -82,7 +47,7 @@ type Config struct {
 	Identity  *fabric.Identity
 	// Peers are the only keys admitted; those with addresses are dialled
 	// and kept connected (the proxy reaches the agent over them).
-	Peers  []Peer
+	Peers  []agent.Peer
 	Listen string
 	// Env is the runtime's environment on top of the agent's.
 	Env []string
@@ -136,13 +101,9 @@ func (c *Config) setDefaults() {
 
 // LoadConfig reads the agent's YAML file (and the env file it names).
 func LoadConfig(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
 	var fc FileConfig
-	if err := yaml.Unmarshal(b, &fc); err != nil {
-		return Config{}, fmt.Errorf("agent config %s: %w", path, err)
+	if err := agent.ReadBootstrap(path, &fc); err != nil {
+		return Config{}, err
 	}
 	return fc.Parse()
 }
@@ -163,41 +124,11 @@ func (fc FileConfig) Parse() (Config, error) {
 			errs = append(errs, err)
 		}
 	}
-	switch {
-	case fc.Identity != nil:
-		id, err := fabric.ParseIdentityPEM([]byte(fc.Identity.PrivateKeyPEM))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("identity: %w", err))
-			break
-		}
-		if fc.Identity.PublicKey != "" && fc.Identity.PublicKey != id.PublicKey().String() {
-			errs = append(errs, fmt.Errorf("identity: publicKey %s does not match the private key", fc.Identity.PublicKey))
-		}
-		cfg.Identity = id
-	case fc.IdentityFile != "":
-		id, err := fabric.ReadIdentityFile(fc.IdentityFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("identityFile: %w", err))
-		}
-		cfg.Identity = id
-	default:
-		errs = append(errs, errors.New("identity (or identityFile) is required"))
+	boot, err := fc.FileBootstrap.Parse()
+	if err != nil {
+		errs = append(errs, err)
 	}
-	for i, p := range fc.Peers {
-		k, err := fabric.ParsePublicKey(p.Key)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peers[%d].key: %w", i, err))
-			continue
-		}
-		cfg.Peers = append(cfg.Peers, Peer{Role: p.Role, Key: k, Addrs: p.Addrs})
-	}
-	if fc.EnvFile != "" {
-		env, err := agent.ReadEnvFile(fc.EnvFile) // the worker's NAME='value' file
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		cfg.Env = env
-	}
+	cfg.Identity, cfg.Peers, cfg.Env = boot.Identity, boot.Peers, boot.Env
 	if fc.Simulated {
 		cfg.Launcher = &SimLauncher{}
 	}

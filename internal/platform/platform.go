@@ -294,10 +294,10 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// each with the simulated runtime.
 	p.inference = &simInference{
 		log: log.With("component", inferagent.Component), logs: jobLogs, runtime: cfg.simRuntime(),
-		peers: []inferagent.Peer{
-			{Role: inferagent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
-			{Role: inferagent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
-			{Role: inferagent.RoleWorkerKey, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
+		peers: []agent.Peer{
+			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
+			{Role: agent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
+			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
 		},
 		full:     []*fabric.AllowList{dirAllow},
 		readOnly: []*fabric.AllowList{simAllow},
