@@ -15,8 +15,14 @@
 // and pushes its status to the rack worker (MethodReport events) on every
 // change and every ReportInterval.
 //
+// It is also the home of what the inference agent (internal/inferagent)
+// shares with it: the bootstrap file both read (FileBootstrap, the peers
+// and their roles) and what they do with the peers (NewNode, KeepConnected,
+// NotifyWorkers).
+//
 // See docs/shell.md. Importers: internal/cli (the agent command and `jobs
-// shell`), and the rack workers for the report types.
+// shell`), internal/inferagent, and the rack workers for the report types
+// and the bootstrap's peer roles.
 package agent
 
 import (
@@ -28,7 +34,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
@@ -182,21 +187,8 @@ func (a *Agent) changed() {
 }
 
 func (a *Agent) report(st Status) {
-	n := a.Node()
-	if n == nil {
-		return
-	}
-	for _, p := range a.cfg.Peers {
-		if p.Role != RoleWorker {
-			continue
-		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := n.Notify(ctx, p.Key, MethodReport, st); err != nil {
-				a.log.Debug("report to worker failed", "worker", p.Key.Short(), "err", err)
-			}
-		}()
+	if n := a.Node(); n != nil {
+		NotifyWorkers(n, a.cfg.Peers, MethodReport, st, a.log)
 	}
 }
 
@@ -210,12 +202,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.JobID == "" {
 		return errors.New("agent: config has no job ID")
 	}
-	allow := fabric.NewAllowList()
-	for _, p := range cfg.Peers {
-		allow.Allow(p.Key)
-	}
-	n, err := fabric.New(fabric.Config{Component: Component, Identity: cfg.Identity, Listen: cfg.Listen,
-		Policy: allow, Logger: a.log})
+	n, err := NewNode(Component, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
 	if err != nil {
 		return err
 	}
@@ -225,16 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
 		return a.Status(), nil
 	}, fabric.ReadOnly())
-	var dial, dirs []fabric.PublicKey
-	for _, p := range cfg.Peers {
-		if len(p.Addrs) > 0 {
-			n.AddAddrs(p.Key, p.Addrs...)
-			dial = append(dial, p.Key)
-		}
-		if p.Role == RoleOrk || p.Role == RoleDirectory {
-			dirs = append(dirs, p.Key)
-		}
-	}
+	dial, dirs := PeerKeys(cfg.Peers)
 	a.mu.Lock()
 	a.node, a.started = n, time.Now()
 	a.mu.Unlock()
@@ -248,7 +226,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// Keep a connection to every peer with an address: the platform calls
 	// the agent back over them.
-	wg.Go(func() { a.keepConnected(rctx, n, dial) })
+	wg.Go(func() { KeepConnected(rctx, n, dial, a.log, ConnectHooks{Reached: a.setReady}) })
 	if len(dirs) > 0 {
 		meta, _ := json.Marshal(map[string]any{"jobId": cfg.JobID, "replica": cfg.Replica, "vmiIndex": cfg.VMIIndex, "version": version.Version})
 		wg.Go(func() {
@@ -262,18 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Unlock()
 		wg.Go(func() { a.runCommand(rctx, done) })
 	}
-	wg.Go(func() {
-		t := time.NewTicker(ReportInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				a.report(a.Status())
-			}
-		}
-	})
+	wg.Go(func() { KeepReporting(rctx, ReportInterval, func() { a.report(a.Status()) }) })
 
 	<-ctx.Done()
 	a.mu.Lock()
@@ -287,43 +254,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// keepConnected dials every peer that is not connected, at once and then
-// every ReconnectInterval; the agent becomes ready when the first round
-// reached one of them (or there is none).
-func (a *Agent) keepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey) {
-	t := time.NewTicker(ReconnectInterval)
-	defer t.Stop()
-	for {
-		var wg sync.WaitGroup
-		var reached atomic.Bool // written by the dialling goroutines
-		reached.Store(len(peers) == 0)
-		for _, k := range peers {
-			if n.Connected(k) {
-				reached.Store(true)
-				continue
-			}
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
-					a.log.Debug("peer unreachable", "peer", k.Short(), "err", err)
-					return
-				}
-				reached.Store(true)
-			})
-		}
-		wg.Wait()
-		if reached.Load() {
-			a.setReady()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
+// setReady makes the agent ready (Status.Ready) the first time it is
+// called: after the first round of KeepConnected that reached a peer.
 func (a *Agent) setReady() {
 	a.mu.Lock()
 	if a.isReady {

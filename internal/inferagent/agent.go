@@ -179,21 +179,8 @@ func (a *Agent) update(f func(st *Status)) {
 }
 
 func (a *Agent) report(st Status) {
-	n := a.Node()
-	if n == nil {
-		return
-	}
-	for _, p := range a.cfg.Peers {
-		if p.Role != agent.RoleWorker {
-			continue
-		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := n.Notify(ctx, p.Key, MethodReport, st); err != nil {
-				a.log.Debug("report to worker failed", "worker", p.Key.Short(), "err", err)
-			}
-		}()
+	if n := a.Node(); n != nil {
+		agent.NotifyWorkers(n, a.cfg.Peers, MethodReport, st, a.log)
 	}
 }
 
@@ -218,11 +205,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("inference agent: %w", err)
 	}
 	a.cmd = cmd
-	allow := fabric.NewAllowList()
-	for _, p := range cfg.Peers {
-		allow.Allow(p.Key)
-	}
-	n, err := fabric.New(fabric.Config{Component: Component, Identity: cfg.Identity, Listen: cfg.Listen, Policy: allow, Logger: a.log})
+	n, err := agent.NewNode(Component, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
 	if err != nil {
 		return err
 	}
@@ -250,34 +233,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(ln) })
-	var dial, dirs []fabric.PublicKey
-	for _, p := range cfg.Peers {
-		if len(p.Addrs) > 0 {
-			n.AddAddrs(p.Key, p.Addrs...)
-			dial = append(dial, p.Key)
-		}
-		if p.Role == agent.RoleOrk || p.Role == agent.RoleDirectory {
-			dirs = append(dirs, p.Key)
-		}
-	}
-	wg.Go(func() { keepConnected(rctx, n, dial, a.log, a.kickAnnounce) })
+	dial, dirs := agent.PeerKeys(cfg.Peers)
+	wg.Go(func() { agent.KeepConnected(rctx, n, dial, a.log, agent.ConnectHooks{Dialled: a.kickAnnounce}) })
 	announced := make(chan struct{})
 	wg.Go(func() {
 		defer close(announced)
 		a.announce(rctx, n, dirs)
 	})
-	wg.Go(func() {
-		t := time.NewTicker(ReportInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				a.report(a.Status())
-			}
-		}
-	})
+	wg.Go(func() { agent.KeepReporting(rctx, ReportInterval, func() { a.report(a.Status()) }) })
 	supervised := make(chan struct{})
 	go func() {
 		defer close(supervised)
@@ -582,36 +545,6 @@ func (a *Agent) proxyConnected(n *fabric.Node) bool {
 		}
 	}
 	return !some
-}
-
-// keepConnected dials every peer that is not connected, at once and then
-// every 3s: the platform reaches the agent over these connections.
-func keepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey, log *slog.Logger, connected func()) {
-	t := time.NewTicker(3 * time.Second)
-	defer t.Stop()
-	for {
-		var wg sync.WaitGroup
-		for _, k := range peers {
-			if n.Connected(k) {
-				continue
-			}
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
-					log.Debug("peer unreachable", "peer", k.Short(), "err", err)
-					return
-				}
-				connected()
-			})
-		}
-		wg.Wait()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // appLine returns the emitter of the runtime's output lines on stream.

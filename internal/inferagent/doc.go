@@ -14,7 +14,9 @@
 // serves MethodHTTP streams: HTTP/1.1 (keep-alive) that it forwards to the
 // local runtime, streaming the answers back write by write, so SSE events
 // are never held back. The proxy (internal/inferproxy) dials those streams
-// with DialStream.
+// with DialStream. The bootstrap it reads and what it does with the peers
+// (admit, keep connected, report to) it shares with the instance agent:
+// see agent.FileBootstrap, agent.KeepConnected.
 //
 // In a multi-node vLLM replica the lowest VMI index leads: VMI 0 runs the
 // vLLM API server (the head) and is the replica's endpoint; the others run

@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// What both agents do with the peers of their bootstrap: admit them, keep
+// connected to those with addresses (a dial-only agent is reached over the
+// connections it opened), and push their status to the workers.
+
+// NewNode starts an agent's fabric node: it admits the keys of peers only
+// (each with full access), knows the addresses of those that have some, and
+// listens on listen when it is set (else it is dial-only).
+func NewNode(component string, id *fabric.Identity, listen string, peers []Peer, log *slog.Logger) (*fabric.Node, error) {
+	allow := fabric.NewAllowList()
+	for _, p := range peers {
+		allow.Allow(p.Key)
+	}
+	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: listen, Policy: allow, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		n.AddAddrs(p.Key, p.Addrs...)
+	}
+	return n, nil
+}
+
+// PeerKeys sorts the keys of peers: dial are those of the peers with
+// addresses (for KeepConnected), dirs those of the ork and directory peers
+// (where an agent announces itself).
+func PeerKeys(peers []Peer) (dial, dirs []fabric.PublicKey) {
+	for _, p := range peers {
+		if len(p.Addrs) > 0 {
+			dial = append(dial, p.Key)
+		}
+		if p.Role == RoleOrk || p.Role == RoleDirectory {
+			dirs = append(dirs, p.Key)
+		}
+	}
+	return dial, dirs
+}
+
+// ConnectHooks are what KeepConnected calls as it reaches peers; a nil
+// func is not called.
+type ConnectHooks struct {
+	// Dialled is called at once each time a dial reaches a peer, from the
+	// dialling goroutine (so it must be safe for concurrent use).
+	Dialled func()
+	// Reached is called after each round that reached a peer (one it
+	// dialled, or one connected already) or had none to dial.
+	Reached func()
+}
+
+// KeepConnected dials every peer of peers that is not connected, at once and
+// then every ReconnectInterval, until ctx ends: the platform reaches a
+// dial-only agent over these connections.
+func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey, log *slog.Logger, hooks ConnectHooks) {
+	t := time.NewTicker(ReconnectInterval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		var reached atomic.Bool // written by the dialling goroutines
+		reached.Store(len(peers) == 0)
+		for _, k := range peers {
+			if n.Connected(k) {
+				reached.Store(true)
+				continue
+			}
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
+					log.Debug("peer unreachable", "peer", k.Short(), "err", err)
+					return
+				}
+				reached.Store(true)
+				if hooks.Dialled != nil {
+					hooks.Dialled()
+				}
+			})
+		}
+		wg.Wait()
+		if reached.Load() && hooks.Reached != nil {
+			hooks.Reached()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// NotifyWorkers sends the event method with params to every worker peer
+// (RoleWorker), each in a goroutine of its own and within 5 s. Events are
+// at most once: a failure is only logged.
+func NotifyWorkers(n *fabric.Node, peers []Peer, method string, params any, log *slog.Logger) {
+	for _, p := range peers {
+		if p.Role != RoleWorker {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := n.Notify(ctx, p.Key, method, params); err != nil {
+				log.Debug("report to worker failed", "worker", p.Key.Short(), "err", err)
+			}
+		}()
+	}
+}
+
+// KeepReporting calls report every d until ctx ends: an agent pushes its
+// status to its workers on every change and every d.
+func KeepReporting(ctx context.Context, d time.Duration, report func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			report()
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// KeepConnected tells the instance agent's hook (Reached) after every round
+// that reached a peer, or had none to dial, and the inference agent's
+// (Dialled) only when a dial reached one.
+func TestKeepConnectedHooks(t *testing.T) {
+	old := ReconnectInterval
+	ReconnectInterval = 20 * time.Millisecond
+	t.Cleanup(func() { ReconnectInterval = old })
+	agentID := mustID(t)
+	platform, err := fabric.New(fabric.Config{Component: "app-node", Identity: mustID(t), Listen: "127.0.0.1:0",
+		Policy: fabric.NewAllowList(agentID.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer platform.Close()
+	gone := mustID(t).PublicKey() // never reachable
+	peers := []Peer{{Role: RoleAppNode, Key: platform.PublicKey(), Addrs: []string{platform.Addr()}},
+		{Role: RoleOrk, Key: gone}, {Role: RoleWorker, Key: gone, Addrs: []string{"127.0.0.1:1"}}}
+	n, err := NewNode(Component, agentID, "", peers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	dial, dirs := PeerKeys(peers)
+	if len(dial) != 2 || dial[0] != platform.PublicKey() || len(dirs) != 1 || dirs[0] != gone {
+		t.Fatalf("dial %v, dirs %v", dial, dirs)
+	}
+
+	run := func(peers []fabric.PublicKey) (dialled, reached *atomic.Int32, stop func()) {
+		dialled, reached = new(atomic.Int32), new(atomic.Int32)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			KeepConnected(ctx, n, peers, slog.New(slog.DiscardHandler), ConnectHooks{Dialled: func() { dialled.Add(1) }, Reached: func() { reached.Add(1) }})
+		}()
+		return dialled, reached, func() { cancel(); <-done }
+	}
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !f(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+
+	// None to dial: every round counts as reached.
+	dialled, reached, stop := run(nil)
+	waitFor("no round with none to dial", func() bool { return reached.Load() >= 2 })
+	stop()
+	if dialled.Load() != 0 {
+		t.Fatalf("dialled %d with none to dial", dialled.Load())
+	}
+
+	// The platform is dialled once, then found connected round after round.
+	dialled, reached, stop = run(dial[:1])
+	waitFor("no round reached the platform", func() bool { return reached.Load() >= 3 })
+	stop()
+	if dialled.Load() != 1 || !n.Connected(platform.PublicKey()) {
+		t.Fatalf("dialled %d, connected %v", dialled.Load(), n.Connected(platform.PublicKey()))
+	}
+
+	// An unreachable peer alone: rounds go by and reach nothing.
+	dialled, reached, stop = run(dial[1:])
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	if dialled.Load() != 0 || reached.Load() != 0 {
+		t.Fatalf("unreachable peer: dialled %d, reached %d", dialled.Load(), reached.Load())
+	}
+}
