@@ -235,50 +235,62 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	// History older than the buffer, from Loki: [lo, floor]. Records the
 	// buffer drops meanwhile raise its floor; read them from Loki too.
 	start := lo
-	if needOlder && m.loki != nil {
-		for start <= floor {
-			if !m.waitPushed(ctx, floor, 5*time.Second) {
-				sw.event("warning", map[string]string{"message": "Loki is behind: the most recent history may be incomplete"})
-			}
-			err := m.loki.queryRange(ctx, lr.job, lr.filter, start, floor+1, func(e Entry) error {
-				sw.arm()
-				b, err := json.Marshal(e.Record)
+	lokiOK := m.loki != nil && wantHistory
+	var cur, stop uint64
+	for {
+		if needOlder && lokiOK {
+			for start <= floor {
+				if !m.waitPushed(ctx, floor, 5*time.Second) {
+					sw.event("warning", map[string]string{"message": "Loki is behind: the most recent history may be incomplete"})
+				}
+				err := m.loki.queryRange(ctx, lr.job, lr.filter, start, floor+1, func(e Entry) error {
+					sw.arm()
+					b, err := json.Marshal(e.Record)
+					if err != nil {
+						return err
+					}
+					sw.Write(sseFrame(e.Seq, b))
+					last = e.Seq
+					return sw.err
+				})
 				if err != nil {
-					return err
+					if ctx.Err() != nil || sw.err != nil {
+						return
+					}
+					m.met.history.WithLabelValues("loki", "error").Inc()
+					sw.event("warning", map[string]string{"message": "history from Loki unavailable: " + err.Error()})
+					lokiOK = false
+					break
 				}
-				sw.Write(sseFrame(e.Seq, b))
-				last = e.Seq
-				return sw.err
-			})
-			if err != nil {
-				if ctx.Err() != nil || sw.err != nil {
-					return
-				}
-				m.met.history.WithLabelValues("loki", "error").Inc()
-				sw.event("warning", map[string]string{"message": "history from Loki unavailable: " + err.Error()})
-				break
+				m.met.history.WithLabelValues("loki", "ok").Inc()
+				start = floor + 1
+				j.mu.RLock()
+				floor = j.floor
+				j.mu.RUnlock()
 			}
-			m.met.history.WithLabelValues("loki", "ok").Inc()
-			start = floor + 1
-			j.mu.RLock()
-			floor = j.floor
+			if sw.flush() != nil {
+				return
+			}
+		}
+		// Then the buffer, from the first record numbered start or above,
+		// found under the same lock as the floor: records numbered start or
+		// above that the buffer dropped since the floor was last read are
+		// read from Loki first (else they would be skipped unseen).
+		j.mu.RLock()
+		if lokiOK && j.floor >= start {
+			floor, needOlder = j.floor, true
 			j.mu.RUnlock()
+			continue
 		}
-		if sw.flush() != nil {
-			return
+		if start > 0 {
+			cur = j.after(start - 1)
+		} else {
+			cur = j.first
 		}
+		stop = j.end() // without follow: the end as of now
+		j.mu.RUnlock()
+		break
 	}
-
-	// Then the buffer, from the first record numbered start or above.
-	j.mu.RLock()
-	var cur uint64
-	if start > 0 {
-		cur = j.after(start - 1)
-	} else {
-		cur = j.first
-	}
-	stop := j.end() // without follow: the end as of now
-	j.mu.RUnlock()
 
 	heartbeat := time.NewTicker(m.cfg.Heartbeat)
 	defer heartbeat.Stop()
