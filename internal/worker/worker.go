@@ -7,7 +7,8 @@
 // of a job (Apply, Stop, Restart, Delete; all idempotent) and a worker
 // reports what it observes (Report, pushed on every change; Jobs, pulled by
 // the ork after either side restarts). A lost message is repaired by the
-// next report or pull.
+// next report or pull. Both workers keep what they have not yet reported in
+// a ReportQueue, which delivers it.
 //
 // Importers: the ork, the workers, and the CLI wiring. It imports only the
 // domain (internal/cosmic) and the fabric.
