@@ -21,14 +21,6 @@ import (
 // replica's current state (the ork's orkapi.CodeConflict spelling).
 const codeConflict = "conflict"
 
-// Report delivery: a failed Report is retried with exponential backoff
-// between these bounds; one attempt may take reportTimeout.
-const (
-	retryMin      = 100 * time.Millisecond
-	retryMax      = 5 * time.Second
-	reportTimeout = 10 * time.Second
-)
-
 // Cluster is a simulated rack. It implements worker.Worker. Make it with
 // New, start it with Run.
 type Cluster struct {
@@ -44,17 +36,14 @@ type Cluster struct {
 	ackGrace time.Duration
 
 	wake   chan struct{} // the lifecycle loop: a replica has a new due step
-	push   chan struct{} // the report loop: something is dirty
 	outage chan struct{} // the outage loop: simUnreachable was called
 
-	mu       sync.Mutex
-	nodes    []*simNode
-	byName   map[string]*simNode
-	jobs     map[string]*simJob
-	claims   map[gpuKey]replicaKey // every GPU a replica of this cluster holds
-	dirty    map[replicaKey]dirtyReport
-	capDirty uint64 // version of the undelivered capacity change; 0: none
-	version  uint64
+	mu      sync.Mutex
+	nodes   []*simNode
+	byName  map[string]*simNode
+	jobs    map[string]*simJob
+	claims  map[gpuKey]replicaKey // every GPU a replica of this cluster holds
+	reports *worker.ReportQueue   // undelivered reports, guarded by mu
 	// failNextImport arms simFailImport without a job: the next import to
 	// start fails.
 	failNextImport bool
@@ -83,9 +72,8 @@ type replicaKey struct {
 
 func (k replicaKey) String() string { return fmt.Sprintf("%s/%d", k.job, k.replica) }
 
-type dirtyReport struct {
-	rep     worker.ReplicaReport
-	version uint64
+func (k replicaKey) ref() worker.ReplicaRef {
+	return worker.ReplicaRef{JobID: k.job, Replica: k.replica}
 }
 
 type simJob struct {
@@ -108,22 +96,21 @@ func New(cfg Config, rep worker.Reporter, logs joblog.Sink, log *slog.Logger) *C
 		rep:      rep,
 		logs:     logs,
 		log:      log.With("rack", cfg.Rack),
-		retryMin: retryMin,
-		retryMax: retryMax,
+		retryMin: worker.ReportRetryMin,
+		retryMax: worker.ReportRetryMax,
 		ackGrace: 200 * time.Millisecond,
 		wake:     make(chan struct{}, 1),
-		push:     make(chan struct{}, 1),
 		outage:   make(chan struct{}, 1),
 		byName:   make(map[string]*simNode),
 		jobs:     make(map[string]*simJob),
 		claims:   make(map[gpuKey]replicaKey),
-		dirty:    make(map[replicaKey]dirtyReport),
 	}
 	for i := range cfg.Nodes {
 		n := &simNode{name: cfg.NodeName(i)}
 		c.nodes = append(c.nodes, n)
 		c.byName[n.name] = n
 	}
+	c.reports = worker.NewReportQueue(&c.mu)
 	return c
 }
 
@@ -152,7 +139,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 	wg.Go(func() { c.reportLoop(ctx) })
 	wg.Go(func() { c.outageLoop(ctx) })
 	// Anything changed before Run is reported now.
-	signal(c.push)
+	c.reports.Push()
 	wg.Wait()
 	return nil
 }
@@ -427,23 +414,11 @@ func sameReservation(a, b cosmic.Reservation) bool {
 // ---- reports and records
 
 // mark records r's current report as undelivered.
-func (c *Cluster) mark(r *replica) {
-	c.version++
-	c.dirty[r.key] = dirtyReport{rep: r.report(), version: c.version}
-	signal(c.push)
-}
+func (c *Cluster) mark(r *replica) { c.reports.Set(r.key.ref(), r.report()) }
 
-func (c *Cluster) markGone(k replicaKey) {
-	c.version++
-	c.dirty[k] = dirtyReport{rep: worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}, version: c.version}
-	signal(c.push)
-}
+func (c *Cluster) markGone(k replicaKey) { c.reports.SetGone(k.ref()) }
 
-func (c *Cluster) markCapacity() {
-	c.version++
-	c.capDirty = c.version
-	signal(c.push)
-}
+func (c *Cluster) markCapacity() { c.reports.SetCapacity() }
 
 // markAll makes the whole state undelivered: after an outage.
 func (c *Cluster) markAll() {

@@ -289,7 +289,7 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 			r.phase = phaseExit // the command already ended: report running first
 		}
 	case phaseExit:
-		if _, undelivered := c.dirty[r.key]; undelivered || r.exit == nil {
+		if undelivered := c.reports.Undelivered(r.key.ref()); undelivered || r.exit == nil {
 			// The ork has not heard that r runs yet: the end follows the
 			// running it ends.
 			if r.exit == nil {
