@@ -1,12 +1,9 @@
 package k8sworker
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,13 +11,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
 
 // setReport records rep as replica k's report; a change is pushed to the
 // ork and written as a system log record.
@@ -43,9 +33,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 	if rep.Gone {
 		w.tombstoneLocked(k, now)
 	}
-	w.version++
-	w.dirty[k] = dirtyReport{rep: rep, version: w.version}
-	signal(w.push)
+	w.reports.Set(k.ref(), rep)
 }
 
 // markGone reports replica k Gone (a delete of what the rack does not hold).
@@ -53,9 +41,7 @@ func (w *Worker) markGone(k replicaKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.tombstoneLocked(k, time.Now())
-	w.version++
-	w.dirty[k] = dirtyReport{rep: worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}, version: w.version}
-	signal(w.push)
+	w.reports.SetGone(k.ref())
 }
 
 // goneTTL is how long a tombstone outlives its replica's Gone report:
@@ -78,11 +64,8 @@ func (w *Worker) tombstoneLocked(k replicaKey, now time.Time) {
 	}
 }
 
-func (w *Worker) markCapacityLocked() {
-	w.version++
-	w.capDirty = w.version
-	signal(w.push)
-}
+// markCapacityLocked queues the rack's capacity for the next Report.
+func (w *Worker) markCapacityLocked() { w.reports.SetCapacity() }
 
 // recordChange writes the system log record of a report's change: the
 // import's progress, scheduling, boot, readiness, failures, restarts,
@@ -177,98 +160,30 @@ func (w *Worker) record(k replicaKey, m *replicaMem, now time.Time, step string,
 // reportLoop delivers undelivered changes to the reporter, the latest
 // report of each replica, retrying with exponential backoff.
 func (w *Worker) reportLoop(ctx context.Context) {
-	backoff := w.retryMin
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.push:
-		}
-		for {
-			rep, sent, ok := w.pending(ctx)
-			if !ok {
-				break
+	w.reports.Deliver(ctx, worker.Delivery{
+		Rack:     w.cfg.Rack,
+		Reporter: w.rep,
+		Log:      w.log,
+		RetryMin: w.retryMin,
+		RetryMax: w.retryMax,
+		Capacity: func(ctx context.Context) (worker.Capacity, error) {
+			nodes, err := w.nodes(ctx)
+			if err != nil {
+				return worker.Capacity{}, err
 			}
-			rctx, cancel := context.WithTimeout(ctx, reportTimeout)
-			err := w.rep.Report(rctx, rep)
-			cancel()
-			if err == nil {
-				w.delivered(sent)
-				backoff = w.retryMin
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			w.log.Warn("report failed", "err", err, "retry_in", backoff)
-			t.Reset(backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, w.retryMax)
-		}
-	}
-}
-
-type sentVersions struct {
-	replicas map[replicaKey]uint64
-	states   map[replicaKey]cosmic.State
-	capacity uint64
-}
-
-// pending builds a Report of every undelivered change.
-func (w *Worker) pending(ctx context.Context) (worker.Report, sentVersions, bool) {
-	var capa *worker.Capacity
-	w.mu.Lock()
-	wantCap := w.capDirty != 0
-	w.mu.Unlock()
-	if wantCap {
-		if nodes, err := w.nodes(ctx); err == nil {
-			capa = &worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: time.Now()}
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	sent := sentVersions{replicas: make(map[replicaKey]uint64, len(w.dirty)), states: make(map[replicaKey]cosmic.State, len(w.dirty)), capacity: w.capDirty}
-	if len(w.dirty) == 0 && (w.capDirty == 0 || capa == nil) {
-		return worker.Report{}, sent, false
-	}
-	rep := worker.Report{Rack: w.cfg.Rack, Capacity: capa}
-	if capa == nil {
-		sent.capacity = 0
-	}
-	keys := slices.SortedFunc(maps.Keys(w.dirty), func(a, b replicaKey) int {
-		return cmp.Or(cmp.Compare(a.job, b.job), cmp.Compare(a.replica, b.replica))
+			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: time.Now()}, nil
+		},
+		Delivered: w.delivered,
 	})
-	for _, k := range keys {
-		d := w.dirty[k]
-		sent.replicas[k] = d.version
-		sent.states[k] = d.rep.State
-		if n := len(rep.Jobs); n == 0 || rep.Jobs[n-1].JobID != k.job {
-			rep.Jobs = append(rep.Jobs, worker.JobReport{JobID: k.job})
-		}
-		jr := &rep.Jobs[len(rep.Jobs)-1]
-		jr.Replicas = append(jr.Replicas, d.rep)
-	}
-	return rep, sent, true
 }
 
-// delivered clears the changes a Report carried, unless newer ones came.
-func (w *Worker) delivered(sent sentVersions) {
-	w.agents.delivered(sent.states)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, v := range sent.replicas {
-		if d, ok := w.dirty[k]; ok && d.version == v {
-			delete(w.dirty, k)
+// delivered tells the agent hub the states a delivered Report carried.
+func (w *Worker) delivered(rep worker.Report) {
+	states := make(map[replicaKey]cosmic.State)
+	for _, j := range rep.Jobs {
+		for _, r := range j.Replicas {
+			states[replicaKey{job: j.JobID, replica: r.Replica}] = r.State
 		}
 	}
-	if sent.capacity != 0 && w.capDirty == sent.capacity {
-		w.capDirty = 0
-	}
+	w.agents.delivered(states)
 }

@@ -37,9 +37,6 @@ const FieldManager = "cosmicac"
 
 // Timing of the worker's loops. Tests shorten some of them.
 const (
-	reportRetryMin  = 100 * time.Millisecond
-	reportRetryMax  = 5 * time.Second
-	reportTimeout   = 10 * time.Second
 	healthInterval  = time.Second
 	healthTimeout   = 2 * time.Second
 	reconcileStale  = time.Second // requeue delay while the apiserver is away
@@ -84,17 +81,14 @@ type Worker struct {
 
 	mu       sync.Mutex
 	replicas map[replicaKey]*replicaMem
-	dirty    map[replicaKey]dirtyReport
+	reports  *worker.ReportQueue // undelivered reports, guarded by mu
 	// gone holds the replicas last reported Gone, and when: a late event
 	// about one (an informer still catching up) must not report it alive
 	// again; an Apply of the replica lifts it, and it is forgotten after
 	// goneTTL (tombstoneLocked).
 	gone       map[replicaKey]time.Time
 	gonePruned time.Time
-	capDirty   uint64
 	lastCap    []cosmic.Node
-	version    uint64
-	push       chan struct{}
 }
 
 // replicaKey names one replica of a job.
@@ -105,9 +99,8 @@ type replicaKey struct {
 
 func (k replicaKey) String() string { return fmt.Sprintf("%s/%d", k.job, k.replica) }
 
-type dirtyReport struct {
-	rep     worker.ReplicaReport
-	version uint64
+func (k replicaKey) ref() worker.ReplicaRef {
+	return worker.ReplicaRef{JobID: k.job, Replica: k.replica}
 }
 
 // New makes a worker for the rack cfg (validated) on the cluster restCfg
@@ -169,18 +162,17 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 		c:        c,
 		cache:    ca,
 		health:   h,
-		retryMin: reportRetryMin,
-		retryMax: reportRetryMax,
+		retryMin: worker.ReportRetryMin,
+		retryMax: worker.ReportRetryMax,
 		workers:  defaultWorkers,
 		synced:   make(chan struct{}),
 		replicas: make(map[replicaKey]*replicaMem),
-		dirty:    make(map[replicaKey]dirtyReport),
 		gone:     make(map[replicaKey]time.Time),
-		push:     make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[replicaKey](),
 			workqueue.TypedRateLimitingQueueConfig[replicaKey]{Name: "k8sworker-" + cfg.Rack}),
 	}
+	w.reports = worker.NewReportQueue(&w.mu)
 	return w, nil
 }
 
