@@ -16,8 +16,11 @@ import (
 // ork and written as a system log record.
 func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport, o observation, now time.Time) {
 	rep = withExit(m, rep, o)
-	if m.last != nil && reflect.DeepEqual(*m.last, rep) {
-		return
+	if m.last != nil {
+		rep.Observed = m.last.Observed
+		if reflect.DeepEqual(*m.last, rep) {
+			return
+		}
 	}
 	w.mu.Lock()
 	_, tombstone := w.gone[k]
@@ -25,6 +28,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 	if tombstone && !rep.Gone {
 		return // a late event about a replica reported Gone
 	}
+	rep.Observed = worker.Observe()
 	prev := m.last
 	m.last = &rep
 	w.recordChange(k, m, prev, rep, o, now)

@@ -348,6 +348,7 @@ func (w *Worker) Jobs(ctx context.Context) ([]worker.JobReport, error) {
 				continue
 			}
 			rep = w.status(k, m, obs, time.Now()).rep
+			rep.Observed = worker.Observe()
 		}
 		m.mu.Unlock()
 		if rep.Gone {

@@ -94,6 +94,9 @@ type rackState struct {
 	seen      bool // answered at least once since the ork started
 	// observedAt is when the worker observed the nodes last applied.
 	observedAt time.Time
+	// observed holds the stamp of each replica's last applied report: an
+	// older one (a late answer) is dropped (worker.ReplicaReport.Observed).
+	observed map[worker.ReplicaRef]worker.Observation
 }
 
 type queued struct {

@@ -3,6 +3,7 @@ package ork
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -81,6 +82,12 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		seen[jr.JobID] = true
 		o.applyReport(ctx, id, jr)
 	}
+	// Forget the stamps of jobs the worker no longer runs.
+	o.mu.Lock()
+	if r := o.racks[id]; r != nil {
+		maps.DeleteFunc(r.observed, func(ref worker.ReplicaRef, _ worker.Observation) bool { return !seen[ref.JobID] })
+	}
+	o.mu.Unlock()
 	// What the store says should run here but the worker does not report.
 	o.mu.Lock()
 	held := map[string][]cosmic.Reservation{}
@@ -193,9 +200,16 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		orphan   bool
 		released []cosmic.Reservation
 		deleting bool
+		stamps   map[worker.ReplicaRef]worker.Observation // of the reports applied
 	)
+	rs := o.racks[rack]
+	var applied map[worker.ReplicaRef]worker.Observation
+	if rs != nil {
+		applied = rs.observed
+	}
 	err := o.st.Update(ctx, func(tx Tx) error {
 		released = released[:0]
+		clear(stamps)
 		j, err := tx.GetJob(ctx, jr.JobID)
 		if errors.Is(err, cosmic.ErrNotFound) {
 			orphan = true
@@ -213,6 +227,16 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			res, held := o.snap.Reserved(j.ID, rr.Replica)
 			if !held || res.Rack != rack {
 				continue // a late report of a replica released already
+			}
+			ref := worker.ReplicaRef{JobID: j.ID, Replica: rr.Replica}
+			if last, ok := applied[ref]; ok && !rr.Observed.Supersedes(last) {
+				continue // older than what was applied: a late answer
+			}
+			if rr.Observed.Process != "" {
+				if stamps == nil {
+					stamps = map[worker.ReplicaRef]worker.Observation{}
+				}
+				stamps[ref] = rr.Observed
 			}
 			cur := cosmic.StateQueued
 			if rr.Replica < len(j.Status.Replicas) {
@@ -290,6 +314,12 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		if err := o.snap.Release(res); err != nil {
 			o.log.Error("release in snapshot", "job_id", res.JobID, "err", err)
 		}
+	}
+	if rs != nil && len(stamps) > 0 {
+		if rs.observed == nil {
+			rs.observed = map[worker.ReplicaRef]worker.Observation{}
+		}
+		maps.Copy(rs.observed, stamps)
 	}
 	r := o.racks[rack]
 	o.mu.Unlock()

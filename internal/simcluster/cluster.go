@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -386,7 +387,7 @@ func (c *Cluster) jobsLocked() []worker.JobReport {
 		j := c.jobs[id]
 		jr := worker.JobReport{JobID: id}
 		for _, i := range slices.Sorted(maps.Keys(j.replicas)) {
-			jr.Replicas = append(jr.Replicas, j.replicas[i].report())
+			jr.Replicas = append(jr.Replicas, c.stamped(j.replicas[i]))
 		}
 		out = append(out, jr)
 	}
@@ -413,8 +414,25 @@ func sameReservation(a, b cosmic.Reservation) bool {
 
 // ---- reports and records
 
-// mark records r's current report as undelivered.
-func (c *Cluster) mark(r *replica) { c.reports.Set(r.key.ref(), r.report()) }
+// mark stamps r's current report and queues it for the ork.
+func (c *Cluster) mark(r *replica) {
+	r.marked = r.report()
+	r.marked.Observed = worker.Observe()
+	c.reports.Set(r.key.ref(), r.marked)
+}
+
+// stamped is r's current report with the stamp of the mark that queued it;
+// a change that was not marked (a bug) is marked now, so that the ork,
+// which drops reports older than one it applied, still takes it.
+func (c *Cluster) stamped(r *replica) worker.ReplicaReport {
+	rep := r.report()
+	rep.Observed = r.marked.Observed
+	if !reflect.DeepEqual(rep, r.marked) {
+		c.mark(r)
+		rep = r.marked
+	}
+	return rep
+}
 
 func (c *Cluster) markGone(k replicaKey) { c.reports.SetGone(k.ref()) }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -260,7 +261,7 @@ func TestLifecycleToRunning(t *testing.T) {
 			t.Errorf("import progress (-want +got):\n%s", diff)
 		}
 		want := worker.ReplicaReport{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}}
-		if diff := cmp.Diff(want, got); diff != "" {
+		if diff := cmp.Diff(want, got, ignoreStamps); diff != "" {
 			t.Errorf("final report (-want +got):\n%s", diff)
 		}
 		recs := e.logs.Job(jobA)
@@ -692,7 +693,7 @@ func TestJobsAfterOperations(t *testing.T) {
 			}},
 			{JobID: jobB, Replicas: []worker.ReplicaReport{{Replica: 0, State: cosmic.StateFailed, Reason: &crashed}}},
 		}
-		if diff := cmp.Diff(want, jobs); diff != "" {
+		if diff := cmp.Diff(want, jobs, ignoreStamps); diff != "" {
 			t.Errorf("Jobs (-want +got):\n%s", diff)
 		}
 	})
@@ -805,4 +806,36 @@ func TestFormatGPUs(t *testing.T) {
 			t.Errorf("%s: formatGPUs(%v) = %q, want %q", name, tc.in, got, tc.want)
 		}
 	}
+}
+
+// ignoreStamps leaves the reports' stamps out of comparisons (they are
+// checked in TestReportsAreStamped).
+var ignoreStamps = cmpopts.IgnoreFields(worker.ReplicaReport{}, "Observed")
+
+// TestReportsAreStamped: every pushed report of a replica is stamped later
+// than the one before, and Jobs answers an unchanged replica with the stamp
+// of its last push (so the ork, which drops reports older than one it
+// applied, drops a pulled answer that a newer push overtook).
+func TestReportsAreStamped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := start(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		last := e.waitState(t, jobA, 0, cosmic.StateRunning)
+		reps := e.rep.replicaReports(jobA, 0)
+		for i, rr := range reps {
+			if rr.Observed.Process == "" || i > 0 && !rr.Observed.Supersedes(reps[i-1].Observed) {
+				t.Fatalf("report %d stamped %+v after %+v", i, rr.Observed, reps[max(i-1, 0)].Observed)
+			}
+		}
+		jobs, err := e.c.Jobs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jobs[0].Replicas[0].Observed; got != last.Observed {
+			t.Fatalf("Jobs stamps the running replica %+v, its last push was %+v", got, last.Observed)
+		}
+		if reps[0].Observed.Supersedes(last.Observed) {
+			t.Fatal("the first report would replace the last one")
+		}
+	})
 }

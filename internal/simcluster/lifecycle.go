@@ -55,6 +55,9 @@ type replica struct {
 	agent    *agentRun       // the replica's agent(s) (gpu-container: AgentRunner; managed-inference: InferenceRunner)
 	exit     *CommandOutcome // the command's end, not yet taken
 	exitCode *int            // reported: the exit code of the command that ended r
+
+	// marked is the report last queued for the ork (mark), with its stamp.
+	marked worker.ReplicaReport
 }
 
 // vmi is one simulated VirtualMachineInstance: a replica's share of one node.
@@ -68,6 +71,7 @@ func (r *replica) holdsGPUs() bool { return r.claimed }
 
 func (r *replica) stateName() string { return string(r.state) }
 
+// report is r's current state, unstamped.
 func (r *replica) report() worker.ReplicaReport {
 	out := worker.ReplicaReport{Replica: r.key.replica, State: r.state}
 	if r.reason != nil {

@@ -64,7 +64,7 @@ func (q *ReportQueue) Set(ref ReplicaRef, rep ReplicaReport) {
 
 // SetGone queues the report that every object of replica ref is deleted.
 func (q *ReportQueue) SetGone(ref ReplicaRef) {
-	q.Set(ref, ReplicaReport{Replica: ref.Replica, State: cosmic.StateStopped, Gone: true})
+	q.Set(ref, ReplicaReport{Replica: ref.Replica, State: cosmic.StateStopped, Gone: true, Observed: Observe()})
 }
 
 // SetCapacity notes that the rack's capacity changed: the next Report

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
@@ -141,7 +142,10 @@ func TestReportQueueBatchesInOrder(t *testing.T) {
 		},
 		Capacity: &Capacity{Rack: "r1", Nodes: []cosmic.Node{{Name: "n0", Rack: "r1"}}},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if g := got.Jobs[0].Replicas[0].Observed; g.Process == "" {
+		t.Errorf("a Gone report is not stamped: %+v", g)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(ReplicaReport{}, "Observed")); diff != "" {
 		t.Fatalf("report (-want +got):\n%s", diff)
 	}
 	r.none(t, 50*time.Millisecond)
@@ -150,7 +154,7 @@ func TestReportQueueBatchesInOrder(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(delivered) != 1 || !cmp.Equal(delivered[0], want) {
+	if len(delivered) != 1 || !cmp.Equal(delivered[0], got) {
 		t.Errorf("Delivered saw %+v", delivered)
 	}
 }
@@ -251,4 +255,22 @@ func TestReportQueueCapacityChangesWhileObserved(t *testing.T) {
 		t.Fatalf("report %+v, want the capacity observed last", got)
 	}
 	r.none(t, 50*time.Millisecond)
+}
+
+func TestObservationsOrder(t *testing.T) {
+	a, b := Observe(), Observe()
+	other := Observation{Process: "another process", Seq: 1}
+	for _, c := range []struct {
+		o, last Observation
+		want    bool
+	}{
+		{b, a, true}, {a, b, false}, {a, a, false},
+		{other, b, true},         // a restarted worker
+		{Observation{}, b, true}, // unstamped
+		{a, Observation{}, true}, // nothing stamped applied yet
+	} {
+		if got := c.o.Supersedes(c.last); got != c.want {
+			t.Errorf("%+v supersedes %+v: %v, want %v", c.o, c.last, got, c.want)
+		}
+	}
 }

@@ -16,6 +16,9 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -89,6 +92,40 @@ type ReplicaReport struct {
 	AgentKeys []string `json:"agentKeys,omitempty"`
 	// Gone is set once every object of the replica is deleted.
 	Gone bool `json:"gone,omitempty"`
+	// Observed says which worker process observed this state, and in
+	// what order (Observe). The ork applies a replica's report only if it
+	// is newer than the last one it applied from the same process, so that
+	// a late answer cannot undo a newer state: a pulled Jobs reply that was
+	// current when the pull began, or a replica's failure reported again
+	// after the replica was placed anew. Zero: not stamped (always applied).
+	Observed Observation `json:"observed,omitzero"`
+}
+
+// Observation stamps a replica report: Process is random per worker process
+// start, Seq grows with every observation that process stamps.
+type Observation struct {
+	Process string `json:"process"`
+	Seq     uint64 `json:"seq"`
+}
+
+var (
+	observer = func() string {
+		var b [8]byte
+		rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	observations atomic.Uint64
+)
+
+// Observe returns a new stamp of this process, later than every stamp it
+// returned before.
+func Observe() Observation { return Observation{Process: observer, Seq: observations.Add(1)} }
+
+// Supersedes reports whether a report stamped o may replace one stamped
+// last: o is not stamped, or comes from another process (a worker that
+// restarted), or is later.
+func (o Observation) Supersedes(last Observation) bool {
+	return o.Process == "" || o.Process != last.Process || o.Seq > last.Seq
 }
 
 // JobReport is what the worker observes of one job.

@@ -1,0 +1,134 @@
+package ork_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// quietWorker is a rack of one 8-GPU node that does what it is told and
+// reports nothing by itself: the test pushes its reports.
+type quietWorker struct {
+	mu      sync.Mutex
+	applied []worker.ApplyParams
+}
+
+func (w *quietWorker) Capacity(context.Context) (worker.Capacity, error) {
+	return worker.Capacity{Rack: "r1", ObservedAt: time.Now(), Nodes: []cosmic.Node{
+		{Name: "n0", Rack: "r1", GPUModel: "H100", GPUs: 8, Schedulable: true, Ready: true}}}, nil
+}
+
+func (w *quietWorker) Apply(_ context.Context, p worker.ApplyParams) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applied = append(w.applied, p)
+	return nil
+}
+
+func (w *quietWorker) Stop(context.Context, worker.ReplicaRef) error     { return nil }
+func (w *quietWorker) Restart(context.Context, worker.ReplicaRef) error  { return nil }
+func (w *quietWorker) Delete(context.Context, worker.DeleteParams) error { return nil }
+func (w *quietWorker) Jobs(context.Context) ([]worker.JobReport, error) {
+	return []worker.JobReport{}, nil
+}
+func (w *quietWorker) appliedCount() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.applied) }
+
+func report(job string, rr worker.ReplicaReport) worker.Report {
+	return worker.Report{Rack: "r1", Jobs: []worker.JobReport{{JobID: job, Replicas: []worker.ReplicaReport{rr}}}}
+}
+
+// TestLateReportsAreDropped: a replica's report stamped older than one the
+// ork applied from the same worker process (a pulled answer overtaken by a
+// push, a failure reported again after a restart) changes nothing; a later
+// one, an unstamped one and one from a restarted worker process apply.
+func TestLateReportsAreDropped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	w := &quietWorker{}
+	o, err := ork.New(ork.Config{Heartbeat: time.Hour, WorkerTimeout: 5 * time.Second}, st,
+		func(fabric.PublicKey, []string) worker.Worker { return w }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- o.Run(rctx) }()
+	defer func() { stop(); <-done }()
+
+	id, _ := fabric.GenerateIdentity()
+	wkey := id.PublicKey()
+	if _, err := o.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: cosmic.Rack{ID: "r1", Location: "eu", GPUModel: "H100", WorkerKey: wkey.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	var j cosmic.Job
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		// The rack's capacity arrives with the first heartbeat.
+		j, err = o.CreateJob(ctx, orkapi.CreateJobParams{ID: cosmic.NewJobID(), User: "u", Team: "t",
+			Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "j", Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waitFor(func() bool { return w.appliedCount() > 0 }, 2*time.Second) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job was never applied on the rack")
+		}
+	}
+
+	push := func(rr worker.ReplicaReport) cosmic.State {
+		t.Helper()
+		if err := o.ReceiveReport(ctx, wkey, report(j.ID, rr)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := o.GetJob(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Replicas[0].State
+	}
+	at := func(p string, seq uint64) worker.Observation { return worker.Observation{Process: p, Seq: seq} }
+	steps := []struct {
+		rr   worker.ReplicaReport
+		want cosmic.State
+	}{
+		{worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("p1", 5)}, cosmic.StateStarting},
+		{worker.ReplicaReport{State: cosmic.StateRunning, Observed: at("p1", 7)}, cosmic.StateRunning},
+		{worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("p1", 6)}, cosmic.StateRunning},  // overtaken
+		{worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("p1", 7)}, cosmic.StateRunning},  // not newer
+		{worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("p2", 1)}, cosmic.StateStarting}, // a restarted worker
+		{worker.ReplicaReport{State: cosmic.StateRunning}, cosmic.StateRunning},                          // unstamped
+	}
+	for i, s := range steps {
+		s.rr.Nodes = []string{"n0"}
+		if got := push(s.rr); got != s.want {
+			t.Fatalf("step %d (%s stamped %+v): replica %s, want %s", i, s.rr.State, s.rr.Observed, got, s.want)
+		}
+	}
+}
+
+func waitFor(cond func() bool, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
