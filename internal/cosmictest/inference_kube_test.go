@@ -3,8 +3,6 @@ package cosmictest
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +11,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	virtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -62,30 +57,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
-	name := k8sworker.VMIName(j.ID, 0, 0)
-	// Play CDI: the root disk imports.
-	eventually(t, "DataVolume "+name+" imported", func() error {
-		var dv cdiv1.DataVolume
-		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &dv); err != nil {
-			return err
-		}
-		dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
-		return c.Status().Update(ctx, &dv)
-	})
-	// Play KubeVirt: the VMI is scheduled on its reserved node and boots.
-	eventually(t, "VMI "+name+" running", func() error {
-		var v virtv1.VirtualMachineInstance
-		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &v); err != nil {
-			return err
-		}
-		if len(v.Spec.Domain.Devices.GPUs) != 2 {
-			return fmt.Errorf("VMI claims %d GPUs, want 2", len(v.Spec.Domain.Devices.GPUs))
-		}
-		v.Status.Phase = virtv1.Running
-		v.Status.NodeName = "gpu-0"
-		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
-		return c.Update(ctx, &v)
-	})
+	playVMI(t, ctx, c, rc.Namespace, k8sworker.VMIName(j.ID, 0, 0), 2, "gpu-0")
 	// The worker saw the VMI Ready and waits for its agent.
 	eventually(t, "the job waits for its agent", func() error {
 		got, err := e.Client.GetJob(e.Ctx, j.ID)
@@ -100,20 +72,9 @@ func TestInferenceOnKubernetes(t *testing.T) {
 
 	// Play the VM: its systemd unit runs `cosmicac agent inference --config
 	// /etc/cosmicac/agent.yaml`, the file cloud-init wrote from the Secret.
-	var sec corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: k8sworker.SecretName(j.ID, 0, 0)}, &sec); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(sec.Data[k8sworker.UserDataKey]), "agent inference --config") {
-		t.Fatalf("the VMI's user data does not run the inference agent:\n%s", sec.Data[k8sworker.UserDataKey])
-	}
-	file, err := k8sworker.AgentFile(sec.Data[k8sworker.UserDataKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "agent.yaml")
-	if err := os.WriteFile(path, file, 0o600); err != nil {
-		t.Fatal(err)
+	path, userData := agentFileOf(t, ctx, c, rc.Namespace, j.ID)
+	if !strings.Contains(string(userData), "agent inference --config") {
+		t.Fatalf("the VMI's user data does not run the inference agent:\n%s", userData)
 	}
 	acfg, err := inferagent.LoadConfig(path)
 	if err != nil {

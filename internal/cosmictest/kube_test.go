@@ -60,29 +60,7 @@ func TestUpWithKubeconfig(t *testing.T) {
 	j := e.Create(spec)
 	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
 	name := k8sworker.VMIName(j.ID, 0, 0)
-	// Play CDI: the root disk imports.
-	eventually(t, "DataVolume "+name+" imported", func() error {
-		var dv cdiv1.DataVolume
-		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &dv); err != nil {
-			return err
-		}
-		dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
-		return c.Status().Update(ctx, &dv)
-	})
-	// Play KubeVirt: the VMI is scheduled on its reserved node and boots.
-	eventually(t, "VMI "+name+" running", func() error {
-		var v virtv1.VirtualMachineInstance
-		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &v); err != nil {
-			return err
-		}
-		if len(v.Spec.Domain.Devices.GPUs) != 2 {
-			return fmt.Errorf("VMI claims %d GPUs, want 2", len(v.Spec.Domain.Devices.GPUs))
-		}
-		v.Status.Phase = virtv1.Running
-		v.Status.NodeName = j.Status.Replicas[0].Nodes[0]
-		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
-		return c.Update(ctx, &v)
-	})
+	playVMI(t, ctx, c, rc.Namespace, name, 2, j.Status.Replicas[0].Nodes[0])
 	// The VMI is Ready but its agent has not reported: still starting.
 	time.Sleep(300 * time.Millisecond)
 	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateStarting {
@@ -92,18 +70,7 @@ func TestUpWithKubeconfig(t *testing.T) {
 	// worker, the agents' directory and the app-node; the job runs, and a
 	// shell reaches it through the app-node (which accepts only the key the
 	// job's status lists).
-	var sec corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: k8sworker.SecretName(j.ID, 0, 0)}, &sec); err != nil {
-		t.Fatal(err)
-	}
-	file, err := k8sworker.AgentFile(sec.Data[k8sworker.UserDataKey])
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "agent.yaml")
-	if err := os.WriteFile(path, file, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, _ := agentFileOf(t, ctx, c, rc.Namespace, j.ID)
 	acfg, err := agent.LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
@@ -176,4 +143,52 @@ func eventually(t *testing.T, what string, f func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// playVMI plays CDI and KubeVirt for the VMI name: its root disk imports,
+// then it is scheduled on node and boots Ready, claiming gpus GPUs.
+func playVMI(t *testing.T, ctx context.Context, c client.Client, ns, name string, gpus int, node string) {
+	t.Helper()
+	eventually(t, "DataVolume "+name+" imported", func() error {
+		var dv cdiv1.DataVolume
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &dv); err != nil {
+			return err
+		}
+		dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
+		return c.Status().Update(ctx, &dv)
+	})
+	eventually(t, "VMI "+name+" running", func() error {
+		var v virtv1.VirtualMachineInstance
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v); err != nil {
+			return err
+		}
+		if len(v.Spec.Domain.Devices.GPUs) != gpus {
+			return fmt.Errorf("VMI claims %d GPUs, want %d", len(v.Spec.Domain.Devices.GPUs), gpus)
+		}
+		v.Status.Phase = virtv1.Running
+		v.Status.NodeName = node
+		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
+		return c.Update(ctx, &v)
+	})
+}
+
+// agentFileOf plays cloud-init for replica 0, VMI 0 of job: it writes the
+// agent's config file from the VMI's Secret and returns its path, and the
+// user data.
+func agentFileOf(t *testing.T, ctx context.Context, c client.Client, ns, job string) (string, []byte) {
+	t.Helper()
+	var sec corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: k8sworker.SecretName(job, 0, 0)}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	ud := sec.Data[k8sworker.UserDataKey]
+	file, err := k8sworker.AgentFile(ud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, ud
 }
