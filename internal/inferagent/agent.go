@@ -39,10 +39,6 @@ const (
 // Component is the agent's component name in pings.
 const Component = "agent-inference"
 
-// HeaderRetry, on an answer of the agent itself (not of the runtime), says
-// the request never reached a runtime: the proxy may send it elsewhere.
-const HeaderRetry = "X-CosmicAC-Retry"
-
 // ReportInterval is how often the status is pushed without a change.
 var ReportInterval = 10 * time.Second
 
@@ -101,7 +97,6 @@ type Agent struct {
 	st   Status
 	addr string // the runtime's host:port while it runs
 
-	fw *forwarder
 	hc *http.Client
 }
 
@@ -124,7 +119,6 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	// The probes have a transport of their own: a probe's cancelled context
 	// must never race a proxied request for a pooled connection.
 	a.hc = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdleConnsPerHost: 2}}
-	a.fw = newForwarder()
 	return a
 }
 
@@ -209,17 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln := NewListener(n.PublicKey())
-	srv := &http.Server{Handler: http.HandlerFunc(a.serveHTTP), IdleTimeout: 120 * time.Second, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
-	n.HandleStream(MethodHTTP, func(ctx context.Context, req *fabric.StreamRequest) error {
-		s, err := req.Accept(nil)
-		if err != nil {
-			return err
-		}
-		ln.Serve(ctx, NewStreamConn(s, n.PublicKey()))
-		return nil
-	})
+	n.HandleStream(MethodHTTP, a.openRelay)
 	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
 		return a.Status(), nil
 	}, fabric.ReadOnly())
@@ -232,7 +216,6 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { srv.Serve(ln) })
 	dial, dirs := agent.PeerKeys(cfg.Peers)
 	wg.Go(func() { agent.KeepConnected(rctx, n, dial, a.log, agent.ConnectHooks{Dialled: a.kickAnnounce}) })
 	announced := make(chan struct{})
@@ -259,8 +242,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	<-supervised
 	<-announced
-	srv.Close()
-	ln.Close()
 	n.Close()
 	wg.Wait()
 	return nil
@@ -311,7 +292,6 @@ func (a *Agent) supervise(ctx context.Context) {
 			a.mu.Lock()
 			a.addr = ""
 			a.mu.Unlock()
-			a.fw.closeIdle() // the runtime is gone, and so are its connections
 			if ctx.Err() != nil {
 				return
 			}
@@ -447,38 +427,6 @@ func (a *Agent) probe(ctx context.Context, base string) error {
 		return fmt.Errorf("%s answered without output", req.URL.Path)
 	}
 	return nil
-}
-
-// serveHTTP answers one request the proxy sent over a stream.
-func (a *Agent) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if a.cfg.Placement.Role() != RoleHead {
-		w.Header().Set(HeaderRetry, "safe")
-		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "this VMI is a headless worker; send requests to the replica's head")
-		return
-	}
-	addr := a.runtimeAddr()
-	if addr == "" {
-		w.Header().Set(HeaderRetry, "safe")
-		writeError(w, http.StatusServiceUnavailable, "replica_not_ready", "the replica's runtime is not running")
-		return
-	}
-	// Full duplex: the runtime may answer (stream) before the transport has
-	// read the request body's end; by default net/http's server would then
-	// close the body under the transport, which fails the request.
-	http.NewResponseController(w).EnableFullDuplex()
-	a.fw.serve(w, r, addr, func(err error) {
-		a.log.Debug("runtime request failed", "path", r.URL.Path, "err", err)
-		w.Header().Set(HeaderRetry, "safe")
-		writeError(w, http.StatusBadGateway, "runtime_unavailable", "the replica's runtime did not answer: "+err.Error())
-	})
-}
-
-// writeError answers with the OpenAI error shape.
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": code, "code": code}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
 }
 
 // announce keeps the agent announced under the job's topic with its Meta,

@@ -9,10 +9,10 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-// StreamConn is a fabric stream as a net.Conn, so that net/http can speak
-// HTTP/1.1 over it: the proxy's http.Transport dials with DialStream and
-// keeps such connections alive between requests; the agent's http.Server
-// serves them through a Listener.
+// StreamConn is a fabric stream as a net.Conn, so that the proxy can speak
+// HTTP/1.1 over it (the agent relays it to the runtime byte for byte): the
+// proxy dials with DialStream and keeps such connections alive between
+// requests.
 type StreamConn struct {
 	*fabric.Stream
 	local, remote net.Addr
@@ -64,55 +64,4 @@ func DialStream(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (*Str
 		return nil, err
 	}
 	return NewStreamConn(s, n.PublicKey()), nil
-}
-
-// Listener hands the streams a stream handler accepted to an http.Server.
-type Listener struct {
-	addr   net.Addr
-	conns  chan net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-// NewListener makes a listener named by the local key.
-func NewListener(local fabric.PublicKey) *Listener {
-	return &Listener{addr: Addr(local), conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-// Accept implements net.Listener.
-func (l *Listener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close implements net.Listener.
-func (l *Listener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-// Addr implements net.Listener.
-func (l *Listener) Addr() net.Addr { return l.addr }
-
-// Serve hands c to Accept and waits until it is closed (or the listener
-// is, or ctx ends). A stream handler calls it and returns when it does.
-func (l *Listener) Serve(ctx context.Context, c *StreamConn) {
-	select {
-	case l.conns <- c:
-	case <-l.closed:
-		c.Close()
-		return
-	case <-ctx.Done():
-		c.Close()
-		return
-	}
-	select {
-	case <-c.Done():
-	case <-ctx.Done():
-		c.Close()
-	}
 }

@@ -373,3 +373,64 @@ func gatherer(p *Proxy) prometheus.Gatherer {
 	r.MustRegister(p.Collector())
 	return r
 }
+
+// TestClientDisconnectStopsGeneration: a client that leaves a streamed
+// completion makes the runtime stop generating (the proxy closes its
+// connection to the agent, the agent the runtime's), long before the
+// answer's end.
+func TestClientDisconnectStopsGeneration(t *testing.T) {
+	var mu sync.Mutex
+	events := map[string]int{}
+	sim := simruntime.Config{InterTokenDelay: 20 * time.Millisecond, OnEvent: func(id string, _ int, _ time.Time) {
+		mu.Lock()
+		events[id]++
+		mu.Unlock()
+	}}
+	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 1, 1, true, sim)
+	h.waitReady("job-qwen", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+Prefix+"/chat/completions",
+		strings.NewReader(`{"model":"qwen","messages":[{"role":"user","content":"go on"}],"stream":true,"max_tokens":500}`))
+	req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for got := 0; got < 3 && sc.Scan(); {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			got++
+		}
+	}
+	cancel() // the client leaves
+	resp.Body.Close()
+	total := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range events {
+			n += c
+		}
+		return n
+	}
+	// Wait until the runtime stops writing events (at most 10 s), then
+	// check it stopped well before its 500 tokens (10 s of generation).
+	deadline := time.Now().Add(10 * time.Second)
+	for last := total(); ; {
+		time.Sleep(200 * time.Millisecond)
+		now := total()
+		if now == last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runtime still generates %v after the client left", 10*time.Second)
+		}
+		last = now
+	}
+	t.Logf("events: %d", total())
+	if n := total(); n >= 500 {
+		t.Fatalf("the runtime wrote %d events: the whole answer", n)
+	}
+}

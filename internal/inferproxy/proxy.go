@@ -146,8 +146,10 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 func (p *Proxy) Handler() http.Handler { return p.handler }
 
 // agentIdleFor is how long a connection to an agent may rest before it is
-// dropped: below the agent's own idle timeout (120 s).
-const agentIdleFor = 60 * time.Second
+// dropped. The agent relays it to the runtime byte for byte, so it must be
+// below the runtime's own keep-alive timeout (uvicorn's, and so vLLM's, is
+// 5 s); a dropped one is replaced from the connections the agent parked.
+const agentIdleFor = 3 * time.Second
 
 // Close drops the pooled connections to the agents.
 func (p *Proxy) Close() { p.pool.CloseIdle() }
@@ -541,7 +543,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	rb := &eofReader{r: resp.Body}
 	clean := false
 	defer func() { resp.Finish(clean && rb.eof) }()
-	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusBadGateway && resp.Header.Get(inferagent.HeaderRetry) != "" {
+	if resp.StatusCode == http.StatusServiceUnavailable { // the runtime is loading, or overloaded: try another
 		b, _ := io.ReadAll(io.LimitReader(rb, 4096))
 		clean = true
 		msg := fmt.Sprintf("replica %d answered %d: %s", rep.meta.Load().Replica, resp.StatusCode, strings.TrimSpace(string(b)))
@@ -565,7 +567,6 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
 	h := w.Header()
 	hop.CopyHeaders(h, resp.Header)
-	h.Del(inferagent.HeaderRetry)
 	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
