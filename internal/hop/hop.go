@@ -3,8 +3,8 @@
 // goroutine. net/http's Transport hands every request to two goroutines of
 // the connection (its write and read loops) and back; on a proxy hop whose
 // upstream answers in microseconds those hand-offs are a large share of the
-// cost. The inference proxy uses a Pool to reach the agents over fabric
-// streams, and the inference agent one to reach its model server over TCP.
+// cost. The inference proxy uses a Pool to reach the model servers over
+// fabric streams, which the inference agents relay to them.
 //
 // It imports only the standard library; any package may use it.
 package hop
