@@ -87,6 +87,31 @@ func (c *componentFlags) serveMetrics(ctx context.Context, reg *prometheus.Regis
 	return nil
 }
 
+// serveHTTP serves hs on ln in g until ctx ends, then shuts it down
+// gracefully (5 s at most).
+func serveHTTP(ctx context.Context, g *errgroup.Group, hs *http.Server, ln net.Listener) {
+	g.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	})
+}
+
+// waitAll waits for g; its context ending (an interrupt) is no error.
+func waitAll(g *errgroup.Group) error {
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
 // node starts the component's fabric node with its allow-list.
 func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
 	return c.nodeWith(component, log, nil, extra...)
@@ -520,22 +545,8 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return m.Run(ctx) })
-			g.Go(func() error {
-				if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-				return nil
-			})
-			g.Go(func() error {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				return hs.Shutdown(sctx)
-			})
-			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
+			serveHTTP(ctx, g, hs, ln)
+			return waitAll(g)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7422")

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -114,22 +112,8 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(p.Collector())) })
-			g.Go(func() error {
-				if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-				return nil
-			})
-			g.Go(func() error {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				return hs.Shutdown(sctx)
-			})
-			if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
+			serveHTTP(ctx, g, hs, ln)
+			return waitAll(g)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7425")
