@@ -17,27 +17,20 @@ type StreamConn struct {
 	*fabric.Stream
 	local, remote net.Addr
 	once          sync.Once
-	done          chan struct{}
 }
 
 // NewStreamConn wraps s. local is this side's key.
 func NewStreamConn(s *fabric.Stream, local fabric.PublicKey) *StreamConn {
-	return &StreamConn{Stream: s, local: Addr(local), remote: Addr(s.Peer()), done: make(chan struct{})}
+	return &StreamConn{Stream: s, local: Addr(local), remote: Addr(s.Peer())}
 }
 
-// Close ends the stream gracefully (fabric.Stream.Shutdown): net/http
-// closes a connection after writing its last answer, which must still be
-// delivered; the peer reads end-of-stream, which cancels its request.
+// Close ends the stream gracefully (fabric.Stream.Shutdown): what was
+// written is still delivered; the agent reads end-of-stream and closes the
+// runtime's connection, which stops any work for it.
 func (c *StreamConn) Close() error {
-	c.once.Do(func() {
-		c.Stream.Shutdown()
-		close(c.done)
-	})
+	c.once.Do(c.Stream.Shutdown)
 	return nil
 }
-
-// Done is closed once Close has been called.
-func (c *StreamConn) Done() <-chan struct{} { return c.done }
 
 func (c *StreamConn) LocalAddr() net.Addr  { return c.local }
 func (c *StreamConn) RemoteAddr() net.Addr { return c.remote }
@@ -56,8 +49,9 @@ func (a Addr) String() string  { return fabric.PublicKey(a).String() }
 
 // DialStream opens a MethodHTTP stream to the agent with key and returns
 // it as a net.Conn. It is a direct stream (a TCP+TLS connection of its own,
-// fabric.OpenDirectStream) when the agent's address is known, so that a
-// proxied request and each of its events cross no multiplexer.
+// fabric.OpenDirectStream: one the agent parked with us, or dialled when its
+// address is known), so that a proxied request and each of its events cross
+// no multiplexer.
 func DialStream(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (*StreamConn, error) {
 	s, err := n.OpenDirectStream(ctx, key, MethodHTTP, nil, nil)
 	if err != nil {
