@@ -21,8 +21,13 @@ func TestBothJobTypesReachRunning(t *testing.T) {
 	c = e.WaitState(c.ID, cosmic.StateRunning)
 	inf = e.WaitState(inf.ID, cosmic.StateRunning)
 	want := []cosmic.State{cosmic.StateCreating, cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}
+	// Under heavy load the ork may learn of `running` (a heartbeat pull)
+	// before the push that said `starting`; it then drops that older report
+	// (worker.Observation) and the job goes from pending to running. Any
+	// other path is wrong.
+	overtaken := slices.DeleteFunc(slices.Clone(want), func(s cosmic.State) bool { return s == cosmic.StateStarting })
 	for _, j := range []cosmic.Job{c, inf} {
-		if h := History(j); !slices.Equal(h, want) {
+		if h := History(j); !slices.Equal(h, want) && !slices.Equal(h, overtaken) {
 			t.Errorf("job %s went through %v, want %v", j.Spec.Name, h, want)
 		}
 	}
