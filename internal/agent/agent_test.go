@@ -215,7 +215,7 @@ func TestShellCtrlCShellContinues(t *testing.T) {
 	r := newRig(t, nil)
 	s := r.open(t, shellproto.OpenParams{TTY: true})
 	s.send(t, "sleep 100\n")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
 	s.send(t, "\x03")
 	s.send(t, "echo after-$((6*7))\n")
 	waitFor(t, s.out, "after-42")

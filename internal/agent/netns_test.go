@@ -169,7 +169,7 @@ func netnsPlatform(t *testing.T) {
 	s.send(t, "stty size\n")
 	waitFor(t, s.out, "40 120")
 	s.send(t, "sleep 100\n")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
 	s.send(t, "\x03echo status-$?\n")
 	waitFor(t, s.out, "status-130")
 	s.send(t, "exit 3\n")

@@ -159,7 +159,7 @@ func TestJobsShellInteractive(t *testing.T) {
 	// Ctrl-C typed on the terminal kills the remote foreground sleep; the
 	// shell carries on.
 	term.typeIn(t, "sleep 100\n")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
 	term.typeIn(t, "\x03")
 	term.typeIn(t, "echo status-$?\n")
 	term.waitFor(t, "status-130")

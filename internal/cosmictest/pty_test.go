@@ -157,7 +157,7 @@ func TestPTYShellThroughThePlatform(t *testing.T) {
 	// Ctrl-C typed during a sleep kills the remote foreground process; the
 	// shell survives and reports 130.
 	typeIn("sleep 100\n")
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
 	typeIn("\x03")
 	typeIn("echo status-$?\n")
 	waitFor("status-130")
