@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
 // AgentRunner starts the instance agent of a gpu-container replica when its
@@ -20,8 +21,12 @@ import (
 // command); stop ends the agent (and the command) without blocking, and
 // is called when the replica's VMIs go away (kill, restart, crash, delete,
 // the command's end). After stop, done is ignored.
+//
+// id is the identity the rack issued the agent (the replica reports its
+// public key from the VMI's scheduling on, so the platform may bind it
+// before the agent starts).
 type AgentRunner interface {
-	Start(ctx context.Context, job cosmic.Job, replica int) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
 }
 
 // CommandOutcome is how a replica's command ended: State stopped (exit 0)
@@ -50,11 +55,13 @@ type InferenceRunner interface {
 }
 
 // VMI is one of a replica's VMIs as an InferenceRunner sees it: its name
-// (its DNS name in the replica), its node and its GPUs there.
+// (its DNS name in the replica), its node and its GPUs there, and the
+// identity the rack issued its agent.
 type VMI struct {
-	Name string
-	Node string
-	GPUs []int
+	Name     string
+	Node     string
+	GPUs     []int
+	Identity *fabric.Identity
 }
 
 // AgentHandle is what an InferenceRunner returns for a replica's agents.
@@ -105,12 +112,12 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	var h AgentHandle
 	switch {
 	case c.agents != nil && j.job.Spec.Type == cosmic.TypeGPUContainer:
-		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica)
+		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent)
 		c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
 	case c.inference != nil && j.job.Spec.Type == cosmic.TypeManagedInference:
 		vmis := make([]VMI, len(r.vmis))
 		for i, v := range r.vmis {
-			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...)}
+			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...), Identity: v.agent}
 		}
 		h = c.inference.StartInference(ctx, j.job, r.key.replica, vmis)
 		c.record(r, now, "agent", true, "inference agents of replica %d started in %s", r.key.replica, describeVMIs(r.vmis))
@@ -142,6 +149,17 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 			}
 		}()
 	}
+}
+
+// runsAgents says whether the cluster runs agents for the job's type.
+func (c *Cluster) runsAgents(j cosmic.Job) bool {
+	switch j.Spec.Type {
+	case cosmic.TypeGPUContainer:
+		return c.agents != nil
+	case cosmic.TypeManagedInference:
+		return c.inference != nil
+	}
+	return false
 }
 
 // agentWhat names a job's replica agent in records.

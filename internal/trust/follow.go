@@ -110,13 +110,11 @@ func (k *Keyring) apply(p Peers) {
 	}
 }
 
-// syncEvery bounds how often Sync asks the ork.
-const syncEvery = 200 * time.Millisecond
-
-// Sync reads the ork's list now (at most every 200 ms; callers in between
-// share the last read) when the keyring follows one. A handler whose
-// caller seems out of its scope calls it before refusing: the ork may have
-// bound the key a moment ago, and the long poll's answer be on its way.
+// Sync reads the ork's list now, when the keyring follows one. A handler
+// whose caller seems out of its scope calls it before refusing: the ork may
+// have bound the key a moment ago, and the long poll's answer be on its
+// way. Concurrent calls share reads: each returns once a read that started
+// after it was called has been applied.
 func (k *Keyring) Sync(ctx context.Context) error {
 	k.mu.RLock()
 	src := k.src
@@ -124,16 +122,17 @@ func (k *Keyring) Sync(ctx context.Context) error {
 	if src == nil {
 		return errors.New("trust: the keyring follows no ork")
 	}
+	ticket := k.syncAsked.Add(1)
 	k.syncMu.Lock()
 	defer k.syncMu.Unlock()
-	if time.Since(k.lastSync) < syncEvery {
-		return nil
+	if k.syncDone >= ticket {
+		return k.syncErr
 	}
+	covers := k.syncAsked.Load()
 	peers, err := src.WatchPeers(ctx, WatchPeersParams{})
-	k.lastSync = time.Now()
-	if err != nil {
-		return err
+	if err == nil {
+		k.apply(peers)
 	}
-	k.apply(peers)
-	return nil
+	k.syncDone, k.syncErr = covers, err
+	return err
 }

@@ -68,11 +68,15 @@ const (
 )
 
 // Method is one fabric method of a server and who may call it. Operators
-// may call every method; no one else may call a method not declared.
+// may call every method but those marked NoOperators; no one else may call
+// a method not declared.
 type Method struct {
 	Name    string
 	Kind    string
 	Callers []Role
+	// NoOperators refuses operators too: the method speaks for its
+	// callers (a worker's report is the rack's word).
+	NoOperators bool
 	// Confined says how the handler confines the agents and workers among
 	// Callers to their own job or rack (empty: not confined).
 	Confined string
@@ -117,7 +121,7 @@ var Graph = []Server{
 		{Name: "listRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
 		{Name: "forgetRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},
 		{Name: "watchPeers", Kind: Call, Callers: []Role{AppNode, Monitor, Directory, Proxy}, Doc: "the keys bound to racks and jobs, long-polled"},
-		{Name: "ork.workerReport", Kind: Call, Callers: []Role{Worker}, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
+		{Name: "ork.workerReport", Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
 		{Name: "inference.apiKeyByHash", Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
@@ -179,15 +183,15 @@ func Calls(server Role, method string, caller Role) bool {
 	if !ok || !Admits(server, caller) {
 		return false
 	}
-	if caller == Operator || method == MethodPing {
+	if method == MethodPing {
 		return true
 	}
 	for _, m := range s.Methods {
 		if m.Name == method {
-			return slices.Contains(m.Callers, caller)
+			return slices.Contains(m.Callers, caller) || caller == Operator && !m.NoOperators
 		}
 	}
-	return false
+	return caller == Operator
 }
 
 // Admits lists the roles server admits in the handshake: the callers of its

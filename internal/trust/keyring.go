@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -92,9 +93,11 @@ type Keyring struct {
 	now     func() time.Time
 	synced  chan struct{}
 
-	src      PeerSource
-	syncMu   sync.Mutex
-	lastSync time.Time
+	src       PeerSource
+	syncAsked atomic.Uint64 // Sync calls so far
+	syncMu    sync.Mutex    // one read at a time
+	syncDone  uint64        // the Sync calls the last read covers
+	syncErr   error
 }
 
 type replicaRef struct {
@@ -232,6 +235,23 @@ func (k *Keyring) BindAgents(p Placement, keys []fabric.PublicKey) {
 	}
 	k.mu.Unlock()
 	k.revoked(gone)
+}
+
+// UnbindAgents unbinds the replica's agents if they are still keys (a
+// replica bound anew since keeps its new keys).
+func (k *Keyring) UnbindAgents(jobID string, replica int, keys []fabric.PublicKey) {
+	k.mu.Lock()
+	ref := replicaRef{jobID, replica}
+	if !slices.Equal(k.slots[ref], keys) {
+		k.mu.Unlock()
+		return
+	}
+	for _, key := range keys {
+		delete(k.agents, key)
+	}
+	delete(k.slots, ref)
+	k.mu.Unlock()
+	k.revoked(keys)
 }
 
 // Apply replaces every bound key with what the ork lists (Follow calls

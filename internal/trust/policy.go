@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -16,6 +17,7 @@ type Policy struct {
 	ring   *Keyring
 	admit  map[Role]bool
 	calls  map[string]map[Role]bool
+	noOps  map[string]bool // methods operators may not call either
 	// rack, on a worker's policy: agents are admitted only if bound to it.
 	rack string
 }
@@ -36,7 +38,7 @@ func NewPolicy(server Role, ring *Keyring, opts ...PolicyOption) *Policy {
 	if !ok {
 		panic(fmt.Sprintf("trust: no server %q in the graph", server))
 	}
-	p := &Policy{server: server, ring: ring, admit: map[Role]bool{}, calls: map[string]map[Role]bool{}}
+	p := &Policy{server: server, ring: ring, admit: map[Role]bool{}, calls: map[string]map[Role]bool{}, noOps: map[string]bool{}}
 	for _, r := range AdmittedBy(server) {
 		p.admit[r] = true
 	}
@@ -46,6 +48,9 @@ func NewPolicy(server Role, ring *Keyring, opts ...PolicyOption) *Policy {
 			set[c] = true
 		}
 		p.calls[m.Name] = set
+		if m.NoOperators {
+			p.noOps[m.Name] = true
+		}
 	}
 	for _, o := range opts {
 		o(p)
@@ -85,8 +90,24 @@ func (p *Policy) Authorize(k fabric.PublicKey, method string) (any, error) {
 	if !ok {
 		return nil, fabric.Errorf(fabric.CodeForbidden, "key %s is not admitted by %s", k.Short(), p.server)
 	}
-	if pr.Role == Operator || method == MethodPing || p.calls[method][pr.Role] {
+	if method == MethodPing || p.calls[method][pr.Role] || pr.Role == Operator && !p.noOps[method] {
 		return pr, nil
 	}
 	return nil, fabric.Errorf(fabric.CodeForbidden, "%s may not call %s on %s", pr, method, p.server)
+}
+
+// MayAnnounce is the agents' directory's fabric.DirectoryConfig.MayAnnounce:
+// an agent announces only under its own job's topic (AgentTopic);
+// operators anywhere. The directory's policy lets no one else announce.
+func MayAnnounce(ctx context.Context, _ fabric.PublicKey, topic string) error {
+	p, ok := CallerOf(ctx)
+	switch {
+	case !ok || p.Role == Operator:
+		return nil
+	case p.Role.IsAgent() && topic == AgentTopic(p.Role, p.Job):
+		return nil
+	case p.Role.IsAgent():
+		return fabric.Errorf(fabric.CodeForbidden, "%s may announce only under %s", p, AgentTopic(p.Role, p.Job))
+	}
+	return fabric.Errorf(fabric.CodeForbidden, "%s may not announce", p)
 }

@@ -1,0 +1,70 @@
+package cosmictest
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/trust/trusttest"
+)
+
+// deployment is the platform of e as the access matrix sees it: its
+// components' nodes and the keys in its data directory.
+func deployment(t *testing.T, e *Env) trusttest.Deployment {
+	t.Helper()
+	p := e.P
+	peer := func(n *fabric.Node) trusttest.Peer {
+		return trusttest.Peer{Key: n.PublicKey(), Addrs: []string{n.Addr()}}
+	}
+	load := func(name string) *fabric.Identity {
+		id, err := fabric.LoadOrCreateIdentity(filepath.Join(e.DataDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	return trusttest.Deployment{
+		API: e.Client,
+		Servers: map[trust.Role]trusttest.Peer{
+			trust.Ork: peer(p.OrkNode), trust.AppNode: peer(p.AppNode), trust.Monitor: peer(p.MonitorNode),
+			trust.Directory: peer(p.DirectoryNode), trust.Proxy: peer(p.ProxyNode), trust.Worker: peer(p.SimLink.Node()),
+		},
+		WorkerRack: e.Config.Sim.Rack, WorkerLocation: e.Config.Sim.Location,
+		Identities: map[trust.Role]*fabric.Identity{
+			trust.Ork: load("wrk-ork"), trust.AppNode: load("app-node"), trust.Monitor: load("wrk-monitor"),
+			trust.Directory: load("wrk-directory"), trust.Proxy: load("proxy-inference"),
+			trust.Worker: load("sim-" + e.Config.Sim.Rack), trust.Operator: load("operator"),
+		},
+		RackAgent: func(jobID string) (*fabric.Identity, bool) { return p.AgentIdentity(jobID, 0) },
+	}
+}
+
+// TestAccessMatrix: on `cosmicac up`, every fabric method of every
+// component, called with the key of every class of caller, is allowed
+// exactly where internal/trust's declaration allows it, agents and workers
+// confined to their own job or rack; and each component serves exactly the
+// methods declared for it.
+func TestAccessMatrix(t *testing.T) {
+	e := NewEnv(t)
+	f := trusttest.Setup(e.Ctx, t, deployment(t, e))
+	p := e.P
+	for role, n := range map[trust.Role]*fabric.Node{trust.Ork: p.OrkNode, trust.AppNode: p.AppNode, trust.Monitor: p.MonitorNode,
+		trust.Directory: p.DirectoryNode, trust.Proxy: p.ProxyNode, trust.Worker: p.SimLink.Node()} {
+		trusttest.CheckServed(t, role, n.Methods())
+	}
+	for role, ms := range f.AgentMethods() {
+		trusttest.CheckServed(t, role, ms)
+	}
+	cells := f.Matrix(e.Ctx, t)
+	allowed := 0
+	for _, c := range cells {
+		if c.Got {
+			allowed++
+		}
+	}
+	t.Logf("%d cells, %d allowed", len(cells), allowed)
+}
+
+var _ = platform.Config{}
