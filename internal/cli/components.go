@@ -325,7 +325,9 @@ func (a *app) appNodeCommand() *cobra.Command {
 				// Shells reach an agent found in the directories only if the
 				// ork binds its key to the job's replica.
 				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs,
-					Verify: func(jobID string, replica int, key fabric.PublicKey) bool { return ring.IsAgent(key, jobID, replica, 0) }})
+					Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+						return ring.IsAgent(key, jobID, replica, 0)
+					}})
 			}
 			go ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 			obs := metrics.NewAPIObserver()
@@ -462,10 +464,10 @@ type monitorFileConfig struct {
 	componentFlags `json:",inline"`
 	// Ork is followed for the racks' workers and the jobs' agents, the
 	// producers of records.
-	Ork            string         `json:"ork"`
-	HTTPListen     string         `json:"httpListen"`
-	AppNodeURL     string         `json:"appNodeURL"`
-	Monitor        monitorSection `json:"monitor"`
+	Ork        string         `json:"ork"`
+	HTTPListen string         `json:"httpListen"`
+	AppNodeURL string         `json:"appNodeURL"`
+	Monitor    monitorSection `json:"monitor"`
 }
 
 func (a *app) wrkMonitorCommand() *cobra.Command {

@@ -75,7 +75,6 @@ func (r *agentRig) newNode() {
 	r.t.Cleanup(func() { n.Close() })
 }
 
-
 // startWithAgents is harness.start with the worker serving agents on rig.
 func (h *harness) startWithAgents(rig *agentRig) {
 	h.t.Helper()

@@ -128,7 +128,7 @@ func TestAppendIsConfined(t *testing.T) {
 	}
 	const jobB = "00000000-0000-4000-8000-00000000000b"
 	src.set(trust.Peers{Epoch: "e", Version: 1,
-		Racks: []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
+		Racks:      []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
 		Placements: []trust.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 1, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
 	<-ring.Synced()
 	for !ring.OnRack(jobA, "a") {

@@ -177,4 +177,3 @@ func (o *Ork) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.P
 		}
 	}
 }
-

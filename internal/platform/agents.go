@@ -81,9 +81,9 @@ type simAgents struct {
 	// The peers of the bootstrap.
 	peers []agent.Peer
 
-	mu   sync.Mutex
-	ids  map[agentSlot]*fabric.Identity // the live agents
-	wg   sync.WaitGroup
+	mu  sync.Mutex
+	ids map[agentSlot]*fabric.Identity // the live agents
+	wg  sync.WaitGroup
 }
 
 type agentSlot struct {

@@ -361,7 +361,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
-		Verify: func(jobID string, replica int, key fabric.PublicKey) bool { return p.Keys.IsAgent(key, jobID, replica, 0) }})
+		Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+			return p.Keys.IsAgent(key, jobID, replica, 0)
+		}})
 	api.SetAPIKeys(p.Store)
 	inferproxy.ServeAPIKeys(p.AppNode, p.Store) // as a standalone app-node serves them
 	api.SetModelHealth(proxyHealth{p.Proxy})

@@ -99,8 +99,8 @@ const MethodPing = "ping"
 // The confinements several methods share.
 const (
 	confinedBootstrap = "workers: only the one the agent's bootstrap names (an agent admits no other)"
-	confinedReport = "agents: only reports for their own job, replica and VMI"
-	confinedTopic  = "agents: only under their own job's topic (instance/JOB, inference/JOB), within the per-key caps"
+	confinedReport    = "agents: only reports for their own job, replica and VMI"
+	confinedTopic     = "agents: only under their own job's topic (instance/JOB, inference/JOB), within the per-key caps"
 )
 
 // Graph is the declaration: every fabric method of every component and the
