@@ -415,6 +415,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				func(n *fabric.Node) {
 					worker.Serve(n, cluster)
 					cluster.RegisterFaults(n)
+					simcluster.ServeAgentReports(n, log.With("component", "wrk-server-sim"))
 					n.AddAddrs(orkKey, orkAddrs...)
 					if len(monAddrs) > 0 {
 						n.AddAddrs(monKey, monAddrs...)

@@ -2,10 +2,10 @@ package cosmictest
 
 import (
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/trust/trusttest"
 )
@@ -41,30 +41,52 @@ func deployment(t *testing.T, e *Env) trusttest.Deployment {
 	}
 }
 
-// TestAccessMatrix: on `cosmicac up`, every fabric method of every
-// component, called with the key of every class of caller, is allowed
-// exactly where internal/trust's declaration allows it, agents and workers
-// confined to their own job or rack; and each component serves exactly the
-// methods declared for it.
-func TestAccessMatrix(t *testing.T) {
+// TestTrustGraph runs, on `cosmicac up`, what internal/trust declares:
+//   - matrix: every fabric method of every component, called with the key
+//     of every class of caller, is allowed exactly where the declaration
+//     allows it, agents and workers confined to their own job or rack, and
+//     each component serves exactly the methods declared for it;
+//   - hijack: another job's agent announcing as an inference job's head
+//     replica is refused, and none of that job's requests reaches it;
+//   - flood: 20,000 announcements of 4 KB on distinct topics from an
+//     agent's key are refused; the directory holds none of them.
+func TestTrustGraph(t *testing.T) {
 	e := NewEnv(t)
 	f := trusttest.Setup(e.Ctx, t, deployment(t, e))
 	p := e.P
-	for role, n := range map[trust.Role]*fabric.Node{trust.Ork: p.OrkNode, trust.AppNode: p.AppNode, trust.Monitor: p.MonitorNode,
-		trust.Directory: p.DirectoryNode, trust.Proxy: p.ProxyNode, trust.Worker: p.SimLink.Node()} {
-		trusttest.CheckServed(t, role, n.Methods())
-	}
-	for role, ms := range f.AgentMethods() {
-		trusttest.CheckServed(t, role, ms)
-	}
-	cells := f.Matrix(e.Ctx, t)
-	allowed := 0
-	for _, c := range cells {
-		if c.Got {
-			allowed++
+	t.Run("matrix", func(t *testing.T) {
+		for role, n := range map[trust.Role]*fabric.Node{trust.Ork: p.OrkNode, trust.AppNode: p.AppNode, trust.Monitor: p.MonitorNode,
+			trust.Directory: p.DirectoryNode, trust.Proxy: p.ProxyNode, trust.Worker: p.SimLink.Node()} {
+			trusttest.CheckServed(t, role, n.Methods())
 		}
-	}
-	t.Logf("%d cells, %d allowed", len(cells), allowed)
+		for role, ms := range f.AgentMethods() {
+			trusttest.CheckServed(t, role, ms)
+		}
+		cells := f.Matrix(e.Ctx, t)
+		allowed := 0
+		for _, c := range cells {
+			if c.Got {
+				allowed++
+			}
+		}
+		t.Logf("%d cells, %d allowed", len(cells), allowed)
+	})
+	t.Run("hijack", func(t *testing.T) { f.Hijack(e.Ctx, t, p.URL+"/inference/v1") })
+	t.Run("flood", func(t *testing.T) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		held := p.Directory.Len()
+		const n = 20000
+		if refused := f.Flood(e.Ctx, t, n); refused != n {
+			t.Fatalf("%d of %d flooding announcements refused", refused, n)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := p.Directory.Len(); got > held {
+			t.Fatalf("the directory holds %d announcements after the flood, %d before", got, held)
+		}
+		t.Logf("heap in use %d KiB before the flood, %d KiB after; the directory holds %d announcements",
+			before.HeapInuse>>10, after.HeapInuse>>10, p.Directory.Len())
+	})
 }
-
-var _ = platform.Config{}

@@ -105,6 +105,7 @@ type Platform struct {
 	// (agent.Topic, inferagent.Topic); the app-node and the proxy look them
 	// up there.
 	DirectoryNode *fabric.Node
+	Directory     *fabric.Directory
 	// ProxyNode is proxy-inference's fabric node; Proxy serves
 	// /inference/v1 on the platform's HTTP server (docs/inference.md).
 	ProxyNode   *fabric.Node
@@ -259,7 +260,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.DirectoryNode, err = node(trust.Directory, p.Keys); err != nil {
 		return nil, err
 	}
-	fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce}).Register(p.DirectoryNode)
+	p.Directory = fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce})
+	p.Directory.Register(p.DirectoryNode)
 	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 
 	// proxy-inference: finds the inference agents in the agents' directory
@@ -281,16 +283,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		Policy: trust.NewPolicy(trust.Worker, simRing, trust.OnRack(cfg.Sim.Rack)), Logger: log}, func(n *fabric.Node) {
 		worker.Serve(n, p.Sim)
 		p.Sim.RegisterFaults(n)
-		// The agents' status events: the rack follows its agents in
-		// process, so they are only logged.
-		fabric.HandleFunc(n, agent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st agent.Status) (struct{}, error) {
-			simLog.Debug("agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "ready", st.Ready, "sessions", len(st.Sessions))
-			return struct{}{}, nil
-		})
-		fabric.HandleFunc(n, inferagent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st inferagent.Status) (struct{}, error) {
-			simLog.Debug("inference agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
-			return struct{}{}, nil
-		})
+		simcluster.ServeAgentReports(n, simLog)
 		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
 		n.AddAddrs(monID.PublicKey(), p.MonitorNode.Addr())
 	})

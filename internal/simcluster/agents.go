@@ -3,6 +3,7 @@ package simcluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -257,3 +258,30 @@ func (c *Cluster) endCommand(r *replica, now time.Time) {
 	c.record(r, now, "command", r.state == cosmic.StateStopped, "the command of replica %d ended (%s), replica %s%s; %s; GPUs released",
 		r.key.replica, code, r.state, detail, what)
 }
+
+// ServeAgentReports registers the agents' status events (agent.report,
+// inference.report) on the rack's node r: the simulated rack follows its
+// agents in process (AgentRunner, InferenceRunner), so they are only
+// logged. A standalone rack, which runs no agents, serves them too, as
+// every rack worker does (internal/trust).
+func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
+	type report struct {
+		JobID    string `json:"jobId"`
+		Replica  int    `json:"replica"`
+		VMIIndex int    `json:"vmiIndex"`
+		Ready    bool   `json:"ready"`
+	}
+	for _, method := range []string{MethodAgentReport, MethodInferenceReport} {
+		fabric.HandleFunc(r, method, func(_ context.Context, peer fabric.PublicKey, st report) (struct{}, error) {
+			log.Debug("agent report", "method", method, "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
+			return struct{}{}, nil
+		})
+	}
+}
+
+// The agents' report events (agent.MethodReport, inferagent.MethodReport;
+// this package does not import the agents).
+const (
+	MethodAgentReport     = "agent.report"
+	MethodInferenceReport = "inference.report"
+)

@@ -19,9 +19,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,7 +251,7 @@ func (f *Fixture) Matrix(ctx context.Context, t *testing.T) []Cell {
 		methods := append([]trust.Method{{Name: trust.MethodPing, Kind: trust.Call}}, s.Methods...)
 		for _, m := range methods {
 			for _, c := range f.callers(s.Role, m) {
-				if c.id.PublicKey() == f.target(s.Role).Key {
+				if c.id != nil && c.id.PublicKey() == f.target(s.Role).Key {
 					continue // a node does not call itself
 				}
 				cell := f.run(ctx, t, s.Role, m, c)
@@ -285,9 +288,7 @@ func (f *Fixture) callers(server trust.Role, m trust.Method) []caller {
 			caller{name: "worker of another rack", role: trust.Worker, id: deployWorker})
 	}
 	if server == trust.Worker {
-		if f.sAgent != nil {
-			out = append(out, caller{name: "this job's instance agent", role: trust.InstanceAgent, own: true, id: f.sAgent})
-		}
+		out = append(out, caller{name: "this job's instance agent", role: trust.InstanceAgent, own: true, id: f.sAgent}) // nil: run() says why not
 		out = append(out, caller{name: "another job's instance agent", role: trust.InstanceAgent, id: f.agentIDs[f.K.ID]},
 			caller{name: "another job's inference agent", role: trust.InferenceAgent, id: f.agentIDs[f.L.ID]})
 	} else {
@@ -331,8 +332,8 @@ func (f *Fixture) target(server trust.Role) Peer {
 // run calls one cell.
 func (f *Fixture) run(ctx context.Context, t *testing.T, server trust.Role, m trust.Method, c caller) Cell {
 	cell := Cell{Server: server, Method: m.Name, Caller: c.name, Want: want(server, m, c)}
-	if c.role.IsAgent() && server == trust.Worker && c.own && f.sAgent == nil {
-		cell.Skipped = "this deployment's worker runs no agents"
+	if c.id == nil {
+		cell.Skipped = "this deployment's rack worker runs no agents (a standalone simulated rack); the Kubernetes worker's own tests check its agents' reports"
 		return cell
 	}
 	tgt := f.target(server)
@@ -614,4 +615,131 @@ func (w *matrixRack) Jobs(context.Context) ([]worker.JobReport, error) {
 		}
 	}
 	return out, nil
+}
+
+// ---- the attacks the declaration answers
+
+// Hijack replays the model hijack: the key of another job's inference
+// agent (L2's: the attacker has root in L2's VM) announces itself as the
+// head replica of job L and serves inference.http, while L's team sends
+// chat completions with its own API key to proxy-inference at infURL
+// (…/inference/v1). The directory refuses the announcement, and not one
+// request reaches the attacker: every one is answered by L's own agent.
+func (f *Fixture) Hijack(ctx context.Context, t *testing.T, infURL string) {
+	t.Helper()
+	key, err := f.d.API.CreateAPIKey(ctx, "matrix-hijack", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, proxy := f.d.Servers[trust.Directory], f.d.Servers[trust.Proxy]
+	var streams atomic.Int64
+	atk, err := fabric.New(fabric.Config{Component: "attacker", Identity: f.agentIDs[f.L2.ID], Policy: fabric.NewAllowList(dir.Key, proxy.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	atk.AddAddrs(dir.Key, dir.Addrs...)
+	atk.AddAddrs(proxy.Key, proxy.Addrs...)
+	atk.HandleStream(inferagent.MethodHTTP, func(context.Context, *fabric.StreamRequest) error {
+		streams.Add(1)
+		return fabric.Errorf(fabric.CodeUnavailable, "captured")
+	})
+	if err := atk.Call(ctx, proxy.Key, fabric.MethodPing, nil, nil); err != nil {
+		t.Fatalf("the attacker's key reaches proxy-inference as an agent's does: %v", err)
+	}
+	meta, _ := json.Marshal(inferagent.Meta{JobID: f.L.ID, Replica: 0, Role: inferagent.RoleHead, Model: "matrix-l", Ready: true})
+	err = atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L.ID), TTLSeconds: 600, Meta: meta}, dir.Key)
+	if fabric.ErrorCode(err) != fabric.CodeForbidden {
+		t.Fatalf("another job's agent announcing as job %s's head: %v, want forbidden", f.L.ID, err)
+	}
+	// It announces its own job's topic, claiming L in its meta: not L's
+	// topic, so not L's replica either.
+	if err := atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L2.ID), TTLSeconds: 600, Meta: meta}, dir.Key); err != nil {
+		t.Fatalf("the attacker's own topic: %v", err)
+	}
+	body := `{"model":"matrix-l","messages":[{"role":"user","content":"my secret prompt"}],"max_tokens":4}`
+	post := func() (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, infURL+"/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := post(); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			code, b := post()
+			t.Fatalf("job %s never served its model: %d %s", f.L.ID, code, b)
+		}
+	}
+	for i := range 20 {
+		if code, b := post(); code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, code, b)
+		}
+	}
+	if n := streams.Load(); n != 0 {
+		t.Fatalf("%d requests reached the attacker's key", n)
+	}
+}
+
+// Flood sends n announcements of 4 KB on distinct topics with a 600 s TTL
+// from the key of job K2's agent, 32 at a time, and returns how many the
+// directory refused. None is its own job's topic, so the directory must
+// refuse them all; a lookup of one finds nothing.
+func (f *Fixture) Flood(ctx context.Context, t *testing.T, n int) (refused int) {
+	t.Helper()
+	dir := f.d.Servers[trust.Directory]
+	atk, err := fabric.New(fabric.Config{Component: "flooder", Identity: f.agentIDs[f.K2.ID], Policy: fabric.NewAllowList(dir.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atk.Close()
+	atk.AddAddrs(dir.Key, dir.Addrs...)
+	meta, _ := json.Marshal(strings.Repeat("x", 4090))
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		other []error
+	)
+	work := make(chan int)
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				err := atk.Call(ctx, dir.Key, fabric.MethodAnnounce, fabric.AnnounceParams{Topic: fmt.Sprintf("flood/%d", i), TTLSeconds: 600, Meta: meta}, nil)
+				mu.Lock()
+				switch code := fabric.ErrorCode(err); {
+				case code == fabric.CodeForbidden || code == fabric.CodeResourceExhausted:
+					refused++
+				case err != nil && len(other) < 5:
+					other = append(other, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	for _, err := range other {
+		t.Errorf("a flooding announcement failed otherwise: %v", err)
+	}
+	ln, err := fabric.New(fabric.Config{Component: "matrix-lookup", Identity: f.d.Identities[trust.AppNode], Policy: fabric.NewAllowList(dir.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ln.AddAddrs(dir.Key, dir.Addrs...)
+	if peers, err := ln.Lookup(ctx, "flood/7", dir.Key); err != nil || len(peers) != 0 {
+		t.Fatalf("a flooded topic: %v, %v; want no peers", peers, err)
+	}
+	return refused
 }
