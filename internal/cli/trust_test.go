@@ -87,4 +87,5 @@ func TestTrustGraphAsProcesses(t *testing.T) {
 			t.Fatalf("%d of %d flooding announcements refused", refused, n)
 		}
 	})
+	t.Run("revoke", func(t *testing.T) { t.Logf("the killed job's agent was cut off %v after the kill", f.Revoke(ctx, t)) })
 }

@@ -49,7 +49,9 @@ func deployment(t *testing.T, e *Env) trusttest.Deployment {
 //   - hijack: another job's agent announcing as an inference job's head
 //     replica is refused, and none of that job's requests reaches it;
 //   - flood: 20,000 announcements of 4 KB on distinct topics from an
-//     agent's key are refused; the directory holds none of them.
+//     agent's key are refused; the directory holds none of them;
+//   - revoke: a killed job's agent is cut off from the directory and the
+//     app-node at once, and its key refused.
 func TestTrustGraph(t *testing.T) {
 	e := NewEnv(t)
 	f := trusttest.Setup(e.Ctx, t, deployment(t, e))
@@ -89,4 +91,5 @@ func TestTrustGraph(t *testing.T) {
 		t.Logf("heap in use %d KiB before the flood, %d KiB after; the directory holds %d announcements",
 			before.HeapInuse>>10, after.HeapInuse>>10, p.Directory.Len())
 	})
+	t.Run("revoke", func(t *testing.T) { t.Logf("the killed job's agent was cut off %v after the kill", f.Revoke(e.Ctx, t)) })
 }

@@ -98,6 +98,7 @@ type Fixture struct {
 	infer    Peer // agent of L, listening
 	// served are the methods the agents' nodes serve.
 	served map[trust.Role][]string
+	kAgent *agent.Agent
 	// On the deployment's worker's rack, when it issues agents: a
 	// gpu-container job (S) and its agent's identity.
 	S       cosmic.Job
@@ -179,6 +180,7 @@ func Setup(ctx context.Context, t *testing.T, d Deployment) *Fixture {
 	f.instance = Peer{Key: ka.Node().PublicKey(), Addrs: []string{ka.Node().Addr()}}
 	f.infer = Peer{Key: la.Node().PublicKey(), Addrs: []string{la.Node().Addr()}}
 	f.served = map[trust.Role][]string{trust.InstanceAgent: ka.Node().Methods(), trust.InferenceAgent: la.Node().Methods()}
+	f.kAgent = ka
 	select {
 	case <-ka.Ready():
 	case <-ctx.Done():
@@ -247,6 +249,12 @@ type Cell struct {
 func (f *Fixture) Matrix(ctx context.Context, t *testing.T) []Cell {
 	t.Helper()
 	var cells []Cell
+	skipped := map[string][]string{} // why → the cells
+	defer func() {
+		for why, which := range skipped {
+			t.Logf("%d cells not run (%s): %s", len(which), why, strings.Join(which, ", "))
+		}
+	}()
 	for _, s := range trust.Graph {
 		methods := append([]trust.Method{{Name: trust.MethodPing, Kind: trust.Call}}, s.Methods...)
 		for _, m := range methods {
@@ -258,7 +266,7 @@ func (f *Fixture) Matrix(ctx context.Context, t *testing.T) []Cell {
 				cells = append(cells, cell)
 				switch {
 				case cell.Skipped != "":
-					t.Logf("%s %s by %s: not run: %s", cell.Server, cell.Method, cell.Caller, cell.Skipped)
+					skipped[cell.Skipped] = append(skipped[cell.Skipped], fmt.Sprintf("%s %s by %s", cell.Server, cell.Method, cell.Caller))
 				case cell.Got != cell.Want:
 					t.Errorf("%s %s by %s: allowed=%v, the declaration says %v (%s)", cell.Server, cell.Method, cell.Caller, cell.Got, cell.Want, cell.Detail)
 				}
@@ -742,4 +750,43 @@ func (f *Fixture) Flood(ctx context.Context, t *testing.T, n int) (refused int) 
 		t.Fatalf("a flooded topic: %v, %v; want no peers", peers, err)
 	}
 	return refused
+}
+
+// Revoke kills job K and waits until its agent's key is revoked where it
+// was admitted: the agent's connections to the agents' directory and the
+// app-node are closed and a new dial with its key is refused. It returns
+// how long that took after the kill answered.
+func (f *Fixture) Revoke(ctx context.Context, t *testing.T) time.Duration {
+	t.Helper()
+	n := f.kAgent.Node()
+	dir, app := f.d.Servers[trust.Directory], f.d.Servers[trust.AppNode]
+	for _, p := range []Peer{dir, app} {
+		if !n.Connected(p.Key) {
+			t.Fatalf("job %s's agent is not connected to %s before the kill", f.K.ID, p.Key.Short())
+		}
+	}
+	if _, err := f.d.API.KillJob(ctx, f.K.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for n.Connected(dir.Key) || n.Connected(app.Key) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the killed job's agent is still connected after %v", time.Since(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(start)
+	for _, p := range []Peer{dir, app} {
+		probe, err := fabric.New(fabric.Config{Component: "matrix-revoked", Identity: f.agentIDs[f.K.ID], Policy: fabric.NewAllowList(p.Key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe.AddAddrs(p.Key, p.Addrs...)
+		err = probe.Call(ctx, p.Key, fabric.MethodPing, nil, nil)
+		probe.Close()
+		if fabric.ErrorCode(err) != fabric.CodeRefused {
+			t.Fatalf("the killed job's agent key on %s: %v, want refused", p.Key.Short(), err)
+		}
+	}
+	return took
 }
