@@ -51,8 +51,8 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 // TestBoundaries: the domain does no I/O and knows no Kubernetes; the agents,
 // which run inside the VMs, know no Kubernetes either; only the Kubernetes
 // worker and its test harness (and the wiring) import client-go; the config
-// file types and the HTTP hop use the standard library only, so that any
-// package may import them.
+// file types, the HTTP hop and the HTTP servers' limits (httpserve) use the
+// standard library only, so that any package may import them.
 func TestBoundaries(t *testing.T) {
 	const mod = "github.com/cosmicac/cosmicac/internal/"
 	kube := []string{"k8s.io/", "kubevirt.io/", "sigs.k8s.io/controller-runtime"}
@@ -65,6 +65,7 @@ func TestBoundaries(t *testing.T) {
 		mod + "appnode":    append([]string{mod + "ork$", mod + "ork/placement", mod + "store/sqlite"}, kube...),
 		mod + "config":     append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		mod + "hop":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "httpserve":  append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 	}
 	for _, p := range list(t) {
 		banned, ok := rules[p.ImportPath]
