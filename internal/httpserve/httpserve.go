@@ -88,9 +88,10 @@ type Limits struct {
 //   - Write 60 s: from the first byte of an answer, or for each write of a
 //     stream; the API's answers fit in the connection's buffers at once, so
 //     only a client that stops reading a large one meets it.
-//   - Idle 30 s: longer than the gaps between the CLI's and the web UI's
-//     requests, so their connections are reused; Go's client retries a
-//     request on a connection the server closed while idle.
+//   - Idle 30 s: longer than the gaps between a client's requests (the
+//     CLI's, a browser's), so their connections are reused; Go's client
+//     retries a request it can replay on a connection the server closed
+//     while idle.
 //   - MaxHeaderBytes 64 KiB: a token or API key is under 100 bytes, so this
 //     is far above any legitimate request and a sixteenth of net/http's
 //     default (1 MiB).
