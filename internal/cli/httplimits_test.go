@@ -40,8 +40,12 @@ func TestMonitorHTTPLimits(t *testing.T) {
 	defer app.Close()
 	cfgPath, limit := limitsFile(t, "monitor:\n  heartbeat: 200ms\n")
 	metricsAddr := freePort(t)
+	// No ork answers: the monitor keeps no producer, which a viewer does
+	// not notice.
+	nowhere, _ := fabric.GenerateIdentity()
 	mon := component(t, []string{"monitor"}, "wrk-monitor", "--config", cfgPath, "--data-dir", t.TempDir(),
-		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--app-node-url", app.URL, "--metrics-listen", metricsAddr)
+		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--app-node-url", app.URL, "--metrics-listen", metricsAddr,
+		"--ork", nowhere.PublicKey().String()+"@127.0.0.1:1")
 	base := strings.TrimSuffix(mon["monitor"], "/monitor/v1")
 	addr := strings.TrimPrefix(base, "http://")
 	logs := "/monitor/v1/jobs/" + cosmic.NewJobID() + "/logs"

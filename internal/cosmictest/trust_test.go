@@ -35,7 +35,7 @@ func deployment(t *testing.T, e *Env) trusttest.Deployment {
 		Identities: map[trust.Role]*fabric.Identity{
 			trust.Ork: load("wrk-ork"), trust.AppNode: load("app-node"), trust.Monitor: load("wrk-monitor"),
 			trust.Directory: load("wrk-directory"), trust.Proxy: load("proxy-inference"),
-			trust.Worker: load("sim-" + e.Config.Sim.Rack), trust.Operator: load("operator"),
+			trust.Operator: load("operator"),
 		},
 		RackAgent: func(jobID string) (*fabric.Identity, bool) { return p.AgentIdentity(jobID, 0) },
 	}

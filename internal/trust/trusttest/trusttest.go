@@ -66,8 +66,10 @@ type Deployment struct {
 	// WorkerRack is the rack of Servers[trust.Worker] and WorkerLocation
 	// its location.
 	WorkerRack, WorkerLocation string
-	// Identities are the platform's keys, by role, for the same roles as
-	// Servers, and trust.Operator when the platform admits an operator.
+	// Identities are the platform's keys, by role: trust.Ork,
+	// trust.AppNode, trust.Monitor, trust.Directory, trust.Proxy, and
+	// trust.Operator when the platform admits an operator (others are not
+	// used: the matrix never wears the deployment's worker's key).
 	Identities map[trust.Role]*fabric.Identity
 	// RackAgent, if set, returns the identity WorkerRack's worker issued
 	// to the head agent of a running job's replica 0 (nil: that worker runs
@@ -88,6 +90,10 @@ const (
 type Fixture struct {
 	d    Deployment
 	rack *matrixRack
+	// other is the worker key of a third rack, registered and never up:
+	// "the worker of another rack" (not the deployment's own worker, whose
+	// key the matrix would otherwise wear before the ork).
+	other *fabric.Identity
 	// Jobs on the test rack: two gpu-container jobs (K, K2) and two
 	// managed-inference jobs (L, L2); the agents of K and L run (the
 	// servers of the agents' methods), those of K2 and L2 are keys only.
@@ -111,11 +117,19 @@ type Fixture struct {
 func Setup(ctx context.Context, t *testing.T, d Deployment) *Fixture {
 	t.Helper()
 	f := &Fixture{d: d, agentIDs: map[string]*fabric.Identity{}}
+	var err error
 	orkPeer := d.Servers[trust.Ork]
 	f.rack = newMatrixRack(t, orkPeer)
 	if _, err := d.API.RegisterRack(ctx, apiv1.RegisterRack{ID: TestRack, Location: TestLocation, GPUModel: "GH100_H100_SXM5_80GB",
 		WorkerKey: f.rack.id.PublicKey().String(), WorkerAddrs: []string{f.rack.node.Addr()}}); err != nil {
 		t.Fatalf("register the matrix rack: %v", err)
+	}
+	if f.other, err = fabric.GenerateIdentity(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.API.RegisterRack(ctx, apiv1.RegisterRack{ID: TestRack + "-other", Location: TestLocation + "-other", GPUModel: "GH100_H100_SXM5_80GB",
+		WorkerKey: f.other.PublicKey().String(), WorkerAddrs: []string{"127.0.0.1:1"}}); err != nil {
+		t.Fatalf("register the other rack: %v", err)
 	}
 	create := func(name string, typ cosmic.JobType, location string) cosmic.Job {
 		spec := cosmic.Spec{Type: typ, Name: name, Location: location, Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}}
@@ -286,14 +300,13 @@ func (f *Fixture) callers(server trust.Role, m trust.Method) []caller {
 			out = append(out, caller{name: string(r), role: r, id: id})
 		}
 	}
-	deployWorker := f.d.Identities[trust.Worker]
 	if server == trust.Worker {
-		// The target rack is the deployment's worker's own.
-		out = append(out, caller{name: "worker of this rack", role: trust.Worker, own: true, id: deployWorker},
-			caller{name: "worker of another rack", role: trust.Worker, id: f.rack.id})
+		// The target rack is the deployment's worker's own (whose key the
+		// matrix does not call itself with).
+		out = append(out, caller{name: "worker of another rack", role: trust.Worker, id: f.rack.id})
 	} else {
 		out = append(out, caller{name: "worker of this rack", role: trust.Worker, own: true, id: f.rack.id},
-			caller{name: "worker of another rack", role: trust.Worker, id: deployWorker})
+			caller{name: "worker of another rack", role: trust.Worker, id: f.other})
 	}
 	if server == trust.Worker {
 		out = append(out, caller{name: "this job's instance agent", role: trust.InstanceAgent, own: true, id: f.sAgent}) // nil: run() says why not
