@@ -70,7 +70,7 @@ func TestBoundaries(t *testing.T) {
 		// the fabric and the domain only.
 		mod + "trust$": {mod + "ork", mod + "appnode", mod + "agent", mod + "inferagent", mod + "inferproxy", mod + "monitor",
 			mod + "k8sworker", mod + "simcluster", mod + "store", mod + "platform", mod + "cli", mod + "worker", mod + "joblog", "k8s.io/"},
-		mod + "httpserve":  append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "httpserve": append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 	}
 	for _, p := range list(t) {
 		banned, ok := rules[p.ImportPath]
