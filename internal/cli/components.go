@@ -20,6 +20,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -51,6 +52,8 @@ type componentFlags struct {
 	Verbose  bool     `json:"verbose,omitempty"`
 	// MetricsListen serves /metrics (Prometheus) when set.
 	MetricsListen string `json:"metricsListen,omitempty"`
+
+	lock *datadir.Lock // the data dir's, taken by lockDataDir
 }
 
 func (c *componentFlags) bind(f *pflag.FlagSet, defListen string) {
@@ -119,10 +122,11 @@ func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabri
 
 // nodeWith is node with a policy made from the allow-list by wrap (nil:
 // the allow-list itself).
-func (c *componentFlags) nodeWith(component string, log *slog.Logger, wrap func(fabric.Policy) fabric.Policy, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
-	if c.DataDir == "" {
-		return nil, nil, usageErrorf("--data-dir is required")
+func (c *componentFlags) nodeWith(component string, log *slog.Logger, wrap func(fabric.Policy) fabric.Policy, extra ...fabric.PublicKey) (_ *fabric.Node, _ *fabric.AllowList, err error) {
+	if err := c.lockDataDir(component, log); err != nil { // held until the caller's unlock
+		return nil, nil, err
 	}
+	defer c.unlockIf(&err)
 	id, err := fabric.LoadOrCreateIdentity(c.DataDir)
 	if err != nil {
 		return nil, nil, err
@@ -149,6 +153,7 @@ func (c *componentFlags) nodeWith(component string, log *slog.Logger, wrap func(
 	if err != nil {
 		return nil, nil, err
 	}
+	c.lockAddr(n.Addr())
 	return n, allow, nil
 }
 
@@ -239,6 +244,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			db := cfg.Database
 			if db == "" {
@@ -312,6 +318,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			keys.ork, keys.node = orkapi.NewClient(n, orkKey), n
@@ -414,9 +421,10 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if cfg.DataDir == "" {
-				return usageErrorf("--data-dir is required")
+			if err := cfg.lockDataDir("wrk-server-sim", a.componentLogger(cfg.Verbose)); err != nil {
+				return err
 			}
+			defer cfg.unlock()
 			id, err := fabric.LoadOrCreateIdentity(cfg.DataDir)
 			if err != nil {
 				return err
@@ -466,6 +474,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				return err
 			}
 			defer ep.Close()
+			cfg.lockAddr(ep.Addr())
 			a.printNode(ep.Node())
 			g.Go(func() error { return cluster.Run(ctx) })
 			err = g.Wait()
@@ -521,6 +530,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			mcfg := cfg.Monitor.toConfig()
 			if mcfg.DataDir == "" {

@@ -51,6 +51,7 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			// The ork is only called (listJobs): read-only is enough.
 			if allow.Access(orkKey) == fabric.AccessNone {
