@@ -39,6 +39,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
 
@@ -55,10 +56,10 @@ const (
 )
 
 // Component is the agent's component name in pings.
-const Component = "agent-instance"
+const Component = string(trust.InstanceAgent)
 
 // Topic is the directory topic an agent of job announces itself under.
-func Topic(jobID string) string { return "instance/" + jobID }
+func Topic(jobID string) string { return trust.AgentTopic(trust.InstanceAgent, jobID) }
 
 // Intervals.
 var (
@@ -202,7 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.JobID == "" {
 		return errors.New("agent: config has no job ID")
 	}
-	n, err := NewNode(Component, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
+	n, err := NewNode(trust.InstanceAgent, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
 	if err != nil {
 		return err
 	}

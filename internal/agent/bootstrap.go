@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // The bootstrap is the file the rack workers write into a job's VMI
@@ -15,17 +16,26 @@ import (
 // inference agent (internal/inferagent) both read it, and share what
 // follows.
 
-// Peer roles of the bootstrap (the strings of k8sworker.Peer.Role). Every
-// peer is admitted with full access; the role decides what else an agent
-// does with it.
+// Peer roles of the bootstrap (the strings of k8sworker.Peer.Role). Each
+// is the class of key (trust.Role) the agent admits the peer as, so what
+// the peer may call on the agent is what internal/trust's Graph says; the
+// role also decides what else an agent does with it.
 const (
-	RoleOrk       = "ork"             // a directory: the agent announces itself there
-	RoleDirectory = "directory"       // another directory
+	RoleDirectory = "directory"       // the agents' directory: the agent announces itself there
 	RoleWorker    = "worker"          // the rack worker: receives the agent's report events
 	RoleAppNode   = "app-node"        // relays users' shells (and later HTTP) to the instance agent
 	RoleMonitor   = "monitor"         // wrk-monitor: receives the agent's log records
 	RoleProxy     = "proxy-inference" // reaches the inference agent over the connection it opened
 )
+
+// peerRoles maps the bootstrap's roles to the classes of key they are.
+var peerRoles = map[string]trust.Role{
+	RoleDirectory: trust.Directory,
+	RoleWorker:    trust.Worker,
+	RoleAppNode:   trust.AppNode,
+	RoleMonitor:   trust.Monitor,
+	RoleProxy:     trust.Proxy,
+}
 
 // FileIdentity is the agent's key pair as the bootstrap carries it.
 type FileIdentity struct {
@@ -155,6 +165,10 @@ func parsePeers(fps []FilePeer) ([]Peer, error) {
 			if _, _, err := fabric.ParsePeer(p.Key + "@" + a); err != nil {
 				errs = append(errs, fmt.Errorf("peers[%d].addrs: %w", i, err))
 			}
+		}
+		if _, ok := peerRoles[p.Role]; !ok {
+			errs = append(errs, fmt.Errorf("peers[%d].role: %q is not one of directory, worker, app-node, monitor, proxy-inference", i, p.Role))
+			continue
 		}
 		peers = append(peers, Peer{Role: p.Role, Key: k, Addrs: p.Addrs})
 	}

@@ -2,27 +2,45 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // What both agents do with the peers of their bootstrap: admit them, keep
 // connected to those with addresses (a dial-only agent is reached over the
 // connections it opened), and push their status to the workers.
 
-// NewNode starts an agent's fabric node: it admits the keys of peers only
-// (each with full access), knows the addresses of those that have some, and
-// listens on listen when it is set (else it is dial-only).
-func NewNode(component string, id *fabric.Identity, listen string, peers []Peer, log *slog.Logger) (*fabric.Node, error) {
-	allow := fabric.NewAllowList()
+// NewNode starts the fabric node of an agent of role (trust.InstanceAgent
+// or trust.InferenceAgent): it admits the keys of peers only, each as the
+// class of key its bootstrap role names, and lets each call what
+// internal/trust's Graph gives that class on role; it knows the addresses
+// of the peers that have some, and listens on listen when it is set (else
+// it is dial-only).
+func NewNode(role trust.Role, id *fabric.Identity, listen string, peers []Peer, log *slog.Logger) (*fabric.Node, error) {
+	ring := trust.NewKeyring()
 	for _, p := range peers {
-		allow.Allow(p.Key)
+		r, ok := peerRoles[p.Role]
+		if !ok {
+			return nil, fmt.Errorf("agent: peer %s has role %q", p.Key.Short(), p.Role)
+		}
+		var err error
+		if r == trust.Worker {
+			// The rack's worker, bound to no rack the agent needs to know.
+			ring.BindRack("", p.Key)
+		} else {
+			err = ring.Add(r, p.Key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
-	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: listen, Policy: allow, Logger: log})
+	n, err := fabric.New(fabric.Config{Component: string(role), Identity: id, Listen: listen, Policy: trust.NewPolicy(role, ring), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -33,14 +51,14 @@ func NewNode(component string, id *fabric.Identity, listen string, peers []Peer,
 }
 
 // PeerKeys sorts the keys of peers: dial are those of the peers with
-// addresses (for KeepConnected), dirs those of the ork and directory peers
-// (where an agent announces itself).
+// addresses (for KeepConnected), dirs those of the directory peers (where
+// an agent announces itself).
 func PeerKeys(peers []Peer) (dial, dirs []fabric.PublicKey) {
 	for _, p := range peers {
 		if len(p.Addrs) > 0 {
 			dial = append(dial, p.Key)
 		}
-		if p.Role == RoleOrk || p.Role == RoleDirectory {
+		if p.Role == RoleDirectory {
 			dirs = append(dirs, p.Key)
 		}
 	}
@@ -60,13 +78,17 @@ type ConnectHooks struct {
 
 // KeepConnected dials every peer of peers that is not connected, at once and
 // then every ReconnectInterval, until ctx ends: the platform reaches a
-// dial-only agent over these connections.
+// dial-only agent over these connections. After a round that left a peer
+// unconnected it tries again sooner, from 200 ms doubling up to
+// ReconnectInterval (a VM's network comes up, a new key is admitted, a
+// moment after the agent starts).
 func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey, log *slog.Logger, hooks ConnectHooks) {
-	t := time.NewTicker(ReconnectInterval)
+	retry := min(200*time.Millisecond, ReconnectInterval)
+	t := time.NewTimer(ReconnectInterval)
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
-		var reached atomic.Bool // written by the dialling goroutines
+		var reached, missed atomic.Bool // written by the dialling goroutines
 		reached.Store(len(peers) == 0)
 		for _, k := range peers {
 			if n.Connected(k) {
@@ -78,6 +100,7 @@ func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey
 				defer cancel()
 				if err := n.Call(cctx, k, fabric.MethodPing, nil, nil); err != nil {
 					log.Debug("peer unreachable", "peer", k.Short(), "err", err)
+					missed.Store(true)
 					return
 				}
 				reached.Store(true)
@@ -90,6 +113,13 @@ func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey
 		if reached.Load() && hooks.Reached != nil {
 			hooks.Reached()
 		}
+		next := ReconnectInterval
+		if missed.Load() {
+			next, retry = retry, min(retry*2, ReconnectInterval)
+		} else {
+			retry = min(200*time.Millisecond, ReconnectInterval)
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return

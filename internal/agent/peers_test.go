@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // KeepConnected tells the instance agent's hook (Reached) after every round
@@ -26,8 +27,8 @@ func TestKeepConnectedHooks(t *testing.T) {
 	defer platform.Close()
 	gone := mustID(t).PublicKey() // never reachable
 	peers := []Peer{{Role: RoleAppNode, Key: platform.PublicKey(), Addrs: []string{platform.Addr()}},
-		{Role: RoleOrk, Key: gone}, {Role: RoleWorker, Key: gone, Addrs: []string{"127.0.0.1:1"}}}
-	n, err := NewNode(Component, agentID, "", peers, nil)
+		{Role: RoleDirectory, Key: gone}, {Role: RoleWorker, Key: gone, Addrs: []string{"127.0.0.1:1"}}}
+	n, err := NewNode(trust.InstanceAgent, agentID, "", peers, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

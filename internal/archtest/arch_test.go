@@ -4,6 +4,7 @@ package archtest
 
 import (
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -65,6 +66,10 @@ func TestBoundaries(t *testing.T) {
 		mod + "appnode":    append([]string{mod + "ork$", mod + "ork/placement", mod + "store/sqlite"}, kube...),
 		mod + "config":     append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		mod + "hop":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		// The trust graph is a leaf every component may import: it knows
+		// the fabric and the domain only.
+		mod + "trust$": {mod + "ork", mod + "appnode", mod + "agent", mod + "inferagent", mod + "inferproxy", mod + "monitor",
+			mod + "k8sworker", mod + "simcluster", mod + "store", mod + "platform", mod + "cli", mod + "worker", mod + "joblog", "k8s.io/"},
 	}
 	for _, p := range list(t) {
 		banned, ok := rules[p.ImportPath]
@@ -91,5 +96,35 @@ func matches(d, b string) bool {
 		return strings.HasPrefix(d, b)
 	default:
 		return d == b || strings.HasPrefix(d, b+"/")
+	}
+}
+
+// TestPoliciesComeFromTheTrustGraph: no component builds its fabric policy
+// by hand (docs/security.md): outside internal/fabric and internal/trust,
+// allow-lists and policy funcs appear only in tests and in the CLI's
+// client commands, which pin the one peer they dial.
+func TestPoliciesComeFromTheTrustGraph(t *testing.T) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v", err)
+	}
+	out, err := exec.Command("git", "-C", strings.TrimSpace(string(top)), "grep", "-n", "-E",
+		`NewAllowList|AllowReadOnly|SetAllowAny|PolicyFunc\(|AllowList\{`, "--", "internal", "cmd").Output()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return // no match at all
+	case err != nil:
+		t.Fatalf("git grep: %v", err)
+	}
+	clients := map[string]bool{"internal/cli/rpc.go": true, "internal/cli/shell.go": true, "internal/cli/ssh.go": true}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		file := strings.SplitN(line, ":", 2)[0]
+		switch {
+		case strings.HasSuffix(file, "_test.go"), strings.HasPrefix(file, "internal/fabric/"), strings.HasPrefix(file, "internal/trust/"),
+			strings.HasPrefix(file, "internal/cosmictest/"), clients[file]:
+			continue
+		}
+		t.Errorf("a policy built by hand, not from internal/trust: %s", line)
 	}
 }

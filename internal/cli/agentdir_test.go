@@ -117,11 +117,11 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 		keys[c] = id.PublicKey()
 	}
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
-		"--allow", keys["app"].String(), "--allow-readonly", keys["dir"].String(), "--heartbeat", "50ms")["fabric"]
+		"--app-node-key", keys["app"].String(), "--directory-key", keys["dir"].String(), "--heartbeat", "50ms")["fabric"]
 	dir := component(t, []string{"fabric"}, "wrk-directory", "--data-dir", dirs["dir"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--allow-readonly", keys["app"].String(), "--agent-keys-refresh", "100ms")["fabric"]
+		"--ork", ork, "--app-node-key", keys["app"].String())["fabric"]
 	appOut := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--api-listen", "127.0.0.1:0", "--directory", dir, "--agent-keys-refresh", "100ms")
+		"--ork", ork, "--api-listen", "127.0.0.1:0", "--directory", dir)
 	app, api := appOut["fabric"], appOut["api"]
 	tok, err := os.ReadFile(filepath.Join(dirs["app"], "admin.token"))
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
-	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
@@ -30,6 +29,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -42,27 +42,31 @@ func init() {
 
 // componentFlags are what every component takes (DESIGN §9): its data
 // directory (its identity lives there), its fabric address, a YAML config
-// file that flags override, and the keys it admits.
+// file that flags override, and the keys it admits as what (trust.go).
 type componentFlags struct {
-	DataDir  string   `json:"dataDir"`
-	Listen   string   `json:"listen"`
-	Allow    []string `json:"allow,omitempty"`
-	ReadOnly []string `json:"allowReadOnly,omitempty"`
-	AllowAny bool     `json:"allowAny,omitempty"`
-	Verbose  bool     `json:"verbose,omitempty"`
+	DataDir string `json:"dataDir"`
+	Listen  string `json:"listen"`
+	// Operators may call every method of the component.
+	Operators    []string `json:"operators,omitempty"`
+	peerKeyFlags `json:",inline"`
+	Verbose      bool `json:"verbose,omitempty"`
 	// MetricsListen serves /metrics (Prometheus) when set.
 	MetricsListen string `json:"metricsListen,omitempty"`
+
+	role    trust.Role   // the component's role in the trust graph (bindTrust)
+	dialled []trust.Role // the configured peers it takes as KEY@HOST:PORT flags
 
 	lock *datadir.Lock // the data dir's, taken by lockDataDir
 }
 
-func (c *componentFlags) bind(f *pflag.FlagSet, defListen string) {
+// bind adds the flags every component has; role is its place in the trust
+// graph and dialled the configured roles the command has dial flags of its
+// own for (bindTrust).
+func (c *componentFlags) bind(f *pflag.FlagSet, defListen string, role trust.Role, dialled ...trust.Role) {
 	c.Listen = defListen
 	f.StringVar(&c.DataDir, "data-dir", "", "the component's data directory (its fabric identity lives there)")
 	f.StringVar(&c.Listen, "listen", c.Listen, "the fabric address to serve on (QUIC on UDP, fallback on TCP)")
-	f.StringSliceVar(&c.Allow, "allow", nil, "public keys admitted with full access (repeatable)")
-	f.StringSliceVar(&c.ReadOnly, "allow-readonly", nil, "public keys admitted to read-only methods (repeatable)")
-	f.BoolVar(&c.AllowAny, "allow-any", false, "admit every key (development only)")
+	c.bindTrust(f, role, dialled...)
 	f.BoolVarP(&c.Verbose, "verbose", "v", false, "log at info level")
 	f.StringVar(&c.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 }
@@ -113,48 +117,6 @@ func waitAll(g *errgroup.Group) error {
 		return err
 	}
 	return nil
-}
-
-// node starts the component's fabric node with its allow-list.
-func (c *componentFlags) node(component string, log *slog.Logger, extra ...fabric.PublicKey) (*fabric.Node, *fabric.AllowList, error) {
-	return c.nodeWith(component, log, nil, extra...)
-}
-
-// nodeWith is node with a policy made from the allow-list by wrap (nil:
-// the allow-list itself).
-func (c *componentFlags) nodeWith(component string, log *slog.Logger, wrap func(fabric.Policy) fabric.Policy, extra ...fabric.PublicKey) (_ *fabric.Node, _ *fabric.AllowList, err error) {
-	if err := c.lockDataDir(component, log); err != nil { // held until the caller's unlock
-		return nil, nil, err
-	}
-	defer c.unlockIf(&err)
-	id, err := fabric.LoadOrCreateIdentity(c.DataDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	allow := fabric.NewAllowList(extra...)
-	for _, list := range []struct {
-		keys []string
-		add  func(...fabric.PublicKey)
-	}{{c.Allow, allow.Allow}, {c.ReadOnly, allow.AllowReadOnly}} {
-		for _, s := range list.keys {
-			k, err := fabric.ParsePublicKey(s)
-			if err != nil {
-				return nil, nil, usageErrorf("--allow %q: %v", s, err)
-			}
-			list.add(k)
-		}
-	}
-	allow.SetAllowAny(c.AllowAny)
-	var policy fabric.Policy = allow
-	if wrap != nil {
-		policy = wrap(allow)
-	}
-	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: policy, Logger: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	c.lockAddr(n.Addr())
-	return n, allow, nil
 }
 
 func (a *app) componentLogger(verbose bool) *slog.Logger {
@@ -240,7 +202,12 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			n, allow, err := cfg.node("wrk-ork", log)
+			// The racks' workers are bound as the ork registers them.
+			ring, err := cfg.keyring(nil)
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("wrk-ork", ring, log)
 			if err != nil {
 				return err
 			}
@@ -255,11 +222,11 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			o, err := ork.New(cfg.Ork.toConfig(), st, ork.FabricDialer(n, allow), log.With("component", "wrk-ork"))
+			o, err := ork.New(cfg.Ork.toConfig(), st, ork.FabricDialer(n), log.With("component", "wrk-ork"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
-			fabric.NewDirectory(nil).Register(n)
+			o.SetKeyring(ring)
 			o.Serve(n)
 			ctx := cmd.Context()
 			if err := o.Start(ctx); err != nil {
@@ -272,7 +239,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			return g.Wait()
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7420")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7420", trust.Ork)
 	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	cmd.Flags().StringVar(&cfg.Database, "database", "", "the SQLite database (default DATA_DIR/ork.db)")
 	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
@@ -288,12 +255,11 @@ type appNodeFileConfig struct {
 	API            appNodeSection `json:"api"`
 	// Directories are the agents' directories (wrk-directory), where the
 	// app-node looks up the jobs' agents for shells.
-	Directories      []string        `json:"directories,omitempty"`
-	AgentKeysRefresh config.Duration `json:"agentKeysRefresh,omitempty"`
+	Directories []string `json:"directories,omitempty"`
 }
 
 func (a *app) appNodeCommand() *cobra.Command {
-	cfg := appNodeFileConfig{API: appNodeSectionOf(appnode.DefaultConfig()), AgentKeysRefresh: config.Duration(defaultAgentKeysRefresh)}
+	cfg := appNodeFileConfig{API: appNodeSectionOf(appnode.DefaultConfig())}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "app-node",
@@ -308,31 +274,31 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
+			var dirs []fabric.PublicKey
+			dirAddrs := map[fabric.PublicKey][]string{}
+			for _, d := range cfg.Directories {
+				k, addrs, err := parsePeerFlag("directory", d)
+				if err != nil {
+					return err
+				}
+				dirs, dirAddrs[k] = append(dirs, k), addrs
+			}
 			// The jobs' agents dial the app-node (which opens shells back
-			// over their connections): their keys, as the ork lists them,
-			// are admitted read-only.
-			keys := &agentKeys{log: log.With("component", "app-node")}
-			n, allow, err := cfg.nodeWith("app-node", log, func(base fabric.Policy) fabric.Policy {
-				return keys.policy(base, fabric.AccessReadOnly)
-			}, orkKey)
+			// over their connections): the keyring follows the ork's
+			// binding of them.
+			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.Directory: dirs})
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("app-node", ring, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
-			keys.ork, keys.node = orkapi.NewClient(n, orkKey), n
-			var dirs []fabric.PublicKey
-			for _, d := range cfg.Directories {
-				k, addrs, err := parsePeerFlag("directory", d)
-				if err != nil {
-					return err
-				}
-				if allow.Access(k) == fabric.AccessNone {
-					allow.AllowReadOnly(k) // only called (lookup)
-				}
+			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
-				dirs = append(dirs, k)
 			}
 			db := cfg.Database
 			if db == "" {
@@ -357,16 +323,18 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return usageErrorf("%v", err)
 			}
 			s.SetAPIKeys(st) // its database keeps the inference API keys too
-			// proxy-inference checks keys here (inference.apiKeyByHash): only
-			// the keys of the allow-list (give its key with --allow-readonly),
-			// never the jobs' agents.
-			inferproxy.ServeAPIKeys(n, st, func(k fabric.PublicKey) bool { return allow.Access(k) != fabric.AccessNone })
+			// proxy-inference checks keys here (inference.apiKeyByHash; the
+			// trust graph lets no one else call it).
+			inferproxy.ServeAPIKeys(n, st)
 			if len(dirs) > 0 {
 				// Shells reach an agent found in the directories only if the
-				// ork lists its key for the job's replica.
-				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs, Verify: keys.verify})
+				// ork binds its key to the job's replica.
+				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs,
+					Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+						return ring.IsAgent(key, jobID, replica, 0)
+					}})
 			}
-			go keys.run(ctx, cfg.AgentKeysRefresh.D())
+			go ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
 			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))
@@ -379,14 +347,13 @@ func (a *app) appNodeCommand() *cobra.Command {
 			return s.Serve(ctx, ln)
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7421")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7421", trust.AppNode, trust.Ork, trust.Directory)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
 	f.StringVar(&cfg.Database, "database", "", "the accounts database (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
-	f.Var(&cfg.AgentKeysRefresh, "agent-keys-refresh", "how often the agents' keys are read from the ork")
 	return cmd
 }
 
@@ -430,30 +397,31 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			allow := fabric.NewAllowList(orkKey)
-			for _, s := range cfg.Allow {
-				k, err := fabric.ParsePublicKey(s)
-				if err != nil {
-					return usageErrorf("--allow %q: %v", s, err)
-				}
-				allow.Allow(k)
-			}
-			allow.SetAllowAny(cfg.AllowAny)
 			var (
 				cluster  *simcluster.Cluster
 				logs     joblog.Sink = joblog.Discard
 				monKey   fabric.PublicKey
 				monAddrs []string
 			)
+			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
 			if cfg.Monitor != "" {
 				if monKey, monAddrs, err = parsePeerFlag("monitor", cfg.Monitor); err != nil {
 					return err
 				}
+				dialled[trust.Monitor] = []fabric.PublicKey{monKey}
 			}
-			ep := simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen, Policy: allow, Logger: log},
+			// A standalone simulated rack runs no agents: its keyring holds
+			// the ork, the monitor and the operators.
+			ring, err := cfg.keyring(dialled)
+			if err != nil {
+				return err
+			}
+			ep := simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen,
+				Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(rack.Rack)), Logger: log},
 				func(n *fabric.Node) {
 					worker.Serve(n, cluster)
 					cluster.RegisterFaults(n)
+					simcluster.ServeAgentReports(n, log.With("component", "wrk-server-sim"))
 					n.AddAddrs(orkKey, orkAddrs...)
 					if len(monAddrs) > 0 {
 						n.AddAddrs(monKey, monAddrs...)
@@ -484,7 +452,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			return err
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7423")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7423", trust.Worker, trust.Ork, trust.Monitor)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
@@ -502,9 +470,12 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 
 type monitorFileConfig struct {
 	componentFlags `json:",inline"`
-	HTTPListen     string         `json:"httpListen"`
-	AppNodeURL     string         `json:"appNodeURL"`
-	Monitor        monitorSection `json:"monitor"`
+	// Ork is followed for the racks' workers and the jobs' agents, the
+	// producers of records.
+	Ork        string         `json:"ork"`
+	HTTPListen string         `json:"httpListen"`
+	AppNodeURL string         `json:"appNodeURL"`
+	Monitor    monitorSection `json:"monitor"`
 }
 
 func (a *app) wrkMonitorCommand() *cobra.Command {
@@ -513,7 +484,8 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "wrk-monitor",
 		Short: "Run cosmicac-wrk-monitor: job log records in, live streams and Loki out",
-		Long: "Takes log records from workers and agents over the fabric (admit their keys with --allow),\n" +
+		Long: "Takes log records from the racks' workers and the jobs' agents over the fabric, each only\n" +
+			"for its own rack's or its own job's records (their keys are bound by the ork: --ork), and\n" +
 			"streams them live under /monitor/v1/jobs/{id}/logs, forwards them to Loki when --loki-url is\n" +
 			"set, and reads history back from it. Viewers authenticate with their CosmicAC token, which\n" +
 			"the monitor checks against the app-node (--app-node-url).",
@@ -525,13 +497,22 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			if cfg.AppNodeURL == "" {
 				return usageErrorf("--app-node-url is required (viewers' tokens are checked there)")
 			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
 			log := a.componentLogger(cfg.Verbose)
-			n, _, err := cfg.node("wrk-monitor", log)
+			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}})
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("wrk-monitor", ring, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
+			n.AddAddrs(orkKey, orkAddrs...)
 			mcfg := cfg.Monitor.toConfig()
 			if mcfg.DataDir == "" {
 				mcfg.DataDir = filepath.Join(cfg.DataDir, "spool")
@@ -541,7 +522,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 				return usageErrorf("%v", err)
 			}
 			defer m.Close()
-			m.Serve(n)
+			m.Serve(n, ring)
 			mux := http.NewServeMux()
 			mux.Handle("/monitor/metrics", m.MetricsHandler())
 			mux.Handle("/monitor/", m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)))
@@ -555,13 +536,18 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return m.Run(ctx) })
+			g.Go(func() error {
+				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
+				return nil
+			})
 			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7422")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7422", trust.Monitor, trust.Ork)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the producers' keys: KEY@HOST:PORT")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /monitor/v1 and /monitor/metrics")
 	f.StringVar(&cfg.AppNodeURL, "app-node-url", "", "the app-node's base URL, to check viewers' tokens")
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward records to this Loki (e.g. http://loki:3100)")

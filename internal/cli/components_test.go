@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // component runs `cosmicac ARGS...` as a child process and returns the
@@ -94,12 +95,13 @@ func TestComponentsAsProcesses(t *testing.T) {
 		}
 		keys[c] = id.PublicKey()
 	}
-	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--allow", keys["app"].String(), "--heartbeat", "50ms"}
+	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--app-node-key", keys["app"].String(),
+		"--monitor-key", keys["mon"].String(), "--heartbeat", "50ms"}
 	orkCmd, orkOut := componentCmd(t, []string{"fabric"}, orkArgs...)
 	ork := orkOut["fabric"]
 	apiAddr := freePort(t)
 	mon := component(t, []string{"fabric", "monitor"}, "wrk-monitor", "--data-dir", dirs["mon"], "--listen", "127.0.0.1:0",
-		"--allow", keys["sim"].String(), "--http-listen", "127.0.0.1:0", "--app-node-url", "http://"+apiAddr)
+		"--ork", ork, "--http-listen", "127.0.0.1:0", "--app-node-url", "http://"+apiAddr)
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
 		"--ork", ork, "--monitor", mon["fabric"], "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
 	api := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
@@ -182,15 +184,15 @@ func TestConfigFileAndFlags(t *testing.T) {
 func TestFlagsOverrideConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.yaml")
-	os.WriteFile(path, []byte("dataDir: /from/file\nlisten: 1.1.1.1:1\nallow: [a, b]\n"), 0o600)
+	os.WriteFile(path, []byte("dataDir: /from/file\nlisten: 1.1.1.1:1\noperators: [a, b]\nappNodeKeys: [d]\n"), 0o600)
 	var cfg componentFlags
 	cmd := &cobra.Command{Use: "x", RunE: func(cmd *cobra.Command, _ []string) error { return loadConfigFile(cmd, path, &cfg) }}
-	cfg.bind(cmd.Flags(), "0.0.0.0:9")
-	cmd.SetArgs([]string{"--listen", "127.0.0.1:2", "--allow", "c"})
+	cfg.bind(cmd.Flags(), "0.0.0.0:9", trust.Ork)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:2", "--operator", "c"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DataDir != "/from/file" || cfg.Listen != "127.0.0.1:2" || len(cfg.Allow) != 1 || cfg.Allow[0] != "c" {
-		t.Fatalf("cfg = %+v: want dataDir from the file, listen and allow from flags", cfg)
+	if cfg.DataDir != "/from/file" || cfg.Listen != "127.0.0.1:2" || !slices.Equal(cfg.Operators, []string{"c"}) || !slices.Equal(cfg.AppNodeKeys, []string{"d"}) {
+		t.Fatalf("cfg = %+v: want dataDir and the app-node's key from the file, listen and operators from flags", cfg)
 	}
 }

@@ -89,7 +89,7 @@ func TestSecondComponentOnTheSameDataDirRefuses(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"wrk-ork", "--data-dir", dir, "--listen", "127.0.0.1:0"},
-		{"wrk-monitor", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--app-node-url", "http://127.0.0.1:1"},
+		{"wrk-monitor", "--data-dir", dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--app-node-url", "http://127.0.0.1:1", "--ork", out["fabric"]},
 		{"wrk-server-sim", "--data-dir", dir, "--listen", "127.0.0.1:0", "--ork", out["fabric"]},
 	} {
 		code, _, errs := runCLI(t, nil, args...)

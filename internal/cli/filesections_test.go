@@ -127,8 +127,8 @@ func TestConfigFileDurations(t *testing.T) {
 		}
 	}
 	// Through the real command: the error names the file.
-	code, _, errs := runCLI(t, nil, "wrk-directory", "--config", write("dir.yaml", "agentKeysRefresh: 5\n"))
-	if code != ExitUsage || !strings.Contains(errs, "dir.yaml") || !strings.Contains(errs, `e.g. "30s"`) {
-		t.Fatalf("wrk-directory with agentKeysRefresh: 5: exit %d, %q", code, errs)
+	code, _, errs := runCLI(t, nil, "wrk-monitor", "--config", write("mon.yaml", "monitor:\n  jobIdle: 5\n"))
+	if code != ExitUsage || !strings.Contains(errs, "mon.yaml") || !strings.Contains(errs, `e.g. "30s"`) {
+		t.Fatalf("wrk-monitor with jobIdle: 5: exit %d, %q", code, errs)
 	}
 }

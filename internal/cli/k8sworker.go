@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -38,8 +39,9 @@ type k8sFileConfig struct {
 	Location       string `json:"location,omitempty"`
 	// The agents' peers (docs/k8s-worker.md, "Agents"): KEY@HOST:PORT each,
 	// reachable from the pod network.
-	Directory []string `json:"directory,omitempty"`
-	AppNode   []string `json:"appNode,omitempty"`
+	Directory      []string `json:"directory,omitempty"`
+	AppNode        []string `json:"appNode,omitempty"`
+	ProxyInference []string `json:"proxyInference,omitempty"`
 	// AgentAddr is where the VMIs' agents reach this worker (default: the
 	// address it listens on).
 	AgentAddr []string `json:"agentAddr,omitempty"`
@@ -63,6 +65,9 @@ func (c k8sFileConfig) agentPeers() ([]k8sworker.Peer, error) {
 		return nil, err
 	}
 	if err := add("app-node", agent.RoleAppNode, c.AppNode...); err != nil {
+		return nil, err
+	}
+	if err := add("proxy-inference", agent.RoleProxy, c.ProxyInference...); err != nil {
 		return nil, err
 	}
 	if c.Monitor != "" {
@@ -161,7 +166,17 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			}
 			log := a.componentLogger(cfg.Verbose)
 			ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-			n, allow, err := cfg.node("wrk-server-k8s-nvidia", log, orkKey)
+			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
+			if cfg.Monitor != "" {
+				dialled[trust.Monitor] = []fabric.PublicKey{monKey}
+			}
+			// The worker's keyring: the ork, the monitor, the operators, and
+			// its agents as it issues their keys (ServeAgents).
+			ring, err := cfg.keyring(dialled)
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("wrk-server-k8s-nvidia", ring, log, trust.OnRack(rack.Rack))
 			if err != nil {
 				return err
 			}
@@ -183,7 +198,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
-			if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Allow: allow, Addrs: cfg.AgentAddr}); err != nil {
+			if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Keys: ring, Addrs: cfg.AgentAddr}); err != nil {
 				return err
 			}
 			worker.Serve(n, w)
@@ -197,7 +212,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			return err
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7424")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7424", trust.Worker, trust.Ork, trust.Monitor)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
@@ -208,6 +223,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 	f.StringVar(&cfg.Location, "location", "", "the rack's location (overrides the rack config's)")
 	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory, where the VMIs' agents announce themselves: KEY@HOST:PORT reachable from the pods (repeatable)")
 	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMIs' agents: KEY@HOST:PORT reachable from the pods (repeatable)")
+	f.StringSliceVar(&cfg.ProxyInference, "proxy-inference", nil, "a proxy-inference the VMIs' inference agents serve: KEY@HOST:PORT reachable from the pods (repeatable)")
 	f.StringSliceVar(&cfg.AgentAddr, "agent-addr", nil, "HOST:PORT at which the VMIs' agents reach this worker (default: --listen's address, which must then be routable from the pods)")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 func init() { register((*app).proxyInferenceCommand) }
@@ -43,11 +44,11 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 		Use:   "proxy-inference",
 		Short: "Run cosmicac-proxy-inference: the OpenAI-compatible /inference/v1 of managed-inference jobs",
 		Long: "Serves /inference/v1 (and /inference/health) on --http-listen. It reads the managed-inference\n" +
-			"jobs from the ork (which must admit its key read-only), finds their replicas in the agents'\n" +
-			"directories (--directory, which must admit it read-only) and checks API keys with the\n" +
-			"app-node (--app-node, which must admit it with --allow-readonly). The inference agents dial\n" +
-			"it (name it to the rack workers as their agents' proxy-inference peer); any key is admitted\n" +
-			"read-only, and the keys given with --allow get full access.",
+			"jobs from the ork, finds their replicas in the agents' directories (--directory) and checks\n" +
+			"API keys with the app-node (--app-node); each must be given this proxy's key\n" +
+			"(--proxy-inference-key). The inference agents dial it (name it to the rack workers as their\n" +
+			"agents' proxy-inference peer): it admits an agent's key once the ork binds it to a job, and\n" +
+			"routes a job's requests only to the keys bound as that job's replicas' heads.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
@@ -65,17 +66,20 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				return usageErrorf("--directory KEY@HOST:PORT is required (the agents' directory)")
 			}
 			log := a.componentLogger(cfg.Verbose)
-			// The agents' keys cannot be known ahead: every key is admitted
-			// read-only (ping, inference.modelHealth); the proxy trusts an
-			// agent because a directory lists it (inferproxy.AgentPolicy).
-			n, _, err := cfg.nodeWith("proxy-inference", log, func(base fabric.Policy) fabric.Policy {
-				return fabric.PolicyFunc(func(k fabric.PublicKey) fabric.Access {
-					if acc := base.Access(k); acc != fabric.AccessNone {
-						return acc
-					}
-					return fabric.AccessReadOnly
-				})
-			})
+			var dirs []fabric.PublicKey
+			dirAddrs := map[fabric.PublicKey][]string{}
+			for _, d := range cfg.Directories {
+				k, addrs, err := parsePeerFlag("directory", d)
+				if err != nil {
+					return err
+				}
+				dirs, dirAddrs[k] = append(dirs, k), addrs
+			}
+			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.AppNode: {appKey}, trust.Directory: dirs})
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("proxy-inference", ring, log)
 			if err != nil {
 				return err
 			}
@@ -83,14 +87,8 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			n.AddAddrs(appKey, appAddrs...)
-			var dirs []fabric.PublicKey
-			for _, d := range cfg.Directories {
-				k, addrs, err := parsePeerFlag("directory", d)
-				if err != nil {
-					return err
-				}
+			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
-				dirs = append(dirs, k)
 			}
 			pcfg := cfg.Proxy.toConfig()
 			if pcfg.KeyTTL == 0 {
@@ -99,7 +97,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				pcfg.KeyTTL = 9 * time.Second
 			}
 			p := inferproxy.New(pcfg, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
-				inferproxy.NewFabricKeys(n, appKey, time.Second), log.With("component", "proxy-inference"))
+				inferproxy.NewFabricKeys(n, appKey, time.Second), ring, log.With("component", "proxy-inference"))
 			defer p.Close()
 			p.Serve(n)
 			mux := http.NewServeMux()
@@ -112,12 +110,16 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
 			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error {
+				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
+				return nil
+			})
 			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(p.Collector())) })
 			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},
 	}
-	cfg.bind(cmd.Flags(), "0.0.0.0:7425")
+	cfg.bind(cmd.Flags(), "0.0.0.0:7425", trust.Proxy, trust.Ork, trust.AppNode, trust.Directory)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT (its job list names the models)")

@@ -44,13 +44,12 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 		keys[c] = id.PublicKey()
 	}
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
-		"--allow", keys["app"].String(), "--allow-readonly", keys["dir"].String(), "--allow-readonly", keys["proxy"].String(),
+		"--app-node-key", keys["app"].String(), "--directory-key", keys["dir"].String(), "--proxy-inference-key", keys["proxy"].String(),
 		"--heartbeat", "50ms")["fabric"]
 	dir := component(t, []string{"fabric"}, "wrk-directory", "--data-dir", dirs["dir"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--allow-readonly", keys["app"].String(), "--allow-readonly", keys["proxy"].String(),
-		"--agent-keys-refresh", "100ms")["fabric"]
+		"--ork", ork, "--app-node-key", keys["app"].String(), "--proxy-inference-key", keys["proxy"].String())["fabric"]
 	appOut := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--api-listen", "127.0.0.1:0", "--allow-readonly", keys["proxy"].String())
+		"--ork", ork, "--api-listen", "127.0.0.1:0", "--proxy-inference-key", keys["proxy"].String())
 	app, api := appOut["fabric"], appOut["api"]
 	// A config file, overridden by flags: revoked keys are seen quickly.
 	cfgPath := filepath.Join(base, "proxy.yaml")

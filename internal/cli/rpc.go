@@ -35,8 +35,9 @@ func (a *app) rpcCommand() *cobra.Command {
 		Use:   "rpc --peer KEY[@HOST:PORT] --method M [--data JSON]",
 		Short: "Call any method on any component over the fabric and print the JSON reply",
 		Long: "Calls METHOD on the component holding KEY and prints its JSON reply. The CLI's own key\n" +
-			"(--key-file, default in the user's config directory, created on first use) must be on the\n" +
-			"component's allow-list. On refusal or error it prints the error and exits 1.",
+			"(--key-file, default in the user's config directory, created on first use) must be one of the\n" +
+			"component's operators (--operator KEY; `cosmicac up` admits it). On refusal or error it prints\n" +
+			"the error and exits 1.",
 		Example: "  cosmicac rpc --peer 6b1e…@127.0.0.1:7420 --method ping\n" +
 			"  cosmicac rpc --peer $SIM@127.0.0.1:7423 --method simCrash --data '{\"jobId\":\"…\",\"replica\":0}'",
 		Args: cobra.NoArgs,
@@ -81,7 +82,7 @@ func (a *app) rpcCommand() *cobra.Command {
 					return fmt.Errorf("%w\ndetails: %s", err, fe.Details)
 				}
 				if errors.Is(err, fabric.ErrRefused) {
-					return fmt.Errorf("%w\nhint: allow this CLI's key %s on the component", err, id.PublicKey())
+					return fmt.Errorf("%w\nhint: give the component this CLI's key as an operator: --operator %s", err, id.PublicKey())
 				}
 				return err
 			}

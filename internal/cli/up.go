@@ -95,7 +95,10 @@ func (a *app) upCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
 			fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
-			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n\n", p.AppNode.PublicKey(), p.AppNode.Addr())
+			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n", p.AppNode.PublicKey(), p.AppNode.Addr())
+			fmt.Fprintf(a.stdout, "  wrk-monitor     %s@%s\n", p.MonitorNode.PublicKey(), p.MonitorNode.Addr())
+			fmt.Fprintf(a.stdout, "  wrk-directory   %s@%s\n", p.DirectoryNode.PublicKey(), p.DirectoryNode.Addr())
+			fmt.Fprintf(a.stdout, "  proxy-inference %s@%s\n\n", p.ProxyNode.PublicKey(), p.ProxyNode.Addr())
 			fmt.Fprintf(a.stdout, "Try:\n  cosmicac login --url %s --token-file %s\n  cosmicac jobs create --name hello --gpus 1 --image ubuntu:24.04 --location %s --wait\n\nCtrl-C to stop.\n",
 				p.URL, p.TokenFile, cfg.Sim.Location)
 			select {

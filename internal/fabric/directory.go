@@ -60,28 +60,108 @@ type LookupReply struct {
 	Peers []PeerInfo `json:"peers"`
 }
 
-// Directory holds announcements in memory and answers lookups. The ork hosts
-// one by default; several may run side by side, and peers announce to all.
-// Its state is soft: a restarted directory is repopulated by the next round
-// of refreshes (at most a third of the TTL).
-type Directory struct {
-	mu     sync.Mutex
-	topics map[string]map[PublicKey]PeerInfo
-	now    func() time.Time
+// DirectoryLimits bound what a Directory holds, so that no announcer can
+// make it grow without bound. Zero fields take the defaults.
+type DirectoryLimits struct {
+	// TopicsPerKey bounds the topics one key is announced under at once
+	// (default 8).
+	TopicsPerKey int
+	// BytesPerKey bounds the bytes (meta and addresses) of one key's live
+	// announcements together (default 16 KiB).
+	BytesPerKey int
+	// MaxTTL bounds the TTL of an announcement (default MaxAnnounceTTL).
+	MaxTTL time.Duration
+	// Entries bounds the live announcements of every key together (default
+	// 100,000).
+	Entries int
 }
 
-// NewDirectory makes an empty directory. now is the clock (nil: time.Now).
-func NewDirectory(now func() time.Time) *Directory {
-	if now == nil {
-		now = time.Now
+// Default directory limits.
+const (
+	DefaultTopicsPerKey = 8
+	DefaultBytesPerKey  = 16 << 10
+	DefaultDirEntries   = 100_000
+)
+
+func (l *DirectoryLimits) setDefaults() {
+	if l.TopicsPerKey <= 0 {
+		l.TopicsPerKey = DefaultTopicsPerKey
 	}
-	return &Directory{topics: make(map[string]map[PublicKey]PeerInfo), now: now}
+	if l.BytesPerKey <= 0 {
+		l.BytesPerKey = DefaultBytesPerKey
+	}
+	if l.MaxTTL <= 0 || l.MaxTTL > MaxAnnounceTTL {
+		l.MaxTTL = MaxAnnounceTTL
+	}
+	if l.Entries <= 0 {
+		l.Entries = DefaultDirEntries
+	}
+}
+
+// DirectoryConfig configures a Directory.
+type DirectoryConfig struct {
+	Limits DirectoryLimits
+	// MayAnnounce, when set, decides whether the caller of ctx (whose key
+	// is key) may announce under topic; an error refuses the announcement
+	// (a *Error as it is, anything else as forbidden). Without it every
+	// caller the node admits to MethodAnnounce may use any topic.
+	MayAnnounce func(ctx context.Context, key PublicKey, topic string) error
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Directory holds announcements in memory and answers lookups. Several may
+// run side by side, and peers announce to all. Its state is soft: a
+// restarted directory is repopulated by the next round of refreshes (at
+// most a third of the TTL). What it holds is bounded per key and in all
+// (DirectoryLimits); expired announcements are dropped as they are met and
+// in a sweep at most every minute.
+type Directory struct {
+	cfg DirectoryConfig
+
+	mu        sync.Mutex
+	topics    map[string]map[PublicKey]PeerInfo
+	byKey     map[PublicKey]*keyUsage
+	entries   int
+	lastSweep time.Time
+}
+
+// keyUsage is what one key holds in a directory.
+type keyUsage struct {
+	topics map[string]int // topic → the bytes of its announcement
+	bytes  int
+}
+
+// NewDirectory makes an empty directory with the default limits. now is the
+// clock (nil: time.Now).
+func NewDirectory(now func() time.Time) *Directory {
+	return NewDirectoryWith(DirectoryConfig{Now: now})
+}
+
+// NewDirectoryWith makes an empty directory configured by cfg.
+func NewDirectoryWith(cfg DirectoryConfig) *Directory {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Limits.setDefaults()
+	return &Directory{cfg: cfg, topics: make(map[string]map[PublicKey]PeerInfo), byKey: make(map[PublicKey]*keyUsage), lastSweep: cfg.Now()}
 }
 
 // Register serves the directory's methods on r: announce and unannounce need
 // full access, lookup only read-only access.
 func (d *Directory) Register(r Registrar) {
-	HandleFunc(r, MethodAnnounce, func(_ context.Context, peer PublicKey, p AnnounceParams) (struct{}, error) {
+	HandleFunc(r, MethodAnnounce, func(ctx context.Context, peer PublicKey, p AnnounceParams) (struct{}, error) {
+		if err := checkTopic(p.Topic); err != nil {
+			return struct{}{}, err
+		}
+		if f := d.cfg.MayAnnounce; f != nil {
+			if err := f(ctx, peer, p.Topic); err != nil {
+				if fe := asWireError(err); fe.Code != CodeInternal {
+					return struct{}{}, fe
+				}
+				return struct{}{}, Errorf(CodeForbidden, "%v", err)
+			}
+		}
 		return struct{}{}, d.Announce(peer, p)
 	})
 	HandleFunc(r, MethodUnannounce, func(_ context.Context, peer PublicKey, p LookupParams) (struct{}, error) {
@@ -103,7 +183,7 @@ func checkTopic(t string) error {
 	return nil
 }
 
-// Announce records (or refreshes) key under the topic.
+// Announce records (or refreshes) key under the topic, within the limits.
 func (d *Directory) Announce(key PublicKey, p AnnounceParams) error {
 	if err := checkTopic(p.Topic); err != nil {
 		return err
@@ -114,76 +194,138 @@ func (d *Directory) Announce(key PublicKey, p AnnounceParams) error {
 	if len(p.Addrs) > maxAnnounceAddrs {
 		return Errorf(CodeBadRequest, "at most %d addresses", maxAnnounceAddrs)
 	}
+	size := len(p.Meta)
 	for _, a := range p.Addrs {
 		if _, _, err := ParsePeer(key.String() + "@" + a); err != nil {
 			return Errorf(CodeBadRequest, "%v", err)
 		}
+		size += len(a)
 	}
+	lim := d.cfg.Limits
 	ttl := time.Duration(p.TTLSeconds * float64(time.Second))
 	switch {
 	case ttl == 0:
-		ttl = DefaultAnnounceTTL
-	case ttl < MinAnnounceTTL || ttl > MaxAnnounceTTL:
-		return Errorf(CodeBadRequest, "ttlSeconds must be between %v and %v", MinAnnounceTTL.Seconds(), MaxAnnounceTTL.Seconds())
+		ttl = min(DefaultAnnounceTTL, lim.MaxTTL)
+	case ttl < MinAnnounceTTL || ttl > lim.MaxTTL:
+		return Errorf(CodeBadRequest, "ttlSeconds must be between %v and %v", MinAnnounceTTL.Seconds(), lim.MaxTTL.Seconds())
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := d.cfg.Now()
+	d.sweepLocked(now, false)
+	u := d.byKey[key]
+	if u != nil {
+		for t := range u.topics { // the key's expired announcements free its quota
+			if pi, ok := d.topics[t][key]; ok && !now.Before(pi.ExpiresAt) {
+				d.dropLocked(t, key)
+			}
+		}
+	}
+	old, refresh := 0, false
+	if u = d.byKey[key]; u != nil {
+		old, refresh = u.topics[p.Topic]
+	}
+	switch {
+	case !refresh && u != nil && len(u.topics) >= lim.TopicsPerKey:
+		return Errorf(CodeResourceExhausted, "key %s is announced under %d topics already; the limit is %d", key.Short(), len(u.topics), lim.TopicsPerKey)
+	case u != nil && u.bytes-old+size > lim.BytesPerKey:
+		return Errorf(CodeResourceExhausted, "key %s would hold %d bytes of announcements; the limit is %d", key.Short(), u.bytes-old+size, lim.BytesPerKey)
+	case !refresh && d.entries >= lim.Entries:
+		d.sweepLocked(now, true)
+		if d.entries >= lim.Entries {
+			return Errorf(CodeResourceExhausted, "the directory holds %d announcements; the limit is %d", d.entries, lim.Entries)
+		}
+	}
 	peers := d.topics[p.Topic]
 	if peers == nil {
 		peers = make(map[PublicKey]PeerInfo)
 		d.topics[p.Topic] = peers
 	}
-	peers[key] = PeerInfo{Key: key, Addrs: slices.Clone(p.Addrs), Meta: slices.Clone(p.Meta), ExpiresAt: d.now().Add(ttl)}
+	if u == nil {
+		u = &keyUsage{topics: map[string]int{}}
+		d.byKey[key] = u
+	}
+	if !refresh {
+		d.entries++
+	}
+	u.topics[p.Topic] = size
+	u.bytes += size - old
+	peers[key] = PeerInfo{Key: key, Addrs: slices.Clone(p.Addrs), Meta: slices.Clone(p.Meta), ExpiresAt: now.Add(ttl)}
 	return nil
+}
+
+// dropLocked removes key's announcement under topic.
+func (d *Directory) dropLocked(topic string, key PublicKey) {
+	peers := d.topics[topic]
+	if _, ok := peers[key]; !ok {
+		return
+	}
+	delete(peers, key)
+	if len(peers) == 0 {
+		delete(d.topics, topic)
+	}
+	d.entries--
+	if u := d.byKey[key]; u != nil {
+		u.bytes -= u.topics[topic]
+		delete(u.topics, topic)
+		if len(u.topics) == 0 {
+			delete(d.byKey, key)
+		}
+	}
 }
 
 // Unannounce removes key from the topic at once.
 func (d *Directory) Unannounce(key PublicKey, topic string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if peers := d.topics[topic]; peers != nil {
-		delete(peers, key)
-		if len(peers) == 0 {
-			delete(d.topics, topic)
-		}
-	}
+	d.dropLocked(topic, key)
 }
 
 // Lookup returns the live peers of a topic, dropping expired ones.
 func (d *Directory) Lookup(topic string) []PeerInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := d.now()
+	now := d.cfg.Now()
 	peers := d.topics[topic]
 	out := make([]PeerInfo, 0, len(peers))
 	for k, p := range peers {
 		if !now.Before(p.ExpiresAt) {
-			delete(peers, k)
+			d.dropLocked(topic, k)
 			continue
 		}
 		out = append(out, p)
-	}
-	if peers != nil && len(peers) == 0 {
-		delete(d.topics, topic)
 	}
 	sortPeers(out)
 	return out
 }
 
-// Sweep drops every expired announcement; call it now and then to bound
-// memory held for topics nobody looks up.
+// Len is the number of announcements the directory holds (live or expired
+// but not dropped yet).
+func (d *Directory) Len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.entries
+}
+
+// Sweep drops every expired announcement.
 func (d *Directory) Sweep() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := d.now()
+	d.sweepLocked(d.cfg.Now(), true)
+}
+
+// sweepLocked drops every expired announcement if force is set or the last
+// sweep is a minute old.
+func (d *Directory) sweepLocked(now time.Time, force bool) {
+	if !force && now.Sub(d.lastSweep) < time.Minute {
+		return
+	}
+	d.lastSweep = now
 	for t, peers := range d.topics {
 		for k, p := range peers {
 			if !now.Before(p.ExpiresAt) {
-				delete(peers, k)
+				d.dropLocked(t, k)
 			}
-		}
-		if len(peers) == 0 {
-			delete(d.topics, t)
 		}
 	}
 }
@@ -232,18 +374,19 @@ func (n *Node) Announce(ctx context.Context, p AnnounceParams, dirs ...PublicKey
 }
 
 // KeepAnnounced announces p and refreshes it every third of its TTL until ctx
-// ends, then withdraws it. Failures are logged and retried on the next tick.
+// ends, then withdraws it. Failures are logged and retried sooner, from half
+// a second doubling up to the refresh interval (a directory that has not
+// admitted a new key yet admits it a moment later).
 func (n *Node) KeepAnnounced(ctx context.Context, p AnnounceParams, dirs ...PublicKey) {
 	ttl := time.Duration(p.TTLSeconds * float64(time.Second))
 	if ttl == 0 {
 		ttl = DefaultAnnounceTTL
 	}
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
+	every := ttl / 3
+	retry := min(500*time.Millisecond, every)
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
-		if err := n.Announce(ctx, p, dirs...); err != nil && ctx.Err() == nil {
-			n.log.Warn("announce failed", "topic", p.Topic, "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -252,8 +395,16 @@ func (n *Node) KeepAnnounced(ctx context.Context, p AnnounceParams, dirs ...Publ
 			}
 			cancel()
 			return
-		case <-tick.C:
+		case <-t.C:
 		}
+		next := every
+		if err := n.Announce(ctx, p, dirs...); err != nil && ctx.Err() == nil {
+			n.log.Warn("announce failed", "topic", p.Topic, "err", err)
+			next, retry = retry, min(retry*2, every)
+		} else {
+			retry = min(500*time.Millisecond, every)
+		}
+		t.Reset(next)
 	}
 }
 

@@ -3,6 +3,8 @@ package fabric
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,5 +158,78 @@ func TestKeepAnnounced(t *testing.T) {
 	<-done
 	if got := dir.Lookup("w"); len(got) != 0 {
 		t.Fatalf("still announced after stop: %+v", got)
+	}
+}
+
+// A directory holds at most the limits' topics and bytes per key and
+// entries in all; expired announcements free their quota, and refreshing
+// one counts once.
+func TestDirectoryLimits(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	d := NewDirectoryWith(DirectoryConfig{Now: clock.now, Limits: DirectoryLimits{TopicsPerKey: 3, BytesPerKey: 100, Entries: 5, MaxTTL: time.Minute}})
+	a, b := mustIdentity(t).PublicKey(), mustIdentity(t).PublicKey()
+	for i := range 3 {
+		if err := d.Announce(a, AnnounceParams{Topic: fmt.Sprint("t", i), TTLSeconds: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Announce(a, AnnounceParams{Topic: "t0", TTLSeconds: 10}); err != nil {
+		t.Fatalf("refresh at the topic cap: %v", err)
+	}
+	if err := d.Announce(a, AnnounceParams{Topic: "t3"}); ErrorCode(err) != CodeResourceExhausted {
+		t.Fatalf("fourth topic: %v, want resource_exhausted", err)
+	}
+	if err := d.Announce(a, AnnounceParams{Topic: "t0", TTLSeconds: 120}); ErrorCode(err) != CodeBadRequest {
+		t.Fatalf("ttl over the limit's: %v, want bad_request", err)
+	}
+	meta := json.RawMessage(`"` + strings.Repeat("x", 98) + `"`) // 100 bytes
+	if err := d.Announce(b, AnnounceParams{Topic: "m", Meta: meta}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Announce(b, AnnounceParams{Topic: "m2", Meta: json.RawMessage(`1`)}); ErrorCode(err) != CodeResourceExhausted {
+		t.Fatalf("bytes over the key's limit: %v, want resource_exhausted", err)
+	}
+	if err := d.Announce(b, AnnounceParams{Topic: "m", Meta: json.RawMessage(`2`)}); err != nil {
+		t.Fatalf("a smaller refresh: %v", err)
+	}
+	if err := d.Announce(b, AnnounceParams{Topic: "m2", Meta: json.RawMessage(`3`)}); err != nil {
+		t.Fatalf("within bytes after the refresh: %v", err)
+	}
+	c := mustIdentity(t).PublicKey()
+	if err := d.Announce(c, AnnounceParams{Topic: "c"}); ErrorCode(err) != CodeResourceExhausted || d.Len() != 5 {
+		t.Fatalf("sixth entry: %v (len %d), want resource_exhausted at 5", err, d.Len())
+	}
+	clock.add(11 * time.Second) // a's three expire
+	if err := d.Announce(c, AnnounceParams{Topic: "c"}); err != nil {
+		t.Fatalf("after expiries: %v", err)
+	}
+	if err := d.Announce(a, AnnounceParams{Topic: "t3"}); err != nil {
+		t.Fatalf("a's quota after its announcements expired: %v", err)
+	}
+	if d.Len() != 4 {
+		t.Fatalf("len %d, want 4 (b's two, c, a's t3)", d.Len())
+	}
+}
+
+// MayAnnounce refuses topics, with the caller's grant in its context.
+func TestDirectoryMayAnnounce(t *testing.T) {
+	allow := NewAllowList()
+	srv := newNode(t, "directory", withPolicy(allow))
+	own := "instance/"
+	NewDirectoryWith(DirectoryConfig{MayAnnounce: func(_ context.Context, key PublicKey, topic string) error {
+		if topic != own+key.Short() {
+			return Errorf(CodeForbidden, "not your topic")
+		}
+		return nil
+	}}).Register(srv)
+	a := newNode(t, "agent")
+	allow.Allow(a.PublicKey())
+	a.AddAddrs(srv.PublicKey(), srv.Addr())
+	ctx := ctxT(t)
+	if err := a.Announce(ctx, AnnounceParams{Topic: own + a.PublicKey().Short()}, srv.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Announce(ctx, AnnounceParams{Topic: "instance/other"}, srv.PublicKey()); ErrorCode(err) != CodeForbidden {
+		t.Fatalf("another topic: %v, want forbidden", err)
 	}
 }

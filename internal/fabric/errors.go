@@ -10,14 +10,15 @@ import (
 // Error codes the fabric itself produces. Handlers may use their own codes
 // (e.g. "exceeds_node_gpus"); codes are stable strings for programs to match.
 const (
-	CodeBadRequest       = "bad_request"       // params could not be decoded or were invalid
-	CodeNotFound         = "not_found"         // no such method, or the handler's object is missing
-	CodeForbidden        = "forbidden"         // the caller's access does not cover the method
-	CodeUnavailable      = "unavailable"       // the peer could not be reached or went away
-	CodeDeadlineExceeded = "deadline_exceeded" // the call's deadline passed
-	CodeCanceled         = "canceled"          // the caller cancelled
-	CodeInternal         = "internal"          // the handler failed unexpectedly
-	CodeRefused          = "refused"           // the peer's policy refused our key
+	CodeBadRequest        = "bad_request"        // params could not be decoded or were invalid
+	CodeNotFound          = "not_found"          // no such method, or the handler's object is missing
+	CodeForbidden         = "forbidden"          // the caller's access does not cover the method
+	CodeUnavailable       = "unavailable"        // the peer could not be reached or went away
+	CodeDeadlineExceeded  = "deadline_exceeded"  // the call's deadline passed
+	CodeCanceled          = "canceled"           // the caller cancelled
+	CodeInternal          = "internal"           // the handler failed unexpectedly
+	CodeRefused           = "refused"            // the peer's policy refused our key
+	CodeResourceExhausted = "resource_exhausted" // a limit of the peer was reached
 )
 
 // Error is a structured error carried across the fabric.

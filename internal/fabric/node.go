@@ -98,6 +98,8 @@ type Node struct {
 	book    map[PublicKey][]string
 	parked  map[PublicKey]*parkPool
 	closed  bool
+
+	authz Authorizer // the policy, when it decides each request
 }
 
 // peerConn is one live connection and the key proven on it.
@@ -143,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 		book:    make(map[PublicKey][]string),
 		parked:  make(map[PublicKey]*parkPool),
 	}
+	n.authz, _ = cfg.Policy.(Authorizer)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.Handle(MethodPing, n.ping, ReadOnly())
 	n.Handle(MethodPark, n.handlePark)
@@ -496,6 +499,15 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, 
 	case req.kind != kindStream && rt.call == nil:
 		refusal = Errorf(CodeBadRequest, "method %q is a stream; open it with OpenStream", req.method)
 	}
+	var grant any
+	if refusal == nil && n.authz != nil {
+		var err error
+		if grant, err = n.authz.Authorize(pc.key, req.method); err != nil {
+			if refusal = asWireError(err); refusal.Code == CodeInternal {
+				refusal = Errorf(CodeForbidden, "%v", err)
+			}
+		}
+	}
 	if refusal != nil {
 		switch req.kind {
 		case kindEvent:
@@ -511,6 +523,9 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, 
 
 	ctx, cancel := context.WithCancel(pc.ctx)
 	defer cancel()
+	if grant != nil {
+		ctx = WithGrant(ctx, grant)
+	}
 	if req.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, req.timeout)
 		defer cancel()

@@ -1,6 +1,9 @@
 package fabric
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // Access is what a policy grants a key.
 type Access int
@@ -30,6 +33,29 @@ func (a Access) String() string {
 // to new connections; Node.Revoke closes existing ones.
 type Policy interface {
 	Access(PublicKey) Access
+}
+
+// Authorizer is a Policy that also decides every request. When a node's
+// policy implements it, the node calls Authorize before each call, event
+// and stream of an admitted key, after the read-only check: a non-nil error
+// refuses the request (a *Error reaches the caller as it is; anything else
+// is forbidden), and the grant it returns reaches the handler in its
+// context (GrantFrom). internal/trust builds the platform's.
+type Authorizer interface {
+	Policy
+	Authorize(key PublicKey, method string) (grant any, err error)
+}
+
+type grantKey struct{}
+
+// GrantFrom returns the grant the node's Authorizer gave the request that
+// ctx belongs to (nil without one).
+func GrantFrom(ctx context.Context) any { return ctx.Value(grantKey{}) }
+
+// WithGrant returns ctx carrying grant, as the node hands it to a handler
+// (for handlers called outside a node, in tests).
+func WithGrant(ctx context.Context, grant any) context.Context {
+	return context.WithValue(ctx, grantKey{}, grant)
 }
 
 // AllowList is a Policy backed by two sets of keys. The zero value admits

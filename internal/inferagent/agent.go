@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
 
@@ -37,13 +38,13 @@ const (
 )
 
 // Component is the agent's component name in pings.
-const Component = "agent-inference"
+const Component = string(trust.InferenceAgent)
 
 // ReportInterval is how often the status is pushed without a change.
 var ReportInterval = 10 * time.Second
 
 // Topic is the directory topic the agents of a job announce under.
-func Topic(jobID string) string { return "inference/" + jobID }
+func Topic(jobID string) string { return trust.AgentTopic(trust.InferenceAgent, jobID) }
 
 // Meta is what an agent announces under Topic (its directory meta).
 type Meta struct {
@@ -199,7 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("inference agent: %w", err)
 	}
 	a.cmd = cmd
-	n, err := agent.NewNode(Component, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
+	n, err := agent.NewNode(trust.InferenceAgent, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
 	if err != nil {
 		return err
 	}
@@ -437,7 +438,9 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 		<-ctx.Done()
 		return
 	}
-	t := time.NewTicker(a.cfg.AnnounceTTL / 3)
+	every := a.cfg.AnnounceTTL / 3
+	retry := min(500*time.Millisecond, every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		m := a.Status().Meta
@@ -450,9 +453,22 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := n.Announce(actx, fabric.AnnounceParams{Topic: Topic(a.cfg.JobID), TTLSeconds: a.cfg.AnnounceTTL.Seconds(), Meta: meta}, dirs...)
 		cancel()
+		next := every
 		if err != nil && ctx.Err() == nil {
+			// A directory that has not admitted a new key yet admits it a
+			// moment later: try again soon.
 			a.log.Warn("announce failed", "err", err)
+			next, retry = retry, min(retry*2, every)
+		} else {
+			retry = min(500*time.Millisecond, every)
 		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			select {

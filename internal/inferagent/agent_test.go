@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -40,6 +41,7 @@ func TestAgentServesOverFabric(t *testing.T) {
 	fabric.NewDirectory(nil).Register(dir)
 	proxy := node(t, "proxy", "127.0.0.1:0", anyone)
 	proxy.AddAddrs(dir.PublicKey(), dir.Addr())
+	wrk := node(t, "worker", "127.0.0.1:0", anyone)
 	id, _ := fabric.GenerateIdentity()
 	logs := joblog.NewRing(1000)
 	a := New(Config{JobID: "job1", Team: "t", Replica: 1, Placement: Placement{VMICount: 1, GPUs: 1},
@@ -47,8 +49,9 @@ func TestAgentServesOverFabric(t *testing.T) {
 		Identity:  id, Logs: logs, HealthPoll: 10 * time.Millisecond,
 		Launcher: &SimLauncher{Config: simruntime.Config{InterTokenDelay: time.Millisecond}},
 
-		Peers: []Peer{{Role: RoleOrk, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
-			{Role: RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}}}}, nil)
+		Peers: []Peer{{Role: RoleDirectory, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
+			{Role: RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}},
+			{Role: agent.RoleWorker, Key: wrk.PublicKey(), Addrs: []string{wrk.Addr()}}}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()
@@ -111,9 +114,13 @@ func TestAgentServesOverFabric(t *testing.T) {
 	if !sawUvicorn || !sawReady {
 		t.Fatalf("records: %+v", logs.Job("job1"))
 	}
-	st, err := GetStatus(ctx, proxy, key)
+	// Its worker reads its status; the proxy may not (internal/trust).
+	st, err := GetStatus(ctx, wrk, key)
 	if err != nil || !st.Ready || !strings.HasPrefix(st.Command, "vllm serve Qwen/Qwen3-8B") {
 		t.Fatalf("status %+v %v", st, err)
+	}
+	if _, err := GetStatus(ctx, proxy, key); fabric.ErrorCode(err) != fabric.CodeForbidden {
+		t.Fatalf("the proxy read the status: %v, want forbidden", err)
 	}
 	// The runtime dies: the agent reports not ready, restarts it, and is ready again.
 	a.cfg.Launcher.(*SimLauncher).Runtime().Close()

@@ -33,8 +33,8 @@ type Peer = agent.Peer
 // Peer roles of the bootstrap that internal/inferproxy's tests name here
 // (the others are agent's only: agent.RoleDirectory, agent.RoleWorker, …).
 const (
-	RoleOrk   = agent.RoleOrk
-	RoleProxy = agent.RoleProxy
+	RoleDirectory = agent.RoleDirectory
+	RoleProxy     = agent.RoleProxy
 )
 
 // Config is a parsed agent configuration.

@@ -37,14 +37,10 @@ type APIKeyByHashReply struct {
 }
 
 // ServeAPIKeys registers MethodAPIKeyByHash on r, answering from keys (the
-// app-node's store). admit says which callers may use it (the app-node:
-// the keys of its allow-list, never the jobs' agents, which it also admits
-// read-only); others are answered forbidden.
-func ServeAPIKeys(r fabric.Registrar, keys Keys, admit func(fabric.PublicKey) bool) {
-	fabric.HandleFunc(r, MethodAPIKeyByHash, func(ctx context.Context, peer fabric.PublicKey, q APIKeyByHashParams) (APIKeyByHashReply, error) {
-		if admit != nil && !admit(peer) {
-			return APIKeyByHashReply{}, fabric.Errorf(fabric.CodeForbidden, "%s is for proxy-inference", MethodAPIKeyByHash)
-		}
+// app-node's store). The app-node's trust policy lets only proxy-inference
+// (and operators) call it.
+func ServeAPIKeys(r fabric.Registrar, keys Keys) {
+	fabric.HandleFunc(r, MethodAPIKeyByHash, func(ctx context.Context, _ fabric.PublicKey, q APIKeyByHashParams) (APIKeyByHashReply, error) {
 		if len(q.Hash) != 32 {
 			return APIKeyByHashReply{}, fabric.Errorf(fabric.CodeBadRequest, "hash: want 32 bytes (sha256), got %d", len(q.Hash))
 		}
@@ -57,7 +53,7 @@ func ServeAPIKeys(r fabric.Registrar, keys Keys, admit func(fabric.PublicKey) bo
 		}
 		return APIKeyByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
 			Prefix: k.Prefix, CreatedAt: k.CreatedAt}, nil
-	}, fabric.ReadOnly())
+	})
 }
 
 // FabricKeys implements Keys over the fabric: it asks the app-node

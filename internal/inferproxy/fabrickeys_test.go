@@ -10,6 +10,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 type countingKeys struct {
@@ -29,8 +30,8 @@ func (c *countingKeys) APIKeyByHash(_ context.Context, hash []byte) (store.APIKe
 }
 
 // TestFabricKeys: the app-node's apiKeyByHash answers the proxy's key (and
-// refuses a read-only key it does not admit); FabricKeys finds keys, says
-// not found for others, and caches both briefly.
+// refuses an agent's, which the app-node admits for shells); FabricKeys
+// finds keys, says not found for others, and caches both briefly.
 func TestFabricKeys(t *testing.T) {
 	ctx := context.Background()
 	k, secret, err := NewAPIKey("ci", "team-a", "alice", time.Now())
@@ -38,14 +39,15 @@ func TestFabricKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks := &countingKeys{keys: map[string]store.APIKey{string(k.Hash): k}}
-	allow := fabric.NewAllowList()
-	app := newNode(t, "app-node", "127.0.0.1:0", allow)
-	proxy := newNode(t, "proxy-inference", "127.0.0.1:0", fabric.NewAllowList())
-	rogue := newNode(t, "agent", "127.0.0.1:0", fabric.NewAllowList())
-	allow.AllowReadOnly(proxy.PublicKey())
-	allow.AllowReadOnly(rogue.PublicKey())
-	admitted := fabric.NewAllowList(proxy.PublicKey())
-	ServeAPIKeys(app, ks, func(p fabric.PublicKey) bool { return admitted.Access(p) != fabric.AccessNone })
+	ring := trust.NewKeyring()
+	app := newNode(t, "app-node", "127.0.0.1:0", trust.NewPolicy(trust.AppNode, ring))
+	proxy := newNode(t, "proxy-inference", "127.0.0.1:0", fabric.NewAllowList(app.PublicKey()))
+	rogue := newNode(t, "agent", "127.0.0.1:0", fabric.NewAllowList(app.PublicKey()))
+	if err := ring.Add(trust.Proxy, proxy.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	ring.BindAgents(trust.Placement{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r"}, []fabric.PublicKey{rogue.PublicKey()})
+	ServeAPIKeys(app, ks)
 	proxy.AddAddrs(app.PublicKey(), app.Addr())
 	rogue.AddAddrs(app.PublicKey(), app.Addr())
 
@@ -72,6 +74,6 @@ func TestFabricKeys(t *testing.T) {
 
 	err = rogue.Call(ctx, app.PublicKey(), MethodAPIKeyByHash, APIKeyByHashParams{Hash: HashKey(secret)}, &APIKeyByHashReply{})
 	if fabric.ErrorCode(err) != fabric.CodeForbidden {
-		t.Fatalf("a key not admitted: %v, want forbidden", err)
+		t.Fatalf("an agent: %v, want forbidden", err)
 	}
 }

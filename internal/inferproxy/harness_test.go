@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // harness is proxy-inference with agents and simulated runtimes, all
@@ -22,6 +23,7 @@ type harness struct {
 	t       testing.TB
 	dir     *fabric.Node
 	pnode   *fabric.Node
+	ring    *trust.Keyring // the proxy's: the agents are bound as the ork would bind them
 	store   *sqlite.Store
 	proxy   *Proxy
 	srv     *httptest.Server
@@ -63,7 +65,11 @@ func newHarness(t testing.TB, cfg Config) *harness {
 	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
 	h.dir = newNode(t, "wrk-ork", "127.0.0.1:0", anyone)
 	fabric.NewDirectory(nil).Register(h.dir)
-	h.pnode = newNode(t, "proxy-inference", "127.0.0.1:0", AgentPolicy(h.dir.PublicKey()))
+	h.ring = trust.NewKeyring()
+	if err := h.ring.Add(trust.Directory, h.dir.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	h.pnode = newNode(t, "proxy-inference", "127.0.0.1:0", trust.NewPolicy(trust.Proxy, h.ring))
 	h.pnode.AddAddrs(h.dir.PublicKey(), h.dir.Addr())
 	var err error
 	if h.store, err = sqlite.Open(filepath.Join(t.TempDir(), "db")); err != nil {
@@ -88,7 +94,7 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return append([]Model(nil), h.models...)
-	}), h.store, nil)
+	}), h.store, h.ring, nil)
 	h.srv = httptest.NewServer(h.proxy.Handler())
 	t.Cleanup(func() {
 		h.srv.Close()
@@ -121,8 +127,10 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 		hosts = append(hosts, jobID+"-vmi"+string(rune('0'+i)))
 	}
 	for r := range replicas {
+		var keys []fabric.PublicKey
 		for v := range vmis {
 			id, _ := fabric.GenerateIdentity()
+			keys = append(keys, id.PublicKey())
 			cfg := h.baseCfg
 			cfg.JobID, cfg.Team, cfg.Replica, cfg.Inference, cfg.Identity = jobID, team, r, in, id
 			cfg.Placement = inferagent.Placement{VMIIndex: v, VMICount: vmis, GPUs: 1}
@@ -132,7 +140,7 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 			sl := &inferagent.SimLauncher{Config: sim}
 			cfg.Launcher = sl
 			cfg.Peers = []inferagent.Peer{
-				{Role: inferagent.RoleOrk, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
+				{Role: inferagent.RoleDirectory, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
 				{Role: inferagent.RoleProxy, Key: h.pnode.PublicKey(), Addrs: []string{h.pnode.Addr()}},
 			}
 			a := inferagent.New(cfg, nil)
@@ -144,6 +152,7 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 			}()
 			h.agents[jobID] = append(h.agents[jobID], ah)
 		}
+		h.ring.BindAgents(trust.Placement{Job: jobID, Team: team, Type: cosmic.TypeManagedInference, Replica: r, Rack: "r1"}, keys)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/hop"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Prefix is where the OpenAI-compatible API is served.
@@ -98,9 +99,17 @@ type Proxy struct {
 	log      *slog.Logger
 }
 
+// Agents says what the ork bound each agent key to (*trust.Keyring,
+// following the ork): the proxy routes a job's requests only to a key
+// bound as the head agent of one of that job's replicas, whatever the
+// directory lists.
+type Agents interface {
+	Principal(key fabric.PublicKey) (trust.Principal, bool)
+}
+
 // New returns a proxy that finds replicas through node's lookups in dirs
 // (the ork's directory), models in catalog and API keys in keys.
-func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog, keys Keys, log *slog.Logger) *Proxy {
+func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog, keys Keys, agents Agents, log *slog.Logger) *Proxy {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -108,7 +117,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	p := &Proxy{cfg: cfg, node: node, log: log,
 		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL},
 		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL, m: map[string]keyEntry{}},
-		replicas: &replicaSet{node: node, dirs: dirs, ttl: cfg.LookupTTL, pools: map[string]*pool{}},
+		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL, pools: map[string]*pool{}},
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
 	p.metrics = newProxyMetrics(p.replicas)
@@ -153,22 +162,6 @@ const agentIdleFor = 3 * time.Second
 
 // Close drops the pooled connections to the agents.
 func (p *Proxy) Close() { p.pool.CloseIdle() }
-
-// AgentPolicy is proxy-inference's fabric policy: full access for the
-// platform keys given, read-only access for any other key. Inference agents
-// (whose keys the proxy cannot know in advance) connect with read-only
-// access, which lets them only ping; the proxy trusts a key because the
-// ork's directory lists it under the job's topic, and the directory takes
-// announcements only from keys the ork admits.
-func AgentPolicy(full ...fabric.PublicKey) fabric.Policy {
-	al := fabric.NewAllowList(full...)
-	return fabric.PolicyFunc(func(k fabric.PublicKey) fabric.Access {
-		if a := al.Access(k); a != fabric.AccessNone {
-			return a
-		}
-		return fabric.AccessReadOnly
-	})
-}
 
 // ---- errors
 

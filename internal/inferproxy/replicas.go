@@ -11,6 +11,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Health of a replica or a model.
@@ -144,9 +145,10 @@ type pool struct {
 
 // replicaSet finds and caches each job's replicas.
 type replicaSet struct {
-	node *fabric.Node
-	dirs []fabric.PublicKey
-	ttl  time.Duration
+	node   *fabric.Node
+	dirs   []fabric.PublicKey
+	agents Agents
+	ttl    time.Duration
 
 	mu    sync.Mutex
 	pools map[string]*pool
@@ -207,6 +209,15 @@ func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) 
 			if json.Unmarshal(pi.Meta, &m) != nil || m.Role != inferagent.RoleHead || m.JobID != jobID {
 				continue // workers of multi-node replicas serve no API
 			}
+			// The directory takes an agent's word for its meta; the ork's
+			// binding of its key decides. Only the key bound as the head of
+			// one of this job's replicas is routed to (a hijack replayed in
+			// internal/cosmictest's TestModelHijackIsRefused).
+			b, ok := s.agents.Principal(pi.Key)
+			if !ok || b.Role != trust.InferenceAgent || b.Job != jobID || !b.Head() {
+				continue
+			}
+			m.Replica = b.Replica
 			r := p.replicas[pi.Key]
 			if r == nil {
 				r = &replica{key: pi.Key}

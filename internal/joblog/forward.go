@@ -24,6 +24,9 @@ type AppendReply struct {
 	Accepted int `json:"accepted"`
 	// LastSeq is the monitor's sequence number of the batch's last record.
 	LastSeq uint64 `json:"lastSeq"`
+	// Refused counts the records the caller may not write (another job's,
+	// or a job not on its rack): they are dropped, not retried.
+	Refused int `json:"refused,omitempty"`
 }
 
 // Caller sends one fabric call; *fabric.Node implements it.

@@ -28,19 +28,24 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
-// agentRig is the worker's fabric side in a test: its node, allow-list and
-// what OnAgents was told.
+// agentRig is the worker's fabric side in a test: its node and the
+// keyring of the node's trust policy.
 type agentRig struct {
-	t     *testing.T
-	id    *fabric.Identity
-	node  *fabric.Node
-	allow *fabric.AllowList
+	t    *testing.T
+	id   *fabric.Identity
+	node *fabric.Node
+	keys *trust.Keyring
+	pol  *trust.Policy
+}
 
-	mu    sync.Mutex
-	admit map[string][]fabric.PublicKey // "job/replica" -> keys
+// freshKeys gives the rig an empty keyring, as a restarted worker has.
+func (r *agentRig) freshKeys() {
+	r.keys = trust.NewKeyring()
+	r.pol = trust.NewPolicy(trust.Worker, r.keys)
 }
 
 func newAgentRig(t *testing.T) *agentRig {
@@ -49,30 +54,25 @@ func newAgentRig(t *testing.T) *agentRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &agentRig{t: t, id: id, allow: fabric.NewAllowList(), admit: map[string][]fabric.PublicKey{}}
+	r := &agentRig{t: t, id: id}
 	r.newNode()
 	return r
 }
 
 // newNode gives the worker a fresh fabric node (a restarted worker's),
-// with the same key and allow-list.
+// with the same key and an empty keyring.
 func (r *agentRig) newNode() {
 	r.t.Helper()
 	if r.node != nil {
 		r.node.Close()
 	}
-	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: r.id, Listen: "127.0.0.1:0", Policy: r.allow})
+	r.freshKeys()
+	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: r.id, Listen: "127.0.0.1:0", Policy: r.pol})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.node = n
 	r.t.Cleanup(func() { n.Close() })
-}
-
-func (r *agentRig) admitted(job string, replica int) []fabric.PublicKey {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.admit[fmt.Sprintf("%s/%d", job, replica)]
 }
 
 // startWithAgents is harness.start with the worker serving agents on rig.
@@ -83,11 +83,7 @@ func (h *harness) startWithAgents(rig *agentRig) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := w.ServeAgents(AgentOptions{Node: rig.node, Allow: rig.allow, OnAgents: func(job string, replica int, keys []fabric.PublicKey) {
-		rig.mu.Lock()
-		defer rig.mu.Unlock()
-		rig.admit[fmt.Sprintf("%s/%d", job, replica)] = keys
-	}}); err != nil {
+	if err := w.ServeAgents(AgentOptions{Node: rig.node, Keys: rig.keys}); err != nil {
 		h.t.Fatal(err)
 	}
 	w.retryMin, w.retryMax = 20*time.Millisecond, 200*time.Millisecond
@@ -189,18 +185,18 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 		t.Fatalf("a second Apply issued a new key: %s, was %s", again.Annotations[AnnotationAgentKey], key)
 	}
 
-	// The ork learns the key from the reports; the worker admits it
-	// read-only, and tells OnAgents.
+	// The ork learns the key from the reports; the worker binds it to the
+	// job's replica and VMI, and admits it.
 	h.eventually(10*time.Second, "agent key reported and admitted", func() error {
 		r, ok := h.rep.last(job.ID, 0)
 		if !ok || !slices.Equal(r.AgentKeys, []string{key.String()}) {
 			return fmt.Errorf("report %+v", r)
 		}
-		if a := rig.allow.Access(key); a != fabric.AccessReadOnly {
+		if a := rig.pol.Access(key); a != fabric.AccessFull {
 			return fmt.Errorf("agent key access %s", a)
 		}
-		if got := rig.admitted(job.ID, 0); !slices.Equal(got, []fabric.PublicKey{key}) {
-			return fmt.Errorf("OnAgents got %v", got)
+		if !rig.keys.IsAgent(key, job.ID, 0, 0) {
+			return errors.New("agent key not bound to its VMI")
 		}
 		return nil
 	})
@@ -278,11 +274,8 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(15*time.Second, "agent key removed", func() error {
-		if a := rig.allow.Access(key); a != fabric.AccessNone {
+		if a := rig.pol.Access(key); a != fabric.AccessNone {
 			return fmt.Errorf("access %s", a)
-		}
-		if got := rig.admitted(job.ID, 0); got != nil {
-			return fmt.Errorf("OnAgents last got %v", got)
 		}
 		return nil
 	})

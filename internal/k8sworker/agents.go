@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // The in-VM agents (issue 7, docs/shell.md). At Apply the worker gives each
@@ -27,8 +28,9 @@ import (
 // also in AnnotationAgentKey), so a restarted worker, a restart of the
 // replica or a second Apply reuse it. The user data also names the peers
 // the agent admits and dials: RackConfig.Peers plus the worker itself.
-// The worker admits its agents' keys read-only on its fabric node while
-// their replica exists and takes their reports (agent.MethodReport,
+// The worker binds its agents' keys to their job, replica and VMI in its
+// keyring (trust.Keyring; its node's trust policy admits them) while their
+// replica exists, and takes their reports (agent.MethodReport,
 // inferagent.MethodReport): a replica of a job type in
 // RackConfig.RequireAgent is running only once its VMIs are Ready and
 // every VMI's agent has reported ready since the VMI was created.
@@ -91,19 +93,13 @@ func AgentConfigOf(userData []byte) (AgentConfig, error) {
 type AgentOptions struct {
 	// Node is the worker's fabric node: it takes the agents' reports.
 	Node *fabric.Node
-	// Allow is Node's allow-list: the agents' keys are admitted read-only
-	// while their replica has objects, then removed (and their connections
-	// revoked).
-	Allow *fabric.AllowList
+	// Keys is the keyring of Node's trust policy: the agents' keys are
+	// bound there while their replica has objects, then unbound (and their
+	// connections revoked).
+	Keys *trust.Keyring
 	// Addrs are where the agents reach the worker, from the pod network
 	// (default: Node.Addr()).
 	Addrs []string
-	// OnAgents, if set, is called with the keys of a replica's agents (by
-	// VMI index) when they become known or change, and with nil once the
-	// replica is gone, so that whoever runs the worker admits them where
-	// agents need them (the agents' directory with full access, the
-	// app-node read-only). It must not block.
-	OnAgents func(jobID string, replica int, keys []fabric.PublicKey)
 	// PollInterval is how often the worker also calls agent.status on each
 	// connected agent, to catch a command's exit whose agent.report event
 	// was lost (default DefaultAgentPoll). An agent is polled as soon as it
@@ -141,14 +137,15 @@ type agentHub struct {
 }
 
 // ServeAgents makes the worker serve its VMIs' agents on o.Node: it admits
-// their keys on o.Allow, takes their reports, tells them its key and
+// their keys in o.Keys, takes their reports, tells them its key and
 // address (role worker) in their bootstrap, and gates running on their
 // readiness for the job types in RackConfig.RequireAgent. Call it before
 // Run.
 func (w *Worker) ServeAgents(o AgentOptions) error {
-	if o.Node == nil || o.Allow == nil {
-		return errors.New("k8sworker: ServeAgents needs the worker's fabric node and its allow-list")
+	if o.Node == nil || o.Keys == nil {
+		return errors.New("k8sworker: ServeAgents needs the worker's fabric node and its keyring")
 	}
+	o.Keys.OnRevoke(o.Node.Revoke)
 	addrs := o.Addrs
 	if len(addrs) == 0 && o.Node.Addr() != "" {
 		addrs = []string{o.Node.Addr()}
@@ -166,9 +163,8 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 		w.onAgentReport(peer, r)
 		return struct{}{}, nil
 	}
-	// Agents are admitted read-only: their reports are read-only methods.
-	fabric.HandleFunc(o.Node, agent.MethodReport, handle, fabric.ReadOnly())
-	fabric.HandleFunc(o.Node, inferagent.MethodReport, handle, fabric.ReadOnly())
+	fabric.HandleFunc(o.Node, agent.MethodReport, handle)
+	fabric.HandleFunc(o.Node, inferagent.MethodReport, handle)
 	w.agents = h
 	return nil
 }
@@ -274,9 +270,9 @@ func agentKeys(o observation) []string {
 	return out
 }
 
-// syncAgents admits the keys of replica k's agents (from its Secrets) and
-// takes off those of a replica that is gone.
-func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
+// syncAgents binds the keys of replica k's agents (from its Secrets) and
+// unbinds those of a replica that is gone.
+func (w *Worker) syncAgents(k replicaKey, typ cosmic.JobType, keys []string, gone bool) {
 	h := w.agents
 	if h == nil {
 		return
@@ -327,14 +323,8 @@ func (w *Worker) syncAgents(k replicaKey, keys []string, gone bool) {
 		h.byReplica[k] = want
 	}
 	h.mu.Unlock()
-	h.opts.Allow.AllowReadOnly(want...)
-	h.opts.Allow.Remove(removed...)
-	for _, pk := range removed {
-		h.opts.Node.Revoke(pk)
-	}
-	if h.opts.OnAgents != nil {
-		h.opts.OnAgents(k.job, k.replica, want)
-	}
+	// Unbinding revokes the keys taken off (ServeAgents' OnRevoke).
+	h.opts.Keys.BindAgents(trust.Placement{Job: k.job, Type: typ, Replica: k.replica, Rack: w.cfg.Rack}, want)
 }
 
 // jobTypeOf is the replica's job type from its root (or carrier).

@@ -205,7 +205,8 @@ func TestIntegrationCommandExitMissedEventPolled(t *testing.T) {
 	time.Sleep(6 * time.Second) // the agent's report (5 s timeout) has failed
 
 	// Back on the same address (the one in the agent's bootstrap).
-	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: rig.id, Listen: addr, Policy: rig.allow})
+	rig.freshKeys()
+	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: rig.id, Listen: addr, Policy: rig.pol})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -523,7 +523,7 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 	now := time.Now()
 	d := w.status(k, m, o, now)
 	var errs []error
-	w.syncAgents(k, d.rep.AgentKeys, d.rep.Gone || m.deleting && o.empty())
+	w.syncAgents(k, jobTypeOf(o), d.rep.AgentKeys, d.rep.Gone || m.deleting && o.empty())
 	if !m.deleting && d.hasSt {
 		st := d.state
 		latch := d.latch != nil && d.fail == nil && len(d.drift) == 0

@@ -163,7 +163,7 @@ func benchMonitor(b *testing.B, records, rate int) {
 		b.Fatal(err)
 	}
 	defer mon.Close()
-	e.m.Serve(mon)
+	e.m.Serve(mon, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var emit []func(joblog.Record)

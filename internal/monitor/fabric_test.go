@@ -5,13 +5,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 func node(t *testing.T, name string, policy fabric.Policy) *fabric.Node {
@@ -38,7 +41,7 @@ func TestForwarderOverFabricToViewer(t *testing.T) {
 	e := start(t, monitor.DefaultConfig(""), false)
 	allow := fabric.NewAllowList()
 	mon := node(t, "wrk-monitor", allow)
-	e.m.Serve(mon)
+	e.m.Serve(mon, nil)
 	wrk := node(t, "wrk-server-sim", nil)
 	allow.Allow(wrk.PublicKey())
 	wrk.AddAddrs(mon.PublicKey(), mon.Addr())
@@ -104,4 +107,106 @@ func TestAPIAuthorizer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Each producer writes only what is its own: a rack's worker the records
+// of the jobs on its rack (after one more look at the ork's list), an
+// agent only its own job's, under its binding's team and replica, with its
+// system lines marked as its own.
+func TestAppendIsConfined(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	ring := trust.NewKeyring()
+	mon := node(t, "wrk-monitor", trust.NewPolicy(trust.Monitor, ring))
+	src := &lateOrk{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go ring.Follow(ctx, src, nil)
+	e.m.Serve(mon, ring)
+	wA, wB, agent := node(t, "worker-a", nil), node(t, "worker-b", nil), node(t, "agent", nil)
+	for _, n := range []*fabric.Node{wA, wB, agent} {
+		n.AddAddrs(mon.PublicKey(), mon.Addr())
+	}
+	const jobB = "00000000-0000-4000-8000-00000000000b"
+	src.set(trust.Peers{Epoch: "e", Version: 1,
+		Racks:      []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
+		Placements: []trust.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 1, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
+	<-ring.Synced()
+	for !ring.OnRack(jobA, "a") {
+		time.Sleep(time.Millisecond)
+	}
+	appendAs := func(n *fabric.Node, recs ...joblog.Record) joblog.AppendReply {
+		t.Helper()
+		var rep joblog.AppendReply
+		if err := n.Call(ctx, mon.PublicKey(), joblog.MethodAppend, joblog.AppendParams{Records: recs}, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	rec := func(job, source, stream, line string) joblog.Record {
+		return joblog.Record{Time: time.Now(), JobID: job, Team: "forged", Replica: 7, Source: source, Stream: stream, Line: line}
+	}
+	if rep := appendAs(wB, rec(jobA, joblog.SourceSystem, "wrk-server-sim", "forged by rack b")); rep.Accepted != 0 || rep.Refused != 1 {
+		t.Fatalf("another rack's worker: %+v", rep)
+	}
+	if rep := appendAs(agent, rec(jobB, joblog.SourceApplication, "stdout", "into another job"), rec(jobA, joblog.SourceSystem, "wrk-server-sim", "claims to be the worker")); rep.Accepted != 1 || rep.Refused != 1 {
+		t.Fatalf("the agent: %+v", rep)
+	}
+	// The ork places jobB on rack b only now: the worker's first record
+	// of it makes the monitor look again.
+	src.set(trust.Peers{Epoch: "e", Version: 2, Racks: []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
+		Placements: []trust.Placement{{Job: jobB, Team: "t2", Type: cosmic.TypeGPUContainer, Rack: "b"}}}, true)
+	if rep := appendAs(wB, rec(jobB, joblog.SourceSystem, "wrk-server-sim", "placed a moment ago")); rep.Accepted != 1 {
+		t.Fatalf("a job the worker's rack just took: %+v", rep)
+	}
+	if rep := appendAs(wA, rec(jobA, joblog.SourceSystem, "wrk-server-sim", "vmi deleted")); rep.Accepted != 1 {
+		t.Fatalf("a job that just left the worker's rack: %+v", rep)
+	}
+	recs, _, err := collect(ctx, e.c, client.LogOptions{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recs[0]
+	if got.Line != "claims to be the worker" || got.Team != "t1" || got.Replica != 1 || got.Stream != string(trust.InstanceAgent) {
+		t.Fatalf("the agent's record was kept as %+v", got)
+	}
+}
+
+// lateOrk answers watchPeers from what it was last set to; a quiet set
+// wakes no long poll (only a Sync sees it), as when the long poll's answer
+// is still on its way.
+type lateOrk struct {
+	mu      sync.Mutex
+	peers   trust.Peers
+	changed chan struct{}
+}
+
+func (o *lateOrk) set(p trust.Peers, quiet bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.peers = p
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	if !quiet {
+		close(o.changed)
+		o.changed = make(chan struct{})
+	}
+}
+
+func (o *lateOrk) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
+	o.mu.Lock()
+	if o.changed == nil {
+		o.changed = make(chan struct{})
+	}
+	cur, ch := o.peers, o.changed
+	o.mu.Unlock()
+	if p.WaitMillis == 0 || p.Epoch != cur.Epoch || p.Since < cur.Version {
+		return cur, nil
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return trust.Peers{}, ctx.Err()
+	}
+	return o.WatchPeers(ctx, trust.WatchPeersParams{})
 }

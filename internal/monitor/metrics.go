@@ -34,7 +34,7 @@ func newMetrics(m *Monitor) *metrics {
 		reg:        prometheus.NewRegistry(),
 		recordsIn:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "records_received_total", Help: "Records acknowledged to producers."}),
 		recordsOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "records_delivered_total", Help: "Records written to live viewers (one per viewer)."}),
-		rejected:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_rejected_total", Help: "Records refused to producers, by reason (invalid, spool)."}, []string{"reason"}),
+		rejected:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_rejected_total", Help: "Records refused to producers, by reason (invalid, spool, scope: not the producer's job or rack)."}, []string{"reason"}),
 		viewers:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "viewers", Help: "Open log streams."}),
 		cutOff:     prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "viewers_cut_off_total", Help: "Viewers cut off, by reason (lagged, write)."}, []string{"reason"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "viewer_lag_records", Help: "Records a viewer was behind when it woke.",

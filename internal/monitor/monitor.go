@@ -126,10 +126,17 @@ func (m *Monitor) Registry() *prometheus.Registry { return m.met.reg }
 func (m *Monitor) HasLoki() bool { return m.loki != nil }
 
 // Serve registers joblog.MethodAppend on r (the monitor's fabric node,
-// whose policy admits the producers: workers and agents).
-func (m *Monitor) Serve(r fabric.Registrar) {
+// whose trust policy admits the producers: workers and agents). Each
+// caller writes only what is its own (confine): where says which rack a
+// job is placed on; nil refuses every worker's record.
+func (m *Monitor) Serve(r fabric.Registrar, where Placements) {
 	fabric.HandleFunc(r, joblog.MethodAppend, func(ctx context.Context, _ fabric.PublicKey, p joblog.AppendParams) (joblog.AppendReply, error) {
-		rep, err := m.Append(ctx, p.Records)
+		recs, refused := confine(ctx, p.Records, where)
+		if refused > 0 {
+			m.met.rejected.WithLabelValues("scope").Add(float64(refused))
+		}
+		rep, err := m.Append(ctx, recs)
+		rep.Refused = refused
 		switch {
 		case errors.Is(err, errBadRecord):
 			return rep, fabric.Errorf(fabric.CodeBadRequest, "%v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -54,6 +55,9 @@ func (o *Ork) Serve(r fabric.Registrar) {
 	fabric.HandleFunc(r, orkapi.MethodListRacks, func(ctx context.Context, _ fabric.PublicKey, _ struct{}) (orkapi.ListRacksReply, error) {
 		return o.ListRacks(), nil
 	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, orkapi.MethodWatchPeers, func(ctx context.Context, _ fabric.PublicKey, p trust.WatchPeersParams) (trust.Peers, error) {
+		return o.WatchPeers(ctx, p)
+	})
 	fabric.HandleFunc(r, orkapi.MethodForgetRacks, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
 		return struct{}{}, wireError(o.ForgetRacks(ctx, p))
 	})
@@ -283,6 +287,7 @@ func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, rea
 		return j, err
 	}
 	o.snap.ReleaseJob(id)
+	o.boundReleasedLocked(id, -1)
 	o.poke()
 	return j, nil
 }
@@ -452,6 +457,7 @@ func (o *Ork) finalizeDelete(ctx context.Context, id string) {
 		return
 	}
 	o.snap.ReleaseJob(id)
+	o.boundReleasedLocked(id, -1)
 	o.dequeueLocked(id)
 	o.poke()
 }
@@ -557,6 +563,8 @@ func (o *Ork) RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (or
 		return orkapi.RackInfo{}, err
 	}
 	o.racks[rack.ID] = &rackState{StoredRack: sr, w: o.dial(key, p.WorkerAddrs)}
+	o.bindRackLocked(rack.ID, rack.WorkerKey)
+	o.peersChangedLocked()
 	err = o.rebuildLocked(ctx)
 	o.mu.Unlock()
 	if err != nil {
@@ -634,11 +642,14 @@ func (o *Ork) ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error
 			if err != nil {
 				return err
 			}
+			o.boundReleasedLocked(res.JobID, res.Replica)
 		}
 		if err := o.st.Update(ctx, func(tx Tx) error { return tx.DeleteRack(ctx, id) }); err != nil {
 			return err
 		}
 		delete(o.racks, id)
+		o.bindRackLocked(id, "")
+		o.peersChangedLocked()
 	}
 	if err := o.rebuildLocked(ctx); err != nil {
 		return err

@@ -59,11 +59,10 @@ func (c Config) Validate() error {
 // Dialer returns the Worker of a rack given its worker's key and addresses.
 type Dialer func(key fabric.PublicKey, addrs []string) worker.Worker
 
-// FabricDialer reaches workers over a fabric node and admits their keys to
-// the node's policy, so that they can push reports.
-func FabricDialer(n *fabric.Node, allow *fabric.AllowList) Dialer {
+// FabricDialer reaches workers over a fabric node. The node's policy admits
+// them once the ork binds their keys to their racks (SetKeyring).
+func FabricDialer(n *fabric.Node) Dialer {
 	return func(key fabric.PublicKey, addrs []string) worker.Worker {
-		allow.Allow(key)
 		n.AddAddrs(key, addrs...)
 		return worker.NewClient(n, key)
 	}
@@ -84,7 +83,11 @@ type Ork struct {
 	queued map[string]cosmic.Job // jobs in the queue, by ID
 	wait   map[string]string     // job ID → what it waits for
 	kick   chan struct{}         // asks the loop for a scheduling pass
-	wg     sync.WaitGroup
+	book   peerBook              // the bound keys (watchPeers)
+
+	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
+	stopping bool
+	wg       sync.WaitGroup
 }
 
 type rackState struct {
@@ -120,6 +123,7 @@ func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
 		queued: make(map[string]cosmic.Job),
 		wait:   make(map[string]string),
 		kick:   make(chan struct{}, 1),
+		book:   newPeerBook(),
 	}, nil
 }
 
@@ -138,8 +142,12 @@ func (o *Ork) Start(ctx context.Context) error {
 			return fmt.Errorf("rack %s: %w", r.Rack.ID, err)
 		}
 		o.racks[r.Rack.ID] = &rackState{StoredRack: r, w: o.dial(key, r.WorkerAddrs)}
+		o.bindRackLocked(r.Rack.ID, r.Rack.WorkerKey)
 	}
 	if err := o.rebuildLocked(ctx); err != nil {
+		return err
+	}
+	if err := o.loadBoundLocked(ctx); err != nil {
 		return err
 	}
 	// The queue: jobs still creating (admission was cut short) or queued,
@@ -197,7 +205,15 @@ func (o *Ork) Run(ctx context.Context) error {
 	o.schedule(ctx)
 	tick := time.NewTicker(o.cfg.Heartbeat)
 	defer tick.Stop()
-	defer o.wg.Wait()
+	defer func() {
+		// No background work starts once Run is ending (a report handled
+		// meanwhile leaves its repair to the next heartbeat), so that Wait
+		// never races an Add.
+		o.bgMu.Lock()
+		o.stopping = true
+		o.bgMu.Unlock()
+		o.wg.Wait()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -219,8 +235,14 @@ func (o *Ork) poke() {
 	}
 }
 
-// go runs f on a goroutine that Run waits for.
+// goBackground runs f on a goroutine that Run waits for, unless Run is
+// ending.
 func (o *Ork) goBackground(f func()) {
+	o.bgMu.Lock()
+	defer o.bgMu.Unlock()
+	if o.stopping {
+		return
+	}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
@@ -350,7 +372,9 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 				return err
 			}
 			setReplica(j, r.Replica, func(rs *cosmic.ReplicaStatus) {
-				rs.State, rs.Reason, rs.Nodes = cosmic.StatePending, nil, r.NodeNames()
+				// The agents of a new placement are not those of the last
+				// one: the worker reports them anew.
+				rs.State, rs.Reason, rs.Nodes, rs.AgentKeys = cosmic.StatePending, nil, r.NodeNames(), nil
 			})
 		}
 		return o.setAggregate(j)
@@ -368,6 +392,7 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 			break
 		}
 	}
+	o.boundPlacedLocked(j, rs)
 	return j, nil
 }
 

@@ -3,15 +3,19 @@ package ork_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -46,19 +50,17 @@ func report(job string, rr worker.ReplicaReport) worker.Report {
 	return worker.Report{Rack: "r1", Jobs: []worker.JobReport{{JobID: job, Replicas: []worker.ReplicaReport{rr}}}}
 }
 
-// TestLateReportsAreDropped: a replica's report stamped older than one the
-// ork applied from the same worker process (a pulled answer overtaken by a
-// push, a failure reported again after a restart) changes nothing; a later
-// one, an unstamped one and one from a restarted worker process apply.
-func TestLateReportsAreDropped(t *testing.T) {
+// oneJob starts an ork over a fresh store with one rack, r1, of the
+// quietWorker w, and one gpu-container job applied there.
+func oneJob(t *testing.T, w *quietWorker) (context.Context, *ork.Ork, fabric.PublicKey, cosmic.Job) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	w := &quietWorker{}
+	t.Cleanup(func() { st.Close() })
 	o, err := ork.New(ork.Config{Heartbeat: time.Hour, WorkerTimeout: 5 * time.Second}, st,
 		func(fabric.PublicKey, []string) worker.Worker { return w }, nil)
 	if err != nil {
@@ -70,7 +72,7 @@ func TestLateReportsAreDropped(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- o.Run(rctx) }()
-	defer func() { stop(); <-done }()
+	t.Cleanup(func() { stop(); <-done })
 
 	id, _ := fabric.GenerateIdentity()
 	wkey := id.PublicKey()
@@ -92,6 +94,16 @@ func TestLateReportsAreDropped(t *testing.T) {
 			t.Fatal("the job was never applied on the rack")
 		}
 	}
+	return ctx, o, wkey, j
+}
+
+// TestLateReportsAreDropped: a replica's report stamped older than one the
+// ork applied from the same worker process (a pulled answer overtaken by a
+// push, a failure reported again after a restart) changes nothing; a later
+// one, an unstamped one and one from a restarted worker process apply.
+func TestLateReportsAreDropped(t *testing.T) {
+	w := &quietWorker{}
+	ctx, o, wkey, j := oneJob(t, w)
 
 	push := func(rr worker.ReplicaReport) cosmic.State {
 		t.Helper()
@@ -131,4 +143,65 @@ func waitFor(cond func() bool, d time.Duration) bool {
 		}
 	}
 	return cond()
+}
+
+// watchPeers tells the bound keys: the rack's worker, the placed replica
+// with no agent key until its worker reports one, then that key; a watcher
+// waiting on the last version wakes at the change; a kill unbinds the
+// replica; the ork's keyring binds the rack's worker.
+func TestWatchPeers(t *testing.T) {
+	w := &quietWorker{}
+	ctx, o, wkey, j := oneJob(t, w)
+	ring := trust.NewKeyring()
+	o.SetKeyring(ring)
+	if p, ok := ring.Principal(wkey); !ok || p.Role != trust.Worker || p.Rack != "r1" {
+		t.Fatalf("the ork's keyring has the worker as %+v, %v", p, ok)
+	}
+	p0, err := o.WatchPeers(ctx, trust.WatchPeersParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := trust.Peers{Epoch: p0.Epoch, Version: p0.Version, Racks: []trust.RackPeer{{Rack: "r1", WorkerKey: wkey.String()}},
+		Placements: []trust.Placement{{Job: j.ID, Team: "t", Type: cosmic.TypeGPUContainer, Replica: 0, Rack: "r1"}}}
+	if diff := cmp.Diff(want, p0); diff != "" {
+		t.Fatalf("peers (-want +got):\n%s", diff)
+	}
+	agent, _ := fabric.GenerateIdentity()
+	woke := make(chan trust.Peers, 1)
+	go func() {
+		p, _ := o.WatchPeers(ctx, trust.WatchPeersParams{Epoch: p0.Epoch, Since: p0.Version, WaitMillis: 20000})
+		woke <- p
+	}()
+	if err := o.ReceiveReport(ctx, wkey, report(j.ID, worker.ReplicaReport{State: cosmic.StateStarting, Nodes: []string{"n0"}, AgentKeys: []string{agent.PublicKey().String()}})); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-woke:
+		if p.Version <= p0.Version || len(p.Placements) != 1 || !slices.Equal(p.Placements[0].AgentKeys, []string{agent.PublicKey().String()}) {
+			t.Fatalf("after the report: %+v", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watcher never woke")
+	}
+	if _, err := o.KillJob(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	p, err := o.WatchPeers(ctx, trust.WatchPeersParams{})
+	if err != nil || len(p.Placements) != 0 {
+		t.Fatalf("after the kill: %+v, %v", p, err)
+	}
+	// A restart places it anew, without the last run's key.
+	if _, err := o.RestartJob(ctx, orkapi.RestartJobParams{ID: j.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool {
+		p, _ := o.WatchPeers(ctx, trust.WatchPeersParams{})
+		return len(p.Placements) == 1 && len(p.Placements[0].AgentKeys) == 0
+	}, 10*time.Second) {
+		t.Fatal("the restarted job was not placed anew without agent keys")
+	}
+	got, _ := o.GetJob(ctx, j.ID)
+	if len(got.Status.Replicas) == 0 || len(got.Status.Replicas[0].AgentKeys) != 0 {
+		t.Fatalf("the new placement's status lists the last run's keys: %+v", got.Status.Replicas)
+	}
 }

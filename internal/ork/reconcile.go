@@ -201,6 +201,8 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		released []cosmic.Reservation
 		deleting bool
 		stamps   map[worker.ReplicaRef]worker.Observation // of the reports applied
+		bound    cosmic.Job                               // the job, when agent keys were reported
+		keysOf   map[int][]string                         // replica → the agent keys reported
 	)
 	rs := o.racks[rack]
 	var applied map[worker.ReplicaRef]worker.Observation
@@ -210,6 +212,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 	err := o.st.Update(ctx, func(tx Tx) error {
 		released = released[:0]
 		clear(stamps)
+		keysOf = nil
 		j, err := tx.GetJob(ctx, jr.JobID)
 		if errors.Is(err, cosmic.ErrNotFound) {
 			orphan = true
@@ -282,6 +285,12 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 					rs.AgentKeys = rr.AgentKeys
 				}
 			})
+			if len(rr.AgentKeys) > 0 {
+				if keysOf == nil {
+					keysOf = map[int][]string{}
+				}
+				keysOf[rr.Replica] = rr.AgentKeys
+			}
 			if rr.ExitCode != nil {
 				j.Status.ExitCode = rr.ExitCode
 			}
@@ -299,6 +308,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		if !changed {
 			return nil
 		}
+		bound = j
 		if err := o.setAggregate(&j); err != nil {
 			return err
 		}
@@ -313,6 +323,12 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 	for _, res := range released {
 		if err := o.snap.Release(res); err != nil {
 			o.log.Error("release in snapshot", "job_id", res.JobID, "err", err)
+		}
+		o.boundReleasedLocked(res.JobID, res.Replica)
+	}
+	for replica, ks := range keysOf {
+		if _, held := o.snap.Reserved(bound.ID, replica); held {
+			o.boundKeysLocked(bound, replica, ks)
 		}
 	}
 	if rs != nil && len(stamps) > 0 {

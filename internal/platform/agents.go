@@ -2,49 +2,88 @@ package platform
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
+
+// agentRunner is what the simulated rack's two agent runners share: where
+// the agents' records go, and the two keyrings an agent's key is bound in.
+// The rack's worker binds the keys it issued in its own keyring (local), as
+// the Kubernetes worker does; the platform's other components admit them
+// once they follow the ork's binding (bound), which the ork makes from the
+// rack's report of its replicas' AgentKeys.
+type agentRunner struct {
+	log   *slog.Logger
+	logs  joblog.Sink
+	rack  string
+	local *trust.Keyring
+	bound *trust.Keyring
+}
+
+// bindLocal binds the agents' keys (by VMI index) in the worker's keyring
+// and returns the func that unbinds them.
+func (r agentRunner) bindLocal(job cosmic.Job, replica int, keys []fabric.PublicKey) (unbind func()) {
+	r.local.BindAgents(trust.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: replica, Rack: r.rack}, keys)
+	return func() { r.local.UnbindAgents(job.ID, replica, keys) }
+}
+
+// boundWait is how long an agent waits for the platform to bind its key
+// before it starts anyway (and retries its peers, as a VM's agent would).
+const boundWait = 10 * time.Second
+
+// whenBound waits until the platform's keyring binds every key to the
+// replica's VMIs, as they boot after the rack reported them, or boundWait.
+// It reports false if ctx ended first.
+func (r agentRunner) whenBound(ctx context.Context, job cosmic.Job, replica int, keys []fabric.PublicKey) bool {
+	deadline := time.Now().Add(boundWait)
+	for {
+		all := true
+		for i, k := range keys {
+			all = all && r.bound.IsAgent(k, job.ID, replica, i)
+		}
+		if all || time.Now().After(deadline) {
+			return ctx.Err() == nil
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
 
 // simAgents runs the instance agents of the simulated rack's gpu-container
 // replicas in this process: one agent.Agent (a goroutine) per replica, with
-// the bootstrap a VMI's agent gets from the worker (docs/shell.md): its own
-// key pair, the job, and the platform peers it may talk to. It implements
-// simcluster.AgentRunner.
-//
-// Each agent's key is admitted where the agent needs it, and no further
-// (an agent's key lives inside a user's VM, so it is the user's): full
-// access on the agents' directory (announce), read-only on the worker
-// (its agent.report events) and the app-node (the agent dials it and the
-// app-node opens shells back over that connection). On the ork and the
-// monitor it is not admitted at all: full access there would let a VM
-// create, kill or delete any team's job, or write any job's logs; the
-// agent's records go straight into the platform's log sink instead. A
-// key is taken off and revoked when its agent stops.
+// the identity the rack issued and the bootstrap a VMI's agent gets from
+// the worker (docs/shell.md): its key pair, the job, and the platform peers
+// it may talk to. What each peer admits the agent to is internal/trust's
+// declaration: the agent's key, bound to its job's replica, may announce
+// that job in the agents' directory, report to its worker and be reached
+// by the app-node, and nothing else. Its records go straight into the
+// platform's sink. It implements simcluster.AgentRunner.
 type simAgents struct {
-	log     *slog.Logger
-	logs    joblog.Sink
+	agentRunner
 	dataDir string
 	sshPort int // agent.Config.SSHPort
 
 	// The peers of the bootstrap.
 	peers []agent.Peer
-	// Where each role admits the agents' keys.
-	full, readOnly []*fabric.AllowList
-	nodes          func() []*fabric.Node // to revoke a stopped agent
 
-	mu   sync.Mutex
-	keys map[agentSlot]fabric.PublicKey // the live agents
-	wg   sync.WaitGroup
+	mu  sync.Mutex
+	ids map[agentSlot]*fabric.Identity // the live agents
+	wg  sync.WaitGroup
 }
 
 type agentSlot struct {
@@ -54,21 +93,24 @@ type agentSlot struct {
 
 // Key returns the key of the agent the platform runs for a job's replica.
 func (s *simAgents) Key(jobID string, replica int) (fabric.PublicKey, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k, ok := s.keys[agentSlot{jobID, replica}]
-	return k, ok
+	id, ok := s.Identity(jobID, replica)
+	if !ok {
+		return fabric.PublicKey{}, false
+	}
+	return id.PublicKey(), true
 }
 
-// Verify is appnode.FabricShells.Verify: key is the live agent of the
-// job's replica.
-func (s *simAgents) Verify(jobID string, replica int, key fabric.PublicKey) bool {
-	k, ok := s.Key(jobID, replica)
-	return ok && k == key
+// Identity returns the identity of the agent the platform runs for a job's
+// replica.
+func (s *simAgents) Identity(jobID string, replica int) (*fabric.Identity, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.ids[agentSlot{jobID, replica}]
+	return id, ok
 }
 
 // Start implements simcluster.AgentRunner.
-func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
+func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
 	done := make(chan simcluster.CommandOutcome, 1)
 	var once sync.Once
 	finish := func(o simcluster.CommandOutcome) { once.Do(func() { done <- o }) }
@@ -77,9 +119,8 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int) (<-c
 		finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})
 		return nil, done, func() {}
 	}
-	id, err := fabric.GenerateIdentity()
-	if err != nil {
-		return failed(err)
+	if id == nil {
+		return failed(errors.New("the rack issued no identity"))
 	}
 	key := id.PublicKey()
 	// The VM's home: sessions and the command start there.
@@ -106,13 +147,19 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int) (<-c
 			code := *st.Command.ExitCode
 			finish(simcluster.CommandOutcome{State: state, Reason: reason, ExitCode: &code})
 		}}
-	s.admit(job.ID, replica, key)
-	a := agent.New(cfg, s.log.With("job_id", job.ID, "replica", replica))
+	unbind := s.bindLocal(job, replica, []fabric.PublicKey{key})
+	s.mu.Lock()
+	s.ids[agentSlot{job.ID, replica}] = id
+	s.mu.Unlock()
+	a := agent.New(cfg, s.log.With("component", agent.Component, "job_id", job.ID, "replica", replica))
 	actx, cancel := context.WithCancel(ctx)
 	s.wg.Go(func() {
-		defer s.remove(job.ID, replica, key)
+		defer s.forget(job.ID, replica, key, unbind)
+		if !s.whenBound(actx, job, replica, []fabric.PublicKey{key}) {
+			return
+		}
 		if err := a.Run(actx); err != nil && actx.Err() == nil {
-			s.log.Error("instance agent stopped", "job_id", job.ID, "replica", replica, "err", err)
+			s.log.Error("instance agent stopped", "component", agent.Component, "job_id", job.ID, "replica", replica, "err", err)
 			r := cosmic.NewReason(cosmic.ReasonVMICrashed, "instance agent: "+err.Error())
 			finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})
 		}
@@ -130,34 +177,16 @@ func tcpPorts(spec cosmic.Spec) []int {
 	return ports
 }
 
-func (s *simAgents) admit(jobID string, replica int, key fabric.PublicKey) {
-	for _, l := range s.full {
-		l.Allow(key)
-	}
-	for _, l := range s.readOnly {
-		l.AllowReadOnly(key)
-	}
+// forget drops a stopped agent: its key is unbound (and its connections
+// to the worker closed); the platform's other components revoke it when
+// the ork unbinds the replica.
+func (s *simAgents) forget(jobID string, replica int, key fabric.PublicKey, unbind func()) {
 	s.mu.Lock()
-	s.keys[agentSlot{jobID, replica}] = key
-	s.mu.Unlock()
-}
-
-// remove takes a stopped agent's key off every list and closes its
-// connections.
-func (s *simAgents) remove(jobID string, replica int, key fabric.PublicKey) {
-	s.mu.Lock()
-	if s.keys[agentSlot{jobID, replica}] == key {
-		delete(s.keys, agentSlot{jobID, replica})
+	if id := s.ids[agentSlot{jobID, replica}]; id != nil && id.PublicKey() == key {
+		delete(s.ids, agentSlot{jobID, replica})
 	}
 	s.mu.Unlock()
-	for _, l := range append(append([]*fabric.AllowList{}, s.full...), s.readOnly...) {
-		l.Remove(key)
-	}
-	for _, n := range s.nodes() {
-		if n != nil {
-			n.Revoke(key)
-		}
-	}
+	unbind()
 }
 
 // Wait waits for every agent's goroutine (after their contexts ended).
@@ -170,4 +199,15 @@ func (p *Platform) AgentKey(jobID string, replica int) (fabric.PublicKey, bool) 
 		return fabric.PublicKey{}, false
 	}
 	return p.agents.Key(jobID, replica)
+}
+
+// AgentIdentity is the identity the simulated rack issued the instance
+// agent of a job's replica, while it runs. It is the key pair a user with
+// root in that VM holds: the tests act as such a user with it
+// (internal/cosmictest's access matrix).
+func (p *Platform) AgentIdentity(jobID string, replica int) (*fabric.Identity, bool) {
+	if p.agents == nil {
+		return nil, false
+	}
+	return p.agents.Identity(jobID, replica)
 }

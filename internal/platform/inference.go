@@ -3,7 +3,6 @@ package platform
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
@@ -31,25 +29,18 @@ func (c Config) simRuntime() simruntime.Config {
 
 // simInference runs the inference agents of the simulated rack's
 // managed-inference replicas in this process: one inferagent.Agent per
-// VMI, with the bootstrap the worker's cloud-init gives a VMI
-// (docs/inference.md): a fresh key pair, the job, the placement, and the
-// peers: the agents' directory (announce), proxy-inference (it reaches
-// the agent over the connection the agent opens) and the worker
-// (inference.report events). Each agent runs the simulated runtime.
-//
-// An agent's key gets full access on the agents' directory (announce:
-// the only place it may write) and read-only access on the worker (its
-// reports); proxy-inference gives any key read-only access (ping), and
-// trusts an agent because the directory lists it. It is admitted nowhere
-// else, and taken off and revoked when its agent stops.
+// VMI, with the identity the rack issued it and the bootstrap the worker's
+// cloud-init gives a VMI (docs/inference.md): the job, the placement, and
+// the peers: the agents' directory (announce), proxy-inference (it reaches
+// the agent over the connection the agent opens), the worker
+// (inference.report events) and the monitor. Each agent runs the
+// simulated runtime. What each peer admits it to is internal/trust's
+// declaration; proxy-inference routes to it only because the ork binds its
+// key as its replica's head (VMI 0).
 type simInference struct {
-	log     *slog.Logger
-	logs    joblog.Sink
+	agentRunner
 	peers   []inferagent.Peer
 	runtime simruntime.Config
-
-	full, readOnly []*fabric.AllowList
-	nodes          func() []*fabric.Node
 
 	mu     sync.Mutex
 	agents map[string][]*inferagent.Agent // "job/replica" → the live agents, by VMI index
@@ -77,19 +68,27 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		hosts[i] = v.Name
 	}
 	actx, cancel := context.WithCancel(ctx)
-	var agents []*inferagent.Agent
-	for i, v := range vmis {
-		id, err := fabric.GenerateIdentity()
-		if err != nil {
+	var (
+		agents []*inferagent.Agent
+		keys   []fabric.PublicKey
+	)
+	for _, v := range vmis {
+		if v.Identity == nil {
 			cancel()
-			fail(err)
+			fail(fmt.Errorf("the rack issued VMI %s no identity", v.Name))
 			return simcluster.AgentHandle{Done: done, Stop: func() {}}
 		}
+		keys = append(keys, v.Identity.PublicKey())
+	}
+	unbind := s.bindLocal(job, replica, keys)
+	var running sync.WaitGroup
+	for i, v := range vmis {
+		id := v.Identity
 		pl := inferagent.Placement{VMIIndex: i, VMICount: len(vmis), GPUs: len(v.GPUs)}
 		if len(vmis) > 1 {
 			pl.Hosts = hosts
 		}
-		log := s.log.With("job_id", job.ID, "replica", replica, "vmi", i)
+		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi", i)
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
 			Inference: *job.Spec.Inference, Identity: id, Peers: s.peers,
 			Launcher: &inferagent.SimLauncher{Config: s.runtime}, Logs: s.logs,
@@ -97,17 +96,23 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 			OnChange: func(st inferagent.Status) {
 				log.Debug("inference agent", "ready", st.Ready, "error", st.Error, "restarts", st.RuntimeRestarts)
 			}}, log)
-		key := id.PublicKey()
-		s.admit(key)
 		agents = append(agents, a)
+		running.Add(1)
 		s.wg.Go(func() {
-			defer s.remove(key)
+			defer running.Done()
+			if !s.whenBound(actx, job, replica, keys) {
+				return
+			}
 			if err := a.Run(actx); err != nil && actx.Err() == nil {
 				log.Error("inference agent stopped", "err", err)
 				fail(err)
 			}
 		})
 	}
+	s.wg.Go(func() {
+		running.Wait()
+		unbind()
+	})
 	k := slotKey(job.ID, replica)
 	s.mu.Lock()
 	s.agents[k] = agents
@@ -130,28 +135,6 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 			}
 			cancel()
 		},
-	}
-}
-
-func (s *simInference) admit(key fabric.PublicKey) {
-	for _, l := range s.full {
-		l.Allow(key)
-	}
-	for _, l := range s.readOnly {
-		l.AllowReadOnly(key)
-	}
-}
-
-// remove takes a stopped agent's key off every list and closes its
-// connections.
-func (s *simInference) remove(key fabric.PublicKey) {
-	for _, l := range append(append([]*fabric.AllowList{}, s.full...), s.readOnly...) {
-		l.Remove(key)
-	}
-	for _, n := range s.nodes() {
-		if n != nil {
-			n.Revoke(key)
-		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"sync"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,6 +17,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -47,10 +47,19 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 	if err != nil {
 		return err
 	}
-	allow := fabric.NewAllowList(orkKey)
-	allow.Allow(p.cfg.OperatorKeys...)
+	// The worker's keyring: the platform's keys, and its agents as it
+	// issues their keys (ServeAgents).
+	ring := trust.NewKeyring()
+	for role, k := range map[trust.Role]fabric.PublicKey{trust.Ork: orkKey, trust.Monitor: monKey} {
+		if err := ring.Add(role, k); err != nil {
+			return err
+		}
+	}
+	if err := ring.Add(trust.Operator, p.cfg.OperatorKeys...); err != nil {
+		return err
+	}
 	n, err := fabric.New(fabric.Config{Component: "wrk-server-k8s-nvidia", Identity: id,
-		Listen: net.JoinHostPort(p.cfg.FabricHost, "0"), Policy: allow, Logger: p.log})
+		Listen: net.JoinHostPort(p.cfg.FabricHost, "0"), Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(rc.Rack)), Logger: p.log})
 	if err != nil {
 		return err
 	}
@@ -59,13 +68,12 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 	n.AddAddrs(monKey, p.MonitorNode.Addr())
 	// The agents' peers: this platform's agents' directory, app-node and
 	// proxy-inference, at the addresses they listen on (Config.FabricHost,
-	// which must be reachable from the pods), and the monitor, admitted but
-	// not dialled (agents' keys are not admitted there, as on the simulated
-	// rack). The worker adds itself. proxy-inference reaches an inference
-	// agent only over the connection the agent opens to it, so without it
-	// the proxy could not route to the cluster's replicas (it admits any key
-	// read-only; the instance agents dial it too, and may call only its
-	// read-only methods).
+	// which must be reachable from the pods), and the monitor, named but not
+	// dialled (as on the simulated rack, the agents' records go into the
+	// platform's sink here). The worker adds itself. proxy-inference reaches
+	// an inference agent only over the connection the agent opens to it.
+	// Each of them admits an agent's key once the ork binds it, from the
+	// worker's report.
 	rc.Peers = append(slices.Clone(rc.Peers),
 		k8sworker.Peer{Role: agent.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
 		k8sworker.Peer{Role: agent.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
@@ -76,8 +84,7 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 	if err != nil {
 		return err
 	}
-	ka := &kubeAgents{p: p, keys: map[agentSlot][]fabric.PublicKey{}}
-	if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Allow: allow, OnAgents: ka.set}); err != nil {
+	if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Keys: ring}); err != nil {
 		return err
 	}
 	worker.Serve(n, w)
@@ -91,50 +98,4 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 		return fmt.Errorf("register the cluster's rack: %w", err)
 	}
 	return nil
-}
-
-// kubeAgents admits the agents of the cluster's VMIs where they need it,
-// with the same least privilege as the simulated rack's (simAgents): full
-// access on the agents' directory, read-only on the app-node (the worker
-// admits them read-only on its own node). The key of each replica's VMI 0
-// is the one the app-node's Verify accepts for that replica (shells go to
-// VMI 0); the app-node also checks it against the keys the job's status
-// lists (appnode.JobAgentKey). Keys are taken off and revoked when their
-// replica is gone.
-type kubeAgents struct {
-	p *Platform
-
-	mu   sync.Mutex
-	keys map[agentSlot][]fabric.PublicKey
-}
-
-// set is k8sworker.AgentOptions.OnAgents.
-func (k *kubeAgents) set(jobID string, replica int, keys []fabric.PublicKey) {
-	s := k.p.agents
-	slot := agentSlot{jobID, replica}
-	k.mu.Lock()
-	old := k.keys[slot]
-	if len(keys) == 0 {
-		delete(k.keys, slot)
-	} else {
-		k.keys[slot] = slices.Clone(keys)
-	}
-	k.mu.Unlock()
-	for _, key := range old {
-		if !slices.Contains(keys, key) {
-			s.remove(jobID, replica, key)
-		}
-	}
-	for i, key := range keys {
-		if i == 0 {
-			s.admit(jobID, replica, key)
-			continue
-		}
-		for _, l := range s.full {
-			l.Allow(key)
-		}
-		for _, l := range s.readOnly {
-			l.AllowReadOnly(key)
-		}
-	}
 }

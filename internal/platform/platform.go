@@ -36,6 +36,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -97,9 +98,15 @@ type Platform struct {
 	// KubeNode is wrk-server-k8s-nvidia's fabric node when Config.Kube is set.
 	KubeNode *fabric.Node
 	AppNode  *fabric.Node
-	// DirectoryNode hosts the directory the instance agents announce
-	// themselves in (agent.Topic); the app-node looks them up there.
+	// Keys is the keyring of the app-node's, the monitor's, the agents'
+	// directory's and proxy-inference's policies: the platform's keys and
+	// the bound keys as the ork lists them.
+	Keys *trust.Keyring
+	// DirectoryNode hosts the directory the agents announce themselves in
+	// (agent.Topic, inferagent.Topic); the app-node and the proxy look them
+	// up there.
 	DirectoryNode *fabric.Node
+	Directory     *fabric.Directory
 	// ProxyNode is proxy-inference's fabric node; Proxy serves
 	// /inference/v1 on the platform's HTTP server (docs/inference.md).
 	ProxyNode   *fabric.Node
@@ -169,27 +176,63 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	listen := net.JoinHostPort(cfg.FabricHost, "0")
 
-	// wrk-ork: admits the app-node, the operator, and (through the dialer)
-	// each registered rack's worker.
-	orkAllow := fabric.NewAllowList(appID.PublicKey())
-	orkAllow.Allow(cfg.OperatorKeys...)
-	if p.OrkNode, err = fabric.New(fabric.Config{Component: "wrk-ork", Identity: orkID, Listen: listen, Policy: orkAllow, Logger: log}); err != nil {
+	// The trust graph (internal/trust): each component's node admits, and
+	// lets call, what the declaration gives the class of each key. The
+	// platform's own keys are configured here as a standalone component
+	// is given them by flags; the racks' workers and the jobs' agents are
+	// bound where they are issued: the ork binds its racks' workers in
+	// its keyring, the simulated rack's worker its agents in its own, and
+	// the other components follow the ork (platform.follow).
+	ids := map[trust.Role]*fabric.Identity{trust.Ork: orkID, trust.AppNode: appID}
+	for role, name := range map[trust.Role]string{trust.Monitor: "wrk-monitor", trust.Directory: "wrk-directory", trust.Proxy: "proxy-inference"} {
+		if ids[role], err = identity(cfg.DataDir, name); err != nil {
+			return nil, err
+		}
+	}
+	monID, dirID, proxyID := ids[trust.Monitor], ids[trust.Directory], ids[trust.Proxy]
+	configured := func() (*trust.Keyring, error) {
+		ring := trust.NewKeyring()
+		for role, id := range ids {
+			if err := ring.Add(role, id.PublicKey()); err != nil {
+				return nil, err
+			}
+		}
+		return ring, ring.Add(trust.Operator, cfg.OperatorKeys...)
+	}
+	orkRing, err := configured()
+	if err != nil {
 		return nil, err
 	}
-	if p.Ork, err = ork.New(cfg.Ork, p.Store, ork.FabricDialer(p.OrkNode, orkAllow), log.With("component", "wrk-ork")); err != nil {
+	if p.Keys, err = configured(); err != nil {
 		return nil, err
 	}
-	fabric.NewDirectory(nil).Register(p.OrkNode)
+	simRing, err := configured()
+	if err != nil {
+		return nil, err
+	}
+	node := func(role trust.Role, ring *trust.Keyring, opts ...trust.PolicyOption) (*fabric.Node, error) {
+		n, err := fabric.New(fabric.Config{Component: string(role), Identity: ids[role], Listen: listen, Policy: trust.NewPolicy(role, ring, opts...), Logger: log})
+		if err == nil {
+			ring.OnRevoke(n.Revoke)
+		}
+		return n, err
+	}
+
+	// wrk-ork: its racks' workers are bound as they are registered.
+	if p.OrkNode, err = node(trust.Ork, orkRing); err != nil {
+		return nil, err
+	}
+	if p.Ork, err = ork.New(cfg.Ork, p.Store, ork.FabricDialer(p.OrkNode), log.With("component", "wrk-ork")); err != nil {
+		return nil, err
+	}
+	p.Ork.SetKeyring(orkRing)
 	p.Ork.Serve(p.OrkNode)
 	if err := p.Ork.Start(ctx); err != nil {
 		return nil, err
 	}
 
-	// wrk-monitor: takes log records from the workers over the fabric.
-	monID, err := identity(cfg.DataDir, "wrk-monitor")
-	if err != nil {
-		return nil, err
-	}
+	// wrk-monitor: takes log records from the workers and agents over the
+	// fabric, each confined to its own rack or job.
 	mcfg := cfg.Monitor
 	if mcfg.DataDir == "" {
 		mcfg.DataDir = filepath.Join(cfg.DataDir, "wrk-monitor")
@@ -197,76 +240,61 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.Monitor, err = monitor.New(mcfg, log.With("component", "wrk-monitor")); err != nil {
 		return nil, err
 	}
-	monAllow := fabric.NewAllowList(simID.PublicKey())
-	monAllow.Allow(cfg.OperatorKeys...)
-	if p.MonitorNode, err = fabric.New(fabric.Config{Component: "wrk-monitor", Identity: monID, Listen: listen, Policy: monAllow, Logger: log}); err != nil {
+	if p.MonitorNode, err = node(trust.Monitor, p.Keys); err != nil {
 		return nil, err
 	}
-	p.Monitor.Serve(p.MonitorNode)
+	p.Monitor.Serve(p.MonitorNode, p.Keys)
 	p.goRun("wrk-monitor", func() error { return p.Monitor.Run(rctx) })
 
 	// The app-node's fabric node: a client of the ork, and the peer the
 	// instance agents dial so that it can open their shells.
-	appAllow := fabric.NewAllowList(append([]fabric.PublicKey{orkID.PublicKey()}, cfg.OperatorKeys...)...)
-	if p.AppNode, err = fabric.New(fabric.Config{Component: "app-node", Identity: appID, Listen: listen,
-		Policy: appAllow, Logger: log}); err != nil {
+	if p.AppNode, err = node(trust.AppNode, p.Keys); err != nil {
 		return nil, err
 	}
 	p.AppNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	// The bound keys follow the ork from here on.
+	p.goRun("trust", func() error {
+		p.Keys.Follow(rctx, orkapi.NewClient(p.AppNode, orkID.PublicKey()), log.With("component", "trust"))
+		return nil
+	})
 
-	// The agents' directory: the instance agents announce themselves there
-	// (full access to it is all they get), the app-node looks them up.
-	dirID, err := identity(cfg.DataDir, "wrk-directory")
-	if err != nil {
+	// The agents' directory: the agents announce themselves there, each
+	// under its own job's topic only; the app-node and the proxy look them
+	// up.
+	if p.DirectoryNode, err = node(trust.Directory, p.Keys); err != nil {
 		return nil, err
 	}
-	dirAllow := fabric.NewAllowList(appID.PublicKey())
-	dirAllow.Allow(cfg.OperatorKeys...)
-	if p.DirectoryNode, err = fabric.New(fabric.Config{Component: "wrk-directory", Identity: dirID, Listen: listen, Policy: dirAllow, Logger: log}); err != nil {
-		return nil, err
-	}
-	fabric.NewDirectory(nil).Register(p.DirectoryNode)
+	p.Directory = fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce})
+	p.Directory.Register(p.DirectoryNode)
 	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 
 	// proxy-inference: finds the inference agents in the agents' directory
-	// (read-only there: lookups) and the models in the ork's job list
-	// (read-only there: listJobs); any key may connect read-only (the
-	// agents dial it; it trusts them because the directory lists them).
-	proxyID, err := identity(cfg.DataDir, "proxy-inference")
-	if err != nil {
+	// and routes only to the keys the ork binds to the job's head agents;
+	// the models come from the ork's job list.
+	if p.ProxyNode, err = node(trust.Proxy, p.Keys); err != nil {
 		return nil, err
 	}
-	if p.ProxyNode, err = fabric.New(fabric.Config{Component: "proxy-inference", Identity: proxyID, Listen: listen,
-		Policy: inferproxy.AgentPolicy(cfg.OperatorKeys...), Logger: log}); err != nil {
-		return nil, err
-	}
-	dirAllow.AllowReadOnly(proxyID.PublicKey())
-	orkAllow.AllowReadOnly(proxyID.PublicKey())
 	p.ProxyNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 	p.ProxyNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
 	p.Proxy = inferproxy.New(inferproxy.Config{}, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
-		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, log.With("component", "proxy-inference"))
+		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, p.Keys, log.With("component", "proxy-inference"))
 	p.Proxy.Serve(p.ProxyNode)
 
-	// The simulated rack's worker: admits the ork and the operator.
-	simAllow := fabric.NewAllowList(orkID.PublicKey())
-	simAllow.Allow(cfg.OperatorKeys...)
+	// The simulated rack's worker: the ork, the monitor (which it calls),
+	// the operators, and the agents it issued keys to (simRing).
 	simLog := log.With("component", "wrk-server-sim")
-	p.SimLink = simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen, Policy: simAllow, Logger: log}, func(n *fabric.Node) {
+	p.SimLink = simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen,
+		Policy: trust.NewPolicy(trust.Worker, simRing, trust.OnRack(cfg.Sim.Rack)), Logger: log}, func(n *fabric.Node) {
 		worker.Serve(n, p.Sim)
 		p.Sim.RegisterFaults(n)
-		// The agents' status events: the rack follows its agents in
-		// process, so they are only logged.
-		fabric.HandleFunc(n, agent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st agent.Status) (struct{}, error) {
-			simLog.Debug("agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "ready", st.Ready, "sessions", len(st.Sessions))
-			return struct{}{}, nil
-		}, fabric.ReadOnly())
-		fabric.HandleFunc(n, inferagent.MethodReport, func(_ context.Context, peer fabric.PublicKey, st inferagent.Status) (struct{}, error) {
-			simLog.Debug("inference agent report", "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
-			return struct{}{}, nil
-		}, fabric.ReadOnly())
+		simcluster.ServeAgentReports(n, simLog)
 		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
 		n.AddAddrs(monID.PublicKey(), p.MonitorNode.Addr())
+	})
+	simRing.OnRevoke(func(k fabric.PublicKey) {
+		if n := p.SimLink.Node(); n != nil {
+			n.Revoke(k)
+		}
 	})
 	p.LogFwd = joblog.NewForwarder(joblog.NodeFunc(p.SimLink.Node), monID.PublicKey(), 10000)
 	p.goRun("log forwarder", func() error { return p.LogFwd.Run(rctx) })
@@ -276,37 +304,31 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err := p.SimLink.Up(); err != nil {
 		return nil, err
 	}
-	// The instance agents of gpu-container replicas, with the bootstrap a
+	// The agents of the simulated rack's replicas, with the bootstrap a
 	// VMI gets: the directory (announce), the worker (reports), the
-	// app-node (shells) and the monitor (admitted, not dialled: their
-	// records go into the platform's sink here).
-	p.agents = &simAgents{
-		log: log.With("component", agent.Component), logs: jobLogs, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort,
+	// app-node (shells) or proxy-inference (requests), and the monitor
+	// (named, not dialled: their records go into the platform's sink
+	// here). Each starts once the platform has bound the key the rack
+	// issued it.
+	runner := agentRunner{log: log, logs: jobLogs, rack: cfg.Sim.Rack, local: simRing, bound: p.Keys}
+	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort,
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
 			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
 			{Role: agent.RoleAppNode, Key: appID.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
 			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
 		},
-		full:     []*fabric.AllowList{dirAllow},
-		readOnly: []*fabric.AllowList{simAllow, appAllow},
-		nodes:    func() []*fabric.Node { return []*fabric.Node{p.DirectoryNode, p.AppNode, p.SimLink.Node()} },
-		keys:     map[agentSlot]fabric.PublicKey{},
+		ids: map[agentSlot]*fabric.Identity{},
 	}
 	p.Sim.SetAgents(p.agents)
-	// The inference agents of managed-inference replicas, one per VMI,
-	// each with the simulated runtime.
-	p.inference = &simInference{
-		log: log.With("component", inferagent.Component), logs: jobLogs, runtime: cfg.simRuntime(),
+	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(),
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
 			{Role: agent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
 			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
+			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
 		},
-		full:     []*fabric.AllowList{dirAllow},
-		readOnly: []*fabric.AllowList{simAllow},
-		nodes:    func() []*fabric.Node { return []*fabric.Node{p.DirectoryNode, p.ProxyNode, p.SimLink.Node()} },
-		agents:   map[string][]*inferagent.Agent{},
+		agents: map[string][]*inferagent.Agent{},
 	}
 	p.Sim.SetInference(p.inference)
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
@@ -335,8 +357,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()}, Verify: p.agents.Verify})
+	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
+		Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+			return p.Keys.IsAgent(key, jobID, replica, 0)
+		}})
 	api.SetAPIKeys(p.Store)
+	inferproxy.ServeAPIKeys(p.AppNode, p.Store) // as a standalone app-node serves them
 	api.SetModelHealth(proxyHealth{p.Proxy})
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)

@@ -3,10 +3,12 @@ package simcluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
 // AgentRunner starts the instance agent of a gpu-container replica when its
@@ -20,8 +22,12 @@ import (
 // command); stop ends the agent (and the command) without blocking, and
 // is called when the replica's VMIs go away (kill, restart, crash, delete,
 // the command's end). After stop, done is ignored.
+//
+// id is the identity the rack issued the agent (the replica reports its
+// public key from the VMI's scheduling on, so the platform may bind it
+// before the agent starts).
 type AgentRunner interface {
-	Start(ctx context.Context, job cosmic.Job, replica int) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
 }
 
 // CommandOutcome is how a replica's command ended: State stopped (exit 0)
@@ -50,11 +56,13 @@ type InferenceRunner interface {
 }
 
 // VMI is one of a replica's VMIs as an InferenceRunner sees it: its name
-// (its DNS name in the replica), its node and its GPUs there.
+// (its DNS name in the replica), its node and its GPUs there, and the
+// identity the rack issued its agent.
 type VMI struct {
-	Name string
-	Node string
-	GPUs []int
+	Name     string
+	Node     string
+	GPUs     []int
+	Identity *fabric.Identity
 }
 
 // AgentHandle is what an InferenceRunner returns for a replica's agents.
@@ -105,12 +113,12 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	var h AgentHandle
 	switch {
 	case c.agents != nil && j.job.Spec.Type == cosmic.TypeGPUContainer:
-		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica)
+		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent)
 		c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
 	case c.inference != nil && j.job.Spec.Type == cosmic.TypeManagedInference:
 		vmis := make([]VMI, len(r.vmis))
 		for i, v := range r.vmis {
-			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...)}
+			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...), Identity: v.agent}
 		}
 		h = c.inference.StartInference(ctx, j.job, r.key.replica, vmis)
 		c.record(r, now, "agent", true, "inference agents of replica %d started in %s", r.key.replica, describeVMIs(r.vmis))
@@ -142,6 +150,17 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 			}
 		}()
 	}
+}
+
+// runsAgents says whether the cluster runs agents for the job's type.
+func (c *Cluster) runsAgents(j cosmic.Job) bool {
+	switch j.Spec.Type {
+	case cosmic.TypeGPUContainer:
+		return c.agents != nil
+	case cosmic.TypeManagedInference:
+		return c.inference != nil
+	}
+	return false
 }
 
 // agentWhat names a job's replica agent in records.
@@ -239,3 +258,30 @@ func (c *Cluster) endCommand(r *replica, now time.Time) {
 	c.record(r, now, "command", r.state == cosmic.StateStopped, "the command of replica %d ended (%s), replica %s%s; %s; GPUs released",
 		r.key.replica, code, r.state, detail, what)
 }
+
+// ServeAgentReports registers the agents' status events (agent.report,
+// inference.report) on the rack's node r: the simulated rack follows its
+// agents in process (AgentRunner, InferenceRunner), so they are only
+// logged. A standalone rack, which runs no agents, serves them too, as
+// every rack worker does (internal/trust).
+func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
+	type report struct {
+		JobID    string `json:"jobId"`
+		Replica  int    `json:"replica"`
+		VMIIndex int    `json:"vmiIndex"`
+		Ready    bool   `json:"ready"`
+	}
+	for _, method := range []string{MethodAgentReport, MethodInferenceReport} {
+		fabric.HandleFunc(r, method, func(_ context.Context, peer fabric.PublicKey, st report) (struct{}, error) {
+			log.Debug("agent report", "method", method, "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
+			return struct{}{}, nil
+		})
+	}
+}
+
+// The agents' report events (agent.MethodReport, inferagent.MethodReport;
+// this package does not import the agents).
+const (
+	MethodAgentReport     = "agent.report"
+	MethodInferenceReport = "inference.report"
+)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -21,13 +22,14 @@ type fakeAgents struct {
 type fakeAgent struct {
 	job     string
 	replica int
+	id      *fabric.Identity
 	ready   chan struct{}
 	done    chan CommandOutcome
 	stopped atomic.Bool
 }
 
-func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int) (<-chan struct{}, <-chan CommandOutcome, func()) {
-	a := &fakeAgent{job: job.ID, replica: replica, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
+func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity) (<-chan struct{}, <-chan CommandOutcome, func()) {
+	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
 	f.mu.Lock()
 	f.agents = append(f.agents, a)
 	f.mu.Unlock()
@@ -68,9 +70,13 @@ func TestAgentGatesRunning(t *testing.T) {
 		t.Fatalf("running before the agent is ready: %v", st)
 	}
 	close(a.ready)
-	e.waitState(t, jobA, 0, cosmic.StateRunning)
+	got := e.waitState(t, jobA, 0, cosmic.StateRunning)
 	if a.stopped.Load() {
 		t.Fatal("the running replica's agent was stopped")
+	}
+	// The replica reports the key of the identity its agent was given.
+	if a.id == nil || !slices.Equal(got.AgentKeys, []string{a.id.PublicKey().String()}) {
+		t.Fatalf("agent keys %v, want the agent's", got.AgentKeys)
 	}
 	// A job that is not a gpu-container job gets no agent.
 	j := testJob(jobB)

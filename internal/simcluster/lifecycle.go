@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -65,6 +66,12 @@ type vmi struct {
 	name string
 	node string
 	gpus []int
+	// agent is the identity issued to the VMI's agent when the job type
+	// has one (a runner is set), as the Kubernetes worker issues one per
+	// VMI at Apply; its public key is reported in the replica's AgentKeys
+	// from the VMI's scheduling on, so that the platform binds it before
+	// the agent boots.
+	agent *fabric.Identity
 }
 
 func (r *replica) holdsGPUs() bool { return r.claimed }
@@ -88,6 +95,13 @@ func (r *replica) report() worker.ReplicaReport {
 	if r.exitCode != nil {
 		v := *r.exitCode
 		out.ExitCode = &v
+	}
+	if r.claimed {
+		for _, v := range r.vmis {
+			if v.agent != nil {
+				out.AgentKeys = append(out.AgentKeys, v.agent.PublicKey().String())
+			}
+		}
 	}
 	return out
 }
@@ -261,6 +275,14 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		r.vmis = r.vmis[:0]
 		for i, a := range r.res.Nodes {
 			v := vmi{name: vmiName(r.key, i), node: a.Node, gpus: a.GPUs}
+			if c.runsAgents(j.job) {
+				id, err := fabric.GenerateIdentity()
+				if err != nil {
+					c.fail(r, cosmic.ReasonVMICrashed, fmt.Sprintf("issue the agent's identity: %v", err))
+					return
+				}
+				v.agent = id
+			}
 			r.vmis = append(r.vmis, v)
 			c.record(r, now, "schedule", true, "VMI %s scheduled on node %s with GPUs %s (%d of %d)", v.name, v.node, formatGPUs(v.gpus), i+1, len(r.res.Nodes))
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Methods served by the ork.
@@ -27,6 +28,9 @@ const (
 	MethodRegisterRack = "registerRack"
 	MethodListRacks    = "listRacks"
 	MethodForgetRacks  = "forgetRacks"
+	// MethodWatchPeers answers the keys bound to racks and jobs
+	// (trust.Peers), long-polled by the other components' keyrings.
+	MethodWatchPeers = "watchPeers"
 )
 
 // Error codes beyond the fabric's own (fabric.CodeNotFound, CodeBadRequest,
@@ -203,4 +207,12 @@ func (c *Client) ListRacks(ctx context.Context) (ListRacksReply, error) {
 // ForgetRacks removes racks.
 func (c *Client) ForgetRacks(ctx context.Context, p ForgetRacksParams) error {
 	return c.node.Call(ctx, c.key, MethodForgetRacks, p, nil)
+}
+
+// WatchPeers is MethodWatchPeers: the keys bound to racks and jobs, once
+// they differ from p's version or the wait ends (trust.PeerSource).
+func (c *Client) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
+	var out trust.Peers
+	err := c.node.Call(ctx, c.key, MethodWatchPeers, p, &out)
+	return out, err
 }

@@ -1,0 +1,179 @@
+package ork
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/trust"
+)
+
+// The bound keys of the trust graph (internal/trust): the ork is where a
+// rack's worker key is registered and where a worker's report says which
+// keys it issued to a replica's agents, so it is the ork that tells the
+// other components (watchPeers, long-polled by trust.Keyring.Follow). A
+// replica's agents are bound while it holds GPUs; a new placement starts
+// with none until its worker reports them, so a key of a replica's last
+// run is not admitted again.
+
+// peerBook is what watchPeers answers from, kept under Ork.mu.
+type peerBook struct {
+	epoch   string
+	version uint64
+	changed chan struct{} // closed (and replaced) on every change
+	jobs    map[string]boundJob
+	// ring, when set, is the ork's own keyring: its racks' workers are
+	// bound there as they are registered.
+	ring *trust.Keyring
+}
+
+// boundJob is what the book knows of a job holding GPUs.
+type boundJob struct {
+	team string
+	typ  cosmic.JobType
+	keys map[int][]string // replica → its agents' keys, as reported
+}
+
+func newPeerBook() peerBook {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}}
+}
+
+// SetKeyring binds the racks' workers in ring (the keyring of the ork's own
+// policy) as they are registered and removed. Call it before Start.
+func (o *Ork) SetKeyring(ring *trust.Keyring) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.book.ring = ring
+	for id, r := range o.racks {
+		o.bindRackLocked(id, r.Rack.WorkerKey)
+	}
+}
+
+// bindRackLocked binds key (a worker key's string; "" unbinds) as rack's
+// worker in the ork's keyring.
+func (o *Ork) bindRackLocked(rack, key string) {
+	if o.book.ring == nil {
+		return
+	}
+	var pk fabric.PublicKey
+	if key != "" {
+		pk, _ = fabric.ParsePublicKey(key)
+	}
+	o.book.ring.BindRack(rack, pk)
+}
+
+// peersChangedLocked wakes the watchers.
+func (o *Ork) peersChangedLocked() {
+	o.book.version++
+	close(o.book.changed)
+	o.book.changed = make(chan struct{})
+}
+
+// boundPlacedLocked records a job's new placement: its replicas' agents
+// are unknown until the worker reports them.
+func (o *Ork) boundPlacedLocked(j cosmic.Job, rs []cosmic.Reservation) {
+	b, ok := o.book.jobs[j.ID]
+	if !ok {
+		b = boundJob{team: j.Team, typ: j.Spec.Type, keys: map[int][]string{}}
+		o.book.jobs[j.ID] = b
+	}
+	for _, r := range rs {
+		delete(b.keys, r.Replica)
+	}
+	o.peersChangedLocked()
+}
+
+// boundReleasedLocked forgets a replica's agents (replica < 0: the job's).
+func (o *Ork) boundReleasedLocked(jobID string, replica int) {
+	if replica < 0 {
+		delete(o.book.jobs, jobID)
+	} else if b, ok := o.book.jobs[jobID]; ok {
+		delete(b.keys, replica)
+	}
+	o.peersChangedLocked()
+}
+
+// boundKeysLocked takes the agent keys a worker reported for a replica.
+func (o *Ork) boundKeysLocked(j cosmic.Job, replica int, keys []string) {
+	b, ok := o.book.jobs[j.ID]
+	if !ok {
+		b = boundJob{team: j.Team, typ: j.Spec.Type, keys: map[int][]string{}}
+		o.book.jobs[j.ID] = b
+	}
+	if slices.Equal(b.keys[replica], keys) {
+		return
+	}
+	b.keys[replica] = slices.Clone(keys)
+	o.peersChangedLocked()
+}
+
+// loadBoundLocked fills the book from the store at start: the jobs
+// holding GPUs and the agent keys their status lists.
+func (o *Ork) loadBoundLocked(ctx context.Context) error {
+	held := map[string]bool{}
+	for _, r := range o.snap.Reservations() {
+		held[r.JobID] = true
+	}
+	o.book.jobs = map[string]boundJob{}
+	for id := range held {
+		j, err := o.st.GetJob(ctx, id)
+		if err != nil {
+			continue // a reservation of a vanished job: nothing to bind
+		}
+		b := boundJob{team: j.Team, typ: j.Spec.Type, keys: map[int][]string{}}
+		for _, rs := range j.Status.Replicas {
+			if _, ok := o.snap.Reserved(id, rs.Index); ok && len(rs.AgentKeys) > 0 {
+				b.keys[rs.Index] = slices.Clone(rs.AgentKeys)
+			}
+		}
+		o.book.jobs[id] = b
+	}
+	o.peersChangedLocked()
+	return nil
+}
+
+// peersLocked is the book's answer now.
+func (o *Ork) peersLocked() trust.Peers {
+	p := trust.Peers{Epoch: o.book.epoch, Version: o.book.version, Racks: []trust.RackPeer{}, Placements: []trust.Placement{}}
+	for _, id := range keys(o.racks) {
+		p.Racks = append(p.Racks, trust.RackPeer{Rack: id, WorkerKey: o.racks[id].Rack.WorkerKey})
+	}
+	for _, r := range o.snap.Reservations() {
+		b := o.book.jobs[r.JobID]
+		p.Placements = append(p.Placements, trust.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
+			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica])})
+	}
+	return p
+}
+
+// WatchPeers answers watchPeers: the bound keys, at once when the caller
+// has another epoch or an older version, else when they change or the
+// wait (at most trust.MaxWatchWait) ends.
+func (o *Ork) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
+	wait := min(time.Duration(p.WaitMillis)*time.Millisecond, trust.MaxWatchWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		o.mu.Lock()
+		if p.Epoch != o.book.epoch || p.Since < o.book.version || wait <= 0 {
+			out := o.peersLocked()
+			o.mu.Unlock()
+			return out, nil
+		}
+		ch := o.book.changed
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			wait = 0
+		case <-ctx.Done():
+			return trust.Peers{}, ctx.Err()
+		}
+	}
+}
