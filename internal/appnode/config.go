@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 )
 
 // Config is the app-node's configuration.
@@ -19,6 +21,9 @@ type Config struct {
 	OrkTimeout time.Duration `yaml:"orkTimeout"`
 	// ShutdownGrace is how long Run waits for requests in flight at shutdown.
 	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
+	// HTTP bounds Serve's clients (zero fields: httpserve.DefaultLimits).
+	// Config files set it in the component's http section, not here.
+	HTTP httpserve.Limits `json:"-" yaml:"-"`
 }
 
 // Defaults of DefaultConfig.
@@ -55,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdownGrace must not be negative"))
+	}
+	if err := c.HTTP.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 )
 
 // HTTP to the job (docs/shell.md, "HTTP to the job"): every method on
@@ -45,11 +46,13 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 	}
 	port := j.Spec.DefaultHTTPPort
 	prefix := apiv1.Prefix + "/jobs/" + r.PathValue("id") + "/http"
-	rc := http.NewResponseController(w)
-	// The server's read timeout bounds a whole request; a long upload, a
-	// websocket or a long poll to the job must outlive it.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
+	// The job's server sets its own pace: a long upload, a long poll or an
+	// event stream to the job must outlive the API's body and write limits.
+	// Its body is read without a deadline (cleared while it is still unread,
+	// so that net/http's background read never meets one), each write of
+	// its answer is bounded (httpserve.Stream), and a websocket is hijacked
+	// by the reverse proxy, deadlines cleared.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 
 	var (
 		mu      sync.Mutex
@@ -104,7 +107,7 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 		},
 	}
 	s.log.Debug("job http", "job_id", j.ID, "replica", replica, "user", user, "method", r.Method, "path", r.URL.Path)
-	rp.ServeHTTP(w, r)
+	rp.ServeHTTP(httpserve.Stream(w), r)
 	return written{}, nil
 }
 

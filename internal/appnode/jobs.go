@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) { // the server's body limit
+			return nil, errorf(http.StatusRequestTimeout, apiv1.CodeBadRequest, "the request body did not arrive in time")
 		}
 		return nil, badRequest("read body: %v", err)
 	}

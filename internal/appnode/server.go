@@ -11,6 +11,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
@@ -291,16 +292,11 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves the API on ln until ctx ends; it closes ln.
+// Serve serves the API on ln until ctx ends, its clients bounded by
+// cfg.HTTP; it closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+	hs := httpserve.New(s.Handler(), s.cfg.HTTP, s.log)
+	hs.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	s.log.Info("app-node listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

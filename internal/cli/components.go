@@ -21,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -52,6 +53,8 @@ type componentFlags struct {
 	Verbose      bool `json:"verbose,omitempty"`
 	// MetricsListen serves /metrics (Prometheus) when set.
 	MetricsListen string `json:"metricsListen,omitempty"`
+	// HTTP bounds the clients of the component's HTTP servers.
+	HTTP httpSection `json:"http"`
 
 	role    trust.Role   // the component's role in the trust graph (bindTrust)
 	dialled []trust.Role // the configured peers it takes as KEY@HOST:PORT flags
@@ -83,7 +86,7 @@ func (c *componentFlags) serveMetrics(ctx context.Context, reg *prometheus.Regis
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := httpserve.New(mux, c.HTTP.toLimits(), nil)
 	go func() {
 		<-ctx.Done()
 		hs.Close()
@@ -310,6 +313,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			defer st.Close()
 			cfg.API.DataDir = cfg.DataDir
+			apiCfg := cfg.API.toConfig()
+			apiCfg.HTTP = cfg.HTTP.toLimits()
 			ctx := cmd.Context()
 			tokenFile, created, err := appnode.Bootstrap(ctx, st, cfg.DataDir)
 			if err != nil {
@@ -318,7 +323,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if created {
 				fmt.Fprintf(a.stdout, "admin token written to %s\n", tokenFile)
 			}
-			s, err := appnode.New(cfg.API.toConfig(), orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
+			s, err := appnode.New(apiCfg, orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
@@ -523,14 +528,12 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			}
 			defer m.Close()
 			m.Serve(n, ring)
-			mux := http.NewServeMux()
-			mux.Handle("/monitor/metrics", m.MetricsHandler())
-			mux.Handle("/monitor/", m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)))
 			ln, err := net.Listen("tcp", cfg.HTTPListen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			// The logs only: the metrics are on --metrics-listen.
+			hs := httpserve.New(m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)), cfg.HTTP.toLimits(), nil)
 			hs.RegisterOnShutdown(m.CloseStreams)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
@@ -540,6 +543,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 				return nil
 			})
+			g.Go(func() error { return cfg.serveMetrics(ctx, m.Registry()) })
 			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},
@@ -548,7 +552,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the producers' keys: KEY@HOST:PORT")
-	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /monitor/v1 and /monitor/metrics")
+	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /monitor/v1 (its metrics are on --metrics-listen)")
 	f.StringVar(&cfg.AppNodeURL, "app-node-url", "", "the app-node's base URL, to check viewers' tokens")
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward records to this Loki (e.g. http://loki:3100)")
 	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")

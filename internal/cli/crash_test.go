@@ -34,7 +34,7 @@ type upProcess struct {
 
 func startUp(t *testing.T, home, dataDir string) *upProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "up", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
+	cmd := exec.Command(os.Args[0], "up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--sim-step", "5ms", "--heartbeat", "50ms")
 	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	out, err := cmd.StdoutPipe()

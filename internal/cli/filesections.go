@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
@@ -126,4 +131,33 @@ func (s proxySection) toConfig() inferproxy.Config {
 	c.CatalogTTL, c.LookupTTL, c.KeyTTL = s.CatalogTTL.D(), s.LookupTTL.D(), s.KeyTTL.D()
 	c.DownFor, c.SlowFirstByte = s.DownFor.D(), s.SlowFirstByte.D()
 	return c
+}
+
+// httpSection is httpserve.Limits, the http section of every component's
+// file: the limits of its HTTP servers (its API or HTTP listener and its
+// metrics listener). A field left out takes httpserve.DefaultLimits'.
+type httpSection struct {
+	Header         config.Duration `json:"header,omitempty"`
+	Body           config.Duration `json:"body,omitempty"`
+	Upload         config.Duration `json:"upload,omitempty"`
+	Write          config.Duration `json:"write,omitempty"`
+	Idle           config.Duration `json:"idle,omitempty"`
+	MaxHeaderBytes int             `json:"maxHeaderBytes,omitempty"`
+}
+
+// UnmarshalJSON refuses unknown fields (as the file's strict reading does
+// outside) and negative limits.
+func (s *httpSection) UnmarshalJSON(b []byte) error {
+	type plain httpSection
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(s)); err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	return s.toLimits().Validate()
+}
+
+func (s httpSection) toLimits() httpserve.Limits {
+	return httpserve.Limits{Header: s.Header.D(), Body: s.Body.D(), Upload: s.Upload.D(), Write: s.Write.D(),
+		Idle: s.Idle.D(), MaxHeaderBytes: s.MaxHeaderBytes}
 }

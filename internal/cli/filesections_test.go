@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
@@ -130,5 +131,43 @@ func TestConfigFileDurations(t *testing.T) {
 	code, _, errs := runCLI(t, nil, "wrk-monitor", "--config", write("mon.yaml", "monitor:\n  jobIdle: 5\n"))
 	if code != ExitUsage || !strings.Contains(errs, "mon.yaml") || !strings.Contains(errs, `e.g. "30s"`) {
 		t.Fatalf("wrk-monitor with jobIdle: 5: exit %d, %q", code, errs)
+	}
+}
+
+// TestHTTPSection: every component's file takes an http section of limits
+// (durations as strings; left out: the defaults), and refuses a negative
+// limit or an unknown field in it.
+func TestHTTPSection(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, file, wantErr string
+		want                httpserve.Limits
+	}{
+		{name: "set", file: "http:\n  body: 45s\n  upload: 10m\n  idle: 20s\n  maxHeaderBytes: 8192\n",
+			want: httpserve.Limits{Body: 45 * time.Second, Upload: 10 * time.Minute, Idle: 20 * time.Second, MaxHeaderBytes: 8192}},
+		{name: "absent", file: "dataDir: /d\n", want: httpserve.Limits{}},
+		{name: "negative", file: "http:\n  idle: -1s\n", wantErr: "http.idle"},
+		{name: "unknown", file: "http:\n  readTimeout: 1s\n", wantErr: "readTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name+".yaml")
+			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var cfg monitorFileConfig
+			cmd := &cobra.Command{Use: "x", SilenceUsage: true, SilenceErrors: true,
+				RunE: func(cmd *cobra.Command, _ []string) error { return loadConfigFile(cmd, path, &cfg) }}
+			err := cmd.Execute()
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("err %v, want one naming %s", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Error(err)
+			case cfg.HTTP.toLimits() != tc.want:
+				t.Errorf("limits %+v, want %+v", cfg.HTTP.toLimits(), tc.want)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -106,7 +107,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			hs := httpserve.New(mux, cfg.HTTP.toLimits(), nil)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
 			g, ctx := errgroup.WithContext(cmd.Context())

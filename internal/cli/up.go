@@ -84,6 +84,9 @@ func (a *app) upCommand() *cobra.Command {
 			defer p.Close()
 			fmt.Fprintf(a.stdout, "CosmicAC is up.\n\n")
 			fmt.Fprintf(a.stdout, "  API          %s/api/v1  (OpenAPI: %s/api/v1/openapi.json)\n", p.URL, p.URL)
+			if p.MetricsURL != "" {
+				fmt.Fprintf(a.stdout, "  metrics      %s/metrics  (wrk-monitor's: %s/monitor/metrics)\n", p.MetricsURL, p.MetricsURL)
+			}
 			fmt.Fprintf(a.stdout, "  admin token  %s\n", p.TokenFile)
 			fmt.Fprintf(a.stdout, "  data         %s\n", cfg.DataDir)
 			if k := cfg.Kube; k != nil {
@@ -113,6 +116,7 @@ func (a *app) upCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where state is kept (default $XDG_DATA_HOME/cosmicac or ~/.local/share/cosmicac)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the HTTP API's address")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "the address of the Prometheus metrics (/metrics, /monitor/metrics), apart from the API; \"\" serves none")
 	f.StringVar(&cfg.FabricHost, "fabric-host", cfg.FabricHost, "the host (an IP) every component's fabric node listens on; with --kubeconfig the VMIs' agents dial it, so it must be reachable from the pods (the default loopback is only good for tests)")
 	f.StringVar(&cfg.Sim.Location, "sim-location", cfg.Sim.Location, "the simulated rack's location")
 	f.StringVar(&cfg.Sim.Rack, "sim-rack", cfg.Sim.Rack, "the simulated rack's ID")

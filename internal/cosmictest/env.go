@@ -59,6 +59,7 @@ func newEnvAt(t testing.TB, dir string, opts ...Option) *Env {
 	}
 	cfg := platform.DefaultConfig(dir)
 	cfg.Listen = "127.0.0.1:0"
+	cfg.MetricsListen = "127.0.0.1:0"
 	cfg.Sim.Step = 5 * time.Millisecond
 	cfg.Ork.Heartbeat = 50 * time.Millisecond
 	cfg.Ork.WorkerTimeout = 2 * time.Second

@@ -156,8 +156,9 @@ func TestInferenceOpenAI(t *testing.T) {
 	_, err = a.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "nope", Messages: msg})
 	wantOpenAIError(t, "unknown model", err, 404, "model_not_found")
 
-	// proxy-inference's metrics on the platform's /metrics.
-	resp, err := http.Get(e.P.URL + "/metrics")
+	// proxy-inference's metrics on the platform's /metrics (its metrics
+	// listener).
+	resp, err := http.Get(e.P.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

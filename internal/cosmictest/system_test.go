@@ -263,7 +263,9 @@ func TestJobLogsShowSetupStepsUpToAFailure(t *testing.T) {
 	}
 }
 
-// TestMetrics: the platform serves Prometheus metrics for its components.
+// TestMetrics: the platform serves Prometheus metrics for its components
+// on its metrics listener, and the API's address has none: there
+// /metrics and /monitor/metrics are JSON 404s.
 func TestMetrics(t *testing.T) {
 	e := NewEnv(t)
 	j := e.Create(Container("m", 1))
@@ -272,7 +274,7 @@ func TestMetrics(t *testing.T) {
 		"/metrics":         {"cosmicac_ork_queued_jobs 0", `cosmicac_ork_gpus{free="true",rack="sim-us-1"} 15`, `cosmicac_api_request_duration_seconds_count{code="201",op="createJob"} 1`, "cosmicac_joblog_forwarder_"},
 		"/monitor/metrics": {"cosmicac_monitor_records_received_total"},
 	} {
-		resp, err := http.Get(e.P.URL + path)
+		resp, err := http.Get(e.P.MetricsURL + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,6 +284,15 @@ func TestMetrics(t *testing.T) {
 			if !strings.Contains(string(body), w) {
 				t.Errorf("%s lacks %q", path, w)
 			}
+		}
+		resp, err = http.Get(e.P.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"not_found"`) {
+			t.Errorf("the API's %s: %d %s %s, want a JSON 404", path, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/hop"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -140,7 +142,8 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	p.mux.HandleFunc("POST "+Prefix+"/chat/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/embeddings", p.forwardJSON)
-	p.mux.HandleFunc("POST "+Prefix+"/audio/transcriptions", p.forwardAudio)
+	// Audio files take longer to arrive than JSON: the server's Upload limit.
+	p.mux.Handle("POST "+Prefix+"/audio/transcriptions", httpserve.Upload(http.HandlerFunc(p.forwardAudio)))
 	p.mux.HandleFunc("GET "+Prefix+"/models", p.listModels)
 	p.mux.HandleFunc("GET "+Prefix+"/models/{model...}", p.getModel)
 	p.mux.HandleFunc("GET /inference/health", p.health)
@@ -402,6 +405,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 	case errors.As(err, &mbe):
 		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
 		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded): // the server's body limit
+		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "the request body did not arrive in time")
+		return nil, false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "bad_body", "read the request body: "+err.Error())
 		return nil, false
@@ -558,6 +564,9 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		return false, rerr.Error()
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
+	// The answer may stream for minutes: each write, not the whole, is
+	// bounded by the server's write limit.
+	w = httpserve.Stream(w)
 	h := w.Header()
 	hop.CopyHeaders(h, resp.Header)
 	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))

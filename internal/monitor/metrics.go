@@ -55,7 +55,8 @@ func newMetrics(m *Monitor) *metrics {
 }
 
 // MetricsHandler serves the monitor's metrics in the Prometheus format
-// (mount it at /metrics on the component's admin address).
+// (mount it on the component's metrics listener, never on its public HTTP
+// address).
 func (m *Monitor) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(m.met.reg, promhttp.HandlerOpts{Registry: m.met.reg})
 }

@@ -403,3 +403,21 @@ func TestCloseStreamsEndsFollowers(t *testing.T) {
 		t.Fatalf("follower: %v (want its stream ended by CloseStreams)", err)
 	}
 }
+
+// TestUnknownPathsAreJSON404: the monitor's handler serves the logs and
+// nothing else; /monitor/metrics (now on the metrics listener) is a JSON
+// 404 like every other path.
+func TestUnknownPathsAreJSON404(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	for _, path := range []string{"/monitor/metrics", "/metrics", "/monitor/v1/nope"} {
+		resp, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"not_found"`) {
+			t.Errorf("GET %s: %d %s %s, want a JSON 404", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	}
+}

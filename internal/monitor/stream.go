@@ -57,11 +57,12 @@ type Cutoff struct {
 }
 
 // Handler serves GET /monitor/v1/jobs/{id}/logs, authorizing each request
-// with auth.
+// with auth; any other path is a JSON 404 (the metrics are not here: they
+// are on the component's metrics listener).
 func (m *Monitor) Handler(auth Authorizer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+LogsPath+"{id}/logs", func(w http.ResponseWriter, r *http.Request) { m.serveLogs(w, r, auth) })
-	mux.HandleFunc(LogsPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiv1.CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})
 	return mux

@@ -26,6 +26,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -47,6 +48,13 @@ type Config struct {
 	DataDir string
 	// Listen is the HTTP API's address; port 0 picks a free one.
 	Listen string
+	// MetricsListen serves /metrics and /monitor/metrics, apart from the
+	// API (default DefaultMetricsListen, loopback; port 0 picks a free one;
+	// "": none).
+	MetricsListen string
+	// HTTP bounds the clients of the API's and the metrics' servers (zero
+	// fields: httpserve.DefaultLimits).
+	HTTP httpserve.Limits
 	// FabricHost is the host the components' fabric nodes listen on.
 	FabricHost string
 	// Sim is the simulated rack.
@@ -82,6 +90,8 @@ func DefaultConfig(dataDir string) Config {
 		Sim:        simcluster.DefaultConfig(),
 		Ork:        ork.DefaultConfig(),
 		Monitor:    monitor.DefaultConfig(""),
+
+		MetricsListen: DefaultMetricsListen,
 	}
 }
 
@@ -116,7 +126,7 @@ type Platform struct {
 	MonitorNode *fabric.Node
 	LogFwd      *joblog.Forwarder
 	// Metrics holds the in-process components' metrics, served at /metrics
-	// (the monitor's own are at /monitor/metrics).
+	// of MetricsURL (the monitor's own are at /monitor/metrics there).
 	Metrics   *prometheus.Registry
 	URL       string // the HTTP API's base URL
 	TokenFile string // the bootstrap admin token's file
@@ -124,6 +134,10 @@ type Platform struct {
 	agents    *simAgents
 	inference *simInference
 	lock      *datadir.Lock // DataDir's, held until Close
+
+	// MetricsURL is the metrics listener's base URL ("": none).
+	MetricsURL  string
+	metricsHTTP *http.Server
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -144,6 +158,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	if err := cfg.Sim.Validate(); err != nil {
 		return nil, fmt.Errorf("simulated rack: %w", err)
+	}
+	if err := cfg.HTTP.Validate(); err != nil {
+		return nil, err
 	}
 	lock, err := datadir.Acquire(cfg.DataDir, "cosmicac up", log) // before anything touches it
 	if err != nil {
@@ -376,13 +393,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// One HTTP server, routed as the Caddy gateway routes: /monitor to
 	// wrk-monitor (which checks each viewer's token with the app-node),
 	// everything else to the app-node.
+	// The metrics are on their own listener (serveMetrics), not here.
 	mux := http.NewServeMux()
-	mux.Handle("/monitor/metrics", p.Monitor.MetricsHandler())
-	mux.Handle("/metrics", metrics.Handler(p.Metrics))
 	mux.Handle("/monitor/", p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler()))))
 	mux.Handle("/inference/", p.Proxy.Handler())
 	mux.Handle("/", api.Handler())
-	p.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second} // no write timeout: SSE streams
+	p.http = httpserve.New(mux, cfg.HTTP, log) // streams bound each write, not their length
 	p.http.RegisterOnShutdown(p.Monitor.CloseStreams)
 	p.goRun("api", func() error {
 		if err := p.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -390,6 +406,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		}
 		return nil
 	})
+	if err := p.serveMetrics(cfg); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -433,6 +452,9 @@ func (p *Platform) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		p.http.Shutdown(ctx)
 		cancel()
+	}
+	if p.metricsHTTP != nil {
+		p.metricsHTTP.Close()
 	}
 	if p.cancel != nil {
 		p.cancel()
