@@ -1,6 +1,7 @@
 package apiv1
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -175,6 +176,15 @@ const (
 	MaxPageSize     = 1000
 )
 
+// Filter limits of listJobs: more is refused (400), not queried. They are
+// the store's (store.MaxLabelFilters, store.MaxStateFilters), well under
+// SQLite's 64 tables in a join (each label is one).
+const (
+	MaxLabelSelectorTerms = 16
+	MaxStatusStates       = 32  // values of statusState, repeated and comma-separated together
+	MaxUserNameLen        = 128 // of userName
+)
+
 // Sort keys and orders of listJobs.
 var (
 	SortKeys = []string{"createdAt", "updatedAt", "name", "state"}
@@ -200,17 +210,17 @@ func Routes() []Route {
 			Request:     cosmic.Spec{}, Response: job, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
 		{Op: OpListJobs, Method: http.MethodGet, Path: Prefix + "/jobs", Tag: "jobs", Access: Read,
 			Summary:     "List jobs",
-			Description: "Lists the jobs of the caller's team (every team for admins), filtered, sorted and paged. Unknown parameters are refused.",
+			Description: "Lists the jobs of the caller's team (every team for admins), filtered, sorted and paged. Unknown parameters, and parameters other than statusState given more than once, are refused; so are filters over their limits (400, naming the limit).",
 			Params: []Param{
-				{Name: QueryLabelSelector, In: InQuery, Type: "", Description: "Labels that must all match: key=value[,key=value...]"},
+				{Name: QueryLabelSelector, In: InQuery, Type: "", Description: fmt.Sprintf("Labels that must all match: key=value[,key=value...]; at most %d terms, keys at most %d bytes, values at most %d", MaxLabelSelectorTerms, cosmic.MaxLabelKeyLen, cosmic.MaxLabelValueLen)},
 				{Name: QueryOrder, In: InQuery, Type: "", Enum: Orders, Description: "Order of the sort (default desc)"},
 				{Name: QueryPage, In: InQuery, Type: 0, Description: "Page, from 1 (default 1)"},
 				{Name: QuerySize, In: InQuery, Type: 0, Description: "Page size, 1 to 1000 (default 50)"},
 				{Name: QuerySort, In: InQuery, Type: "", Enum: SortKeys, Description: "Sort key (default createdAt)"},
-				{Name: QueryStatusState, In: InQuery, Type: []cosmic.State{}, Description: "States to keep; repeatable, or comma-separated"},
+				{Name: QueryStatusState, In: InQuery, Type: []cosmic.State{}, Description: fmt.Sprintf("States to keep; repeatable, or comma-separated; at most %d values in all", MaxStatusStates)},
 				{Name: QueryUpdatedAfter, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated after this time (RFC 3339)"},
 				{Name: QueryUpdatedBefore, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated before this time (RFC 3339)"},
-				{Name: QueryUserName, In: InQuery, Type: "", Description: "Keep jobs created by this user"},
+				{Name: QueryUserName, In: InQuery, Type: "", Description: fmt.Sprintf("Keep jobs created by this user (a name of at most %d bytes)", MaxUserNameLen)},
 			},
 			Response: JobList{}, Status: http.StatusOK},
 		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Read,

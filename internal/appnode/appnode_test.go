@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -438,6 +439,61 @@ func TestList(t *testing.T) {
 				t.Errorf("items is null")
 			}
 		})
+	}
+}
+
+// TestListLimits: list filters over their limits are refused, 400 with
+// the JSON error naming the limit, before the ork is asked; at the limits
+// they are a query.
+func TestListLimits(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	terms := func(n int) string {
+		var s []string
+		for i := range n {
+			s = append(s, fmt.Sprintf("k%d=v", i))
+		}
+		return url.QueryEscape(strings.Join(s, ","))
+	}
+	long := strings.Repeat("a", 2000)
+	for _, tc := range []struct {
+		name, query, want string
+	}{
+		{"70 label terms", "labelSelector=" + terms(70), "has 70 terms, more than 16"},
+		{"17 label terms", "labelSelector=" + terms(17), "more than 16"},
+		{"17 empty terms", "labelSelector=" + strings.Repeat("%2C", 16), "more than 16"},
+		{"long key", "labelSelector=" + strings.Repeat("k", 318) + "%3Dv", "longer than 317 bytes"},
+		{"long value", "labelSelector=k%3D" + strings.Repeat("v", 64), "longer than 63 bytes"},
+		{"33 states repeated", strings.Repeat("statusState=running&", 33), "has 33 values, more than 32"},
+		{"33 states by commas", "statusState=" + strings.Repeat("running%2C", 32) + "queued", "more than 32"},
+		{"long user", "userName=" + strings.Repeat("u", 129), "1 to 128 bytes"},
+		{"size", "size=1001", "from 1 to 1000"},
+		{"page", "page=1000001", "from 1 to 1000000"},
+		{"long time, clipped", "updatedAfter=" + long, "(2000 bytes)"},
+		{"long sort, clipped", "sort=" + long, "(2000 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := e.Ork.Calls(orkapi.MethodListJobs)
+			a := call(t, e, "GET", "/api/v1/jobs?"+tc.query, e.AdminToken, "")
+			if a.status != http.StatusBadRequest {
+				t.Fatalf("%d %s, want 400", a.status, a.body)
+			}
+			if msg := a.err(t).Message; !strings.Contains(msg, tc.want) || len(msg) > 500 {
+				t.Errorf("message %q: want it to say %q, briefly", msg, tc.want)
+			}
+			if e.Ork.Calls(orkapi.MethodListJobs) != before {
+				t.Errorf("the ork was asked")
+			}
+		})
+	}
+	for _, q := range []string{
+		"labelSelector=" + terms(16),
+		strings.Repeat("statusState=running&", 32),
+		"labelSelector=" + strings.Repeat("p", 253) + "%2F" + strings.Repeat("n", 63) + "%3D" + strings.Repeat("v", 63),
+		"userName=" + strings.Repeat("u", 128),
+	} {
+		if a := call(t, e, "GET", "/api/v1/jobs?"+q, e.AdminToken, ""); a.status != http.StatusOK {
+			t.Errorf("at the limit, %.60s…: %d %s", q, a.status, a.body)
+		}
 	}
 }
 

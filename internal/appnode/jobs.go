@@ -163,15 +163,25 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 	}
 	if v, ok := one(apiv1.QueryLabelSelector); ok {
 		p.Labels = map[string]string{}
-		for _, term := range strings.Split(v, ",") {
+		var terms []string
+		if n := strings.Count(v, ",") + 1; n > apiv1.MaxLabelSelectorTerms {
+			bad(apiv1.QueryLabelSelector, "has %d terms, more than %d", n, apiv1.MaxLabelSelectorTerms)
+		} else {
+			terms = strings.Split(v, ",")
+		}
+		for _, term := range terms {
 			k, val, found := strings.Cut(strings.TrimSpace(term), "=")
 			switch {
 			case !found:
-				bad(apiv1.QueryLabelSelector, "term %q: want key=value", term)
+				bad(apiv1.QueryLabelSelector, "term %s: want key=value", clip(term))
+			case len(k) > cosmic.MaxLabelKeyLen:
+				bad(apiv1.QueryLabelSelector, "term %s: the key is longer than %d bytes", clip(term), cosmic.MaxLabelKeyLen)
+			case len(val) > cosmic.MaxLabelValueLen:
+				bad(apiv1.QueryLabelSelector, "term %s: the value is longer than %d bytes", clip(term), cosmic.MaxLabelValueLen)
 			case !cosmic.ValidLabelKey(k):
-				bad(apiv1.QueryLabelSelector, "term %q: %q is not a label key", term, k)
+				bad(apiv1.QueryLabelSelector, "term %s: %s is not a label key", clip(term), clip(k))
 			case !cosmic.ValidLabelValue(val):
-				bad(apiv1.QueryLabelSelector, "term %q: %q is not a label value", term, val)
+				bad(apiv1.QueryLabelSelector, "term %s: %s is not a label value", clip(term), clip(val))
 			default:
 				if old, dup := p.Labels[k]; dup && old != val {
 					bad(apiv1.QueryLabelSelector, "key %q is given twice with different values", k)
@@ -182,13 +192,13 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 	}
 	if v, ok := one(apiv1.QueryOrder); ok {
 		if !slices.Contains(apiv1.Orders, v) {
-			bad(apiv1.QueryOrder, "%q: want asc or desc", v)
+			bad(apiv1.QueryOrder, "%s: want asc or desc", clip(v))
 		}
 		p.Order = v
 	}
 	if v, ok := one(apiv1.QuerySort); ok {
 		if !slices.Contains(apiv1.SortKeys, v) {
-			bad(apiv1.QuerySort, "%q: want one of %s", v, strings.Join(apiv1.SortKeys, ", "))
+			bad(apiv1.QuerySort, "%s: want one of %s", clip(v), strings.Join(apiv1.SortKeys, ", "))
 		}
 		p.Sort = v
 	}
@@ -196,7 +206,7 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 	if v, ok := one(apiv1.QueryPage); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1_000_000 {
-			bad(apiv1.QueryPage, "%q: want a page number from 1", v)
+			bad(apiv1.QueryPage, "%s: want a page number from 1 to 1000000", clip(v))
 		} else {
 			page = n
 		}
@@ -205,17 +215,25 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 	if v, ok := one(apiv1.QuerySize); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > apiv1.MaxPageSize {
-			bad(apiv1.QuerySize, "%q: want a page size from 1 to %d", v, apiv1.MaxPageSize)
+			bad(apiv1.QuerySize, "%s: want a page size from 1 to %d", clip(v), apiv1.MaxPageSize)
 		} else {
 			p.Size = n
 		}
 	}
 	p.Page = page - 1
-	for _, v := range q[apiv1.QueryStatusState] {
+	stateVals, states := q[apiv1.QueryStatusState], 0
+	for _, v := range stateVals {
+		states += strings.Count(v, ",") + 1
+	}
+	if states > apiv1.MaxStatusStates {
+		bad(apiv1.QueryStatusState, "has %d values, more than %d", states, apiv1.MaxStatusStates)
+		stateVals = nil
+	}
+	for _, v := range stateVals {
 		for _, st := range strings.Split(v, ",") {
 			st := cosmic.State(strings.TrimSpace(st))
 			if !st.Valid() {
-				bad(apiv1.QueryStatusState, "%q is not a job state", st)
+				bad(apiv1.QueryStatusState, "%s is not a job state", clip(string(st)))
 				continue
 			}
 			if !slices.Contains(p.States, st) {
@@ -227,7 +245,7 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 		if v, ok := one(name); ok {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				bad(name, "%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", v)
+				bad(name, "%s is not an RFC 3339 time (2006-01-02T15:04:05Z)", clip(v))
 				return
 			}
 			*dst = t
@@ -239,8 +257,8 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 		bad(apiv1.QueryUpdatedAfter, "must be before updatedBefore")
 	}
 	if v, ok := one(apiv1.QueryUserName); ok {
-		if v == "" || len(v) > 128 {
-			bad(apiv1.QueryUserName, "want a user name")
+		if v == "" || len(v) > apiv1.MaxUserNameLen {
+			bad(apiv1.QueryUserName, "want a user name of 1 to %d bytes", apiv1.MaxUserNameLen)
 		}
 		p.User = v
 	}
@@ -248,6 +266,16 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 		return orkapi.ListJobsParams{}, 0, invalid(fes...)
 	}
 	return p, page, nil
+}
+
+// clip quotes a value for an error message, cut to 64 bytes: the message
+// need not repeat a huge input.
+func clip(v string) string {
+	const n = 64
+	if len(v) <= n {
+		return strconv.Quote(v)
+	}
+	return strconv.Quote(v[:n]) + fmt.Sprintf("… (%d bytes)", len(v))
 }
 
 // boolQuery parses an optional boolean query parameter.
@@ -258,7 +286,7 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v[len(v)-1])
 	if err != nil || len(v) > 1 {
-		return false, invalid(&cosmic.FieldError{Field: name, Message: fmt.Sprintf("%q: want true or false, once", v[len(v)-1])})
+		return false, invalid(&cosmic.FieldError{Field: name, Message: fmt.Sprintf("%s: want true or false, once", clip(v[len(v)-1]))})
 	}
 	return b, nil
 }
@@ -361,7 +389,7 @@ func (s *Server) jobCommand(w http.ResponseWriter, r *http.Request, _ *caller) (
 func (s *Server) replica(r *http.Request, c *caller) (cosmic.Job, int, error) {
 	n, err := strconv.Atoi(r.PathValue("n"))
 	if err != nil || n < 0 {
-		return cosmic.Job{}, 0, invalid(&cosmic.FieldError{Field: "n", Message: fmt.Sprintf("%q is not a replica index (from 0)", r.PathValue("n"))})
+		return cosmic.Job{}, 0, invalid(&cosmic.FieldError{Field: "n", Message: fmt.Sprintf("%s is not a replica index (from 0)", clip(r.PathValue("n")))})
 	}
 	j, err := s.visibleJob(r, c)
 	if err != nil {

@@ -75,7 +75,7 @@ func (s *Server) removeRack(_ http.ResponseWriter, r *http.Request, _ *caller) (
 	}
 	id := r.PathValue("id")
 	if id == "" || len(id) > 63 {
-		return nil, invalid(&cosmic.FieldError{Field: "id", Message: fmt.Sprintf("%q is not a rack ID", id)})
+		return nil, invalid(&cosmic.FieldError{Field: "id", Message: fmt.Sprintf("%s is not a rack ID", clip(id))})
 	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()

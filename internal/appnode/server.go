@@ -169,7 +169,7 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 		}
 		for k := range r.URL.Query() {
 			if !known[k] && rt.Access != apiv1.Public && !rt.Proxy {
-				s.writeError(w, r, badRequest("unknown query parameter %q", k))
+				s.writeError(w, r, badRequest("unknown query parameter %s", clip(k)))
 				return
 			}
 		}

@@ -44,7 +44,7 @@ func (s *Server) shellTarget(r *http.Request, c *caller) (cosmic.Job, int, error
 	if v := r.URL.Query().Get(apiv1.QueryReplica); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return cosmic.Job{}, 0, badRequest("replica %q: want an index from 0", v)
+			return cosmic.Job{}, 0, badRequest("replica %s: want an index from 0", clip(v))
 		}
 		replica = n
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
@@ -57,6 +58,8 @@ type componentFlags struct {
 
 	role    trust.Role   // the component's role in the trust graph (bindTrust)
 	dialled []trust.Role // the configured peers it takes as KEY@HOST:PORT flags
+
+	lock *datadir.Lock // the data dir's, taken by lockDataDir
 }
 
 // bind adds the flags every component has; role is its place in the trust
@@ -211,6 +214,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			db := cfg.Database
 			if db == "" {
@@ -293,6 +297,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			for k, addrs := range dirAddrs {
@@ -388,9 +393,10 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if cfg.DataDir == "" {
-				return usageErrorf("--data-dir is required")
+			if err := cfg.lockDataDir("wrk-server-sim", a.componentLogger(cfg.Verbose)); err != nil {
+				return err
 			}
+			defer cfg.unlock()
 			id, err := fabric.LoadOrCreateIdentity(cfg.DataDir)
 			if err != nil {
 				return err
@@ -441,6 +447,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 				return err
 			}
 			defer ep.Close()
+			cfg.lockAddr(ep.Addr())
 			a.printNode(ep.Node())
 			g.Go(func() error { return cluster.Run(ctx) })
 			err = g.Wait()
@@ -508,6 +515,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			mcfg := cfg.Monitor.toConfig()

@@ -53,6 +53,7 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce}).Register(n)

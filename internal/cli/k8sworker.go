@@ -180,6 +180,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			g, ctx := errgroup.WithContext(cmd.Context())

@@ -84,6 +84,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
 			n.AddAddrs(appKey, appAddrs...)

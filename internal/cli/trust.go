@@ -104,10 +104,11 @@ func (c *componentFlags) keyring(dialled map[trust.Role][]fabric.PublicKey) (*tr
 // trustNode starts the fabric node of component (its name in pings) with
 // its identity (from its data dir) and the trust policy of its role over
 // ring; keys ring revokes have their connections closed.
-func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *slog.Logger, opts ...trust.PolicyOption) (*fabric.Node, error) {
-	if c.DataDir == "" {
-		return nil, usageErrorf("--data-dir is required")
+func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *slog.Logger, opts ...trust.PolicyOption) (_ *fabric.Node, err error) {
+	if err := c.lockDataDir(component, log); err != nil { // held until the caller's unlock
+		return nil, err
 	}
+	defer c.unlockIf(&err)
 	id, err := fabric.LoadOrCreateIdentity(c.DataDir)
 	if err != nil {
 		return nil, err
@@ -117,5 +118,6 @@ func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *s
 		return nil, err
 	}
 	ring.OnRevoke(n.Revoke)
+	c.lockAddr(n.Addr())
 	return n, nil
 }

@@ -30,6 +30,13 @@ const (
 	ReservedEnvPre   = "COSMICAC_" // environment names under this prefix belong to the platform
 )
 
+// The longest label key (a 253-byte DNS prefix, '/', a 63-byte name) and
+// value that ValidLabelKey and ValidLabelValue accept.
+const (
+	MaxLabelKeyLen   = 253 + 1 + 63
+	MaxLabelValueLen = 63
+)
+
 var (
 	labelNameRe   = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 	dnsSubdomRe   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -114,9 +115,9 @@ func parseLogsRequest(r *http.Request, now time.Time) (logsRequest, error) {
 	if v := q.Get("since"); v != "" {
 		lr.hasSince = true
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			lr.since = uint64(max(now.Add(-d).UnixNano(), 0))
+			lr.since = unixNano(now.Add(-d))
 		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-			lr.since = uint64(max(t.UnixNano(), 0))
+			lr.since = unixNano(t)
 		} else {
 			errs = append(errs, fmt.Sprintf("since %q: want a duration (1h) or an RFC 3339 time", v))
 		}
@@ -135,6 +136,20 @@ func parseLogsRequest(r *http.Request, now time.Time) (logsRequest, error) {
 		return lr, errors.New(strings.Join(errs, "; "))
 	}
 	return lr, nil
+}
+
+// unixNano is t in Unix nanoseconds, the numbering of records, clamped to
+// what that numbering holds: 0 for a time before 1970, the largest number
+// after 2262 (t.UnixNano is undefined outside 1678–2262: 1500 would come
+// out in 2084).
+func unixNano(t time.Time) uint64 {
+	switch {
+	case t.Before(time.Unix(0, 0)):
+		return 0
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return uint64(t.UnixNano())
 }
 
 // sseWriter writes events to a viewer, each write bounded by a deadline.

@@ -24,6 +24,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -132,6 +133,7 @@ type Platform struct {
 	http      *http.Server
 	agents    *simAgents
 	inference *simInference
+	lock      *datadir.Lock // DataDir's, held until Close
 
 	// MetricsURL is the metrics listener's base URL ("": none).
 	MetricsURL  string
@@ -160,10 +162,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	lock, err := datadir.Acquire(cfg.DataDir, "cosmicac up", log) // before anything touches it
+	if err != nil {
+		return nil, err
 	}
 	p := &Platform{cfg: cfg, log: log, Logs: joblog.NewRing(10000), errs: make(chan error, 8)}
+	p.lock = lock
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -385,6 +389,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
 	}
 	p.URL = "http://" + ln.Addr().String()
+	_ = p.lock.SetAddr(p.URL) // only names the holder to a refused process
 	// One HTTP server, routed as the Caddy gateway routes: /monitor to
 	// wrk-monitor (which checks each viewer's token with the app-node),
 	// everything else to the app-node.
@@ -442,6 +447,7 @@ func trimSpace(b []byte) []byte {
 
 // Close stops every component and waits for them.
 func (p *Platform) Close() error {
+	defer p.lock.Close() // last: the data dir is free once all is closed
 	if p.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		p.http.Shutdown(ctx)

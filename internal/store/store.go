@@ -170,14 +170,22 @@ const (
 	MaxPageSize     = 1000
 )
 
+// Filter limits of ListJobsQuery. Each label is a join in SQL (SQLite
+// allows at most 64 tables in one); the API refuses more before a query
+// is made (apiv1.MaxLabelSelectorTerms, apiv1.MaxStatusStates).
+const (
+	MaxLabelFilters = 16
+	MaxStateFilters = 32
+)
+
 // ListJobsQuery filters, sorts and pages a job list. Zero values mean no
 // filter. Its fields are those of orkapi.ListJobsParams, so that one
 // converts to the other.
 type ListJobsQuery struct {
 	Team   string
 	User   string
-	States []cosmic.State    // any of
-	Labels map[string]string // all must match exactly
+	States []cosmic.State    // any of; at most MaxStateFilters
+	Labels map[string]string // all must match exactly; at most MaxLabelFilters
 	// UpdatedAfter and UpdatedBefore bound UpdatedAt, both exclusive.
 	UpdatedAfter  time.Time
 	UpdatedBefore time.Time
@@ -213,6 +221,18 @@ func (q ListJobsQuery) Normalize() (ListJobsQuery, error) {
 	}
 	if q.Size < 0 || q.Size > MaxPageSize {
 		errs = append(errs, &cosmic.FieldError{Field: "size", Message: fmt.Sprintf("must be between 1 and %d", MaxPageSize)})
+	}
+	if len(q.Labels) > MaxLabelFilters {
+		errs = append(errs, &cosmic.FieldError{Field: "labels", Message: fmt.Sprintf("has %d labels, more than %d", len(q.Labels), MaxLabelFilters)})
+	}
+	for k, v := range q.Labels {
+		if len(k) > cosmic.MaxLabelKeyLen || len(v) > cosmic.MaxLabelValueLen {
+			errs = append(errs, &cosmic.FieldError{Field: "labels", Message: fmt.Sprintf("a key is longer than %d bytes or a value longer than %d", cosmic.MaxLabelKeyLen, cosmic.MaxLabelValueLen)})
+			break
+		}
+	}
+	if len(q.States) > MaxStateFilters {
+		errs = append(errs, &cosmic.FieldError{Field: "states", Message: fmt.Sprintf("has %d states, more than %d", len(q.States), MaxStateFilters)})
 	}
 	return q, errors.Join(errs...)
 }

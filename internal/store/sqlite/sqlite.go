@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"runtime"
 	"sort"
@@ -63,10 +64,15 @@ const busyTimeout = 10 * time.Second
 
 // Open opens (creating it if needed) the database file at path and brings
 // its schema up to date. A database migrated by a newer binary is refused
-// with an error wrapping store.ErrSchemaTooNew.
+// with an error wrapping store.ErrSchemaTooNew. The file, and its -wal and
+// -shm beside it, are private (mode 0600; an older, looser one is
+// tightened).
 func Open(path string) (*Store, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("open sqlite %q: path must be a file name without ? or #: %w", path, cosmic.ErrInvalid)
+	}
+	if err := createPrivate(path); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	common := url.Values{}
 	common.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
@@ -116,6 +122,37 @@ func Open(path string) (*Store, error) {
 	s := &Store{w: w, r: r}
 	s.analyze(ctx)
 	return s, nil
+}
+
+// fileMode is the mode of the database's files.
+const fileMode fs.FileMode = 0o600
+
+// createPrivate makes the database file exist, mode 0600, before SQLite
+// opens it: SQLite creates the -wal and -shm files with the main file's
+// mode, and would create the main file itself 0644. A looser file (of an
+// older version) is tightened, with its -wal and -shm.
+func createPrivate(name string) error {
+	f, err := os.OpenFile(name, os.O_RDONLY|os.O_CREATE, fileMode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := f.Chmod(fileMode); err != nil {
+		return fmt.Errorf("make private: %w", err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Chmod(name+suffix, fileMode); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("make private: %w", err)
+		}
+	}
+	return nil
 }
 
 // analyze refreshes the statistics the query planner uses to choose, for

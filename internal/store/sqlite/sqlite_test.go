@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -98,6 +99,46 @@ func TestMigrations(t *testing.T) {
 	if _, err := Open(path); !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Fatalf("Open(newer schema) = %v, want ErrSchemaTooNew", err)
 	}
+}
+
+// TestFilesArePrivate: the database and its -wal and -shm are created
+// 0600 (SQLite would make the main file 0644 and the others like it), and
+// those of an older, looser database are tightened on Open.
+func TestFilesArePrivate(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "cosmicac.db")
+	files := []string{dbPath, dbPath + "-wal", dbPath + "-shm"}
+	check := func(when string) {
+		t.Helper()
+		for _, f := range files {
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if got := fi.Mode().Perm(); got != 0o600 {
+				t.Errorf("%s: %s has mode %#o, want 0600", when, filepath.Base(f), got)
+			}
+		}
+	}
+	s, err := Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTeam(context.Background(), cosmic.Team{Name: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	check("new database")
+	for _, f := range files {
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := Open(dbPath) // while the first is open: its -wal and -shm are there
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("reopened 0644 database")
+	s2.Close()
+	s.Close()
 }
 
 func TestOpenBadPath(t *testing.T) {

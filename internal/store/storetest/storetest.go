@@ -463,6 +463,13 @@ func testListInvalid(t *testing.T, open func(t *testing.T) store.Store) {
 		"negative page": {Page: -1},
 		"negative size": {Size: -1},
 		"size too big":  {Size: store.MaxPageSize + 1},
+		// Each label is a join: too many are refused, not an SQL failure
+		// (SQLite allows 64 tables in a join).
+		"too many labels":  {Labels: labelFilter(store.MaxLabelFilters + 1)},
+		"70 labels":        {Labels: labelFilter(70)},
+		"long label key":   {Labels: map[string]string{strings.Repeat("k", cosmic.MaxLabelKeyLen+1): "v"}},
+		"long label value": {Labels: map[string]string{"k": strings.Repeat("v", cosmic.MaxLabelValueLen+1)}},
+		"too many states":  {States: slices.Repeat([]cosmic.State{cosmic.StateRunning}, store.MaxStateFilters+1)},
 	} {
 		_, _, err := s.ListJobs(context.Background(), q)
 		wantErr(t, "ListJobs("+name+")", err, cosmic.ErrInvalid)
@@ -470,6 +477,24 @@ func testListInvalid(t *testing.T, open func(t *testing.T) store.Store) {
 	if _, _, err := s.ListJobs(context.Background(), store.ListJobsQuery{Size: store.MaxPageSize}); err != nil {
 		t.Errorf("ListJobs(size max) = %v", err)
 	}
+	// At the limits: a query, not an error.
+	if _, _, err := s.ListJobs(context.Background(), store.ListJobsQuery{Labels: labelFilter(store.MaxLabelFilters),
+		States: slices.Repeat([]cosmic.State{cosmic.StateRunning}, store.MaxStateFilters)}); err != nil {
+		t.Errorf("ListJobs(%d labels, %d states) = %v", store.MaxLabelFilters, store.MaxStateFilters, err)
+	}
+	long := map[string]string{strings.Repeat("p", 253) + "/" + strings.Repeat("n", 63): strings.Repeat("v", cosmic.MaxLabelValueLen)}
+	if _, _, err := s.ListJobs(context.Background(), store.ListJobsQuery{Labels: long}); err != nil {
+		t.Errorf("ListJobs(longest label) = %v", err)
+	}
+}
+
+// labelFilter is a filter of n labels.
+func labelFilter(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	return m
 }
 
 func testLabelsFollowUpdates(t *testing.T, open func(t *testing.T) store.Store) {
