@@ -570,13 +570,12 @@ func newMatrixRack(t *testing.T, ork Peer) *matrixRack {
 	}
 	t.Cleanup(func() { n.Close() })
 	n.AddAddrs(ork.Key, ork.Addrs...)
-	r := &matrixRack{id: id, node: n, rep: worker.NewReporterClient(n, ork.Key), jobs: map[string]worker.ReplicaReport{}, agents: map[string]*fabric.Identity{}}
+	r := &matrixRack{id: id, node: n, ring: ring, rep: worker.NewReporterClient(n, ork.Key), jobs: map[string]worker.ReplicaReport{}, agents: map[string]*fabric.Identity{}}
 	worker.Serve(n, r)
 	// The agents of K and L report here too.
 	for _, method := range []string{agent.MethodReport, inferagent.MethodReport} {
 		fabric.HandleFunc(n, method, func(context.Context, fabric.PublicKey, json.RawMessage) (struct{}, error) { return struct{}{}, nil })
 	}
-	r.ring = ring
 	return r
 }
 
