@@ -45,8 +45,11 @@ func (p Principal) String() string {
 // CallerOf returns the principal a trust Policy admitted for the request
 // ctx belongs to; false outside such a request.
 func CallerOf(ctx context.Context) (Principal, bool) {
-	p, ok := fabric.GrantFrom(ctx).(Principal)
-	return p, ok
+	p, ok := fabric.GrantFrom(ctx).(*Principal)
+	if !ok || p == nil {
+		return Principal{}, false
+	}
+	return *p, true
 }
 
 // AgentRole is the role of the agents of a job type.
@@ -80,10 +83,13 @@ const rackGrace = 10 * time.Minute
 // connections. Safe for concurrent use; lookups take a read lock.
 type Keyring struct {
 	mu      sync.RWMutex
-	static  map[fabric.PublicKey]Principal
-	workers map[fabric.PublicKey]string // worker key → rack
+	// Principals are held by pointer, never changed once stored: a
+	// policy hands the pointer to handlers as the request's grant without
+	// an allocation.
+	static  map[fabric.PublicKey]*Principal
+	workers map[fabric.PublicKey]*Principal // worker key → its rack's worker
 	racks   map[string]fabric.PublicKey
-	agents  map[fabric.PublicKey]Principal
+	agents  map[fabric.PublicKey]*Principal
 	slots   map[replicaRef][]fabric.PublicKey
 	placed  map[jobRack]bool      // the ork's placements (Apply)
 	former  map[jobRack]time.Time // placements gone, and until when they count
@@ -110,8 +116,8 @@ type jobRack struct{ job, rack string }
 // NewKeyring makes an empty keyring.
 func NewKeyring() *Keyring {
 	return &Keyring{
-		static: map[fabric.PublicKey]Principal{}, workers: map[fabric.PublicKey]string{},
-		racks: map[string]fabric.PublicKey{}, agents: map[fabric.PublicKey]Principal{},
+		static: map[fabric.PublicKey]*Principal{}, workers: map[fabric.PublicKey]*Principal{},
+		racks: map[string]fabric.PublicKey{}, agents: map[fabric.PublicKey]*Principal{},
 		slots: map[replicaRef][]fabric.PublicKey{}, placed: map[jobRack]bool{}, former: map[jobRack]time.Time{},
 		now: time.Now, synced: make(chan struct{}),
 	}
@@ -129,7 +135,7 @@ func (k *Keyring) Add(role Role, keys ...fabric.PublicKey) error {
 		if p, ok := k.static[key]; ok && p.Role != role {
 			return fmt.Errorf("trust: key %s is configured as %s and as %s", key.Short(), p.Role, role)
 		}
-		k.static[key] = Principal{Role: role}
+		k.static[key] = &Principal{Role: role}
 	}
 	return nil
 }
@@ -159,16 +165,23 @@ func (k *Keyring) revoked(keys []fabric.PublicKey) {
 
 // Principal returns what key is.
 func (k *Keyring) Principal(key fabric.PublicKey) (Principal, bool) {
+	if p := k.lookup(key); p != nil {
+		return *p, true
+	}
+	return Principal{}, false
+}
+
+// lookup is Principal's shared, immutable record, or nil.
+func (k *Keyring) lookup(key fabric.PublicKey) *Principal {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	if p, ok := k.static[key]; ok {
-		return p, true
+	if p := k.static[key]; p != nil {
+		return p
 	}
-	if r, ok := k.workers[key]; ok {
-		return Principal{Role: Worker, Rack: r}, true
+	if p := k.workers[key]; p != nil {
+		return p
 	}
-	p, ok := k.agents[key]
-	return p, ok
+	return k.agents[key]
 }
 
 // IsAgent reports whether key is bound as the agent of the job's replica's
@@ -201,7 +214,7 @@ func (k *Keyring) BindRack(rack string, key fabric.PublicKey) {
 	}
 	if key != (fabric.PublicKey{}) {
 		k.racks[rack] = key
-		k.workers[key] = rack
+		k.workers[key] = &Principal{Role: Worker, Rack: rack}
 	}
 	k.mu.Unlock()
 	if had && old != key {
@@ -224,7 +237,7 @@ func (k *Keyring) BindAgents(p Placement, keys []fabric.PublicKey) {
 	} else {
 		k.slots[ref] = slices.Clone(keys)
 		for i, key := range keys {
-			k.agents[key] = Principal{Role: AgentRole(p.Type), Rack: p.Rack, Job: p.Job, Team: p.Team, Replica: p.Replica, VMI: i}
+			k.agents[key] = &Principal{Role: AgentRole(p.Type), Rack: p.Rack, Job: p.Job, Team: p.Team, Replica: p.Replica, VMI: i}
 		}
 	}
 	var gone []fabric.PublicKey
@@ -259,14 +272,14 @@ func (k *Keyring) UnbindAgents(jobID string, replica int, keys []fabric.PublicKe
 // their binding are revoked; placements that go away still count for
 // OnRack for ten minutes.
 func (k *Keyring) Apply(p Peers) {
-	workers := make(map[fabric.PublicKey]string, len(p.Racks))
+	workers := make(map[fabric.PublicKey]*Principal, len(p.Racks))
 	racks := make(map[string]fabric.PublicKey, len(p.Racks))
 	for _, r := range p.Racks {
 		if key, err := fabric.ParsePublicKey(r.WorkerKey); err == nil {
-			workers[key], racks[r.Rack] = r.Rack, key
+			workers[key], racks[r.Rack] = &Principal{Role: Worker, Rack: r.Rack}, key
 		}
 	}
-	agents := map[fabric.PublicKey]Principal{}
+	agents := map[fabric.PublicKey]*Principal{}
 	slots := map[replicaRef][]fabric.PublicKey{}
 	placed := map[jobRack]bool{}
 	for _, pl := range p.Placements {
@@ -278,7 +291,7 @@ func (k *Keyring) Apply(p Peers) {
 				continue
 			}
 			keys = append(keys, key)
-			agents[key] = Principal{Role: AgentRole(pl.Type), Rack: pl.Rack, Job: pl.Job, Team: pl.Team, Replica: pl.Replica, VMI: i}
+			agents[key] = &Principal{Role: AgentRole(pl.Type), Rack: pl.Rack, Job: pl.Job, Team: pl.Team, Replica: pl.Replica, VMI: i}
 		}
 		if len(keys) > 0 {
 			slots[replicaRef{pl.Job, pl.Replica}] = keys
@@ -287,13 +300,13 @@ func (k *Keyring) Apply(p Peers) {
 	k.mu.Lock()
 	now := k.now()
 	var gone []fabric.PublicKey
-	for key, r := range k.workers {
-		if racks[r] != key {
+	for key, w := range k.workers {
+		if racks[w.Rack] != key {
 			gone = append(gone, key)
 		}
 	}
 	for key, old := range k.agents {
-		if n, ok := agents[key]; !ok || n != old {
+		if n, ok := agents[key]; !ok || *n != *old {
 			gone = append(gone, key)
 		}
 	}

@@ -64,13 +64,13 @@ func (p *Policy) Server() Role { return p.server }
 // Keyring is the policy's keyring.
 func (p *Policy) Keyring() *Keyring { return p.ring }
 
-func (p *Policy) principal(k fabric.PublicKey) (Principal, bool) {
-	pr, ok := p.ring.Principal(k)
-	if !ok || !p.admit[pr.Role] {
-		return Principal{}, false
+func (p *Policy) principal(k fabric.PublicKey) (*Principal, bool) {
+	pr := p.ring.lookup(k)
+	if pr == nil || !p.admit[pr.Role] {
+		return nil, false
 	}
 	if p.rack != "" && pr.Role.IsAgent() && pr.Rack != p.rack {
-		return Principal{}, false
+		return nil, false
 	}
 	return pr, true
 }
@@ -84,7 +84,8 @@ func (p *Policy) Access(k fabric.PublicKey) fabric.Access {
 	return fabric.AccessNone
 }
 
-// Authorize implements fabric.Authorizer.
+// Authorize implements fabric.Authorizer. The grant is the caller's
+// *Principal (CallerOf reads it).
 func (p *Policy) Authorize(k fabric.PublicKey, method string) (any, error) {
 	pr, ok := p.principal(k)
 	if !ok {

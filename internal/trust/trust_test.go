@@ -132,8 +132,8 @@ func TestPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Principal{Role: InstanceAgent, Rack: "a", Job: "j", Team: "t1", Replica: 0, VMI: 0}
-	if g != want {
-		t.Fatalf("grant %+v, want %+v", g, want)
+	if got, ok := CallerOf(fabric.WithGrant(context.Background(), g)); !ok || got != want {
+		t.Fatalf("grant %+v, want %+v", got, want)
 	}
 	// A worker's policy admits the agents of its own rack only.
 	onA := NewPolicy(Worker, ring, OnRack("a"))
