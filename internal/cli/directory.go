@@ -56,7 +56,9 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
-			fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce}).Register(n)
+			dir := fabric.NewDirectoryWith(trust.AgentDirectory())
+			dir.Register(n)
+			ring.OnRevoke(dir.Drop) // a revoked agent's announcements go with it
 			a.printNode(n)
 			ring.Follow(cmd.Context(), orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 			return nil

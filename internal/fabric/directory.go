@@ -274,6 +274,18 @@ func (d *Directory) dropLocked(topic string, key PublicKey) {
 	}
 }
 
+// Drop removes every announcement of key at once (a key no longer
+// admitted: wire it to the revocation of keys).
+func (d *Directory) Drop(key PublicKey) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if u := d.byKey[key]; u != nil {
+		for t := range u.topics {
+			d.dropLocked(t, key)
+		}
+	}
+}
+
 // Unannounce removes key from the topic at once.
 func (d *Directory) Unannounce(key PublicKey, topic string) {
 	d.mu.Lock()

@@ -211,6 +211,29 @@ func TestDirectoryLimits(t *testing.T) {
 	}
 }
 
+// Drop removes every announcement of a key, and its quota with them.
+func TestDirectoryDrop(t *testing.T) {
+	d := NewDirectoryWith(DirectoryConfig{Limits: DirectoryLimits{TopicsPerKey: 2}})
+	a, b := mustIdentity(t).PublicKey(), mustIdentity(t).PublicKey()
+	for _, topic := range []string{"x", "y"} {
+		if err := d.Announce(a, AnnounceParams{Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Announce(b, AnnounceParams{Topic: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	d.Drop(a)
+	if got := d.Lookup("x"); len(got) != 1 || got[0].Key != b || len(d.Lookup("y")) != 0 || d.Len() != 1 {
+		t.Fatalf("after dropping a: x %v, y %v, len %d", got, d.Lookup("y"), d.Len())
+	}
+	for _, topic := range []string{"x", "y"} {
+		if err := d.Announce(a, AnnounceParams{Topic: topic}); err != nil {
+			t.Fatalf("a's quota after the drop: %v", err)
+		}
+	}
+}
+
 // MayAnnounce refuses topics, with the caller's grant in its context.
 func TestDirectoryMayAnnounce(t *testing.T) {
 	allow := NewAllowList()

@@ -281,8 +281,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.DirectoryNode, err = node(trust.Directory, p.Keys); err != nil {
 		return nil, err
 	}
-	p.Directory = fabric.NewDirectoryWith(fabric.DirectoryConfig{MayAnnounce: trust.MayAnnounce})
+	p.Directory = fabric.NewDirectoryWith(trust.AgentDirectory())
 	p.Directory.Register(p.DirectoryNode)
+	p.Keys.OnRevoke(p.Directory.Drop)
 	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 
 	// proxy-inference: finds the inference agents in the agents' directory

@@ -3,6 +3,7 @@ package trust
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -95,6 +96,14 @@ func (p *Policy) Authorize(k fabric.PublicKey, method string) (any, error) {
 		return pr, nil
 	}
 	return nil, fabric.Errorf(fabric.CodeForbidden, "%s may not call %s on %s", pr, method, p.server)
+}
+
+// AgentDirectory is the configuration of the agents' directory: announces
+// confined by MayAnnounce, and a TTL of at most two minutes (the agents
+// announce with 15 and 30 s). Wire its Drop to the keyring's OnRevoke, so
+// that a revoked agent's announcements go with it.
+func AgentDirectory() fabric.DirectoryConfig {
+	return fabric.DirectoryConfig{MayAnnounce: MayAnnounce, Limits: fabric.DirectoryLimits{MaxTTL: 2 * time.Minute}}
 }
 
 // MayAnnounce is the agents' directory's fabric.DirectoryConfig.MayAnnounce:

@@ -674,7 +674,7 @@ func (f *Fixture) Hijack(ctx context.Context, t *testing.T, infURL string) {
 	}
 	// It announces its own job's topic, claiming L in its meta: not L's
 	// topic, so not L's replica either.
-	if err := atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L2.ID), TTLSeconds: 600, Meta: meta}, dir.Key); err != nil {
+	if err := atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L2.ID), TTLSeconds: 60, Meta: meta}, dir.Key); err != nil {
 		t.Fatalf("the attacker's own topic: %v", err)
 	}
 	body := `{"model":"matrix-l","messages":[{"role":"user","content":"my secret prompt"}],"max_tokens":4}`
@@ -788,6 +788,17 @@ func (f *Fixture) Revoke(ctx context.Context, t *testing.T) time.Duration {
 		time.Sleep(time.Millisecond)
 	}
 	took := time.Since(start)
+	// Its announcement went with its key.
+	ln, err := fabric.New(fabric.Config{Component: "matrix-lookup", Identity: f.d.Identities[trust.AppNode], Policy: fabric.NewAllowList(dir.Key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.AddAddrs(dir.Key, dir.Addrs...)
+	peers, err := ln.Lookup(ctx, agent.Topic(f.K.ID), dir.Key)
+	ln.Close()
+	if err != nil || slices.ContainsFunc(peers, func(p fabric.PeerInfo) bool { return p.Key == f.agentIDs[f.K.ID].PublicKey() }) {
+		t.Fatalf("the directory still lists the killed job's agent: %v, %v", peers, err)
+	}
 	for _, p := range []Peer{dir, app} {
 		probe, err := fabric.New(fabric.Config{Component: "matrix-revoked", Identity: f.agentIDs[f.K.ID], Policy: fabric.NewAllowList(p.Key)})
 		if err != nil {
