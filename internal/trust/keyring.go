@@ -82,7 +82,7 @@ const rackGrace = 10 * time.Minute
 // binding are handed to the OnRevoke functions, which close their
 // connections. Safe for concurrent use; lookups take a read lock.
 type Keyring struct {
-	mu      sync.RWMutex
+	mu sync.RWMutex
 	// Principals are held by pointer, never changed once stored: a
 	// policy hands the pointer to handlers as the request's grant without
 	// an allocation.
