@@ -24,6 +24,9 @@ import (
 type quietWorker struct {
 	mu      sync.Mutex
 	applied []worker.ApplyParams
+	deleted []string // the jobs Delete was called for with a live context
+	// gate, when set, holds Delete until it is closed.
+	gate chan struct{}
 }
 
 func (w *quietWorker) Capacity(context.Context) (worker.Capacity, error) {
@@ -40,7 +43,27 @@ func (w *quietWorker) Apply(_ context.Context, p worker.ApplyParams) error {
 
 func (w *quietWorker) Stop(context.Context, worker.ReplicaRef) error     { return nil }
 func (w *quietWorker) Restart(context.Context, worker.ReplicaRef) error  { return nil }
-func (w *quietWorker) Delete(context.Context, worker.DeleteParams) error { return nil }
+func (w *quietWorker) Delete(ctx context.Context, p worker.DeleteParams) error {
+	w.mu.Lock()
+	gate := w.gate
+	w.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deleted = append(w.deleted, p.JobID)
+	return nil
+}
+
+func (w *quietWorker) wasDeleted(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.deleted, id)
+}
 func (w *quietWorker) Jobs(context.Context) ([]worker.JobReport, error) {
 	return []worker.JobReport{}, nil
 }
@@ -203,5 +226,23 @@ func TestWatchPeers(t *testing.T) {
 	got, _ := o.GetJob(ctx, j.ID)
 	if len(got.Status.Replicas) == 0 || len(got.Status.Replicas[0].AgentKeys) != 0 {
 		t.Fatalf("the new placement's status lists the last run's keys: %+v", got.Status.Replicas)
+	}
+}
+
+// A pushed report of a job the store does not know (deleted while the
+// worker was away) has the worker delete it, though the fabric handler
+// that took the push, and its context, ended at once.
+func TestOrphanOfAPushedReportIsDeleted(t *testing.T) {
+	w := &quietWorker{gate: make(chan struct{})}
+	ctx, o, wkey, _ := oneJob(t, w)
+	orphan := cosmic.NewJobID()
+	hctx, handlerDone := context.WithCancel(ctx)
+	if err := o.ReceiveReport(hctx, wkey, report(orphan, worker.ReplicaReport{State: cosmic.StateRunning, Nodes: []string{"n0"}})); err != nil {
+		t.Fatal(err)
+	}
+	handlerDone()
+	close(w.gate)
+	if !waitFor(func() bool { return w.wasDeleted(orphan) }, 10*time.Second) {
+		t.Fatal("the orphan was not deleted on its worker")
 	}
 }

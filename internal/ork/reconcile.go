@@ -345,9 +345,10 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 	switch {
 	case orphan && r != nil:
 		// The worker runs a job the store does not know (deleted while the
-		// worker was away): remove it.
+		// worker was away): remove it. The work outlives ctx, which a
+		// pushed report's fabric handler cancels when it returns.
 		o.goBackground(func() {
-			cctx, cancel := o.workerCtx(ctx)
+			cctx, cancel := o.workerCtx(context.WithoutCancel(ctx))
 			defer cancel()
 			if err := r.w.Delete(cctx, worker.DeleteParams{JobID: jr.JobID, Replica: worker.AllReplicas, Force: true}); err != nil {
 				o.log.Warn("delete orphan job on worker", "rack", rack, "job_id", jr.JobID, "err", err)
