@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -62,20 +63,34 @@ func (a *app) agentInstanceCommand() *cobra.Command {
 			defer cancel()
 			// Records go to wrk-monitor when the bootstrap names one.
 			reg := metrics.NewRegistry()
+			var fw *joblog.Forwarder
 			for _, p := range cfg.Peers {
 				if p.Role != agent.RoleMonitor {
 					continue
 				}
-				fw := joblog.NewForwarder(lazyCaller{ag}, p.Key, 0)
+				fw = joblog.NewForwarder(lazyCaller{ag}, p.Key, 0)
 				ag.SetLogs(fw)
-				go fw.Run(ctx)
 				reg.MustRegister(monitor.ForwarderCollector(agent.Component, fw))
 				break
 			}
 			mf := componentFlags{MetricsListen: metricsListen}
-			go mf.serveMetrics(ctx, reg)
+			serveMetrics, err := mf.listenMetrics(reg)
+			if err != nil {
+				return err
+			}
+			// The agent, its forwarder and its metrics, owned by one group:
+			// the first to fail stops the others.
+			g, gctx := errgroup.WithContext(ctx)
+			if fw != nil {
+				g.Go(func() error { return fw.Run(gctx) })
+			}
+			g.Go(func() error { return serveMetrics(gctx) })
+			g.Go(func() error {
+				defer cancel() // the agent stopped: so does the rest
+				return ag.Run(gctx)
+			})
 			errc := make(chan error, 1)
-			go func() { errc <- ag.Run(ctx) }()
+			go func() { errc <- waitAll(g) }()
 			select {
 			case <-ag.Ready():
 				n := ag.Node()

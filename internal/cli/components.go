@@ -74,27 +74,29 @@ func (c *componentFlags) bind(f *pflag.FlagSet, defListen string, role trust.Rol
 	f.StringVar(&c.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics")
 }
 
-// serveMetrics serves reg at /metrics on the component's metrics address,
-// if one is set, until ctx ends.
-func (c *componentFlags) serveMetrics(ctx context.Context, reg *prometheus.Registry) error {
+// listenMetrics listens on the component's metrics address, if one is
+// set, at once (a taken port fails the component at start, with the
+// reason), and returns the func that serves reg at /metrics there until ctx
+// ends; its caller runs it in the component's group.
+func (c *componentFlags) listenMetrics(reg *prometheus.Registry) (serve func(context.Context) error, err error) {
 	if c.MetricsListen == "" {
-		return nil
+		return func(context.Context) error { return nil }, nil
 	}
 	ln, err := net.Listen("tcp", c.MetricsListen)
 	if err != nil {
-		return fmt.Errorf("metrics: listen: %w", err)
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
 	hs := httpserve.New(mux, c.HTTP.toLimits(), nil)
-	go func() {
-		<-ctx.Done()
-		hs.Close()
-	}()
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return func(ctx context.Context) error {
+		stop := context.AfterFunc(ctx, func() { hs.Close() })
+		defer stop()
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, nil
 }
 
 // serveHTTP serves hs on ln in g until ctx ends, then shuts it down
@@ -235,9 +237,13 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			if err := o.Start(ctx); err != nil {
 				return err
 			}
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(o.Collector()))
+			if err != nil {
+				return err
+			}
 			a.printNode(n)
 			g, ctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(o.Collector())) })
+			g.Go(func() error { return serveMetrics(ctx) })
 			g.Go(func() error { return o.Run(ctx) })
 			return g.Wait()
 		},
@@ -339,17 +345,26 @@ func (a *app) appNodeCommand() *cobra.Command {
 						return ring.IsAgent(key, jobID, replica, 0)
 					}})
 			}
-			go ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
-			go cfg.serveMetrics(ctx, metrics.NewRegistry(obs))
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs))
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", cfg.API.Listen)
 			if err != nil {
 				return fmt.Errorf("listen for the API: %w", err)
 			}
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "api http://%s/api/v1\n", ln.Addr())
-			return s.Serve(ctx, ln)
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error {
+				ring.Follow(gctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
+				return nil
+			})
+			g.Go(func() error { return serveMetrics(gctx) })
+			g.Go(func() error { return s.Serve(gctx, ln) })
+			return waitAll(g)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7421", trust.AppNode, trust.Ork, trust.Directory)
@@ -432,20 +447,27 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 						n.AddAddrs(monKey, monAddrs...)
 					}
 				})
-			g, ctx := errgroup.WithContext(cmd.Context())
 			reg := metrics.NewRegistry()
+			serveMetrics, err := cfg.listenMetrics(reg)
+			if err != nil {
+				return err
+			}
+			var fwd *joblog.Forwarder
 			if cfg.Monitor != "" {
-				fwd := joblog.NewForwarder(joblog.NodeFunc(ep.Node), monKey, 10000)
-				g.Go(func() error { return fwd.Run(ctx) })
+				fwd = joblog.NewForwarder(joblog.NodeFunc(ep.Node), monKey, 10000)
 				reg.MustRegister(monitor.ForwarderCollector("wrk-server-sim", fwd))
 				logs = fwd
 			}
-			g.Go(func() error { return cfg.serveMetrics(ctx, reg) })
 			cluster = simcluster.New(rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
 			cluster.SetLink(ep)
 			if err := ep.Up(); err != nil {
 				return err
 			}
+			g, ctx := errgroup.WithContext(cmd.Context())
+			if fwd != nil {
+				g.Go(func() error { return fwd.Run(ctx) })
+			}
+			g.Go(func() error { return serveMetrics(ctx) })
 			defer ep.Close()
 			cfg.lockAddr(ep.Addr())
 			a.printNode(ep.Node())
@@ -537,13 +559,17 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			hs.RegisterOnShutdown(m.CloseStreams)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
+			serveMetrics, err := cfg.listenMetrics(m.Registry())
+			if err != nil {
+				return err
+			}
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return m.Run(ctx) })
 			g.Go(func() error {
 				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 				return nil
 			})
-			g.Go(func() error { return cfg.serveMetrics(ctx, m.Registry()) })
+			g.Go(func() error { return serveMetrics(ctx) })
 			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},

@@ -196,3 +196,25 @@ func TestFlagsOverrideConfigFile(t *testing.T) {
 		t.Fatalf("cfg = %+v: want dataDir and the app-node's key from the file, listen and operators from flags", cfg)
 	}
 }
+
+// A component whose --metrics-listen port is taken fails at start with the
+// reason, rather than running without its metrics.
+func TestTakenMetricsPortFailsAtStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	orkID, _ := fabric.GenerateIdentity()
+	ork := orkID.PublicKey().String() + "@127.0.0.1:1"
+	for _, args := range [][]string{
+		{"wrk-ork", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"},
+		{"app-node", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--ork", ork, "--api-listen", "127.0.0.1:0"},
+		{"wrk-directory", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--ork", ork},
+	} {
+		code, _, errs := runCLI(t, nil, append(args, "--metrics-listen", taken.Addr().String())...)
+		if code == 0 || !strings.Contains(errs, "--metrics-listen") || !strings.Contains(errs, "address already in use") {
+			t.Errorf("%s with a taken metrics port: exit %d, %q", args[0], code, errs)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -59,9 +61,18 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			dir := fabric.NewDirectoryWith(trust.AgentDirectory())
 			dir.Register(n)
 			ring.OnRevoke(dir.Drop) // a revoked agent's announcements go with it
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(metrics.DirectoryCollector(dir)))
+			if err != nil {
+				return err
+			}
 			a.printNode(n)
-			ring.Follow(cmd.Context(), orkapi.NewClient(n, orkKey), log.With("component", "trust"))
-			return nil
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return serveMetrics(ctx) })
+			g.Go(func() error {
+				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
+				return nil
+			})
+			return waitAll(g)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7424", trust.Directory, trust.Ork)

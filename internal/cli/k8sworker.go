@@ -183,17 +183,19 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
-			g, ctx := errgroup.WithContext(cmd.Context())
 			var logs joblog.Sink = joblog.Discard
 			reg := metrics.NewRegistry()
+			serveMetrics, err := cfg.listenMetrics(reg)
+			if err != nil {
+				return err
+			}
+			var fwd *joblog.Forwarder
 			if cfg.Monitor != "" {
 				n.AddAddrs(monKey, monAddrs...)
-				fwd := joblog.NewForwarder(n, monKey, 10000)
-				g.Go(func() error { return fwd.Run(ctx) })
+				fwd = joblog.NewForwarder(n, monKey, 10000)
 				reg.MustRegister(monitor.ForwarderCollector("wrk-server-k8s-nvidia", fwd))
 				logs = fwd
 			}
-			g.Go(func() error { return cfg.serveMetrics(ctx, reg) })
 			w, err := k8sworker.New(rack, restCfg, worker.NewReporterClient(n, orkKey), logs, log.With("component", "wrk-server-k8s-nvidia"))
 			if err != nil {
 				return usageErrorf("%v", err)
@@ -204,6 +206,11 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			worker.Serve(n, w)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "rack %s (%s) on %s, namespace %s\n", rack.Rack, rack.Location, restCfg.Host, rack.Namespace)
+			g, ctx := errgroup.WithContext(cmd.Context())
+			if fwd != nil {
+				g.Go(func() error { return fwd.Run(ctx) })
+			}
+			g.Go(func() error { return serveMetrics(ctx) })
 			g.Go(func() error { return w.Run(ctx) })
 			err = g.Wait()
 			if errors.Is(err, context.Canceled) {

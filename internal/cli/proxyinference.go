@@ -110,12 +110,16 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			hs := httpserve.New(mux, cfg.HTTP.toLimits(), nil)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(p.Collector()))
+			if err != nil {
+				return err
+			}
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error {
 				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 				return nil
 			})
-			g.Go(func() error { return cfg.serveMetrics(ctx, metrics.NewRegistry(p.Collector())) })
+			g.Go(func() error { return serveMetrics(ctx) })
 			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},

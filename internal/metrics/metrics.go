@@ -58,3 +58,14 @@ func (o *APIObserver) Describe(ch chan<- *prometheus.Desc) { o.duration.Describe
 
 // Collect implements prometheus.Collector.
 func (o *APIObserver) Collect(ch chan<- prometheus.Metric) { o.duration.Collect(ch) }
+
+// Sized is what DirectoryCollector reads (*fabric.Directory).
+type Sized interface{ Len() int }
+
+// DirectoryCollector is the agents' directory's size:
+// cosmicac_directory_announcements, the announcements it holds (bounded by
+// its limits; a flood shows here, docs/security.md).
+func DirectoryCollector(d Sized) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cosmicac", Subsystem: "directory", Name: "announcements",
+		Help: "Announcements the agents' directory holds."}, func() float64 { return float64(d.Len()) })
+}

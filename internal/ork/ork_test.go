@@ -41,8 +41,8 @@ func (w *quietWorker) Apply(_ context.Context, p worker.ApplyParams) error {
 	return nil
 }
 
-func (w *quietWorker) Stop(context.Context, worker.ReplicaRef) error     { return nil }
-func (w *quietWorker) Restart(context.Context, worker.ReplicaRef) error  { return nil }
+func (w *quietWorker) Stop(context.Context, worker.ReplicaRef) error    { return nil }
+func (w *quietWorker) Restart(context.Context, worker.ReplicaRef) error { return nil }
 func (w *quietWorker) Delete(ctx context.Context, p worker.DeleteParams) error {
 	w.mu.Lock()
 	gate := w.gate

@@ -384,7 +384,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	api.SetModelHealth(proxyHealth{p.Proxy})
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)
-	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector())
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
