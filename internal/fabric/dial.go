@@ -91,7 +91,11 @@ func (n *Node) conn(ctx context.Context, key PublicKey) (pc *peerConn, fresh boo
 		}
 		d = &dialCall{done: make(chan struct{})}
 		n.dialing[key] = d
-		go n.runDial(d, key, addrs)
+		n.wg.Add(1) // under n.mu, the node not closed: Close waits for it
+		go func() {
+			defer n.wg.Done()
+			n.runDial(d, key, addrs)
+		}()
 	}
 	n.mu.Unlock()
 	select {
@@ -155,7 +159,7 @@ func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerC
 	pending := 0
 	start := func(t string) {
 		pending++
-		go func() {
+		if !n.goTracked(func() {
 			var r dialResult
 			if t == TransportQUIC {
 				r.pc, r.err = n.dialQUIC(ctx, key, addr)
@@ -163,7 +167,9 @@ func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerC
 				r.pc, r.err = n.dialTCP(ctx, key, addr)
 			}
 			results <- r
-		}()
+		}) {
+			results <- dialResult{err: errors.New("node closed")}
+		}
 	}
 	next := 0
 	start(n.cfg.Transports[next])
@@ -182,7 +188,8 @@ func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerC
 		case r := <-results:
 			pending--
 			if r.err == nil {
-				// Close the losers as they come in.
+				// Close the losers as they come in (their dialling goroutines
+				// are tracked, so they come: this goroutine need not be).
 				go func(left int) {
 					for ; left > 0; left-- {
 						if l := <-results; l.err == nil {
@@ -190,15 +197,10 @@ func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerC
 						}
 					}
 				}(pending)
-				if !n.register(r.pc) {
+				if !n.register(r.pc) || !n.goTracked(func() { n.serve(r.pc) }) {
 					r.pc.c.close()
 					return nil, errors.New("node closed")
 				}
-				n.wg.Add(1)
-				go func() {
-					defer n.wg.Done()
-					n.serve(r.pc)
-				}()
 				return r.pc, nil
 			}
 			errs = append(errs, r.err)

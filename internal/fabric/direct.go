@@ -353,9 +353,13 @@ func (n *Node) takeParked(ctx context.Context, key PublicKey) *directConn {
 		}
 		pc := n.conns[key]
 		canAsk := !pp.asking && now.After(pp.failUntil) && pc != nil && pc.ctx.Err() == nil
-		if canAsk && len(pp.conns) < parkLow {
+		if canAsk && len(pp.conns) < parkLow && !n.closed {
 			pp.asking, pp.askedAt = true, now
-			go n.askPark(key)
+			n.wg.Add(1) // under n.mu, the node not closed: Close waits for it
+			go func() {
+				defer n.wg.Done()
+				n.askPark(key)
+			}()
 		}
 		wake, waiting := pp.wake, pp.asking
 		n.mu.Unlock()

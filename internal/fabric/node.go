@@ -423,6 +423,22 @@ func (n *Node) unregister(pc *peerConn) {
 	pc.c.close()
 }
 
+// goTracked runs f on a goroutine that Close waits for, unless the node is
+// closed (then f does not run and it reports false).
+func (n *Node) goTracked(f func()) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+	return true
+}
+
 // Revoke closes every connection to key. Take the key off the policy first,
 // or it may connect again.
 func (n *Node) Revoke(key PublicKey) {
