@@ -217,7 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.node, a.started = n, time.Now()
 	a.mu.Unlock()
-	a.log.Info("agent serving", "job", cfg.JobID, "key", n.PublicKey().String(), "addr", n.Addr(), "peers", len(cfg.Peers))
+	a.log.Info("agent serving", "job_id", cfg.JobID, "key", n.PublicKey().String(), "addr", n.Addr(), "peers", len(cfg.Peers))
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -266,7 +266,7 @@ func (a *Agent) setReady() {
 	a.isReady = true
 	close(a.ready)
 	a.mu.Unlock()
-	a.log.Info("agent ready", "job", a.cfg.JobID)
+	a.log.Info("agent ready", "job_id", a.cfg.JobID)
 	a.changed()
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -158,16 +157,4 @@ func RunSession(ctx context.Context, c Conn, sio SessionIO) (shellproto.ExitStat
 			return shellproto.ExitStatus{}, fmt.Errorf("shell session: unexpected frame %q from the agent", f.Type)
 		}
 	}
-}
-
-// lockedWriter serialises writes (tests share buffers between goroutines).
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

@@ -126,15 +126,16 @@ func TestSchemaOf(t *testing.T) {
 	}
 	type sample struct {
 		embedded
-		Name     string            `json:"name"`
-		Opt      string            `json:"opt,omitempty"`
-		Zero     time.Time         `json:"zero,omitzero"`
-		When     time.Time         `json:"when"`
-		Ptr      *inner            `json:"ptr,omitempty"`
-		Labels   map[string]string `json:"labels"`
-		States   []cosmic.State    `json:"states"`
-		Raw      json.RawMessage   `json:"raw,omitempty"`
-		Skip     string            `json:"-"`
+		Name   string            `json:"name"`
+		Opt    string            `json:"opt,omitempty"`
+		Zero   time.Time         `json:"zero,omitzero"`
+		When   time.Time         `json:"when"`
+		Ptr    *inner            `json:"ptr,omitempty"`
+		Labels map[string]string `json:"labels"`
+		States []cosmic.State    `json:"states"`
+		Raw    json.RawMessage   `json:"raw,omitempty"`
+		Skip   string            `json:"-"`
+		//lint:ignore U1000 the schema must leave unexported fields out
 		private  int
 		Untagged bool
 	}

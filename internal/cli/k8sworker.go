@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
@@ -166,6 +167,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			}
 			log := a.componentLogger(cfg.Verbose)
 			ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+			klog.SetSlogLogger(log) // client-go logs through klog: into the component's log too
 			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
 			if cfg.Monitor != "" {
 				dialled[trust.Monitor] = []fabric.PublicKey{monKey}

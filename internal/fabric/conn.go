@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -231,24 +230,6 @@ func yamuxConfig() *yamux.Config {
 }
 
 // ---- error classification
-
-// isConnGone reports whether err says that the whole connection is gone
-// (closed, reset, timed out) rather than one stream.
-func isConnGone(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		sr *quic.StatelessResetError
-		it *quic.IdleTimeoutError
-		ae *quic.ApplicationError
-		te *quic.TransportError
-	)
-	return errors.As(err, &sr) || errors.As(err, &it) || errors.As(err, &ae) || errors.As(err, &te) ||
-		errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, yamux.ErrConnectionReset)
-}
 
 // notProcessed reports whether err proves the peer never processed what we
 // sent on the connection: a QUIC stateless reset comes from a peer process

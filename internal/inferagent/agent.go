@@ -213,7 +213,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.st.StartedAt = time.Now()
 	a.st.Command = cmd.String()
 	a.mu.Unlock()
-	a.log.Info("inference agent serving", "job", cfg.JobID, "replica", cfg.Replica, "vmi", cfg.Placement.VMIIndex, "role", cfg.Placement.Role(), "key", n.PublicKey().String())
+	a.log.Info("inference agent serving", "job_id", cfg.JobID, "replica", cfg.Replica, "vmi_index", cfg.Placement.VMIIndex, "role", cfg.Placement.Role(), "key", n.PublicKey().String())
 
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -354,7 +354,7 @@ func (a *Agent) probeLoop(ctx context.Context, addr string) {
 			continue
 		}
 		failures++
-		a.log.Info("probe failed", "job", a.cfg.JobID, "replica", a.cfg.Replica, "err", err)
+		a.log.Info("probe failed", "job_id", a.cfg.JobID, "replica", a.cfg.Replica, "err", err)
 		if failures >= 2 || !a.Status().Ready {
 			if a.Status().Ready {
 				a.record("probe", false, "runtime failed two probes: %v", err)

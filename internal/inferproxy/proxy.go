@@ -480,7 +480,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	for _, j := range jobs {
 		got, err := p.replicas.get(r.Context(), j.JobID)
 		if err != nil && r.Context().Err() == nil {
-			p.log.Warn("look up replicas", "job", j.JobID, "err", err)
+			p.log.Warn("look up replicas", "job_id", j.JobID, "err", err)
 		}
 		rs = append(rs, got...)
 	}

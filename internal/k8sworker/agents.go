@@ -294,10 +294,8 @@ func (w *Worker) syncAgents(k replicaKey, typ cosmic.JobType, keys []string, gon
 		h.mu.Unlock()
 		return
 	}
-	var removed []fabric.PublicKey
 	for _, pk := range have {
 		if !slices.Contains(want, pk) {
-			removed = append(removed, pk)
 			delete(h.slots, pk)
 			delete(h.polled, pk)
 		}

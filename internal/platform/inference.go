@@ -88,13 +88,13 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		if len(vmis) > 1 {
 			pl.Hosts = hosts
 		}
-		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi", i)
+		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi_index", i)
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
 			Inference: *job.Spec.Inference, Identity: id, Peers: s.peers,
 			Launcher: &inferagent.SimLauncher{Config: s.runtime}, Logs: s.logs,
 			HealthPoll: 20 * time.Millisecond, ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second,
 			OnChange: func(st inferagent.Status) {
-				log.Debug("inference agent", "ready", st.Ready, "error", st.Error, "restarts", st.RuntimeRestarts)
+				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)
 			}}, log)
 		agents = append(agents, a)
 		running.Add(1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
@@ -43,6 +44,7 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 		return fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
 	}
 	ctrllog.SetLogger(logr.FromSlogHandler(p.log.Handler()))
+	klog.SetSlogLogger(p.log) // client-go logs through klog: into the component's log too
 	id, err := identity(p.cfg.DataDir, "k8s-"+rc.Rack)
 	if err != nil {
 		return err

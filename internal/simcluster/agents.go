@@ -273,7 +273,7 @@ func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
 	}
 	for _, method := range []string{MethodAgentReport, MethodInferenceReport} {
 		fabric.HandleFunc(r, method, func(_ context.Context, peer fabric.PublicKey, st report) (struct{}, error) {
-			log.Debug("agent report", "method", method, "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi", st.VMIIndex, "ready", st.Ready)
+			log.Debug("agent report", "method", method, "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi_index", st.VMIIndex, "ready", st.Ready)
 			return struct{}{}, nil
 		})
 	}
