@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README gives it: the test kube-apiserver
-# (built once from Go modules, cached outside the checkout), formatting, vet,
-# and every test with the race detector. CI (.ci/run) installs the system
+# (built once from Go modules, cached outside the checkout), formatting, a
+# tidy go.mod, vet, staticcheck (pinned, cached likewise), and every test
+# with the race detector. CI (.ci/run) installs the system
 # packages first (iproute2 for the network-namespace tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,20 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [[ -n "$unformatted" ]]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
+if ! go mod tidy -diff; then
+  echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1
+fi
 go vet ./...
+
+# staticcheck, built once from the Go module proxy at a pinned version and
+# cached outside the checkout.
+STATICCHECK_VERSION=v0.8.2
+sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
+if [[ ! -x "$sc_dir/staticcheck" ]]; then
+  log "building staticcheck $STATICCHECK_VERSION into $sc_dir"
+  GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+log "staticcheck ./..."
+"$sc_dir/staticcheck" ./...
 log "go test -race ./..."
 go test -race -count=1 -timeout 25m ./... 2>&1 | tee /tmp/cosmicac-test.log
