@@ -129,3 +129,29 @@ func TestPoliciesComeFromTheTrustGraph(t *testing.T) {
 		t.Errorf("a policy built by hand, not from internal/trust: %s", line)
 	}
 }
+
+// TestNoTestOrSimulatorInProduction: no package imports a test harness
+// (cosmictest, k8stest, trusttest, …) but another harness; the simulated
+// rack and runtime are imported only by the wiring (the binary, cli,
+// platform), the simulated runtime's launcher (inferagent/simlaunch) and
+// the harnesses: the agents, the workers and the servers carry none.
+func TestNoTestOrSimulatorInProduction(t *testing.T) {
+	const mod = "github.com/cosmicac/cosmicac/internal/"
+	harness := func(p string) bool { return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") }
+	simulator := map[string]bool{mod + "simcluster": true, mod + "simruntime": true}
+	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli": true, mod + "platform": true,
+		mod + "inferagent/simlaunch": true}
+	for _, p := range list(t) {
+		if harness(p.ImportPath) || strings.HasSuffix(p.ImportPath, "/archtest") {
+			continue
+		}
+		for _, d := range p.Deps {
+			switch {
+			case harness(d):
+				t.Errorf("%s depends on the test harness %s", p.ImportPath, d)
+			case simulator[d] && !simulator[p.ImportPath] && !mayUseSimulators[p.ImportPath]:
+				t.Errorf("%s depends on the simulator %s", p.ImportPath, d)
+			}
+		}
+	}
+}

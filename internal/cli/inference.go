@@ -19,6 +19,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -260,8 +261,8 @@ func (a *app) agentInferenceCommand() *cobra.Command {
 			if listen != "" {
 				cfg.Listen = listen
 			}
-			if simulated {
-				cfg.Launcher = &inferagent.SimLauncher{Config: simruntime.Config{TTFT: 50 * time.Millisecond, InterTokenDelay: 20 * time.Millisecond}}
+			if simulated || cfg.Simulated {
+				cfg.Launcher = &simlaunch.Launcher{Config: simruntime.Config{TTFT: 50 * time.Millisecond, InterTokenDelay: 20 * time.Millisecond}}
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()

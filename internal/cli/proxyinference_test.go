@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -131,7 +132,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	ag := inferagent.New(inferagent.Config{JobID: j.ID, Team: j.Team, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: *spec.Inference, Identity: agentID,
 		Peers:      []inferagent.Peer{peer(agent.RoleDirectory, dir), peer(agent.RoleProxy, prox["fabric"])},
-		Launcher:   &inferagent.SimLauncher{Config: simruntime.Config{TTFT: time.Millisecond}},
+		Launcher:   &simlaunch.Launcher{Config: simruntime.Config{TTFT: time.Millisecond}},
 		HealthPoll: 20 * time.Millisecond, ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second}, nil)
 	actx, acancel := context.WithCancel(ctx)
 	adone := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
@@ -93,7 +94,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 	// the test clears the fault (weights "loading").
 	rt := platform.SimRuntime
 	rt.Faults.Unhealthy = true
-	launcher := &inferagent.SimLauncher{Config: rt}
+	launcher := &simlaunch.Launcher{Config: rt}
 	acfg.Launcher = launcher
 	a := inferagent.New(acfg, nil)
 	actx, acancel := context.WithCancel(ctx)

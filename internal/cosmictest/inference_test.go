@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
 // openAI is the official OpenAI SDK pointed at the platform's
@@ -140,7 +141,7 @@ func TestInferenceOpenAI(t *testing.T) {
 	}
 
 	tr, err := a.Audio.Transcriptions.New(e.Ctx, openai.AudioTranscriptionNewParams{Model: "asr",
-		File: openai.File(bytes.NewReader(simruntime.WAV(2, 16000)), "hello.wav", "audio/wav")})
+		File: openai.File(bytes.NewReader(wav.Tone(2, 16000)), "hello.wav", "audio/wav")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
-	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/version"
+	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
 // Fabric methods of the inference agent.
@@ -382,7 +382,7 @@ func (a *Agent) healthy(ctx context.Context, base string) bool {
 }
 
 // probeWAV is the audio of the parakeet probe: half a second.
-var probeWAV = simruntime.WAV(0.5, 16000)
+var probeWAV = wav.Tone(0.5, 16000)
 
 // probe asks the runtime for real work: a one-token completion (vLLM), a
 // short transcription (parakeet).

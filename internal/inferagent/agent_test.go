@@ -1,4 +1,4 @@
-package inferagent
+package inferagent_test
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
@@ -34,7 +36,7 @@ func node(t *testing.T, name string, listen string, policy fabric.Policy) *fabri
 
 // TestAgentServesOverFabric: a dial-only agent with the simulated runtime
 // announces itself ready, with its meta, and answers HTTP/1.1 (SSE
-// included) over MethodHTTP streams that the proxy side dials.
+// included) over inferagent.MethodHTTP streams that the proxy side dials.
 func TestAgentServesOverFabric(t *testing.T) {
 	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
 	dir := node(t, "ork", "127.0.0.1:0", anyone)
@@ -44,13 +46,14 @@ func TestAgentServesOverFabric(t *testing.T) {
 	wrk := node(t, "worker", "127.0.0.1:0", anyone)
 	id, _ := fabric.GenerateIdentity()
 	logs := joblog.NewRing(1000)
-	a := New(Config{JobID: "job1", Team: "t", Replica: 1, Placement: Placement{VMICount: 1, GPUs: 1},
+	sim := &simlaunch.Launcher{Config: simruntime.Config{InterTokenDelay: time.Millisecond}}
+	a := inferagent.New(inferagent.Config{JobID: "job1", Team: "t", Replica: 1, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", ServedModelName: "qwen"},
 		Identity:  id, Logs: logs, HealthPoll: 10 * time.Millisecond,
-		Launcher: &SimLauncher{Config: simruntime.Config{InterTokenDelay: time.Millisecond}},
+		Launcher: sim,
 
-		Peers: []Peer{{Role: RoleDirectory, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
-			{Role: RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}},
+		Peers: []inferagent.Peer{{Role: inferagent.RoleDirectory, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
+			{Role: inferagent.RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}},
 			{Role: agent.RoleWorker, Key: wrk.PublicKey(), Addrs: []string{wrk.Addr()}}}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -63,10 +66,10 @@ func TestAgentServesOverFabric(t *testing.T) {
 	}
 	var peers []fabric.PeerInfo
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		peers, _ = proxy.Lookup(ctx, Topic("job1"), dir.PublicKey())
-		var m Meta
+		peers, _ = proxy.Lookup(ctx, inferagent.Topic("job1"), dir.PublicKey())
+		var m inferagent.Meta
 		if len(peers) == 1 && json.Unmarshal(peers[0].Meta, &m) == nil && m.Ready {
-			if m.Model != "qwen" || m.Replica != 1 || m.Role != RoleHead {
+			if m.Model != "qwen" || m.Replica != 1 || m.Role != inferagent.RoleHead {
 				t.Fatalf("meta %+v", m)
 			}
 			break
@@ -78,7 +81,7 @@ func TestAgentServesOverFabric(t *testing.T) {
 	}
 	key := peers[0].Key
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return DialStream(ctx, proxy, key)
+		return inferagent.DialStream(ctx, proxy, key)
 	}}}
 	for i := range 3 { // keep-alive: the same stream serves several requests
 		resp, err := hc.Post("http://agent/v1/chat/completions", "application/json",
@@ -115,15 +118,15 @@ func TestAgentServesOverFabric(t *testing.T) {
 		t.Fatalf("records: %+v", logs.Job("job1"))
 	}
 	// Its worker reads its status; the proxy may not (internal/trust).
-	st, err := GetStatus(ctx, wrk, key)
+	st, err := inferagent.GetStatus(ctx, wrk, key)
 	if err != nil || !st.Ready || !strings.HasPrefix(st.Command, "vllm serve Qwen/Qwen3-8B") {
 		t.Fatalf("status %+v %v", st, err)
 	}
-	if _, err := GetStatus(ctx, proxy, key); fabric.ErrorCode(err) != fabric.CodeForbidden {
+	if _, err := inferagent.GetStatus(ctx, proxy, key); fabric.ErrorCode(err) != fabric.CodeForbidden {
 		t.Fatalf("the proxy read the status: %v, want forbidden", err)
 	}
 	// The runtime dies: the agent reports not ready, restarts it, and is ready again.
-	a.cfg.Launcher.(*SimLauncher).Runtime().Close()
+	sim.Runtime().Close()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		st := a.Status()
 		if st.RuntimeRestarts == 1 && st.Ready {

@@ -53,6 +53,10 @@ type Config struct {
 	Env []string
 	// Launcher starts the runtime (default ExecLauncher).
 	Launcher Launcher
+	// Simulated says the bootstrap asked for the simulated runtime
+	// (FileConfig.Simulated): the wiring then sets a Launcher of
+	// internal/inferagent/simlaunch (this package carries no simulator).
+	Simulated bool
 	// Logs receives the runtime's output (application records) and the
 	// agent's own steps (system records). Default: discard.
 	Logs joblog.Sink
@@ -129,9 +133,7 @@ func (fc FileConfig) Parse() (Config, error) {
 		errs = append(errs, err)
 	}
 	cfg.Identity, cfg.Peers, cfg.Env = boot.Identity, boot.Peers, boot.Env
-	if fc.Simulated {
-		cfg.Launcher = &SimLauncher{}
-	}
+	cfg.Simulated = fc.Simulated
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("agent config: %w", err)
 	}

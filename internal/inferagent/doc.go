@@ -3,8 +3,8 @@
 // runtime's command line from the spec and the placement (BuildCommand:
 // `vllm serve …` with tensor parallelism over the node's GPUs and pipeline
 // parallelism over the replica's nodes, or the parakeet server), starts it
-// (Launcher: a child process, or simruntime in-process on the simulated
-// rack), turns its stdout/stderr into application log records, and reports
+// (Launcher: a child process; the simulated rack's in-process simulator is
+// internal/inferagent/simlaunch's, so the agent carries none), turns its stdout/stderr into application log records, and reports
 // the replica ready only after a real probe (a one-token completion, a short
 // transcription) passes.
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -36,7 +37,7 @@ type harness struct {
 
 type agentHandle struct {
 	a      *inferagent.Agent
-	sim    *inferagent.SimLauncher
+	sim    *simlaunch.Launcher
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -137,7 +138,7 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 			if vmis > 1 {
 				cfg.Placement.Hosts = hosts
 			}
-			sl := &inferagent.SimLauncher{Config: sim}
+			sl := &simlaunch.Launcher{Config: sim}
 			cfg.Launcher = sl
 			cfg.Peers = []inferagent.Peer{
 				{Role: inferagent.RoleDirectory, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},

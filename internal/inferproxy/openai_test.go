@@ -19,6 +19,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
 func sdk(h *harness, key string) openai.Client {
@@ -96,7 +97,7 @@ func TestOpenAISDK(t *testing.T) {
 		t.Fatalf("models %v", names)
 	}
 
-	wav := simruntime.WAV(2, 16000)
+	wav := wav.Tone(2, 16000)
 	tr, err := a.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{Model: cosmic.ParakeetModel,
 		File: openai.File(bytes.NewReader(wav), "hello.wav", "audio/wav")})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -91,7 +92,7 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi_index", i)
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
 			Inference: *job.Spec.Inference, Identity: id, Peers: s.peers,
-			Launcher: &inferagent.SimLauncher{Config: s.runtime}, Logs: s.logs,
+			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: s.logs,
 			HealthPoll: 20 * time.Millisecond, ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second,
 			OnChange: func(st inferagent.Status) {
 				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"github.com/cosmicac/cosmicac/internal/wav"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -97,7 +98,7 @@ func TestTranscription(t *testing.T) {
 	mw := multipart.NewWriter(&body)
 	mw.WriteField("model", "nvidia/parakeet-tdt-0.6b-v3")
 	fw, _ := mw.CreateFormFile("file", "a.wav")
-	fw.Write(WAV(1.5, 16000))
+	fw.Write(wav.Tone(1.5, 16000))
 	mw.Close()
 	resp, err := http.Post(srv.URL+"/v1/audio/transcriptions", mw.FormDataContentType(), &body)
 	if err != nil {

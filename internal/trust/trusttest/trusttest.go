@@ -35,6 +35,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -178,7 +179,7 @@ func Setup(ctx context.Context, t *testing.T, d Deployment) *Fixture {
 	la := inferagent.New(inferagent.Config{JobID: f.L.ID, Team: f.L.Team, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: *f.L.Spec.Inference, Identity: f.agentIDs[f.L.ID], Listen: "127.0.0.1:0",
 		Peers:    []agent.Peer{peer(agent.RoleDirectory, trust.Directory), peer(agent.RoleProxy, trust.Proxy), wp, mon},
-		Launcher: &inferagent.SimLauncher{Config: simruntime.Config{TTFT: time.Millisecond}}, HealthPoll: 20 * time.Millisecond,
+		Launcher: &simlaunch.Launcher{Config: simruntime.Config{TTFT: time.Millisecond}}, HealthPoll: 20 * time.Millisecond,
 		ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second}, nil)
 	wg.Go(func() { ka.Run(actx) })
 	wg.Go(func() { la.Run(actx) })
