@@ -150,29 +150,6 @@ func (w *Worker) deleteAllOf(ctx context.Context, obj client.Object, sel client.
 	return err
 }
 
-// checkApply refuses a malformed request as the simulated rack does.
-func (w *Worker) checkApply(p worker.ApplyParams) error {
-	if p.Job.ID == "" {
-		return fabric.Errorf(fabric.CodeBadRequest, "apply: job has no ID")
-	}
-	seen := map[int]bool{}
-	for _, r := range p.Reservations {
-		switch {
-		case r.JobID != p.Job.ID:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is for job %q", p.Job.ID, r.Replica, r.JobID)
-		case r.Rack != w.cfg.Rack:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is on rack %q, this is %q", p.Job.ID, r.Replica, r.Rack, w.cfg.Rack)
-		case r.Replica < 0:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica index %d", p.Job.ID, r.Replica)
-		case seen[r.Replica]:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica %d reserved twice", p.Job.ID, r.Replica)
-		case r.Count() == 0:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d holds no GPUs", p.Job.ID, r.Replica)
-		}
-		seen[r.Replica] = true
-	}
-	return nil
-}
 
 // Apply implements worker.Worker. It builds each reserved replica's graph
 // (BuildReplica), server-side applies the job's root, makes it the owner of
@@ -186,7 +163,7 @@ func (w *Worker) checkApply(p worker.ApplyParams) error {
 // cannot build; conflict for a live replica given another reservation, or
 // one being deleted; unavailable when the apiserver cannot be reached.
 func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
-	if err := w.checkApply(p); err != nil {
+	if err := worker.CheckApply(p, w.cfg.Rack); err != nil {
 		return err
 	}
 	if len(p.Reservations) == 0 {

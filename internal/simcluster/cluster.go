@@ -214,24 +214,8 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 // reservation, no GPUs); conflict for a live replica given a different
 // reservation, or one being deleted.
 func (c *Cluster) Apply(ctx context.Context, p worker.ApplyParams) error {
-	if p.Job.ID == "" {
-		return fabric.Errorf(fabric.CodeBadRequest, "apply: job has no ID")
-	}
-	seen := map[int]bool{}
-	for _, r := range p.Reservations {
-		switch {
-		case r.JobID != p.Job.ID:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is for job %q", p.Job.ID, r.Replica, r.JobID)
-		case r.Rack != c.cfg.Rack:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is on rack %q, this is %q", p.Job.ID, r.Replica, r.Rack, c.cfg.Rack)
-		case r.Replica < 0:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica index %d", p.Job.ID, r.Replica)
-		case seen[r.Replica]:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica %d reserved twice", p.Job.ID, r.Replica)
-		case r.Count() == 0:
-			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d holds no GPUs", p.Job.ID, r.Replica)
-		}
-		seen[r.Replica] = true
+	if err := worker.CheckApply(p, c.cfg.Rack); err != nil {
+		return err
 	}
 
 	c.mu.Lock()

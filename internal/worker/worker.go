@@ -258,3 +258,30 @@ func ServeReporter(r fabric.Registrar, rcv ReportReceiver) {
 		return struct{}{}, rcv.ReceiveReport(ctx, peer, p)
 	})
 }
+
+// CheckApply checks what every rack worker's Apply must refuse, as
+// bad_request: a job without an ID, a reservation of another job or of
+// another rack than rack, a negative or twice-reserved replica, a
+// reservation holding no GPU.
+func CheckApply(p ApplyParams, rack string) error {
+	if p.Job.ID == "" {
+		return fabric.Errorf(fabric.CodeBadRequest, "apply: job has no ID")
+	}
+	seen := map[int]bool{}
+	for _, r := range p.Reservations {
+		switch {
+		case r.JobID != p.Job.ID:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is for job %q", p.Job.ID, r.Replica, r.JobID)
+		case r.Rack != rack:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d is on rack %q, this is %q", p.Job.ID, r.Replica, r.Rack, rack)
+		case r.Replica < 0:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica index %d", p.Job.ID, r.Replica)
+		case seen[r.Replica]:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: replica %d reserved twice", p.Job.ID, r.Replica)
+		case r.Count() == 0:
+			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: reservation of replica %d holds no GPUs", p.Job.ID, r.Replica)
+		}
+		seen[r.Replica] = true
+	}
+	return nil
+}
