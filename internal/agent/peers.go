@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -83,7 +84,7 @@ type ConnectHooks struct {
 // ReconnectInterval (a VM's network comes up, a new key is admitted, a
 // moment after the agent starts).
 func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey, log *slog.Logger, hooks ConnectHooks) {
-	retry := min(200*time.Millisecond, ReconnectInterval)
+	retry := backoff.Backoff{Min: min(200*time.Millisecond, ReconnectInterval), Max: ReconnectInterval}
 	t := time.NewTimer(ReconnectInterval)
 	defer t.Stop()
 	for {
@@ -115,9 +116,9 @@ func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey
 		}
 		next := ReconnectInterval
 		if missed.Load() {
-			next, retry = retry, min(retry*2, ReconnectInterval)
+			next = retry.Next()
 		} else {
-			retry = min(200*time.Millisecond, ReconnectInterval)
+			retry.Reset()
 		}
 		t.Reset(next)
 		select {

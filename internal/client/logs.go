@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
@@ -85,7 +86,7 @@ func (c *Client) JobLogs(ctx context.Context, id string, o LogOptions, fn func(L
 	}
 	last, resumed := o.After, o.After > 0
 	tries := 0
-	backoff := 250 * time.Millisecond
+	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		q := url.Values{}
 		if o.Follow {
@@ -144,7 +145,8 @@ func (c *Client) JobLogs(ctx context.Context, id string, o LogOptions, fn func(L
 				return ctx.Err()
 			}
 			if progressed {
-				tries, backoff = 0, 250*time.Millisecond
+				tries = 0
+				retry.Reset()
 			}
 		}
 		// The stream dropped or we were cut off: resume after last.
@@ -156,14 +158,9 @@ func (c *Client) JobLogs(ctx context.Context, id string, o LogOptions, fn func(L
 		if err := fn(LogEvent{Type: LogResumeEvent, Message: fmt.Sprintf("reconnecting after record %d", last)}); err != nil {
 			return err
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Wait(ctx) {
 			return ctx.Err()
-		case <-t.C:
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -250,7 +251,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // supervise starts the runtime, probes it, and restarts it when it exits.
 func (a *Agent) supervise(ctx context.Context) {
-	backoff := a.cfg.RestartBackoff
+	restart := backoff.Backoff{Min: a.cfg.RestartBackoff, Max: max(30*time.Second, a.cfg.RestartBackoff)}
 	for ctx.Err() == nil {
 		started := time.Now()
 		stdout := &lineWriter{emit: a.appLine("stdout")}
@@ -303,14 +304,11 @@ func (a *Agent) supervise(ctx context.Context) {
 			})
 		}
 		if time.Since(started) > time.Minute {
-			backoff = a.cfg.RestartBackoff
+			restart.Reset() // it ran a while: not a crash loop
 		}
-		select {
-		case <-ctx.Done():
+		if !restart.Wait(ctx) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 
@@ -439,7 +437,7 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 		return
 	}
 	every := a.cfg.AnnounceTTL / 3
-	retry := min(500*time.Millisecond, every)
+	retry := backoff.Backoff{Min: min(500*time.Millisecond, every), Max: every}
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -458,9 +456,9 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 			// A directory that has not admitted a new key yet admits it a
 			// moment later: try again soon.
 			a.log.Warn("announce failed", "err", err)
-			next, retry = retry, min(retry*2, every)
+			next = retry.Next()
 		} else {
-			retry = min(500*time.Millisecond, every)
+			retry.Reset()
 		}
 		if !t.Stop() {
 			select {

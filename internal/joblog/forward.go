@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
@@ -136,23 +137,18 @@ func (f *Forwarder) Stats() ForwarderStats {
 // Run sends buffered records until ctx ends, then tries once more, for at
 // most CallTimeout, to send what is left.
 func (f *Forwarder) Run(ctx context.Context) error {
-	backoff := f.MinBackoff
+	retry := backoff.Backoff{Min: f.MinBackoff, Max: f.MaxBackoff}
 	for {
 		sent, err := f.sendOnce(ctx)
 		switch {
 		case err != nil:
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !retry.Wait(ctx) {
 				f.drainOnce()
 				return nil
-			case <-t.C:
 			}
-			backoff = min(backoff*2, f.MaxBackoff)
 			continue
 		case sent > 0:
-			backoff = f.MinBackoff
+			retry.Reset()
 			continue // more may be waiting
 		}
 		select {

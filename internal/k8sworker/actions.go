@@ -150,7 +150,6 @@ func (w *Worker) deleteAllOf(ctx context.Context, obj client.Object, sel client.
 	return err
 }
 
-
 // Apply implements worker.Worker. It builds each reserved replica's graph
 // (BuildReplica), server-side applies the job's root, makes it the owner of
 // everything else, then applies the Secrets, DataVolumes and Services

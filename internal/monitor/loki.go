@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/golang/snappy"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
@@ -304,7 +304,7 @@ func (m *Monitor) forward(ctx context.Context) {
 		es, next, err := m.spool.read(cfg.BatchRecords, cfg.BatchBytes)
 		if err != nil {
 			m.log.Error("read loki spool", "err", err)
-			sleepCtx(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 			continue
 		}
 		if len(es) == 0 {
@@ -317,7 +317,7 @@ func (m *Monitor) forward(ctx context.Context) {
 		}
 		if len(es) < cfg.BatchRecords && cfg.BatchWait > 0 {
 			// Linger for a fuller batch, then read again from the cursor.
-			if !sleepCtx(ctx, cfg.BatchWait) {
+			if !backoff.Sleep(ctx, cfg.BatchWait) {
 				return
 			}
 			if es, next, err = m.spool.read(cfg.BatchRecords, cfg.BatchBytes); err != nil {
@@ -349,7 +349,7 @@ func (m *Monitor) pushRetrying(ctx context.Context, batch []Entry) bool {
 		m.met.lokiDropped.Add(float64(len(batch)))
 		return true
 	}
-	backoff := cfg.MinBackoff
+	retry := backoff.Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff, Jitter: true}
 	for {
 		start := time.Now()
 		err := m.loki.push(ctx, body)
@@ -374,26 +374,14 @@ func (m *Monitor) pushRetrying(ctx context.Context, batch []Entry) bool {
 			m.met.lokiDropped.Add(float64(len(batch)))
 			return true
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := retry.Next()
 		if pe != nil && pe.retryAfter > wait {
 			wait = min(pe.retryAfter, 5*time.Minute)
 		}
 		m.log.Warn("push to loki failed; retrying", "err", err, "wait", wait)
-		if !sleepCtx(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return false
 		}
-		backoff = min(backoff*2, cfg.MaxBackoff)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

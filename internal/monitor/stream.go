@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
@@ -386,7 +387,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 func (m *Monitor) waitPushed(ctx context.Context, seq uint64, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for m.pushed.Load() < seq {
-		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+		if time.Now().After(deadline) || !backoff.Sleep(ctx, 10*time.Millisecond) {
 			return false
 		}
 	}

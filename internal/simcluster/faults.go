@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -246,7 +247,7 @@ func (c *Cluster) outageLoop(ctx context.Context) {
 		c.mu.Unlock()
 		c.log.Info("worker unreachable", "until", until)
 		if link != nil {
-			if !sleep(ctx, c.ackGrace) {
+			if !backoff.Sleep(ctx, c.ackGrace) {
 				return
 			}
 			if err := link.Down(); err != nil {
@@ -260,18 +261,19 @@ func (c *Cluster) outageLoop(ctx context.Context) {
 			if d <= 0 {
 				break
 			}
-			if !sleep(ctx, d) {
+			if !backoff.Sleep(ctx, d) {
 				return
 			}
 		}
 		if link != nil {
-			for backoff := c.retryMin; ; backoff = min(2*backoff, c.retryMax) {
+			for retry := (backoff.Backoff{Min: c.retryMin, Max: c.retryMax}); ; {
 				err := link.Up()
 				if err == nil {
 					break
 				}
-				c.log.Warn("bring link up", "err", err, "retry_in", backoff)
-				if !sleep(ctx, backoff) {
+				wait := retry.Next()
+				c.log.Warn("bring link up", "err", err, "retry_in", wait)
+				if !backoff.Sleep(ctx, wait) {
 					return
 				}
 			}
@@ -286,17 +288,5 @@ func (c *Cluster) outageLoop(ctx context.Context) {
 		c.markAll()
 		c.mu.Unlock()
 		c.log.Info("worker reachable again")
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

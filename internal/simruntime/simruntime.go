@@ -1,7 +1,6 @@
 package simruntime
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
@@ -291,7 +291,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (Faults, bool) {
 	}
 	status, f := s.inject()
 	if f.ExtraLatency > 0 {
-		if !sleep(r.Context(), f.ExtraLatency) {
+		if !backoff.Sleep(r.Context(), f.ExtraLatency) {
 			return f, false
 		}
 	}
@@ -301,20 +301,6 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (Faults, bool) {
 		return f, false
 	}
 	return f, true
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // ---- text generation
@@ -496,13 +482,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, req genRequest
 		s.stream(w, r, req, faults, id, chunkObject, chat, n, finish, token, u, start)
 		return
 	}
-	if !sleep(r.Context(), s.cfg.TTFT) {
+	if !backoff.Sleep(r.Context(), s.cfg.TTFT) {
 		return
 	}
 	s.observeTTFT(start)
 	var text strings.Builder
 	for i := 0; i < n; i++ {
-		if i > 0 && !sleep(r.Context(), s.cfg.InterTokenDelay) {
+		if i > 0 && !backoff.Sleep(r.Context(), s.cfg.InterTokenDelay) {
 			return
 		}
 		text.WriteString(token(i))
@@ -593,7 +579,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 		cc.Index = 0
 		return &chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{cc}}
 	}
-	if !sleep(r.Context(), s.cfg.TTFT) {
+	if !backoff.Sleep(r.Context(), s.cfg.TTFT) {
 		return
 	}
 	s.observeTTFT(start)
@@ -604,7 +590,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 		}
 	}
 	for i := 0; i < n; i++ {
-		if i > 0 && !sleep(r.Context(), s.cfg.InterTokenDelay) {
+		if i > 0 && !backoff.Sleep(r.Context(), s.cfg.InterTokenDelay) {
 			return
 		}
 		if faults.AbortAfterTokens > 0 && i >= faults.AbortAfterTokens {
@@ -730,7 +716,7 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "could not decode the audio: "+err.Error())
 		return
 	}
-	if !sleep(r.Context(), s.cfg.TTFT) {
+	if !backoff.Sleep(r.Context(), s.cfg.TTFT) {
 		return
 	}
 	h := fnv.New64a()

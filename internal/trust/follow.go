@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -58,8 +59,8 @@ type PeerSource interface {
 // Follow keeps the keyring's bound keys what the ork lists until ctx ends:
 // it long-polls src and applies every answer, so a key bound or unbound on
 // the ork is admitted or revoked here within one round trip. Failures are
-// logged once and retried every second; the last answer stays in force
-// meanwhile.
+// logged once and retried from 250 ms doubling up to 5 s; the last answer
+// stays in force meanwhile.
 func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -68,6 +69,7 @@ func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) 
 	k.src = src
 	k.mu.Unlock()
 	failing := false
+	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		k.mu.RLock()
 		p := WatchPeersParams{Epoch: k.epoch, Since: k.version, WaitMillis: int(MaxWatchWait / time.Millisecond)}
@@ -84,10 +86,7 @@ func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) 
 				log.Warn("the ork's bound keys could not be read; keeping the last ones", "err", err)
 				failing = true
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			retry.Wait(ctx)
 			continue
 		case err != nil:
 			return
@@ -95,6 +94,7 @@ func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) 
 			log.Info("the ork's bound keys are read again")
 			failing = false
 		}
+		retry.Reset()
 		k.apply(peers)
 	}
 }

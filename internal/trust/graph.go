@@ -14,7 +14,8 @@
 // workers may call confine them further to their own job or rack
 // (Method.Confined says how); CallerOf gives a handler its caller.
 //
-// Any package may import trust; it imports the fabric and the domain only.
+// Any package may import trust; it imports the fabric, the domain and
+// internal/backoff only.
 package trust
 
 import (

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -128,10 +129,7 @@ func (q *ReportQueue) Deliver(ctx context.Context, d Delivery) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	backoff := retryMin
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	defer t.Stop()
+	retry := backoff.Backoff{Min: retryMin, Max: retryMax}
 	for {
 		select {
 		case <-ctx.Done():
@@ -151,20 +149,17 @@ func (q *ReportQueue) Deliver(ctx context.Context, d Delivery) {
 					d.Delivered(rep)
 				}
 				q.delivered(sent)
-				backoff = retryMin
+				retry.Reset()
 				continue
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("report failed", "err", err, "retry_in", backoff)
-			t.Reset(backoff)
-			select {
-			case <-ctx.Done():
+			wait := retry.Next()
+			log.Warn("report failed", "err", err, "retry_in", wait)
+			if !backoff.Sleep(ctx, wait) {
 				return
-			case <-t.C:
 			}
-			backoff = min(2*backoff, retryMax)
 		}
 	}
 }
