@@ -34,21 +34,48 @@ type JobList struct {
 }
 
 // Error codes of ErrorBody.Code. Programs match them; messages are for
-// people and may change.
+// people and may change. The domain's kinds (cosmic.Codes) are among them,
+// as the same strings; StatusOf is each code's HTTP status.
 const (
-	CodeInvalid          = "invalid"            // 400: the input is invalid; details: []FieldError
+	CodeInvalid          = cosmic.CodeInvalid   // 400: the input is invalid; details: []FieldError
 	CodeBadRequest       = "bad_request"        // 400: the request cannot be read
 	CodeUnauthorized     = "unauthorized"       // 401: no token, or an unknown or expired one
-	CodeForbidden        = "forbidden"          // 403: the user's role does not allow it
-	CodeNotFound         = "not_found"          // 404: no such object (or not visible to the user)
+	CodeForbidden        = cosmic.CodeForbidden // 403: the user's role does not allow it
+	CodeNotFound         = cosmic.CodeNotFound  // 404: no such object (or not visible to the user)
 	CodeMethodNotAllowed = "method_not_allowed" // 405
-	CodeConflict         = "conflict"           // 409: contradicts the object's current state
+	CodeRequestTimeout   = "request_timeout"    // 408: the request's body did not arrive in time
+	CodeConflict         = cosmic.CodeConflict  // 409: contradicts the object's current state
 	CodeTooLarge         = "too_large"          // 413: the body exceeds the size limit
 	CodeInternal         = "internal"           // 500: a bug or an unexpected failure; see the server log
 	CodeNotImplemented   = "not_implemented"    // 501: not available yet
 	CodeUnavailable      = "unavailable"        // 503: a component behind the API cannot be reached
 	CodeTimeout          = "deadline_exceeded"  // 504: a component behind the API did not answer in time
 )
+
+// statuses is every code's HTTP status.
+var statuses = map[string]int{
+	CodeInvalid: 400, CodeBadRequest: 400, CodeUnauthorized: 401, CodeForbidden: 403, CodeNotFound: 404,
+	CodeMethodNotAllowed: 405, CodeRequestTimeout: 408, CodeConflict: 409, CodeTooLarge: 413, CodeInternal: 500,
+	CodeNotImplemented: 501, CodeUnavailable: 503, CodeTimeout: 504,
+}
+
+// Codes lists every error code.
+func Codes() []string {
+	out := make([]string, 0, len(statuses))
+	for c := range statuses {
+		out = append(out, c)
+	}
+	return out
+}
+
+// StatusOf is the HTTP status of an error code (500 for a code it does not
+// know).
+func StatusOf(code string) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return 500
+}
 
 // ErrorResponse is the body of every non-2xx answer.
 type ErrorResponse struct {

@@ -62,15 +62,10 @@ func toHTTP(err error) (status int, body apiv1.ErrorBody, internal bool) {
 		ie := invalid(fes...)
 		return ie.status, ie.body, false
 	}
+	if code := cosmic.CodeOf(err); code != "" {
+		return apiv1.StatusOf(code), apiv1.ErrorBody{Code: code, Message: err.Error()}, false
+	}
 	switch {
-	case errors.Is(err, cosmic.ErrInvalid):
-		return http.StatusBadRequest, apiv1.ErrorBody{Code: apiv1.CodeInvalid, Message: err.Error()}, false
-	case errors.Is(err, cosmic.ErrNotFound):
-		return http.StatusNotFound, apiv1.ErrorBody{Code: apiv1.CodeNotFound, Message: err.Error()}, false
-	case errors.Is(err, cosmic.ErrConflict), errors.Is(err, cosmic.ErrIllegalTransition):
-		return http.StatusConflict, apiv1.ErrorBody{Code: apiv1.CodeConflict, Message: err.Error()}, false
-	case errors.Is(err, cosmic.ErrForbidden):
-		return http.StatusForbidden, apiv1.ErrorBody{Code: apiv1.CodeForbidden, Message: err.Error()}, false
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout, Message: "the request timed out"}, true
 	case errors.Is(err, context.Canceled):
@@ -79,22 +74,19 @@ func toHTTP(err error) (status int, body apiv1.ErrorBody, internal bool) {
 	return http.StatusInternalServerError, apiv1.ErrorBody{Code: apiv1.CodeInternal, Message: "internal error; see the app-node's log"}, true
 }
 
+// fabricToHTTP answers an error from the ork: a domain code (and bad
+// request) as it is, with its status; the fabric's failures to reach the
+// ork as unavailable or timed out.
 func fabricToHTTP(fe *fabric.Error) (int, apiv1.ErrorBody, bool) {
 	switch fe.Code {
-	case fabric.CodeNotFound:
-		return http.StatusNotFound, apiv1.ErrorBody{Code: apiv1.CodeNotFound, Message: fe.Message}, false
 	case orkapi.CodeInvalid:
 		b := apiv1.ErrorBody{Code: apiv1.CodeInvalid, Message: fe.Message}
 		if json.Valid(fe.Details) {
 			b.Details = fe.Details // []orkapi.FieldError: the same shape as apiv1.FieldError
 		}
 		return http.StatusBadRequest, b, false
-	case fabric.CodeBadRequest:
-		return http.StatusBadRequest, apiv1.ErrorBody{Code: apiv1.CodeBadRequest, Message: fe.Message}, false
-	case orkapi.CodeConflict:
-		return http.StatusConflict, apiv1.ErrorBody{Code: apiv1.CodeConflict, Message: fe.Message}, false
-	case fabric.CodeForbidden:
-		return http.StatusForbidden, apiv1.ErrorBody{Code: apiv1.CodeForbidden, Message: fe.Message}, false
+	case cosmic.CodeNotFound, cosmic.CodeConflict, cosmic.CodeForbidden, fabric.CodeBadRequest:
+		return apiv1.StatusOf(fe.Code), apiv1.ErrorBody{Code: fe.Code, Message: fe.Message}, false
 	case fabric.CodeUnavailable, fabric.CodeRefused:
 		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the ork cannot be reached; try again"}, true
 	case fabric.CodeDeadlineExceeded:

@@ -37,7 +37,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 			return nil, err
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) { // the server's body limit
-			return nil, errorf(http.StatusRequestTimeout, apiv1.CodeBadRequest, "the request body did not arrive in time")
+			return nil, errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive in time")
 		}
 		return nil, badRequest("read body: %v", err)
 	}

@@ -5,16 +5,48 @@ import (
 	"fmt"
 )
 
-// Sentinel errors. Components wrap them with %w; the HTTP layer maps them to
-// statuses with errors.Is (ErrNotFound 404, ErrConflict 409, ErrInvalid 400,
-// ErrIllegalTransition 409, ErrForbidden 403).
-var (
-	ErrNotFound          = errors.New("not found")
-	ErrConflict          = errors.New("conflict")
-	ErrInvalid           = errors.New("invalid")
-	ErrIllegalTransition = errors.New("illegal status transition")
-	ErrForbidden         = errors.New("forbidden")
+// The error vocabulary: each kind of error the domain has carries its code,
+// the one string every layer maps from (CodeOf): the fabric carries it as
+// its error code (internal/ork), the API answers it with the status
+// apiv1.StatusOf gives and the same code in its JSON error, and the CLI
+// and SDK clients match it. A new kind is a code here and a status there.
+const (
+	CodeNotFound  = "not_found" // no such object, or not visible to the caller
+	CodeInvalid   = "invalid"   // the input is invalid (FieldErrors say where)
+	CodeConflict  = "conflict"  // contradicts the object's current state
+	CodeForbidden = "forbidden" // the caller may not do it
 )
+
+// Sentinel errors, one per kind (ErrIllegalTransition is a conflict).
+// Components wrap them with %w; errors.Is and CodeOf see through.
+var (
+	ErrNotFound          error = &Kind{CodeNotFound, "not found"}
+	ErrConflict          error = &Kind{CodeConflict, "conflict"}
+	ErrInvalid           error = &Kind{CodeInvalid, "invalid"}
+	ErrIllegalTransition error = &Kind{CodeConflict, "illegal status transition"}
+	ErrForbidden         error = &Kind{CodeForbidden, "forbidden"}
+)
+
+// Kind is a sentinel error of a kind: its code and its text.
+type Kind struct {
+	Code string
+	Text string
+}
+
+func (k *Kind) Error() string { return k.Text }
+
+// CodeOf returns the code of the first kind in err's tree (a FieldError is
+// invalid), or "" when err has none.
+func CodeOf(err error) string {
+	var k *Kind
+	if errors.As(err, &k) {
+		return k.Code
+	}
+	return ""
+}
+
+// Codes lists every code, for the layers' tests.
+var Codes = []string{CodeNotFound, CodeInvalid, CodeConflict, CodeForbidden}
 
 // FieldError is one problem with one field of an input, named by its JSON
 // path (for example "resources.gpu" or "envVars[2].name").

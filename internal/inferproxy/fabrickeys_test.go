@@ -77,3 +77,13 @@ func TestFabricKeys(t *testing.T) {
 		t.Fatalf("an agent: %v, want forbidden", err)
 	}
 }
+
+// The proxy's errors take OpenAI's types from their status: one mapping.
+func TestOpenAIErrorTypes(t *testing.T) {
+	for status, want := range map[int]string{400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+		413: "invalid_request_error", 429: "requests", 500: "server_error", 502: "server_error", 503: "server_error"} {
+		if got := openAIType(status); got != want {
+			t.Errorf("%d: %q, want %q", status, got, want)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	p.mux.HandleFunc("GET "+Prefix+"/models/{model...}", p.getModel)
 	p.mux.HandleFunc("GET /inference/health", p.health)
 	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
 	})
 	p.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.metrics.observe(p.mux, w, r) })
 	return p
@@ -168,9 +168,22 @@ func (p *Proxy) Close() { p.pool.CloseIdle() }
 
 // ---- errors
 
-// writeError answers with OpenAI's error shape.
-func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code, "param": nil}})
+// openAIType is the OpenAI error type of a status, the one mapping of the
+// proxy's errors to OpenAI's shape: what a client's SDK branches on.
+func openAIType(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "requests"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// writeError answers with OpenAI's error shape: the status, its type, and
+// code, the proxy's own reason (invalid_api_key, model_not_found, …).
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": openAIType(status), "code": code, "param": nil}})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
@@ -192,7 +205,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 	if h := r.Header.Get("Authorization"); secret == "" && h != "" {
 		scheme, s, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "the Authorization header must be Bearer KEY")
+			writeError(w, http.StatusUnauthorized, "invalid_api_key", "the Authorization header must be Bearer KEY")
 			return caller{}, false
 		}
 		secret = strings.TrimSpace(s)
@@ -202,17 +215,17 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 		return caller{limit: "addr:" + host}, true
 	}
 	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "incorrect API key provided")
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
 		return caller{}, false
 	}
 	k, ok, err := p.keys.lookup(r.Context(), secret)
 	if err != nil {
 		p.log.Error("look up API key", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "auth_unavailable", "API keys cannot be checked now; retry")
+		writeError(w, http.StatusServiceUnavailable, "auth_unavailable", "API keys cannot be checked now; retry")
 		return caller{}, false
 	}
 	if !ok {
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "incorrect API key provided")
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
 		return caller{}, false
 	}
 	return caller{team: k.Team, limit: "key:" + k.ID}, true
@@ -242,7 +255,7 @@ func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller,
 	ms, err := p.catalog.Models(r.Context())
 	if err != nil {
 		p.log.Error("list models", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "catalog_unavailable", "the model list cannot be read now; retry")
+		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
 		return nil, c, false
 	}
 	return visible(ms, c.team), c, true
@@ -273,7 +286,7 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, toObject(jobs[0]))
 		return
 	}
-	writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", r.PathValue("model")))
+	writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", r.PathValue("model")))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -371,7 +384,7 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		Model string `json:"model"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "the body is not valid JSON: "+err.Error())
+		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
 		return
 	}
 	p.forward(w, r, c, head.Model, body)
@@ -388,7 +401,7 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 	}
 	model, err := multipartField(r.Header.Get("Content-Type"), body, "model")
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_multipart", err.Error())
+		writeError(w, http.StatusBadRequest, "invalid_multipart", err.Error())
 		return
 	}
 	p.forward(w, r, c, model, body)
@@ -396,20 +409,20 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
 		return nil, false
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
 		return nil, false
 	case errors.Is(err, os.ErrDeadlineExceeded): // the server's body limit
-		writeError(w, http.StatusRequestTimeout, "invalid_request_error", "request_timeout", "the request body did not arrive in time")
+		writeError(w, http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time")
 		return nil, false
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "bad_body", "read the request body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "bad_body", "read the request body: "+err.Error())
 		return nil, false
 	}
 	return b, true
@@ -438,27 +451,27 @@ func multipartField(contentType string, body []byte, name string) (string, error
 // another when one fails before any byte reached the client.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte) {
 	if model == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "model_required", "the request names no model")
+		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
 		return
 	}
 	ms, err := p.catalog.Models(r.Context())
 	if err != nil {
 		p.log.Error("list models", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "catalog_unavailable", "the model list cannot be read now; retry")
+		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
 		return
 	}
 	jobs := resolve(ms, c.team, model)
 	if len(jobs) == 0 {
 		if c.team == "" {
 			// Without a key, an unknown model and another team's look alike.
-			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", errNoKey)
+			writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey)
 			return
 		}
-		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
+		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
 		return
 	}
 	if jobs[0].Runtime == cosmic.RuntimeParakeet && !strings.HasSuffix(r.URL.Path, "/audio/transcriptions") {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
+		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
 		return
 	}
 	setModel(w, model)
@@ -471,7 +484,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		if why == "rpm" {
 			msg = "rate limit reached: too many requests per minute for this key"
 		}
-		writeError(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", msg)
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg)
 		return
 	}
 	defer p.limits.release(c.limit)
@@ -510,10 +523,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	}
 	w.Header().Set("Retry-After", "1")
 	if len(tried) == 0 {
-		writeError(w, http.StatusServiceUnavailable, "server_error", "no_ready_replica", fmt.Sprintf("no replica of the model `%s` is ready; retry", model))
+		writeError(w, http.StatusServiceUnavailable, "no_ready_replica", fmt.Sprintf("no replica of the model `%s` is ready; retry", model))
 		return
 	}
-	writeError(w, http.StatusBadGateway, "server_error", "replica_failed", fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr))
+	writeError(w, http.StatusBadGateway, "replica_failed", fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr))
 }
 
 // try sends the request to one replica. It reports done when the answer

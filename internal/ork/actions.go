@@ -80,15 +80,8 @@ func wireError(err error) error {
 		}
 		return fabric.Errorf(orkapi.CodeInvalid, "%v", err).WithDetails(details)
 	}
-	switch {
-	case errors.Is(err, cosmic.ErrNotFound):
-		return fabric.Errorf(fabric.CodeNotFound, "%v", err)
-	case errors.Is(err, cosmic.ErrInvalid):
-		return fabric.Errorf(orkapi.CodeInvalid, "%v", err)
-	case errors.Is(err, cosmic.ErrConflict), errors.Is(err, cosmic.ErrIllegalTransition):
-		return fabric.Errorf(orkapi.CodeConflict, "%v", err)
-	case errors.Is(err, cosmic.ErrForbidden):
-		return fabric.Errorf(fabric.CodeForbidden, "%v", err)
+	if code := cosmic.CodeOf(err); code != "" {
+		return fabric.Errorf(code, "%v", err) // the domain's code is the wire's
 	}
 	return err
 }

@@ -33,15 +33,16 @@ const (
 	MethodWatchPeers = "watchPeers"
 )
 
-// Error codes beyond the fabric's own (fabric.CodeNotFound, CodeBadRequest,
-// CodeForbidden are used as they are).
+// Error codes beyond the fabric's own: the domain's (cosmic.CodeOf), which
+// the ork answers as they are (fabric.CodeNotFound and CodeForbidden are
+// the same strings).
 const (
 	// CodeInvalid: the spec or params are invalid; Details holds
 	// []FieldError.
-	CodeInvalid = "invalid"
+	CodeInvalid = cosmic.CodeInvalid
 	// CodeConflict: the request contradicts the current state (an illegal
 	// transition, a duplicate ID).
-	CodeConflict = "conflict"
+	CodeConflict = cosmic.CodeConflict
 )
 
 // FieldError is one invalid field, in an invalid error's details.
