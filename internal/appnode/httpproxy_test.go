@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
@@ -59,9 +58,10 @@ func (f *tcpShells) DialTCP(ctx context.Context, j cosmic.Job, replica, port int
 }
 
 // echoServer answers what it received as JSON; /events streams two
-// server-sent events with a pause; an Upgrade: echo request is switched
+// server-sent events, the second once secondEvent is closed (the first
+// must reach the client before it); an Upgrade: echo request is switched
 // and echoes bytes.
-func echoServer(t *testing.T) *httptest.Server {
+func echoServer(t *testing.T, secondEvent <-chan struct{}) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Header.Get("Upgrade") == "echo":
@@ -78,7 +78,11 @@ func echoServer(t *testing.T) *httptest.Server {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: one\n\n")
 			http.NewResponseController(w).Flush()
-			time.Sleep(300 * time.Millisecond)
+			select {
+			case <-secondEvent:
+			case <-r.Context().Done():
+				return
+			}
 			fmt.Fprint(w, "data: two\n\n")
 		default:
 			body, _ := io.ReadAll(r.Body)
@@ -121,7 +125,8 @@ const httpSpec = `{"type":"gpu-container","name":"web","location":"us","image":"
 
 func TestJobHTTP(t *testing.T) {
 	e := appnodetest.NewEnv(t)
-	srv := echoServer(t)
+	secondEvent := make(chan struct{})
+	srv := echoServer(t, secondEvent)
 	j := create(t, e, e.AdminToken, httpSpec)
 	base := apiv1.Prefix + "/jobs/" + j.ID + "/http"
 
@@ -209,10 +214,17 @@ func TestJobHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
-	if err != nil || line != "data: one\n" || time.Since(start) > 250*time.Millisecond {
-		t.Fatalf("first event %q after %v (err %v): want it before the second", line, time.Since(start), err)
+	// The job's server holds its second event until the first is read:
+	// a relay that buffered would never deliver the first.
+	events := bufio.NewReader(resp.Body)
+	line, err := events.ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("first event %q (err %v): want it before the second is sent", line, err)
+	}
+	close(secondEvent)
+	events.ReadString('\n')
+	if line, _ := events.ReadString('\n'); line != "data: two\n" {
+		t.Fatalf("second event %q", line)
 	}
 	resp.Body.Close()
 
@@ -276,7 +288,7 @@ func TestJobHTTP(t *testing.T) {
 
 func TestJobHTTPUnsecure(t *testing.T) {
 	e := appnodetest.NewEnv(t)
-	srv := echoServer(t)
+	srv := echoServer(t, nil)
 	e.App.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
 	j := runningJob(t, e, e.AdminToken, strings.Replace(httpSpec, `"defaultHttpPort"`, `"unsecureHttp":true,"defaultHttpPort"`, 1))
 	base := apiv1.Prefix + "/jobs/" + j.ID + "/http"

@@ -3,8 +3,10 @@ package monitor_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -52,8 +54,8 @@ func TestLokiRetries429And500(t *testing.T) {
 			cfg := lokiConfig(t, lk, t.TempDir())
 			cfg.Loki.Format, cfg.Loki.TenantID = format, "tenant-1"
 			cfg.Loki.Username, cfg.Loki.Password = "u", "p"
-			e := start(t, cfg, false)
-			t0 := time.Now()
+			waits := &retryWaits{}
+			e := startLogged(t, cfg, false, slog.New(waits))
 			ok := true
 			r := rec(0)
 			r.Source, r.Step, r.OK = joblog.SourceSystem, "import_disk", &ok
@@ -62,8 +64,8 @@ func TestLokiRetries429And500(t *testing.T) {
 			}
 			appendN(t, e.m, 1, 100, 10)
 			es := waitLoki(t, lk, 100)
-			if el := time.Since(t0); el < time.Second {
-				t.Errorf("all in Loki after %v: the 429's Retry-After: 1 was not honoured", el)
+			if w := waits.get(); len(w) != 3 || w[0] != time.Second {
+				t.Errorf("the monitor waited %v before its retries; want 3, the first the 429's Retry-After: 1s", w)
 			}
 			if _, failed, _ := lk.Stats(); failed != 3 {
 				t.Errorf("faults answered: %d, want 3", failed)
@@ -217,4 +219,36 @@ func TestHistoryAndLiveMeetWithoutGapOrDuplicate(t *testing.T) {
 	if all[0].Team != "ml" || all[0].Stream != "stdout" || all[0].Time.IsZero() {
 		t.Errorf("a record read back from Loki: %+v", all[0])
 	}
+}
+
+// retryWaits is a slog.Handler that keeps the wait of each "push to loki
+// failed; retrying" record: what the monitor decided to wait, not how long
+// the test took.
+type retryWaits struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (h *retryWaits) Enabled(context.Context, slog.Level) bool { return true }
+func (h *retryWaits) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *retryWaits) WithGroup(string) slog.Handler            { return h }
+func (h *retryWaits) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "push to loki failed; retrying" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "wait" {
+			h.mu.Lock()
+			h.waits = append(h.waits, a.Value.Duration())
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (h *retryWaits) get() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.waits)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,13 @@ type env struct {
 // blocks the server's writes soon.
 func start(t testing.TB, cfg monitor.Config, small bool) *env {
 	t.Helper()
-	m, err := monitor.New(cfg, nil)
+	return startLogged(t, cfg, small, nil)
+}
+
+// startLogged is start with the monitor logging to log.
+func startLogged(t testing.TB, cfg monitor.Config, small bool, log *slog.Logger) *env {
+	t.Helper()
+	m, err := monitor.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
