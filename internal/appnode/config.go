@@ -6,24 +6,25 @@ import (
 	"net"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 )
 
 // Config is the app-node's configuration.
 type Config struct {
 	// Listen is the HTTP listen address (host:port).
-	Listen string `yaml:"listen"`
+	Listen string `json:"listen"`
 	// DataDir holds admin.token, written at bootstrap.
-	DataDir string `yaml:"dataDir"`
+	DataDir string `json:"dataDir"`
 	// MaxBody is the largest request body accepted, in bytes (413 beyond).
-	MaxBody int64 `yaml:"maxBody"`
+	MaxBody int64 `json:"maxBody"`
 	// OrkTimeout bounds each call to the ork.
-	OrkTimeout time.Duration `yaml:"orkTimeout"`
+	OrkTimeout config.Duration `json:"orkTimeout"`
 	// ShutdownGrace is how long Run waits for requests in flight at shutdown.
-	ShutdownGrace time.Duration `yaml:"shutdownGrace"`
+	ShutdownGrace config.Duration `json:"shutdownGrace"`
 	// HTTP bounds Serve's clients (zero fields: httpserve.DefaultLimits).
 	// Config files set it in the component's http section, not here.
-	HTTP httpserve.Limits `json:"-" yaml:"-"`
+	HTTP httpserve.Limits `json:"-"`
 }
 
 // Defaults of DefaultConfig.
@@ -38,8 +39,8 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:        DefaultListen,
 		MaxBody:       DefaultMaxBody,
-		OrkTimeout:    30 * time.Second,
-		ShutdownGrace: 10 * time.Second,
+		OrkTimeout:    config.Duration(30 * time.Second),
+		ShutdownGrace: config.Duration(10 * time.Second),
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 
 // orkCtx bounds one call to the ork.
 func (s *Server) orkCtx(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), s.cfg.OrkTimeout)
+	return context.WithTimeout(r.Context(), s.cfg.OrkTimeout.D())
 }
 
 // readBody reads the request body, at most cfg.MaxBody bytes.

@@ -14,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/httpserve/httpservetest"
@@ -44,7 +45,7 @@ func (s *slowShells) DialShell(_ context.Context, _ cosmic.Job, _ int, _ shellpr
 // a shell that lasts longer than every limit is not cut.
 func TestServeLimits(t *testing.T) {
 	e := appnodetest.NewEnv(t) // its accounts and ork, served by Serve below
-	lim := httpserve.Limits{Body: time.Second, Write: time.Second, Idle: time.Second}
+	lim := httpserve.Limits{Body: config.Duration(time.Second), Write: config.Duration(time.Second), Idle: config.Duration(time.Second)}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir, cfg.HTTP = t.TempDir(), lim
 	s, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.DiscardHandler))
@@ -63,11 +64,11 @@ func TestServeLimits(t *testing.T) {
 	addr := ln.Addr().String()
 
 	auth := http.Header{"Authorization": {"Bearer " + e.AdminToken}}
-	if code := httpservetest.SlowBody(t, addr, "POST", "/api/v1/jobs", auth, lim.Body); code != http.StatusRequestTimeout {
+	if code := httpservetest.SlowBody(t, addr, "POST", "/api/v1/jobs", auth, lim.Body.D()); code != http.StatusRequestTimeout {
 		t.Errorf("a job spec sent a byte every %v: answered %d, want 408", httpservetest.ByteEvery, code)
 	}
-	httpservetest.SlowBody(t, addr, "POST", "/api/v1/jobs", nil, lim.Body) // 401, the body unread
-	httpservetest.Idle(t, addr, "/api/v1/healthz", nil, lim.Idle)
+	httpservetest.SlowBody(t, addr, "POST", "/api/v1/jobs", nil, lim.Body.D()) // 401, the body unread
+	httpservetest.Idle(t, addr, "/api/v1/healthz", nil, lim.Idle.D())
 
 	j := create(t, e, e.AdminToken, containerSpec)
 	for _, st := range []cosmic.State{cosmic.StatePending, cosmic.StateRunning} {

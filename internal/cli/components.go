@@ -54,12 +54,20 @@ type componentFlags struct {
 	// MetricsListen serves /metrics (Prometheus) when set.
 	MetricsListen string `json:"metricsListen,omitempty"`
 	// HTTP bounds the clients of the component's HTTP servers.
-	HTTP httpSection `json:"http"`
+	HTTP httpserve.Limits `json:"http"`
 
 	role    trust.Role   // the component's role in the trust graph (bindTrust)
 	dialled []trust.Role // the configured peers it takes as KEY@HOST:PORT flags
 
 	lock *datadir.Lock // the data dir's, taken by lockDataDir
+}
+
+// validateFile checks what only a config file sets: the http limits.
+func (c *componentFlags) validateFile() error {
+	if err := c.HTTP.Validate(); err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
 }
 
 // bind adds the flags every component has; role is its place in the trust
@@ -88,7 +96,7 @@ func (c *componentFlags) listenMetrics(reg *prometheus.Registry) (serve func(con
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(reg))
-	hs := httpserve.New(mux, c.HTTP.toLimits(), nil)
+	hs := httpserve.New(mux, c.HTTP, nil)
 	return func(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() { hs.Close() })
 		defer stop()
@@ -158,6 +166,11 @@ func loadConfigFile(cmd *cobra.Command, path string, cfg any) error {
 	if err := yaml.UnmarshalStrict(b, cfg); err != nil {
 		return usageErrorf("--config %s: %v", path, err)
 	}
+	if v, ok := cfg.(interface{ validateFile() error }); ok {
+		if err := v.validateFile(); err != nil {
+			return usageErrorf("--config %s: %v", path, err)
+		}
+	}
 	for _, g := range keep {
 		if g.slice != nil {
 			g.f.Value.(pflag.SliceValue).Replace(g.slice)
@@ -192,11 +205,11 @@ func (a *app) printNode(n *fabric.Node) {
 type orkFileConfig struct {
 	componentFlags `json:",inline"`
 	Database       string     `json:"database,omitempty"`
-	Ork            orkSection `json:"ork"`
+	Ork            ork.Config `json:"ork"`
 }
 
 func (a *app) wrkOrkCommand() *cobra.Command {
-	cfg := orkFileConfig{Ork: orkSectionOf(ork.DefaultConfig())}
+	cfg := orkFileConfig{Ork: ork.DefaultConfig()}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-ork",
@@ -227,7 +240,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			o, err := ork.New(cfg.Ork.toConfig(), st, ork.FabricDialer(n), log.With("component", "wrk-ork"))
+			o, err := ork.New(cfg.Ork, st, ork.FabricDialer(n), log.With("component", "wrk-ork"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
@@ -261,14 +274,14 @@ type appNodeFileConfig struct {
 	componentFlags `json:",inline"`
 	Ork            string         `json:"ork"`
 	Database       string         `json:"database,omitempty"`
-	API            appNodeSection `json:"api"`
+	API            appnode.Config `json:"api"`
 	// Directories are the agents' directories (wrk-directory), where the
 	// app-node looks up the jobs' agents for shells.
 	Directories []string `json:"directories,omitempty"`
 }
 
 func (a *app) appNodeCommand() *cobra.Command {
-	cfg := appNodeFileConfig{API: appNodeSectionOf(appnode.DefaultConfig())}
+	cfg := appNodeFileConfig{API: appnode.DefaultConfig()}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "app-node",
@@ -319,8 +332,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			defer st.Close()
 			cfg.API.DataDir = cfg.DataDir
-			apiCfg := cfg.API.toConfig()
-			apiCfg.HTTP = cfg.HTTP.toLimits()
+			apiCfg := cfg.API
+			apiCfg.HTTP = cfg.HTTP
 			ctx := cmd.Context()
 			tokenFile, created, err := appnode.Bootstrap(ctx, st, cfg.DataDir)
 			if err != nil {
@@ -381,13 +394,13 @@ func (a *app) appNodeCommand() *cobra.Command {
 
 type simFileConfig struct {
 	componentFlags `json:",inline"`
-	Ork            string     `json:"ork"`
-	Monitor        string     `json:"monitor,omitempty"`
-	Rack           simSection `json:"rack"`
+	Ork            string            `json:"ork"`
+	Monitor        string            `json:"monitor,omitempty"`
+	Rack           simcluster.Config `json:"rack"`
 }
 
 func (a *app) wrkServerSimCommand() *cobra.Command {
-	cfg := simFileConfig{Rack: simSectionOf(simcluster.DefaultConfig())}
+	cfg := simFileConfig{Rack: simcluster.DefaultConfig()}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-server-sim",
@@ -400,7 +413,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
 				return err
 			}
-			rack := cfg.Rack.toConfig()
+			rack := cfg.Rack
 			if err := rack.Validate(); err != nil {
 				return usageErrorf("%v", err)
 			}
@@ -502,11 +515,11 @@ type monitorFileConfig struct {
 	Ork        string         `json:"ork"`
 	HTTPListen string         `json:"httpListen"`
 	AppNodeURL string         `json:"appNodeURL"`
-	Monitor    monitorSection `json:"monitor"`
+	Monitor    monitor.Config `json:"monitor"`
 }
 
 func (a *app) wrkMonitorCommand() *cobra.Command {
-	cfg := monitorFileConfig{HTTPListen: "0.0.0.0:8082", Monitor: monitorSectionOf(monitor.DefaultConfig(""))}
+	cfg := monitorFileConfig{HTTPListen: "0.0.0.0:8082", Monitor: monitor.DefaultConfig("")}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-monitor",
@@ -540,7 +553,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
-			mcfg := cfg.Monitor.toConfig()
+			mcfg := cfg.Monitor
 			if mcfg.DataDir == "" {
 				mcfg.DataDir = filepath.Join(cfg.DataDir, "spool")
 			}
@@ -555,7 +568,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 				return fmt.Errorf("listen: %w", err)
 			}
 			// The logs only: the metrics are on --metrics-listen.
-			hs := httpserve.New(m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)), cfg.HTTP.toLimits(), nil)
+			hs := httpserve.New(m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)), cfg.HTTP, nil)
 			hs.RegisterOnShutdown(m.CloseStreams)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "monitor http://%s/monitor/v1\n", ln.Addr())

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,47 +8,62 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 )
 
-// TestFileConfigsWriteDurationsAsStrings: no time.Duration of a component's
-// config is left visible in its --config file (where it would be read as
-// nanoseconds). Every time.Duration field, shadowed or not, is set to a
-// sentinel: it must not show up in the file form.
-func TestFileConfigsWriteDurationsAsStrings(t *testing.T) {
-	const sentinel = 7777777777 * time.Nanosecond
-	for _, cfg := range []any{
-		&orkFileConfig{Ork: orkSectionOf(ork.DefaultConfig())},
-		&appNodeFileConfig{API: appNodeSectionOf(appnode.DefaultConfig())},
-		&simFileConfig{Rack: simSectionOf(simcluster.DefaultConfig())},
-		&monitorFileConfig{Monitor: monitorSectionOf(monitor.DefaultConfig(""))},
-		&directoryFileConfig{},
-		&proxyInferenceFileConfig{},
-		&k8sFileConfig{},
+// TestComponentFilesRoundTrip: every component's --config file, written
+// from its defaults, reads back as the same config (one struct per
+// component: file, flags and code), and writes no duration as a number
+// (which would be nanoseconds): a time.Duration left in a config fails it.
+func TestComponentFilesRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		cfg, fresh any
+	}{
+		{&orkFileConfig{Ork: ork.DefaultConfig()}, &orkFileConfig{}},
+		{&appNodeFileConfig{API: appnode.DefaultConfig()}, &appNodeFileConfig{}},
+		{&simFileConfig{Rack: simcluster.DefaultConfig()}, &simFileConfig{}},
+		{&monitorFileConfig{Monitor: monitor.DefaultConfig("")}, &monitorFileConfig{}},
+		{&directoryFileConfig{}, &directoryFileConfig{}},
+		{&proxyInferenceFileConfig{Proxy: inferproxy.DefaultConfig()}, &proxyInferenceFileConfig{}},
+		{&k8sFileConfig{}, &k8sFileConfig{}},
 	} {
-		setDurations(reflect.ValueOf(cfg).Elem(), sentinel)
-		b, err := json.Marshal(cfg)
+		setDurations(reflect.ValueOf(tc.cfg).Elem(), 7777777777*time.Nanosecond)
+		b, err := yaml.Marshal(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(string(b), "7777777777") {
-			t.Errorf("%T has a time.Duration in its file form (nanoseconds): %s", cfg, b)
+			t.Errorf("%T writes a duration as nanoseconds:\n%s", tc.cfg, b)
+		}
+		if err := yaml.UnmarshalStrict(b, tc.fresh); err != nil {
+			t.Errorf("%T does not read its own file back: %v\n%s", tc.cfg, err, b)
+			continue
+		}
+		again, err := yaml.Marshal(tc.fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(b), string(again)); diff != "" {
+			t.Errorf("%T round trip (-written +read and written again):\n%s", tc.cfg, diff)
 		}
 	}
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
-
-// setDurations sets every settable time.Duration under v to d.
+// setDurations sets every settable duration under v (time.Duration or
+// config.Duration) to d.
 func setDurations(v reflect.Value, d time.Duration) {
 	switch {
-	case v.Type() == durationType:
+	case v.Kind() == reflect.Int64 && (v.Type() == reflect.TypeFor[time.Duration]() || v.Type() == reflect.TypeFor[config.Duration]()):
 		if v.CanSet() {
 			v.SetInt(int64(d))
 		}
@@ -82,29 +96,29 @@ func TestConfigFileDurations(t *testing.T) {
 		return cmd.Execute()
 	}
 
-	oc := orkFileConfig{Ork: orkSectionOf(ork.DefaultConfig())}
+	oc := orkFileConfig{Ork: ork.DefaultConfig()}
 	path := write("ork.yaml", "dataDir: /d\nork:\n  heartbeat: 30s\n  workerTimeout: 1m30s\n")
 	if err := load(path, &oc, func(c *cobra.Command) { c.Flags().Var(&oc.Ork.Heartbeat, "heartbeat", "") }); err != nil {
 		t.Fatal(err)
 	}
-	if got := oc.Ork.toConfig(); got.Heartbeat != 30*time.Second || got.WorkerTimeout != 90*time.Second {
+	if got := oc.Ork; got.Heartbeat.D() != 30*time.Second || got.WorkerTimeout.D() != 90*time.Second {
 		t.Fatalf("ork config = %+v, want heartbeat 30s, workerTimeout 1m30s", got)
 	}
 	if err := load(path, &oc, func(c *cobra.Command) { c.Flags().Var(&oc.Ork.Heartbeat, "heartbeat", "") }, "--heartbeat", "5s"); err != nil {
 		t.Fatal(err)
 	}
-	if got := oc.Ork.toConfig().Heartbeat; got != 5*time.Second {
+	if got := oc.Ork.Heartbeat.D(); got != 5*time.Second {
 		t.Fatalf("heartbeat = %v, want 5s from the flag", got)
 	}
 
-	mon := monitorFileConfig{Monitor: monitorSectionOf(monitor.DefaultConfig(""))}
+	mon := monitorFileConfig{Monitor: monitor.DefaultConfig("")}
 	path = write("monitor.yaml", "monitor:\n  jobIdle: 2h\n  loki:\n    url: http://loki:3100\n    batchWait: 250ms\n")
 	if err := load(path, &mon, func(*cobra.Command) {}); err != nil {
 		t.Fatal(err)
 	}
-	m := mon.Monitor.toConfig()
-	if m.JobIdle != 2*time.Hour || m.Loki.BatchWait != 250*time.Millisecond || m.Loki.URL != "http://loki:3100" ||
-		m.WriteTimeout != 10*time.Second || m.Loki.MaxBackoff != 30*time.Second {
+	m := mon.Monitor
+	if m.JobIdle.D() != 2*time.Hour || m.Loki.BatchWait.D() != 250*time.Millisecond || m.Loki.URL != "http://loki:3100" ||
+		m.WriteTimeout.D() != 10*time.Second || m.Loki.MaxBackoff.D() != 30*time.Second {
 		t.Fatalf("monitor config = %+v: want jobIdle 2h, loki.batchWait 250ms and the other defaults", m)
 	}
 
@@ -113,7 +127,7 @@ func TestConfigFileDurations(t *testing.T) {
 	if err := load(path, &proxy, func(*cobra.Command) {}); err != nil {
 		t.Fatal(err)
 	}
-	if p := proxy.Proxy.toConfig(); p.KeyTTL != 3*time.Second || p.MaxAttempts != 2 {
+	if p := proxy.Proxy; p.KeyTTL.D() != 3*time.Second || p.MaxAttempts != 2 {
 		t.Fatalf("proxy config = %+v, want keyTTL 3s, maxAttempts 2", p)
 	}
 
@@ -144,7 +158,7 @@ func TestHTTPSection(t *testing.T) {
 		want                httpserve.Limits
 	}{
 		{name: "set", file: "http:\n  body: 45s\n  upload: 10m\n  idle: 20s\n  maxHeaderBytes: 8192\n",
-			want: httpserve.Limits{Body: 45 * time.Second, Upload: 10 * time.Minute, Idle: 20 * time.Second, MaxHeaderBytes: 8192}},
+			want: httpserve.Limits{Body: config.Duration(45 * time.Second), Upload: config.Duration(10 * time.Minute), Idle: config.Duration(20 * time.Second), MaxHeaderBytes: 8192}},
 		{name: "absent", file: "dataDir: /d\n", want: httpserve.Limits{}},
 		{name: "negative", file: "http:\n  idle: -1s\n", wantErr: "http.idle"},
 		{name: "unknown", file: "http:\n  readTimeout: 1s\n", wantErr: "readTimeout"},
@@ -165,8 +179,8 @@ func TestHTTPSection(t *testing.T) {
 				}
 			case err != nil:
 				t.Error(err)
-			case cfg.HTTP.toLimits() != tc.want:
-				t.Errorf("limits %+v, want %+v", cfg.HTTP.toLimits(), tc.want)
+			case cfg.HTTP != tc.want:
+				t.Errorf("limits %+v, want %+v", cfg.HTTP, tc.want)
 			}
 		})
 	}

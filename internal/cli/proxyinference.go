@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
@@ -28,9 +29,9 @@ type proxyInferenceFileConfig struct {
 	// inference agents announce their replicas.
 	Directories []string `json:"directories"`
 	// AppNode answers API key lookups (inference.apiKeyByHash).
-	AppNode    string       `json:"appNode"`
-	HTTPListen string       `json:"httpListen"`
-	Proxy      proxySection `json:"proxy"`
+	AppNode    string            `json:"appNode"`
+	HTTPListen string            `json:"httpListen"`
+	Proxy      inferproxy.Config `json:"proxy"`
 }
 
 // proxyInferenceCommand is proxy-inference as its own process: the
@@ -91,11 +92,14 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
 			}
-			pcfg := cfg.Proxy.toConfig()
+			pcfg := cfg.Proxy
+			if err := pcfg.Validate(); err != nil {
+				return usageErrorf("proxy: %v", err)
+			}
 			if pcfg.KeyTTL == 0 {
 				// With FabricKeys' 1 s, a revoked key stops working within 10 s,
 				// as with `cosmicac up`.
-				pcfg.KeyTTL = 9 * time.Second
+				pcfg.KeyTTL = config.Duration(9 * time.Second)
 			}
 			p := inferproxy.New(pcfg, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
 				inferproxy.NewFabricKeys(n, appKey, time.Second), ring, log.With("component", "proxy-inference"))
@@ -107,7 +111,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			hs := httpserve.New(mux, cfg.HTTP.toLimits(), nil)
+			hs := httpserve.New(mux, cfg.HTTP, nil)
 			a.printNode(n)
 			fmt.Fprintf(a.stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(p.Collector()))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/platform"
@@ -60,9 +61,9 @@ func newEnvAt(t testing.TB, dir string, opts ...Option) *Env {
 	cfg := platform.DefaultConfig(dir)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "127.0.0.1:0"
-	cfg.Sim.Step = 5 * time.Millisecond
-	cfg.Ork.Heartbeat = 50 * time.Millisecond
-	cfg.Ork.WorkerTimeout = 2 * time.Second
+	cfg.Sim.Step = config.Duration(5 * time.Millisecond)
+	cfg.Ork.Heartbeat = config.Duration(50 * time.Millisecond)
+	cfg.Ork.WorkerTimeout = config.Duration(2 * time.Second)
 	cfg.OperatorKeys = []fabric.PublicKey{opID.PublicKey()}
 	for _, o := range opts {
 		o(&cfg)

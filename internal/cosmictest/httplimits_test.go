@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/httpserve/httpservetest"
@@ -31,11 +32,11 @@ func HTTPLimits(l httpserve.Limits) Option {
 // and not streamed but slow to begin) that last three times as long are
 // not cut.
 func TestHTTPLimits(t *testing.T) {
-	lim := httpserve.Limits{Body: time.Second, Write: time.Second, Idle: time.Second}
+	lim := httpserve.Limits{Body: config.Duration(time.Second), Write: config.Duration(time.Second), Idle: config.Duration(time.Second)}
 	const long = 3 * time.Second
 	tokens := 10 // a completion of 10 tokens, 300 ms apart
 	e := NewEnv(t, HTTPLimits(lim), func(c *platform.Config) {
-		c.Monitor.Heartbeat = 200 * time.Millisecond
+		c.Monitor.Heartbeat = config.Duration(200 * time.Millisecond)
 		c.SimRuntime = simruntime.Config{TTFT: 10 * time.Millisecond, InterTokenDelay: long / time.Duration(tokens-1)}
 	})
 	tok, err := e.P.AdminToken()
@@ -47,19 +48,19 @@ func TestHTTPLimits(t *testing.T) {
 	auth := http.Header{"Authorization": {"Bearer " + tok}}
 
 	t.Run("slow bodies are cut", func(t *testing.T) {
-		if code := httpservetest.SlowBody(t, api, "POST", "/api/v1/jobs", auth, lim.Body); code != http.StatusRequestTimeout {
+		if code := httpservetest.SlowBody(t, api, "POST", "/api/v1/jobs", auth, lim.Body.D()); code != http.StatusRequestTimeout {
 			t.Errorf("a job spec: answered %d, want 408", code)
 		}
-		if code := httpservetest.SlowBody(t, api, "POST", inferproxy.Prefix+"/chat/completions", nil, lim.Body); code != http.StatusRequestTimeout {
+		if code := httpservetest.SlowBody(t, api, "POST", inferproxy.Prefix+"/chat/completions", nil, lim.Body.D()); code != http.StatusRequestTimeout {
 			t.Errorf("a chat completion: answered %d, want 408", code)
 		}
-		httpservetest.SlowBody(t, api, "POST", "/monitor/v1/jobs/x/logs", nil, lim.Body)
-		httpservetest.SlowBody(t, met, "POST", "/metrics", nil, lim.Body)
+		httpservetest.SlowBody(t, api, "POST", "/monitor/v1/jobs/x/logs", nil, lim.Body.D())
+		httpservetest.SlowBody(t, met, "POST", "/metrics", nil, lim.Body.D())
 	})
 	t.Run("idle connections are closed", func(t *testing.T) {
-		httpservetest.Idle(t, api, "/api/v1/healthz", nil, lim.Idle)
-		httpservetest.Idle(t, api, "/inference/health", nil, lim.Idle)
-		httpservetest.Idle(t, met, "/metrics", nil, lim.Idle)
+		httpservetest.Idle(t, api, "/api/v1/healthz", nil, lim.Idle.D())
+		httpservetest.Idle(t, api, "/inference/health", nil, lim.Idle.D())
+		httpservetest.Idle(t, met, "/metrics", nil, lim.Idle.D())
 	})
 
 	box := e.Create(Container("box", 1))

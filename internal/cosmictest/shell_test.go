@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -261,7 +262,7 @@ func TestCommandFailureFailsTheJob(t *testing.T) {
 // for a replica the ork sees running: not after a kill (the agent's
 // SIGTERM is no exit of the job), not once the job is placed again.
 func TestLateCommandEndIsIgnored(t *testing.T) {
-	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = 100 * time.Millisecond })
+	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = config.Duration(100 * time.Millisecond) })
 	spec := Container("long", 1)
 	spec.Command = []string{"sleep", "600"}
 	j := e.Create(spec)

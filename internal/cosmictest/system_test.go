@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/platform"
 )
@@ -183,7 +184,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 func TestImportFailureFailsTheJob(t *testing.T) {
-	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = 20 * time.Millisecond })
+	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = config.Duration(20 * time.Millisecond) })
 	e.Fault("simFailImport", map[string]any{"jobId": "", "replica": 0}) // the next import
 	j := e.Create(Container("broken-image", 1))
 	j = e.WaitState(j.ID, cosmic.StateFailed)
@@ -224,7 +225,7 @@ func TestLostNodeFailsItsJobs(t *testing.T) {
 // as `cosmicac jobs logs` does: the system records of each setup step reach
 // wrk-monitor over the fabric, the failed import last.
 func TestJobLogsShowSetupStepsUpToAFailure(t *testing.T) {
-	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = 20 * time.Millisecond })
+	e := NewEnv(t, func(c *platform.Config) { c.Sim.Step = config.Duration(20 * time.Millisecond) })
 	e.Fault("simFailImport", map[string]any{"jobId": "", "replica": 0})
 	j := e.Create(Container("broken-image", 1))
 	e.WaitState(j.ID, cosmic.StateFailed)

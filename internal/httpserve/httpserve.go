@@ -43,6 +43,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/config"
 )
 
 // Limits bound what one client may hold of a server. A zero field takes
@@ -51,27 +53,27 @@ type Limits struct {
 	// Header bounds the time to read a request's line and headers
 	// (http.Server.ReadHeaderTimeout; for the first request, from the
 	// connection's start).
-	Header time.Duration
+	Header config.Duration `json:"header,omitempty"`
 	// Body bounds the time for a request's body to arrive, from the end of
 	// its headers. A client too slow is answered what the handler answers
 	// to a failed read (the API: 408) and its connection is closed; a
 	// handler that reads no body has the server discard it, within the
 	// same limit.
-	Body time.Duration
+	Body config.Duration `json:"body,omitempty"`
 	// Upload is Body for the routes mounted with Upload (audio to
 	// transcribe).
-	Upload time.Duration
+	Upload config.Duration `json:"upload,omitempty"`
 	// Write bounds writing an answer, from its first byte (not the
 	// handler's work before it: a model's answer may take minutes to
 	// begin). For a stream (Stream) it bounds each write: a client that
 	// stops reading is dropped, a long stream is not.
-	Write time.Duration
+	Write config.Duration `json:"write,omitempty"`
 	// Idle bounds the time a keep-alive connection may wait for its next
 	// request (http.Server.IdleTimeout).
-	Idle time.Duration
+	Idle config.Duration `json:"idle,omitempty"`
 	// MaxHeaderBytes bounds a request's line and headers
 	// (http.Server.MaxHeaderBytes).
-	MaxHeaderBytes int
+	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
 }
 
 // DefaultLimits are the limits of every server unless its config says
@@ -97,11 +99,11 @@ type Limits struct {
 //     default (1 MiB).
 func DefaultLimits() Limits {
 	return Limits{
-		Header:         10 * time.Second,
-		Body:           30 * time.Second,
-		Upload:         5 * time.Minute,
-		Write:          60 * time.Second,
-		Idle:           30 * time.Second,
+		Header:         config.Duration(10 * time.Second),
+		Body:           config.Duration(30 * time.Second),
+		Upload:         config.Duration(5 * time.Minute),
+		Write:          config.Duration(60 * time.Second),
+		Idle:           config.Duration(30 * time.Second),
 		MaxHeaderBytes: 64 << 10,
 	}
 }
@@ -112,7 +114,7 @@ func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"header", l.Header}, {"body", l.Body}, {"upload", l.Upload}, {"write", l.Write}, {"idle", l.Idle}} {
+	}{{"header", l.Header.D()}, {"body", l.Body.D()}, {"upload", l.Upload.D()}, {"write", l.Write.D()}, {"idle", l.Idle.D()}} {
 		if f.d < 0 {
 			errs = append(errs, fmt.Errorf("http.%s %v: must not be negative", f.name, f.d))
 		}
@@ -126,7 +128,7 @@ func (l Limits) Validate() error {
 // WithDefaults is l with each zero field set to DefaultLimits' value.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits()
-	for _, f := range []struct{ v, def *time.Duration }{
+	for _, f := range []struct{ v, def *config.Duration }{
 		{&l.Header, &d.Header}, {&l.Body, &d.Body}, {&l.Upload, &d.Upload}, {&l.Write, &d.Write}, {&l.Idle, &d.Idle},
 	} {
 		if *f.v == 0 {
@@ -149,8 +151,8 @@ func New(h http.Handler, l Limits, log *slog.Logger) *http.Server {
 	l = l.WithDefaults()
 	s := &http.Server{
 		Handler:           Limit(l, h),
-		ReadHeaderTimeout: l.Header,
-		IdleTimeout:       l.Idle,
+		ReadHeaderTimeout: l.Header.D(),
+		IdleTimeout:       l.Idle.D(),
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 	}
 	if log != nil {
@@ -172,7 +174,7 @@ func Limit(l Limits, h http.Handler) http.Handler {
 		// already: a read deadline now would end it, and the request.
 		if r.Body != nil && r.Body != http.NoBody {
 			lw.body = &body{ReadCloser: r.Body, rc: lw.rc}
-			_ = lw.rc.SetReadDeadline(lw.start.Add(l.Body))
+			_ = lw.rc.SetReadDeadline(lw.start.Add(l.Body.D()))
 			r = r.WithContext(r.Context())
 			r.Body = lw.body
 		}
@@ -191,7 +193,7 @@ func Upload(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Nothing has read the body yet: the route's handler is the reader.
 		if lw := find(w); lw != nil && lw.body != nil && !lw.body.done.Load() {
-			_ = lw.rc.SetReadDeadline(lw.start.Add(lw.lim.Upload))
+			_ = lw.rc.SetReadDeadline(lw.start.Add(lw.lim.Upload.D()))
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -209,7 +211,7 @@ func Stream(w http.ResponseWriter) http.ResponseWriter {
 		d = lw.lim.Write
 		lw.armed = true // the stream keeps the deadline from now on
 	}
-	return &stream{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
+	return &stream{ResponseWriter: w, rc: http.NewResponseController(w), d: d.D()}
 }
 
 // find returns Limit's writer under w, through the Unwrap of the writers
@@ -244,7 +246,7 @@ type writer struct {
 func (w *writer) arm() {
 	if !w.armed {
 		w.armed = true
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.lim.Write))
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.lim.Write.D()))
 	}
 }
 

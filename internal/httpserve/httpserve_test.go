@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/httpserve/httpservetest"
 )
@@ -33,7 +34,7 @@ func serve(t *testing.T, h http.Handler, l httpserve.Limits) string {
 }
 
 // small are limits far below what the tests' clients take.
-var small = httpserve.Limits{Body: time.Second, Write: time.Second, Idle: time.Second}
+var small = httpserve.Limits{Body: config.Duration(time.Second), Write: config.Duration(time.Second), Idle: config.Duration(time.Second)}
 
 func TestSlowBodyIsCut(t *testing.T) {
 	t.Parallel()
@@ -51,19 +52,19 @@ func TestSlowBodyIsCut(t *testing.T) {
 	mux.HandleFunc("/unread", func(w http.ResponseWriter, r *http.Request) {})
 	addr := serve(t, mux, small)
 
-	if code := httpservetest.SlowBody(t, addr, "POST", "/read", nil, small.Body); code != http.StatusRequestTimeout {
+	if code := httpservetest.SlowBody(t, addr, "POST", "/read", nil, small.Body.D()); code != http.StatusRequestTimeout {
 		t.Errorf("a handler that reads the body answered %d, want 408", code)
 	}
 	if err := <-readErr; !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("the handler's read: %v, want the deadline's error", err)
 	}
-	httpservetest.SlowBody(t, addr, "POST", "/unread", nil, small.Body)
+	httpservetest.SlowBody(t, addr, "POST", "/unread", nil, small.Body.D())
 }
 
 func TestIdleConnectionIsClosed(t *testing.T) {
 	t.Parallel()
 	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), small)
-	httpservetest.Idle(t, addr, "/", nil, small.Idle)
+	httpservetest.Idle(t, addr, "/", nil, small.Idle.D())
 }
 
 // TestLongAnswersOutliveTheLimits: answers that take three times every
@@ -147,7 +148,7 @@ func readBody(r *http.Request) {
 
 func TestUploadRoutesTakeTheUploadLimit(t *testing.T) {
 	t.Parallel()
-	l := httpserve.Limits{Body: 300 * time.Millisecond, Upload: time.Minute}
+	l := httpserve.Limits{Body: config.Duration(300 * time.Millisecond), Upload: config.Duration(time.Minute)}
 	read := func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.ReadAll(r.Body); err != nil {
 			http.Error(w, err.Error(), http.StatusRequestTimeout)
@@ -223,8 +224,8 @@ func TestWriteDeadlineDropsAClientThatStopsReading(t *testing.T) {
 				if !errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Errorf("the handler's write: %v, want the deadline's error", err)
 				}
-			case <-time.After(small.Write + httpservetest.Slack):
-				t.Errorf("the handler still writes to a client that reads nothing, %v after its first write", small.Write+httpservetest.Slack)
+			case <-time.After(small.Write.D() + httpservetest.Slack):
+				t.Errorf("the handler still writes to a client that reads nothing, %v after its first write", small.Write.D()+httpservetest.Slack)
 			}
 		})
 	}
@@ -256,7 +257,7 @@ func TestHijackedConnectionsKeepNoDeadline(t *testing.T) {
 				}
 				go func() {
 					defer conn.Close()
-					time.Sleep(3 * small.Write)
+					time.Sleep((3 * small.Write).D())
 					line, err := brw.ReadString('\n')
 					if err == nil {
 						_, err = io.WriteString(conn, "echo "+line)
@@ -290,14 +291,14 @@ func TestLimitsDefaultsAndValidate(t *testing.T) {
 	if diff := cmp.Diff(httpserve.DefaultLimits(), httpserve.Limits{}.WithDefaults()); diff != "" {
 		t.Errorf("zero limits with defaults (-want +got):\n%s", diff)
 	}
-	l := httpserve.Limits{Body: time.Second}.WithDefaults()
-	if l.Body != time.Second || l.Idle != httpserve.DefaultLimits().Idle {
+	l := httpserve.Limits{Body: config.Duration(time.Second)}.WithDefaults()
+	if l.Body.D() != time.Second || l.Idle != httpserve.DefaultLimits().Idle {
 		t.Errorf("a set field is kept, the others defaulted: %+v", l)
 	}
 	if err := httpserve.DefaultLimits().Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
-	err := httpserve.Limits{Body: -1, Idle: -time.Second, MaxHeaderBytes: -1}.Validate()
+	err := httpserve.Limits{Body: -1, Idle: config.Duration(-time.Second), MaxHeaderBytes: -1}.Validate()
 	for _, want := range []string{"http.body", "http.idle", "http.maxHeaderBytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want it to name %s", err, want)

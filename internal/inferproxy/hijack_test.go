@@ -9,6 +9,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -22,7 +23,7 @@ import (
 // ready head (one bound to another job, one bound as job-qwen's worker VMI
 // 1); all 20 requests go to the real replica.
 func TestRoutesOnlyToBoundHeads(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 50 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(50 * time.Millisecond)})
 	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
 	h.waitReady("job-qwen", 1)
 	var captured atomic.Int64

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/wav"
@@ -47,7 +48,7 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 // transcription of a WAV file, and the errors (wrong key, another team's
 // model, unknown model), each in OpenAI's error shape.
 func TestOpenAISDK(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, KeyTTL: 100 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), KeyTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{})
 	h.addJob("job-asr", "team-a", cosmic.ParakeetModel, cosmic.RuntimeParakeet, 1, 1, true, simruntime.Config{})
 	h.addJob("job-b", "team-b", "b-model", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
@@ -149,7 +150,7 @@ func TestOpenAISDK(t *testing.T) {
 // TestRequireAuthOff: a model whose job turns authorization off is reached
 // without a key and by any team's key.
 func TestRequireAuthOff(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-open", "team-a", "open", cosmic.RuntimeVLLM, 1, 1, false, simruntime.Config{})
 	h.waitReady("job-open", 1)
 	for _, key := range []string{"", h.keys["team-b"]} {
@@ -165,7 +166,7 @@ func TestRequireAuthOff(t *testing.T) {
 // TestLimits: per-key concurrency and requests per minute answer 429 with
 // Retry-After; an oversized body 413; all in OpenAI's shape.
 func TestLimits(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, MaxConcurrentPerKey: 2, RequestsPerMinute: 5, MaxBodyBytes: 1024})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), MaxConcurrentPerKey: 2, RequestsPerMinute: 5, MaxBodyBytes: 1024})
 	h.addJob("job-q", "team-a", "q", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{TTFT: 300 * time.Millisecond})
 	h.waitReady("job-q", 1)
 	post := func(body string) *http.Response {
@@ -228,7 +229,7 @@ func TestLimits(t *testing.T) {
 // for their first token, replica 0 dies; every request that had not begun
 // streaming completes on replica 1.
 func TestReplicaKilledDuringStreaming(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond, MaxConcurrentPerKey: 100})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), MaxConcurrentPerKey: 100})
 	h.addJob("job-k", "team-a", "k", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{TTFT: 400 * time.Millisecond, InterTokenDelay: 5 * time.Millisecond})
 	h.waitReady("job-k", 2)
 	const n = 20
@@ -290,7 +291,7 @@ func TestReplicaKilledDuringStreaming(t *testing.T) {
 // TestMultiNodeReplica: a 2-node vLLM replica's agents elect VMI 0 as head;
 // only the head is routed to, and the replica serves one endpoint.
 func TestMultiNodeReplica(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-mn", "team-a", "big", cosmic.RuntimeVLLM, 1, 2, true, simruntime.Config{})
 	h.waitReady("job-mn", 1)
 	for _, a := range h.agents["job-mn"] {
@@ -329,7 +330,7 @@ func TestMultiNodeReplica(t *testing.T) {
 // the proxy's connections to them are ones they parked: each a TCP+TLS
 // connection of its own, not a stream of a multiplexed one.
 func TestAgentConnectionsAreDirect(t *testing.T) {
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{})
 	h.waitReady("job-qwen", 2)
 	a := sdk(h, h.keys["team-a"])
@@ -388,7 +389,7 @@ func TestClientDisconnectStopsGeneration(t *testing.T) {
 		events[id]++
 		mu.Unlock()
 	}}
-	h := newHarness(t, Config{LookupTTL: 100 * time.Millisecond})
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 1, 1, true, sim)
 	h.waitReady("job-qwen", 1)
 	ctx, cancel := context.WithCancel(context.Background())

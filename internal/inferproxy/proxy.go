@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/hop"
@@ -34,28 +35,52 @@ const Prefix = "/inference/v1"
 type Config struct {
 	// MaxBodyBytes bounds a JSON request (default 16 MiB); MaxAudioBytes an
 	// audio upload (default 64 MiB). Larger ones are answered 413.
-	MaxBodyBytes  int64
-	MaxAudioBytes int64
+	MaxBodyBytes  int64 `json:"maxBodyBytes,omitempty"`
+	MaxAudioBytes int64 `json:"maxAudioBytes,omitempty"`
 	// MaxConcurrentPerKey bounds a key's requests in flight (default 64);
 	// RequestsPerMinute its request rate (default 600). Both are answered
 	// 429 with Retry-After. Zero takes the default, negative turns it off.
 	// Callers without a key are limited per client address.
-	MaxConcurrentPerKey int
-	RequestsPerMinute   int
+	MaxConcurrentPerKey int `json:"maxConcurrentPerKey,omitempty"`
+	RequestsPerMinute   int `json:"requestsPerMinute,omitempty"`
 	// MaxAttempts bounds the replicas one request is tried on (default 3).
-	MaxAttempts int
+	MaxAttempts int `json:"maxAttempts,omitempty"`
 	// CatalogTTL is how long the model list is kept (default 2s),
 	// LookupTTL a job's replica list (default 1s), KeyTTL a looked-up API key
 	// (default 10s: a revoked key works at most that long).
-	CatalogTTL time.Duration
-	LookupTTL  time.Duration
-	KeyTTL     time.Duration
+	CatalogTTL config.Duration `json:"catalogTTL,omitempty"`
+	LookupTTL  config.Duration `json:"lookupTTL,omitempty"`
+	KeyTTL     config.Duration `json:"keyTTL,omitempty"`
 	// DownFor keeps a replica that failed to answer out of rotation
 	// (default 5s, or until the directory says it is ready again).
-	DownFor time.Duration
+	DownFor config.Duration `json:"downFor,omitempty"`
 	// SlowFirstByte makes a replica degraded when its time to first byte
 	// (EWMA) or its probe is slower (default 10s).
-	SlowFirstByte time.Duration
+	SlowFirstByte config.Duration `json:"slowFirstByte,omitempty"`
+}
+
+// DefaultConfig is the proxy's defaults (New also puts them in the zero
+// fields of the config it is given).
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
+// Validate reports every problem of c: sizes and durations must not be
+// negative (a negative per-key limit turns it off).
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxBodyBytes < 0 || c.MaxAudioBytes < 0 || c.MaxAttempts < 0 {
+		errs = append(errs, errors.New("maxBodyBytes, maxAudioBytes and maxAttempts must not be negative"))
+	}
+	for name, d := range map[string]config.Duration{"catalogTTL": c.CatalogTTL, "lookupTTL": c.LookupTTL, "keyTTL": c.KeyTTL,
+		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Config) setDefaults() {
@@ -73,9 +98,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAudioBytes == 0 {
 		c.MaxAudioBytes = 64 << 20
 	}
-	dur := func(v *time.Duration, d time.Duration) {
+	dur := func(v *config.Duration, d time.Duration) {
 		if *v == 0 {
-			*v = d
+			*v = config.Duration(d)
 		}
 	}
 	dur(&c.CatalogTTL, 2*time.Second)
@@ -117,9 +142,9 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{cfg: cfg, node: node, log: log,
-		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL},
-		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL, m: map[string]keyEntry{}},
-		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL, pools: map[string]*pool{}},
+		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D()},
+		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), m: map[string]keyEntry{}},
+		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
 	p.metrics = newProxyMetrics(p.replicas)
@@ -318,7 +343,7 @@ func (p *Proxy) JobHealth(ctx context.Context, jobID string) (ModelHealth, error
 	mh := ModelHealth{JobID: jobID, Replicas: []ReplicaHealth{}}
 	good, ok := 0, 0
 	for _, r := range rs {
-		h := r.health(p.cfg.SlowFirstByte)
+		h := r.health(p.cfg.SlowFirstByte.D())
 		mh.Model = r.meta.Load().Model
 		mh.Replicas = append(mh.Replicas, h)
 		switch h.Health {
@@ -546,7 +571,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 			return true, ""
 		}
 		rep.observe(true, 0, err.Error())
-		rep.markDown(p.cfg.DownFor)
+		rep.markDown(p.cfg.DownFor.D())
 		return false, err.Error()
 	}
 	// The connection goes back to the pool only after a clean end of the
@@ -573,7 +598,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 			return true, ""
 		}
 		rep.observe(true, 0, rerr.Error())
-		rep.markDown(p.cfg.DownFor)
+		rep.markDown(p.cfg.DownFor.D())
 		return false, rerr.Error()
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))

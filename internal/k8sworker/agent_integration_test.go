@@ -21,10 +21,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
@@ -138,7 +138,7 @@ func (h *harness) runAgent(secret string) (*agent.Agent, func()) {
 
 func TestIntegrationAgentGatesRunning(t *testing.T) {
 	h := newHarness(t, k8stest.Shared(t), func(c *RackConfig) {
-		c.AgentTimeout = metav1.Duration{Duration: 2 * time.Second}
+		c.AgentTimeout = config.Duration(2 * time.Second)
 		c.Peers = []Peer{{Role: agent.RoleMonitor, Key: seededIdentity("monitor").PublicKey().String()}}
 	})
 	node := h.nodeName(0)

@@ -359,7 +359,7 @@ func (w *Worker) agentGate(k replicaKey, o observation, st replicaState, vmis []
 			continue
 		}
 		s, ok := h.seen[agentSlot{replicaKey: k, vmi: i}]
-		if ok && s.ready && !s.at.Before(v.CreationTimestamp.Time) && now.Sub(s.at) <= w.cfg.AgentTimeout.Duration {
+		if ok && s.ready && !s.at.Before(v.CreationTimestamp.Time) && now.Sub(s.at) <= w.cfg.AgentTimeout.D() {
 			fresh = true
 			continue
 		}
@@ -379,7 +379,7 @@ func (w *Worker) agentsSilent(k replicaKey, vmis []*virtv1.VirtualMachineInstanc
 	if h == nil {
 		return nil, 0
 	}
-	timeout := w.cfg.AgentTimeout.Duration
+	timeout := w.cfg.AgentTimeout.D()
 	var names []string
 	var next time.Duration
 	h.mu.Lock()

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -114,7 +114,7 @@ func TestRackConfigPeers(t *testing.T) {
 		{Role: "monitor", Key: seededIdentity("m").PublicKey().String(), Addrs: []string{"no port"}},
 	}
 	c.RequireAgent = []cosmic.JobType{"batch"}
-	c.AgentTimeout = metav1.Duration{}
+	c.AgentTimeout = config.Duration(0)
 	err := c.Validate()
 	for _, f := range []string{"peers[1].role", "peers[1].key", "peers[2].addrs[0]", "requireAgent[0]", "agentTimeout"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
@@ -125,7 +125,7 @@ func TestRackConfigPeers(t *testing.T) {
 		t.Errorf("peers[0] is fine: %v", err)
 	}
 	d := DefaultRackConfig()
-	if len(d.RequireAgent) != 2 || d.AgentTimeout.Duration != DefaultAgentTimeout {
+	if len(d.RequireAgent) != 2 || d.AgentTimeout.D() != DefaultAgentTimeout {
 		t.Errorf("defaults %v %v", d.RequireAgent, d.AgentTimeout)
 	}
 }

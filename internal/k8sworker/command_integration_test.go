@@ -18,11 +18,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
@@ -34,7 +34,7 @@ import (
 func commandRig(t *testing.T, argv ...string) (*harness, *agentRig, cosmic.Job) {
 	t.Helper()
 	h := newHarness(t, k8stest.Shared(t), func(c *RackConfig) {
-		c.AgentTimeout = metav1.Duration{Duration: 10 * time.Second}
+		c.AgentTimeout = config.Duration(10 * time.Second)
 	})
 	node := h.nodeName(0)
 	h.addNode(node, 8)

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -23,74 +23,74 @@ import (
 // reports every problem at once.
 type RackConfig struct {
 	// Rack is the rack's ID, as registered with the ork.
-	Rack string `json:"rack" yaml:"rack"`
+	Rack string `json:"rack"`
 	// Location is the location the rack is listed under.
-	Location string `json:"location" yaml:"location"`
+	Location string `json:"location"`
 	// GPUModel is the model the rack is registered with; a job that leaves
 	// resources.gpuModel empty gets it.
-	GPUModel string `json:"gpuModel" yaml:"gpuModel"`
+	GPUModel string `json:"gpuModel"`
 	// Namespace holds every object of the rack's jobs.
-	Namespace string `json:"namespace" yaml:"namespace"`
+	Namespace string `json:"namespace"`
 	// StorageClassName is the storage class of the root disks; empty means
 	// the cluster's default class.
-	StorageClassName string `json:"storageClassName,omitempty" yaml:"storageClassName,omitempty"`
+	StorageClassName string `json:"storageClassName,omitempty"`
 	// GPUResources maps the nodes' extended resources to GPU models. Empty
 	// means every allocatable "nvidia.com/NAME" resource (but the generic
 	// "nvidia.com/gpu" and MIG slices "nvidia.com/mig-…") is a GPU of model
 	// NAME, passed through by that name.
-	GPUResources []GPUResource `json:"gpuResources,omitempty" yaml:"gpuResources,omitempty"`
+	GPUResources []GPUResource `json:"gpuResources,omitempty"`
 	// Networks are the extra networks of multi-node replicas.
-	Networks Networks `json:"networks" yaml:"networks"`
+	Networks Networks `json:"networks"`
 	// Images are the default root disk images by runtime, for inference jobs
 	// that name no image.
-	Images Images `json:"images" yaml:"images"`
+	Images Images `json:"images"`
 	// PerGPU is the CPU and memory a VMI gets per GPU when the spec does not
 	// say (spec.resources.cpu or memory is 0).
-	PerGPU PerGPU `json:"perGPU" yaml:"perGPU"`
+	PerGPU PerGPU `json:"perGPU"`
 	// Client is the client-go rate limit towards the apiserver.
-	Client ClientConfig `json:"client" yaml:"client"`
+	Client ClientConfig `json:"client"`
 	// DriftPolicy says what to do when a VMI of a running job disappears
 	// behind the worker's back: recreate it, or fail the replica.
-	DriftPolicy DriftPolicy `json:"driftPolicy" yaml:"driftPolicy"`
+	DriftPolicy DriftPolicy `json:"driftPolicy"`
 	// ImportRestartLimit is how many times CDI may restart a root disk
 	// import (its importer pod) before the replica fails with
 	// import_failed. CDI retries a bad image forever.
-	ImportRestartLimit int `json:"importRestartLimit" yaml:"importRestartLimit"`
+	ImportRestartLimit int `json:"importRestartLimit"`
 	// UnschedulableGrace is how long a VMI may stay unschedulable before
 	// its replica fails with vmi_unschedulable (GPUs of a replaced VMI can
 	// take a moment to be released). Zero fails at once.
-	UnschedulableGrace metav1.Duration `json:"unschedulableGrace" yaml:"unschedulableGrace"`
+	UnschedulableGrace config.Duration `json:"unschedulableGrace"`
 	// Tolerations are added to every VMI (GPU nodes are often tainted).
-	Tolerations []corev1.Toleration `json:"tolerations,omitempty" yaml:"tolerations,omitempty"`
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// AgentPath is the path of the cosmicac binary inside the VM images.
-	AgentPath string `json:"agentPath" yaml:"agentPath"`
+	AgentPath string `json:"agentPath"`
 	// Peers are the platform peers each VMI's agent is told about, admits
 	// and dials: the agents' directory (role directory), the app-nodes that
 	// relay shells (app-node), the monitor (monitor). The worker adds
 	// itself (role worker) when it serves agents (ServeAgents). Their
 	// addresses must be reachable from the pod network.
-	Peers []Peer `json:"peers,omitempty" yaml:"peers,omitempty"`
+	Peers []Peer `json:"peers,omitempty"`
 	// RequireAgent lists the job types whose replicas are running only once
 	// the agent of every VMI has reported ready (when the worker serves
 	// agents; without ServeAgents no agent can report, and VMI readiness
 	// alone decides).
-	RequireAgent []cosmic.JobType `json:"requireAgent" yaml:"requireAgent"`
+	RequireAgent []cosmic.JobType `json:"requireAgent"`
 	// AgentTimeout is how long an agent may go without reporting before
 	// its last report no longer counts (agents report every 10 s).
-	AgentTimeout metav1.Duration `json:"agentTimeout" yaml:"agentTimeout"`
+	AgentTimeout config.Duration `json:"agentTimeout"`
 }
 
 // GPUResource maps one extended resource of the nodes to a GPU model.
 type GPUResource struct {
 	// Resource is the extended resource name, e.g. "nvidia.com/GH100_H100_SXM5_80GB".
-	Resource string `json:"resource" yaml:"resource"`
+	Resource string `json:"resource"`
 	// Model is the GPU model; empty means the resource name after its
 	// "vendor/" prefix.
-	Model string `json:"model,omitempty" yaml:"model,omitempty"`
+	Model string `json:"model,omitempty"`
 	// DeviceName is the KubeVirt deviceName of the GPU
 	// (spec.domain.devices.gpus[].deviceName, as permitted in the KubeVirt
 	// CR's permittedHostDevices); empty means Resource.
-	DeviceName string `json:"deviceName,omitempty" yaml:"deviceName,omitempty"`
+	DeviceName string `json:"deviceName,omitempty"`
 }
 
 // Networks are the Multus NetworkAttachmentDefinitions a multi-node replica's
@@ -98,28 +98,28 @@ type GPUResource struct {
 // "namespace/name".
 type Networks struct {
 	// InfiniBand lists the SR-IOV InfiniBand NADs, one VMI interface each.
-	InfiniBand []string `json:"infiniband,omitempty" yaml:"infiniband,omitempty"`
+	InfiniBand []string `json:"infiniband,omitempty"`
 	// Overlay is the OVS/VXLAN overlay NAD, bridged into the VMI.
-	Overlay string `json:"overlay,omitempty" yaml:"overlay,omitempty"`
+	Overlay string `json:"overlay,omitempty"`
 }
 
 // Images are the default root disk images (registry references, without
 // "docker://").
 type Images struct {
-	VLLM     string `json:"vllm" yaml:"vllm"`
-	Parakeet string `json:"parakeet" yaml:"parakeet"`
+	VLLM     string `json:"vllm"`
+	Parakeet string `json:"parakeet"`
 }
 
 // PerGPU is the CPU (vCPUs) and memory (GiB) per GPU.
 type PerGPU struct {
-	CPU      int `json:"cpu" yaml:"cpu"`
-	MemoryGB int `json:"memoryGB" yaml:"memoryGB"`
+	CPU      int `json:"cpu"`
+	MemoryGB int `json:"memoryGB"`
 }
 
 // ClientConfig is the client-go rate limit.
 type ClientConfig struct {
-	QPS   float32 `json:"qps" yaml:"qps"`
-	Burst int     `json:"burst" yaml:"burst"`
+	QPS   float32 `json:"qps"`
+	Burst int     `json:"burst"`
 }
 
 // DriftPolicy is what the worker does with a VMI deleted behind its back.
@@ -161,10 +161,10 @@ func DefaultRackConfig() RackConfig {
 		Client:             ClientConfig{QPS: DefaultQPS, Burst: DefaultBurst},
 		DriftPolicy:        DriftRecreate,
 		ImportRestartLimit: DefaultImportRestartLimit,
-		UnschedulableGrace: metav1.Duration{Duration: DefaultUnschedulableGrace},
+		UnschedulableGrace: config.Duration(DefaultUnschedulableGrace),
 		AgentPath:          DefaultAgentPath,
 		RequireAgent:       []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
-		AgentTimeout:       metav1.Duration{Duration: DefaultAgentTimeout},
+		AgentTimeout:       config.Duration(DefaultAgentTimeout),
 	}
 }
 
@@ -286,8 +286,8 @@ func (c RackConfig) Validate() error {
 	if c.ImportRestartLimit < 0 {
 		bad("importRestartLimit", "%d: must not be negative", c.ImportRestartLimit)
 	}
-	if c.UnschedulableGrace.Duration < 0 {
-		bad("unschedulableGrace", "%s: must not be negative", c.UnschedulableGrace.Duration)
+	if c.UnschedulableGrace.D() < 0 {
+		bad("unschedulableGrace", "%s: must not be negative", c.UnschedulableGrace.D())
 	}
 	for i, t := range c.Tolerations {
 		switch t.Operator {
@@ -324,8 +324,8 @@ func (c RackConfig) Validate() error {
 			bad(fmt.Sprintf("requireAgent[%d]", i), "%q: want %s or %s", t, cosmic.TypeGPUContainer, cosmic.TypeManagedInference)
 		}
 	}
-	if c.AgentTimeout.Duration <= 0 {
-		bad("agentTimeout", "%s: must be positive", c.AgentTimeout.Duration)
+	if c.AgentTimeout.D() <= 0 {
+		bad("agentTimeout", "%s: must be positive", c.AgentTimeout.D())
 	}
 	return errors.Join(errs...)
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -43,7 +43,7 @@ func TestRackConfigValidate(t *testing.T) {
 				c.PerGPU = PerGPU{}
 				c.Images = Images{VLLM: "", Parakeet: "has space"}
 				c.ImportRestartLimit = -1
-				c.UnschedulableGrace = metav1.Duration{Duration: -time.Second}
+				c.UnschedulableGrace = config.Duration(-time.Second)
 				c.AgentPath = "cosmicac"
 				c.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Gt", Effect: "Sometimes"}}
 			},
@@ -103,7 +103,7 @@ tolerations:
 	want := DefaultRackConfig()
 	want.Rack, want.Location, want.Namespace, want.StorageClassName = "k8s-eu-1", "eu", "gpu-jobs", "local-nvme"
 	want.Networks = Networks{InfiniBand: []string{"ib-rail-0"}, Overlay: "overlay"}
-	want.UnschedulableGrace.Duration = 30 * time.Second
+	want.UnschedulableGrace = config.Duration(30 * time.Second)
 	want.Tolerations = c.Tolerations
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("ParseRackConfig (-want +got):\n%s", diff)

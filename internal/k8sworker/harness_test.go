@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -120,7 +121,7 @@ func newHarness(t testing.TB, env *k8stest.Env, mut func(*RackConfig)) *harness 
 	cfg.Rack = "k8s-test"
 	cfg.Namespace = fmt.Sprintf("cosmicac-t%d-%d", os.Getpid()%100000, n)
 	cfg.GPUResources = []GPUResource{{Resource: fmt.Sprintf("t%d.example.com/gpu", n), Model: "GH100_H100_SXM5_80GB"}}
-	cfg.UnschedulableGrace = metav1.Duration{Duration: 0}
+	cfg.UnschedulableGrace = config.Duration(0)
 	if mut != nil {
 		mut(&cfg)
 	}

@@ -27,6 +27,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
@@ -207,7 +208,7 @@ func TestIntegrationImportFailure(t *testing.T) {
 }
 
 func TestIntegrationUnschedulableVMI(t *testing.T) {
-	h := newHarness(t, k8stest.Shared(t), func(c *RackConfig) { c.UnschedulableGrace = metav1.Duration{Duration: 300 * time.Millisecond} })
+	h := newHarness(t, k8stest.Shared(t), func(c *RackConfig) { c.UnschedulableGrace = config.Duration(300 * time.Millisecond) })
 	h.addNode(h.nodeName(0), 8)
 	h.start()
 	job := containerJob("team-a")

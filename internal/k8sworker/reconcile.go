@@ -562,7 +562,7 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 			names, next := w.agentsSilent(k, d.vmis, now)
 			if len(names) > 0 {
 				w.record(k, m, now, "agent", false, "the agent of VMI %s has not reported for %s; replica %d stays running (its VM runs; the agent may be restarting)",
-					joinNames(names), w.cfg.AgentTimeout.Duration, k.replica)
+					joinNames(names), w.cfg.AgentTimeout.D(), k.replica)
 			}
 			if next > 0 && (d.requeue == 0 || next < d.requeue) {
 				d.requeue = next

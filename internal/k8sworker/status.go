@@ -40,7 +40,7 @@ type StatusPolicy struct {
 // StatusPolicy is the rack's status policy. RequireAgent is decided per
 // replica by the worker (RackConfig.RequireAgent, ServeAgents).
 func (c RackConfig) StatusPolicy() StatusPolicy {
-	return StatusPolicy{ImportRestartLimit: c.ImportRestartLimit, UnschedulableGrace: c.UnschedulableGrace.Duration}
+	return StatusPolicy{ImportRestartLimit: c.ImportRestartLimit, UnschedulableGrace: c.UnschedulableGrace.D()}
 }
 
 // ReplicaObservation is what the worker observes of one replica: its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang/snappy"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
@@ -300,7 +301,7 @@ func BenchmarkLokiForward(b *testing.B) {
 			lk := lokitest.New()
 			cfg := lokiConfig(b, lk, b.TempDir())
 			cfg.Loki.BatchRecords, cfg.Loki.BatchBytes = batch, 64<<20
-			cfg.Loki.MaxBackoff = 5 * time.Millisecond
+			cfg.Loki.MaxBackoff = config.Duration(5 * time.Millisecond)
 			lk.FailNext(1_000_000, 503, "") // fill the spool first
 			e := start(b, cfg, false)
 			for i := 0; i < records; i += 1000 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/config"
 )
 
 // Config is wrk-monitor's configuration.
@@ -21,15 +23,15 @@ type Config struct {
 	MaxJobs int `json:"maxJobs"`
 	// JobIdle drops the buffer of a job without records or viewers for this
 	// long. Default 1h.
-	JobIdle time.Duration `json:"jobIdle"`
+	JobIdle config.Duration `json:"jobIdle"`
 	// ViewerMaxLag is how many records a live viewer may be behind before
 	// it is cut off (with a final "cutoff" event). Default BufferPerJob/2.
 	ViewerMaxLag int `json:"viewerMaxLag"`
 	// WriteTimeout bounds one write to a viewer: a viewer that does not
 	// read for this long is disconnected. Default 10s.
-	WriteTimeout time.Duration `json:"writeTimeout"`
+	WriteTimeout config.Duration `json:"writeTimeout"`
 	// Heartbeat is how often an idle stream gets an SSE comment. Default 15s.
-	Heartbeat time.Duration `json:"heartbeat"`
+	Heartbeat config.Duration `json:"heartbeat"`
 	// Loki, when Loki.URL is set, receives every record.
 	Loki LokiConfig `json:"loki"`
 }
@@ -51,15 +53,15 @@ type LokiConfig struct {
 	// BatchRecords and BatchBytes bound one push (default 10000 and 1 MiB
 	// of spooled records); BatchWait is how long a small batch waits for
 	// more (default 100ms).
-	BatchRecords int           `json:"batchRecords"`
-	BatchBytes   int           `json:"batchBytes"`
-	BatchWait    time.Duration `json:"batchWait"`
+	BatchRecords int             `json:"batchRecords"`
+	BatchBytes   int             `json:"batchBytes"`
+	BatchWait    config.Duration `json:"batchWait"`
 	// MinBackoff and MaxBackoff bound the wait between retries of a failed
 	// push (default 100ms and 30s); a 429's Retry-After is honoured.
-	MinBackoff time.Duration `json:"minBackoff"`
-	MaxBackoff time.Duration `json:"maxBackoff"`
+	MinBackoff config.Duration `json:"minBackoff"`
+	MaxBackoff config.Duration `json:"maxBackoff"`
 	// Timeout bounds one HTTP request to Loki. Default 30s.
-	Timeout time.Duration `json:"timeout"`
+	Timeout config.Duration `json:"timeout"`
 	// SpoolBytes bounds the spool of records not yet in Loki; a batch that
 	// would overflow it is refused (the producer keeps it). Default 1 GiB.
 	SpoolBytes int64 `json:"spoolBytes"`
@@ -70,7 +72,7 @@ type LokiConfig struct {
 	QueryLimit int `json:"queryLimit"`
 	// MaxLookback is how far back history reaches when no since is given.
 	// Default 720h (Loki's default max_query_length is 721h).
-	MaxLookback time.Duration `json:"maxLookback"`
+	MaxLookback config.Duration `json:"maxLookback"`
 }
 
 // DefaultConfig returns the defaults, keeping the spool in dataDir.
@@ -86,9 +88,9 @@ func (c *Config) setDefaults() {
 			*p = v
 		}
 	}
-	defD := func(p *time.Duration, v time.Duration) {
+	defD := func(p *config.Duration, v time.Duration) {
 		if *p == 0 {
-			*p = v
+			*p = config.Duration(v)
 		}
 	}
 	def(&c.BufferPerJob, 10000)

@@ -54,7 +54,7 @@ type lokiClient struct {
 }
 
 func newLokiClient(cfg LokiConfig) *lokiClient {
-	return &lokiClient{cfg: cfg, hc: &http.Client{Timeout: cfg.Timeout}}
+	return &lokiClient{cfg: cfg, hc: &http.Client{Timeout: cfg.Timeout.D()}}
 }
 
 func (l *lokiClient) auth(req *http.Request) {
@@ -317,7 +317,7 @@ func (m *Monitor) forward(ctx context.Context) {
 		}
 		if len(es) < cfg.BatchRecords && cfg.BatchWait > 0 {
 			// Linger for a fuller batch, then read again from the cursor.
-			if !backoff.Sleep(ctx, cfg.BatchWait) {
+			if !backoff.Sleep(ctx, cfg.BatchWait.D()) {
 				return
 			}
 			if es, next, err = m.spool.read(cfg.BatchRecords, cfg.BatchBytes); err != nil {
@@ -349,7 +349,7 @@ func (m *Monitor) pushRetrying(ctx context.Context, batch []Entry) bool {
 		m.met.lokiDropped.Add(float64(len(batch)))
 		return true
 	}
-	retry := backoff.Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff, Jitter: true}
+	retry := backoff.Backoff{Min: cfg.MinBackoff.D(), Max: cfg.MaxBackoff.D(), Jitter: true}
 	for {
 		start := time.Now()
 		err := m.loki.push(ctx, body)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
@@ -21,9 +22,9 @@ import (
 func lokiConfig(t testing.TB, lk *lokitest.Server, dir string) monitor.Config {
 	cfg := monitor.DefaultConfig(dir)
 	cfg.Loki.URL = lk.URL
-	cfg.Loki.MinBackoff = 10 * time.Millisecond
-	cfg.Loki.MaxBackoff = 200 * time.Millisecond
-	cfg.Loki.BatchWait = 5 * time.Millisecond
+	cfg.Loki.MinBackoff = config.Duration(10 * time.Millisecond)
+	cfg.Loki.MaxBackoff = config.Duration(200 * time.Millisecond)
+	cfg.Loki.BatchWait = config.Duration(5 * time.Millisecond)
 	return cfg
 }
 

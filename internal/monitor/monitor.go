@@ -264,7 +264,7 @@ func (m *Monitor) jobLocked(id string) *jobLog {
 // evictLocked drops the buffers of jobs idle longer than JobIdle without
 // viewers; with one, at least the longest idle such job. m.mu is held.
 func (m *Monitor) evictLocked(one bool) {
-	cutoff := m.now().Add(-m.cfg.JobIdle)
+	cutoff := m.now().Add((-m.cfg.JobIdle).D())
 	var oldest string
 	var oldestT time.Time
 	for id, j := range m.jobs {

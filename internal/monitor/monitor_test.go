@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 )
@@ -154,7 +155,7 @@ func TestHundredViewersAndOneStalled(t *testing.T) {
 	// busy cores, 100 of them decoding 3000 records each fall seconds
 	// behind the producer (and their socket buffers fill), so 3 s cut off
 	// healthy ones in CI.
-	cfg.WriteTimeout = 10 * time.Second
+	cfg.WriteTimeout = config.Duration(10 * time.Second)
 	e := start(t, cfg, true)
 	const viewers, total = 100, 3000
 

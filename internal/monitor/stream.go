@@ -221,7 +221,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	case lr.hasSince:
 		lo = lr.since
 	case !lr.follow:
-		lo = uint64(max(now.Add(-m.cfg.Loki.MaxLookback).UnixNano(), 0))
+		lo = uint64(max(now.Add((-m.cfg.Loki.MaxLookback).D()).UnixNano(), 0))
 	default:
 		wantHistory = false
 	}
@@ -240,7 +240,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	h.Set("X-Accel-Buffering", "no")
 	h.Set(HistoryHeader, hist)
 	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: bufio.NewWriterSize(w, 32<<10), rc: http.NewResponseController(w), timeout: m.cfg.WriteTimeout}
+	sw := &sseWriter{w: bufio.NewWriterSize(w, 32<<10), rc: http.NewResponseController(w), timeout: m.cfg.WriteTimeout.D()}
 	sw.arm()
 	fmt.Fprintf(sw, ": cosmicac job %s logs; history: %s\nretry: 2000\n\n", lr.job, hist)
 	sw.event("meta", Meta{History: hist, Follow: lr.follow, Partial: needOlder && m.loki == nil})
@@ -309,7 +309,7 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 		break
 	}
 
-	heartbeat := time.NewTicker(m.cfg.Heartbeat)
+	heartbeat := time.NewTicker(m.cfg.Heartbeat.D())
 	defer heartbeat.Stop()
 	batch := make([]*entry, 0, readBatch)
 	caughtUp := false

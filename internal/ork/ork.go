@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
@@ -31,17 +32,18 @@ import (
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
-// Config configures the ork.
+// Config configures the ork; it is also the ork section of wrk-ork's
+// --config file (durations as "2s").
 type Config struct {
 	// Heartbeat is how often each worker is asked for its capacity and jobs.
-	Heartbeat time.Duration
+	Heartbeat config.Duration `json:"heartbeat"`
 	// WorkerTimeout bounds one call to a worker.
-	WorkerTimeout time.Duration
+	WorkerTimeout config.Duration `json:"workerTimeout"`
 }
 
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
-	return Config{Heartbeat: 2 * time.Second, WorkerTimeout: 10 * time.Second}
+	return Config{Heartbeat: config.Duration(2 * time.Second), WorkerTimeout: config.Duration(10 * time.Second)}
 }
 
 // Validate reports every problem of the config.
@@ -203,7 +205,7 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 func (o *Ork) Run(ctx context.Context) error {
 	o.reconcileAll(ctx)
 	o.schedule(ctx)
-	tick := time.NewTicker(o.cfg.Heartbeat)
+	tick := time.NewTicker(o.cfg.Heartbeat.D())
 	defer tick.Stop()
 	defer func() {
 		// No background work starts once Run is ending (a report handled
@@ -251,7 +253,7 @@ func (o *Ork) goBackground(f func()) {
 }
 
 func (o *Ork) workerCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, o.cfg.WorkerTimeout)
+	return context.WithTimeout(ctx, o.cfg.WorkerTimeout.D())
 }
 
 // ---- queue and placement

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork"
@@ -84,7 +85,7 @@ func oneJob(t *testing.T, w *quietWorker) (context.Context, *ork.Ork, fabric.Pub
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	o, err := ork.New(ork.Config{Heartbeat: time.Hour, WorkerTimeout: 5 * time.Second}, st,
+	o, err := ork.New(ork.Config{Heartbeat: config.Duration(time.Hour), WorkerTimeout: config.Duration(5 * time.Second)}, st,
 		func(fabric.PublicKey, []string) worker.Worker { return w }, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -347,7 +347,7 @@ func (c *Cluster) Delete(ctx context.Context, p worker.DeleteParams) error {
 		if r.phase == phaseDelete {
 			continue
 		}
-		r.phase, r.due = phaseDelete, now.Add(c.cfg.Step)
+		r.phase, r.due = phaseDelete, now.Add(c.cfg.Step.D())
 		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
 	}
 	signal(c.wake)

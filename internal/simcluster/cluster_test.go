@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -112,7 +113,7 @@ type env struct {
 func start(t *testing.T) *env {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Step = step
+	cfg.Step = config.Duration(step)
 	e := &env{rep: &fakeReporter{}, logs: joblog.NewRing(10000)}
 	e.c = New(cfg, e.rep, e.logs, nil)
 	e.c.retryMin, e.c.retryMax = step, 4*step
@@ -209,14 +210,14 @@ func TestDefaultConfig(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("DefaultConfig().Validate() = %v", err)
 	}
-	want := Config{Rack: "sim-us-1", Location: "us", GPUModel: "GH100_H100_SXM5_80GB", Nodes: 2, GPUsPerNode: 8, Step: time.Second}
+	want := Config{Rack: "sim-us-1", Location: "us", GPUModel: "GH100_H100_SXM5_80GB", Nodes: 2, GPUsPerNode: 8, Step: config.Duration(time.Second)}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Errorf("DefaultConfig (-want +got):\n%s", diff)
 	}
 }
 
 func TestConfigValidateReportsEveryProblem(t *testing.T) {
-	cfg := Config{Rack: "bad rack", Location: "", GPUModel: "H100 80GB", Nodes: 0, GPUsPerNode: 65, Step: -time.Second, NodePrefix: "bad prefix "}
+	cfg := Config{Rack: "bad rack", Location: "", GPUModel: "H100 80GB", Nodes: 0, GPUsPerNode: 65, Step: config.Duration(-time.Second), NodePrefix: "bad prefix "}
 	var fields []string
 	for _, fe := range cosmic.FieldErrors(cfg.Validate()) {
 		fields = append(fields, fe.Field)
@@ -243,7 +244,7 @@ func TestCapacity(t *testing.T) {
 	if diff := cmp.Diff(want, capa.Nodes); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
 	}
-	if got := c.Config().Step; got != DefaultStep {
+	if got := c.Config().Step; got.D() != DefaultStep {
 		t.Errorf("default step = %s", got)
 	}
 }

@@ -6,26 +6,27 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
 // Config is the shape of the simulated rack.
 type Config struct {
 	// Rack is the rack's ID, as registered with the ork.
-	Rack string `json:"rack" yaml:"rack"`
+	Rack string `json:"rack"`
 	// Location is the location the rack is listed under.
-	Location string `json:"location" yaml:"location"`
+	Location string `json:"location"`
 	// GPUModel is the model of every GPU of the rack.
-	GPUModel string `json:"gpuModel" yaml:"gpuModel"`
+	GPUModel string `json:"gpuModel"`
 	// Nodes is the number of nodes; GPUsPerNode the GPUs of each.
-	Nodes       int `json:"nodes" yaml:"nodes"`
-	GPUsPerNode int `json:"gpusPerNode" yaml:"gpusPerNode"`
+	Nodes       int `json:"nodes"`
+	GPUsPerNode int `json:"gpusPerNode"`
 	// Step is the time one simulated lifecycle step takes (one import
 	// increment, scheduling, boot, ...). Zero means DefaultStep.
-	Step time.Duration `json:"step" yaml:"step"`
+	Step config.Duration `json:"step"`
 	// NodePrefix names the nodes: NodePrefix + index. Empty means
 	// Rack + "-node-", giving "sim-us-1-node-0".
-	NodePrefix string `json:"nodePrefix,omitempty" yaml:"nodePrefix,omitempty"`
+	NodePrefix string `json:"nodePrefix,omitempty"`
 }
 
 // Defaults and bounds of a Config.
@@ -48,14 +49,14 @@ func DefaultConfig() Config {
 		GPUModel:    defaultGPUModel,
 		Nodes:       2,
 		GPUsPerNode: 8,
-		Step:        DefaultStep,
+		Step:        config.Duration(DefaultStep),
 	}
 }
 
 // withDefaults fills the zero fields that have a default.
 func (c Config) withDefaults() Config {
 	if c.Step == 0 {
-		c.Step = DefaultStep
+		c.Step = config.Duration(DefaultStep)
 	}
 	if c.NodePrefix == "" {
 		c.NodePrefix = c.Rack + "-node-"
@@ -87,7 +88,7 @@ func (c Config) Validate() error {
 	if c.GPUsPerNode < 1 || c.GPUsPerNode > MaxGPUsPerNode {
 		bad("gpusPerNode", "%d GPUs per node: want 1 to %d", c.GPUsPerNode, MaxGPUsPerNode)
 	}
-	if c.Step < 0 || c.Step > MaxStep {
+	if c.Step < 0 || c.Step.D() > MaxStep {
 		bad("step", "%s: want a duration above 0 and at most %s (0 means %s)", c.Step, MaxStep, DefaultStep)
 	}
 	if c.NodePrefix != "" && !cosmic.ValidLocation(c.NodePrefix+"0") {

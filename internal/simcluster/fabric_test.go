@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -53,7 +54,7 @@ func runCluster(t *testing.T, c *Cluster) {
 
 func TestFaultMethodsOverTheFabric(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Step = step
+	cfg.Step = config.Duration(step)
 	rep := &fakeReporter{}
 	c := New(cfg, rep, joblog.NewRing(1000), nil)
 	runCluster(t, c)
@@ -175,7 +176,7 @@ func TestUnreachableTakesTheWorkerOffTheFabric(t *testing.T) {
 	worker.ServeReporter(ork, rcv)
 
 	cfg := DefaultConfig()
-	cfg.Step = step
+	cfg.Step = config.Duration(step)
 	var c *Cluster
 	ep := NewEndpoint(fabric.Config{Component: "wrk-sim", Identity: simID, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList(orkID.PublicKey()), DialTimeout: 2 * time.Second},
 		func(n *fabric.Node) {

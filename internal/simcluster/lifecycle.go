@@ -170,7 +170,7 @@ func (c *Cluster) start(j *simJob, r *replica, res cosmic.Reservation, now time.
 	}
 	c.claim(r)
 	r.state, r.reason = cosmic.StatePending, nil
-	r.phase, r.due = phaseAccept, now.Add(c.cfg.Step)
+	r.phase, r.due = phaseAccept, now.Add(c.cfg.Step.D())
 	c.record(r, now, "accept", true, "replica %d accepted: %d × %s on %s; waiting to be scheduled", r.key.replica, res.Count(), c.cfg.GPUModel, describeAllocs(res.Nodes))
 	c.mark(r)
 }
@@ -228,7 +228,7 @@ func (c *Cluster) release(r *replica) {
 
 // advance takes r's due step.
 func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
-	r.due = now.Add(c.cfg.Step)
+	r.due = now.Add(c.cfg.Step.D())
 	switch r.phase {
 	case phaseAccept:
 		if r.state == cosmic.StatePending {
@@ -384,7 +384,7 @@ func (c *Cluster) restart(j *simJob, r *replica, now time.Time) {
 	r.exit, r.exitCode = nil, nil
 	c.stopAgent(r)
 	r.state, r.reason, r.progress = cosmic.StateRestarting, nil, nil
-	r.phase, r.due = phaseAccept, now.Add(c.cfg.Step)
+	r.phase, r.due = phaseAccept, now.Add(c.cfg.Step.D())
 	c.record(r, now, "restart", true, "restarting replica %d: %s; root disk and GPUs kept", r.key.replica, what)
 	c.mark(r)
 }
