@@ -408,40 +408,11 @@ func setReplica(j *cosmic.Job, i int, f func(*cosmic.ReplicaStatus)) {
 
 // setAggregate moves the job to the state its replicas add up to.
 func (o *Ork) setAggregate(j *cosmic.Job) error {
-	states := make([]cosmic.State, len(j.Status.Replicas))
-	var reason *cosmic.Reason
-	for i, r := range j.Status.Replicas {
-		states[i] = r.State
-		if r.Reason != nil && (r.State == cosmic.StateFailed || reason == nil) {
-			rr := *r.Reason
-			reason = &rr
-		}
+	ignored, err := aggregate(j, o.now())
+	if ignored != nil {
+		o.log.Warn("ignoring illegal aggregate transition", "job_id", j.ID, "from", ignored.From, "to", ignored.To)
 	}
-	to := cosmic.AggregateState(states, j.Spec.Replicas() == 1)
-	if to == j.Status.State {
-		if reason != nil && (to == cosmic.StateFailed || to == cosmic.StateUnknown || to == cosmic.StateDegraded) {
-			return j.SetState(to, reason, o.now())
-		}
-		return nil
-	}
-	if (to == cosmic.StatePending || to == cosmic.StateQueued) && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
-		// The worker is building the VMIs anew (it restarted and lost them,
-		// or replaced them): the job is restarting, not going backwards.
-		r := cosmic.NewReason(cosmic.ReasonRestartRequested, "the worker is recreating the job's VMIs")
-		return j.SetState(cosmic.StateRestarting, &r, o.now())
-	}
-	if !cosmic.CanTransition(j.Status.State, to) {
-		o.log.Warn("ignoring illegal aggregate transition", "job_id", j.ID, "from", j.Status.State, "to", to)
-		return nil
-	}
-	if to == cosmic.StateDegraded && reason != nil {
-		r := cosmic.NewReason(cosmic.ReasonReplicaFailed, reason.Message)
-		reason = &r
-	}
-	if to == cosmic.StateRunning || to == cosmic.StatePending || to == cosmic.StateStarting {
-		reason = nil
-	}
-	return j.SetState(to, reason, o.now())
+	return err
 }
 
 // updateJobLocked runs a read-modify-write of one job in a transaction.

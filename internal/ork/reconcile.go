@@ -193,16 +193,14 @@ func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node, o
 	o.poke()
 }
 
-// applyReport takes one job's report from the worker of rack.
+// applyReport takes one job's report from the worker of rack: the rules
+// (reportRules) say what it changes, and it commits that in one
+// transaction, then updates the snapshot and the bound keys.
 func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport) {
 	o.mu.Lock()
 	var (
-		orphan   bool
-		released []cosmic.Reservation
-		deleting bool
-		stamps   map[worker.ReplicaRef]worker.Observation // of the reports applied
-		bound    cosmic.Job                               // the job, when agent keys were reported
-		keysOf   map[int][]string                         // replica → the agent keys reported
+		orphan, deleting bool
+		out              reportOutcome
 	)
 	rs := o.racks[rack]
 	var applied map[worker.ReplicaRef]worker.Observation
@@ -210,9 +208,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		applied = rs.observed
 	}
 	err := o.st.Update(ctx, func(tx Tx) error {
-		released = released[:0]
-		clear(stamps)
-		keysOf = nil
+		out = reportOutcome{}
 		j, err := tx.GetJob(ctx, jr.JobID)
 		if errors.Is(err, cosmic.ErrNotFound) {
 			orphan = true
@@ -225,96 +221,22 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			deleting = true
 			return nil
 		}
-		changed := false
-		for _, rr := range jr.Replicas {
-			res, held := o.snap.Reserved(j.ID, rr.Replica)
-			if !held || res.Rack != rack {
-				continue // a late report of a replica released already
-			}
-			ref := worker.ReplicaRef{JobID: j.ID, Replica: rr.Replica}
-			if last, ok := applied[ref]; ok && !rr.Observed.Supersedes(last) {
-				continue // older than what was applied: a late answer
-			}
-			if rr.Observed.Process != "" {
-				if stamps == nil {
-					stamps = map[worker.ReplicaRef]worker.Observation{}
-				}
-				stamps[ref] = rr.Observed
-			}
-			cur := cosmic.StateQueued
-			if rr.Replica < len(j.Status.Replicas) {
-				cur = j.Status.Replicas[rr.Replica].State
-			}
-			switch {
-			case cur == cosmic.StateDeleting && rr.Gone:
-				// The deleted replica is gone: its GPUs are free.
-				setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
-				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
-					return err
-				}
-				released = append(released, res)
-				changed = true
-				continue
-			case commandEnded(cur, rr):
-				// The job's command exited 0 (a gpu-container job): the
-				// replica is stopped and its GPUs free. Kills release at
-				// once, so a killed replica's report never gets here.
-				setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, rr.Reason, nil })
-				code := *rr.ExitCode
-				j.Status.ExitCode = &code
-				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
-					return err
-				}
-				released = append(released, res)
-				changed = true
-				continue
-			case cur == cosmic.StateDeleting, rr.Gone, rr.State == cosmic.StateStopped:
-				// Other stops are the ork's own doing (kill releases at
-				// once), so a stopped or gone report of a replica that holds
-				// GPUs is a late one from before it was placed again: ignore
-				// it.
-				continue
-			}
-			changed = true
-			setReplica(&j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
-				rs.State, rs.Reason = rr.State, rr.Reason
-				if len(rr.Nodes) > 0 {
-					rs.Nodes = rr.Nodes
-				}
-				if len(rr.AgentKeys) > 0 {
-					rs.AgentKeys = rr.AgentKeys
-				}
-			})
-			if len(rr.AgentKeys) > 0 {
-				if keysOf == nil {
-					keysOf = map[int][]string{}
-				}
-				keysOf[rr.Replica] = rr.AgentKeys
-			}
-			if rr.ExitCode != nil {
-				j.Status.ExitCode = rr.ExitCode
-			}
-			if rr.State == cosmic.StateStarting && rr.Progress != nil {
-				p := *rr.Progress
-				j.Status.Progress = &p
-			}
-			if rr.State == cosmic.StateFailed {
-				if err := tx.ReleaseGPUs(ctx, j.ID, rr.Replica); err != nil {
-					return err
-				}
-				released = append(released, res)
-			}
-		}
-		if !changed {
-			return nil
-		}
-		bound = j
-		if err := o.setAggregate(&j); err != nil {
+		out, err = reportRules(reportInput{Job: j, Rack: rack, Applied: applied, Report: jr, Now: o.now(),
+			Held: func(replica int) (cosmic.Reservation, bool) { return o.snap.Reserved(j.ID, replica) }})
+		if err != nil || !out.Changed {
 			return err
 		}
-		j.UpdatedAt = o.now()
-		return tx.PutJob(ctx, j)
+		for _, res := range out.Release {
+			if err := tx.ReleaseGPUs(ctx, j.ID, res.Replica); err != nil {
+				return err
+			}
+		}
+		return tx.PutJob(ctx, out.Job)
 	})
+	if out.Ignored != nil {
+		o.log.Warn("ignoring illegal aggregate transition", "job_id", jr.JobID, "from", out.Ignored.From, "to", out.Ignored.To)
+	}
+	released, stamps, keysOf, bound := out.Release, out.Stamps, out.AgentKeys, out.Job
 	if err != nil {
 		o.log.Error("apply worker report", "rack", rack, "job_id", jr.JobID, "err", err)
 		o.mu.Unlock()
@@ -363,22 +285,4 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 			o.finalizeDelete(ctx, jr.JobID)
 		}
 	}
-}
-
-// commandEnded says whether rr reports the end of the job's command (a
-// stopped replica with an exit code) for a replica the ork has seen
-// running (or lost sight of since: unknown). Only a worker whose replica
-// ran a command reports an exit code, and it reports running before the
-// end; a replica placed again is pending or starting until the worker
-// reports it running anew, so a late report of the previous run's end is
-// ignored there.
-func commandEnded(cur cosmic.State, rr worker.ReplicaReport) bool {
-	if rr.State != cosmic.StateStopped || rr.Gone || rr.ExitCode == nil {
-		return false
-	}
-	switch cur {
-	case cosmic.StateRunning, cosmic.StateUnknown:
-		return true
-	}
-	return false
 }

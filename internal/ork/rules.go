@@ -1,0 +1,198 @@
+package ork
+
+import (
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// The rules of a job's state, as pure functions: what a worker's report does
+// to a job (reportRules) and what its replicas make of the job's own state
+// (aggregate). They read no store, no snapshot and no clock of their own;
+// the ork's handlers lock, call them, commit what they say in one
+// transaction, and then update the snapshot. rules_test.go has their
+// tables.
+
+// reportInput is what the rules know when a rack's worker reports a job.
+type reportInput struct {
+	Job  cosmic.Job // as stored
+	Rack string     // whose worker reports
+	// Held is the placement snapshot's reservation of a replica of the job.
+	Held func(replica int) (cosmic.Reservation, bool)
+	// Applied are the stamps of the last reports applied from this rack.
+	Applied map[worker.ReplicaRef]worker.Observation
+	Report  worker.JobReport
+	Now     time.Time
+}
+
+// reportOutcome is what a report does.
+type reportOutcome struct {
+	// Job is the job to store, when Changed.
+	Job     cosmic.Job
+	Changed bool
+	// Release are the reservations whose GPUs the report frees.
+	Release []cosmic.Reservation
+	// Stamps are the stamps of the replica reports applied.
+	Stamps map[worker.ReplicaRef]worker.Observation
+	// AgentKeys are the agents' keys the report gives, by replica.
+	AgentKeys map[int][]string
+	// Ignored is an illegal aggregate transition the rules did not make
+	// (for the log), or nil.
+	Ignored *transition
+}
+
+// transition is a job state change.
+type transition struct{ From, To cosmic.State }
+
+// reportRules applies one job's report. A replica report counts only for a
+// replica the rack holds and only when newer than the last applied from
+// the same worker process (design 0002). Then: a deleting replica reported
+// gone is stopped and freed; a command that ended (an exit code after
+// running) stops and frees its replica; other stops and gones are late
+// (the ork's own kills release at once) and ignored; a failure frees; any
+// other report sets the replica's state, nodes, agent keys and progress.
+// The job's state is then aggregated from its replicas.
+func reportRules(in reportInput) (reportOutcome, error) {
+	out := reportOutcome{Job: in.Job}
+	j := &out.Job
+	for _, rr := range in.Report.Replicas {
+		res, held := in.Held(rr.Replica)
+		if !held || res.Rack != in.Rack {
+			continue // a late report of a replica released already
+		}
+		ref := worker.ReplicaRef{JobID: j.ID, Replica: rr.Replica}
+		if last, ok := in.Applied[ref]; ok && !rr.Observed.Supersedes(last) {
+			continue // older than what was applied: a late answer
+		}
+		if rr.Observed.Process != "" {
+			if out.Stamps == nil {
+				out.Stamps = map[worker.ReplicaRef]worker.Observation{}
+			}
+			out.Stamps[ref] = rr.Observed
+		}
+		cur := cosmic.StateQueued
+		if rr.Replica < len(j.Status.Replicas) {
+			cur = j.Status.Replicas[rr.Replica].State
+		}
+		switch {
+		case cur == cosmic.StateDeleting && rr.Gone:
+			// The deleted replica is gone: its GPUs are free.
+			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
+			out.Release = append(out.Release, res)
+			out.Changed = true
+			continue
+		case commandEnded(cur, rr):
+			// The job's command exited 0 (a gpu-container job): the
+			// replica is stopped and its GPUs free. Kills release at
+			// once, so a killed replica's report never gets here.
+			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, rr.Reason, nil })
+			code := *rr.ExitCode
+			j.Status.ExitCode = &code
+			out.Release = append(out.Release, res)
+			out.Changed = true
+			continue
+		case cur == cosmic.StateDeleting, rr.Gone, rr.State == cosmic.StateStopped:
+			// Other stops are the ork's own doing (kill releases at
+			// once), so a stopped or gone report of a replica that holds
+			// GPUs is a late one from before it was placed again: ignore
+			// it.
+			continue
+		}
+		out.Changed = true
+		setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
+			rs.State, rs.Reason = rr.State, rr.Reason
+			if len(rr.Nodes) > 0 {
+				rs.Nodes = rr.Nodes
+			}
+			if len(rr.AgentKeys) > 0 {
+				rs.AgentKeys = rr.AgentKeys
+			}
+		})
+		if len(rr.AgentKeys) > 0 {
+			if out.AgentKeys == nil {
+				out.AgentKeys = map[int][]string{}
+			}
+			out.AgentKeys[rr.Replica] = rr.AgentKeys
+		}
+		if rr.ExitCode != nil {
+			j.Status.ExitCode = rr.ExitCode
+		}
+		if rr.State == cosmic.StateStarting && rr.Progress != nil {
+			p := *rr.Progress
+			j.Status.Progress = &p
+		}
+		if rr.State == cosmic.StateFailed {
+			out.Release = append(out.Release, res)
+		}
+	}
+	if !out.Changed {
+		return out, nil
+	}
+	ignored, err := aggregate(j, in.Now)
+	if err != nil {
+		return out, err
+	}
+	out.Ignored = ignored
+	j.UpdatedAt = in.Now
+	return out, nil
+}
+
+// aggregate sets the job's state from its replicas' (cosmic.AggregateState)
+// with the reason that explains it: a failed replica's first, a degraded
+// job's as replica_failed; a job whose replicas are being built anew is
+// restarting, not going back to pending. A transition the state machine
+// does not allow is not made: it is returned instead.
+func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
+	states := make([]cosmic.State, len(j.Status.Replicas))
+	var reason *cosmic.Reason
+	for i, r := range j.Status.Replicas {
+		states[i] = r.State
+		if r.Reason != nil && (r.State == cosmic.StateFailed || reason == nil) {
+			rr := *r.Reason
+			reason = &rr
+		}
+	}
+	to := cosmic.AggregateState(states, j.Spec.Replicas() == 1)
+	if to == j.Status.State {
+		if reason != nil && (to == cosmic.StateFailed || to == cosmic.StateUnknown || to == cosmic.StateDegraded) {
+			return nil, j.SetState(to, reason, now)
+		}
+		return nil, nil
+	}
+	if (to == cosmic.StatePending || to == cosmic.StateQueued) && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
+		// The worker is building the VMIs anew (it restarted and lost them,
+		// or replaced them): the job is restarting, not going backwards.
+		r := cosmic.NewReason(cosmic.ReasonRestartRequested, "the worker is recreating the job's VMIs")
+		return nil, j.SetState(cosmic.StateRestarting, &r, now)
+	}
+	if !cosmic.CanTransition(j.Status.State, to) {
+		return &transition{From: j.Status.State, To: to}, nil
+	}
+	if to == cosmic.StateDegraded && reason != nil {
+		r := cosmic.NewReason(cosmic.ReasonReplicaFailed, reason.Message)
+		reason = &r
+	}
+	if to == cosmic.StateRunning || to == cosmic.StatePending || to == cosmic.StateStarting {
+		reason = nil
+	}
+	return nil, j.SetState(to, reason, now)
+}
+
+// commandEnded says whether rr reports the end of the job's command (a
+// stopped replica with an exit code) for a replica the ork has seen
+// running (or lost sight of since: unknown). Only a worker whose replica
+// ran a command reports an exit code, and it reports running before the
+// end; a replica placed again is pending or starting until the worker
+// reports it running anew, so a late report of the previous run's end is
+// ignored there.
+func commandEnded(cur cosmic.State, rr worker.ReplicaReport) bool {
+	if rr.State != cosmic.StateStopped || rr.Gone || rr.ExitCode == nil {
+		return false
+	}
+	switch cur {
+	case cosmic.StateRunning, cosmic.StateUnknown:
+		return true
+	}
+	return false
+}
