@@ -103,7 +103,7 @@ func (w *Worker) applyAll(ctx context.Context, objs []Object) error {
 // writeState records st on the replica's carrier (a merge patch) and keeps
 // it as the replica's state until the informer shows it.
 func (w *Worker) writeState(ctx context.Context, k replicaKey, m *replicaMem, st replicaState) error {
-	st.Version = max(time.Now().UnixNano(), st.Version+1)
+	st.Version = max(w.now().UnixNano(), st.Version+1)
 	m.override = &st
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": st.annotations()}})
 	carrier := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: w.cfg.Namespace, Name: SecretName(k.job, k.replica, 0)}}
@@ -254,7 +254,7 @@ func (w *Worker) applyReplica(ctx context.Context, job cosmic.Job, res cosmic.Re
 		next = st
 		applyVMIs = st.Desired == desiredRun && len(st.Replacing) == 0
 	}
-	next.Version = max(time.Now().UnixNano(), st.Version+1)
+	next.Version = max(w.now().UnixNano(), st.Version+1)
 	carrier := g.Secrets[0]
 	next.setOn(carrier)
 	carrier.Data[JobDataKey] = jobJSON
@@ -284,7 +284,7 @@ func (w *Worker) applyReplica(ctx context.Context, job cosmic.Job, res cosmic.Re
 		}
 	}
 	if fresh {
-		w.record(k, m, time.Now(), "accept", true, "replica %d accepted: %d × %s on %s; objects applied to namespace %s",
+		w.record(k, m, w.now(), "accept", true, "replica %d accepted: %d × %s on %s; objects applied to namespace %s",
 			res.Replica, res.Count(), gpuModelOf(w.cfg, job), describeAllocs(res.Nodes), w.cfg.Namespace)
 	}
 	w.queue.Add(k)
@@ -362,7 +362,7 @@ func (w *Worker) stopReplica(ctx context.Context, k replicaKey) error {
 	if len(o.vmis) > 0 {
 		what = describeVMIs(o.vmis) + " deleted"
 	}
-	w.record(k, m, time.Now(), "stop", true, "replica %d stopped: %s; root disk kept", k.replica, what)
+	w.record(k, m, w.now(), "stop", true, "replica %d stopped: %s; root disk kept", k.replica, what)
 	w.queue.Add(k)
 	return nil
 }
@@ -449,7 +449,7 @@ func (w *Worker) restartReplica(ctx context.Context, k replicaKey, named bool) e
 	if len(l.Items) > 0 {
 		what = describeVMIs(l.Items) + " deleted"
 	}
-	w.record(k, m, time.Now(), "restart", true, "restarting replica %d: %s; root disk and GPUs kept", k.replica, what)
+	w.record(k, m, w.now(), "restart", true, "restarting replica %d: %s; root disk and GPUs kept", k.replica, what)
 	w.queue.Add(k)
 	return nil
 }
@@ -485,7 +485,7 @@ func (w *Worker) Delete(ctx context.Context, p worker.DeleteParams) error {
 			if p.Force {
 				how = "at once (force)"
 			}
-			w.record(k, m, time.Now(), "delete", true, "deleting replica %d %s: VMIs, root disks, Secrets and Services", k.replica, how)
+			w.record(k, m, w.now(), "delete", true, "deleting replica %d %s: VMIs, root disks, Secrets and Services", k.replica, how)
 		}
 		m.mu.Unlock()
 	}

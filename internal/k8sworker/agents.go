@@ -123,6 +123,7 @@ type agentHub struct {
 	opts    AgentOptions
 	self    Peer
 	started time.Time
+	now     func() time.Time // the worker's clock
 
 	mu        sync.Mutex
 	slots     map[fabric.PublicKey]agentSlot    // admitted keys
@@ -150,7 +151,7 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 	if len(addrs) == 0 && o.Node.Addr() != "" {
 		addrs = []string{o.Node.Addr()}
 	}
-	h := &agentHub{opts: o, started: time.Now(),
+	h := &agentHub{opts: o, started: w.now(), now: w.now,
 		self:  Peer{Role: agent.RoleWorker, Key: o.Node.PublicKey().String(), Addrs: addrs},
 		slots: map[fabric.PublicKey]agentSlot{}, byReplica: map[replicaKey][]fabric.PublicKey{},
 		seen: map[agentSlot]agentSeen{}, silent: map[agentSlot]bool{},
@@ -193,14 +194,14 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentReport) {
 		return
 	}
 	prev, had := h.seen[slot]
-	h.seen[slot] = agentSeen{ready: r.Ready, at: time.Now()}
+	h.seen[slot] = agentSeen{ready: r.Ready, at: w.now()}
 	back := h.silent[slot]
 	delete(h.silent, slot)
 	ended := h.noteCommandLocked(slot, r.Command)
 	h.mu.Unlock()
 	if back {
 		m := w.mem(slot.replicaKey)
-		w.record(slot.replicaKey, m, time.Now(), "agent", true, "the agent of VMI %s reports again", VMIName(slot.job, slot.replica, slot.vmi))
+		w.record(slot.replicaKey, m, w.now(), "agent", true, "the agent of VMI %s reports again", VMIName(slot.job, slot.replica, slot.vmi))
 	}
 	if !had || prev.ready != r.Ready || back {
 		w.queue.Add(slot.replicaKey)

@@ -66,7 +66,7 @@ func (h *agentHub) noteCommandLocked(slot agentSlot, c *agent.CommandStatus) boo
 	if had && prev.cmd.StartedAt.Equal(c.StartedAt) {
 		return false
 	}
-	h.exits[slot] = exitSeen{cmd: *c, at: time.Now()}
+	h.exits[slot] = exitSeen{cmd: *c, at: h.now()}
 	return true
 }
 
@@ -133,7 +133,7 @@ func (w *Worker) agentLoop() {
 // inference agent) is not asked again.
 func (w *Worker) pollAgents(ctx context.Context) {
 	h := w.agents
-	now := time.Now()
+	now := w.now()
 	var due []fabric.PublicKey
 	h.mu.Lock()
 	for pk := range h.slots {
@@ -279,7 +279,7 @@ func (w *Worker) endCommand(ctx context.Context, k replicaKey) {
 	if next.Desired == desiredFailed {
 		state, detail = cosmic.StateFailed, ": "+next.Failure.Message
 	}
-	w.record(k, m, time.Now(), "command", state == cosmic.StateStopped, "the command of replica %d ended (exit code %d), replica %s%s; %s; root disk kept, GPUs released",
+	w.record(k, m, w.now(), "command", state == cosmic.StateStopped, "the command of replica %d ended (exit code %d), replica %s%s; %s; root disk kept, GPUs released",
 		k.replica, *next.ExitCode, state, detail, what)
 	w.queue.Add(k)
 }

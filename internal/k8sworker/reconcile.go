@@ -520,7 +520,7 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 		w.forget(k, m)
 		return 0, nil
 	}
-	now := time.Now()
+	now := w.now()
 	d := w.status(k, m, o, now)
 	var errs []error
 	w.syncAgents(k, jobTypeOf(o), d.rep.AgentKeys, d.rep.Gone || m.deleting && o.empty())
@@ -612,11 +612,11 @@ func (w *Worker) repairDrift(ctx context.Context, k replicaKey, m *replicaMem, o
 	what := strings.Join(names, ", ")
 	if w.cfg.DriftPolicy == DriftFail {
 		r := cosmic.NewReason(cosmic.ReasonVMICrashed, fmt.Sprintf("VMI %s was deleted outside CosmicAC (driftPolicy %s)", what, DriftFail))
-		w.record(k, m, time.Now(), "drift", false, "VMI %s was deleted outside CosmicAC: failing replica %d (driftPolicy %s)", what, k.replica, DriftFail)
+		w.record(k, m, w.now(), "drift", false, "VMI %s was deleted outside CosmicAC: failing replica %d (driftPolicy %s)", what, k.replica, DriftFail)
 		rep := worker.ReplicaReport{Replica: k.replica, State: cosmic.StateFailed, Reason: &r, Nodes: nodeNames(st.Reservation)}
 		return rep, w.failReplica(ctx, k, m, st, r)
 	}
-	w.record(k, m, time.Now(), "drift", true, "VMI %s was deleted outside CosmicAC: recreating it (driftPolicy %s)", what, DriftRecreate)
+	w.record(k, m, w.now(), "drift", true, "VMI %s was deleted outside CosmicAC: recreating it (driftPolicy %s)", what, DriftRecreate)
 	st.Desired = desiredReplace
 	if err := w.writeState(ctx, k, m, st); err != nil {
 		return d.rep, err

@@ -44,7 +44,7 @@ func (w *Worker) setReport(k replicaKey, m *replicaMem, rep worker.ReplicaReport
 func (w *Worker) markGone(k replicaKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.tombstoneLocked(k, time.Now())
+	w.tombstoneLocked(k, w.now())
 	w.reports.SetGone(k.ref())
 }
 
@@ -175,7 +175,7 @@ func (w *Worker) reportLoop(ctx context.Context) {
 			if err != nil {
 				return worker.Capacity{}, err
 			}
-			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: time.Now()}, nil
+			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now()}, nil
 		},
 		Delivered: w.delivered,
 	})

@@ -60,6 +60,9 @@ func Scheme() *runtime.Scheme {
 // from watches (informers) and are pushed to the Reporter. Make it with New
 // and run it with Run.
 type Worker struct {
+	// now is the worker's clock: every judgement, record and deadline
+	// reads it (tests set it; default time.Now).
+	now    func() time.Time
 	cfg    RackConfig
 	policy StatusPolicy
 	rep    worker.Reporter
@@ -154,6 +157,7 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 		return nil, err
 	}
 	w := &Worker{
+		now:      time.Now,
 		cfg:      cfg,
 		policy:   cfg.StatusPolicy(),
 		rep:      rep,
@@ -295,7 +299,7 @@ func (w *Worker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err != nil {
 		return worker.Capacity{}, fabric.Errorf(fabric.CodeUnavailable, "rack %s: list nodes: %v", w.cfg.Rack, err)
 	}
-	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: time.Now()}, nil
+	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now()}, nil
 }
 
 func (w *Worker) nodes(ctx context.Context) ([]cosmic.Node, error) {
@@ -347,7 +351,7 @@ func (w *Worker) Jobs(ctx context.Context) ([]worker.JobReport, error) {
 				m.mu.Unlock()
 				continue
 			}
-			rep = w.status(k, m, obs, time.Now()).rep
+			rep = w.status(k, m, obs, w.now()).rep
 			rep.Observed = worker.Observe()
 		}
 		m.mu.Unlock()

@@ -111,7 +111,7 @@ func TestFabricError(t *testing.T) {
 // long enough to ignore late informer events, then is forgotten, so a
 // worker that has deleted many jobs does not keep them all.
 func TestTombstonesAreForgotten(t *testing.T) {
-	w := &Worker{gone: map[replicaKey]time.Time{}}
+	w := &Worker{gone: map[replicaKey]time.Time{}, now: time.Now}
 	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	w.mu.Lock()
 	defer w.mu.Unlock()
