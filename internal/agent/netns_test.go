@@ -164,12 +164,13 @@ func netnsPlatform(t *testing.T) {
 	s.send(t, "echo hi-$((40+2)); stty size\n")
 	waitFor(t, s.out, "hi-42")
 	waitFor(t, s.out, "24 80")
+	// The shell watches for the new size, then the window changes: the
+	// resize frame may overtake typed input or follow it.
+	s.send(t, "until [ \"$(stty size)\" = '40 120' ]; do sleep 0.01; done; echo resized-$((40+120))\n")
 	s.resize <- Size{Rows: 40, Cols: 120}
-	time.Sleep(50 * time.Millisecond)
-	s.send(t, "stty size\n")
-	waitFor(t, s.out, "40 120")
-	s.send(t, "sleep 100\n")
-	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
+	waitFor(t, s.out, "resized-160")
+	s.send(t, "sh -c 'echo sleeping-$((2*3)); exec sleep 100'\n")
+	waitFor(t, s.out, "sleeping-6") // the foreground process: the ^C is its
 	s.send(t, "\x03echo status-$?\n")
 	waitFor(t, s.out, "status-130")
 	s.send(t, "exit 3\n")

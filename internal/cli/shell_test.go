@@ -148,21 +148,11 @@ func TestJobsShellInteractive(t *testing.T) {
 	term.waitFor(t, "hi-42 xterm")
 
 	// Resize: the window changes, SIGWINCH arrives, the remote follows.
-	if err := pty.Setsize(term.master, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
-		t.Fatal(err)
-	}
-	syscall.Kill(os.Getpid(), syscall.SIGWINCH)
-	time.Sleep(100 * time.Millisecond)
-	term.typeIn(t, "stty size\n")
-	term.waitFor(t, "50 132")
+	resized(t, term, 50, 132)
 
 	// Ctrl-C typed on the terminal kills the remote foreground sleep; the
 	// shell carries on.
-	term.typeIn(t, "sleep 100\n")
-	time.Sleep(time.Second) // let bash start sleep: a ^C before that is not the test
-	term.typeIn(t, "\x03")
-	term.typeIn(t, "echo status-$?\n")
-	term.waitFor(t, "status-130")
+	interruptSleep(t, term)
 
 	term.typeIn(t, "exit 3\n")
 	if c := waitCode(t, code, term); c != 3 {

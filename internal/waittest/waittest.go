@@ -1,0 +1,62 @@
+// Package waittest waits in tests for a condition to hold, instead of
+// sleeping for a time and hoping it does. The condition is polled, first
+// at once and then at a growing interval (1 ms up to 50 ms), so a fast
+// condition costs a millisecond and a slow one little CPU; the deadline
+// is only a bound on failure and never part of what a test asserts.
+//
+// Use it where nothing better is at hand: a channel, an event the code
+// under test emits, or testing/synctest make a test exact, and are
+// preferred.
+package waittest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Timeout is the bound Until and NoError use: generous, since it is only
+// reached when the test fails (or the machine is very slow, as a -race run
+// of 3 parallel copies can be).
+const Timeout = 20 * time.Second
+
+// Until polls cond until it returns true, and fails t (naming what it
+// waited for, by format and args) if it has not within Timeout.
+func Until(t testing.TB, cond func() bool, format string, args ...any) {
+	t.Helper()
+	if !poll(Timeout, func() (bool, error) { return cond(), nil }) {
+		t.Fatalf("timed out after %v waiting for %s", Timeout, fmt.Sprintf(format, args...))
+	}
+}
+
+// NoError polls f until it returns nil, and fails t with f's last error
+// if it has not within Timeout.
+func NoError(t testing.TB, f func() error, format string, args ...any) {
+	t.Helper()
+	var last error
+	if !poll(Timeout, func() (bool, error) { last = f(); return last == nil, last }) {
+		t.Fatalf("timed out after %v waiting for %s: %v", Timeout, fmt.Sprintf(format, args...), last)
+	}
+}
+
+// Within is Until with a bound of its own, for a condition that must hold
+// soon or not at all (it does not shorten the wait when it holds).
+func Within(t testing.TB, d time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	if !poll(d, func() (bool, error) { return cond(), nil }) {
+		t.Fatalf("timed out after %v waiting for %s", d, fmt.Sprintf(format, args...))
+	}
+}
+
+func poll(d time.Duration, cond func() (bool, error)) bool {
+	deadline := time.Now().Add(d)
+	for interval := time.Millisecond; ; interval = min(2*interval, 50*time.Millisecond) {
+		if ok, _ := cond(); ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
