@@ -214,6 +214,12 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			}
 			g.Go(func() error { return serveMetrics(ctx) })
 			g.Go(func() error { return w.Run(ctx) })
+			g.Go(func() error {
+				if w.WaitSynced(ctx) == nil {
+					fmt.Fprintf(a.stdout, "synced rack %s with the apiserver\n", rack.Rack)
+				}
+				return nil
+			})
 			err = g.Wait()
 			if errors.Is(err, context.Canceled) {
 				return nil
