@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/backoff"
 )
 
 // Timeout is the bound Until and NoError use: generous, since it is only
@@ -50,13 +52,14 @@ func Within(t testing.TB, d time.Duration, cond func() bool, format string, args
 
 func poll(d time.Duration, cond func() (bool, error)) bool {
 	deadline := time.Now().Add(d)
-	for interval := time.Millisecond; ; interval = min(2*interval, 50*time.Millisecond) {
+	b := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	for {
 		if ok, _ := cond(); ok {
 			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(interval)
+		time.Sleep(b.Next())
 	}
 }
