@@ -160,7 +160,8 @@ func TestWhichReportsCount(t *testing.T) {
 // A worker that stops answering the heartbeat makes its jobs unknown once
 // a call to it fails: at once when it refuses, after the worker timeout
 // when it hangs. They keep their GPUs (the VMIs may still run), so nothing
-// else is placed there.
+// else is placed there; when the worker answers again, what it reports
+// restores the jobs' state.
 func TestLostWorker(t *testing.T) {
 	for name, tc := range map[string]struct {
 		outage string
@@ -198,6 +199,17 @@ func TestLostWorker(t *testing.T) {
 				e.heartbeats(5)
 				e.wantState(a.ID, cosmic.StateUnknown, cosmic.StateUnknown)
 				wantHeld(t, e, a.ID, gpus("r1", "n0", all8...))
+				e.wantState(b.ID, cosmic.StateQueued, cosmic.StateQueued)
+				e.checkBooks()
+
+				w.setOutage("")
+				time.Sleep(workerTimeout + heartbeat) // a call in flight ends, the next one answers
+				synctest.Wait()
+				if racks := e.o.ListRacks().Racks; !racks[0].Reachable {
+					t.Fatal("the rack is shown unreachable")
+				}
+				e.wantState(a.ID, cosmic.StateRunning, cosmic.StateRunning)
+				wantCalls(t, w, "apply "+a.ID, 1)
 				e.wantState(b.ID, cosmic.StateQueued, cosmic.StateQueued)
 				e.checkBooks()
 			})

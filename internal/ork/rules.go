@@ -47,7 +47,8 @@ type transition struct{ From, To cosmic.State }
 
 // reportRules applies one job's report. A replica report counts only for a
 // replica the rack holds and only when newer than the last applied from
-// the same worker process (design 0002). Then: a deleting replica reported
+// the same worker process (design 0002), or the same as that one for a
+// replica made unknown since (its worker answers again, unchanged). Then: a deleting replica reported
 // gone is stopped and freed; a command that ended (an exit code after
 // running) stops and frees its replica; other stops and gones are late
 // (the ork's own kills release at once) and ignored; a failure frees; any
@@ -61,19 +62,24 @@ func reportRules(in reportInput) (reportOutcome, error) {
 		if !held || res.Rack != in.Rack {
 			continue // a late report of a replica released already
 		}
+		cur := cosmic.StateQueued
+		if rr.Replica < len(j.Status.Replicas) {
+			cur = j.Status.Replicas[rr.Replica].State
+		}
 		ref := worker.ReplicaRef{JobID: j.ID, Replica: rr.Replica}
-		if last, ok := in.Applied[ref]; ok && !rr.Observed.Supersedes(last) {
-			continue // older than what was applied: a late answer
+		if last, ok := in.Applied[ref]; ok && !rr.Observed.Supersedes(last) &&
+			(cur != cosmic.StateUnknown || rr.Observed != last) {
+			// Older than what was applied: a late answer. The last one
+			// applied, again, still counts for a replica the ork made
+			// unknown since (its worker was unreachable): nothing newer
+			// has happened to it.
+			continue
 		}
 		if rr.Observed.Process != "" {
 			if out.Stamps == nil {
 				out.Stamps = map[worker.ReplicaRef]worker.Observation{}
 			}
 			out.Stamps[ref] = rr.Observed
-		}
-		cur := cosmic.StateQueued
-		if rr.Replica < len(j.Status.Replicas) {
-			cur = j.Status.Replicas[rr.Replica].State
 		}
 		switch {
 		case cur == cosmic.StateDeleting && rr.Gone:
