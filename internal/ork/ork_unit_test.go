@@ -1,6 +1,7 @@
 package ork_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -483,4 +484,116 @@ func TestRestartOnTheSameStore(t *testing.T) {
 		wantHeld(t, e, b.ID, gpus("r1", "n1", 0, 1, 2, 3))
 		e.checkBooks()
 	})
+}
+
+// How a worker tells that a replica is gone: it pushes a Gone report, or
+// the heartbeat's pull no longer lists it.
+var confirmations = map[string]func(e *env, w *fakeWorker, id string, replica int){
+	"pushed": func(e *env, w *fakeWorker, id string, replica int) { e.push(w, w.gone(id, replica)) },
+	"pulled": func(e *env, w *fakeWorker, id string, replica int) { w.gone(id, replica); e.heartbeats(1) },
+}
+
+// A deleting job whose replicas run on several racks, or go one at a
+// time, is deleted replica by replica: each replica's GPUs are released
+// when the worker holding it says it is gone, the others' stay held
+// (their VMIs may still run), and the record goes with the last.
+func TestDeleteReleasesEachReplicaWhenItIsGone(t *testing.T) {
+	vllm := func(replicas, gpus int) cosmic.Spec {
+		return cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "m", Location: "eu",
+			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", Replicas: replicas, GPUsPerReplica: gpus}}
+	}
+	for name, tc := range map[string]struct {
+		racks [][]int // the GPUs of each rack's nodes
+		spec  cosmic.Spec
+		held  [][]string // what each replica holds
+		// next is the GPUs of the job queued behind, which takes replica
+		// 0's once they are free.
+		next int
+	}{
+		"on two racks": {
+			racks: [][]int{{8}, {8}}, spec: vllm(2, 8),
+			held: [][]string{gpus("r1", "n0", all8...), gpus("r2", "n0", all8...)},
+			next: 8,
+		},
+		"on one rack": {
+			racks: [][]int{{8}}, spec: vllm(2, 4),
+			held: [][]string{gpus("r1", "n0", 0, 1, 2, 3), gpus("r1", "n0", 4, 5, 6, 7)},
+			next: 4,
+		},
+	} {
+		for how, confirm := range confirmations {
+			t.Run(name+", "+how, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var ws []*fakeWorker
+					for i, nodes := range tc.racks {
+						ws = append(ws, newWorker(t, fmt.Sprintf("r%d", i+1), nodes...))
+					}
+					workerOf := func(replica int) *fakeWorker { return ws[min(replica, len(ws)-1)] }
+					e := newEnv(t, ws...)
+					j := e.createSpec(tc.spec)
+					for i := range 2 {
+						e.push(workerOf(i), workerOf(i).observe(j.ID, i, cosmic.StateRunning))
+					}
+					e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+					wantHeld(t, e, j.ID, slices.Sorted(slices.Values(slices.Concat(tc.held...))))
+					next := e.create(tc.next)
+					e.wantState(next.ID, cosmic.StateQueued, cosmic.StateQueued)
+
+					if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID}); err != nil {
+						t.Fatal(err)
+					}
+					synctest.Wait()
+					confirm(e, workerOf(0), j.ID, 0)
+					e.wantState(j.ID, cosmic.StateDeleting, cosmic.StateStopped, cosmic.StateRunning)
+					wantHeld(t, e, j.ID, tc.held[1])
+					e.wantState(next.ID, cosmic.StatePending, cosmic.StatePending)
+					wantHeld(t, e, next.ID, tc.held[0])
+					e.checkBooks()
+					e.heartbeats(2)
+					wantHeld(t, e, j.ID, tc.held[1])
+
+					confirm(e, workerOf(1), j.ID, 1)
+					e.wantGone(j.ID)
+					wantHeld(t, e, next.ID, tc.held[0])
+					e.checkBooks()
+				})
+			})
+		}
+	}
+}
+
+// A replica deleted alone keeps its GPUs until its worker says it is gone;
+// then it is stopped and its GPUs free, and the job runs on with the
+// other.
+func TestDeleteOneReplica(t *testing.T) {
+	for how, confirm := range confirmations {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorker(t, "r1", 8)
+				e := newEnv(t, w)
+				j := e.createSpec(cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "m", Location: "eu",
+					Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", Replicas: 2, GPUsPerReplica: 4}})
+				e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+				e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+
+				one := 1
+				if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID, Replica: &one}); err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				wantCalls(t, w, "delete "+j.ID+"/1", 1)
+				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting)
+				wantHeld(t, e, j.ID, gpus("r1", "n0", all8...))
+				e.checkBooks()
+
+				confirm(e, w, j.ID, 1)
+				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateStopped)
+				wantHeld(t, e, j.ID, gpus("r1", "n0", 0, 1, 2, 3))
+				e.heartbeats(2)
+				wantCalls(t, w, "apply "+j.ID, 1)
+				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateStopped)
+				e.checkBooks()
+			})
+		})
+	}
 }
