@@ -423,8 +423,8 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 }
 
 // requestDelete asks the workers holding a deleting job's GPUs to delete
-// it. The GPUs are released, and the record removed, by finalizeDelete once
-// a worker reports the job gone.
+// it. Each replica's GPUs are released when its worker reports it gone, or
+// no longer lists it, and the record goes with the last (applyReport).
 func (o *Ork) requestDelete(ctx context.Context, id string, force bool) error {
 	o.mu.Lock()
 	racks := keys(o.heldLocked(id))
@@ -432,27 +432,6 @@ func (o *Ork) requestDelete(ctx context.Context, id string, force bool) error {
 	return o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
 		return w.Delete(ctx, worker.DeleteParams{JobID: id, Replica: worker.AllReplicas, Force: force})
 	})
-}
-
-// finalizeDelete releases a deleted job's GPUs and removes its record, in
-// one transaction.
-func (o *Ork) finalizeDelete(ctx context.Context, id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	err := o.st.Update(ctx, func(tx Tx) error {
-		if err := tx.ReleaseGPUs(ctx, id, -1); err != nil {
-			return err
-		}
-		return tx.DeleteJob(ctx, id)
-	})
-	if err != nil && !errors.Is(err, cosmic.ErrNotFound) {
-		o.log.Error("remove deleted job", "job_id", id, "err", err)
-		return
-	}
-	o.snap.ReleaseJob(id)
-	o.boundReleasedLocked(id, -1)
-	o.dequeueLocked(id)
-	o.poke()
 }
 
 // deleteReplica removes one replica of a job: its VMIs and GPUs go; the

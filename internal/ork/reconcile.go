@@ -78,8 +78,12 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 	o.markReachable(id)
 	o.updateNodes(ctx, id, capacity.Nodes, capacity.ObservedAt)
 	seen := map[string]bool{}
+	listed := map[worker.ReplicaRef]bool{}
 	for _, jr := range jobs {
 		seen[jr.JobID] = true
+		for _, rr := range jr.Replicas {
+			listed[worker.ReplicaRef{JobID: jr.JobID, Replica: rr.Replica}] = !rr.Gone
+		}
 		o.applyReport(ctx, id, jr)
 	}
 	// Forget the stamps of jobs the worker no longer runs.
@@ -102,17 +106,35 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		if err != nil {
 			continue
 		}
+		// The worker listed all it has: a replica being deleted that it
+		// does not list is gone.
+		var gone []worker.ReplicaReport
+		for _, res := range rs {
+			if beingDeleted(j, res.Replica) && !listed[worker.ReplicaRef{JobID: jobID, Replica: res.Replica}] {
+				gone = append(gone, worker.ReplicaReport{Replica: res.Replica, State: cosmic.StateStopped, Gone: true})
+			}
+		}
+		if len(gone) > 0 {
+			o.applyReport(ctx, id, worker.JobReport{JobID: jobID, Replicas: gone})
+		}
 		switch {
-		case j.Status.State == cosmic.StateDeleting && !seen[jobID]:
-			o.finalizeDelete(ctx, j.ID) // the worker has nothing left of it
-		case j.Status.State == cosmic.StateDeleting:
+		case j.Status.State == cosmic.StateDeleting && len(gone) < len(rs):
 			if err := o.requestDelete(ctx, j.ID, false); err != nil {
 				o.log.Warn("delete on worker", "job_id", j.ID, "err", err)
 			}
-		case !seen[jobID]:
-			o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
+		case j.Status.State != cosmic.StateDeleting && !seen[jobID]:
+			rs = slices.DeleteFunc(rs, func(res cosmic.Reservation) bool { return beingDeleted(j, res.Replica) })
+			if len(rs) > 0 {
+				o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
+			}
 		}
 	}
+}
+
+// beingDeleted says whether replica i of j is being deleted: the job, or
+// the replica alone.
+func beingDeleted(j cosmic.Job, i int) bool {
+	return j.Status.State == cosmic.StateDeleting || i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateDeleting
 }
 
 func (o *Ork) markReachable(id string) {
@@ -199,8 +221,8 @@ func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node, o
 func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport) {
 	o.mu.Lock()
 	var (
-		orphan, deleting bool
-		out              reportOutcome
+		orphan bool
+		out    reportOutcome
 	)
 	rs := o.racks[rack]
 	var applied map[worker.ReplicaRef]worker.Observation
@@ -217,10 +239,6 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		if err != nil {
 			return err
 		}
-		if j.Status.State == cosmic.StateDeleting {
-			deleting = true
-			return nil
-		}
 		out, err = reportRules(reportInput{Job: j, Rack: rack, Applied: applied, Report: jr, Now: o.now(),
 			Held: func(replica int) (cosmic.Reservation, bool) { return o.snap.Reserved(j.ID, replica) }})
 		if err != nil || !out.Changed {
@@ -231,58 +249,54 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 				return err
 			}
 		}
+		if out.Remove {
+			return tx.DeleteJob(ctx, j.ID)
+		}
 		return tx.PutJob(ctx, out.Job)
 	})
 	if out.Ignored != nil {
 		o.log.Warn("ignoring illegal aggregate transition", "job_id", jr.JobID, "from", out.Ignored.From, "to", out.Ignored.To)
 	}
-	released, stamps, keysOf, bound := out.Release, out.Stamps, out.AgentKeys, out.Job
 	if err != nil {
 		o.log.Error("apply worker report", "rack", rack, "job_id", jr.JobID, "err", err)
 		o.mu.Unlock()
 		return
 	}
-	for _, res := range released {
+	for _, res := range out.Release {
 		if err := o.snap.Release(res); err != nil {
 			o.log.Error("release in snapshot", "job_id", res.JobID, "err", err)
 		}
 		o.boundReleasedLocked(res.JobID, res.Replica)
 	}
-	for replica, ks := range keysOf {
-		if _, held := o.snap.Reserved(bound.ID, replica); held {
-			o.boundKeysLocked(bound, replica, ks)
+	if out.Remove {
+		o.boundReleasedLocked(jr.JobID, -1)
+		o.dequeueLocked(jr.JobID)
+	}
+	for replica, ks := range out.AgentKeys {
+		if _, held := o.snap.Reserved(out.Job.ID, replica); held {
+			o.boundKeysLocked(out.Job, replica, ks)
 		}
 	}
-	if rs != nil && len(stamps) > 0 {
+	if rs != nil && len(out.Stamps) > 0 {
 		if rs.observed == nil {
 			rs.observed = map[worker.ReplicaRef]worker.Observation{}
 		}
-		maps.Copy(rs.observed, stamps)
+		maps.Copy(rs.observed, out.Stamps)
 	}
-	r := o.racks[rack]
 	o.mu.Unlock()
-	if len(released) > 0 {
+	if len(out.Release) > 0 {
 		o.poke()
 	}
-	switch {
-	case orphan && r != nil:
+	if orphan && rs != nil {
 		// The worker runs a job the store does not know (deleted while the
 		// worker was away): remove it. The work outlives ctx, which a
 		// pushed report's fabric handler cancels when it returns.
 		o.goBackground(func() {
 			cctx, cancel := o.workerCtx(context.WithoutCancel(ctx))
 			defer cancel()
-			if err := r.w.Delete(cctx, worker.DeleteParams{JobID: jr.JobID, Replica: worker.AllReplicas, Force: true}); err != nil {
+			if err := rs.w.Delete(cctx, worker.DeleteParams{JobID: jr.JobID, Replica: worker.AllReplicas, Force: true}); err != nil {
 				o.log.Warn("delete orphan job on worker", "rack", rack, "job_id", jr.JobID, "err", err)
 			}
 		})
-	case deleting:
-		allGone := true
-		for _, rr := range jr.Replicas {
-			allGone = allGone && rr.Gone
-		}
-		if allGone {
-			o.finalizeDelete(ctx, jr.JobID)
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package ork
 
 import (
+	"slices"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -37,6 +38,9 @@ type reportOutcome struct {
 	Stamps map[worker.ReplicaRef]worker.Observation
 	// AgentKeys are the agents' keys the report gives, by replica.
 	AgentKeys map[int][]string
+	// Remove says the job is deleted and the report releases the last
+	// GPUs it held: its record goes.
+	Remove bool
 	// Ignored is an illegal aggregate transition the rules did not make
 	// (for the log), or nil.
 	Ignored *transition
@@ -47,23 +51,37 @@ type transition struct{ From, To cosmic.State }
 
 // reportRules applies one job's report. A replica report counts only for a
 // replica the rack holds and only when newer than the last applied from
-// the same worker process (design 0002). Then: a deleting replica reported
+// the same worker process (design 0002), or the same as that one for a
+// replica made unknown since (its worker answers again, unchanged). Then: a deleting replica reported
 // gone is stopped and freed; a command that ended (an exit code after
 // running) stops and frees its replica; other stops and gones are late
 // (the ork's own kills release at once) and ignored; a failure frees; any
 // other report sets the replica's state, nodes, agent keys and progress.
-// The job's state is then aggregated from its replicas.
+// The job's state is then aggregated from its replicas. A deleting job is
+// deleted replica by replica: a replica reported gone by the rack holding
+// it is stopped and freed, nothing else of its reports counts, and the
+// job is removed with the last GPUs it held (Remove).
 func reportRules(in reportInput) (reportOutcome, error) {
 	out := reportOutcome{Job: in.Job}
 	j := &out.Job
+	deleting := j.Status.State == cosmic.StateDeleting
 	for _, rr := range in.Report.Replicas {
 		res, held := in.Held(rr.Replica)
 		if !held || res.Rack != in.Rack {
 			continue // a late report of a replica released already
 		}
+		cur := cosmic.StateQueued
+		if rr.Replica < len(j.Status.Replicas) {
+			cur = j.Status.Replicas[rr.Replica].State
+		}
 		ref := worker.ReplicaRef{JobID: j.ID, Replica: rr.Replica}
-		if last, ok := in.Applied[ref]; ok && !rr.Observed.Supersedes(last) {
-			continue // older than what was applied: a late answer
+		if last, ok := in.Applied[ref]; ok && !rr.Observed.Supersedes(last) &&
+			(cur != cosmic.StateUnknown || rr.Observed != last) {
+			// Older than what was applied: a late answer. The last one
+			// applied, again, still counts for a replica the ork made
+			// unknown since (its worker was unreachable): nothing newer
+			// has happened to it.
+			continue
 		}
 		if rr.Observed.Process != "" {
 			if out.Stamps == nil {
@@ -71,17 +89,15 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			}
 			out.Stamps[ref] = rr.Observed
 		}
-		cur := cosmic.StateQueued
-		if rr.Replica < len(j.Status.Replicas) {
-			cur = j.Status.Replicas[rr.Replica].State
-		}
 		switch {
-		case cur == cosmic.StateDeleting && rr.Gone:
+		case (deleting || cur == cosmic.StateDeleting) && rr.Gone:
 			// The deleted replica is gone: its GPUs are free.
 			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
 			out.Release = append(out.Release, res)
 			out.Changed = true
 			continue
+		case deleting:
+			continue // its VMIs are going: only their end counts
 		case commandEnded(cur, rr):
 			// The job's command exited 0 (a gpu-container job): the
 			// replica is stopped and its GPUs free. Kills release at
@@ -127,6 +143,16 @@ func reportRules(in reportInput) (reportOutcome, error) {
 		}
 	}
 	if !out.Changed {
+		return out, nil
+	}
+	if deleting {
+		out.Remove = true
+		for i := range max(j.Spec.Replicas(), len(j.Status.Replicas)) {
+			if _, held := in.Held(i); held && !slices.ContainsFunc(out.Release, func(r cosmic.Reservation) bool { return r.Replica == i }) {
+				out.Remove = false // another replica's VMIs may still run
+			}
+		}
+		j.UpdatedAt = in.Now
 		return out, nil
 	}
 	ignored, err := aggregate(j, in.Now)

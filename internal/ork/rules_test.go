@@ -50,6 +50,7 @@ func TestReportRules(t *testing.T) {
 		release   int
 		exitCode  *int
 		agentKeys []string
+		remove    bool
 	}
 	for name, tc := range map[string]struct {
 		job     cosmic.Job
@@ -74,6 +75,18 @@ func TestReportRules(t *testing.T) {
 			map[worker.ReplicaRef]worker.Observation{{JobID: "j", Replica: 0}: at("p", 7)},
 			worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("p", 6)},
 			want{job: cosmic.StateRunning, replica: cosmic.StateRunning}},
+		"the last applied again": {job(cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0),
+			map[worker.ReplicaRef]worker.Observation{{JobID: "j", Replica: 0}: at("p", 7)},
+			worker.ReplicaReport{State: cosmic.StateRunning, Observed: at("p", 7)},
+			want{job: cosmic.StateRunning, replica: cosmic.StateRunning}},
+		"the last applied again, after the worker was unreachable": {job(cosmic.StateUnknown, cosmic.StateUnknown), heldOn("r", 0),
+			map[worker.ReplicaRef]worker.Observation{{JobID: "j", Replica: 0}: at("p", 7)},
+			worker.ReplicaReport{State: cosmic.StateRunning, Observed: at("p", 7)},
+			want{changed: true, job: cosmic.StateRunning, replica: cosmic.StateRunning}},
+		"older than the last applied, after the worker was unreachable": {job(cosmic.StateUnknown, cosmic.StateUnknown), heldOn("r", 0),
+			map[worker.ReplicaRef]worker.Observation{{JobID: "j", Replica: 0}: at("p", 7)},
+			worker.ReplicaReport{State: cosmic.StateFailed, Reason: &failed, Observed: at("p", 6)},
+			want{job: cosmic.StateUnknown, replica: cosmic.StateUnknown}},
 		"a restarted worker process": {job(cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0),
 			map[worker.ReplicaRef]worker.Observation{{JobID: "j", Replica: 0}: at("p", 7)},
 			worker.ReplicaReport{State: cosmic.StateStarting, Observed: at("q", 1)},
@@ -98,6 +111,21 @@ func TestReportRules(t *testing.T) {
 		"a deleted replica gone": {job(cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting), heldOn("r", 0, 1), nil,
 			worker.ReplicaReport{Replica: 1, Gone: true},
 			want{changed: true, job: cosmic.StateRunning, replica: cosmic.StateRunning, release: 1}},
+		"a deleting job's replica gone": {job(cosmic.StateDeleting, cosmic.StateRunning), heldOn("r", 0), nil,
+			worker.ReplicaReport{Gone: true},
+			want{changed: true, job: cosmic.StateDeleting, replica: cosmic.StateStopped, release: 1, remove: true}},
+		"one of a deleting job's two replicas gone": {job(cosmic.StateDeleting, cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0, 1), nil,
+			worker.ReplicaReport{Gone: true},
+			want{changed: true, job: cosmic.StateDeleting, replica: cosmic.StateStopped, release: 1}},
+		"a deleting job's replica gone, from another rack": {job(cosmic.StateDeleting, cosmic.StateRunning), heldOn("other", 0), nil,
+			worker.ReplicaReport{Gone: true},
+			want{job: cosmic.StateDeleting, replica: cosmic.StateRunning}},
+		"a deleting job's replica failed": {job(cosmic.StateDeleting, cosmic.StateRunning), heldOn("r", 0), nil,
+			worker.ReplicaReport{State: cosmic.StateFailed, Reason: &failed},
+			want{job: cosmic.StateDeleting, replica: cosmic.StateRunning}},
+		"a deleting job's command ended": {job(cosmic.StateDeleting, cosmic.StateRunning), heldOn("r", 0), nil,
+			worker.ReplicaReport{State: cosmic.StateStopped, ExitCode: &zero},
+			want{job: cosmic.StateDeleting, replica: cosmic.StateRunning}},
 		"a gone replica not deleting is late": {job(cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0), nil,
 			worker.ReplicaReport{Gone: true},
 			want{job: cosmic.StateRunning, replica: cosmic.StateRunning}},
@@ -109,7 +137,7 @@ func TestReportRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := want{changed: out.Changed, job: out.Job.Status.State, replica: out.Job.Status.Replicas[0].State,
-				release: len(out.Release), exitCode: out.Job.Status.ExitCode, agentKeys: out.AgentKeys[0]}
+				release: len(out.Release), exitCode: out.Job.Status.ExitCode, agentKeys: out.AgentKeys[0], remove: out.Remove}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
