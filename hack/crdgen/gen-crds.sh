@@ -8,6 +8,14 @@
 # Usage: hack/crdgen/gen-crds.sh [OUT_DIR]   (default internal/k8stest/testdata/crds)
 #   KUBEVIRT_VERSION (v1.9.0)  CDI_VERSION (v1.65.0)  NAD_VERSION (v1.7.7)
 #
+# CDI stays at v1.65.0 while go.mod has containerized-data-importer-api
+# v1.66.0: proxy.golang.org refuses the full kubevirt.io/containerized-data-importer
+# module at v1.66.0 ("403 Forbidden: This module version is not available",
+# checked 2026-12-01), and its operator package is where the CRD YAML lives.
+# Between the API modules v1.65.0 and v1.66.0 the DataVolume schema gains two
+# optional source fields only (spec.source.http.insecureSkipVerify,
+# spec.source.vddk.certConfigMap), which CosmicAC never sets.
+#
 # crdgen (main.go next to this script) is its own Go module (local/crdgen), so
 # it is not part of the cosmicac build; see docs/testing-kubernetes.md.
 set -euo pipefail
