@@ -78,29 +78,18 @@ func (r *agentRig) newNode() {
 // startWithAgents is harness.start with the worker serving agents on rig.
 func (h *harness) startWithAgents(rig *agentRig) {
 	h.t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	w, err := New(h.cfg, h.env.Config, h.rep, h.logs, log)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if err := w.ServeAgents(AgentOptions{Node: rig.node, Keys: rig.keys}); err != nil {
-		h.t.Fatal(err)
-	}
-	w.retryMin, w.retryMax = 20*time.Millisecond, 200*time.Millisecond
-	ctx, cancel := context.WithCancel(h.ctx)
-	h.w, h.cancel, h.done = w, cancel, make(chan error, 1)
-	go func() { h.done <- w.Run(ctx) }()
-	h.t.Cleanup(h.stop)
-	sctx, scancel := context.WithTimeout(h.ctx, 30*time.Second)
-	defer scancel()
-	if err := w.WaitSynced(sctx); err != nil {
-		h.t.Fatalf("worker did not sync: %v", err)
-	}
+	h.run(rig)
 }
 
 // runAgent runs the agent of a VMI from its Secret's agent.yaml, as the VM
 // would; the returned func stops it and waits for it.
 func (h *harness) runAgent(secret string) (*agent.Agent, func()) {
+	h.t.Helper()
+	return h.runAgentLogging(secret, nil)
+}
+
+// runAgentLogging is runAgent with the agent logging to log (nil: nowhere).
+func (h *harness) runAgentLogging(secret string, log *slog.Logger) (*agent.Agent, func()) {
 	h.t.Helper()
 	var s corev1.Secret
 	if err := h.c.Get(h.ctx, h.key(secret), &s); err != nil {
@@ -119,7 +108,7 @@ func (h *harness) runAgent(secret string) (*agent.Agent, func()) {
 		h.t.Fatal(err)
 	}
 	cfg.WorkDir = h.t.TempDir()
-	a := agent.New(cfg, nil)
+	a := agent.New(cfg, log)
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -206,7 +195,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	h.setDV(name, cdiv1.Succeeded, "100.0%", 0)
 	h.setVMI(name, running(node))
 	h.waitReport(job.ID, 0, cosmic.StateStarting, progressIs(StepAgent, 0))
-	time.Sleep(300 * time.Millisecond)
+	h.settle(job.ID, 0) // judged again, still without a word from the agent
 	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateStarting {
 		t.Fatalf("running without its agent: %+v", r)
 	}
@@ -239,21 +228,30 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 
 	// The agent goes silent: the replica stays running, and the log says so.
 	stop()
-	h.eventually(10*time.Second, "silent agent recorded", func() error {
+	silent := func() int {
+		n := 0
 		for _, r := range h.logs.Job(job.ID) {
 			if r.Step == "agent" && strings.Contains(r.Line, "has not reported") {
-				return nil
+				n++
 			}
 		}
-		return errors.New("no record")
+		return n
+	}
+	h.eventually(10*time.Second, "silent agent recorded", func() error {
+		if silent() == 0 {
+			return errors.New("no record")
+		}
+		return nil
 	})
 	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateRunning {
 		t.Fatalf("silent agent: %+v, want running", r)
 	}
 
-	// A restarted worker, not having heard from the agent, keeps it running.
+	// A restarted worker, not having heard from the agent, keeps it
+	// running, also once the agent has been silent for AgentTimeout since
+	// the restart (the restarted worker records it).
 	h.stop()
-	n := len(h.rep.history(job.ID, 0))
+	n, silentBefore := len(h.rep.history(job.ID, 0)), silent()
 	rig.newNode()
 	h.startWithAgents(rig)
 	h.eventually(10*time.Second, "report after the restart", func() error {
@@ -262,7 +260,13 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(300 * time.Millisecond)
+	h.eventually(10*time.Second, "the restarted worker records the agent silent", func() error {
+		if silent() == silentBefore {
+			return errors.New("no record")
+		}
+		return nil
+	})
+	h.settle(job.ID, 0)
 	for _, r := range h.rep.history(job.ID, 0)[n:] {
 		if r.State != cosmic.StateRunning {
 			t.Fatalf("after the worker restart: %+v", r)

@@ -334,42 +334,24 @@ func jobTypeOf(o observation) cosmic.JobType {
 	return ""
 }
 
-// agentGate says whether replica k needs its agents to run and whether
-// they are ready: every VMI's agent is recorded ready on the carrier
-// (st.AgentReady holds its UID), or has reported ready since its VMI was
-// created, within AgentTimeout. latch is the UIDs to record when the gate
-// opened from reports.
-func (w *Worker) agentGate(k replicaKey, o observation, st replicaState, vmis []*virtv1.VirtualMachineInstance, now time.Time) (required, ready bool, latch []string) {
-	h := w.agents
-	if h == nil || !slices.Contains(w.cfg.RequireAgent, jobTypeOf(o)) || len(agentKeys(o)) == 0 {
-		// Not required, or the VMIs were built without agents.
-		return false, true, nil
+// reports are the last reports of replica k's agents, by VMI index (nil
+// when the worker serves no agents).
+func (h *agentHub) reports(k replicaKey) map[int]agentSeen {
+	if h == nil {
+		return nil
 	}
-	latched := setOf(st.AgentReady)
-	ready, fresh := len(vmis) > 0, false
-	var uids []string
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i, v := range vmis {
-		if v == nil {
-			ready = false
-			continue
+	var out map[int]agentSeen
+	for slot, s := range h.seen {
+		if slot.replicaKey == k {
+			if out == nil {
+				out = map[int]agentSeen{}
+			}
+			out[slot.vmi] = s
 		}
-		uids = append(uids, string(v.UID))
-		if latched[string(v.UID)] {
-			continue
-		}
-		s, ok := h.seen[agentSlot{replicaKey: k, vmi: i}]
-		if ok && s.ready && !s.at.Before(v.CreationTimestamp.Time) && now.Sub(s.at) <= w.cfg.AgentTimeout.D() {
-			fresh = true
-			continue
-		}
-		ready = false
 	}
-	if ready && fresh {
-		latch = uids
-	}
-	return true, ready, latch
+	return out
 }
 
 // agentsSilent lists the VMIs of a running replica whose agents have not

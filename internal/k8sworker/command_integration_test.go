@@ -8,12 +8,15 @@ package k8sworker
 // exit whose event it missed by calling agent.status.
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,6 +91,60 @@ func vmiGoneDiskKept(t *testing.T, h *harness, job string) {
 	}
 }
 
+// exitHandledSince waits until the worker has taken a report from the
+// agent of replica 0's VMI 0 since the time given, and has no exit of its
+// command left to act on: its agent loop has acted on the exit reported.
+func (h *harness) exitHandledSince(job string, since time.Time) {
+	h.t.Helper()
+	slot, hub := agentSlot{replicaKey: replicaKey{job: job}}, h.w.agents
+	h.eventually(15*time.Second, "a report of the agent taken and acted on", func() error {
+		hub.mu.Lock()
+		defer hub.mu.Unlock()
+		if s, ok := hub.seen[slot]; !ok || !s.at.After(since) {
+			return errors.New("no report taken since")
+		}
+		if _, ok := hub.exits[slot]; ok {
+			return errors.New("an exit left to act on")
+		}
+		return nil
+	})
+}
+
+// msgReportFailed is what an agent logs when a report to its worker fails.
+const msgReportFailed = "report to worker failed"
+
+// logCapture is a slog handler that keeps the messages logged, at every
+// level.
+type logCapture struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
+
+func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, r.Message)
+	return nil
+}
+
+func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *logCapture) WithGroup(string) slog.Handler      { return c }
+
+// count is how many messages msg were logged.
+func (c *logCapture) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, m := range c.msgs {
+		if m == msg {
+			n++
+		}
+	}
+	return n
+}
+
 func (h *harness) carrier(job string) corev1.Secret {
 	h.t.Helper()
 	var s corev1.Secret
@@ -154,6 +211,10 @@ func TestIntegrationCommandExit0Stops(t *testing.T) {
 }
 
 func TestIntegrationCommandExit5Fails(t *testing.T) {
+	// The agent reports often, its command's exit with it (see below).
+	old := agent.ReportInterval
+	agent.ReportInterval = 500 * time.Millisecond
+	t.Cleanup(func() { agent.ReportInterval = old })
 	h, _, job := commandRig(t, "sh", "-c", "echo first; echo oops >&2; exit 5")
 	h.runAgent(SecretName(job.ID, 0, 0))
 
@@ -171,8 +232,12 @@ func TestIntegrationCommandExit5Fails(t *testing.T) {
 	if a[AnnotationDesired] != string(desiredFailed) || a[AnnotationExitCode] != "5" || !strings.Contains(a[AnnotationFailure], string(cosmic.ReasonCommandFailed)) {
 		t.Fatalf("carrier annotations %v", a)
 	}
-	// The replica is not stopped or failed a second time.
-	time.Sleep(time.Second)
+	// The replica is not stopped or failed a second time: the agent goes
+	// on reporting the exit; once the worker has taken such a report since
+	// the failure and has no exit left to act on, the replica is judged
+	// again.
+	h.exitHandledSince(job.ID, time.Now())
+	h.settle(job.ID, 0)
 	if hist := states(h.rep.history(job.ID, 0)); hist[len(hist)-1] != cosmic.StateFailed || slices.Contains(hist, cosmic.StateStopped) {
 		t.Fatalf("states %v", hist)
 	}
@@ -187,13 +252,15 @@ func TestIntegrationCommandExitMissedEventPolled(t *testing.T) {
 	t.Cleanup(func() { agent.ReportInterval = old })
 	flag := filepath.Join(t.TempDir(), "go")
 	h, rig, job := commandRig(t, "sh", "-c", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done; echo bye; exit 0", flag))
-	a, _ := h.runAgent(SecretName(job.ID, 0, 0))
+	agentLog := &logCapture{}
+	a, _ := h.runAgentLogging(SecretName(job.ID, 0, 0), slog.New(agentLog))
 	h.waitReport(job.ID, 0, cosmic.StateRunning, nil)
 
 	// The worker goes away; the command exits meanwhile.
 	h.stop()
 	addr := rig.node.Addr()
 	rig.node.Close()
+	failed := agentLog.count(msgReportFailed)
 	if err := os.WriteFile(flag, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +269,14 @@ func TestIntegrationCommandExitMissedEventPolled(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the command did not exit")
 	}
-	time.Sleep(6 * time.Second) // the agent's report (5 s timeout) has failed
+	// The agent's report of the exit, sent as the command ended, fails
+	// (the only report since the worker went: its periodic one is far off).
+	h.eventually(15*time.Second, "the agent's report of the exit failed", func() error {
+		if agentLog.count(msgReportFailed) == failed {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 
 	// Back on the same address (the one in the agent's bootstrap).
 	rig.freshKeys()

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"path"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +20,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +33,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -109,9 +115,13 @@ type harness struct {
 	rep     *fakeReporter
 	logs    *joblog.Ring
 	w       *Worker
-	cancel  context.CancelFunc
-	done    chan error
-	ctx     context.Context
+	// queue is the worker's queue, counting its reconciliations.
+	queue *countingQueue
+	// requests records the worker's requests that failed.
+	requests *requestLog
+	cancel   context.CancelFunc
+	done     chan error
+	ctx      context.Context
 }
 
 func newHarness(t testing.TB, env *k8stest.Env, mut func(*RackConfig)) *harness {
@@ -127,7 +137,7 @@ func newHarness(t testing.TB, env *k8stest.Env, mut func(*RackConfig)) *harness 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	h := &harness{t: t, env: env, c: env.Client, cfg: cfg, rep: &fakeReporter{}, logs: joblog.NewRing(10000), ctx: ctx}
+	h := &harness{t: t, env: env, c: env.Client, cfg: cfg, rep: &fakeReporter{}, logs: joblog.NewRing(10000), requests: newRequestLog(), ctx: ctx}
 	if err := h.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cfg.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,16 +147,32 @@ func newHarness(t testing.TB, env *k8stest.Env, mut func(*RackConfig)) *harness 
 // start runs a worker (again).
 func (h *harness) start() {
 	h.t.Helper()
+	h.run(nil)
+}
+
+// run makes a worker, serving agents on rig when there is one, runs it and
+// waits for its informers to sync.
+func (h *harness) run(rig *agentRig) {
+	h.t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rc := h.restCfg
 	if rc == nil {
 		rc = h.env.Config
 	}
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(h.requests.wrap)
 	w, err := New(h.cfg, rc, h.rep, h.logs, log)
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if rig != nil {
+		if err := w.ServeAgents(AgentOptions{Node: rig.node, Keys: rig.keys}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 	w.retryMin, w.retryMax = 20*time.Millisecond, 200*time.Millisecond
+	h.queue = newCountingQueue(w.queue)
+	w.queue = h.queue
 	ctx, cancel := context.WithCancel(h.ctx)
 	h.w, h.cancel, h.done = w, cancel, make(chan error, 1)
 	go func() { h.done <- w.Run(ctx) }()
@@ -156,6 +182,167 @@ func (h *harness) start() {
 	if err := w.WaitSynced(sctx); err != nil {
 		h.t.Fatalf("worker did not sync: %v", err)
 	}
+}
+
+// countingQueue is a worker's queue that counts the reconciliations of
+// each replica: one begins when Get hands the replica out (before the
+// reconciler observes anything) and ends at Done. The queue never hands
+// out a replica that is being reconciled, so they follow each other.
+type countingQueue struct {
+	workqueue.TypedRateLimitingInterface[replicaKey]
+	mu           sync.Mutex
+	begun, ended map[replicaKey]int
+}
+
+func newCountingQueue(q workqueue.TypedRateLimitingInterface[replicaKey]) *countingQueue {
+	return &countingQueue{TypedRateLimitingInterface: q, begun: map[replicaKey]int{}, ended: map[replicaKey]int{}}
+}
+
+func (q *countingQueue) Get() (replicaKey, bool) {
+	k, shutdown := q.TypedRateLimitingInterface.Get()
+	if !shutdown {
+		q.mu.Lock()
+		q.begun[k]++
+		q.mu.Unlock()
+	}
+	return k, shutdown
+}
+
+func (q *countingQueue) Done(k replicaKey) {
+	q.mu.Lock()
+	q.ended[k]++
+	q.mu.Unlock()
+	q.TypedRateLimitingInterface.Done(k)
+}
+
+// settle queues a replica and waits until a reconciliation of it that
+// began after the call has ended, and the report it made (if any) has been
+// delivered: what the worker's informers showed when settle was called has
+// been judged and reported.
+func (h *harness) settle(job string, replica int) {
+	h.t.Helper()
+	k, q := replicaKey{job: job, replica: replica}, h.queue
+	q.mu.Lock()
+	begun := q.begun[k]
+	q.mu.Unlock()
+	q.Add(k)
+	waittest.Until(h.t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.ended[k] > begun
+	}, "a reconciliation of replica %s", k)
+	waittest.Until(h.t, func() bool {
+		h.w.mu.Lock()
+		defer h.w.mu.Unlock()
+		return !h.w.reports.Undelivered(k.ref())
+	}, "the report of replica %s delivered", k)
+}
+
+// informed waits until the worker's informers show what f asks of them
+// (f reads the worker's cache).
+func (h *harness) informed(what string, f func(c client.Reader) error) {
+	h.t.Helper()
+	h.eventually(10*time.Second, "the worker's informers show "+what, func() error { return f(h.w.cache) })
+}
+
+// touchAnnotation marks objects for touch; the worker reads no annotation
+// of that prefix.
+const touchAnnotation = "test.cosmicac.io/touch"
+
+var touches atomic.Int64
+
+// touch annotates obj (its namespace and name) on the apiserver and waits
+// until the worker's informer shows the mark: that informer has then seen
+// every change of its kind made before.
+func (h *harness) touch(obj client.Object) {
+	h.t.Helper()
+	mark := strconv.FormatInt(touches.Add(1), 10)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, touchAnnotation, mark)
+	key := client.ObjectKeyFromObject(obj)
+	h.eventually(10*time.Second, fmt.Sprintf("touch %T %s", obj, key.Name), func() error {
+		return h.c.Patch(h.ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, patch))
+	})
+	h.informed(fmt.Sprintf("%T %s touched", obj, key.Name), func(c client.Reader) error {
+		got := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(h.ctx, key, got); err != nil {
+			return err
+		}
+		if m := got.GetAnnotations()[touchAnnotation]; m != mark {
+			return fmt.Errorf("mark %q, want %q", m, mark)
+		}
+		return nil
+	})
+}
+
+// touchReplica touches every object of replica 0 of job (its root, its
+// VMI 0's Secret, DataVolume and VMI): each of the worker's informers has
+// then seen what was done to them before.
+func (h *harness) touchReplica(job string) {
+	h.t.Helper()
+	meta := func(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: h.cfg.Namespace, Name: name} }
+	h.touch(&corev1.ConfigMap{ObjectMeta: meta(RootName(job))})
+	h.touch(&corev1.Secret{ObjectMeta: meta(SecretName(job, 0, 0))})
+	h.touch(&cdiv1.DataVolume{ObjectMeta: meta(VMIName(job, 0, 0))})
+	h.touch(&virtv1.VirtualMachineInstance{ObjectMeta: meta(VMIName(job, 0, 0))})
+}
+
+// requestLog records which of the worker's requests to the apiserver
+// failed (no response), by resource, in order.
+type requestLog struct {
+	mu     sync.Mutex
+	seq    int
+	failed map[string]int // resource (the path's last element): seq of its last failure
+}
+
+func newRequestLog() *requestLog { return &requestLog{failed: map[string]int{}} }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		if err != nil {
+			l.mu.Lock()
+			l.seq++
+			l.failed[path.Base(r.URL.Path)] = l.seq
+			l.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+// mark is the point after which waitFailed looks.
+func (l *requestLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// informerResources are the resources the worker's informers list and
+// watch.
+var informerResources = []string{"configmaps", "secrets", "datavolumes", "virtualmachineinstances", "services", "nodes"}
+
+// waitFailed waits until a request for each resource has failed since
+// mark: the informers have retried their lists and watches, and failed.
+func (h *harness) waitFailed(mark int, resources ...string) {
+	h.t.Helper()
+	l := h.requests
+	h.eventually(20*time.Second, "requests failed for "+fmt.Sprint(resources), func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var missing []string
+		for _, r := range resources {
+			if l.failed[r] <= mark {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("none failed yet for %v", missing)
+		}
+		return nil
+	})
 }
 
 // stop stops the worker and waits for Run to return.
@@ -227,21 +414,21 @@ func (h *harness) apply(job cosmic.Job, res ...cosmic.Reservation) {
 	}
 }
 
-// eventually retries f until it returns nil or timeout passes.
+// eventually polls f until it returns nil, and fails the test with f's
+// last error if it has not within timeout (a bound on failure only).
 func (h *harness) eventually(timeout time.Duration, what string, f func() error) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: still not true after %v: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var last error
+	waittest.Within(h.t, timeout, func() bool {
+		last = f()
+		return last == nil
+	}, "%s: %v", what, lastError{&last})
 }
+
+// lastError prints the error it points to when the failure is written.
+type lastError struct{ err *error }
+
+func (e lastError) String() string { return fmt.Sprint(*e.err) }
 
 // waitReport waits for the replica's latest report to be in state.
 func (h *harness) waitReport(job string, replica int, state cosmic.State, check func(worker.ReplicaReport) error) worker.ReplicaReport {

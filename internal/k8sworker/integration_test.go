@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -179,8 +180,18 @@ func TestIntegrationImportFailure(t *testing.T) {
 		}
 		return nil
 	})
-	// It stays failed (and Jobs says so).
-	time.Sleep(200 * time.Millisecond)
+	// It stays failed once the worker has seen its VMI go (and Jobs says so).
+	h.informed("the VMI gone", func(c client.Reader) error {
+		var v virtv1.VirtualMachineInstance
+		if err := c.Get(h.ctx, h.key(name), &v); !isNotFound(err) {
+			return fmt.Errorf("VMI still there (%v)", err)
+		}
+		return nil
+	})
+	h.settle(job.ID, 0)
+	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateFailed {
+		t.Fatalf("its VMI gone: %+v", r)
+	}
 	jobs, err := h.w.Jobs(h.ctx)
 	if err != nil || len(jobs) != 1 || jobs[0].Replicas[0].State != cosmic.StateFailed || jobs[0].Replicas[0].Reason.Code != cosmic.ReasonImportFailed {
 		t.Fatalf("Jobs = %+v, %v", jobs, err)
@@ -312,8 +323,16 @@ func TestIntegrationRestartKeepsDisk(t *testing.T) {
 	if newVMI.Annotations[AnnotationGPUs] != "0" || newVMI.Annotations[AnnotationNode] != h.nodeName(0) {
 		t.Fatalf("new VMI's reservation %v", newVMI.Annotations)
 	}
-	// Restarting until the new VMI runs.
-	time.Sleep(200 * time.Millisecond)
+	// Restarting until the new VMI runs: the worker, having seen it, judges
+	// the replica restarting.
+	h.informed("the new VMI", func(c client.Reader) error {
+		var v virtv1.VirtualMachineInstance
+		if err := c.Get(h.ctx, h.key(name), &v); err != nil || v.UID != newVMI.UID {
+			return fmt.Errorf("VMI %s (%v), want %s", v.UID, err, newVMI.UID)
+		}
+		return nil
+	})
+	h.settle(job.ID, 0)
 	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateRestarting {
 		t.Fatalf("before the new VMI runs: %s", r.State)
 	}
@@ -541,7 +560,19 @@ func TestIntegrationDriftFail(t *testing.T) {
 	if !strings.Contains(r.Reason.Message, "outside CosmicAC") {
 		t.Errorf("reason %q", r.Reason.Message)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Not recreated: the worker, having seen the failure recorded, judges
+	// the replica again and makes no VMI.
+	h.informed("the replica recorded failed", func(c client.Reader) error {
+		var s corev1.Secret
+		if err := c.Get(h.ctx, h.key(SecretName(job.ID, 0, 0)), &s); err != nil {
+			return err
+		}
+		if st, _ := stateOf(&s); st.Desired != desiredFailed {
+			return fmt.Errorf("state %+v", st)
+		}
+		return nil
+	})
+	h.settle(job.ID, 0)
 	if o := h.objectsOf(job.ID); len(o["VirtualMachineInstance"]) > 0 {
 		t.Fatalf("the VMI was recreated: %v", o)
 	}
@@ -564,6 +595,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	h.runReplica(stay.ID, 0, h.nodeName(0))
 	beforeCrash, beforeStay := len(h.rep.history(crash.ID, 0)), len(h.rep.history(stay.ID, 0))
 
+	mark := h.requests.mark()
 	t0 := time.Now()
 	if err := env.StopAPIServer(); err != nil {
 		t.Fatal(err)
@@ -578,12 +610,16 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	})
 	t.Logf("apiserver stopped (the worker's watches open) in %v", time.Since(t0).Round(time.Millisecond))
 	j2, res2 := h.assertUnavailable()
-	time.Sleep(2 * time.Second) // the informers' watches fail and retry; health probes fail
+	// The informers' watches fail and are retried, failing again; the
+	// replicas are judged meanwhile: nothing is reported.
+	h.waitFailed(mark, informerResources...)
+	h.settle(crash.ID, 0)
+	h.settle(stay.ID, 0)
 	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
 		t.Errorf("reported %+v during the outage", r)
 	}
 	if _, err := h.w.Jobs(h.ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
-		t.Fatalf("Jobs 2s into the outage: %v, want unavailable", err)
+		t.Fatalf("Jobs with the informers failing: %v, want unavailable", err)
 	}
 
 	t0 = time.Now()
@@ -606,7 +642,12 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 			t.Fatalf("Jobs after the outage: %s is %+v, want running", id, jobs)
 		}
 	}
-	time.Sleep(time.Second)
+	// Once every informer has caught up (a mark on each kind of the jobs'
+	// objects shows) and the replicas are judged again, still nothing else.
+	for _, id := range []string{crash.ID, stay.ID} {
+		h.touchReplica(id)
+		h.settle(id, 0)
+	}
 	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
 		if r.State != cosmic.StateRunning {
 			t.Errorf("reported %+v after the outage, nothing changed", r)
@@ -648,7 +689,10 @@ func TestIntegrationAPIServerPartition(t *testing.T) {
 	// Meanwhile the cluster goes on: the VMI crashes. Nothing is reported
 	// while the worker cannot see it.
 	h.setVMI(VMIName(job.ID, 0, 0), func(v *virtv1.VirtualMachineInstance) { v.Status.Phase = virtv1.Failed })
-	time.Sleep(2 * time.Second)
+	// The informers retry their watches and fail (after the crash, so it
+	// cannot have been seen), and the replica is judged meanwhile.
+	h.waitFailed(h.requests.mark(), informerResources...)
+	h.settle(job.ID, 0)
 	for _, r := range h.rep.history(job.ID, 0)[before:] {
 		t.Errorf("reported %+v during the outage", r)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // Informer indexes: objects by "job/replica" and by job.
@@ -323,157 +323,6 @@ func vmiIndex(o metav1.Object) int {
 	return n
 }
 
-// decision is what a reconciliation found: the report, and what to do.
-type decision struct {
-	rep     worker.ReplicaReport
-	state   replicaState
-	hasSt   bool
-	fail    *cosmic.Reason                   // fail the replica
-	drift   []int                            // VMI indices deleted behind the worker's back
-	remove  []*virtv1.VirtualMachineInstance // VMIs to delete (replaced, or of a stopped/failed replica)
-	create  []int                            // VMI indices to create
-	promote bool                             // a replacement is done: back to run
-	current map[int]string                   // UIDs of the replica's current VMIs
-	requeue time.Duration
-	// agentGate: running waits for the replica's agents; latch is the VMI
-	// UIDs to record as agent-ready (the gate just opened).
-	agentGate bool
-	latch     []string
-	vmis      []*virtv1.VirtualMachineInstance // the current VMIs, by index
-}
-
-// status judges replica k from its observed objects (pure but for m's
-// override bookkeeping), with the keys of its agents.
-func (w *Worker) status(k replicaKey, m *replicaMem, o observation, now time.Time) decision {
-	d := w.judge(k, m, o, now)
-	if !d.rep.Gone {
-		d.rep.AgentKeys = agentKeys(o)
-	}
-	return d
-}
-
-func (w *Worker) judge(k replicaKey, m *replicaMem, o observation, now time.Time) decision {
-	d := decision{current: map[int]string{}}
-	prev := cosmic.State("")
-	if m.last != nil {
-		prev = m.last.State
-	}
-	st, ok := m.current(o.state)
-	d.state, d.hasSt = st, ok
-	if m.deleting && o.empty() && (!m.deleteJob || o.root == nil) {
-		d.rep = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Gone: true}
-		return d
-	}
-	dvs := make([]*cdiv1.DataVolume, 0)
-	vmis := make([]*virtv1.VirtualMachineInstance, 0)
-	put := func(i int) {
-		for len(dvs) <= i {
-			dvs = append(dvs, nil)
-		}
-		for len(vmis) <= i {
-			vmis = append(vmis, nil)
-		}
-	}
-	for i := range o.dvs {
-		if n := vmiIndex(&o.dvs[i]); n >= 0 {
-			put(n)
-			dvs[n] = &o.dvs[i]
-		}
-	}
-	old := setOf(st.Replacing)
-	oldLeft := 0
-	for i := range o.vmis {
-		v := &o.vmis[i]
-		n := vmiIndex(v)
-		if n < 0 {
-			continue
-		}
-		if ok && (old[string(v.UID)] || !st.holdsGPUs()) {
-			oldLeft++
-			if v.DeletionTimestamp == nil {
-				d.remove = append(d.remove, v)
-			}
-			continue
-		}
-		put(n)
-		vmis[n] = v
-		d.current[n] = string(v.UID)
-	}
-
-	if !ok || m.deleting {
-		var nodes []string
-		if ok {
-			nodes = nodeNames(st.Reservation)
-		}
-		d.rep = ReplicaStatus(w.policy, ReplicaObservation{Replica: k.replica, Nodes: nodes, DataVolumes: dvs, VMIs: vmis, Previous: prev}, now)
-		if m.deleting && d.rep.State != cosmic.StateFailed {
-			d.rep.State, d.rep.Progress = cosmic.StateRestarting, nil
-		}
-		return d
-	}
-
-	switch st.Desired {
-	case desiredStop:
-		r := cosmic.NewReason(cosmic.ReasonKilled, "")
-		d.rep = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Reason: &r}
-		return d
-	case desiredFailed:
-		d.rep = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateFailed, Reason: st.Failure, Nodes: nodeNames(st.Reservation)}
-		return d
-	}
-
-	nodes := nodeNames(st.Reservation)
-	put(len(nodes) - 1)
-	if st.Desired == desiredRun && oldLeft == 0 {
-		for i := range nodes {
-			if vmis[i] == nil && m.seen[i] != "" {
-				d.drift = append(d.drift, i)
-			}
-		}
-	}
-	if (st.Desired == desiredReplace || len(st.Replacing) > 0) && oldLeft == 0 {
-		for i := range nodes {
-			if vmis[i] == nil {
-				d.create = append(d.create, i)
-			}
-		}
-	}
-	obs := ReplicaObservation{Replica: k.replica, Nodes: nodes, DataVolumes: dvs[:len(nodes)], VMIs: vmis[:len(nodes)], Previous: prev}
-	pol := w.policy
-	pol.RequireAgent, obs.AgentReady, d.latch = w.agentGate(k, o, st, obs.VMIs, now)
-	d.agentGate, d.vmis = pol.RequireAgent, obs.VMIs
-	r := ReplicaStatus(pol, obs, now)
-	if r.State != cosmic.StateRunning {
-		d.latch = nil
-	}
-	switch {
-	case r.State == cosmic.StateFailed:
-		d.fail = r.Reason
-		d.rep = r
-	case st.Desired == desiredReplace && r.State == cosmic.StateRunning:
-		d.promote = true
-		d.rep = r
-	case st.Desired == desiredReplace || len(d.drift) > 0 && w.cfg.DriftPolicy == DriftRecreate:
-		obs.Replacing = true
-		d.rep = ReplicaStatus(pol, obs, now)
-	default:
-		d.rep = r
-	}
-	// Come back when an unschedulable VMI's grace ends.
-	for _, v := range vmis {
-		if v == nil {
-			continue
-		}
-		if c := unschedulable(v); c != nil {
-			left := w.policy.UnschedulableGrace - now.Sub(c.LastTransitionTime.Time)
-			if left > 0 && (d.requeue == 0 || left < d.requeue) {
-				d.requeue = min(left+50*time.Millisecond, maxGraceRequeue)
-			}
-		}
-	}
-	return d
-}
-
 // processQueue reconciles queued replicas until the queue shuts down.
 func (w *Worker) processQueue(ctx context.Context) {
 	for {
@@ -521,64 +370,55 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 		return 0, nil
 	}
 	now := w.now()
-	d := w.status(k, m, o, now)
+	v := w.view(k, m, o)
+	d := judge(w.judgePolicy(), v, now)
 	var errs []error
 	w.syncAgents(k, jobTypeOf(o), d.rep.AgentKeys, d.rep.Gone || m.deleting && o.empty())
-	if !m.deleting && d.hasSt {
-		st := d.state
-		latch := d.latch != nil && d.fail == nil && len(d.drift) == 0
-		if latch {
-			st.AgentReady = d.latch
+	if len(d.drift) > 0 {
+		w.recordDrift(k, m, now, d.drift, d.fail)
+		for _, n := range d.drift {
+			delete(m.seen, n)
 		}
+	}
+	if d.write != nil {
+		if d.fail {
+			clear(m.seen)
+		}
+		err := w.writeState(ctx, k, m, *d.write)
 		switch {
-		case d.fail != nil:
-			if err := w.failReplica(ctx, k, m, st, *d.fail); err != nil {
+		case err != nil:
+			errs = append(errs, err)
+		case d.fail:
+			// Its GPUs go back to the ork; its disks and Secrets are kept.
+			if err := w.deleteReplicaVMIs(ctx, k, true); err != nil {
 				errs = append(errs, err)
-			}
-			d.remove = nil
-		case len(d.drift) > 0:
-			d.rep, err = w.repairDrift(ctx, k, m, o, st, d)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		case len(d.create) > 0:
-			if err := w.createVMIs(ctx, k, o, st, d.create); err != nil {
-				errs = append(errs, err)
-			}
-		case d.promote || (len(st.Replacing) > 0 && len(d.current) == len(st.Reservation.Nodes) && st.Desired == desiredRun):
-			st.Desired, st.Replacing = desiredRun, nil
-			if err := w.writeState(ctx, k, m, st); err != nil {
-				errs = append(errs, err)
-			}
-		case latch:
-			if err := w.writeState(ctx, k, m, st); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if latch {
-			w.record(k, m, now, "agent", true, "the agents of replica %d reported ready", k.replica)
-		}
-		if d.agentGate && d.rep.State == cosmic.StateRunning {
-			names, next := w.agentsSilent(k, d.vmis, now)
-			if len(names) > 0 {
-				w.record(k, m, now, "agent", false, "the agent of VMI %s has not reported for %s; replica %d stays running (its VM runs; the agent may be restarting)",
-					joinNames(names), w.cfg.AgentTimeout.D(), k.replica)
-			}
-			if next > 0 && (d.requeue == 0 || next < d.requeue) {
-				d.requeue = next
-			}
-		}
-		for _, v := range d.remove {
-			if err := w.deleteVMI(ctx, v, false); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if st.holdsGPUs() && d.fail == nil {
-			for i, uid := range d.current {
-				m.seen[i] = uid
 			}
 		}
 	}
+	if len(d.create) > 0 && len(errs) == 0 {
+		if err := w.createVMIs(ctx, k, o, v.state.Reservation, d.create); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.agentsReady {
+		w.record(k, m, now, "agent", true, "the agents of replica %d reported ready", k.replica)
+	}
+	if len(d.watchAgents) > 0 {
+		names, next := w.agentsSilent(k, d.watchAgents, now)
+		if len(names) > 0 {
+			w.record(k, m, now, "agent", false, "the agent of VMI %s has not reported for %s; replica %d stays running (its VM runs; the agent may be restarting)",
+				joinNames(names), w.cfg.AgentTimeout.D(), k.replica)
+		}
+		if next > 0 && (d.requeue == 0 || next < d.requeue) {
+			d.requeue = next
+		}
+	}
+	for _, v := range d.remove {
+		if err := w.deleteVMI(ctx, v, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	maps.Copy(m.seen, d.seen)
 	w.setReport(k, m, d.rep, o, now)
 	if d.rep.Gone {
 		w.forget(k, m)
@@ -589,44 +429,24 @@ func (w *Worker) reconcile(ctx context.Context, k replicaKey) (time.Duration, er
 	return d.requeue, nil
 }
 
-// failReplica records the replica as failed and deletes its VMIs (their
-// GPUs go back to the ork); its disks and Secrets are kept.
-func (w *Worker) failReplica(ctx context.Context, k replicaKey, m *replicaMem, st replicaState, reason cosmic.Reason) error {
-	st.Desired, st.Failure, st.Replacing = desiredFailed, &reason, nil
-	clear(m.seen)
-	if err := w.writeState(ctx, k, m, st); err != nil {
-		return err
-	}
-	return w.deleteReplicaVMIs(ctx, k, true)
-}
-
-// repairDrift handles VMIs deleted behind the worker's back, by the rack's
-// drift policy: recreate them (the replica is restarting meanwhile), or
-// fail the replica.
-func (w *Worker) repairDrift(ctx context.Context, k replicaKey, m *replicaMem, o observation, st replicaState, d decision) (worker.ReplicaReport, error) {
-	names := make([]string, len(d.drift))
-	for i, n := range d.drift {
+// recordDrift writes the system log record of VMIs deleted behind the
+// worker's back, and what the drift policy makes of them.
+func (w *Worker) recordDrift(k replicaKey, m *replicaMem, now time.Time, drift []int, fail bool) {
+	names := make([]string, len(drift))
+	for i, n := range drift {
 		names[i] = VMIName(k.job, k.replica, n)
-		delete(m.seen, n)
 	}
 	what := strings.Join(names, ", ")
-	if w.cfg.DriftPolicy == DriftFail {
-		r := cosmic.NewReason(cosmic.ReasonVMICrashed, fmt.Sprintf("VMI %s was deleted outside CosmicAC (driftPolicy %s)", what, DriftFail))
-		w.record(k, m, w.now(), "drift", false, "VMI %s was deleted outside CosmicAC: failing replica %d (driftPolicy %s)", what, k.replica, DriftFail)
-		rep := worker.ReplicaReport{Replica: k.replica, State: cosmic.StateFailed, Reason: &r, Nodes: nodeNames(st.Reservation)}
-		return rep, w.failReplica(ctx, k, m, st, r)
+	if fail {
+		w.record(k, m, now, "drift", false, "VMI %s was deleted outside CosmicAC: failing replica %d (driftPolicy %s)", what, k.replica, DriftFail)
+		return
 	}
-	w.record(k, m, w.now(), "drift", true, "VMI %s was deleted outside CosmicAC: recreating it (driftPolicy %s)", what, DriftRecreate)
-	st.Desired = desiredReplace
-	if err := w.writeState(ctx, k, m, st); err != nil {
-		return d.rep, err
-	}
-	return d.rep, w.createVMIs(ctx, k, o, st, d.drift)
+	w.record(k, m, now, "drift", true, "VMI %s was deleted outside CosmicAC: recreating it (driftPolicy %s)", what, DriftRecreate)
 }
 
 // createVMIs rebuilds the replica's graph from the job kept on its carrier
 // and applies the VMIs of the given indices.
-func (w *Worker) createVMIs(ctx context.Context, k replicaKey, o observation, st replicaState, indices []int) error {
+func (w *Worker) createVMIs(ctx context.Context, k replicaKey, o observation, res cosmic.Reservation, indices []int) error {
 	if o.carrier == nil || o.root == nil || o.root.DeletionTimestamp != nil {
 		return nil // not applied yet, or being deleted: nothing to recreate from
 	}
@@ -634,7 +454,7 @@ func (w *Worker) createVMIs(ctx context.Context, k replicaKey, o observation, st
 	if err := json.Unmarshal(o.carrier.Data[JobDataKey], &job); err != nil {
 		return fmt.Errorf("replica %s: the job on its carrier: %w", k, err)
 	}
-	g, err := BuildReplica(w.cfg, job, st.Reservation, Bootstrap{})
+	g, err := BuildReplica(w.cfg, job, res, Bootstrap{})
 	if err != nil {
 		return fmt.Errorf("replica %s: rebuild: %w", k, err)
 	}

@@ -62,12 +62,11 @@ func Scheme() *runtime.Scheme {
 type Worker struct {
 	// now is the worker's clock: every judgement, record and deadline
 	// reads it (tests set it; default time.Now).
-	now    func() time.Time
-	cfg    RackConfig
-	policy StatusPolicy
-	rep    worker.Reporter
-	logs   joblog.Sink
-	log    *slog.Logger
+	now  func() time.Time
+	cfg  RackConfig
+	rep  worker.Reporter
+	logs joblog.Sink
+	log  *slog.Logger
 
 	c      client.Client // writes and the few direct reads, rate limited by cfg.Client
 	cache  cache.Cache   // informers: Nodes, root ConfigMaps, Secrets, DataVolumes, VMIs, Services
@@ -159,7 +158,6 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 	w := &Worker{
 		now:      time.Now,
 		cfg:      cfg,
-		policy:   cfg.StatusPolicy(),
 		rep:      rep,
 		logs:     logs,
 		log:      log.With("rack", cfg.Rack),
@@ -351,7 +349,7 @@ func (w *Worker) Jobs(ctx context.Context) ([]worker.JobReport, error) {
 				m.mu.Unlock()
 				continue
 			}
-			rep = w.status(k, m, obs, w.now()).rep
+			rep = judge(w.judgePolicy(), w.view(k, m, obs), w.now()).rep
 			rep.Observed = worker.Observe()
 		}
 		m.mu.Unlock()
