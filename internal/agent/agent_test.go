@@ -16,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // testRig is a platform node (the app-node's role: it relays shells) and a
@@ -95,16 +96,15 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// waitFor polls until out contains want.
+// waitFor waits until out contains want.
 func waitFor(t testing.TB, out *syncBuf, want string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %q; output so far:\n%s", want, out.String())
+	waittest.NoError(t, func() error {
+		if o := out.String(); !strings.Contains(o, want) {
+			return fmt.Errorf("output so far:\n%s", o)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	}, "%q", want)
 }
 
 type tsession struct {
@@ -187,10 +187,11 @@ func TestShellResize(t *testing.T) {
 	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80})
 	s.send(t, "stty size\n")
 	waitFor(t, s.out, "24 80")
+	// The resize frame and the next input go by different goroutines: the
+	// shell waits for the new size (the echo of this line does not match).
 	s.resize <- Size{Rows: 50, Cols: 132}
-	time.Sleep(50 * time.Millisecond) // the resize frame precedes the next input frame anyway
-	s.send(t, "stty size; exit\n")
-	waitFor(t, s.out, "50 132")
+	s.send(t, "until [ \"$(stty size)\" = '50 132' ]; do sleep 0.01; done; echo resized-$((50+132)); exit\n")
+	waitFor(t, s.out, "resized-182")
 	if es := s.wait(t); es.Code != 0 {
 		t.Fatalf("exit %d", es.Code)
 	}
@@ -282,13 +283,7 @@ func TestShellConcurrent(t *testing.T) {
 		sessions[i] = r.open(t, shellproto.OpenParams{TTY: i%2 == 0, Argv: []string{"bash"}})
 	}
 	// All 20 are open at once.
-	deadline := time.Now().Add(15 * time.Second)
-	for len(r.agent.Status().Sessions) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions open, want %d", len(r.agent.Status().Sessions), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == n })
 	for i, s := range sessions {
 		s.send(t, fmt.Sprintf("echo session-$((%d*1000)); exit %d\n", i, i))
 	}
@@ -335,17 +330,14 @@ func TestClosedShellLeavesAgentAndJob(t *testing.T) {
 
 func waitStatus(t testing.TB, a *Agent, ok func(Status) bool) Status {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st := a.Status()
-		if ok(st) {
-			return st
+	var st Status
+	waittest.NoError(t, func() error {
+		if st = a.Status(); !ok(st) {
+			return fmt.Errorf("status %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never matched: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "the agent's status to match")
+	return st
 }
 
 func TestUnlistedPeerRefused(t *testing.T) {

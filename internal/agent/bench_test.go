@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 const (
@@ -171,18 +172,13 @@ func newSSHD(t *testing.T, dir string) *sshd {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	go io.Copy(io.Discard, stderr)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waittest.NoError(t, func() error {
 		c, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd did not listen on %s", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	}, "sshd to listen on %s", port)
 	return &sshd{port: port, key: userKey}
 }
 

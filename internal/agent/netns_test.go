@@ -28,6 +28,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/netnstest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 const (
@@ -133,30 +134,21 @@ func netnsPlatform(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for !n.Connected(agentKey) {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never connected")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waittest.Within(t, 60*time.Second, func() bool { return n.Connected(agentKey) }, "the agent to connect")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Ready follows the agent's first successful ping, which may end just
 	// after its connection shows here.
-	for {
+	waittest.NoError(t, func() error {
 		st, err := GetStatus(ctx, n, agentKey)
 		if err != nil {
 			t.Fatalf("status: %v", err)
 		}
-		if st.Ready {
-			break
+		if !st.Ready {
+			return fmt.Errorf("status %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status %+v: never ready", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the agent to be ready")
 	r := &testRig{platform: n, dialer: FabricDialer{Node: n, Agent: agentKey}}
 
 	// A terminal: input, resize, Ctrl-C, the exit code.

@@ -75,6 +75,8 @@ type ConnectHooks struct {
 	// Reached is called after each round that reached a peer (one it
 	// dialled, or one connected already) or had none to dial.
 	Reached func()
+	// Missed is called after each round that left a peer unconnected.
+	Missed func()
 }
 
 // KeepConnected dials every peer of peers that is not connected, at once and
@@ -113,6 +115,9 @@ func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey
 		wg.Wait()
 		if reached.Load() && hooks.Reached != nil {
 			hooks.Reached()
+		}
+		if missed.Load() && hooks.Missed != nil {
+			hooks.Missed()
 		}
 		next := ReconnectInterval
 		if missed.Load() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // KeepConnected tells the instance agent's hook (Reached) after every round
@@ -38,44 +39,37 @@ func TestKeepConnectedHooks(t *testing.T) {
 		t.Fatalf("dial %v, dirs %v", dial, dirs)
 	}
 
-	run := func(peers []fabric.PublicKey) (dialled, reached *atomic.Int32, stop func()) {
-		dialled, reached = new(atomic.Int32), new(atomic.Int32)
+	run := func(peers []fabric.PublicKey) (dialled, reached, missed *atomic.Int32, stop func()) {
+		dialled, reached, missed = new(atomic.Int32), new(atomic.Int32), new(atomic.Int32)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			KeepConnected(ctx, n, peers, slog.New(slog.DiscardHandler), ConnectHooks{Dialled: func() { dialled.Add(1) }, Reached: func() { reached.Add(1) }})
+			KeepConnected(ctx, n, peers, slog.New(slog.DiscardHandler), ConnectHooks{Dialled: func() { dialled.Add(1) },
+				Reached: func() { reached.Add(1) }, Missed: func() { missed.Add(1) }})
 		}()
-		return dialled, reached, func() { cancel(); <-done }
-	}
-	waitFor := func(what string, f func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !f(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-		}
+		return dialled, reached, missed, func() { cancel(); <-done }
 	}
 
 	// None to dial: every round counts as reached.
-	dialled, reached, stop := run(nil)
-	waitFor("no round with none to dial", func() bool { return reached.Load() >= 2 })
+	dialled, reached, missed, stop := run(nil)
+	waittest.Until(t, func() bool { return reached.Load() >= 2 }, "two rounds with none to dial")
 	stop()
-	if dialled.Load() != 0 {
-		t.Fatalf("dialled %d with none to dial", dialled.Load())
+	if dialled.Load() != 0 || missed.Load() != 0 {
+		t.Fatalf("none to dial: dialled %d, missed %d", dialled.Load(), missed.Load())
 	}
 
 	// The platform is dialled once, then found connected round after round.
-	dialled, reached, stop = run(dial[:1])
-	waitFor("no round reached the platform", func() bool { return reached.Load() >= 3 })
+	dialled, reached, missed, stop = run(dial[:1])
+	waittest.Until(t, func() bool { return reached.Load() >= 3 }, "three rounds that reached the platform")
 	stop()
-	if dialled.Load() != 1 || !n.Connected(platform.PublicKey()) {
-		t.Fatalf("dialled %d, connected %v", dialled.Load(), n.Connected(platform.PublicKey()))
+	if dialled.Load() != 1 || missed.Load() != 0 || !n.Connected(platform.PublicKey()) {
+		t.Fatalf("dialled %d, missed %d, connected %v", dialled.Load(), missed.Load(), n.Connected(platform.PublicKey()))
 	}
 
 	// An unreachable peer alone: rounds go by and reach nothing.
-	dialled, reached, stop = run(dial[1:])
-	time.Sleep(100 * time.Millisecond)
+	dialled, reached, missed, stop = run(dial[1:])
+	waittest.Until(t, func() bool { return missed.Load() >= 2 }, "two rounds that missed the peer")
 	stop()
 	if dialled.Load() != 0 || reached.Load() != 0 {
 		t.Fatalf("unreachable peer: dialled %d, reached %d", dialled.Load(), reached.Load())

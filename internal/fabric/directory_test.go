@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 type fakeClock struct {
@@ -147,13 +149,7 @@ func TestKeepAnnounced(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan struct{})
 	go func() { a.KeepAnnounced(ctx, AnnounceParams{Topic: "w", TTLSeconds: 3}, dirN.PublicKey()); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(dir.Lookup("w")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("never announced")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(t, func() bool { return len(dir.Lookup("w")) > 0 }, "the announcement")
 	cancel()
 	<-done
 	if got := dir.Lookup("w"); len(got) != 0 {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 func mustIdentity(t testing.TB) *Identity {
@@ -249,18 +251,6 @@ func TestDeadlineReachesServer(t *testing.T) {
 	}
 }
 
-// waitUntil polls cond until it holds; the test fails after 10s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestPoolSurvivesPeerRestart(t *testing.T) {
 	for _, tr := range transports {
 		for _, how := range []string{"graceful", "crash"} {
@@ -284,7 +274,7 @@ func TestPoolSurvivesPeerRestart(t *testing.T) {
 				if how == "graceful" || tr == TransportTCP {
 					// The client learns of the close (CONNECTION_CLOSE, or
 					// the kernel's FIN) and drops the connection.
-					waitUntil(t, "the client sees the connection gone", func() bool { return !cli.Connected(id.PublicKey()) })
+					waittest.Until(t, func() bool { return !cli.Connected(id.PublicKey()) }, "the client to see the connection gone")
 				}
 				// For a QUIC crash the client still holds the old
 				// connection: the new process answers its first packet

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestCallStreamsReused: sequential calls share one stream; a cancelled
@@ -104,22 +106,20 @@ func TestCallStreamsReused(t *testing.T) {
 func TestIdleStreamsBounded(t *testing.T) {
 	srv, cli := pair(t)
 	gate := make(chan struct{})
+	var waiting atomic.Int32
 	srv.Handle("wait", func(ctx context.Context, _ *Request) (any, error) {
+		waiting.Add(1)
 		<-gate
 		return nil, nil
 	})
 	ctx := ctxT(t)
 	const n = maxIdleStreams + 20
 	errc := make(chan error, n)
-	var started atomic.Int32
 	for range n {
-		go func() {
-			started.Add(1)
-			errc <- cli.Call(ctx, srv.PublicKey(), "wait", nil, nil)
-		}()
+		go func() { errc <- cli.Call(ctx, srv.PublicKey(), "wait", nil, nil) }()
 	}
-	waitUntil(t, "all calls started", func() bool { return started.Load() == n })
-	time.Sleep(50 * time.Millisecond)
+	// Every call holds a stream of its own until the gate opens.
+	waittest.Until(t, func() bool { return waiting.Load() == n }, "all %d calls in the handler", n)
 	close(gate)
 	for range n {
 		if err := <-errc; err != nil {

@@ -13,14 +13,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 // rawServer answers each request on a connection with answer(i, req), the
 // i-th request of the connection; after it, close ends the connection.
+// Each connection it ends is sent on closed.
 type rawServer struct {
 	ln     net.Listener
 	conns  atomic.Int32
+	closed chan net.Conn
 	answer func(i int, req *http.Request, body []byte) (resp string, close bool)
 }
 
@@ -30,7 +33,7 @@ func newRawServer(t *testing.T, answer func(i int, req *http.Request, body []byt
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &rawServer{ln: ln, answer: answer}
+	s := &rawServer{ln: ln, answer: answer, closed: make(chan net.Conn, 1000)}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -38,25 +41,41 @@ func newRawServer(t *testing.T, answer func(i int, req *http.Request, body []byt
 			if err != nil {
 				return
 			}
-			s.conns.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(req.Body)
-					resp, closeAfter := s.answer(i, req, body)
-					if _, err := io.WriteString(c, resp); err != nil || closeAfter {
-						return
-					}
-				}
-			}()
+			go s.serve(c)
 		}
 	}()
 	return s
+}
+
+func (s *rawServer) serve(c net.Conn) {
+	s.conns.Add(1)
+	defer func() {
+		c.Close()
+		s.closed <- c
+	}()
+	br := bufio.NewReader(c)
+	for i := 0; ; i++ {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		resp, closeAfter := s.answer(i, req, body)
+		if _, err := io.WriteString(c, resp); err != nil || closeAfter {
+			return
+		}
+	}
+}
+
+// waitClosed waits until the server has closed a connection (its FIN is
+// sent).
+func (s *rawServer) waitClosed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not close the connection")
+	}
 }
 
 func ok(body string) string {
@@ -117,7 +136,7 @@ func TestStaleConnectionReplayed(t *testing.T) {
 	p, dials := tcpPool(4, time.Minute)
 	addr := s.ln.Addr().String()
 	get(t, p, addr, "one")
-	time.Sleep(50 * time.Millisecond) // the server's FIN arrives
+	s.waitClosed(t)
 	if _, b := get(t, p, addr, "two"); b != "echo:two" {
 		t.Fatalf("replayed request answered %q", b)
 	}
@@ -127,7 +146,7 @@ func TestStaleConnectionReplayed(t *testing.T) {
 
 	// A body that cannot be read again is not replayed.
 	get(t, p, addr, "three")
-	time.Sleep(50 * time.Millisecond)
+	s.waitClosed(t)
 	req, _ := http.NewRequest("POST", "http://"+addr+"/x", io.NopCloser(strings.NewReader("four")))
 	req.ContentLength = 4
 	if _, err := p.Do(req, addr); err == nil {
@@ -167,16 +186,33 @@ func TestCloseAndFinishFalseDropConnection(t *testing.T) {
 	}
 }
 
+// TestIdleConnectionsExpire: a connection idle for less than idleFor is
+// reused, one idle for idleFor is not. In a synctest bubble, over
+// net.Pipe, so that the idle times are exact.
 func TestIdleConnectionsExpire(t *testing.T) {
-	s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) { return ok("ok"), false })
-	p, dials := tcpPool(4, 20*time.Millisecond)
-	addr := s.ln.Addr().String()
-	get(t, p, addr, "")
-	time.Sleep(60 * time.Millisecond)
-	get(t, p, addr, "")
-	if dials.Load() != 2 {
-		t.Fatalf("%d dials, want 2 (the idle connection expired)", dials.Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const idleFor = 20 * time.Millisecond
+		s := &rawServer{closed: make(chan net.Conn, 10), answer: func(int, *http.Request, []byte) (string, bool) { return ok("ok"), false }}
+		var dials atomic.Int32
+		p := NewPool(func(context.Context, string) (net.Conn, error) {
+			dials.Add(1)
+			c, sc := net.Pipe()
+			go s.serve(sc)
+			return c, nil
+		}, 4, idleFor)
+		defer p.CloseIdle()
+		get(t, p, "sim", "")
+		time.Sleep(idleFor - time.Nanosecond) // fake time
+		get(t, p, "sim", "")
+		if dials.Load() != 1 {
+			t.Fatalf("%d dials, want 1 (the connection idle for less than idleFor reused)", dials.Load())
+		}
+		time.Sleep(idleFor)
+		get(t, p, "sim", "")
+		if dials.Load() != 2 {
+			t.Fatalf("%d dials, want 2 (the connection idle for idleFor expired)", dials.Load())
+		}
+	})
 }
 
 func TestInformationalAnswersSkipped(t *testing.T) {
@@ -194,7 +230,7 @@ func TestInformationalAnswersSkipped(t *testing.T) {
 // for its answer returns at once, and its connection is closed (the server
 // sees it go: its work is cancelled).
 func TestCancelClosesConnection(t *testing.T) {
-	gone := make(chan struct{})
+	asked, gone := make(chan struct{}), make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +242,7 @@ func TestCancelClosesConnection(t *testing.T) {
 			return
 		}
 		http.ReadRequest(bufio.NewReader(c))
+		close(asked)
 		c.Read(make([]byte, 1)) // never answers; returns when the client closes
 		close(gone)
 		c.Close()
@@ -219,7 +256,11 @@ func TestCancelClosesConnection(t *testing.T) {
 		_, err := p.Do(req, addr)
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select { // the request waits for its answer
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not get the request")
+	}
 	cancel()
 	select {
 	case err := <-errc:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 func node(t *testing.T, name string, listen string, policy fabric.Policy) *fabric.Node {
@@ -65,20 +67,17 @@ func TestAgentServesOverFabric(t *testing.T) {
 		t.Fatalf("not ready: %+v", a.Status())
 	}
 	var peers []fabric.PeerInfo
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	waittest.NoError(t, func() error {
 		peers, _ = proxy.Lookup(ctx, inferagent.Topic("job1"), dir.PublicKey())
 		var m inferagent.Meta
-		if len(peers) == 1 && json.Unmarshal(peers[0].Meta, &m) == nil && m.Ready {
-			if m.Model != "qwen" || m.Replica != 1 || m.Role != inferagent.RoleHead {
-				t.Fatalf("meta %+v", m)
-			}
-			break
+		if len(peers) != 1 || json.Unmarshal(peers[0].Meta, &m) != nil || !m.Ready {
+			return fmt.Errorf("announced %+v", peers)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not announced ready: %+v", peers)
+		if m.Model != "qwen" || m.Replica != 1 || m.Role != inferagent.RoleHead {
+			t.Fatalf("meta %+v", m)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the agent announced ready")
 	key := peers[0].Key
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return inferagent.DialStream(ctx, proxy, key)
@@ -127,16 +126,12 @@ func TestAgentServesOverFabric(t *testing.T) {
 	}
 	// The runtime dies: the agent reports not ready, restarts it, and is ready again.
 	sim.Runtime().Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		st := a.Status()
-		if st.RuntimeRestarts == 1 && st.Ready {
-			break
+	waittest.NoError(t, func() error {
+		if st := a.Status(); st.RuntimeRestarts != 1 || !st.Ready {
+			return fmt.Errorf("status %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not restarted: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the runtime restarted and ready")
 	resp, err := hc.Get("http://agent/v1/models")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package inferproxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestBenchInference measures the whole path (client → proxy → fabric →
@@ -283,17 +283,14 @@ http {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for ctx.Err() == nil {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	waittest.NoError(t, func() error {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			return "http://" + addr
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("nginx did not start")
-	return ""
+		return err
+	}, "nginx to listen on %s", addr)
+	return "http://" + addr
 }
 
 func nginxVersion() string {

@@ -63,6 +63,7 @@ type FabricKeys struct {
 	node    *fabric.Node
 	appNode fabric.PublicKey
 	ttl     time.Duration
+	now     func() time.Time // time.Now; a test's clock
 
 	mu       sync.Mutex
 	m        map[string]fabricKeyEntry
@@ -85,7 +86,7 @@ func NewFabricKeys(node *fabric.Node, appNode fabric.PublicKey, ttl time.Duratio
 	if ttl <= 0 {
 		ttl = time.Second
 	}
-	return &FabricKeys{node: node, appNode: appNode, ttl: ttl, m: map[string]fabricKeyEntry{}, inflight: map[string]*keyCall{}}
+	return &FabricKeys{node: node, appNode: appNode, ttl: ttl, now: time.Now, m: map[string]fabricKeyEntry{}, inflight: map[string]*keyCall{}}
 }
 
 var _ Keys = (*FabricKeys)(nil)
@@ -94,7 +95,7 @@ var _ Keys = (*FabricKeys)(nil)
 func (f *FabricKeys) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	hk := string(hash)
 	f.mu.Lock()
-	if e, ok := f.m[hk]; ok && time.Now().Before(e.exp) {
+	if e, ok := f.m[hk]; ok && f.now().Before(e.exp) {
 		f.mu.Unlock()
 		return keyOf(e.r, hash)
 	}
@@ -112,7 +113,7 @@ func (f *FabricKeys) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKe
 			if len(f.m) > 100000 {
 				clear(f.m)
 			}
-			f.m[hk] = fabricKeyEntry{r: c.r, exp: time.Now().Add(f.ttl)}
+			f.m[hk] = fabricKeyEntry{r: c.r, exp: f.now().Add(f.ttl)}
 		}
 		f.mu.Unlock()
 		close(c.done)

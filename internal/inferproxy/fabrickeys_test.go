@@ -52,6 +52,8 @@ func TestFabricKeys(t *testing.T) {
 	rogue.AddAddrs(app.PublicKey(), app.Addr())
 
 	fk := NewFabricKeys(proxy, app.PublicKey(), 200*time.Millisecond)
+	now := time.Now()
+	fk.now = func() time.Time { return now }
 	got, err := fk.APIKeyByHash(ctx, HashKey(secret))
 	if err != nil || got.ID != k.ID || got.Team != "team-a" || !got.CreatedAt.Equal(k.CreatedAt) {
 		t.Fatalf("lookup: %+v %v", got, err)
@@ -59,6 +61,7 @@ func TestFabricKeys(t *testing.T) {
 	if _, err := fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong")); !isNotFound(err) {
 		t.Fatalf("unknown key: %v, want not found", err)
 	}
+	now = now.Add(200*time.Millisecond - time.Nanosecond) // the TTL's last instant
 	for range 10 {
 		fk.APIKeyByHash(ctx, HashKey(secret))
 		fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong"))
@@ -66,7 +69,7 @@ func TestFabricKeys(t *testing.T) {
 	if n := ks.calls.Load(); n != 2 {
 		t.Fatalf("%d store reads, want 2 (cached)", n)
 	}
-	time.Sleep(250 * time.Millisecond)
+	now = now.Add(time.Nanosecond)
 	fk.APIKeyByHash(ctx, HashKey(secret))
 	if n := ks.calls.Load(); n != 3 {
 		t.Fatalf("%d store reads after the TTL, want 3", n)

@@ -2,6 +2,7 @@ package inferproxy
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // harness is proxy-inference with agents and simulated runtimes, all
@@ -160,8 +162,7 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 // waitReady waits until the proxy sees n ready replicas of job.
 func (h *harness) waitReady(jobID string, n int) {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waittest.NoError(h.t, func() error {
 		mh, _ := h.proxy.JobHealth(context.Background(), jobID)
 		ready := 0
 		for _, r := range mh.Replicas {
@@ -169,12 +170,36 @@ func (h *harness) waitReady(jobID string, n int) {
 				ready++
 			}
 		}
-		if ready == n {
-			return
+		if ready != n {
+			return fmt.Errorf("%d of %d replicas ready: %+v", ready, n, mh)
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("job %s: %d of %d replicas ready: %+v", jobID, ready, n, mh)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}, "job %s ready", jobID)
+}
+
+// expireLookup makes the proxy's next request of job look its replicas
+// up afresh, as it does once LookupTTL has passed.
+func (h *harness) expireLookup(jobID string) {
+	s := h.proxy.replicas
+	s.mu.Lock()
+	p := s.pools[jobID]
+	s.mu.Unlock()
+	if p == nil {
+		h.t.Fatalf("the proxy has not looked %s up", jobID)
 	}
+	p.mu.Lock()
+	p.at = time.Time{}
+	p.mu.Unlock()
+}
+
+// held is the number of job's streams held before their first token
+// (simruntime.Config.Hold) by its runtimes.
+func (h *harness) held(jobID string) int {
+	n := 0
+	for _, a := range h.agents[jobID] {
+		if r := a.sim.Runtime(); r != nil {
+			n += r.Held()
+		}
+	}
+	return n
 }

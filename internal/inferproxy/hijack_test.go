@@ -61,7 +61,7 @@ func TestRoutesOnlyToBoundHeads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // past the lookup TTL: the proxy sees the announcements
+	h.expireLookup("job-qwen") // the proxy sees the announcements
 	a := sdk(h, h.keys["team-a"])
 	for i := range 20 {
 		if _, err := a.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "qwen",

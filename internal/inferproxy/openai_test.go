@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
@@ -130,17 +132,25 @@ func TestOpenAISDK(t *testing.T) {
 		t.Fatalf("X-API-Key: %v %v", resp.Status, err)
 	}
 	resp.Body.Close()
-	// A key revoked in the store stops working (the cache keeps it ≤ KeyTTL).
+	// A key revoked in the store stops working once the proxy's cached
+	// answer expires (KeyTTL).
 	keys, _ := h.store.ListAPIKeys(ctx, "team-b")
 	if err := h.store.DeleteAPIKey(ctx, keys[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
-	req, _ = http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"b-model","prompt":"hi"}`))
-	req.Header.Set("X-API-Key", h.keys["team-b"])
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
-		t.Fatalf("revoked key: %v %v", resp.Status, err)
-	}
+	waittest.NoError(t, func() error {
+		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"b-model","prompt":"hi"}`))
+		req.Header.Set("X-API-Key", h.keys["team-b"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			return fmt.Errorf("status %s, want 401", resp.Status)
+		}
+		return nil
+	}, "the revoked key to be refused")
 	mh, _ := h.proxy.JobHealth(ctx, "job-qwen")
 	if mh.Health != HealthHealthy || len(mh.Replicas) != 2 {
 		t.Fatalf("health %+v", mh)
@@ -167,7 +177,8 @@ func TestRequireAuthOff(t *testing.T) {
 // Retry-After; an oversized body 413; all in OpenAI's shape.
 func TestLimits(t *testing.T) {
 	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), MaxConcurrentPerKey: 2, RequestsPerMinute: 5, MaxBodyBytes: 1024})
-	h.addJob("job-q", "team-a", "q", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{TTFT: 300 * time.Millisecond})
+	hold := make(chan struct{})
+	h.addJob("job-q", "team-a", "q", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{Hold: hold})
 	h.waitReady("job-q", 1)
 	post := func(body string) *http.Response {
 		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(body))
@@ -193,25 +204,27 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	shape(post(`{"model":"q","prompt":"`+strings.Repeat("x", 2000)+`"}`), 413, "request_too_large")
+	// Two streams wait at the runtime for their first token (held until
+	// the third request is answered): the third is one too many.
 	var wg sync.WaitGroup
-	codes := make(chan int, 3)
-	for range 3 {
+	codes := make(chan int, 2)
+	for range 2 {
 		wg.Go(func() {
-			resp := post(`{"model":"q","prompt":"hi"}`)
+			resp := post(`{"model":"q","prompt":"hi","stream":true}`)
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			codes <- resp.StatusCode
 		})
-		time.Sleep(30 * time.Millisecond)
 	}
+	waittest.Until(t, func() bool { return h.held("job-q") == 2 }, "two streams at the runtime")
+	shape(post(`{"model":"q","prompt":"hi","stream":true}`), 429, "rate_limit_exceeded")
+	close(hold)
 	wg.Wait()
 	close(codes)
-	got := map[int]int{}
 	for c := range codes {
-		got[c]++
-	}
-	if got[200] != 2 || got[429] != 1 {
-		t.Fatalf("3 concurrent with a limit of 2: %v", got)
+		if c != 200 {
+			t.Fatalf("one of the 2 concurrent requests within the limit: status %d", c)
+		}
 	}
 	// 5 per minute: the two that ran took 2 (neither the 413 nor the 429
 	// counts); three more pass, then 429.
@@ -230,7 +243,8 @@ func TestLimits(t *testing.T) {
 // streaming completes on replica 1.
 func TestReplicaKilledDuringStreaming(t *testing.T) {
 	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), MaxConcurrentPerKey: 100})
-	h.addJob("job-k", "team-a", "k", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{TTFT: 400 * time.Millisecond, InterTokenDelay: 5 * time.Millisecond})
+	hold := make(chan struct{}) // no stream gets its first token before the crash
+	h.addJob("job-k", "team-a", "k", cosmic.RuntimeVLLM, 2, 1, true, simruntime.Config{Hold: hold, InterTokenDelay: 5 * time.Millisecond})
 	h.waitReady("job-k", 2)
 	const n = 20
 	type result struct {
@@ -263,7 +277,7 @@ func TestReplicaKilledDuringStreaming(t *testing.T) {
 			results <- r
 		}()
 	}
-	time.Sleep(150 * time.Millisecond) // all are waiting for their first token
+	waittest.Until(t, func() bool { return h.held("job-k") == n }, "all %d requests waiting for their first token", n)
 	var victim *agentHandle
 	for _, a := range h.agents["job-k"] {
 		if a.a.Status().Replica == 0 {
@@ -271,6 +285,8 @@ func TestReplicaKilledDuringStreaming(t *testing.T) {
 		}
 	}
 	victim.a.Crash()
+	<-victim.done // its connections are cut and its runtime is dead
+	close(hold)
 	byReplica := map[string]int{}
 	for range n {
 		r := <-results
@@ -418,20 +434,10 @@ func TestClientDisconnectStopsGeneration(t *testing.T) {
 		}
 		return n
 	}
-	// Wait until the runtime stops writing events (at most 10 s), then
-	// check it stopped well before its 500 tokens (10 s of generation).
-	deadline := time.Now().Add(10 * time.Second)
-	for last := total(); ; {
-		time.Sleep(200 * time.Millisecond)
-		now := total()
-		if now == last {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the runtime still generates %v after the client left", 10*time.Second)
-		}
-		last = now
-	}
+	// Wait until the runtime's generation has ended (the whole answer
+	// would take 10 s), then check it ended well before its 500 tokens.
+	rt := h.agents["job-qwen"][0].sim.Runtime()
+	waittest.Until(t, func() bool { return rt.Generating() == 0 }, "the runtime to stop generating")
 	t.Logf("events: %d", total())
 	if n := total(); n >= 500 {
 		t.Fatalf("the runtime wrote %d events: the whole answer", n)

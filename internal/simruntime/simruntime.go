@@ -64,6 +64,12 @@ type Config struct {
 	// OnEvent, if set, is called as each SSE event of a stream is written
 	// (the completion's id and the event's index), for latency benchmarks.
 	OnEvent func(id string, index int, at time.Time)
+	// Hold, if set, holds every stream before its first token (after TTFT)
+	// until it is closed: a test's way to have requests wait for their
+	// first token for as long as it needs (Held counts them). Completions
+	// that do not stream, such as the inference agent's probes, are not
+	// held.
+	Hold <-chan struct{}
 }
 
 // Faults are injected failures.
@@ -98,6 +104,7 @@ type Server struct {
 	failAcc  float64 // accumulates FailRate, so failures are spread evenly
 
 	running, waiting  atomic.Int64
+	held              atomic.Int64
 	promptTokens      atomic.Int64
 	generationTokens  atomic.Int64
 	success, failures atomic.Int64
@@ -148,6 +155,13 @@ func New(cfg Config) *Server {
 
 // Config returns the server's configuration (defaults filled in).
 func (s *Server) Config() Config { return s.cfg }
+
+// Generating is the number of completions being generated now, streamed
+// or not (vllm:num_requests_running).
+func (s *Server) Generating() int { return int(s.running.Load()) }
+
+// Held is the number of streams waiting at Config.Hold now.
+func (s *Server) Held() int { return int(s.held.Load()) }
 
 // SetFaults replaces the injected failures.
 func (s *Server) SetFaults(f Faults) {
@@ -511,6 +525,22 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, req genRequest
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// hold waits for Config.Hold to be closed, if set; false if the request
+// went away meanwhile.
+func (s *Server) hold(r *http.Request) bool {
+	if s.cfg.Hold == nil {
+		return true
+	}
+	s.held.Add(1)
+	defer s.held.Add(-1)
+	select {
+	case <-s.cfg.Hold:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
 func (s *Server) observeTTFT(start time.Time) {
 	s.ttftSumNanos.Add(int64(time.Since(start)))
 	s.ttftCount.Add(1)
@@ -579,7 +609,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 		cc.Index = 0
 		return &chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{cc}}
 	}
-	if !backoff.Sleep(r.Context(), s.cfg.TTFT) {
+	if !backoff.Sleep(r.Context(), s.cfg.TTFT) || !s.hold(r) {
 		return
 	}
 	s.observeTTFT(start)
