@@ -63,7 +63,7 @@ func toHTTP(err error) (status int, body apiv1.ErrorBody, internal bool) {
 		return ie.status, ie.body, false
 	}
 	if code := cosmic.CodeOf(err); code != "" {
-		return apiv1.StatusOf(code), apiv1.ErrorBody{Code: code, Message: err.Error()}, false
+		return apiv1.StatusOf(code), apiv1.ErrorBody{Code: code, Message: cosmic.MessageOf(err)}, false
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):

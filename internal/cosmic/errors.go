@@ -3,6 +3,7 @@ package cosmic
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The error vocabulary: each kind of error the domain has carries its code,
@@ -45,6 +46,20 @@ func CodeOf(err error) string {
 	return ""
 }
 
+// MessageOf is err's text for people, without the kind's own text in front
+// ("conflict: job … is running" reads "job … is running"): every layer
+// shows the code beside the message, so the kind would read twice.
+func MessageOf(err error) string {
+	msg := err.Error()
+	var k *Kind
+	if errors.As(err, &k) {
+		if rest, ok := strings.CutPrefix(msg, k.Text+": "); ok {
+			return rest
+		}
+	}
+	return msg
+}
+
 // Codes lists every code, for the layers' tests.
 var Codes = []string{CodeNotFound, CodeInvalid, CodeConflict, CodeForbidden}
 
@@ -54,6 +69,10 @@ var Codes = []string{CodeNotFound, CodeInvalid, CodeConflict, CodeForbidden}
 type FieldError struct {
 	Field   string `json:"field"`
 	Message string `json:"message"`
+	// Reason is the reason code when the field asks for what the platform
+	// cannot give (no_such_location, exceeds_node_gpus, …): the code a job
+	// would otherwise have failed with.
+	Reason ReasonCode `json:"reason,omitempty"`
 }
 
 func (e *FieldError) Error() string {

@@ -22,6 +22,7 @@ const (
 	ReasonReplicaFailed       ReasonCode = "replica_failed"
 	ReasonRackRemoved         ReasonCode = "rack_removed"
 	ReasonRestartRequested    ReasonCode = "restart_requested"
+	ReasonReplicaDeleted      ReasonCode = "replica_deleted"
 	ReasonModelLoadFailed     ReasonCode = "model_load_failed"
 )
 
@@ -52,6 +53,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonReplicaFailed:       {"a replica of the job failed", "See the replica's logs; restart the replica or the job."},
 	ReasonRackRemoved:         {"the rack holding the job was removed", "The job is placed again on another rack of its location when one has room."},
 	ReasonRestartRequested:    {"a restart was requested", ""},
+	ReasonReplicaDeleted:      {"a replica was deleted", "Wait: the replica is placed again, perhaps on another node."},
 	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
 }
 

@@ -37,12 +37,33 @@ func TestBothJobTypesReachRunning(t *testing.T) {
 	}
 }
 
-func TestTooManyGPUsFailsAtOnce(t *testing.T) {
+// A job that could never fit the fleet is refused at create, with the
+// reason code, and nothing is stored.
+func TestJobsThatCanNeverFitAreRefusedAtCreate(t *testing.T) {
 	e := NewEnv(t)
-	j := e.Create(Container("big", 9))
-	j = e.WaitState(j.ID, cosmic.StateFailed)
-	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonExceedsNodeGPUs {
-		t.Fatalf("reason = %+v, want exceeds_node_gpus", j.Status.Reason)
+	wide := VLLM("wide", 3, 16) // 48 GPUs; the location holds 16
+	unknownModel := Container("odd", 1)
+	unknownModel.Resources.GPUModel = "GB200"
+	for _, tc := range []struct {
+		spec   cosmic.Spec
+		field  string
+		reason cosmic.ReasonCode
+	}{
+		{Container("big", 9), "resources.gpu", cosmic.ReasonExceedsNodeGPUs},
+		{unknownModel, "resources.gpuModel", cosmic.ReasonNoSuchGPUModel},
+		{wide, "inference.replicas", cosmic.ReasonExceedsLocationGPUs},
+	} {
+		_, err := e.Client.CreateJob(e.Ctx, tc.spec)
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+			t.Fatalf("create %s: %v, want 400", tc.spec.Name, err)
+		}
+		if fes := ae.FieldErrors(); len(fes) != 1 || fes[0].Field != tc.field || fes[0].Reason != tc.reason {
+			t.Errorf("create %s: %+v, want %s with reason %s", tc.spec.Name, fes, tc.field, tc.reason)
+		}
+	}
+	if l, err := e.Client.ListJobs(e.Ctx, client.ListOptions{}); err != nil || l.Total != 0 {
+		t.Fatalf("jobs stored: %+v, %v", l, err)
 	}
 }
 
@@ -55,7 +76,10 @@ func TestThirdJobQueuesUntilOneIsDeleted(t *testing.T) {
 	if c.Status.QueuePosition != 1 || c.Status.WaitingFor == "" {
 		t.Fatalf("queued job: position %d, waiting for %q", c.Status.QueuePosition, c.Status.WaitingFor)
 	}
-	if _, err := e.Client.DeleteJob(e.Ctx, a.ID, false); err != nil {
+	if _, err := e.Client.DeleteJob(e.Ctx, a.ID, false); !errors.Is(err, cosmic.ErrConflict) {
+		t.Fatalf("delete a running job without force: %v, want a conflict", err)
+	}
+	if _, err := e.Client.DeleteJob(e.Ctx, a.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	e.WaitState(c.ID, cosmic.StateRunning)

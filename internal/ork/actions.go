@@ -76,12 +76,12 @@ func wireError(err error) error {
 	if fields := cosmic.FieldErrors(err); len(fields) > 0 {
 		details := make([]orkapi.FieldError, len(fields))
 		for i, f := range fields {
-			details[i] = orkapi.FieldError{Field: f.Field, Message: f.Message}
+			details[i] = orkapi.FieldError{Field: f.Field, Message: f.Message, Reason: f.Reason}
 		}
 		return fabric.Errorf(orkapi.CodeInvalid, "%v", err).WithDetails(details)
 	}
 	if code := cosmic.CodeOf(err); code != "" {
-		return fabric.Errorf(code, "%v", err) // the domain's code is the wire's
+		return fabric.Errorf(code, "%s", cosmic.MessageOf(err)) // the domain's code is the wire's
 	}
 	return err
 }
@@ -107,8 +107,8 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 	o.mu.Lock()
 	if !o.locationKnownLocked(spec.Location) {
 		o.mu.Unlock()
-		return cosmic.Job{}, &cosmic.FieldError{Field: "location", Message: fmt.Sprintf("no rack is registered in location %q (%s); known: %v",
-			spec.Location, cosmic.ReasonNoSuchLocation, o.locationsLocked())}
+		return cosmic.Job{}, &cosmic.FieldError{Field: "location", Reason: cosmic.ReasonNoSuchLocation,
+			Message: fmt.Sprintf("no rack is registered in location %q; known: %v", spec.Location, o.locationsLocked())}
 	}
 	if existing, err := o.st.GetJob(ctx, id); err == nil {
 		o.mu.Unlock()
@@ -126,13 +126,12 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 		setReplica(&j, i, func(*cosmic.ReplicaStatus) {})
 	}
 	if d, ok := placement.Place(o.snap, j).(placement.Impossible); ok {
-		for i := range j.Status.Replicas {
-			j.Status.Replicas[i].State = cosmic.StateFailed
-		}
-		err = j.SetState(cosmic.StateFailed, &d.Reason, now)
-	} else {
-		err = j.SetState(cosmic.StateQueued, nil, now)
+		// What can be known now is refused now, and nothing is stored: the
+		// job could never run on this fleet.
+		o.mu.Unlock()
+		return cosmic.Job{}, impossibleError(spec, d.Reason)
 	}
+	err = j.SetState(cosmic.StateQueued, nil, now)
 	if err == nil {
 		err = o.st.Update(ctx, func(tx Tx) error { return tx.CreateJob(ctx, j) })
 	}
@@ -146,6 +145,24 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 	o.mu.Unlock()
 	o.schedule(ctx)
 	return o.GetJob(ctx, id)
+}
+
+// impossibleError is the invalid-field error a create gets for a job that
+// could never be placed: the field that asks too much, with the reason
+// code placement gave.
+func impossibleError(spec cosmic.Spec, r cosmic.Reason) error {
+	field := "resources.gpu"
+	switch {
+	case r.Code == cosmic.ReasonNoSuchLocation:
+		field = "location"
+	case r.Code == cosmic.ReasonNoSuchGPUModel:
+		field = "resources.gpuModel"
+	case spec.Type == cosmic.TypeManagedInference && r.Code == cosmic.ReasonExceedsLocationGPUs:
+		field = "inference.replicas"
+	case spec.Type == cosmic.TypeManagedInference && spec.Inference != nil && spec.Inference.GPUsPerReplica > 0:
+		field = "inference.gpusPerReplica"
+	}
+	return &cosmic.FieldError{Field: field, Reason: r.Code, Message: r.Message}
 }
 
 func (o *Ork) locationKnownLocked(loc string) bool {
@@ -298,6 +315,12 @@ func (o *Ork) RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic
 		o.mu.Unlock()
 		return j, &cosmic.FieldError{Field: "replica", Message: fmt.Sprintf("job %s has replicas 0 to %d", p.ID, j.Spec.Replicas()-1)}
 	}
+	if p.Replica != nil {
+		if err := replicaActionAllowed(j, *p.Replica, "restarted"); err != nil {
+			o.mu.Unlock()
+			return j, err
+		}
+	}
 	switch j.Status.State {
 	case cosmic.StateDeleting, cosmic.StateCreating:
 		o.mu.Unlock()
@@ -379,6 +402,10 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 		o.mu.Unlock()
 		return j, err
 	}
+	if runs(j.Status.State) && !p.Force {
+		o.mu.Unlock()
+		return j, conflictf("job %s is %s: kill it first, or delete it with force", p.ID, j.Status.State)
+	}
 	held := o.heldLocked(p.ID)
 	if len(held) == 0 {
 		// No GPUs: no VMI runs. Its disks, if any, are removed by every
@@ -422,6 +449,37 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 	return j, nil
 }
 
+// runs says whether a job in state s has VMIs that run, or may (unknown):
+// deleting it kills them, which takes force.
+func runs(s cosmic.State) bool {
+	switch s {
+	case cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown:
+		return true
+	}
+	return false
+}
+
+// replicaActionAllowed says whether replica n of j may be restarted or
+// deleted on its own: only a Managed Inference Job's, and only while it is
+// queued, pending or starting (the jobs seed's "Job actions"), or failed
+// (to recover a degraded job without touching the replicas that serve). A
+// replica that runs is part of the endpoint; the job is restarted or
+// deleted as a whole.
+func replicaActionAllowed(j cosmic.Job, n int, verb string) error {
+	if j.Spec.Type != cosmic.TypeManagedInference {
+		return conflictf("job %s is a %s job: only a managed-inference job's replicas can be %s one by one", j.ID, j.Spec.Type, verb)
+	}
+	st := cosmic.StateQueued
+	if n < len(j.Status.Replicas) {
+		st = j.Status.Replicas[n].State
+	}
+	switch st {
+	case cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateFailed:
+		return nil
+	}
+	return conflictf("replica %d of job %s is %s: a replica can be %s on its own only while queued, pending, starting or failed", n, j.ID, st, verb)
+}
+
 // requestDelete asks the workers holding a deleting job's GPUs to delete
 // it. Each replica's GPUs are released when its worker reports it gone, or
 // no longer lists it, and the record goes with the last (applyReport).
@@ -434,8 +492,11 @@ func (o *Ork) requestDelete(ctx context.Context, id string, force bool) error {
 	})
 }
 
-// deleteReplica removes one replica of a job: its VMIs and GPUs go; the
-// replica is shown stopped and no longer counts toward the job's state.
+// deleteReplica removes one replica of a Managed Inference Job that has
+// not started yet: its VMIs, disks and GPUs go, and the replica is queued
+// to be placed afresh (perhaps elsewhere), as a deleted pod of a
+// Deployment is made anew; the job keeps its replica count. A replica
+// already queued has nothing to remove.
 func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error) {
 	o.mu.Lock()
 	j, err := o.st.GetJob(ctx, p.ID)
@@ -448,9 +509,20 @@ func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosm
 		o.mu.Unlock()
 		return j, &cosmic.FieldError{Field: "replica", Message: fmt.Sprintf("job %s has replicas 0 to %d", p.ID, j.Spec.Replicas()-1)}
 	}
+	if j.Status.State == cosmic.StateDeleting {
+		o.mu.Unlock()
+		return o.annotate(j), nil // the whole job is going
+	}
+	if err := replicaActionAllowed(j, n, "deleted"); err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
 	res, held := o.snap.Reserved(p.ID, n)
 	o.mu.Unlock()
-	if held {
+	if !held {
+		return o.annotate(j), nil
+	}
+	{
 		if err := o.onRacks(ctx, []string{res.Rack}, func(ctx context.Context, w worker.Worker) error {
 			return w.Delete(ctx, worker.DeleteParams{JobID: p.ID, Replica: n, Force: p.Force})
 		}); err != nil {
@@ -459,17 +531,15 @@ func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosm
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// A replica with VMIs keeps its GPUs until its worker reports it gone
-	// (applyReport releases them then); one without is removed at once.
-	state := cosmic.StateStopped
-	if held {
-		state = cosmic.StateDeleting
-	}
+	// The replica keeps its GPUs until its worker reports it gone; then
+	// reportRules queues it again and applyReport puts the job back in the
+	// queue.
+	reason := cosmic.NewReason(cosmic.ReasonReplicaDeleted, fmt.Sprintf("replica %d was deleted; it is placed again once its VMIs are gone", n))
 	j, err = o.updateJobLocked(ctx, p.ID, func(tx Tx, j *cosmic.Job) error {
-		setReplica(j, n, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = state, nil })
+		setReplica(j, n, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateDeleting, &reason })
 		return o.setAggregate(j)
 	})
-	return j, err
+	return o.annotate(j), err
 }
 
 // LabelJob sets a label, or removes it when the value is empty.

@@ -153,10 +153,21 @@ func (o *Ork) Start(ctx context.Context) error {
 		return err
 	}
 	// The queue: jobs still creating (admission was cut short) or queued,
-	// in the order they entered the queue.
+	// and live jobs with a replica queued (restarted or deleted on its own
+	// without GPUs), in the order they entered the queue.
 	jobs, err := listAll(ctx, o.st, store.ListJobsQuery{States: []cosmic.State{cosmic.StateCreating, cosmic.StateQueued}, Sort: store.SortCreatedAt, Order: store.OrderAsc})
 	if err != nil {
 		return fmt.Errorf("load queue: %w", err)
+	}
+	live, err := listAll(ctx, o.st, store.ListJobsQuery{States: []cosmic.State{cosmic.StatePending, cosmic.StateStarting,
+		cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}, Sort: store.SortCreatedAt, Order: store.OrderAsc})
+	if err != nil {
+		return fmt.Errorf("load queue: %w", err)
+	}
+	for _, j := range live {
+		if slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) {
+			jobs = append(jobs, j)
+		}
 	}
 	slices.SortStableFunc(jobs, func(a, b cosmic.Job) int { return queuedAt(a).Compare(queuedAt(b)) })
 	for _, j := range jobs {

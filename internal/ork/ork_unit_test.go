@@ -343,7 +343,12 @@ func TestDeleteReleasesGPUsWhenTheWorkerConfirms(t *testing.T) {
 				e.push(w, w.observe(a.ID, 0, cosmic.StateRunning))
 				b := e.create(8)
 
-				d, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: a.ID})
+				if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: a.ID}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+					t.Fatalf("delete of a running job without force: %v, want a conflict", err)
+				}
+				e.wantState(a.ID, cosmic.StateRunning, cosmic.StateRunning)
+				wantCalls(t, w, "delete "+a.ID+"/-1", 0)
+				d, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: a.ID, Force: true})
 				if err != nil || d.Status.State != cosmic.StateDeleting {
 					t.Fatalf("delete: %s, %v", d.Status.State, err)
 				}
@@ -428,7 +433,7 @@ func TestRestartOnTheSameStore(t *testing.T) {
 		b := e.create(4) // n1, applied, not reported yet
 		d := e.create(4) // n1, running, then deleting
 		e.push(w, w.observe(d.ID, 0, cosmic.StateRunning))
-		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: d.ID}); err != nil {
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: d.ID, Force: true}); err != nil {
 			t.Fatal(err)
 		}
 		c := e.create(8) // queued
@@ -539,7 +544,7 @@ func TestDeleteReleasesEachReplicaWhenItIsGone(t *testing.T) {
 					next := e.create(tc.next)
 					e.wantState(next.ID, cosmic.StateQueued, cosmic.StateQueued)
 
-					if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID}); err != nil {
+					if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID, Force: true}); err != nil {
 						t.Fatal(err)
 					}
 					synctest.Wait()
@@ -563,8 +568,9 @@ func TestDeleteReleasesEachReplicaWhenItIsGone(t *testing.T) {
 }
 
 // A replica deleted alone keeps its GPUs until its worker says it is gone;
-// then it is stopped and its GPUs free, and the job runs on with the
-// other.
+// then its GPUs are free and it is placed afresh, while the job, still
+// starting, keeps its other replica. Only a starting (queued, pending)
+// replica of a Managed Inference Job may be deleted or restarted alone.
 func TestDeleteOneReplica(t *testing.T) {
 	for how, confirm := range confirmations {
 		t.Run(how, func(t *testing.T) {
@@ -574,26 +580,52 @@ func TestDeleteOneReplica(t *testing.T) {
 				j := e.createSpec(cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "m", Location: "eu",
 					Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", Replicas: 2, GPUsPerReplica: 4}})
 				e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
-				e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+				e.push(w, w.observe(j.ID, 1, cosmic.StateStarting))
+				e.wantState(j.ID, cosmic.StateStarting, cosmic.StateRunning, cosmic.StateStarting)
 
-				one := 1
+				zero, one := 0, 1
+				if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID, Replica: &zero}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+					t.Errorf("delete the running replica 0: %v, want a conflict", err)
+				}
+				if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID, Replica: &zero}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+					t.Errorf("restart the running replica 0: %v, want a conflict", err)
+				}
 				if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID, Replica: &one}); err != nil {
 					t.Fatal(err)
 				}
 				synctest.Wait()
 				wantCalls(t, w, "delete "+j.ID+"/1", 1)
-				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting)
+				e.wantState(j.ID, cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDeleting)
 				wantHeld(t, e, j.ID, gpus("r1", "n0", all8...))
 				e.checkBooks()
 
 				confirm(e, w, j.ID, 1)
-				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateStopped)
-				wantHeld(t, e, j.ID, gpus("r1", "n0", 0, 1, 2, 3))
-				e.heartbeats(2)
-				wantCalls(t, w, "apply "+j.ID, 1)
-				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateStopped)
+				synctest.Wait()
+				// Placed again at once (its GPUs are the ones free) and applied.
+				e.wantState(j.ID, cosmic.StateStarting, cosmic.StateRunning, cosmic.StatePending)
+				wantHeld(t, e, j.ID, gpus("r1", "n0", all8...))
+				wantCalls(t, w, "apply "+j.ID, 2)
+				e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
 				e.checkBooks()
 			})
 		})
 	}
+}
+
+// A gpu-container job's replica is never deleted or restarted alone.
+func TestReplicaActionsOfAGPUContainerJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		j := e.create(1)
+		zero := 0
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: j.ID, Replica: &zero}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+			t.Errorf("delete replica 0: %v, want a conflict", err)
+		}
+		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID, Replica: &zero}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+			t.Errorf("restart replica 0: %v, want a conflict", err)
+		}
+		e.wantState(j.ID, cosmic.StatePending, cosmic.StatePending)
+	})
 }

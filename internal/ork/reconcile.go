@@ -272,6 +272,9 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		o.boundReleasedLocked(jr.JobID, -1)
 		o.dequeueLocked(jr.JobID)
 	}
+	if out.Requeue {
+		o.enqueueLocked(out.Job)
+	}
 	for replica, ks := range out.AgentKeys {
 		if _, held := o.snap.Reserved(out.Job.ID, replica); held {
 			o.boundKeysLocked(out.Job, replica, ks)

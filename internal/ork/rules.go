@@ -41,6 +41,9 @@ type reportOutcome struct {
 	// Remove says the job is deleted and the report releases the last
 	// GPUs it held: its record goes.
 	Remove bool
+	// Requeue says a replica deleted on its own is gone and queued: the
+	// job goes back in the queue to place it.
+	Requeue bool
 	// Ignored is an illegal aggregate transition the rules did not make
 	// (for the log), or nil.
 	Ignored *transition
@@ -52,11 +55,12 @@ type transition struct{ From, To cosmic.State }
 // reportRules applies one job's report. A replica report counts only for a
 // replica the rack holds and only when newer than the last applied from
 // the same worker process (design 0002), or the same as that one for a
-// replica made unknown since (its worker answers again, unchanged). Then: a deleting replica reported
-// gone is stopped and freed; a command that ended (an exit code after
-// running) stops and frees its replica; other stops and gones are late
-// (the ork's own kills release at once) and ignored; a failure frees; any
-// other report sets the replica's state, nodes, agent keys and progress.
+// replica made unknown since (its worker answers again, unchanged). Then:
+// a replica deleted on its own and reported gone is freed and queued
+// again (Requeue); a command that ended (an exit code after running)
+// stops and frees its replica; other stops and gones are late (the ork's
+// own kills release at once) and ignored; a failure frees; any other
+// report sets the replica's state, nodes, agent keys and progress.
 // The job's state is then aggregated from its replicas. A deleting job is
 // deleted replica by replica: a replica reported gone by the rack holding
 // it is stopped and freed, nothing else of its reports counts, and the
@@ -90,10 +94,20 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			out.Stamps[ref] = rr.Observed
 		}
 		switch {
-		case (deleting || cur == cosmic.StateDeleting) && rr.Gone:
-			// The deleted replica is gone: its GPUs are free.
+		case deleting && rr.Gone:
+			// The deleted job's replica is gone: its GPUs are free.
 			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason, rs.Nodes = cosmic.StateStopped, nil, nil })
 			out.Release = append(out.Release, res)
+			out.Changed = true
+			continue
+		case cur == cosmic.StateDeleting && rr.Gone:
+			// A replica deleted on its own is gone: its GPUs are free and
+			// it is placed afresh.
+			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
+				rs.State, rs.Nodes, rs.AgentKeys = cosmic.StateQueued, nil, nil
+			})
+			out.Release = append(out.Release, res)
+			out.Requeue = true
 			out.Changed = true
 			continue
 		case deleting:
@@ -174,6 +188,11 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 	var reason *cosmic.Reason
 	for i, r := range j.Status.Replicas {
 		states[i] = r.State
+		if r.State == cosmic.StateDeleting && j.Status.State != cosmic.StateDeleting {
+			// Deleted on its own: it is placed again, so it counts as
+			// queued, not as gone.
+			states[i] = cosmic.StateQueued
+		}
 		if r.Reason != nil && (r.State == cosmic.StateFailed || reason == nil) {
 			rr := *r.Reason
 			reason = &rr
@@ -184,6 +203,11 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 		if reason != nil && (to == cosmic.StateFailed || to == cosmic.StateUnknown || to == cosmic.StateDegraded) {
 			return nil, j.SetState(to, reason, now)
 		}
+		return nil, nil
+	}
+	if (to == cosmic.StatePending || to == cosmic.StateQueued) && j.Status.State == cosmic.StateStarting {
+		// A replica of a starting job is placed again (deleted on its own,
+		// or its VMIs lost): the job is still starting.
 		return nil, nil
 	}
 	if (to == cosmic.StatePending || to == cosmic.StateQueued) && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {

@@ -11,7 +11,8 @@ import (
 )
 
 // The report rules, one case per rule: the job before, what the rack holds,
-// the report, and what must come out.
+// the report, and what must come out (replica is the reported replica's
+// state).
 func TestReportRules(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0).UTC()
 	earlier := now.Add(-time.Minute)
@@ -51,6 +52,7 @@ func TestReportRules(t *testing.T) {
 		exitCode  *int
 		agentKeys []string
 		remove    bool
+		requeue   bool
 	}
 	for name, tc := range map[string]struct {
 		job     cosmic.Job
@@ -98,7 +100,7 @@ func TestReportRules(t *testing.T) {
 			want{changed: true, job: cosmic.StateFailed, replica: cosmic.StateFailed, release: 1}},
 		"one of two failed": {job(cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0, 1), nil,
 			worker.ReplicaReport{Replica: 1, State: cosmic.StateFailed, Reason: &failed},
-			want{changed: true, job: cosmic.StateDegraded, replica: cosmic.StateRunning, release: 1}},
+			want{changed: true, job: cosmic.StateDegraded, replica: cosmic.StateFailed, release: 1}},
 		"the command ended": {job(cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0), nil,
 			worker.ReplicaReport{State: cosmic.StateStopped, ExitCode: &zero},
 			want{changed: true, job: cosmic.StateStopped, replica: cosmic.StateStopped, release: 1, exitCode: &zero}},
@@ -108,9 +110,9 @@ func TestReportRules(t *testing.T) {
 		"a late stop": {job(cosmic.StateRunning, cosmic.StateRunning), heldOn("r", 0), nil,
 			worker.ReplicaReport{State: cosmic.StateStopped},
 			want{job: cosmic.StateRunning, replica: cosmic.StateRunning}},
-		"a deleted replica gone": {job(cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting), heldOn("r", 0, 1), nil,
+		"a replica deleted on its own, gone": {job(cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDeleting), heldOn("r", 0, 1), nil,
 			worker.ReplicaReport{Replica: 1, Gone: true},
-			want{changed: true, job: cosmic.StateRunning, replica: cosmic.StateRunning, release: 1}},
+			want{changed: true, job: cosmic.StateStarting, replica: cosmic.StateQueued, release: 1, requeue: true}},
 		"a deleting job's replica gone": {job(cosmic.StateDeleting, cosmic.StateRunning), heldOn("r", 0), nil,
 			worker.ReplicaReport{Gone: true},
 			want{changed: true, job: cosmic.StateDeleting, replica: cosmic.StateStopped, release: 1, remove: true}},
@@ -136,8 +138,9 @@ func TestReportRules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := want{changed: out.Changed, job: out.Job.Status.State, replica: out.Job.Status.Replicas[0].State,
-				release: len(out.Release), exitCode: out.Job.Status.ExitCode, agentKeys: out.AgentKeys[0], remove: out.Remove}
+			n := tc.report.Replica
+			got := want{changed: out.Changed, job: out.Job.Status.State, replica: out.Job.Status.Replicas[n].State,
+				release: len(out.Release), exitCode: out.Job.Status.ExitCode, agentKeys: out.AgentKeys[n], remove: out.Remove, requeue: out.Requeue}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -47,8 +47,9 @@ const (
 
 // FieldError is one invalid field, in an invalid error's details.
 type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
+	Field   string            `json:"field"`
+	Message string            `json:"message"`
+	Reason  cosmic.ReasonCode `json:"reason,omitempty"`
 }
 
 // CreateJobParams creates a job. ID is chosen by the caller (a UUID) so that
