@@ -42,8 +42,18 @@ func (c *apiConn) explain(err error) error {
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %s", ae.Code, ae.Message)
+		if fes := ae.FieldErrors(); len(fes) > 1 || len(fes) == 1 && fes[0].Error() != ae.Message {
+			// Each field has a line, unless the message is the only one.
+			for _, fe := range fes {
+				b.WriteString("\n  " + fe.Error())
+			}
+		}
 		for _, fe := range ae.FieldErrors() {
-			b.WriteString("\n  " + fe.Error())
+			if fe.Reason != "" {
+				if r := cosmic.NewReason(fe.Reason, ""); r.Fix != "" {
+					fmt.Fprintf(&b, "\n  fix (%s): %s", fe.Reason, r.Fix)
+				}
+			}
 		}
 		return withExit(ExitFailure, &explained{msg: b.String(), err: err})
 	}

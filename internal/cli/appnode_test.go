@@ -121,7 +121,7 @@ func TestAgainstAppNode(t *testing.T) {
 
 	// API validation errors: exit 1 with code, message and each field.
 	code, _, errs = runCLI(t, env, "jobs", "create", "--location", "eu", "--image", "ubuntu")
-	if code != ExitFailure || !strings.Contains(errs, "error: invalid: ") || !strings.Contains(errs, "\n  location: no rack in location \"eu\"") {
+	if code != ExitFailure || strings.Count(errs, "no rack in location \"eu\"") != 1 || !strings.Contains(errs, "error: invalid: location: no rack in location \"eu\"") {
 		t.Errorf("API 400: exit %d, %s", code, errs)
 	}
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -163,5 +164,19 @@ func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
 		c.URL = DefaultURL
 	}
 	c.URL = strings.TrimRight(c.URL, "/")
+	if err := checkAPIURL(c.URL); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// checkAPIURL refuses a URL the client could not use, with exit 2: one
+// without a scheme (127.0.0.1:8080) is not guessed at, since guessing
+// http would send the token in the clear to a host meant for https.
+func checkAPIURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErrorf("the API URL %q must be http:// or https:// and a host, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
+	}
+	return nil
 }

@@ -164,7 +164,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name (see `cosmicac jobs get`)")
+	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name (see 'cosmicac inference models')")
 	cmd.Flags().BoolVar(&stream, "stream", false, "print the answer as it is generated")
 	cmd.Flags().IntVar(&maxTokens, "max-tokens", 0, "the most tokens to generate (default: the model's)")
 	cmd.Flags().StringVar(&system, "system", "", "a system message sent first")

@@ -77,7 +77,7 @@ func TestJobsCreate(t *testing.T) {
 // exit 1.
 func TestJobsCreateInvalid(t *testing.T) {
 	f := newFakeAPI(t)
-	code, _, errs := runCLI(t, f.env(), "jobs", "create", "--gpus", "-1", "--env", "COSMICAC_X=1", "--http-port", "70000")
+	code, _, errs := runCLI(t, f.env(), "jobs", "create", "--gpus", "2000", "--env", "COSMICAC_X=1", "--http-port", "70000")
 	if code != ExitUsage {
 		t.Fatalf("exit %d, want %d: %s", code, ExitUsage, errs)
 	}
@@ -91,6 +91,8 @@ func TestJobsCreateInvalid(t *testing.T) {
 	}
 	for name, args := range map[string][]string{
 		"bad flag value": {"jobs", "create", "--gpus", "many"},
+		"no GPUs":        {"jobs", "create", "--location", "us", "--image", "x", "--gpus", "0"},
+		"no replicas":    {"jobs", "create", "--location", "us", "--model", "org/m", "--replicas", "0"},
 		"unknown flag":   {"jobs", "create", "--gpu", "1"},
 		"bad -o":         {"jobs", "create", "--location", "us", "--image", "x", "-o", "xml"},
 		"missing file":   {"jobs", "create", "-f", "/nonexistent.yaml"},

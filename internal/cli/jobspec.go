@@ -2,8 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"io"
 	"os"
 	"strconv"
@@ -101,6 +103,15 @@ func (f *specFlags) spec(cmd *cobra.Command, args []string, stdin io.Reader) (co
 			*dst = v
 		}
 	}
+	// count is num for a count of which there is at least one: 0 in the
+	// spec means "the default", so --gpus 0 would silently be 1.
+	count := func(flag string, dst *int, v int) {
+		if set(flag) && v < 1 {
+			bad(flag, "%d: give at least 1", v)
+			return
+		}
+		num(flag, dst, v)
+	}
 
 	if set("type") {
 		s.Type = cosmic.JobType(f.typ)
@@ -126,7 +137,7 @@ func (f *specFlags) spec(cmd *cobra.Command, args []string, stdin io.Reader) (co
 		s.Location = f.region
 	}
 	str("gpu-model", &s.Resources.GPUModel, f.gpuModel)
-	num("gpus", &s.Resources.GPU, f.gpus)
+	count("gpus", &s.Resources.GPU, f.gpus)
 	str("image", &s.Image, f.image)
 	num("disk", &s.DiskGB, f.disk)
 	num("cpu", &s.Resources.CPU, f.cpu)
@@ -182,8 +193,8 @@ func (f *specFlags) spec(cmd *cobra.Command, args []string, stdin io.Reader) (co
 		}
 		str("model", &in.Model, f.model)
 		str("served-model-name", &in.ServedModelName, f.servedModelName)
-		num("replicas", &in.Replicas, f.replicas)
-		num("gpus-per-replica", &in.GPUsPerReplica, f.gpusPerReplica)
+		count("replicas", &in.Replicas, f.replicas)
+		count("gpus-per-replica", &in.GPUsPerReplica, f.gpusPerReplica)
 		switch {
 		case set("no-auth") && set("require-auth") && f.noAuth == f.requireAuth:
 			bad("no-auth", "contradicts --require-auth")
@@ -242,11 +253,43 @@ func readSpecFile(path string, stdin io.Reader) (cosmic.Spec, error) {
 			return cosmic.Spec{}, fmt.Errorf("read spec %s: %w", path, err)
 		}
 	}
+	if spec, ok, err := jobDocumentSpec(js); err != nil {
+		return cosmic.Spec{}, fmt.Errorf("read spec %s: %w", path, err)
+	} else if ok {
+		js = spec
+	}
 	s, err := cosmic.ParseSpec(js)
 	if err != nil {
 		return s, fmt.Errorf("read spec %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// jobDocumentSpec takes the spec out of a whole job as `jobs get -o
+// json|yaml` prints it (a document with a "spec" object), so that output
+// can be created again, as kubectl creates from its own output: the job's
+// ID, status and times are the platform's and are left out. A document
+// without "spec" is a spec itself (ok false). A job document is read as
+// strictly as a spec: a field a job does not have is refused.
+func jobDocumentSpec(js []byte) (spec json.RawMessage, ok bool, err error) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(js, &top) != nil {
+		return nil, false, nil // not an object: ParseSpec says why
+	}
+	raw, ok := top["spec"]
+	if !ok {
+		return nil, false, nil
+	}
+	var job struct {
+		apiv1.Job
+		Spec json.RawMessage `json:"spec"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&job); err != nil {
+		return nil, false, fmt.Errorf("a job document (it has \"spec\"): %w", err)
+	}
+	return raw, true, nil
 }
 
 // sshKeys reads --ssh-key: a key, or @FILE holding authorized_keys lines

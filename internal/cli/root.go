@@ -119,7 +119,33 @@ func (a *app) rootCommand() *cobra.Command {
 	for _, add := range commandBuilders {
 		root.AddCommand(add(a))
 	}
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every group of commands (jobs, racks, …)
+// answer an unknown subcommand as the root does: exit 2 with "did you
+// mean" and the nearest names, where cobra would print the group's help
+// and exit 0. A group alone still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !c.HasParent() || !c.HasSubCommands() || c.Runnable() {
+		return // the root refuses them itself
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.SuggestionsMinimumDistance = 2 // cobra's own default, set only on the root
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+		return usageErrorf("%s\nRun '%s --help' for usage.", msg, c.CommandPath())
+	}
 }
 
 // commandBuilders lists the top-level commands; each file adds its own in an

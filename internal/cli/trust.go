@@ -59,7 +59,7 @@ func (p *peerKeyFlags) slot(r trust.Role) *[]string {
 // dialled (those the command takes as KEY@HOST:PORT flags of its own).
 func (c *componentFlags) bindTrust(f *pflag.FlagSet, role trust.Role, dialled ...trust.Role) {
 	c.role, c.dialled = role, dialled
-	f.StringSliceVar(&c.Operators, "operator", nil, "an operator's public key: may call every method (`cosmicac rpc`) (repeatable)")
+	f.StringSliceVar(&c.Operators, "operator", nil, "an operator's `KEY`: may call every method, as cosmicac rpc does (repeatable)")
 	for _, r := range trust.ConfiguredPeers(role) {
 		if slices.Contains(dialled, r) {
 			continue
