@@ -105,7 +105,10 @@ func closed(c <-chan struct{}) bool {
 func TestInferenceMultiNodeReplica(t *testing.T) {
 	rt := platform.SimRuntime
 	rt.Faults.Unhealthy = true // the head's runtime "loads" until the test clears it
-	e := NewEnv(t, func(c *platform.Config) { c.SimRuntime = rt })
+	e := NewEnv(t, func(c *platform.Config) {
+		c.SimRuntime = rt
+		c.Proxy.ReadyWait = -1 // answer no_ready_replica at once while the head loads
+	})
 	spec := inference("big", cosmic.RuntimeVLLM, "deepseek-ai/DeepSeek-V3", 1, 16)
 	j := e.Create(spec)
 	key, err := e.Client.CreateAPIKey(e.Ctx, "sdk", "")

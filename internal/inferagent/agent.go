@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
@@ -90,6 +91,10 @@ type Agent struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+	// routable says the directories hold the agent's announcement as ready
+	// (always true without directories): until then the proxy cannot route
+	// to it, and the agent tells no one it is ready (published).
+	routable  atomic.Bool
 	kick      chan struct{}
 	crashed   chan struct{}
 	crashOnce sync.Once
@@ -100,6 +105,8 @@ type Agent struct {
 	addr string // the runtime's host:port while it runs
 
 	hc *http.Client
+	// probeAddrs are the local addresses of hc's open connections.
+	probeAddrs sync.Map
 }
 
 // New makes an agent; Run runs it.
@@ -120,14 +127,59 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	}
 	// The probes have a transport of their own: a probe's cancelled context
 	// must never race a proxied request for a pooled connection.
-	a.hc = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdleConnsPerHost: 2}}
+	a.hc = &http.Client{Transport: &http.Transport{DialContext: a.dialProbe, MaxIdleConnsPerHost: 2}}
 	return a
+}
+
+// dialProbe dials the runtime for the agent's own health checks and
+// probes, remembering each connection's local address while it is open:
+// the runtime's access log names it, and those lines are the agent's, not
+// the job's output (probeLine).
+func (a *Agent) dialProbe(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	local := c.LocalAddr().String()
+	a.probeAddrs.Store(local, true)
+	return &probeConn{Conn: c, forget: func() { a.probeAddrs.Delete(local) }}, nil
+}
+
+// probeConn forgets its address once closed.
+type probeConn struct {
+	net.Conn
+	once   sync.Once
+	forget func()
+}
+
+func (c *probeConn) Close() error {
+	c.once.Do(c.forget)
+	return c.Conn.Close()
+}
+
+// probeLine says whether line is the runtime's access log line of one of
+// the agent's own requests. vLLM's server is uvicorn, whose access log
+// line is `%s - "%s %s HTTP/%s" %d` with the client's host:port first
+// (uvicorn/protocols/http/h11_impl.py and httptools_impl.py,
+// access_logger.info), after the level ("INFO:     ").
+func (a *Agent) probeLine(line string) bool {
+	i := strings.Index(line, ` - "`)
+	if i < 0 {
+		return false
+	}
+	client := line[:i]
+	if j := strings.LastIndexByte(client, ' '); j >= 0 {
+		client = client[j+1:]
+	}
+	_, ok := a.probeAddrs.Load(client)
+	return ok
 }
 
 // SetLogs replaces the sink of the agent's records; call it before Run.
 func (a *Agent) SetLogs(s joblog.Sink) { a.cfg.Logs = s }
 
-// Ready is closed the first time the agent is ready.
+// Ready is closed the first time the agent is ready and announced so
+// (published).
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 
 // Node is the agent's fabric node once Run has started it.
@@ -162,17 +214,33 @@ func (a *Agent) update(f func(st *Status)) {
 	f(&a.st)
 	st := a.st
 	a.mu.Unlock()
-	if st.Ready && !before.Ready {
-		a.readyOnce.Do(func() { close(a.ready) })
-	}
 	if st.Ready != before.Ready || st.Error != before.Error || st.RuntimeRestarts != before.RuntimeRestarts {
 		a.kickAnnounce()
 		if a.cfg.OnChange != nil {
 			a.cfg.OnChange(st)
 		}
-		a.report(st)
+		a.publish()
 	}
 }
+
+// published is the status the agent tells its workers (reports, and
+// MethodStatus): ready only once the runtime is ready and the directories
+// announce it so, for a replica is running ("Active": its endpoint accepts
+// requests) only once proxy-inference can find it. It closes Ready the
+// first time it is ready, and sends the report.
+func (a *Agent) published() Status {
+	st := a.Status()
+	if st.Ready && !a.routable.Load() {
+		st.Ready, st.Error = false, "not announced to the directory yet"
+	}
+	if st.Ready {
+		a.readyOnce.Do(func() { close(a.ready) })
+	}
+	return st
+}
+
+// publish sends the published status to the workers.
+func (a *Agent) publish() { a.report(a.published()) }
 
 func (a *Agent) report(st Status) {
 	if n := a.Node(); n != nil {
@@ -207,7 +275,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	n.HandleStream(MethodHTTP, a.openRelay)
 	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
-		return a.Status(), nil
+		return a.published(), nil
 	}, fabric.ReadOnly())
 	a.mu.Lock()
 	a.node = n
@@ -219,13 +287,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	dial, dirs := agent.PeerKeys(cfg.Peers)
+	if len(dirs) == 0 {
+		a.routable.Store(true) // no directory to wait for
+	}
 	wg.Go(func() { agent.KeepConnected(rctx, n, dial, a.log, agent.ConnectHooks{Dialled: a.kickAnnounce}) })
 	announced := make(chan struct{})
 	wg.Go(func() {
 		defer close(announced)
 		a.announce(rctx, n, dirs)
 	})
-	wg.Go(func() { agent.KeepReporting(rctx, ReportInterval, func() { a.report(a.Status()) }) })
+	wg.Go(func() { agent.KeepReporting(rctx, ReportInterval, a.publish) })
 	supervised := make(chan struct{})
 	go func() {
 		defer close(supervised)
@@ -452,6 +523,9 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 		err := n.Announce(actx, fabric.AnnounceParams{Topic: Topic(a.cfg.JobID), TTLSeconds: a.cfg.AnnounceTTL.Seconds(), Meta: meta}, dirs...)
 		cancel()
 		next := every
+		if err == nil && a.routable.Swap(m.Ready) != m.Ready {
+			a.publish() // the directories now say what the runtime is
+		}
 		if err != nil && ctx.Err() == nil {
 			// A directory that has not admitted a new key yet admits it a
 			// moment later: try again soon.
@@ -512,6 +586,9 @@ func (a *Agent) proxyConnected(n *fabric.Node) bool {
 // appLine returns the emitter of the runtime's output lines on stream.
 func (a *Agent) appLine(stream string) func(string) {
 	return func(line string) {
+		if a.probeLine(line) {
+			return // the agent's probe, not the job's output
+		}
 		a.cfg.Logs.Emit(joblog.Record{Time: time.Now(), JobID: a.cfg.JobID, Team: a.cfg.Team, Replica: a.cfg.Replica,
 			Source: joblog.SourceApplication, Stream: stream, Line: line})
 	}

@@ -108,6 +108,21 @@ func TestAgentServesOverFabric(t *testing.T) {
 			t.Fatalf("request %d: %d events, last %q", i, events, last)
 		}
 	}
+	// The relayed requests are the job's output; the agent's own health
+	// checks and probes are not, though the runtime logs them too.
+	count := func(what string) int {
+		n := 0
+		for _, r := range logs.Job("job1") {
+			if r.Source == joblog.SourceApplication && strings.Contains(r.Line, what) {
+				n++
+			}
+		}
+		return n
+	}
+	waittest.Until(t, func() bool { return count(`"POST /v1/chat/completions`) == 3 }, "the 3 requests in the application log")
+	if n, m := count(`"POST /v1/completions`), count(`"GET /health`); n+m != 0 {
+		t.Fatalf("%d probes and %d health checks in the application log: %+v", n, m, logs.Job("job1"))
+	}
 	var sawUvicorn, sawReady bool
 	for _, r := range logs.Job("job1") {
 		sawUvicorn = sawUvicorn || r.Source == joblog.SourceApplication && strings.Contains(r.Line, "Uvicorn running")

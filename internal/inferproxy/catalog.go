@@ -56,11 +56,15 @@ type JobLister interface {
 var _ JobLister = (*orkapi.Client)(nil)
 
 // OrkCatalog lists the managed-inference jobs the ork has in a state where
-// replicas may serve (starting, running, degraded, restarting, unknown).
+// replicas serve or will (queued, pending, starting, running, degraded,
+// restarting, unknown): a request for a model whose job is still queued
+// or starting waits for a replica (Config.ReadyWait) instead of being told
+// the model does not exist.
 type OrkCatalog struct{ Ork JobLister }
 
-// servingStates are the job states whose replicas may answer.
-var servingStates = []cosmic.State{cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}
+// servingStates are the job states whose replicas answer, or will.
+var servingStates = []cosmic.State{cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning,
+	cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}
 
 // Models implements Catalog.
 func (c OrkCatalog) Models(ctx context.Context) ([]Model, error) {
@@ -96,24 +100,39 @@ type cachedCatalog struct {
 	c   Catalog
 	ttl time.Duration
 
-	mu     sync.Mutex
-	at     time.Time
-	models []Model
-	err    error
+	mu   sync.Mutex
+	at   time.Time
+	list []Model
+	err  error
 }
 
 func (c *cachedCatalog) Models(ctx context.Context) ([]Model, error) {
+	return c.models(ctx, time.Now().Add(-c.ttl))
+}
+
+// fresh is Models from a read begun now or later: a request naming a
+// model the cached list does not have reads again before answering 404,
+// for the job may have been created since. Reads stay one at a time (the
+// cache's lock), and a caller's misses are bounded by its key's limits.
+func (c *cachedCatalog) fresh(ctx context.Context) ([]Model, error) {
+	return c.models(ctx, time.Now())
+}
+
+// models answers the list read at notBefore or later, reading it anew if
+// the cached one is older.
+func (c *cachedCatalog) models(ctx context.Context, notBefore time.Time) ([]Model, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) < c.ttl {
-		return c.models, c.err
+	if !c.at.Before(notBefore) {
+		return c.list, c.err
 	}
+	began := time.Now()
 	ms, err := c.c.Models(ctx)
-	if err != nil && c.models != nil {
+	if err != nil && c.list != nil {
 		// Keep serving the last good list while the ork is away.
-		return c.models, nil
+		return c.list, nil
 	}
-	c.models, c.err, c.at = ms, err, time.Now()
+	c.list, c.err, c.at = ms, err, began
 	return ms, err
 }
 

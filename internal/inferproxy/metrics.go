@@ -18,6 +18,7 @@ type proxyMetrics struct {
 	ttfb        *prometheus.HistogramVec // model, endpoint
 	duration    *prometheus.HistogramVec // model, endpoint
 	inFlight    prometheus.Gauge
+	waiting     prometheus.Gauge
 	retries     *prometheus.CounterVec // model
 	failovers   *prometheus.CounterVec // model
 	rateLimited *prometheus.CounterVec // reason
@@ -49,6 +50,10 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cosmicac_inference_requests_in_flight",
 			Help: "Requests to /inference being served now.",
+		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cosmicac_inference_requests_waiting",
+			Help: "Requests waiting for a replica of their model to be ready (Config.ReadyWait).",
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cosmicac_inference_retries_total",
@@ -82,6 +87,7 @@ func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.ttfb.Describe(ch)
 	m.duration.Describe(ch)
 	m.inFlight.Describe(ch)
+	m.waiting.Describe(ch)
 	m.retries.Describe(ch)
 	m.failovers.Describe(ch)
 	m.rateLimited.Describe(ch)
@@ -95,6 +101,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.ttfb.Collect(ch)
 	m.duration.Collect(ch)
 	m.inFlight.Collect(ch)
+	m.waiting.Collect(ch)
 	m.retries.Collect(ch)
 	m.failovers.Collect(ch)
 	m.rateLimited.Collect(ch)

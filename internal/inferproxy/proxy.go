@@ -19,6 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -57,6 +60,12 @@ type Config struct {
 	// SlowFirstByte makes a replica degraded when its time to first byte
 	// (EWMA) or its probe is slower (default 10s).
 	SlowFirstByte config.Duration `json:"slowFirstByte,omitempty"`
+	// ReadyWait is how long a request for a model none of whose replicas
+	// is ready (they are starting) waits for one before it is answered 503
+	// no_ready_replica with Retry-After (default 30s; negative: no wait).
+	// A stream gets an SSE comment every KeepAlive (default 5s) meanwhile.
+	ReadyWait config.Duration `json:"readyWait,omitempty"`
+	KeepAlive config.Duration `json:"keepAlive,omitempty"`
 }
 
 // DefaultConfig is the proxy's defaults (New also puts them in the zero
@@ -75,7 +84,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("maxBodyBytes, maxAudioBytes and maxAttempts must not be negative"))
 	}
 	for name, d := range map[string]config.Duration{"catalogTTL": c.CatalogTTL, "lookupTTL": c.LookupTTL, "keyTTL": c.KeyTTL,
-		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte} {
+		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte, "keepAlive": c.KeepAlive} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
 		}
@@ -108,6 +117,8 @@ func (c *Config) setDefaults() {
 	dur(&c.KeyTTL, 10*time.Second)
 	dur(&c.DownFor, 5*time.Second)
 	dur(&c.SlowFirstByte, 10*time.Second)
+	dur(&c.ReadyWait, 30*time.Second)
+	dur(&c.KeepAlive, 5*time.Second)
 }
 
 // Proxy is proxy-inference: the OpenAI-compatible endpoint in front of the
@@ -272,9 +283,17 @@ func toObject(m Model) modelObject {
 	return modelObject{ID: m.Name, Object: "model", Created: m.Created.Unix(), OwnedBy: m.Team, Root: m.ModelID, Job: m.JobID}
 }
 
+// models lists the models the caller's key reaches. Listing takes a key,
+// as OpenAI's does: without one it is 401, like every route (a model
+// without "require authorization" is still called without a key, by the
+// name its owner gives out).
 func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller, bool) {
 	c, ok := p.authenticate(w, r)
 	if !ok {
+		return nil, c, false
+	}
+	if c.team == "" {
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey)
 		return nil, c, false
 	}
 	ms, err := p.catalog.Models(r.Context())
@@ -406,13 +425,14 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var head struct {
-		Model string `json:"model"`
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
 	}
 	if err := json.Unmarshal(body, &head); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
 		return
 	}
-	p.forward(w, r, c, head.Model, body)
+	p.forward(w, r, c, head.Model, body, head.Stream)
 }
 
 func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
@@ -429,7 +449,7 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_multipart", err.Error())
 		return
 	}
-	p.forward(w, r, c, model, body)
+	p.forward(w, r, c, model, body, false)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
@@ -474,7 +494,7 @@ func multipartField(contentType string, body []byte, name string) (string, error
 
 // forward sends the request to a ready replica of the model, trying
 // another when one fails before any byte reached the client.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte) {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte, stream bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
 		return
@@ -486,6 +506,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		return
 	}
 	jobs := resolve(ms, c.team, model)
+	if len(jobs) == 0 {
+		if ms, err = p.catalog.fresh(r.Context()); err == nil {
+			jobs = resolve(ms, c.team, model)
+		}
+	}
 	if len(jobs) == 0 {
 		if c.team == "" {
 			// Without a key, an unknown model and another team's look alike.
@@ -514,29 +539,49 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	}
 	defer p.limits.release(c.limit)
 
-	var rs []*replica
-	for _, j := range jobs {
-		got, err := p.replicas.get(r.Context(), j.JobID)
-		if err != nil && r.Context().Err() == nil {
-			p.log.Warn("look up replicas", "job_id", j.JobID, "err", err)
+	lookup := func(fresh bool) []*replica {
+		var rs []*replica
+		for _, j := range jobs {
+			get := p.replicas.get
+			if fresh {
+				get = p.replicas.refresh
+			}
+			got, err := get(r.Context(), j.JobID)
+			if err != nil && r.Context().Err() == nil {
+				p.log.Warn("look up replicas", "job_id", j.JobID, "err", err)
+			}
+			rs = append(rs, got...)
 		}
-		rs = append(rs, got...)
+		return rs
 	}
+	rs := lookup(false)
 	path := "/v1" + strings.TrimPrefix(r.URL.Path, Prefix)
 	tried := map[*replica]bool{}
 	lastErr := "no replica of the model is ready"
-	for attempt := 0; attempt < p.cfg.MaxAttempts; attempt++ {
+	wait := newReadyWait(p.cfg, stream)
+	defer wait.done(p.metrics.waiting)
+	for attempt := 0; attempt < p.cfg.MaxAttempts; {
 		rep := pick(rs, tried)
 		if rep == nil {
-			break
+			if len(tried) > 0 {
+				break // the ready ones failed
+			}
+			// None is ready: look again (one may have turned ready since
+			// the cached answer), then wait for one, within ReadyWait.
+			if !wait.next(w, r.Context(), p.metrics.waiting) {
+				break
+			}
+			rs = lookup(true)
+			continue
 		}
 		tried[rep] = true
 		if attempt > 0 {
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
-		done, errText := p.try(w, r, rep, path, body)
+		attempt++
+		done, errText := p.try(w, r, rep, path, body, wait.committed)
 		if done {
-			if attempt > 0 {
+			if attempt > 1 {
 				p.metrics.failovers.WithLabelValues(model).Inc()
 			}
 			return
@@ -546,18 +591,123 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			return // the client left
 		}
 	}
-	w.Header().Set("Retry-After", "1")
-	if len(tried) == 0 {
-		writeError(w, http.StatusServiceUnavailable, "no_ready_replica", fmt.Sprintf("no replica of the model `%s` is ready; retry", model))
+	if r.Context().Err() != nil {
 		return
 	}
-	writeError(w, http.StatusBadGateway, "replica_failed", fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr))
+	if len(tried) == 0 {
+		msg := fmt.Sprintf("no replica of the model `%s` is ready; retry", model)
+		if wait.committed {
+			writeSSEError(w, http.StatusServiceUnavailable, "no_ready_replica", msg)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "no_ready_replica", msg)
+		return
+	}
+	msg := fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr)
+	if wait.committed {
+		writeSSEError(w, http.StatusBadGateway, "replica_failed", msg)
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusBadGateway, "replica_failed", msg)
+}
+
+// readyWait paces a request's wait for a ready replica: the first look
+// again is at once, then at a growing interval up to half a second, until
+// ReadyWait has passed. A stream that waits longer than a second is
+// answered 200 text/event-stream at once and gets an SSE comment every
+// KeepAlive (clients and the gateway keep the connection, and the user
+// sees it is waiting); it is then committed, and a failure is an error
+// event, as vLLM sends one mid-stream.
+type readyWait struct {
+	deadline, nextComment time.Time
+	keepAlive             time.Duration
+	stream, committed     bool
+	first, counted        bool
+	b                     backoff.Backoff
+}
+
+func newReadyWait(cfg Config, stream bool) *readyWait {
+	now := time.Now()
+	return &readyWait{deadline: now.Add(cfg.ReadyWait.D()), nextComment: now.Add(time.Second), keepAlive: cfg.KeepAlive.D(),
+		stream: stream, first: true, b: backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}}
+}
+
+// next waits for the time to look again and reports whether to; false
+// once ReadyWait has passed or the client left.
+func (rw *readyWait) next(w http.ResponseWriter, ctx context.Context, waiting prometheus.Gauge) bool {
+	if rw.first {
+		rw.first = false
+		return true
+	}
+	now := time.Now()
+	if !now.Before(rw.deadline) {
+		return false
+	}
+	if !rw.counted {
+		rw.counted = true
+		waiting.Inc()
+	}
+	d := min(rw.b.Next(), rw.deadline.Sub(now))
+	if rw.stream {
+		d = min(d, max(rw.nextComment.Sub(now), 0))
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	if rw.stream && !time.Now().Before(rw.nextComment) {
+		rw.comment(w)
+	}
+	return true
+}
+
+// done ends the wait's count in waiting.
+func (rw *readyWait) done(waiting prometheus.Gauge) {
+	if rw.counted {
+		waiting.Dec()
+	}
+}
+
+// comment sends the waiting stream's keep-alive comment, answering 200
+// text/event-stream the first time.
+func (rw *readyWait) comment(w http.ResponseWriter) {
+	rw.nextComment = time.Now().Add(rw.keepAlive)
+	if !rw.committed {
+		rw.committed = true
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+	}
+	io.WriteString(w, ": waiting for a ready replica of the model\n\n")
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// writeSSEError ends a committed stream with an error event and [DONE],
+// the shape vLLM's server sends when a stream fails after it began.
+func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": openAIType(status), "code": code, "param": nil}})
+	fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
 }
 
 // try sends the request to one replica. It reports done when the answer
 // (or part of it) reached the client; otherwise nothing was written and the
 // request may go to another replica.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte) (done bool, errText string) {
+//
+// committed says the client was already answered 200 text/event-stream
+// (readyWait): the replica's status and headers are not the client's any
+// more, so an answer that is not an event stream goes as an error event.
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte, committed bool) (done bool, errText string) {
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
@@ -605,12 +755,28 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	// The answer may stream for minutes: each write, not the whole, is
 	// bounded by the server's write limit.
 	w = httpserve.Stream(w)
-	h := w.Header()
-	hop.CopyHeaders(h, resp.Header)
-	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
-	w.WriteHeader(resp.StatusCode)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if committed && (resp.StatusCode != http.StatusOK || !sse) {
+		msg := strings.TrimSpace(string(buf[:n]))
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(buf[:n], &e) == nil && e.Error.Message != "" {
+			msg = e.Error.Message
+		}
+		writeSSEError(w, resp.StatusCode, "replica_error", msg)
+		return true, ""
+	}
+	if !committed {
+		h := w.Header()
+		hop.CopyHeaders(h, resp.Header)
+		h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
+		w.WriteHeader(resp.StatusCode)
+	}
 	fl, _ := w.(http.Flusher)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && fl != nil {
+	if sse && fl != nil {
 		if err := copySSE(w, fl, rb, buf, n, rerr); err != nil && r.Context().Err() == nil {
 			p.log.Debug("stream cut", "replica", rep.meta.Load().Replica, "err", err)
 			panic(http.ErrAbortHandler) // tell the client the stream broke

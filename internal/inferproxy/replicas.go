@@ -135,12 +135,15 @@ func (r *replica) health(slow time.Duration) ReplicaHealth {
 type pool struct {
 	jobID string
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// at is when the lookup that gave replicas, order and err began.
 	at       time.Time
 	replicas map[fabric.PublicKey]*replica
 	order    []*replica // the live announcements, ready or not
 	err      error
-	loading  chan struct{} // non-nil while a lookup runs
+	// loading is non-nil while a lookup runs, which began at loadingSince.
+	loading      chan struct{}
+	loadingSince time.Time
 }
 
 // replicaSet finds and caches each job's replicas.
@@ -158,6 +161,22 @@ type replicaSet struct {
 // answer is older than ttl (one lookup at a time per job; the others wait
 // for it).
 func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) {
+	return s.lookup(ctx, jobID, time.Now().Add(-s.ttl), true)
+}
+
+// refresh is get with an answer from a lookup begun now or later: a
+// request that found no ready replica looks again, since a replica that
+// just turned ready is in the directories before its job is running
+// (inferagent publishes ready only once announced). Lookups stay one at a
+// time per job, however many requests wait.
+func (s *replicaSet) refresh(ctx context.Context, jobID string) ([]*replica, error) {
+	return s.lookup(ctx, jobID, time.Now(), false)
+}
+
+// lookup answers from the last lookup of job if it began at notBefore or
+// later, else from a new one (or the one running, if it began in time).
+// stale lets it answer the last list while a lookup runs.
+func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Time, stale bool) ([]*replica, error) {
 	s.mu.Lock()
 	p := s.pools[jobID]
 	if p == nil {
@@ -167,26 +186,33 @@ func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) 
 	s.mu.Unlock()
 	for {
 		p.mu.Lock()
-		if time.Since(p.at) < s.ttl {
+		if !p.at.Before(notBefore) {
 			out, err := p.order, p.err
 			p.mu.Unlock()
 			return out, err
 		}
 		if ch := p.loading; ch != nil {
-			stale := p.order
+			last, inTime := p.order, !p.loadingSince.Before(notBefore)
 			p.mu.Unlock()
-			if len(stale) > 0 { // serve the stale list meanwhile
-				return stale, nil
+			if stale && len(last) > 0 { // serve the last list meanwhile
+				return last, nil
 			}
 			select {
 			case <-ch:
+				if inTime {
+					p.mu.Lock()
+					out, err := p.order, p.err
+					p.mu.Unlock()
+					return out, err
+				}
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
 		ch := make(chan struct{})
-		p.loading = ch
+		began := time.Now()
+		p.loading, p.loadingSince = ch, began
 		p.mu.Unlock()
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		peers, err := s.node.Lookup(lctx, inferagent.Topic(jobID), s.dirs...)
@@ -195,7 +221,7 @@ func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) 
 		p.loading = nil
 		close(ch)
 		if err != nil {
-			p.err, p.at = err, time.Now()
+			p.err, p.at = err, began
 			if len(p.order) > 0 {
 				p.err = nil // keep the last good answer
 			}
@@ -226,7 +252,7 @@ func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) 
 			next[pi.Key] = r
 			order = append(order, r)
 		}
-		p.replicas, p.order, p.err, p.at = next, order, nil, time.Now()
+		p.replicas, p.order, p.err, p.at = next, order, nil, began
 		p.mu.Unlock()
 	}
 }

@@ -93,7 +93,7 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
 			Inference: *job.Spec.Inference, Identity: id, Peers: s.peers,
 			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: s.logs,
-			HealthPoll: 20 * time.Millisecond, ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second,
+			HealthPoll: 20 * time.Millisecond, AnnounceTTL: 6 * time.Second,
 			OnChange: func(st inferagent.Status) {
 				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)
 			}}, log)

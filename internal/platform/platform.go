@@ -68,6 +68,9 @@ type Config struct {
 	// inference agents (time to first token, faults, …); zero takes
 	// platform.SimRuntime.
 	SimRuntime simruntime.Config
+	// Proxy tunes proxy-inference (how long a request waits for a
+	// starting replica, limits, …).
+	Proxy inferproxy.Config
 	// Monitor tunes wrk-monitor (Loki forwarding, buffers); its spool lives
 	// under DataDir/wrk-monitor unless set.
 	Monitor monitor.Config
@@ -158,6 +161,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	if err := cfg.Sim.Validate(); err != nil {
 		return nil, fmt.Errorf("simulated rack: %w", err)
+	}
+	if err := cfg.Proxy.Validate(); err != nil {
+		return nil, fmt.Errorf("proxy-inference config: %w", err)
 	}
 	if err := cfg.HTTP.Validate(); err != nil {
 		return nil, err
@@ -294,7 +300,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	p.ProxyNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 	p.ProxyNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
-	p.Proxy = inferproxy.New(inferproxy.Config{}, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
+	p.Proxy = inferproxy.New(cfg.Proxy, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
 		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, p.Keys, log.With("component", "proxy-inference"))
 	p.Proxy.Serve(p.ProxyNode)
 
