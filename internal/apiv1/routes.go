@@ -152,6 +152,7 @@ const (
 	QueryUpdatedAfter  = "updatedAfter"
 	QueryUpdatedBefore = "updatedBefore"
 	QueryUserName      = "userName"
+	QueryName          = "name"
 	QueryForce         = "force"
 	QueryReplica       = "replica"
 )
@@ -221,6 +222,7 @@ func Routes() []Route {
 				{Name: QueryUpdatedAfter, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated after this time (RFC 3339)"},
 				{Name: QueryUpdatedBefore, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated before this time (RFC 3339)"},
 				{Name: QueryUserName, In: InQuery, Type: "", Description: fmt.Sprintf("Keep jobs created by this user (a name of at most %d bytes)", MaxUserNameLen)},
+				{Name: QueryName, In: InQuery, Type: "", Description: fmt.Sprintf("Keep the job of this name (spec.name, exactly; names are unique within a team; at most %d characters)", cosmic.MaxNameLen)},
 			},
 			Response: JobList{}, Status: http.StatusOK},
 		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Read,

@@ -262,6 +262,12 @@ func parseListQuery(q map[string][]string) (p orkapi.ListJobsParams, page int, e
 		}
 		p.User = v
 	}
+	if v, ok := one(apiv1.QueryName); ok {
+		if v == "" || len(v) > cosmic.MaxNameLen {
+			bad(apiv1.QueryName, "want a job name of 1 to %d characters", cosmic.MaxNameLen)
+		}
+		p.Name = v
+	}
 	if len(fes) > 0 {
 		return orkapi.ListJobsParams{}, 0, invalid(fes...)
 	}

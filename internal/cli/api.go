@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -81,36 +83,53 @@ type explained struct {
 func (e *explained) Error() string { return e.msg }
 func (e *explained) Unwrap() error { return e.err }
 
-// resolveJobID accepts a full job ID, or a unique prefix of one, which it
-// looks up among the jobs the caller sees.
+// resolveJobID accepts a job's full ID, its name (unique within a team),
+// or a unique prefix of its ID, looked up among the jobs the caller sees.
+// An argument that is both a name and an ID prefix of different jobs, or a
+// prefix of several, is refused (exit 2) with the candidates.
 func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) {
 	if id, err := cosmic.ParseJobID(arg); err == nil {
 		return id, nil
 	}
-	prefix := strings.ToLower(arg)
-	if prefix == "" || strings.Trim(prefix, "0123456789abcdef-") != "" || len(prefix) > 36 {
-		return "", usageErrorf("%q is not a job ID: give the job's UUID or a unique prefix of it", arg)
+	if arg == "" {
+		return "", usageErrorf("give a job's name, ID or a unique prefix of its ID")
 	}
-	jobs, err := c.listAll(ctx, client.ListOptions{})
+	named, err := c.listAll(ctx, client.ListOptions{Name: arg})
 	if err != nil {
 		return "", c.explain(err)
 	}
-	var matches []string
-	for _, j := range jobs {
-		if strings.HasPrefix(j.ID, prefix) {
-			matches = append(matches, j.ID)
+	candidates := map[string]string{} // ID → how it matched
+	for _, j := range named {
+		if j.Spec.Name != arg {
+			continue // an API without the name filter answers every job
+		}
+		candidates[j.ID] = fmt.Sprintf("%s (named %q, team %s)", j.ID, j.Spec.Name, j.Team)
+	}
+	prefix := strings.ToLower(arg)
+	if strings.Trim(prefix, "0123456789abcdef-") == "" && len(prefix) <= 36 {
+		jobs, err := c.listAll(ctx, client.ListOptions{})
+		if err != nil {
+			return "", c.explain(err)
+		}
+		for _, j := range jobs {
+			if _, ok := candidates[j.ID]; !ok && strings.HasPrefix(j.ID, prefix) {
+				candidates[j.ID] = j.ID
+			}
 		}
 	}
-	switch len(matches) {
+	switch len(candidates) {
 	case 0:
-		return "", withExit(ExitFailure, fmt.Errorf("no job ID starts with %q", arg))
+		return "", withExit(ExitFailure, fmt.Errorf("no job is named %q or has an ID starting with it", arg))
 	case 1:
-		return matches[0], nil
+		for id := range candidates {
+			return id, nil
+		}
 	}
-	if len(matches) > 5 {
-		matches = append(matches[:5], "...")
+	list := slices.Sorted(maps.Values(candidates))
+	if len(list) > 5 {
+		list = append(list[:5], "...")
 	}
-	return "", usageErrorf("job ID prefix %q is ambiguous: %s", arg, strings.Join(matches, ", "))
+	return "", usageErrorf("%q is ambiguous: %s", arg, strings.Join(list, ", "))
 }
 
 // listAll pages through every job that matches o.

@@ -214,11 +214,14 @@ func TestJobActions(t *testing.T) {
 	if code, _, errs := runCLI(t, env, "jobs", "get", "3f"); code != ExitUsage || !strings.Contains(errs, "ambiguous") {
 		t.Errorf("ambiguous prefix: exit %d, %s", code, errs)
 	}
-	if code, _, errs := runCLI(t, env, "jobs", "get", "ffff"); code != ExitFailure || !strings.Contains(errs, `no job ID starts with "ffff"`) {
+	if code, _, errs := runCLI(t, env, "jobs", "get", "ffff"); code != ExitFailure || !strings.Contains(errs, `no job is named "ffff" or has an ID starting with it`) {
 		t.Errorf("unknown prefix: exit %d, %s", code, errs)
 	}
-	if code, _, errs := runCLI(t, env, "jobs", "get", "not-a-uuid!"); code != ExitUsage {
-		t.Errorf("bad ID: exit %d, %s", code, errs)
+	if code, _, errs := runCLI(t, env, "jobs", "get", "not-a-uuid!"); code != ExitFailure || !strings.Contains(errs, `no job is named "not-a-uuid!"`) {
+		t.Errorf("unknown name: exit %d, %s", code, errs)
+	}
+	if code, out, errs := runCLI(t, env, "jobs", "get", "train"); code != 0 || !strings.Contains(out, id) {
+		t.Errorf("get by name: exit %d, %q %s", code, out, errs)
 	}
 	if code, _, errs := runCLI(t, env, "jobs", "get", "ffffffff-0b7d-4c1e-9a55-2b8e4f6d7a10"); code != ExitFailure || !strings.Contains(errs, "not_found: no job") {
 		t.Errorf("unknown ID: exit %d, %s", code, errs)

@@ -222,6 +222,7 @@ type ListOptions struct {
 	Labels        map[string]string // all must match
 	States        []cosmic.State
 	UserName      string
+	Name          string // the job's name, exactly
 	UpdatedAfter  time.Time
 	UpdatedBefore time.Time
 	Sort          string // createdAt | updatedAt | name | state
@@ -250,6 +251,9 @@ func (o ListOptions) Query() url.Values {
 	}
 	if o.UserName != "" {
 		q.Set(apiv1.QueryUserName, o.UserName)
+	}
+	if o.Name != "" {
+		q.Set(apiv1.QueryName, o.Name)
 	}
 	if !o.UpdatedAfter.IsZero() {
 		q.Set(apiv1.QueryUpdatedAfter, o.UpdatedAfter.Format(time.RFC3339Nano))

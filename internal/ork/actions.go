@@ -120,6 +120,21 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 		o.mu.Unlock()
 		return cosmic.Job{}, err
 	}
+	if spec.Name != "" {
+		// Names are unique within a team, so that a job is addressed by
+		// its name as by its ID (the ork is the one writer of jobs, and
+		// this runs under its lock).
+		same, _, err := o.st.ListJobs(ctx, store.ListJobsQuery{Team: p.Team, Name: spec.Name, Size: 1})
+		if err != nil {
+			o.mu.Unlock()
+			return cosmic.Job{}, err
+		}
+		if len(same) > 0 {
+			o.mu.Unlock()
+			return cosmic.Job{}, conflictf("a job named %q exists in team %s (%s, %s): names are unique within a team; delete it or choose another name",
+				spec.Name, p.Team, same[0].ID, same[0].Status.State)
+		}
+	}
 	now := o.now()
 	j := cosmic.NewJob(id, p.User, p.Team, spec, now)
 	for i := range spec.Replicas() {
@@ -196,7 +211,7 @@ func (o *Ork) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
 
 // ListJobs lists jobs.
 func (o *Ork) ListJobs(ctx context.Context, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
-	jobs, total, err := o.st.ListJobs(ctx, store.ListJobsQuery{Team: p.Team, User: p.User, States: p.States, Labels: p.Labels,
+	jobs, total, err := o.st.ListJobs(ctx, store.ListJobsQuery{Team: p.Team, User: p.User, Name: p.Name, States: p.States, Labels: p.Labels,
 		UpdatedAfter: p.UpdatedAfter, UpdatedBefore: p.UpdatedBefore, Sort: p.Sort, Order: p.Order, Page: p.Page, Size: p.Size})
 	if err != nil {
 		return orkapi.ListJobsReply{}, err

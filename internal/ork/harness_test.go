@@ -309,6 +309,8 @@ type env struct {
 	st   *sqlite.Store
 	o    *ork.Ork
 	stop func() // ends Run and closes the store
+	// created counts the jobs create made, to name each its own.
+	created int
 }
 
 // newEnv starts an ork over a new store and registers the workers' racks,
@@ -386,7 +388,8 @@ func (e *env) heartbeats(n int) {
 // place it.
 func (e *env) create(gpus int) cosmic.Job {
 	e.t.Helper()
-	return e.createSpec(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "c", Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: gpus}})
+	e.created++
+	return e.createSpec(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: fmt.Sprintf("c%d", e.created), Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: gpus}})
 }
 
 func (e *env) createSpec(spec cosmic.Spec) cosmic.Job {

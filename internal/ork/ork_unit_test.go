@@ -3,6 +3,7 @@ package ork_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -627,5 +628,38 @@ func TestReplicaActionsOfAGPUContainerJob(t *testing.T) {
 			t.Errorf("restart replica 0: %v, want a conflict", err)
 		}
 		e.wantState(j.ID, cosmic.StatePending, cosmic.StatePending)
+	})
+}
+
+// Job names are unique within a team: a second job of the name is refused
+// (409) while the first exists, another team may use it, and it is free
+// again once the first is gone.
+func TestJobNamesAreUniqueWithinATeam(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		spec := cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "train", Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}}
+		create := func(team string) (cosmic.Job, error) {
+			return e.o.CreateJob(e.ctx, orkapi.CreateJobParams{ID: cosmic.NewJobID(), User: "u", Team: team, Spec: spec})
+		}
+		first, err := create("t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := create("t"); cosmic.CodeOf(err) != cosmic.CodeConflict || !strings.Contains(err.Error(), first.ID) {
+			t.Fatalf("a second job named train in t: %v, want a conflict naming %s", err, first.ID)
+		}
+		if _, err := create("other"); err != nil {
+			t.Fatalf("train in another team: %v", err)
+		}
+		synctest.Wait()
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: first.ID}); err != nil {
+			t.Fatal(err)
+		}
+		e.push(w, w.gone(first.ID, 0))
+		e.wantGone(first.ID)
+		if _, err := create("t"); err != nil {
+			t.Fatalf("train again once the first is gone: %v", err)
+		}
 	})
 }

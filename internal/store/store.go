@@ -182,8 +182,10 @@ const (
 // filter. Its fields are those of orkapi.ListJobsParams, so that one
 // converts to the other.
 type ListJobsQuery struct {
-	Team   string
-	User   string
+	Team string
+	User string
+	// Name keeps the jobs of that name (spec.name, exactly).
+	Name   string
 	States []cosmic.State    // any of; at most MaxStateFilters
 	Labels map[string]string // all must match exactly; at most MaxLabelFilters
 	// UpdatedAfter and UpdatedBefore bound UpdatedAt, both exclusive.

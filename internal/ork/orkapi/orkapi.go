@@ -80,6 +80,7 @@ const (
 type ListJobsParams struct {
 	Team          string            `json:"team,omitempty"`
 	User          string            `json:"user,omitempty"`
+	Name          string            `json:"name,omitempty"` // spec.name, exactly
 	States        []cosmic.State    `json:"states,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"` // all must match
 	UpdatedAfter  time.Time         `json:"updatedAfter,omitzero"`

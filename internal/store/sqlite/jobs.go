@@ -166,6 +166,10 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 		where = append(where, "jobs.user_name = ?")
 		args = append(args, q.User)
 	}
+	if q.Name != "" {
+		where = append(where, "jobs.name = ?")
+		args = append(args, q.Name)
+	}
 	if len(q.States) > 0 {
 		where = append(where, "jobs.state IN (?"+strings.Repeat(", ?", len(q.States)-1)+")")
 		for _, s := range q.States {
@@ -263,7 +267,7 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 // countable says whether the total of q can come from the counters:
 // whether it filters only by team, user and states.
 func countable(q store.ListJobsQuery) bool {
-	return len(q.Labels) == 0 && q.UpdatedAfter.IsZero() && q.UpdatedBefore.IsZero()
+	return len(q.Labels) == 0 && q.Name == "" && q.UpdatedAfter.IsZero() && q.UpdatedBefore.IsZero()
 }
 
 // countJobs returns how many jobs match a countable q: the sum of the
