@@ -153,9 +153,20 @@ const (
 	QueryUpdatedBefore = "updatedBefore"
 	QueryUserName      = "userName"
 	QueryName          = "name"
+	// QueryWatch holds a listJobs or getJob until the jobs change after
+	// the version given (the HeaderJobsVersion of the last answer; empty:
+	// answer at once with it), at most MaxWatchWait.
+	QueryWatch = "watch"
 	QueryForce         = "force"
 	QueryReplica       = "replica"
 )
+
+// HeaderJobsVersion is the jobs' version a watched answer shows: pass it
+// as the next watch's QueryWatch.
+const HeaderJobsVersion = "X-Cosmicac-Jobs-Version"
+
+// MaxWatchWait bounds how long a watch holds a request.
+const MaxWatchWait = 25 * time.Second
 
 // JobHTTPOps are the operations of HTTP to the job, one per method.
 var JobHTTPOps = map[string]string{
@@ -196,6 +207,7 @@ var (
 	jobID        = Param{Name: "id", In: InPath, Type: "", Required: true, Description: "Job ID (a UUID)"}
 	replicaQuery = Param{Name: QueryReplica, In: InQuery, Type: 0, Description: "Replica index, from 0 (default 0)"}
 	replicaN     = Param{Name: "n", In: InPath, Type: 0, Required: true, Description: "Replica index, from 0"}
+	watchParam   = Param{Name: QueryWatch, In: InQuery, Type: "", Description: fmt.Sprintf("Watch: hold the request until the jobs change after this version (the %s header of the last answer; empty: answer at once), at most %v, then answer as without it, with the version it shows in %s. A loop of these follows the jobs as they change.", HeaderJobsVersion, MaxWatchWait, HeaderJobsVersion)}
 	force        = func(what string) Param {
 		return Param{Name: QueryForce, In: InQuery, Type: false, Description: what}
 	}
@@ -223,10 +235,11 @@ func Routes() []Route {
 				{Name: QueryUpdatedBefore, In: InQuery, Type: time.Time{}, Description: "Keep jobs updated before this time (RFC 3339)"},
 				{Name: QueryUserName, In: InQuery, Type: "", Description: fmt.Sprintf("Keep jobs created by this user (a name of at most %d bytes)", MaxUserNameLen)},
 				{Name: QueryName, In: InQuery, Type: "", Description: fmt.Sprintf("Keep the job of this name (spec.name, exactly; names are unique within a team; at most %d characters)", cosmic.MaxNameLen)},
+				watchParam,
 			},
 			Response: JobList{}, Status: http.StatusOK},
 		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Read,
-			Summary: "Get a job", Params: []Param{jobID}, Response: job, Status: http.StatusOK},
+			Summary: "Get a job", Params: []Param{jobID, watchParam}, Response: job, Status: http.StatusOK},
 		{Op: OpDeleteJob, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Write,
 			Summary:     "Delete a job",
 			Description: "Deletes a job and answers it as it now is: in state deleting while its VMs are being removed. A job whose VMs run (starting, running, degraded, restarting, unknown) is refused (409) unless force=true, which kills it first.",

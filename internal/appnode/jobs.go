@@ -112,7 +112,41 @@ func (s *Server) visibleJob(r *http.Request, c *caller) (cosmic.Job, error) {
 	return j, nil
 }
 
-func (s *Server) getJob(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+// watch holds a request that has ?watch=VERSION until the jobs' version
+// passes VERSION (at most apiv1.MaxWatchWait; "" answers at once), and
+// sets the version the answer shows in its header. The version is taken
+// before the jobs are read, so a change in between wakes the next watch.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request) error {
+	v, ok := r.URL.Query()[apiv1.QueryWatch]
+	if !ok {
+		return nil
+	}
+	if len(v) > 1 {
+		return invalid(&cosmic.FieldError{Field: apiv1.QueryWatch, Message: "is given more than once"})
+	}
+	var p orkapi.WatchJobsParams
+	if v[0] != "" {
+		epoch, since, ok := strings.Cut(v[0], ".")
+		n, err := strconv.ParseUint(since, 10, 64)
+		if !ok || err != nil || epoch == "" {
+			return invalid(&cosmic.FieldError{Field: apiv1.QueryWatch, Message: fmt.Sprintf("%s: want the %s of the last answer", clip(v[0]), apiv1.HeaderJobsVersion)})
+		}
+		p = orkapi.WatchJobsParams{Epoch: epoch, Since: n, WaitMillis: int(apiv1.MaxWatchWait / time.Millisecond)}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), apiv1.MaxWatchWait+s.cfg.OrkTimeout.D())
+	defer cancel()
+	ver, err := s.ork.WatchJobs(ctx, p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set(apiv1.HeaderJobsVersion, ver.Epoch+"."+strconv.FormatUint(ver.Version, 10))
+	return nil
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	if err := s.watch(w, r); err != nil {
+		return nil, err
+	}
 	j, err := s.visibleJob(r, c)
 	if err != nil {
 		return nil, err
@@ -122,9 +156,12 @@ func (s *Server) getJob(_ http.ResponseWriter, r *http.Request, c *caller) (any,
 	return js[0], nil
 }
 
-func (s *Server) listJobs(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
 	p, page, err := parseListQuery(r.URL.Query())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.watch(w, r); err != nil {
 		return nil, err
 	}
 	if !c.admin() {

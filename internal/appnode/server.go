@@ -28,6 +28,7 @@ type Ork interface {
 	RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (orkapi.RackInfo, error)
 	ListRacks(ctx context.Context) (orkapi.ListRacksReply, error)
 	ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error
+	WatchJobs(ctx context.Context, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error)
 }
 
 var _ Ork = (*orkapi.Client)(nil)

@@ -99,7 +99,7 @@ func TestAgainstAppNode(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("create --wait: exit %d: %s", code, errs)
 	}
-	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	lines := waitLines(errs)
 	if got := strings.Join(lines[1:], ","); got != "queued,pending,starting,running" {
 		t.Errorf("--wait printed %q", errs)
 	}

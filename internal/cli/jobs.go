@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,7 +76,7 @@ func (a *app) printJob(o *outputFlag, j apiv1.Job) error {
 	if ok, err := o.structured(a.stdout, j); ok {
 		return err
 	}
-	return writeJobsTable(a.stdout, []apiv1.Job{j})
+	return writeJobsTable(a.stdout, []apiv1.Job{j}, a.color())
 }
 
 func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
@@ -157,6 +158,15 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
+// elapsed is the time since start as --wait prints it: 0s, 12s, 3m05s.
+func elapsed(start time.Time) string {
+	d := time.Since(start).Round(time.Second)
+	if d < time.Minute {
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	}
+	return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+}
+
 // waitJob follows a job until it settles, printing each change of its
 // status line on stderr. Running and degraded end it with exit 0; failed
 // and stopped with exit 3 and the reason.
@@ -167,11 +177,12 @@ func (a *app) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeou
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	start := time.Now()
 	last := describeStatus(created.Status)
-	fmt.Fprintln(a.stderr, last)
+	fmt.Fprintf(a.stderr, "[%s] %s\n", elapsed(start), last)
 	j, err := c.WaitJob(ctx, id, client.Settled, func(j cosmic.Job) {
 		if line := describeStatus(j.Status); line != last {
-			fmt.Fprintln(a.stderr, line)
+			fmt.Fprintf(a.stderr, "[%s] %s\n", elapsed(start), line)
 			last = line
 		}
 	})
@@ -207,14 +218,14 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 		states, labels     []string
 		user, sort, order  string
 		page, size         int
-		all                bool
+		all, watch         bool
 		updAfter, updBefor string
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List jobs, newest first",
-		Example: "  cosmicac jobs list --state running --state queued --label team=ml\n  cosmicac jobs list --all -o json",
+		Example: "  cosmicac jobs list --state running --state queued --label team=ml\n  cosmicac jobs list --all -o json\n  cosmicac jobs list --watch",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.check(); err != nil {
@@ -257,9 +268,15 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 				}
 				*t.dst = tm
 			}
+			if watch && all {
+				return usageErrorf("--watch and --all go not together: a watch shows one page")
+			}
 			c, err := a.connect(conn)
 			if err != nil {
 				return err
+			}
+			if watch {
+				return a.watchJobs(cmd.Context(), c, o, &out)
 			}
 			var l apiv1.JobList
 			if all {
@@ -281,7 +298,7 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintln(a.stderr, "no jobs")
 				return nil
 			}
-			if err := writeJobsTable(a.stdout, l.Items); err != nil {
+			if err := writeJobsTable(a.stdout, l.Items, a.color()); err != nil {
 				return err
 			}
 			if shown := (max(l.Page, 1)-1)*l.Size + len(l.Items); shown < l.Total {
@@ -300,6 +317,7 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 	f.IntVar(&page, "page", 0, "page, from 1")
 	f.IntVar(&size, "size", 0, "jobs per page (default 50, at most 1000)")
 	f.BoolVar(&all, "all", false, "every page")
+	f.BoolVarP(&watch, "watch", "w", false, "redraw the list as jobs change, until Ctrl-C")
 	f.StringVar(&updAfter, "updated-after", "", "only jobs updated after this time (RFC 3339, or a duration ago such as 1h)")
 	f.StringVar(&updBefor, "updated-before", "", "only jobs updated before this time (RFC 3339, or a duration ago)")
 	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
@@ -381,12 +399,15 @@ func (a *app) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 }
 
 func (a *app) jobsGetCommand(conn *connFlags) *cobra.Command {
-	var out outputFlag
+	var (
+		out   outputFlag
+		watch bool
+	)
 	cmd := &cobra.Command{
 		Use:               "get ID",
 		Aliases:           []string{"describe", "show"},
 		Short:             "Show a job: its spec, status, reason, replicas and history",
-		Example:           "  cosmicac jobs get 3f2a\n  cosmicac jobs get 3f2a9c1e-0b7d-4c1e-9a55-2b8e4f6d7a10 -o yaml",
+		Example:           "  cosmicac jobs get train\n  cosmicac jobs get 3f2a -o yaml\n  cosmicac jobs get train -w",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobIDs(conn),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -401,6 +422,9 @@ func (a *app) jobsGetCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if watch {
+				return a.watchJob(cmd.Context(), c, id, &out)
+			}
 			j, err := c.GetJob(cmd.Context(), id)
 			if err != nil {
 				return c.explain(err)
@@ -408,10 +432,11 @@ func (a *app) jobsGetCommand(conn *connFlags) *cobra.Command {
 			if ok, err := out.structured(a.stdout, j); ok {
 				return err
 			}
-			return writeJobDetail(a.stdout, j)
+			return writeJobDetail(a.stdout, j, c.url)
 		},
 	}
 	out.add(cmd)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print a line each time the job's status changes, until it is deleted or Ctrl-C")
 	return cmd
 }
 

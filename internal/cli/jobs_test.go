@@ -130,7 +130,7 @@ func TestJobsCreateWait(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	lines := waitLines(errs)
 	want := []string{"queued", "queued (position 1: waiting for 8 × GH100_H100_SXM5_80GB in us)", "pending", "starting: import_disk 40%", "running"}
 	if d := cmp.Diff(want, lines[1:]); d != "" || !strings.HasPrefix(lines[0], "job ") {
 		t.Errorf("stderr (-want +got):\n%s\n%s", d, errs)
@@ -144,7 +144,7 @@ func TestJobsCreateWait(t *testing.T) {
 	if code != ExitJobFailed {
 		t.Fatalf("failed job: exit %d, want %d: %s", code, ExitJobFailed, errs)
 	}
-	for _, s := range []string{"\nfailed: import_failed\n", "import_failed: " + reason.Message, "fix: " + reason.Fix} {
+	for _, s := range []string{"] failed: import_failed\n", "import_failed: " + reason.Message, "fix: " + reason.Fix} {
 		if !strings.Contains(errs, s) {
 			t.Errorf("stderr lacks %q:\n%s", s, errs)
 		}
@@ -164,13 +164,13 @@ func TestJobsList(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME TYPE STATE GPUS LOCATION AGE USER" {
+	if len(lines) != 4 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME TYPE STATE REASON GPUS LOCATION AGE USER" {
 		t.Fatalf("table:\n%s", out)
 	}
-	if got := strings.Fields(lines[1]); !slices.Equal(got, []string{ids[2], "c", "gpu-container", "failed", "1", "us", "3d", "alice"}) {
+	if got := strings.Fields(lines[1]); !slices.Equal(got, []string{ids[2], "c", "gpu-container", "failed", "-", "1", "us", "3d", "alice"}) {
 		t.Errorf("row %q", got)
 	}
-	if got := strings.Fields(lines[2]); got[1] != "-" || got[6] != "90s" {
+	if got := strings.Fields(lines[2]); got[1] != "-" || got[7] != "90s" {
 		t.Errorf("row %q", got)
 	}
 

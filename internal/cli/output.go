@@ -98,20 +98,96 @@ func dash(s string) string {
 	return s
 }
 
-// writeJobsTable prints jobs as ID, NAME, TYPE, STATE, GPUS, LOCATION, AGE, USER.
-func writeJobsTable(w io.Writer, jobs []cosmic.Job) error {
+// writeJobsTable prints jobs as ID, NAME, TYPE, STATE, REASON, GPUS,
+// LOCATION, AGE, USER; color paints the states (a terminal's).
+func writeJobsTable(w io.Writer, jobs []cosmic.Job, color bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tSTATE\tGPUS\tLOCATION\tAGE\tUSER")
+	state := "STATE"
+	if color {
+		state = paint("", state) // the column's cells are all painted: their widths agree
+	}
+	fmt.Fprintf(tw, "ID\tNAME\tTYPE\t%s\tREASON\tGPUS\tLOCATION\tAGE\tUSER\n", state)
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, dash(j.Spec.Name), j.Spec.Type, j.Status.State,
+		st := string(j.Status.State)
+		if color {
+			st = paint(stateColor(j.Status.State), st)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, dash(j.Spec.Name), j.Spec.Type, st, reasonColumn(j),
 			j.Spec.TotalGPUs(), dash(j.Spec.Location), age(j.CreatedAt), dash(j.User))
 	}
 	return tw.Flush()
 }
 
+// reasonColumn says in a few words why a job is where it is: a queued
+// job's place and what it waits for, a starting one's step, a failed
+// one's reason code, a serving model's health when it is not healthy.
+func reasonColumn(j cosmic.Job) string {
+	s := j.Status
+	switch s.State {
+	case cosmic.StateQueued:
+		var parts []string
+		if s.QueuePosition > 0 {
+			parts = append(parts, "#"+strconv.Itoa(s.QueuePosition))
+		}
+		if s.WaitingFor != "" {
+			parts = append(parts, "waiting for "+s.WaitingFor)
+		}
+		return dash(strings.Join(parts, " "))
+	case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRestarting:
+		if p := s.Progress; p != nil && p.Step != "" {
+			if p.Percent > 0 {
+				return p.Step + " " + strconv.Itoa(p.Percent) + "%"
+			}
+			return p.Step
+		}
+	case cosmic.StateRunning:
+		if s.ModelHealth != "" && s.ModelHealth != cosmic.ModelHealthy {
+			return "model " + string(s.ModelHealth)
+		}
+	}
+	if s.Reason != nil && s.State != cosmic.StateRunning {
+		return string(s.Reason.Code)
+	}
+	return "-"
+}
+
+// The colors of states: ANSI codes of one length each, so that a painted
+// column still lines up in a tabwriter (which counts the bytes).
+const (
+	colorNone   = "\x1b[39m"
+	colorGreen  = "\x1b[32m"
+	colorYellow = "\x1b[33m"
+	colorRed    = "\x1b[31m"
+	colorCyan   = "\x1b[36m"
+	colorReset  = "\x1b[0m"
+)
+
+func stateColor(s cosmic.State) string {
+	switch s {
+	case cosmic.StateRunning:
+		return colorGreen
+	case cosmic.StateFailed:
+		return colorRed
+	case cosmic.StateDegraded, cosmic.StateUnknown, cosmic.StateRestarting:
+		return colorYellow
+	case cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting:
+		return colorCyan
+	}
+	return colorNone
+}
+
+func paint(color, s string) string {
+	if color == "" {
+		color = colorNone
+	}
+	return color + s + colorReset
+}
+
 // writeJobDetail prints one job for people: its main fields, its status with
-// reason and fix, its replicas and its status history.
-func writeJobDetail(w io.Writer, j cosmic.Job) error {
+// reason and fix, its replicas and its status history; for a Managed
+// Inference Job, its endpoint at apiURL, the model name clients ask for and
+// whether a key is needed.
+func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	s := j.Spec
 	row := func(k, v string) {
@@ -142,6 +218,16 @@ func writeJobDetail(w io.Writer, j cosmic.Job) error {
 		in := s.Inference
 		row("Runtime", string(in.Runtime))
 		row("Model", in.Model)
+		served := in.ServedModelName
+		if served == "" {
+			served = in.Model
+		}
+		row("Endpoint", apiURL+"/inference/v1 (model "+served+")")
+		if in.AuthRequired() {
+			row("Auth", "an API key of team "+j.Team+" (cosmicac api-keys create)")
+		} else {
+			row("Auth", "none: anyone who reaches the endpoint may call it")
+		}
 		row("Replicas", fmt.Sprintf("%d × %d GPUs", s.Replicas(), s.GPUsPerReplica()))
 		row("Model health", string(j.Status.ModelHealth))
 	}

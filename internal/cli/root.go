@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/cosmicac/cosmicac/internal/version"
 )
@@ -59,6 +60,20 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// noColor is --no-color.
+	noColor bool
+}
+
+// color says whether to paint what goes to stdout: only a terminal, and
+// neither --no-color nor NO_COLOR (https://no-color.org) nor TERM=dumb.
+func (a *app) color() bool {
+	return !a.noColor && a.getenv("NO_COLOR") == "" && a.getenv("TERM") != "dumb" && a.stdoutTerminal()
+}
+
+// stdoutTerminal says whether stdout is a terminal.
+func (a *app) stdoutTerminal() bool {
+	f, ok := a.stdout.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // Main runs the command line and returns the process exit code.
@@ -113,6 +128,7 @@ func (a *app) rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.PersistentFlags().BoolVar(&a.noColor, "no-color", false, "never color the output (also NO_COLOR=1)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErrorf("%v\nSee '%s --help'.", err, c.CommandPath())
 	})

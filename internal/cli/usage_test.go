@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -51,3 +52,17 @@ func TestFlagUsagesHaveNoBackquotedCommands(t *testing.T) {
 	}
 	walk((&app{getenv: func(string) string { return "" }}).rootCommand())
 }
+
+// waitLines are the lines --wait printed on stderr, each without its
+// elapsed time ("[12s] "), which it must have.
+func waitLines(stderr string) []string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for i, l := range lines {
+		if m := elapsedPrefix.FindString(l); m != "" {
+			lines[i] = l[len(m):]
+		}
+	}
+	return lines
+}
+
+var elapsedPrefix = regexp.MustCompile(`^\[(\d+s|\d+m\d\ds)\] `)

@@ -131,6 +131,12 @@ func StatusOf(err error) int {
 
 // do sends a request and decodes a 2xx answer into out (unless nil).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	_, err := c.doHeader(ctx, method, path, query, in, out)
+	return err
+}
+
+// doHeader is do, also returning the answer's headers.
+func (c *Client) doHeader(ctx context.Context, method, path string, query url.Values, in, out any) (http.Header, error) {
 	u := c.base + apiv1.Prefix + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -139,13 +145,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
@@ -159,23 +165,23 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeError(resp.StatusCode, data)
+		return resp.Header, decodeError(resp.StatusCode, data)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
+		return resp.Header, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func decodeError(status int, data []byte) *APIError {
@@ -281,6 +287,27 @@ func (c *Client) ListJobs(ctx context.Context, o ListOptions) (apiv1.JobList, er
 	var l apiv1.JobList
 	err := c.do(ctx, http.MethodGet, "/jobs", o.Query(), nil, &l)
 	return l, err
+}
+
+// WatchJobs is ListJobs held by the API until the jobs change after
+// version (apiv1.QueryWatch; "" answers at once), at most
+// apiv1.MaxWatchWait; it returns the page and the version it shows, to
+// pass to the next call. A watch is a loop of these: each call blocks on
+// the server, not on the client's clock.
+func (c *Client) WatchJobs(ctx context.Context, o ListOptions, version string) (apiv1.JobList, string, error) {
+	q := o.Query()
+	q.Set(apiv1.QueryWatch, version)
+	var l apiv1.JobList
+	h, err := c.doHeader(ctx, http.MethodGet, "/jobs", q, nil, &l)
+	return l, h.Get(apiv1.HeaderJobsVersion), err
+}
+
+// WatchJob is GetJob held by the API as WatchJobs is. A job deleted
+// meanwhile is a not-found error.
+func (c *Client) WatchJob(ctx context.Context, id, version string) (cosmic.Job, string, error) {
+	var j cosmic.Job
+	h, err := c.doHeader(ctx, http.MethodGet, jobPath(id), url.Values{apiv1.QueryWatch: {version}}, nil, &j)
+	return j, h.Get(apiv1.HeaderJobsVersion), err
 }
 
 // DeleteJob deletes a job (force: kill it first if it runs) and returns it

@@ -55,6 +55,9 @@ func (o *Ork) Serve(r fabric.Registrar) {
 	fabric.HandleFunc(r, orkapi.MethodListRacks, func(ctx context.Context, _ fabric.PublicKey, _ struct{}) (orkapi.ListRacksReply, error) {
 		return o.ListRacks(), nil
 	}, fabric.ReadOnly())
+	fabric.HandleFunc(r, orkapi.MethodWatchJobs, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error) {
+		return o.WatchJobs(ctx, p)
+	}, fabric.ReadOnly())
 	fabric.HandleFunc(r, orkapi.MethodWatchPeers, func(ctx context.Context, _ fabric.PublicKey, p trust.WatchPeersParams) (trust.Peers, error) {
 		return o.WatchPeers(ctx, p)
 	})

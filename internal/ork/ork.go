@@ -86,6 +86,7 @@ type Ork struct {
 	wait   map[string]string     // job ID → what it waits for
 	kick   chan struct{}         // asks the loop for a scheduling pass
 	book   peerBook              // the bound keys (watchPeers)
+	feed   *changeFeed           // the jobs' version (watchJobs)
 
 	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
 	stopping bool
@@ -119,8 +120,9 @@ func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	feed := newChangeFeed()
 	return &Ork{
-		cfg: cfg, st: st, dial: dial, log: log, now: time.Now,
+		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
 		racks:  make(map[string]*rackState),
 		queued: make(map[string]cosmic.Job),
 		wait:   make(map[string]string),

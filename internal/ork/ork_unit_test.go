@@ -663,3 +663,49 @@ func TestJobNamesAreUniqueWithinATeam(t *testing.T) {
 		}
 	})
 }
+
+// watchJobs answers at once without a version, holds a call with the
+// current one until a change is committed, and answers the same version
+// when its wait ends with no change.
+func TestWatchJobs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		v0, err := e.o.WatchJobs(e.ctx, orkapi.WatchJobsParams{})
+		if err != nil || v0.Epoch == "" {
+			t.Fatalf("at once: %+v, %v", v0, err)
+		}
+		got := make(chan orkapi.JobsVersion, 1)
+		go func() {
+			v, _ := e.o.WatchJobs(e.ctx, orkapi.WatchJobsParams{Epoch: v0.Epoch, Since: v0.Version, WaitMillis: 60_000})
+			got <- v
+		}()
+		synctest.Wait()
+		select {
+		case v := <-got:
+			t.Fatalf("answered %+v with nothing changed", v)
+		default:
+		}
+		e.create(1)
+		v1 := <-got
+		if v1.Epoch != v0.Epoch || v1.Version <= v0.Version {
+			t.Fatalf("after a create: %+v, want past %+v", v1, v0)
+		}
+		// Nothing changes: the wait (bounded by MaxWatchJobsWait) ends.
+		e.heartbeats(1)
+		synctest.Wait()
+		v1, _ = e.o.WatchJobs(e.ctx, orkapi.WatchJobsParams{})
+		start := time.Now()
+		v2, err := e.o.WatchJobs(e.ctx, orkapi.WatchJobsParams{Epoch: v1.Epoch, Since: v1.Version, WaitMillis: 60_000})
+		if err != nil || v2 != v1 {
+			t.Fatalf("with nothing changed: %+v, %v; want %+v", v2, err, v1)
+		}
+		if waited := time.Since(start); waited != orkapi.MaxWatchJobsWait {
+			t.Fatalf("held %v, want MaxWatchJobsWait (fake time)", waited)
+		}
+		// Another epoch (a new ork) is answered at once.
+		if v, _ := e.o.WatchJobs(e.ctx, orkapi.WatchJobsParams{Epoch: "old", Since: 99, WaitMillis: 60_000}); v != v1 {
+			t.Fatalf("another epoch: %+v", v)
+		}
+	})
+}

@@ -122,6 +122,7 @@ var Graph = []Server{
 		{Name: "listRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
 		{Name: "forgetRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},
 		{Name: "watchPeers", Kind: Call, Callers: []Role{AppNode, Monitor, Directory, Proxy}, Doc: "the keys bound to racks and jobs, long-polled"},
+		{Name: "watchJobs", Kind: Call, Callers: []Role{AppNode}, Doc: "the jobs' version, long-polled (the API's watches)"},
 		{Name: "ork.workerReport", Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{

@@ -31,7 +31,28 @@ const (
 	// MethodWatchPeers answers the keys bound to racks and jobs
 	// (trust.Peers), long-polled by the other components' keyrings.
 	MethodWatchPeers = "watchPeers"
+	// MethodWatchJobs answers the jobs' version (JobsVersion) once it
+	// passes the one given, long-polled by the app-node's watches.
+	MethodWatchJobs = "watchJobs"
 )
+
+// MaxWatchJobsWait bounds how long the ork holds a watchJobs call.
+const MaxWatchJobsWait = 25 * time.Second
+
+// WatchJobsParams asks for the jobs' version once it is not Epoch/Since,
+// waiting at most WaitMillis (0: answer at once).
+type WatchJobsParams struct {
+	Epoch      string `json:"epoch,omitempty"`
+	Since      uint64 `json:"since,omitempty"`
+	WaitMillis int    `json:"waitMillis,omitempty"`
+}
+
+// JobsVersion is the jobs' version: it grows with every change the ork
+// commits; a new ork process starts a new Epoch.
+type JobsVersion struct {
+	Epoch   string `json:"epoch"`
+	Version uint64 `json:"version"`
+}
 
 // Error codes beyond the fabric's own: the domain's (cosmic.CodeOf), which
 // the ork answers as they are (fabric.CodeNotFound and CodeForbidden are
@@ -210,6 +231,11 @@ func (c *Client) ListRacks(ctx context.Context) (ListRacksReply, error) {
 // ForgetRacks removes racks.
 func (c *Client) ForgetRacks(ctx context.Context, p ForgetRacksParams) error {
 	return c.node.Call(ctx, c.key, MethodForgetRacks, p, nil)
+}
+
+// WatchJobs is MethodWatchJobs.
+func (c *Client) WatchJobs(ctx context.Context, p WatchJobsParams) (JobsVersion, error) {
+	return call[JobsVersion](ctx, c, MethodWatchJobs, p)
 }
 
 // WatchPeers is MethodWatchPeers: the keys bound to racks and jobs, once
