@@ -434,7 +434,9 @@ func TestSlowViewerIsCutOffAndResumes(t *testing.T) {
 	<-proceed
 	appendN(t, e.m, 0, 500, 500) // 500 behind at once: more than ViewerMaxLag
 	proceed <- struct{}{}
-	time.Sleep(100 * time.Millisecond)
+	// The rest comes once the viewer is cut off, so that it resumes to
+	// records appended after its cut-off as well as before.
+	waittest.Until(t, func() bool { return metric(t, e.m, "cosmicac_monitor_viewers_cut_off_total") >= 1 }, "the stalled viewer's cut-off")
 	appendN(t, e.m, 500, 600, 50)
 	if err := <-done; !errors.Is(err, io.EOF) {
 		t.Fatal(err)
@@ -449,19 +451,12 @@ func TestCloseStreamsEndsFollowers(t *testing.T) {
 	appendN(t, e.m, 0, 5, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	got := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := collect(ctx, e.c, client.LogOptions{Follow: true, MaxReconnects: -1}, 0)
 		done <- err
 	}()
-	go func() {
-		for metric(t, e.m, "cosmicac_monitor_viewers") == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		got <- struct{}{}
-	}()
-	<-got
+	waittest.Until(t, func() bool { return metric(t, e.m, "cosmicac_monitor_viewers") > 0 }, "the follower's stream")
 	e.m.CloseStreams()
 	if err := <-done; err == nil || ctx.Err() != nil {
 		t.Fatalf("follower: %v (want its stream ended by CloseStreams)", err)
