@@ -191,10 +191,11 @@ func benchMonitor(b *testing.B, records, rate int) {
 	for i := range benchViewers {
 		wg.Go(func() { stats[i] = readViewer(ctx, url, want, ready) })
 	}
+	// A viewer is ready once it has the response's header, which the
+	// monitor sends only after it has subscribed the viewer.
 	for range benchViewers {
 		<-ready
 	}
-	time.Sleep(50 * time.Millisecond)
 	b.ResetTimer()
 	t0 := time.Now()
 	produce(records, rate, emit)
@@ -255,10 +256,11 @@ func benchBaseline(b *testing.B, records, rate int) {
 	for i := range benchViewers {
 		wg.Go(func() { stats[i] = readViewer(ctx, srv.URL, want, ready) })
 	}
+	// A viewer is ready once it has the response's header, which the
+	// handler sends only after it has subscribed the viewer.
 	for range benchViewers {
 		<-ready
 	}
-	time.Sleep(50 * time.Millisecond)
 	var seq uint64
 	var pmu sync.Mutex
 	emit := func(r joblog.Record) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 func node(t *testing.T, name string, policy fabric.Policy) *fabric.Node {
@@ -131,9 +132,7 @@ func TestAppendIsConfined(t *testing.T) {
 		Racks:      []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
 		Placements: []trust.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 1, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
 	<-ring.Synced()
-	for !ring.OnRack(jobA, "a") {
-		time.Sleep(time.Millisecond)
-	}
+	waittest.Until(t, func() bool { return ring.OnRack(jobA, "a") }, "the keyring to place %s on rack a", jobA)
 	appendAs := func(n *fabric.Node, recs ...joblog.Record) joblog.AppendReply {
 		t.Helper()
 		var rep joblog.AppendReply

@@ -17,6 +17,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 func lokiConfig(t testing.TB, lk *lokitest.Server, dir string) monitor.Config {
@@ -31,17 +32,12 @@ func lokiConfig(t testing.TB, lk *lokitest.Server, dir string) monitor.Config {
 // waitLoki waits until Loki holds n records of jobA.
 func waitLoki(t testing.TB, lk *lokitest.Server, n int) []lokitest.Entry {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		es := lk.Entries(map[string]string{"job": jobA})
-		if len(es) >= n {
-			return es
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Loki holds %d records, want %d", len(es), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var es []lokitest.Entry
+	waittest.Until(t, func() bool {
+		es = lk.Entries(map[string]string{"job": jobA})
+		return len(es) >= n
+	}, "Loki to hold %d records of the job", n)
+	return es
 }
 
 func TestLokiRetries429And500(t *testing.T) {
@@ -126,7 +122,11 @@ func TestSpoolKeepsAcknowledgedRecordsAcrossRestart(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	// The monitor goes away once the producer has filled a few segments.
+	waittest.Until(t, func() bool {
+		segs, _ := filepath.Glob(filepath.Join(dir, "spool", "*.seg"))
+		return len(segs) >= 4
+	}, "the spool's fourth segment")
 	e.stop()
 	wg.Wait()
 	if len(acked) == 0 {
@@ -201,7 +201,7 @@ func TestHistoryAndLiveMeetWithoutGapOrDuplicate(t *testing.T) {
 	// Live records arrive while history is read.
 	for i := 400; i < 700; i += 10 {
 		appendN(t, e.m, i, i+10, 10)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a producer's pace, so that live records arrive during the history read
 	}
 	if err := <-done; err == nil || err.Error() != "done" {
 		t.Fatal(err)

@@ -3,13 +3,15 @@ package simcluster
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -57,37 +59,53 @@ func startWithAgents(t *testing.T) (*env, *fakeAgents) {
 
 func exitCode(n int) *int { return &n }
 
-func TestAgentGatesRunning(t *testing.T) {
-	e, f := startWithAgents(t)
-	e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
-	waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
-	a := f.get(0)
-	if a.job != jobA || a.replica != 0 {
-		t.Fatalf("agent of %s/%d", a.job, a.replica)
-	}
-	time.Sleep(10 * step)
-	if st := e.rep.states(jobA, 0); slices.Contains(st, cosmic.StateRunning) {
-		t.Fatalf("running before the agent is ready: %v", st)
-	}
-	close(a.ready)
-	got := e.waitState(t, jobA, 0, cosmic.StateRunning)
-	if a.stopped.Load() {
-		t.Fatal("the running replica's agent was stopped")
-	}
-	// The replica reports the key of the identity its agent was given.
-	if a.id == nil || !slices.Equal(got.AgentKeys, []string{a.id.PublicKey().String()}) {
-		t.Fatalf("agent keys %v, want the agent's", got.AgentKeys)
-	}
-	// A job that is not a gpu-container job gets no agent.
-	j := testJob(jobB)
+// runWithoutAgent applies a managed-inference job, which gets no agent
+// (the cluster has no InferenceRunner), and waits for it to run: a whole
+// lifecycle's steps pass meanwhile.
+func (e *env) runWithoutAgent(t *testing.T, id string, r cosmic.Reservation) {
+	t.Helper()
+	j := testJob(id)
 	j.Spec.Type = cosmic.TypeManagedInference
-	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: j, Reservations: []cosmic.Reservation{resv(jobB, 0, on(0, 1))}}); err != nil {
+	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: j, Reservations: []cosmic.Reservation{r}}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitState(t, jobB, 0, cosmic.StateRunning)
-	if n := f.count(); n != 1 {
-		t.Fatalf("%d agents, want 1", n)
-	}
+	e.waitState(t, id, 0, cosmic.StateRunning)
+}
+
+func TestAgentGatesRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, f := startWithAgents(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
+		a := f.get(0)
+		if a.job != jobA || a.replica != 0 {
+			t.Fatalf("agent of %s/%d", a.job, a.replica)
+		}
+		// A job that is not a gpu-container job gets no agent, and runs:
+		// its whole lifecycle, begun after the agent started, gives the
+		// replica the steps to go running had it not waited for its agent.
+		e.runWithoutAgent(t, jobB, resv(jobB, 0, on(0, 1)))
+		if n := f.count(); n != 1 {
+			t.Fatalf("%d agents, want 1", n)
+		}
+		if !slices.ContainsFunc(e.logs.Job(jobA), func(r joblog.Record) bool {
+			return r.Step == "agent" && strings.HasPrefix(r.Line, "waiting for the instance agent")
+		}) {
+			t.Fatalf("records %+v: want one saying the replica waits for its agent", e.logs.Job(jobA))
+		}
+		if st := e.rep.states(jobA, 0); slices.Contains(st, cosmic.StateRunning) {
+			t.Fatalf("running before the agent is ready: %v", st)
+		}
+		close(a.ready)
+		got := e.waitState(t, jobA, 0, cosmic.StateRunning)
+		if a.stopped.Load() {
+			t.Fatal("the running replica's agent was stopped")
+		}
+		// The replica reports the key of the identity its agent was given.
+		if a.id == nil || !slices.Equal(got.AgentKeys, []string{a.id.PublicKey().String()}) {
+			t.Fatalf("agent keys %v, want the agent's", got.AgentKeys)
+		}
+	})
 }
 
 func TestCommandEndStopsOrFailsReplica(t *testing.T) {
@@ -132,6 +150,10 @@ func TestCommandEndStopsOrFailsReplica(t *testing.T) {
 }
 
 func TestKilledReplicaIgnoresItsAgentsEnd(t *testing.T) {
+	synctest.Test(t, testKilledReplicaIgnoresItsAgentsEnd)
+}
+
+func testKilledReplicaIgnoresItsAgentsEnd(t *testing.T) {
 	e, f := startWithAgents(t)
 	e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
 	waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
@@ -144,9 +166,13 @@ func TestKilledReplicaIgnoresItsAgentsEnd(t *testing.T) {
 	if !a.stopped.Load() {
 		t.Fatal("kill did not stop the agent")
 	}
-	// The agent's command ends on SIGTERM: no news.
+	// The agent's command ends on SIGTERM: no news. Another job's whole
+	// lifecycle, begun once the cluster has taken the outcome (the bubble
+	// is idle), gives the replica the steps to end with it, had the
+	// cluster not ignored it.
 	a.done <- CommandOutcome{State: cosmic.StateFailed, ExitCode: exitCode(143)}
-	time.Sleep(5 * step)
+	synctest.Wait()
+	e.runWithoutAgent(t, jobB, resv(jobB, 0, on(1, 0)))
 	got := e.waitState(t, jobA, 0, cosmic.StateStopped)
 	if got.ExitCode != nil || reasonCode(got) != cosmic.ReasonKilled {
 		t.Fatalf("killed replica %+v: want killed, no exit code", got)

@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -130,16 +131,11 @@ func start(t *testing.T) *env {
 	return e
 }
 
-// waitFor polls cond until it holds, failing the test after a deadline.
+// waitFor is waittest.Until, what first. In a synctest bubble it polls on
+// the bubble's clock.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(step / 2)
-	}
+	waittest.Until(t, cond, "%s", what)
 }
 
 func (e *env) waitState(t *testing.T, job string, replica int, want cosmic.State) worker.ReplicaReport {
@@ -385,7 +381,10 @@ func TestApplyIsIdempotent(t *testing.T) {
 		e.waitState(t, jobA, 0, cosmic.StateRunning)
 		n := len(e.logs.Job(jobA))
 		e.apply(t, jobA, r)
-		time.Sleep(10 * step)
+		// A whole lifecycle of another job gives a second lifecycle of
+		// jobA, had the Apply begun one, the steps to write its records.
+		e.apply(t, jobB, resv(jobB, 0, on(1, 2)))
+		e.waitState(t, jobB, 0, cosmic.StateRunning)
 		if got := len(e.logs.Job(jobA)); got != n {
 			t.Errorf("a second Apply wrote %d records", got-n)
 		}

@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"github.com/cosmicac/cosmicac/internal/wav"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/waittest"
+	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
 func post(t *testing.T, url, body string) *http.Response {
@@ -113,17 +116,39 @@ func TestTranscription(t *testing.T) {
 	}
 }
 
-func TestFaultsAndLoading(t *testing.T) {
-	s := New(Config{Model: "m/m", LoadTime: 50 * time.Millisecond})
+// TestLoading: the runtime answers 503 until LoadTime has passed since New,
+// then serves. It runs on the bubble's clock, served without a socket.
+func TestLoading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const load = 10 * time.Second
+		start := time.Now()
+		s := New(Config{Model: "m/m", LoadTime: load})
+		serve := func(method, path, body string) int {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+			return w.Code
+		}
+		if code := serve("GET", "/health", ""); code != 503 {
+			t.Fatalf("health while loading: %d", code)
+		}
+		if code := serve("POST", "/v1/completions", `{"model":"m/m","prompt":"x"}`); code != 503 {
+			t.Fatalf("completion while loading: %d", code)
+		}
+		waittest.Until(t, func() bool { return serve("GET", "/health", "") == 200 }, "the runtime to load")
+		// The bubble's clock moves only as the test waits, so this is exact.
+		if waited := time.Since(start); waited < load {
+			t.Fatalf("healthy %v after New, before LoadTime %v", waited, load)
+		}
+		if code := serve("POST", "/v1/completions", `{"model":"m/m","prompt":"x"}`); code != 200 {
+			t.Fatalf("completion once loaded: %d", code)
+		}
+	})
+}
+
+func TestFaults(t *testing.T) {
+	s := New(Config{Model: "m/m"})
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	if resp, _ := http.Get(srv.URL + "/health"); resp.StatusCode != 503 {
-		t.Fatalf("health while loading: %d", resp.StatusCode)
-	}
-	time.Sleep(60 * time.Millisecond)
-	if resp, _ := http.Get(srv.URL + "/health"); resp.StatusCode != 200 {
-		t.Fatalf("health: %d", resp.StatusCode)
-	}
 	post(t, srv.URL+"/sim/faults", `{"failNext":2,"status":503}`)
 	for i, want := range []int{503, 503, 200} {
 		if resp := post(t, srv.URL+"/v1/completions", `{"model":"m/m","prompt":"x"}`); resp.StatusCode != want {
