@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
@@ -29,11 +31,10 @@ func (e *Env) openAI(key string) openai.Client {
 	return openai.NewClient(option.WithBaseURL(e.P.URL+inferproxy.Prefix+"/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-// waitServing waits until proxy-inference routes to n ready replicas of job.
+// waitReplicas waits until proxy-inference routes to n ready replicas of job.
 func (e *Env) waitReplicas(jobID string, n int) {
 	e.T.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waittest.NoError(e.T, func() error {
 		mh, _ := e.P.Proxy.JobHealth(e.Ctx, jobID)
 		ready := 0
 		for _, r := range mh.Replicas {
@@ -41,14 +42,11 @@ func (e *Env) waitReplicas(jobID string, n int) {
 				ready++
 			}
 		}
-		if ready == n {
-			return
+		if ready != n {
+			return fmt.Errorf("%d of %d ready: %+v", ready, n, mh)
 		}
-		if time.Now().After(deadline) {
-			e.T.Fatalf("job %s: proxy-inference sees %d of %d replicas ready: %+v", jobID, ready, n, mh)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "proxy-inference to route to the replicas of job %s", jobID)
 }
 
 // wantOpenAIError checks err is an OpenAI-shaped error with status and code.

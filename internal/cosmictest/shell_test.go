@@ -3,6 +3,7 @@ package cosmictest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -56,13 +58,12 @@ func (e *Env) shell(token, jobID, stdin string, argv ...string) (code int, stdou
 	return st.Code, out.String(), errb.String(), err
 }
 
-// records reads the job's log records until have says they are all there
-// (or 10 s passed).
+// records reads the job's log records until have says they are all there;
+// the test fails, printing the last records read, if they never are.
 func (e *Env) records(id string, have func([]client.LogRecord) bool) []client.LogRecord {
 	e.T.Helper()
 	var recs []client.LogRecord
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waittest.NoError(e.T, func() error {
 		recs = recs[:0]
 		err := e.Client.JobLogs(e.Ctx, id, client.LogOptions{}, func(ev client.LogEvent) error {
 			if ev.Record != nil {
@@ -73,11 +74,21 @@ func (e *Env) records(id string, have func([]client.LogRecord) bool) []client.Lo
 		if err != nil {
 			e.T.Fatal(err)
 		}
-		if have(recs) || time.Now().After(deadline) {
-			return recs
+		if !have(recs) {
+			return fmt.Errorf("not all there; the job's log:\n%s", dump(recs))
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}, "the log records of job %s", id)
+	return recs
+}
+
+// dump is records one a line, with their source and stream.
+func dump(recs []client.LogRecord) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "%s/%s: %s\n", r.Source, r.Stream, r.Line)
 	}
+	return b.String()
 }
 
 // indexOf is the index of the first record whose line contains s, or -1.
@@ -114,16 +125,7 @@ func TestContainerJobRunsWhenItsAgentIsReady(t *testing.T) {
 	if _, err := e.Client.KillJob(e.Ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := e.P.AgentKey(j.ID, 0); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed job's agent still runs")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(t, func() bool { _, ok := e.P.AgentKey(j.ID, 0); return !ok }, "the killed job's agent to stop")
 }
 
 // TestJobsShellThroughThePlatform: `jobs shell` reaches the job's agent
