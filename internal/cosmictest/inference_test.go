@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,17 @@ func (e *Env) waitReplicas(jobID string, n int) {
 		}
 		return nil
 	}, "proxy-inference to route to the replicas of job %s", jobID)
+}
+
+// outstanding is the number of requests proxy-inference has sent to each
+// replica of job and that have not been answered yet, by replica.
+func (e *Env) outstanding(jobID string) map[int]int64 {
+	mh, _ := e.P.Proxy.JobHealth(e.Ctx, jobID)
+	out := map[int]int64{}
+	for _, r := range mh.Replicas {
+		out[r.Replica] += r.Outstanding
+	}
+	return out
 }
 
 // wantOpenAIError checks err is an OpenAI-shaped error with status and code.
@@ -204,9 +216,14 @@ func TestInferenceOpenAI(t *testing.T) {
 // complete on the other replica; the job turns degraded, then running
 // after the replica is restarted, and serves on both again.
 func TestInferenceReplicaCrash(t *testing.T) {
+	// Every stream waits for its first token until the test releases them
+	// (at the latest when it ends, before the platform stops).
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
 	e := NewEnv(t, func(c *platform.Config) {
-		c.SimRuntime = simruntime.Config{TTFT: 600 * time.Millisecond, InterTokenDelay: time.Millisecond}
+		c.SimRuntime = simruntime.Config{TTFT: 20 * time.Millisecond, InterTokenDelay: time.Millisecond, Hold: hold}
 	})
+	t.Cleanup(release)
 	j := e.Create(inference("qwen", cosmic.RuntimeVLLM, "Qwen/Qwen3-8B", 2, 4))
 	e.WaitState(j.ID, cosmic.StateRunning)
 	key, err := e.Client.CreateAPIKey(e.Ctx, "load", "")
@@ -253,8 +270,35 @@ func TestInferenceReplicaCrash(t *testing.T) {
 			results <- r
 		}()
 	}
-	time.Sleep(250 * time.Millisecond) // all of them wait for their first token
+	// None may end while the streams are held: one that does failed.
+	endedEarly := func() {
+		select {
+		case r := <-results:
+			t.Fatalf("a request ended while the streams were held: replica %q, %d events, done %v: %v", r.replica, r.events, r.done, r.err)
+		default:
+		}
+	}
+	// All of them wait for their first token.
+	var before map[int]int64
+	waittest.NoError(t, func() error {
+		endedEarly()
+		if before = e.outstanding(j.ID); before[0]+before[1] != n {
+			return fmt.Errorf("outstanding by replica %v, want %d in all", before, n)
+		}
+		return nil
+	}, "the requests to wait for their first token")
+	t.Logf("outstanding by replica before the crash: %v", before)
 	e.Fault(simcluster.MethodCrash, simcluster.ReplicaParams{JobID: j.ID, Replica: 0})
+	// Those at replica 0 lose it before their first token and go to replica
+	// 1, where they wait again; once all are there, they may go on.
+	waittest.NoError(t, func() error {
+		endedEarly()
+		if o := e.outstanding(j.ID); o[1] != n {
+			return fmt.Errorf("outstanding by replica %v, want all %d at replica 1", o, n)
+		}
+		return nil
+	}, "the requests to fail over to replica 1")
+	release()
 	byReplica := map[string]int{}
 	for range n {
 		r := <-results
