@@ -58,11 +58,19 @@ func TestUpWithKubeconfig(t *testing.T) {
 	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
 	name := k8sworker.VMIName(j.ID, 0, 0)
 	playVMI(t, ctx, c, rc.Namespace, name, 2, j.Status.Replicas[0].Nodes[0])
-	// The VMI is Ready but its agent has not reported: still starting.
-	time.Sleep(300 * time.Millisecond)
-	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateStarting {
-		t.Fatalf("before its agent reported: %+v, %v", got.Status, err)
-	}
+	// The VMI is Ready but its agent has not reported: once the ork has the
+	// worker's report of the Ready VMI (the job's progress is the wait for
+	// its agent), the job is still starting.
+	waittest.NoError(t, func() error {
+		got, err := e.Client.GetJob(e.Ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		if got.Status.State != cosmic.StateStarting || got.Status.Progress == nil || got.Status.Progress.Step != k8sworker.StepAgent {
+			return fmt.Errorf("status %s %+v, want starting at step %q", got.Status.State, got.Status.Progress, k8sworker.StepAgent)
+		}
+		return nil
+	}, "the job waits for its agent")
 	// Play the VM: run the agent from the Secret's agent.yaml. It dials the
 	// worker, the agents' directory and the app-node; the job runs, and a
 	// shell reaches it through the app-node (which accepts only the key the

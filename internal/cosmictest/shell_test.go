@@ -170,8 +170,16 @@ func TestJobsShellThroughThePlatform(t *testing.T) {
 		t.Fatalf("no token: %v, want 401", err)
 	}
 
-	// The shells are closed; the job runs on, and takes more.
-	time.Sleep(50 * time.Millisecond)
+	// The four shells are closed: the agent has recorded each end. A job
+	// placed after that runs only once the rack's report of it reached the
+	// ork, and a report carries every change the rack made before (one the
+	// closes would have caused too), so the job's state is then final: it
+	// runs on, and takes more.
+	e.records(j.ID, func(r []client.LogRecord) bool {
+		return strings.Count(strings.Join(lines(r, "system"), "\n"), "closed after") >= 4
+	})
+	later := e.Create(Container("later", 1))
+	e.WaitState(later.ID, cosmic.StateRunning)
 	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateRunning {
 		t.Fatalf("after the shells: %v %v", got.Status.State, err)
 	}
@@ -280,7 +288,13 @@ func TestLateCommandEndIsIgnored(t *testing.T) {
 	if err := e.P.Ork.ReceiveReport(e.Ctx, simKey, late); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the agent's command got SIGTERM meanwhile
+	// The kill stopped the agent, and its command with SIGTERM: once the
+	// agent is gone it has handed the command's end to the rack, which must
+	// take it for no exit of the job.
+	e.records(j.ID, func(r []client.LogRecord) bool {
+		return slices.ContainsFunc(r, func(r client.LogRecord) bool { return r.Step == "command_exit" })
+	})
+	waittest.Until(t, func() bool { _, ok := e.P.AgentKey(j.ID, 0); return !ok }, "the killed job's agent to stop")
 	got, _ := e.Client.GetJob(e.Ctx, j.ID)
 	if got.Status.State != cosmic.StateStopped || got.Status.Reason == nil || got.Status.Reason.Code != cosmic.ReasonKilled || got.Status.ExitCode != nil {
 		t.Fatalf("killed job: state %s, reason %+v, exit code %v: want stopped, killed, no exit code", got.Status.State, got.Status.Reason, got.Status.ExitCode)
