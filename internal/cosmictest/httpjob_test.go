@@ -3,6 +3,7 @@ package cosmictest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // The job's HTTP server is this test binary, run again as the job's
@@ -101,21 +102,22 @@ func (e *Env) jobHTTP(method, jobID, path, token, body string) (int, []byte) {
 // then).
 func (e *Env) waitServing(jobID, token string) jobEcho {
 	e.T.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var got jobEcho
+	waittest.NoError(e.T, func() error {
 		status, b := e.jobHTTP("GET", jobID, "/ready", token, "")
-		if status == http.StatusOK {
-			var got jobEcho
+		switch status {
+		case http.StatusOK:
 			if err := json.Unmarshal(b, &got); err != nil {
 				e.T.Fatalf("the job's answer %q: %v", b, err)
 			}
-			return got
+			return nil
+		case http.StatusBadGateway:
+			return fmt.Errorf("%d %s", status, b)
 		}
-		if status != http.StatusBadGateway || time.Now().After(deadline) {
-			e.T.Fatalf("the job's server: %d %s", status, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		e.T.Fatalf("the job's server: %d %s", status, b)
+		return nil
+	}, "the job's server")
+	return got
 }
 
 // TestJobHTTPThroughThePlatform: a job's defaultHttpPort is reachable at

@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // HTTPLimits sets the limits of the platform's HTTP servers.
@@ -76,18 +77,15 @@ func TestHTTPLimits(t *testing.T) {
 	// (502) while the agent's connection to the proxy comes up, once seen
 	// on a loaded machine; the limits are not what that tests.
 	warm := e.openAI(key.Key)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waittest.NoError(t, func() error {
 		_, err := warm.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "qwen",
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(1)})
-		if err == nil {
-			break
+		if err != nil {
+			t.Logf("a first completion: %v", apiErr(err))
+			return apiErr(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a first completion: %v", apiErr(err))
-		}
-		t.Logf("a first completion: %v", apiErr(err))
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	}, "a first completion")
 
 	t.Run("a log follow outlives the limits", func(t *testing.T) {
 		t.Parallel()

@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestInferenceOnKubernetes: a managed-inference job on `cosmicac up
@@ -42,13 +43,13 @@ func TestInferenceOnKubernetes(t *testing.T) {
 	}
 	addGPUNode(t, ctx, c, "gpu-0", corev1.ResourceName("nvidia.com/"+rc.GPUModel), 8)
 	e := NewEnv(t, func(cfg *platform.Config) { cfg.Kube = &platform.KubeConfig{Kubeconfig: kube.Kubeconfig, Rack: rc} })
-	eventually(t, "the cluster's rack", func() error {
+	waittest.NoError(t, func() error {
 		racks, err := e.Client.ListRacks(e.Ctx)
 		if err != nil || len(racks) != 1 || racks[0].ID != rc.Rack || racks[0].FreeGPUs != 8 {
 			return fmt.Errorf("racks %+v (%v), want %s with 8 free GPUs", racks, err, rc.Rack)
 		}
 		return nil
-	})
+	}, "the cluster's rack")
 
 	spec := inference("kube-qwen", cosmic.RuntimeVLLM, "Qwen/Qwen3-8B", 1, 2)
 	spec.Location = "eu"
@@ -60,7 +61,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
 	playVMI(t, ctx, c, rc.Namespace, k8sworker.VMIName(j.ID, 0, 0), 2, "gpu-0")
 	// The worker saw the VMI Ready and waits for its agent.
-	eventually(t, "the job waits for its agent", func() error {
+	waittest.NoError(t, func() error {
 		got, err := e.Client.GetJob(e.Ctx, j.ID)
 		if err != nil {
 			return err
@@ -69,7 +70,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 			return fmt.Errorf("status %s %+v, want starting at step %q", got.Status.State, got.Status.Progress, k8sworker.StepAgent)
 		}
 		return nil
-	})
+	}, "the job waits for its agent")
 
 	// Play the VM: its systemd unit runs `cosmicac agent inference --config
 	// /etc/cosmicac/agent.yaml`, the file cloud-init wrote from the Secret.
@@ -104,7 +105,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 
 	// The agent runs, announced in the agents' directory, its runtime
 	// started but not answering: the job is still starting.
-	eventually(t, "the agent announced, not ready", func() error {
+	waittest.NoError(t, func() error {
 		m, err := e.announced(j.ID)
 		if err != nil {
 			return err
@@ -113,7 +114,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 			return fmt.Errorf("announcements %+v, runtime started %v", m, launcher.Runtime() != nil)
 		}
 		return nil
-	})
+	}, "the agent announced, not ready")
 	got, err := e.Client.GetJob(e.Ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)

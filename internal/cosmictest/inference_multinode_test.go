@@ -21,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // agentHTTP sends one HTTP request straight to an inference agent over a
@@ -117,7 +118,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 	}
 
 	var agents []*inferagent.Agent
-	eventually(t, "the replica's inference agents", func() error {
+	waittest.NoError(t, func() error {
 		agents = e.P.InferenceAgents(j.ID, 0)
 		if len(agents) != 2 {
 			return fmt.Errorf("%d agents, want one per VMI (2)", len(agents))
@@ -128,7 +129,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}, "the replica's inference agents")
 	head, worker := agents[0], agents[1]
 	hs, ws := head.Status(), worker.Status()
 	if hs.VMIIndex != 0 || hs.Role != inferagent.RoleHead || ws.VMIIndex != 1 || ws.Role != inferagent.RoleWorker ||
@@ -169,15 +170,15 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the worker VMI's agent is not ready: %+v", worker.Status())
 	}
-	eventually(t, "the rack waits for the head agent", func() error {
+	waittest.NoError(t, func() error {
 		for _, r := range e.P.Logs.Job(j.ID) {
 			if r.Step == "agent" && strings.Contains(r.Line, "waiting for the head inference agent of replica 0") {
 				return nil
 			}
 		}
 		return errors.New("no record of the wait")
-	})
-	eventually(t, "both agents announced", func() error {
+	}, "the rack waits for the head agent")
+	waittest.NoError(t, func() error {
 		m, err := e.announced(j.ID)
 		if err != nil {
 			return err
@@ -187,7 +188,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 			return fmt.Errorf("announcements %+v: want the head not ready, the worker ready", m)
 		}
 		return nil
-	})
+	}, "both agents announced")
 	got, err := e.Client.GetJob(e.Ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
@@ -29,11 +32,10 @@ func (e *Env) openAI(key string) openai.Client {
 	return openai.NewClient(option.WithBaseURL(e.P.URL+inferproxy.Prefix+"/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-// waitServing waits until proxy-inference routes to n ready replicas of job.
+// waitReplicas waits until proxy-inference routes to n ready replicas of job.
 func (e *Env) waitReplicas(jobID string, n int) {
 	e.T.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waittest.NoError(e.T, func() error {
 		mh, _ := e.P.Proxy.JobHealth(e.Ctx, jobID)
 		ready := 0
 		for _, r := range mh.Replicas {
@@ -41,14 +43,22 @@ func (e *Env) waitReplicas(jobID string, n int) {
 				ready++
 			}
 		}
-		if ready == n {
-			return
+		if ready != n {
+			return fmt.Errorf("%d of %d ready: %+v", ready, n, mh)
 		}
-		if time.Now().After(deadline) {
-			e.T.Fatalf("job %s: proxy-inference sees %d of %d replicas ready: %+v", jobID, ready, n, mh)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}, "proxy-inference to route to the replicas of job %s", jobID)
+}
+
+// outstanding is the number of requests proxy-inference has sent to each
+// replica of job and that have not been answered yet, by replica.
+func (e *Env) outstanding(jobID string) map[int]int64 {
+	mh, _ := e.P.Proxy.JobHealth(e.Ctx, jobID)
+	out := map[int]int64{}
+	for _, r := range mh.Replicas {
+		out[r.Replica] += r.Outstanding
 	}
+	return out
 }
 
 // wantOpenAIError checks err is an OpenAI-shaped error with status and code.
@@ -206,9 +216,14 @@ func TestInferenceOpenAI(t *testing.T) {
 // complete on the other replica; the job turns degraded, then running
 // after the replica is restarted, and serves on both again.
 func TestInferenceReplicaCrash(t *testing.T) {
+	// Every stream waits for its first token until the test releases them
+	// (at the latest when it ends, before the platform stops).
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
 	e := NewEnv(t, func(c *platform.Config) {
-		c.SimRuntime = simruntime.Config{TTFT: 600 * time.Millisecond, InterTokenDelay: time.Millisecond}
+		c.SimRuntime = simruntime.Config{TTFT: 20 * time.Millisecond, InterTokenDelay: time.Millisecond, Hold: hold}
 	})
+	t.Cleanup(release)
 	j := e.Create(inference("qwen", cosmic.RuntimeVLLM, "Qwen/Qwen3-8B", 2, 4))
 	e.WaitState(j.ID, cosmic.StateRunning)
 	key, err := e.Client.CreateAPIKey(e.Ctx, "load", "")
@@ -255,8 +270,35 @@ func TestInferenceReplicaCrash(t *testing.T) {
 			results <- r
 		}()
 	}
-	time.Sleep(250 * time.Millisecond) // all of them wait for their first token
+	// None may end while the streams are held: one that does failed.
+	endedEarly := func() {
+		select {
+		case r := <-results:
+			t.Fatalf("a request ended while the streams were held: replica %q, %d events, done %v: %v", r.replica, r.events, r.done, r.err)
+		default:
+		}
+	}
+	// All of them wait for their first token.
+	var before map[int]int64
+	waittest.NoError(t, func() error {
+		endedEarly()
+		if before = e.outstanding(j.ID); before[0]+before[1] != n {
+			return fmt.Errorf("outstanding by replica %v, want %d in all", before, n)
+		}
+		return nil
+	}, "the requests to wait for their first token")
+	t.Logf("outstanding by replica before the crash: %v", before)
 	e.Fault(simcluster.MethodCrash, simcluster.ReplicaParams{JobID: j.ID, Replica: 0})
+	// Those at replica 0 lose it before their first token and go to replica
+	// 1, where they wait again; once all are there, they may go on.
+	waittest.NoError(t, func() error {
+		endedEarly()
+		if o := e.outstanding(j.ID); o[1] != n {
+			return fmt.Errorf("outstanding by replica %v, want all %d at replica 1", o, n)
+		}
+		return nil
+	}, "the requests to fail over to replica 1")
+	release()
 	byReplica := map[string]int{}
 	for range n {
 		r := <-results

@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/k8stest"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestUpWithKubeconfig runs the whole platform against a real kube-apiserver
@@ -43,17 +44,13 @@ func TestUpWithKubeconfig(t *testing.T) {
 	e := NewEnv(t, func(cfg *platform.Config) { cfg.Kube = &platform.KubeConfig{Kubeconfig: kube.Kubeconfig, Rack: rc} })
 
 	// The cluster's GPUs are the rack's.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waittest.NoError(t, func() error {
 		racks, err := e.Client.ListRacks(e.Ctx)
-		if err == nil && len(racks) == 1 && racks[0].ID == rc.Rack && racks[0].GPUs == 16 && racks[0].FreeGPUs == 16 {
-			break
+		if err != nil || len(racks) != 1 || racks[0].ID != rc.Rack || racks[0].GPUs != 16 || racks[0].FreeGPUs != 16 {
+			return fmt.Errorf("racks %+v (%v), want %s with 16 free GPUs", racks, err, rc.Rack)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("racks = %+v (%v), want %s with 16 free GPUs", racks, err, rc.Rack)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the cluster's rack")
 
 	spec := Container("on-kube", 2)
 	spec.Location = "eu"
@@ -61,11 +58,19 @@ func TestUpWithKubeconfig(t *testing.T) {
 	j = e.WaitState(j.ID, cosmic.StatePending, cosmic.StateStarting)
 	name := k8sworker.VMIName(j.ID, 0, 0)
 	playVMI(t, ctx, c, rc.Namespace, name, 2, j.Status.Replicas[0].Nodes[0])
-	// The VMI is Ready but its agent has not reported: still starting.
-	time.Sleep(300 * time.Millisecond)
-	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateStarting {
-		t.Fatalf("before its agent reported: %+v, %v", got.Status, err)
-	}
+	// The VMI is Ready but its agent has not reported: once the ork has the
+	// worker's report of the Ready VMI (the job's progress is the wait for
+	// its agent), the job is still starting.
+	waittest.NoError(t, func() error {
+		got, err := e.Client.GetJob(e.Ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		if got.Status.State != cosmic.StateStarting || got.Status.Progress == nil || got.Status.Progress.Step != k8sworker.StepAgent {
+			return fmt.Errorf("status %s %+v, want starting at step %q", got.Status.State, got.Status.Progress, k8sworker.StepAgent)
+		}
+		return nil
+	}, "the job waits for its agent")
 	// Play the VM: run the agent from the Secret's agent.yaml. It dials the
 	// worker, the agents' directory and the app-node; the job runs, and a
 	// shell reaches it through the app-node (which accepts only the key the
@@ -90,10 +95,10 @@ func TestUpWithKubeconfig(t *testing.T) {
 	}
 	var code int
 	var out string
-	eventually(t, "a shell in the job", func() error {
+	waittest.NoError(t, func() error {
 		code, out, _, err = e.shell(tok, j.ID, "", "echo", "hi from the VM")
 		return err
-	})
+	}, "a shell in the job")
 	if code != 0 || out != "hi from the VM\n" {
 		t.Fatalf("shell: code %d, out %q", code, out)
 	}
@@ -102,14 +107,14 @@ func TestUpWithKubeconfig(t *testing.T) {
 	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the job's VMI deleted", func() error {
+	waittest.NoError(t, func() error {
 		var v virtv1.VirtualMachineInstance
 		err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &v)
 		if err == nil {
 			return fmt.Errorf("VMI %s still exists", name)
 		}
 		return client.IgnoreNotFound(err)
-	})
+	}, "the job's VMI deleted")
 }
 
 func addGPUNode(t *testing.T, ctx context.Context, c client.Client, name string, res corev1.ResourceName, gpus int) {
@@ -130,34 +135,19 @@ func addGPUNode(t *testing.T, ctx context.Context, c client.Client, name string,
 	}
 }
 
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // playVMI plays CDI and KubeVirt for the VMI name: its root disk imports,
 // then it is scheduled on node and boots Ready, claiming gpus GPUs.
 func playVMI(t *testing.T, ctx context.Context, c client.Client, ns, name string, gpus int, node string) {
 	t.Helper()
-	eventually(t, "DataVolume "+name+" imported", func() error {
+	waittest.NoError(t, func() error {
 		var dv cdiv1.DataVolume
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &dv); err != nil {
 			return err
 		}
 		dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
 		return c.Status().Update(ctx, &dv)
-	})
-	eventually(t, "VMI "+name+" running", func() error {
+	}, "DataVolume %s imported", name)
+	waittest.NoError(t, func() error {
 		var v virtv1.VirtualMachineInstance
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v); err != nil {
 			return err
@@ -169,7 +159,7 @@ func playVMI(t *testing.T, ctx context.Context, c client.Client, ns, name string
 		v.Status.NodeName = node
 		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}}
 		return c.Update(ctx, &v)
-	})
+	}, "VMI %s running", name)
 }
 
 // agentFileOf plays cloud-init for replica 0, VMI 0 of job: it writes the

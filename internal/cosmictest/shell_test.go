@@ -3,6 +3,7 @@ package cosmictest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -56,13 +58,12 @@ func (e *Env) shell(token, jobID, stdin string, argv ...string) (code int, stdou
 	return st.Code, out.String(), errb.String(), err
 }
 
-// records reads the job's log records until have says they are all there
-// (or 10 s passed).
+// records reads the job's log records until have says they are all there;
+// the test fails, printing the last records read, if they never are.
 func (e *Env) records(id string, have func([]client.LogRecord) bool) []client.LogRecord {
 	e.T.Helper()
 	var recs []client.LogRecord
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waittest.NoError(e.T, func() error {
 		recs = recs[:0]
 		err := e.Client.JobLogs(e.Ctx, id, client.LogOptions{}, func(ev client.LogEvent) error {
 			if ev.Record != nil {
@@ -73,11 +74,21 @@ func (e *Env) records(id string, have func([]client.LogRecord) bool) []client.Lo
 		if err != nil {
 			e.T.Fatal(err)
 		}
-		if have(recs) || time.Now().After(deadline) {
-			return recs
+		if !have(recs) {
+			return fmt.Errorf("not all there; the job's log:\n%s", dump(recs))
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}, "the log records of job %s", id)
+	return recs
+}
+
+// dump is records one a line, with their source and stream.
+func dump(recs []client.LogRecord) string {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "%s/%s: %s\n", r.Source, r.Stream, r.Line)
 	}
+	return b.String()
 }
 
 // indexOf is the index of the first record whose line contains s, or -1.
@@ -114,16 +125,7 @@ func TestContainerJobRunsWhenItsAgentIsReady(t *testing.T) {
 	if _, err := e.Client.KillJob(e.Ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := e.P.AgentKey(j.ID, 0); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed job's agent still runs")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Until(t, func() bool { _, ok := e.P.AgentKey(j.ID, 0); return !ok }, "the killed job's agent to stop")
 }
 
 // TestJobsShellThroughThePlatform: `jobs shell` reaches the job's agent
@@ -168,8 +170,16 @@ func TestJobsShellThroughThePlatform(t *testing.T) {
 		t.Fatalf("no token: %v, want 401", err)
 	}
 
-	// The shells are closed; the job runs on, and takes more.
-	time.Sleep(50 * time.Millisecond)
+	// The four shells are closed: the agent has recorded each end. A job
+	// placed after that runs only once the rack's report of it reached the
+	// ork, and a report carries every change the rack made before (one the
+	// closes would have caused too), so the job's state is then final: it
+	// runs on, and takes more.
+	e.records(j.ID, func(r []client.LogRecord) bool {
+		return strings.Count(strings.Join(lines(r, "system"), "\n"), "closed after") >= 4
+	})
+	later := e.Create(Container("later", 1))
+	e.WaitState(later.ID, cosmic.StateRunning)
 	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateRunning {
 		t.Fatalf("after the shells: %v %v", got.Status.State, err)
 	}
@@ -278,7 +288,13 @@ func TestLateCommandEndIsIgnored(t *testing.T) {
 	if err := e.P.Ork.ReceiveReport(e.Ctx, simKey, late); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the agent's command got SIGTERM meanwhile
+	// The kill stopped the agent, and its command with SIGTERM: once the
+	// agent is gone it has handed the command's end to the rack, which must
+	// take it for no exit of the job.
+	e.records(j.ID, func(r []client.LogRecord) bool {
+		return slices.ContainsFunc(r, func(r client.LogRecord) bool { return r.Step == "command_exit" })
+	})
+	waittest.Until(t, func() bool { _, ok := e.P.AgentKey(j.ID, 0); return !ok }, "the killed job's agent to stop")
 	got, _ := e.Client.GetJob(e.Ctx, j.ID)
 	if got.Status.State != cosmic.StateStopped || got.Status.Reason == nil || got.Status.Reason.Code != cosmic.ReasonKilled || got.Status.ExitCode != nil {
 		t.Fatalf("killed job: state %s, reason %+v, exit code %v: want stopped, killed, no exit code", got.Status.State, got.Status.Reason, got.Status.ExitCode)

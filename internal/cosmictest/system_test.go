@@ -253,27 +253,10 @@ func TestJobLogsShowSetupStepsUpToAFailure(t *testing.T) {
 	e.Fault("simFailImport", map[string]any{"jobId": "", "replica": 0})
 	j := e.Create(Container("broken-image", 1))
 	e.WaitState(j.ID, cosmic.StateFailed)
-	var recs []client.LogRecord
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		recs = recs[:0]
-		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
-			if ev.Record != nil {
-				recs = append(recs, *ev.Record)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := len(recs); n > 0 && recs[n-1].OK != nil && !*recs[n-1].OK || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if len(recs) == 0 {
-		t.Fatal("no log records")
-	}
+	recs := e.records(j.ID, func(r []client.LogRecord) bool {
+		n := len(r)
+		return n > 0 && r[n-1].OK != nil && !*r[n-1].OK
+	})
 	last := recs[len(recs)-1]
 	if last.Step != "import_disk" || last.OK == nil || *last.OK {
 		t.Fatalf("last record %+v: want the failed import_disk step", last)
