@@ -52,7 +52,7 @@ func (a *app) inferenceCommand() *cobra.Command {
 		Short: "Talk to a managed inference model through /inference/v1 (OpenAI-compatible)",
 	}
 	f.add(cmd)
-	cmd.AddCommand(a.inferenceChatCommand(&f), a.inferenceTranscribeCommand(&f))
+	cmd.AddCommand(a.inferenceChatCommand(&f), a.inferenceTranscribeCommand(&f), a.inferenceModelsCommand(&f))
 	return cmd
 }
 
