@@ -156,9 +156,9 @@ const (
 	// QueryWatch holds a listJobs or getJob until the jobs change after
 	// the version given (the HeaderJobsVersion of the last answer; empty:
 	// answer at once with it), at most MaxWatchWait.
-	QueryWatch = "watch"
-	QueryForce         = "force"
-	QueryReplica       = "replica"
+	QueryWatch   = "watch"
+	QueryForce   = "force"
+	QueryReplica = "replica"
 )
 
 // HeaderJobsVersion is the jobs' version a watched answer shows: pass it
