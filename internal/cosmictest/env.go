@@ -11,6 +11,7 @@ package cosmictest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // Env is one running platform and a client of it.
@@ -153,6 +155,16 @@ func (e *Env) WaitState(id string, states ...cosmic.State) cosmic.Job {
 	b, _ := json.MarshalIndent(j.Status, "", "  ")
 	e.T.Fatalf("job %s never reached %v (last err %v); status:\n%s", id, states, err, b)
 	return j
+}
+
+// WaitGone waits until the job's record is gone (its delete confirmed);
+// the test fails after 30s.
+func (e *Env) WaitGone(id string) {
+	e.T.Helper()
+	waittest.Within(e.T, 30*time.Second, func() bool {
+		_, err := e.Client.GetJob(e.Ctx, id)
+		return errors.Is(err, cosmic.ErrNotFound)
+	}, "job %s to be gone", id)
 }
 
 // Fault calls a fault-injection method of the simulated rack over the
