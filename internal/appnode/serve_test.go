@@ -31,6 +31,9 @@ func (s *slowShells) DialShell(_ context.Context, _ cosmic.Job, _ int, _ shellpr
 	go io.Copy(io.Discard, b) // the client's frames
 	go func() {
 		defer b.Close()
+		// The workload: a session quiet for longer than every limit,
+		// which a deadline left on the shell's connection would cut.
+		// Nothing is waited for.
 		time.Sleep(slowShellFor)
 		w := shellproto.NewWriter(b)
 		w.Data(shellproto.TypeStdout, []byte("done\n"))

@@ -17,6 +17,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -177,7 +178,7 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 
 	// A shell through the app-node reaches it.
 	dialer := agent.HTTPShellDialer{BaseURL: baseURL, Token: token}
-	retryUntil(t, 30*time.Second, "a shell through the app-node", func() error {
+	waittest.NoError(t, func() error {
 		conn, _, err := dialer.DialShell(ctx, j.ID, shellproto.OpenParams{Argv: []string{"echo", "hello-from-the-vm"}})
 		if err != nil {
 			return err
@@ -191,7 +192,7 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 			return fmt.Errorf("exit %+v, output %q", st, out.String())
 		}
 		return nil
-	})
+	}, "a shell through the app-node")
 
 	// Any other key is refused by both, even announcing the job's topic.
 	rogue, _ := fabric.GenerateIdentity()
@@ -205,27 +206,12 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 	if _, err := c.KillJob(ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	retryUntil(t, 30*time.Second, "the stopped job's agent refused", func() error {
+	waittest.NoError(t, func() error {
 		for name, p := range map[string]string{"directory": dir, "app-node": app} {
 			if err := canReach(ctx, t, agentID, p); fabric.ErrorCode(err) != fabric.CodeRefused {
 				return fmt.Errorf("%s: %v", name, err)
 			}
 		}
 		return nil
-	})
-}
-
-func retryUntil(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}, "the stopped job's agent refused")
 }

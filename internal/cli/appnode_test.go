@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,57 +17,84 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
-// drive plays a worker: it waits for a queued job to appear in the ork,
-// then moves it through states, each only after the CLI has asked for the
-// job since the previous move, so that --wait sees every state.
-func drive(t *testing.T, e *appnodetest.Env, states []cosmic.State, reason *cosmic.Reason) <-chan error {
-	done := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	go func() {
-		defer cancel()
-		var id string
-		for id == "" {
-			l, err := e.Ork.ListJobs(ctx, orkapi.ListJobsParams{States: []cosmic.State{cosmic.StateQueued}})
-			if err != nil {
-				done <- err
-				return
-			}
-			if len(l.Jobs) > 0 {
-				id = l.Jobs[0].ID
-			} else if !sleep(ctx, time.Millisecond) {
-				done <- ctx.Err()
-				return
-			}
-		}
-		for _, s := range states {
-			var r *cosmic.Reason
-			if s == cosmic.StateFailed {
-				r = reason
-			}
-			if err := e.Ork.SetState(id, s, r); err != nil {
-				done <- err
-				return
-			}
-			seen := e.Ork.Calls(orkapi.MethodGetJob)
-			for e.Ork.Calls(orkapi.MethodGetJob) <= seen {
-				if !sleep(ctx, time.Millisecond) {
-					done <- ctx.Err()
-					return
-				}
-			}
-		}
-		done <- nil
-	}()
-	return done
+// waitWorker plays a worker for `jobs create --wait`, standing as the
+// CLI's stderr: each status line the CLI prints for the state the job is
+// in moves it to the next of states. So the job changes only once --wait
+// has seen the state before, and every state shows, however the polls fall.
+type waitWorker struct {
+	t      *testing.T
+	ork    *appnodetest.Ork
+	states []cosmic.State // still to move the job to
+	reason *cosmic.Reason // given with StateFailed
+
+	mu   sync.Mutex
+	out  bytes.Buffer // all the CLI wrote
+	line []byte       // the line it has not finished
+	id   string       // the job, once it has been created
+	at   cosmic.State // the job's state, as last set
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
+func newWaitWorker(t *testing.T, e *appnodetest.Env, states []cosmic.State, reason *cosmic.Reason) *waitWorker {
+	return &waitWorker{t: t, ork: e.Ork, states: states, reason: reason, at: cosmic.StateQueued}
+}
+
+func (w *waitWorker) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out.Write(p)
+	w.line = append(w.line, p...)
+	for {
+		i := bytes.IndexByte(w.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.printed(string(w.line[:i]))
+		w.line = w.line[i+1:]
 	}
+}
+
+// printed moves the job on if line is the status line of its state.
+func (w *waitWorker) printed(line string) {
+	if f := strings.Fields(line); len(w.states) == 0 || len(f) == 0 || cosmic.State(f[0]) != w.at {
+		return
+	}
+	if w.id == "" {
+		// The CLI prints the first status line from the create's answer:
+		// the job is in the ork, the only queued one.
+		l, err := w.ork.ListJobs(context.Background(), orkapi.ListJobsParams{States: []cosmic.State{cosmic.StateQueued}})
+		if err != nil || len(l.Jobs) != 1 {
+			w.t.Errorf("the queued jobs: %+v, %v", l.Jobs, err)
+			return
+		}
+		w.id = l.Jobs[0].ID
+	}
+	s := w.states[0]
+	var r *cosmic.Reason
+	if s == cosmic.StateFailed {
+		r = w.reason
+	}
+	if err := w.ork.SetState(w.id, s, r); err != nil {
+		w.t.Errorf("move job %s to %s: %v", w.id, s, err)
+		return
+	}
+	w.states, w.at = w.states[1:], s
+}
+
+// run runs the CLI with w as its stderr, and fails t if w did not move the
+// job through every state.
+func (w *waitWorker) run(env map[string]string, args ...string) (code int, stdout, stderr string) {
+	w.t.Helper()
+	var out bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: w, getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code = a.run(ctx, args)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.states) > 0 {
+		w.t.Errorf("the job was left %s, not moved on to %v", w.at, w.states)
+	}
+	return code, out.String(), w.out.String()
 }
 
 // TestAgainstAppNode runs the user commands against the real app-node
@@ -90,12 +119,9 @@ func TestAgainstAppNode(t *testing.T) {
 	}
 
 	// Create and wait: every state shows, exit 0 when running.
-	done := drive(t, e, []cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}, nil)
-	code, out, errs = runCLI(t, env, "jobs", "create", "--location", "us", "--image", "ubuntu", "--gpus", "8", "--name", "train",
+	w := newWaitWorker(t, e, []cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}, nil)
+	code, out, errs = w.run(env, "jobs", "create", "--location", "us", "--image", "ubuntu", "--gpus", "8", "--name", "train",
 		"--label", "team=ml", "--wait", "--poll-interval", "2ms", "-o", "json", "--", "sleep", "infinity")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if code != 0 {
 		t.Fatalf("create --wait: exit %d: %s", code, errs)
 	}
@@ -110,11 +136,8 @@ func TestAgainstAppNode(t *testing.T) {
 
 	// A job that fails: exit 3 with reason and fix.
 	reason := cosmic.NewReason(cosmic.ReasonExceedsNodeGPUs, "9 GPUs asked, nodes of us hold 8")
-	done = drive(t, e, []cosmic.State{cosmic.StateFailed}, &reason)
-	code, _, errs = runCLI(t, env, "jobs", "create", "--location", "us", "--image", "ubuntu", "--gpus", "9", "--wait", "--poll-interval", "2ms")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	w = newWaitWorker(t, e, []cosmic.State{cosmic.StateFailed}, &reason)
+	code, _, errs = w.run(env, "jobs", "create", "--location", "us", "--image", "ubuntu", "--gpus", "9", "--wait", "--poll-interval", "2ms")
 	if code != ExitJobFailed || !strings.Contains(errs, "exceeds_node_gpus: "+reason.Message) || !strings.Contains(errs, "fix: "+reason.Fix) {
 		t.Errorf("failed job: exit %d, %s", code, errs)
 	}

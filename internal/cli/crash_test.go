@@ -15,6 +15,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestMain lets tests run this test binary as the cosmicac binary: with
@@ -85,6 +86,10 @@ func TestUpSurvivesSIGKILL(t *testing.T) {
 		wg    sync.WaitGroup
 	)
 	stop := make(chan struct{})
+	// midStream is closed with the 20th acknowledgement: the kill comes
+	// while the workers are still creating jobs.
+	const killAfter = 20
+	midStream := make(chan struct{})
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
@@ -103,20 +108,17 @@ func TestUpSurvivesSIGKILL(t *testing.T) {
 				}
 				mu.Lock()
 				acked = append(acked, j.ID)
+				if len(acked) == killAfter {
+					close(midStream)
+				}
 				mu.Unlock()
 			}
 		}()
 	}
-	// Kill once some jobs were acknowledged, mid-stream.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 20 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-midStream:
+	case <-time.After(waittest.Timeout):
+		t.Fatalf("%d jobs were not acknowledged within %v", killAfter, waittest.Timeout)
 	}
 	if err := up.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -140,7 +142,7 @@ func TestUpSurvivesSIGKILL(t *testing.T) {
 	}
 	// Once the jobs settle, the GPUs held add up to what the rack shows.
 	var held, free int
-	for settle := time.Now().Add(30 * time.Second); ; {
+	waittest.NoError(t, func() error {
 		list, err := c2.ListJobs(ctx, client.ListOptions{Size: 1000})
 		if err != nil {
 			t.Fatal(err)
@@ -148,12 +150,12 @@ func TestUpSurvivesSIGKILL(t *testing.T) {
 		if list.Total < len(ids) {
 			t.Fatalf("list shows %d jobs, %d were acknowledged", list.Total, len(ids))
 		}
-		busy := false
+		var busy []string
 		held = 0
 		for _, j := range list.Items {
 			switch j.Status.State {
 			case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRestarting, cosmic.StateCreating, cosmic.StateDeleting:
-				busy = true
+				busy = append(busy, j.ID+" "+string(j.Status.State))
 			}
 			if j.Status.State.HoldsGPUs() {
 				held += j.Spec.Resources.GPU
@@ -164,14 +166,11 @@ func TestUpSurvivesSIGKILL(t *testing.T) {
 			t.Fatalf("racks: %v %v", racks, err)
 		}
 		free = racks[0].FreeGPUs
-		if !busy && held+free == racks[0].GPUs {
-			break
+		if len(busy) > 0 || held+free != racks[0].GPUs {
+			return fmt.Errorf("jobs hold %d GPUs, %d free, rack has %d; busy: %v", held, free, racks[0].GPUs, busy)
 		}
-		if time.Now().After(settle) {
-			t.Fatalf("after restart: jobs hold %d GPUs, %d free, rack has %d", held, free, racks[0].GPUs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the jobs to settle after the restart")
 	if held > 16 {
 		t.Fatalf("jobs hold %d GPUs on a 16-GPU rack", held)
 	}

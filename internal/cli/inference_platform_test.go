@@ -2,12 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestInferenceCommandsOnThePlatform runs `cosmicac api-keys` and
@@ -29,17 +30,12 @@ func TestInferenceCommandsOnThePlatform(t *testing.T) {
 		t.Fatalf("api-keys create: %d %q %q", code, out, errs)
 	}
 	env["COSMICAC_API_KEY"] = k.Key
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mh, _ := e.P.Proxy.JobHealth(e.Ctx, j.ID)
-		if len(mh.Replicas) == 1 && mh.Replicas[0].Ready {
-			break
+	waittest.NoError(t, func() error {
+		if mh, err := e.P.Proxy.JobHealth(e.Ctx, j.ID); err != nil || len(mh.Replicas) != 1 || !mh.Replicas[0].Ready {
+			return fmt.Errorf("health %+v, %v", mh, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never served: %+v", mh)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the proxy to serve the job's one replica")
 	code, plain, errs := runCLI(t, env, "inference", "chat", "--model", "qwen", "hello there")
 	if code != 0 || strings.TrimSpace(plain) == "" {
 		t.Fatalf("chat: %d %q %q", code, plain, errs)

@@ -21,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -140,7 +141,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	defer func() { acancel(); <-adone }()
 
 	chat := `{"model":"qwen","messages":[{"role":"user","content":"Say hello"}],"max_tokens":4}`
-	retryUntil(t, 30*time.Second, "a chat completion through proxy-inference", func() error {
+	waittest.NoError(t, func() error {
 		code, h, body := do("POST", "/chat/completions", key.Key, chat)
 		if code != 200 {
 			return fmt.Errorf("%d %s", code, body)
@@ -155,7 +156,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 			t.Fatalf("chat completion %s (%v), headers %v", body, err, h)
 		}
 		return nil
-	})
+	}, "a chat completion through proxy-inference")
 	if code, _, body := do("GET", "/models", key.Key, ""); code != 200 || !strings.Contains(body, `"id":"qwen"`) || !strings.Contains(body, j.ID) {
 		t.Fatalf("models: %d %s", code, body)
 	}
@@ -180,10 +181,10 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	if err := c.RevokeAPIKey(ctx, key.ID); err != nil {
 		t.Fatal(err)
 	}
-	retryUntil(t, 10*time.Second, "the revoked key refused", func() error {
+	waittest.NoError(t, func() error {
 		if code, _, body := do("GET", "/models", key.Key, ""); code != 401 {
 			return fmt.Errorf("%d %s", code, body)
 		}
 		return nil
-	})
+	}, "the revoked key refused")
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // shellRig is an agent that listens on loopback and admits the CLI key in
@@ -105,13 +107,12 @@ func (term *terminal) typeIn(t *testing.T, s string) {
 
 func (term *terminal) waitFor(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(term.out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %q; terminal shows:\n%s", want, term.out.String())
+	waittest.NoError(t, func() error {
+		if out := term.out.String(); !strings.Contains(out, want) {
+			return fmt.Errorf("terminal shows:\n%s", out)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	}, "%q on the terminal", want)
 }
 
 // runOnTerminal runs the CLI with the terminal as stdin, stdout and stderr.
@@ -168,7 +169,20 @@ func TestJobsShellCommandOnTerminal(t *testing.T) {
 	r := newShellRig(t)
 	term := newTerminal(t, 24, 80)
 	code := runOnTerminal(t, term, r.args("--", "sleep", "100"))
-	time.Sleep(500 * time.Millisecond)
+	// Ctrl-C is a byte for the remote terminal only once the CLI has put
+	// the local one in raw mode (before, its line discipline eats it), and
+	// it interrupts the remote sleep only once the sleep owns the remote
+	// terminal: the agent lists the session with its PID after starting
+	// it, by when it is the terminal's session leader.
+	waittest.NoError(t, func() error {
+		if s := r.agent.Status().Sessions; len(s) != 1 || s[0].PID == 0 || !s[0].TTY {
+			return fmt.Errorf("the agent's sessions: %+v", s)
+		}
+		if st, err := termios(term.tty); err != nil || st.Lflag&(syscall.ICANON|syscall.ISIG) != 0 {
+			return fmt.Errorf("the local terminal is not raw: %+v, %v", st, err)
+		}
+		return nil
+	}, "the remote sleep started and the local terminal raw")
 	term.typeIn(t, "\x03")
 	if c := waitCode(t, code, term); c != 130 {
 		t.Fatalf("exit code %d, want 130; terminal:\n%s", c, term.out.String())

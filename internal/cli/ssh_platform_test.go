@@ -11,12 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
 	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // throwawaySSHD starts Debian's sshd on a free loopback port with a temp
@@ -66,18 +66,14 @@ func throwawaySSHD(t *testing.T) (port int, userKey string) {
 		t.Fatalf("start sshd: %v", err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waittest.NoError(t, func() error {
 		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err == nil {
 			c.Close()
-			return port, userKey
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd did not listen on %d", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	}, "sshd to listen on %d", port)
+	return port, userKey
 }
 
 // TestJobsSSHThroughThePlatform: `cosmicac jobs ssh JOB` runs the user's
@@ -143,8 +139,7 @@ func TestJobsSSHThroughThePlatform(t *testing.T) {
 
 	// The agent recorded the connections (to the VM's port 22) in the
 	// job's log, and the job runs on.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waittest.NoError(t, func() error {
 		var n int
 		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
 			if ev.Record != nil && strings.Contains(ev.Record.Line, "tcp connection to port 22 opened") {
@@ -155,14 +150,11 @@ func TestJobsSSHThroughThePlatform(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n >= 3 {
-			break
+		if n < 3 {
+			return fmt.Errorf("%d tcp connections recorded", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tcp connections recorded in the job's log, want 3", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	}, "the job's log to record 3 tcp connections")
 	if got, err := e.Client.GetJob(e.Ctx, j.ID); err != nil || got.Status.State != cosmic.StateRunning {
 		t.Fatalf("after ssh: %v %v", got.Status.State, err)
 	}

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +16,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 const rackKey = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -172,42 +174,28 @@ func TestWaitJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
+	// Each state the client reports moves the job on to the next, so the
+	// job changes only once the client has seen the state before: each
+	// one is observed, however the polls fall. onChange runs in WaitJob's
+	// caller, this goroutine.
+	next := map[cosmic.State]cosmic.State{cosmic.StateQueued: cosmic.StatePending,
+		cosmic.StatePending: cosmic.StateStarting, cosmic.StateStarting: cosmic.StateRunning}
 	var seen []cosmic.State
 	onChange := func(j cosmic.Job) {
-		mu.Lock()
-		defer mu.Unlock()
 		seen = append(seen, j.Status.State)
-	}
-	states := func() []cosmic.State {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]cosmic.State(nil), seen...)
-	}
-	go func() {
-		for _, s := range []cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning} {
-			// Wait until the client saw the previous state, so each is observed.
-			for len(states()) == 0 || states()[len(states())-1] == s {
-				time.Sleep(time.Millisecond)
-			}
-			for {
-				time.Sleep(20 * time.Millisecond)
-				if err := e.Ork.SetState(j.ID, s, nil); err == nil {
-					break
-				}
-			}
-			for states()[len(states())-1] != s {
-				time.Sleep(time.Millisecond)
+		if s, ok := next[j.Status.State]; ok {
+			if err := e.Ork.SetState(j.ID, s, nil); err != nil {
+				t.Errorf("move the job to %s: %v", s, err)
 			}
 		}
-	}()
+	}
 	final, err := c.WaitJob(ctx, j.ID, client.Settled, onChange)
 	if err != nil || final.Status.State != cosmic.StateRunning {
 		t.Fatalf("wait: %s %v", final.Status.State, err)
 	}
 	want := []cosmic.State{cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}
-	if got := states(); len(got) != len(want) || got[0] != want[0] || got[3] != want[3] {
-		t.Errorf("onChange saw %v, want %v", got, want)
+	if !slices.Equal(seen, want) {
+		t.Errorf("onChange saw %v, want %v", seen, want)
 	}
 
 	t.Run("not found ends the wait", func(t *testing.T) {
@@ -224,8 +212,18 @@ func TestWaitJob(t *testing.T) {
 	})
 	t.Run("unavailable is retried", func(t *testing.T) {
 		e.Ork.FailWith(errUnavailable)
-		time.AfterFunc(50*time.Millisecond, func() { e.Ork.FailWith(nil) })
-		if _, err := c.WaitJob(ctx, j.ID, client.Settled, nil); err != nil {
+		before := e.Ork.Calls(orkapi.MethodGetJob)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.WaitJob(ctx, j.ID, client.Settled, nil)
+			done <- err
+		}()
+		// The ork comes back once it has refused two polls, so the wait
+		// has ridden out an outage (or ended, wrongly, on the first).
+		waittest.Until(t, func() bool { return len(done) > 0 || e.Ork.Calls(orkapi.MethodGetJob) >= before+2 },
+			"two polls refused by the ork")
+		e.Ork.FailWith(nil)
+		if err := <-done; err != nil {
 			t.Errorf("err = %v", err)
 		}
 	})

@@ -159,6 +159,8 @@ func TestUploadRoutesTakeTheUploadLimit(t *testing.T) {
 	mux.Handle("/upload", httpserve.Upload(http.HandlerFunc(read)))
 	addr := serve(t, mux, l)
 	// A body in three parts, 400 ms apart: beyond Body, within Upload.
+	// The pauses are the workload (a slow uploader the limits must tell
+	// apart), not a wait for anything.
 	post := func(path string) (int, error) {
 		pr, pw := io.Pipe()
 		go func() {
@@ -257,6 +259,9 @@ func TestHijackedConnectionsKeepNoDeadline(t *testing.T) {
 				}
 				go func() {
 					defer conn.Close()
+					// The workload: the connection stays quiet past
+					// every limit, which a deadline left on it would
+					// cut. Nothing is waited for.
 					time.Sleep((3 * small.Write).D())
 					line, err := brw.ReadString('\n')
 					if err == nil {

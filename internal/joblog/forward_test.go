@@ -10,6 +10,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // fakeMonitor takes batches unless it is away.
@@ -50,9 +51,7 @@ func TestForwarderDropsWhileAwayAndRecovers(t *testing.T) {
 	if s := f.Stats(); s.Dropped != 20 || s.Buffered != 10 {
 		t.Fatalf("stats %+v, want 20 dropped and 10 buffered", s)
 	}
-	for f.Stats().Failures < 2 { // it keeps trying
-		time.Sleep(time.Millisecond)
-	}
+	waittest.Until(t, func() bool { return f.Stats().Failures >= 2 }, "a second failed send: it keeps trying")
 	mon.setAway(false)
 	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer fcancel()
