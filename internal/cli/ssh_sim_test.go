@@ -41,7 +41,7 @@ func sshKeygen(t *testing.T, dir, name string) string {
 // TestJobsSSHOnTheSimulatedRack (issue 12): with the platform's defaults,
 // as `cosmicac up` runs it, `cosmicac jobs ssh JOB` reaches the replica's
 // simulated sshd (internal/simsshd) with Debian's ssh, admitted by the key
-// the job was created with; another key is refused.
+// the job was created with, for commands and scp; another key is refused.
 func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 	needOpenSSHClient(t)
 	e := cosmictest.NewEnv(t)
@@ -88,6 +88,26 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 	if code, out, errs := ssh(key, `cd && pwd && exit 7`); code != 7 || !strings.HasSuffix(strings.TrimSpace(out), j.ID+"-r0") {
 		t.Fatalf("jobs ssh … exit 7: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	// scp (over sftp, OpenSSH's default since 9.0) with the ProxyCommand
+	// `jobs ssh` gives ssh: a relative path is in the replica's home.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "src.txt")
+	if err := os.WriteFile(src, []byte("through the fabric\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	scp := exec.Command("scp", "-s", "-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+		"-o", "ProxyCommand="+strings.Join([]string{self, "jobs", "ssh", "--proxy", j.ID}, " "), src, "cosmicac-"+j.ID+":copied.txt")
+	if out, err := scp.CombinedOutput(); err != nil {
+		t.Fatalf("scp: %v: %s", err, out)
+	}
+	if code, out, errs := ssh(key, "cat", "copied.txt"); code != 0 || out != "through the fabric\n" {
+		t.Fatalf("jobs ssh … cat copied.txt: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+
 	if code, out, errs := ssh(wrong, "echo", "hi"); code != 255 || out != "" || !strings.Contains(errs, "Permission denied (publickey)") {
 		t.Fatalf("jobs ssh with another key: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -109,11 +129,11 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if opened == 2 && closed == 1 {
+		if opened == 4 && closed == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 2 and 1", opened, closed)
+			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 4 (echo, exit, scp, cat) and 1", opened, closed)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

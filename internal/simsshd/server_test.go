@@ -7,12 +7,15 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cosmicac/cosmicac/internal/simsshd"
@@ -66,9 +69,14 @@ func (r *records) waitFor(t *testing.T, parts ...string) {
 
 func start(t *testing.T, keys ...string) (*simsshd.Server, *records) {
 	t.Helper()
+	return startIn(t, t.TempDir(), keys...)
+}
+
+func startIn(t *testing.T, dir string, keys ...string) (*simsshd.Server, *records) {
+	t.Helper()
 	rec := &records{}
 	srv, err := simsshd.Start(simsshd.Config{AuthorizedKeys: keys, Shell: "/bin/sh", Env: []string{"FROM_SPEC=spec value"},
-		Dir: t.TempDir(), Record: rec.add}, "127.0.0.1:0")
+		Dir: dir, Record: rec.add}, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,9 +297,43 @@ func TestRefusesForwardingAndSubsystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.RequestSubsystem("sftp"); err == nil {
-		t.Fatal("the sftp subsystem was accepted")
+	if err := s.RequestSubsystem("netconf"); err == nil {
+		t.Fatal("the netconf subsystem was accepted")
 	}
+}
+
+func TestSFTP(t *testing.T) {
+	k, line := newKey(t)
+	dir := t.TempDir()
+	srv, rec := startIn(t, dir, line)
+	c, err := dial(srv, ssh.PublicKeys(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fc, err := sftp.NewClient(c)
+	if err != nil {
+		t.Fatalf("sftp: %v", err)
+	}
+	// A relative path is in the replica's home.
+	f, err := fc.Create("copied.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("over sftp\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "copied.txt")); err != nil || string(b) != "over sftp\n" {
+		t.Fatalf("the file in the home: %q %v", b, err)
+	}
+	rec.waitFor(t, "opened by", ": sftp")
+	rec.waitFor(t, "closed after", "exit code 0")
 }
 
 func TestCloseHangsUpSessions(t *testing.T) {

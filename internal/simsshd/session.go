@@ -1,6 +1,7 @@
 package simsshd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
@@ -55,6 +57,7 @@ func (s *Server) session(sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Re
 		pr  *ptyRequest
 		env []string
 		p   *process
+		sub chan struct{} // closed once the sftp subsystem has ended
 	)
 	for req := range reqs {
 		ok := false
@@ -79,7 +82,7 @@ func (s *Server) session(sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Re
 				env, ok = append(env, r.Name+"="+r.Value), true
 			}
 		case "shell", "exec":
-			if p != nil {
+			if p != nil || sub != nil {
 				break // one process a channel
 			}
 			var command *string
@@ -96,11 +99,21 @@ func (s *Server) session(sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Re
 				break
 			}
 			ok = true
+		case "subsystem":
+			var r execRequest // a subsystem's name has the layout of a command
+			if p == nil && sub == nil && ssh.Unmarshal(req.Payload, &r) == nil && r.Command == "sftp" {
+				ok = true
+			}
 		}
-		// Anything else (subsystem, x11-req, auth-agent-req@openssh.com,
-		// signal, …) is refused.
+		// Anything else (other subsystems, x11-req,
+		// auth-agent-req@openssh.com, signal, …) is refused.
 		if req.WantReply {
 			req.Reply(ok, nil)
+		}
+		if ok && req.Type == "subsystem" {
+			done := make(chan struct{})
+			sub = done
+			s.wg.Go(func() { defer close(done); s.sftp(sc, ch) })
 		}
 		// The process's output starts once its request is answered, so
 		// that a client never sees the exit before the reply.
@@ -118,6 +131,35 @@ func (s *Server) session(sc *ssh.ServerConn, ch ssh.Channel, reqs <-chan *ssh.Re
 		}
 		<-p.done
 	}
+	if sub != nil {
+		<-sub
+	}
+}
+
+// sftp serves the sftp subsystem on ch (which scp uses too, since
+// OpenSSH 9.0) until the client ends it, with paths relative to the
+// replica's home and the platform's user's permissions, as a shell has.
+func (s *Server) sftp(sc *ssh.ServerConn, ch ssh.Channel) {
+	s.mu.Lock()
+	s.nextID++
+	id := "ssh" + strconv.Itoa(s.nextID)
+	s.mu.Unlock()
+	started, w := time.Now(), who(sc)
+	srv, err := sftp.NewServer(ch, sftp.WithServerWorkingDirectory(s.cfg.Dir))
+	if err != nil {
+		s.record("ssh session %s by %s refused to start sftp: %v", id, w, err)
+		ch.Close()
+		return
+	}
+	s.record("ssh session %s opened by %s: sftp", id, w)
+	code := 0
+	if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
+		code = 1
+		s.cfg.Log.Debug("sftp ended", "session", id, "err", err)
+	}
+	s.record("ssh session %s by %s closed after %s: exit code %d", id, w, time.Since(started).Round(time.Millisecond), code)
+	ch.SendRequest("exit-status", false, ssh.Marshal(exitStatus{Status: uint32(code)}))
+	srv.Close() // and the channel
 }
 
 // validEnv refuses names a process environment cannot hold.
