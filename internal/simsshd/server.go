@@ -7,9 +7,10 @@
 //
 // It is a simulation, not an sshd: it admits the job's spec.sshPublicKeys
 // (any user name, public keys only) and serves session channels (pty-req,
-// window-change, env, shell, exec) whose processes run on this machine as
-// the platform's user, like `jobs shell` on the simulated rack
-// (docs/simulated-rack.md). Only the wiring (internal/platform) and tests
+// window-change, env, shell, exec and the sftp subsystem) whose processes
+// run on this machine as the platform's user, like `jobs shell` on the
+// simulated rack; it refuses forwarding of any kind (docs/shell.md, "On
+// the simulated rack"). Only the wiring (internal/platform) and tests
 // may import it: it is a simulator package (internal/archtest).
 package simsshd
 
