@@ -89,7 +89,7 @@ func dial(srv *simsshd.Server, auth ...ssh.AuthMethod) (*ssh.Client, error) {
 		HostKeyCallback: ssh.FixedHostKey(srv.HostKey()), Timeout: 10 * time.Second})
 }
 
-func TestAdmitsOnlyTheSpecsKeys(t *testing.T) {
+func TestSSHAdmitsOnlyTheSpecsKeys(t *testing.T) {
 	in, inLine := newKey(t)
 	out, _ := newKey(t)
 	srv, _ := start(t, "garbage that is no key", inLine)
@@ -124,7 +124,7 @@ func TestAdmitsOnlyTheSpecsKeys(t *testing.T) {
 	}
 }
 
-func TestNoKeysAdmitsNobody(t *testing.T) {
+func TestSSHNoKeysAdmitsNobody(t *testing.T) {
 	k, _ := newKey(t)
 	srv, _ := start(t)
 	if c, err := dial(srv, ssh.PublicKeys(k)); err == nil {
@@ -133,7 +133,7 @@ func TestNoKeysAdmitsNobody(t *testing.T) {
 	}
 }
 
-func TestExecAndShell(t *testing.T) {
+func TestSSHExecAndShell(t *testing.T) {
 	k, line := newKey(t)
 	srv, rec := start(t, line)
 	c, err := dial(srv, ssh.PublicKeys(k))
@@ -204,7 +204,7 @@ func TestExecAndShell(t *testing.T) {
 	})
 }
 
-func TestPTYAndWindowChange(t *testing.T) {
+func TestSSHPTYAndWindowChange(t *testing.T) {
 	k, line := newKey(t)
 	srv, rec := start(t, line)
 	c, err := dial(srv, ssh.PublicKeys(k))
@@ -271,7 +271,7 @@ func TestPTYAndWindowChange(t *testing.T) {
 	rec.waitFor(t, "(tty)")
 }
 
-func TestRefusesForwardingAndSubsystems(t *testing.T) {
+func TestSSHRefusesForwardingAndSubsystems(t *testing.T) {
 	k, line := newKey(t)
 	srv, _ := start(t, line)
 	c, err := dial(srv, ssh.PublicKeys(k))
@@ -302,7 +302,7 @@ func TestRefusesForwardingAndSubsystems(t *testing.T) {
 	}
 }
 
-func TestSFTP(t *testing.T) {
+func TestSSHSFTP(t *testing.T) {
 	k, line := newKey(t)
 	dir := t.TempDir()
 	srv, rec := startIn(t, dir, line)
@@ -336,7 +336,7 @@ func TestSFTP(t *testing.T) {
 	rec.waitFor(t, "closed after", "exit code 0")
 }
 
-func TestCloseHangsUpSessions(t *testing.T) {
+func TestSSHCloseHangsUpSessions(t *testing.T) {
 	k, line := newKey(t)
 	srv, rec := start(t, line)
 	c, err := dial(srv, ssh.PublicKeys(k))
