@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pkg/sftp"
+	"go.uber.org/goleak"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cosmicac/cosmicac/internal/simsshd"
@@ -361,3 +362,7 @@ func TestSSHCloseHangsUpSessions(t *testing.T) {
 	}
 	rec.waitFor(t, "closed after", "signal HUP")
 }
+
+// TestMain checks that the servers closed by the tests left no goroutine
+// behind: Close waits for every session's.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
