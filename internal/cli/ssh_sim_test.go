@@ -88,6 +88,11 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 	if code, out, errs := ssh(key, `cd && pwd && exit 7`); code != 7 || !strings.HasSuffix(strings.TrimSpace(out), j.ID+"-r0") {
 		t.Fatalf("jobs ssh … exit 7: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	// With -tt the session has a PTY, with the client's TERM.
+	t.Setenv("TERM", "vt100")
+	if code, out, errs := ssh(key, "-tt", `test -t 0 && echo "tty $TERM"`); code != 0 || out != "tty vt100\r\n" {
+		t.Fatalf("jobs ssh -tt: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 	// scp (over sftp, OpenSSH's default since 9.0) with the ProxyCommand
 	// `jobs ssh` gives ssh: a relative path is in the replica's home.
 	self, err := os.Executable()
@@ -129,11 +134,11 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if opened == 4 && closed == 1 {
+		if opened == 5 && closed == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 4 (echo, exit, scp, cat) and 1", opened, closed)
+			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 5 (echo, exit, -tt, scp, cat) and 1", opened, closed)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
