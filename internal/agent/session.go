@@ -47,36 +47,13 @@ type session struct {
 	exited chan struct{} // closed once the process has been waited for
 }
 
-// hangup ends the session's processes: SIGHUP to its process group (as a
-// terminal's hang-up does), SIGKILL two seconds later if it still runs.
-// The job's command is in another process group and is never touched.
+// hangup ends the session's processes (Hangup), once.
 func (s *session) hangup() {
-	s.once.Do(func() {
-		pid := s.cmd.Process.Pid
-		syscall.Kill(-pid, syscall.SIGHUP)
-		syscall.Kill(-pid, syscall.SIGCONT)
-		go func() {
-			select {
-			case <-s.exited:
-			case <-time.After(2 * time.Second):
-				syscall.Kill(-pid, syscall.SIGKILL)
-			}
-		}()
-	})
+	s.once.Do(func() { Hangup(s.cmd.Process.Pid, s.exited) })
 }
 
 // loginShell is the shell of sessions without argv.
-func (a *Agent) loginShell() string {
-	for _, s := range []string{a.cfg.Shell, os.Getenv("SHELL"), "/bin/bash", "/bin/sh"} {
-		if s == "" {
-			continue
-		}
-		if _, err := exec.LookPath(s); err == nil {
-			return s
-		}
-	}
-	return "/bin/sh"
-}
+func (a *Agent) loginShell() string { return LoginShell(a.cfg.Shell) }
 
 func checkOpen(p *shellproto.OpenParams) error {
 	for _, e := range p.Env {

@@ -139,13 +139,13 @@ func TestPoliciesComeFromTheTrustGraph(t *testing.T) {
 
 // TestNoTestOrSimulatorInProduction: no package imports a test harness
 // (cosmictest, k8stest, trusttest, …) but another harness; the simulated
-// rack and runtime are imported only by the wiring (the binary, cli,
+// rack, its sshd and the simulated runtime are imported only by the wiring (the binary, cli,
 // platform), the simulated runtime's launcher (inferagent/simlaunch) and
 // the harnesses: the agents, the workers and the servers carry none.
 func TestNoTestOrSimulatorInProduction(t *testing.T) {
 	const mod = "github.com/cosmicac/cosmicac/internal/"
 	harness := func(p string) bool { return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") }
-	simulator := map[string]bool{mod + "simcluster": true, mod + "simruntime": true}
+	simulator := map[string]bool{mod + "simcluster": true, mod + "simsshd": true, mod + "simruntime": true}
 	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli": true, mod + "platform": true,
 		mod + "inferagent/simlaunch": true}
 	for _, p := range list(t) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simsshd"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -76,7 +77,9 @@ func (r agentRunner) whenBound(ctx context.Context, job cosmic.Job, replica int,
 type simAgents struct {
 	agentRunner
 	dataDir string
-	sshPort int // agent.Config.SSHPort
+	// sshPort is every agent's agent.Config.SSHPort (a real sshd's);
+	// 0 starts a simulated sshd (internal/simsshd) for each replica.
+	sshPort int
 
 	// The peers of the bootstrap.
 	peers []agent.Peer
@@ -133,9 +136,23 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		env = append(env, e.Name+"="+e.Value)
 	}
 	env = append(env, "HOME="+dir)
+	// The VM's sshd: CosmicAC's own simulated one unless the platform was
+	// pointed at a real sshd (Config.AgentSSHPort).
+	sshPort := s.sshPort
+	var sshd *simsshd.Server
+	if sshPort == 0 {
+		var err error
+		sshd, err = simsshd.Start(simsshd.Config{AuthorizedKeys: job.Spec.SSHPublicKeys, Env: env, Dir: dir,
+			Record: s.sshdRecorder(job, replica),
+			Log:    s.log.With("component", simsshdComponent, "job_id", job.ID, "replica", replica)}, "127.0.0.1:0")
+		if err != nil {
+			return failed(fmt.Errorf("ssh server: %w", err))
+		}
+		sshPort = sshd.Port()
+	}
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: s.peers, Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: s.logs,
-		TCPPorts: tcpPorts(job.Spec), SSHPort: s.sshPort,
+		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort,
 		OnChange: func(st agent.Status) {
 			if st.Command == nil {
 				return
@@ -155,6 +172,9 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	actx, cancel := context.WithCancel(ctx)
 	s.wg.Go(func() {
 		defer s.forget(job.ID, replica, key, unbind)
+		if sshd != nil {
+			defer sshd.Close()
+		}
 		if !s.whenBound(actx, job, replica, []fabric.PublicKey{key}) {
 			return
 		}
@@ -165,6 +185,20 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		}
 	})
 	return a.Ready(), done, cancel
+}
+
+// simsshdComponent names the simulated sshd in the platform's log and in
+// the stream of its records in a job's system log.
+const simsshdComponent = "sim-sshd"
+
+// sshdRecorder writes the simulated sshd's lines (sessions opened and
+// closed, keys it cannot admit) in the job's system log, as the agent
+// writes its shell sessions.
+func (s *simAgents) sshdRecorder(job cosmic.Job, replica int) func(string) {
+	return func(line string) {
+		s.logs.Emit(joblog.Record{Time: time.Now(), JobID: job.ID, Team: job.Team, Replica: replica,
+			Source: joblog.SourceSystem, Stream: simsshdComponent, Step: "ssh", OK: joblog.Bool(true), Line: line})
+	}
 }
 
 func tcpPorts(spec cosmic.Spec) []int {

@@ -77,8 +77,11 @@ type Config struct {
 	// OperatorKeys are admitted to every component with full access (the
 	// local CLI's key, for `cosmicac rpc`).
 	OperatorKeys []fabric.PublicKey
-	// AgentSSHPort is the host port the simulated rack's agents connect
-	// `jobs ssh` to (their VM's port 22 is the host's; default 22).
+	// AgentSSHPort, when set, is the host port of a real sshd that the
+	// simulated rack's agents connect `jobs ssh` to (tests use a throwaway
+	// one). The default, 0, gives each gpu-container replica an SSH server
+	// of CosmicAC's own (internal/simsshd) admitting its spec's
+	// sshPublicKeys: the host's port 22 is not the VM's.
 	AgentSSHPort int
 	Logger       *slog.Logger
 }
