@@ -123,7 +123,7 @@ func (a *app) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 		Short:   "Revoke an API key by its name or ID (requests with it fail within seconds)",
 		Long: "Revoke an API key of your team, named by its ID or its name. Names need not be unique: a\n" +
 			"name that several keys share is refused (exit 2) with their IDs, to revoke one by ID.",
-		Example: "  cosmicac api-keys revoke ci\n  cosmicac api-keys revoke 3f2a9c1e",
+		Example: "  cosmicac api-keys revoke ci\n  cosmicac api-keys revoke key_5d1c0a9e3b7f2468",
 		Args:    cobra.ExactArgs(1),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {
