@@ -109,10 +109,15 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 		Long: "List racks with their nodes, GPUs, free GPUs and whether their worker answers. With --nodes,\n" +
 			"a second table shows each node's GPUs, those jobs use and those free, and whether it is\n" +
 			"schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
-			"runs on one node needs them on one node: 12 free as 4 on each of 3 nodes take no 8-GPU job.",
+			"runs on one node needs them on one node: 12 free as 4 on each of 3 nodes take no 8-GPU job.\n" +
+			"-o wide is --nodes.",
 		Example: "  cosmicac racks list\n  cosmicac racks list --nodes\n  cosmicac racks list -o yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out.format == "wide" {
+				// kubectl's word for the table with more in it.
+				out.format, nodes = outTable, true
+			}
 			if err := out.check(); err != nil {
 				return err
 			}

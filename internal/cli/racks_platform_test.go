@@ -48,6 +48,10 @@ func TestRacksListNodesOnThePlatform(t *testing.T) {
 		}
 	}
 
+	if code, wide, _ := runCLI(t, env, "racks", "list", "-o", "wide"); code != 0 || wide != out {
+		t.Errorf("racks list -o wide: exit %d\n%s\nwant what --nodes printed", code, wide)
+	}
+
 	// The plain table is as it was: one row per rack, no nodes.
 	if code, out, _ := runCLI(t, env, "racks", "list"); code != 0 || strings.Contains(out, "SCHEDULABLE") || len(strings.Split(strings.TrimSpace(out), "\n")) != 2 {
 		t.Errorf("racks list: exit %d\n%s", code, out)
