@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -27,17 +28,21 @@ func (a *app) apiKeysCommand() *cobra.Command {
 
 func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	var (
-		out  outputFlag
-		team string
+		out   outputFlag
+		team  string
+		quiet bool
 	)
 	cmd := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create an API key; its secret is printed this once",
-		Example: "  cosmicac api-keys create ci\n  cosmicac api-keys create ci -o json | jq -r .key",
+		Example: "  cosmicac api-keys create ci\n  KEY=$(cosmicac api-keys create ci -q)\n  cosmicac api-keys create ci -o json | jq -r .key",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
 				return err
+			}
+			if quiet && cmd.Flags().Changed("output") {
+				return usageErrorf("-q prints only the key: give -q or -o, not both")
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -46,6 +51,12 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 			k, err := c.CreateAPIKey(cmd.Context(), args[0], team)
 			if err != nil {
 				return c.explain(err)
+			}
+			if quiet {
+				// The key alone, for KEY=$(…): a script has nowhere
+				// else to read it, as it is never shown again.
+				fmt.Fprintln(a.stdout, k.Key)
+				return nil
 			}
 			if ok, err := out.structured(a.stdout, struct {
 				ID   string `json:"id"`
@@ -60,6 +71,7 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	}
 	out.add(cmd)
 	cmd.Flags().StringVar(&team, "team", "", "the team the key belongs to (admins only; default: yours)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key, for scripts")
 	return cmd
 }
 
@@ -106,20 +118,85 @@ func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
 
 func (a *app) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:     "revoke ID",
+		Use:     "revoke NAME|ID",
 		Aliases: []string{"delete", "rm"},
-		Short:   "Revoke an API key (requests with it fail within seconds)",
+		Short:   "Revoke an API key by its name or ID (requests with it fail within seconds)",
+		Long: "Revoke an API key of your team, named by its ID or its name. Names need not be unique: a\n" +
+			"name that several keys share is refused (exit 2) with their IDs, to revoke one by ID.",
+		Example: "  cosmicac api-keys revoke ci\n  cosmicac api-keys revoke key_5d1c0a9e3b7f2468",
 		Args:    cobra.ExactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			c, err := a.connect(conn)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			keys, err := c.ListAPIKeys(cmd.Context())
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			var ids []cobra.Completion
+			for _, k := range keys {
+				ids = append(ids, cobra.CompletionWithDesc(k.ID, k.Name))
+			}
+			return ids, cobra.ShellCompDirectiveNoFileComp
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(conn)
 			if err != nil {
 				return err
 			}
-			if err := c.RevokeAPIKey(cmd.Context(), args[0]); err != nil {
+			keys, err := c.ListAPIKeys(cmd.Context())
+			if err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "API key %s revoked\n", args[0])
+			k, err := resolveAPIKey(keys, args[0])
+			if err != nil {
+				return err
+			}
+			if err := c.RevokeAPIKey(cmd.Context(), k.ID); err != nil {
+				return c.explain(err)
+			}
+			if k.Name != "" && k.Name != k.ID {
+				fmt.Fprintf(a.stdout, "API key %s (%s) revoked\n", k.ID, k.Name)
+			} else {
+				fmt.Fprintf(a.stdout, "API key %s revoked\n", k.ID)
+			}
 			return nil
 		},
 	}
+}
+
+// resolveAPIKey finds the key that arg names among the caller's keys: the
+// key with that ID, else the one key with that name. A name that several
+// keys share is a usage error listing them, as revoking any one of them
+// would be a guess. An arg that is neither is taken as an ID, since an
+// admin may revoke another team's key, which the list does not show; the
+// API answers not_found if there is none.
+func resolveAPIKey(keys []apiv1.APIKey, arg string) (apiv1.APIKey, error) {
+	var named []apiv1.APIKey
+	for _, k := range keys {
+		if k.ID == arg {
+			return k, nil
+		}
+		if k.Name == arg {
+			named = append(named, k)
+		}
+	}
+	switch len(named) {
+	case 0:
+		return apiv1.APIKey{ID: arg}, nil
+	case 1:
+		return named[0], nil
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tNAME\tKEY\tCREATED BY\tAGE")
+	for _, k := range named {
+		fmt.Fprintf(tw, "  %s\t%s\t%s…\t%s\t%s\n", k.ID, k.Name, k.Prefix, dash(k.CreatedBy), age(k.CreatedAt))
+	}
+	_ = tw.Flush()
+	return apiv1.APIKey{}, usageErrorf("%d API keys are named %q; revoke one by its ID:\n%s", len(named), arg, strings.TrimRight(b.String(), "\n"))
 }

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -96,14 +98,26 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 }
 
 func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
-	var out outputFlag
+	var (
+		out   outputFlag
+		nodes bool
+	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List racks with their nodes, GPUs, free GPUs and whether their worker answers",
-		Example: "  cosmicac racks list\n  cosmicac racks list -o yaml",
+		Long: "List racks with their nodes, GPUs, free GPUs and whether their worker answers. With --nodes,\n" +
+			"a second table shows each node's GPUs, those jobs use and those free, and whether it is\n" +
+			"schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
+			"runs on one node needs them on one node: 12 free as 4 on each of 3 nodes take no 8-GPU job.\n" +
+			"-o wide is --nodes.",
+		Example: "  cosmicac racks list\n  cosmicac racks list --nodes\n  cosmicac racks list -o yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out.format == "wide" {
+				// kubectl's word for the table with more in it.
+				out.format, nodes = outTable, true
+			}
 			if err := out.check(); err != nil {
 				return err
 			}
@@ -125,11 +139,38 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintln(a.stderr, "no racks: register one with `cosmicac racks register`")
 				return nil
 			}
-			return writeRacksTable(a.stdout, rackRows(racks))
+			if err := writeRacksTable(a.stdout, rackRows(racks)); err != nil || !nodes {
+				return err
+			}
+			fmt.Fprintln(a.stdout)
+			return writeNodesTable(a.stdout, racks)
 		},
 	}
 	out.add(cmd)
+	cmd.Flags().BoolVar(&nodes, "nodes", false, "also list each node: its GPUs, those used and free, schedulable and ready")
 	return cmd
+}
+
+// writeNodesTable prints every node of the racks, a row each, with the GPUs
+// that jobs use and those a job could still get there: where a rack's free
+// GPUs are split across nodes, it shows why a job that needs them on one
+// node waits.
+func writeNodesTable(w io.Writer, racks []apiv1.Rack) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RACK\tNODE\tGPUS\tUSED\tFREE\tSCHEDULABLE\tREADY")
+	for _, r := range racks {
+		for _, n := range r.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.ID, n.Name, n.GPUs, n.UsedGPUs, n.FreeGPUs, yesNo(n.Schedulable), yesNo(n.Ready))
+		}
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func (a *app) racksRemoveCommand(conn *connFlags) *cobra.Command {

@@ -124,11 +124,13 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:           "cosmicac",
 		Short:         "CosmicAC runs GPU workloads on your own Kubernetes cluster",
 		Long:          "CosmicAC runs GPU Container Jobs and Managed Inference Jobs as KubeVirt GPU VMs on your own\nKubernetes cluster. `cosmicac up` runs the whole platform on one machine with a simulated rack.",
-		Version:       version.Version,
+		Version:       version.String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVar(&a.noColor, "no-color", false, "never color the output (also NO_COLOR=1)")
+	// --version says what cosmicac version says, not cobra's one line.
+	root.SetVersionTemplate(version.Long())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErrorf("%v\nSee '%s --help'.", err, c.CommandPath())
 	})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,24 @@ func defaultDataDir(getenv func(string) string) string {
 	return "cosmicac-data"
 }
 
+// simulatedRackNote says, in the banner, what the simulated rack is not:
+// someone trying CosmicAC would otherwise take a shell in a job for a shell
+// in its VM, and run there what they would only run in one.
+func simulatedRackNote(user string) string {
+	return "The simulated rack runs no VM and pulls no image: a job's image is only a name, and\n" +
+		"`cosmicac jobs shell` opens a shell on this machine as " + user + ", not in a VM, with no\n" +
+		"isolation (docs/simulated-rack.md).\n\n"
+}
+
+// currentUser names the user the platform runs as, whose shells the
+// simulated rack's jobs get.
+func currentUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "user " + u.Username
+	}
+	return "this process's user"
+}
+
 func (a *app) upCommand() *cobra.Command {
 	cfg := platform.DefaultConfig("")
 	var (
@@ -38,8 +57,10 @@ func (a *app) upCommand() *cobra.Command {
 		Short: "Run the whole platform in one process, with a simulated rack",
 		Long: "Runs every CosmicAC component in this process (wrk-ork, a rack worker, the app-node and its\n" +
 			"HTTP API), each on its own fabric node. With no cluster given, the rack is simulated: jobs move\n" +
-			"through the real statuses on simulated GPUs. Ctrl-C stops it cleanly; starting it again keeps\n" +
-			"every job and reservation.",
+			"through the real statuses on simulated GPUs, but no VM runs and no image is pulled, so\n" +
+			"`cosmicac jobs shell` opens a shell on this machine as the user running up, not in a VM\n" +
+			"(docs/simulated-rack.md). Ctrl-C stops it cleanly; starting it again keeps every job and\n" +
+			"reservation.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if kubeconfig != "" {
@@ -94,6 +115,7 @@ func (a *app) upCommand() *cobra.Command {
 			} else {
 				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
+				fmt.Fprint(a.stdout, simulatedRackNote(currentUser()))
 			}
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())

@@ -41,6 +41,13 @@ func (r Rack) Validate() error {
 
 // Node is a machine of a rack holding a pool of GPUs. Only nodes that are
 // both Schedulable and Ready receive new placements.
+//
+// UsedGPUs and FreeGPUs are the ork's account of the GPUs, not the worker's:
+// a worker reports them zero and the ork fills them in when it lists racks.
+// UsedGPUs are held by replicas; FreeGPUs are those a replica could be placed
+// on, so none on a node that is not both Schedulable and Ready. A replica of
+// a single-node job runs on one node, so a rack's free GPUs, the sum of its
+// nodes', can be more than such a job can get.
 type Node struct {
 	Name        string `json:"name"`
 	Rack        string `json:"rack"`
@@ -48,6 +55,8 @@ type Node struct {
 	GPUs        int    `json:"gpus"` // total, free or not
 	Schedulable bool   `json:"schedulable"`
 	Ready       bool   `json:"ready"`
+	UsedGPUs    int    `json:"usedGpus"`
+	FreeGPUs    int    `json:"freeGpus"`
 }
 
 // GPURef names one GPU: its index on a node of a rack.

@@ -665,11 +665,18 @@ func (o *Ork) ListRacks() orkapi.ListRacksReply {
 		if ri.Nodes == nil {
 			ri.Nodes = []cosmic.Node{}
 		}
-		for _, n := range r.Nodes {
-			ri.GPUs += n.GPUs
-			if free, ok := o.snap.Free(id, n.Name); ok && n.Ready && n.Schedulable {
-				ri.FreeGPUs += len(free)
+		for i, n := range ri.Nodes {
+			if free, ok := o.snap.Free(id, n.Name); ok {
+				// The snapshot knows which GPUs no reservation holds; of
+				// those, only a usable node's can take a replica.
+				n.UsedGPUs = max(n.GPUs-len(free), 0)
+				if n.Ready && n.Schedulable {
+					n.FreeGPUs = len(free)
+				}
 			}
+			ri.GPUs += n.GPUs
+			ri.FreeGPUs += n.FreeGPUs
+			ri.Nodes[i] = n
 		}
 		out.Racks = append(out.Racks, ri)
 	}

@@ -391,7 +391,7 @@ func (o *Ork) RegisterRack(_ context.Context, p orkapi.RegisterRackParams) (orka
 		ri = orkapi.RackInfo{Rack: p.Rack, GPUs: 16, FreeGPUs: 16, Reachable: true}
 		for i := range 2 {
 			ri.Nodes = append(ri.Nodes, cosmic.Node{Name: fmt.Sprintf("%s-n%d", p.ID, i), Rack: p.ID,
-				GPUModel: p.GPUModel, GPUs: 8, Schedulable: true, Ready: true})
+				GPUModel: p.GPUModel, GPUs: 8, Schedulable: true, Ready: true, FreeGPUs: 8})
 		}
 	} else {
 		p.CreatedAt = ri.CreatedAt

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer that a running command writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestUpBannerSaysWhatTheSimulatedRackIs: the banner of `cosmicac up` on
+// the simulated rack says that no VM runs and a job's shell is a shell on
+// this machine as the user running up, which someone trying CosmicAC must
+// know before opening one.
+func TestUpBannerSaysWhatTheSimulatedRackIs(t *testing.T) {
+	home := t.TempDir()
+	env := map[string]string{"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config")}
+	var stdout, stderr lockedBuffer
+	a := &app{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"up", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+			"--sim-step", "5ms"})
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(stdout.String(), "Ctrl-C to stop") {
+		select {
+		case code := <-done:
+			cancel()
+			t.Fatalf("up exited %d before its banner: %s\n%s", code, stdout.String(), stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no banner: %s", stdout.String())
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("up after Ctrl-C: exit %d: %s", code, stderr.String())
+	}
+	banner := strings.Join(strings.Fields(stdout.String()), " ")
+	who := "this process's user"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = "user " + u.Username
+	}
+	for _, want := range []string{
+		"(simulated, 5ms a step)",
+		"The simulated rack runs no VM and pulls no image",
+		"`cosmicac jobs shell` opens a shell on this machine as " + who + ", not in a VM",
+		"docs/simulated-rack.md",
+	} {
+		if !strings.Contains(banner, want) {
+			t.Errorf("banner lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
