@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// componentCommands are documented on pages of their own (docs/architecture.md
+// and the component's page), not in docs/cli.md, which covers the user
+// commands: each of these must be named on some page of docs/.
+var componentCommands = []string{"agent", "app-node", "proxy-inference", "wrk-directory", "wrk-monitor", "wrk-ork",
+	"wrk-server-k8s-nvidia", "wrk-server-sim", "keys", "rpc", "gateway"}
+
+// docs/cli.md is checked against the CLI: every command and flag the page
+// names exists, and every user command of the CLI has a heading on the
+// page (and every component command is named on some page of docs/).
+func TestCLIDocMatchesTheCommands(t *testing.T) {
+	root := (&app{getenv: func(string) string { return "" }}).rootCommand()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	page, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	headed := map[string]bool{} // command paths with a heading
+	var section []*cobra.Command
+	inCode := false
+	backticked := regexp.MustCompile("`([^`]+)`")
+	for n, line := range strings.Split(string(page), "\n") {
+		where := func() string { return "docs/cli.md:" + strconv.Itoa(n+1) }
+		switch {
+		case strings.HasPrefix(line, "```"):
+			inCode = !inCode
+			continue
+		case inCode:
+			// An example: a command line after a prompt.
+			if cl, ok := strings.CutPrefix(strings.TrimSpace(line), "$ "); ok && strings.HasPrefix(cl, "cosmicac ") {
+				checkCommandLine(t, where(), root, cl)
+			}
+			continue
+		case strings.HasPrefix(line, "#"):
+			section = nil
+			var parent *cobra.Command
+			for _, m := range backticked.FindAllStringSubmatch(line, -1) {
+				text := m[1]
+				var c *cobra.Command
+				if rest, ok := strings.CutPrefix(text, "cosmicac "); ok {
+					c = walk(root, rest)
+				} else if parent != nil {
+					// "`cosmicac jobs restart ID`, `kill ID`" or
+					// "…, `inference chat`": the rest of the heading names
+					// its commands without the root, or without the group.
+					if c = walk(root, text); c == nil {
+						c = walk(parent, text)
+					}
+				}
+				if c == nil || c == root || c == parent {
+					continue
+				}
+				section = append(section, c)
+				headed[c.CommandPath()] = true
+				parent = c.Parent()
+				checkCommandLine(t, where(), root, c.CommandPath()+" "+strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(text, "cosmicac "), strings.TrimPrefix(c.CommandPath(), "cosmicac "))))
+			}
+			continue
+		}
+		// Prose: a flag in backticks is one of the section's commands', or
+		// the backticked text is a command line of its own.
+		for _, m := range backticked.FindAllStringSubmatch(line, -1) {
+			text := m[1]
+			if strings.HasPrefix(text, "cosmicac ") {
+				checkCommandLine(t, where(), root, text)
+				continue
+			}
+			if len(section) == 0 {
+				continue
+			}
+			for _, f := range flagsIn(text) {
+				if !slices.ContainsFunc(section, func(c *cobra.Command) bool { return c.Flag(f) != nil }) {
+					t.Errorf("%s: --%s is not a flag of %s", where(), f, paths(section))
+				}
+			}
+		}
+	}
+	var each func(c *cobra.Command)
+	each = func(c *cobra.Command) {
+		name := strings.TrimPrefix(c.CommandPath(), "cosmicac ")
+		top := strings.Fields(name)[0]
+		switch {
+		case c == root:
+		case slices.Contains(componentCommands, top), top == "help":
+			return
+		case top == "completion":
+			if !strings.Contains(string(page), "cosmicac completion") {
+				t.Errorf("docs/cli.md does not show cosmicac completion")
+			}
+			return
+		case !c.HasSubCommands() && !headed[c.CommandPath()]:
+			t.Errorf("docs/cli.md has no heading for %s", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			each(sub)
+		}
+	}
+	each(root)
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all strings.Builder
+	for _, d := range docs {
+		b, _ := os.ReadFile(d)
+		all.Write(b)
+	}
+	for _, c := range root.Commands() {
+		if slices.Contains(componentCommands, c.Name()) && !strings.Contains(all.String(), "cosmicac "+c.Name()) {
+			t.Errorf("no page of docs/ names cosmicac %s", c.Name())
+		}
+	}
+}
+
+// walk follows the words of text from c down the command tree, as far as
+// they name subcommands (or their aliases), and returns the last one.
+func walk(c *cobra.Command, text string) *cobra.Command {
+	found := false
+	for _, w := range strings.Fields(text) {
+		next := (*cobra.Command)(nil)
+		for _, sub := range c.Commands() {
+			if sub.Name() == w || slices.Contains(sub.Aliases, w) {
+				next = sub
+			}
+		}
+		if next == nil {
+			break
+		}
+		c, found = next, true
+	}
+	if !found {
+		return nil
+	}
+	return c
+}
+
+// checkCommandLine checks that a command line of the page names a command,
+// and that each of its flags is that command's.
+func checkCommandLine(t *testing.T, where string, root *cobra.Command, line string) {
+	t.Helper()
+	line, _, _ = strings.Cut(line, " | ") // a pipe's next command is someone else's
+	rest := strings.TrimPrefix(line, "cosmicac ")
+	if strings.HasPrefix(rest, "-") {
+		return // a root flag alone (cosmicac --version)
+	}
+	c := walk(root, rest)
+	if c == nil {
+		t.Errorf("%s: %q names no command", where, line)
+		return
+	}
+	if words := strings.Fields(strings.TrimPrefix(c.CommandPath(), "cosmicac")); c.HasSubCommands() {
+		// A group takes no argument: a word after it is a subcommand it lacks.
+		if all := strings.Fields(rest); len(all) > len(words) && !strings.HasPrefix(all[len(words)], "-") {
+			t.Errorf("%s: %s has no command %q (%q)", where, c.CommandPath(), all[len(words)], line)
+		}
+	}
+	args, _, _ := strings.Cut(" "+rest+" ", " -- ") // after --: the job's command or ssh's
+	for _, f := range flagsIn(args) {
+		if c.Flag(f) == nil {
+			t.Errorf("%s: --%s is not a flag of %s (%q)", where, f, c.CommandPath(), line)
+		}
+	}
+}
+
+var flagPattern = regexp.MustCompile(`(?:^|[\s\[(|])--([a-z][a-z0-9-]*)`)
+
+// flagsIn are the long flags text names.
+func flagsIn(text string) []string {
+	var out []string
+	for _, m := range flagPattern.FindAllStringSubmatch(text, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+func paths(cs []*cobra.Command) string {
+	var p []string
+	for _, c := range cs {
+		p = append(p, c.CommandPath())
+	}
+	return strings.Join(p, ", ")
+}
+
