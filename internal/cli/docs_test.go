@@ -194,4 +194,3 @@ func paths(cs []*cobra.Command) string {
 	}
 	return strings.Join(p, ", ")
 }
-

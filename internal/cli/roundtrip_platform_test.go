@@ -24,9 +24,9 @@ func TestGetOutputCreatesTheSameJob(t *testing.T) {
 	specs := []cosmic.Spec{
 		{Type: cosmic.TypeGPUContainer, Name: "everything", Location: "us", Image: "ubuntu:24.04", DiskGB: 50,
 			Command: []string{"python", "train.py", "--epochs", "3"}, Labels: map[string]string{"team": "ml", "env": "dev"},
-			EnvVars:       []cosmic.EnvVar{{Name: "EPOCHS", Value: "3"}, {Name: "EMPTY", Value: ""}},
-			Resources:     cosmic.Resources{GPU: 2, GPUModel: "GH100_H100_SXM5_80GB", CPU: 16, Memory: 128},
-			SSHPublicKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMe2iAeQn1c+M7cVv+oCkHDbcjL+4fAxzYFpdBGqUTEM test"},
+			EnvVars:         []cosmic.EnvVar{{Name: "EPOCHS", Value: "3"}, {Name: "EMPTY", Value: ""}},
+			Resources:       cosmic.Resources{GPU: 2, GPUModel: "GH100_H100_SXM5_80GB", CPU: 16, Memory: 128},
+			SSHPublicKeys:   []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMe2iAeQn1c+M7cVv+oCkHDbcjL+4fAxzYFpdBGqUTEM test"},
 			DefaultHTTPPort: 8888, Timeout: 3600, TimeoutAutoRestart: true},
 		cosmictest.Container("plain", 1),
 		{Type: cosmic.TypeManagedInference, Name: "llm", Location: "us", Inference: &cosmic.InferenceSpec{
