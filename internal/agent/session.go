@@ -42,9 +42,35 @@ type session struct {
 	cmd  *exec.Cmd
 	tty  *os.File // the PTY's master, in TTY mode
 
+	// ttyMu orders the PTY's ioctls (resize, the foreground process
+	// group) before its close: os.File's Fd is not synchronised with
+	// Close, and an ioctl on a closed descriptor number could reach a
+	// file opened since.
+	ttyMu     sync.Mutex
+	ttyClosed bool
+
 	stdin  io.WriteCloser // the process's stdin: the PTY master or a pipe
 	once   sync.Once
 	exited chan struct{} // closed once the process has been waited for
+}
+
+// ioctl runs f on the PTY unless it is closed.
+func (s *session) ioctl(f func(tty *os.File)) {
+	s.ttyMu.Lock()
+	defer s.ttyMu.Unlock()
+	if !s.ttyClosed {
+		f(s.tty)
+	}
+}
+
+// closeTTY closes the PTY once no ioctl runs on it.
+func (s *session) closeTTY() {
+	s.ttyMu.Lock()
+	defer s.ttyMu.Unlock()
+	if !s.ttyClosed {
+		s.ttyClosed = true
+		s.tty.Close()
+	}
 }
 
 // hangup ends the session's processes (Hangup), once.
@@ -244,7 +270,7 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 			case shellproto.TypeResize:
 				if p.TTY {
 					rows, cols := f.Resize()
-					pty.Setsize(s.tty, &pty.Winsize{Rows: rows, Cols: cols})
+					s.ioctl(func(tty *os.File) { pty.Setsize(tty, &pty.Winsize{Rows: rows, Cols: cols}) })
 				}
 			case shellproto.TypeSignal:
 				sig, ok := signals[string(f.Payload)]
@@ -253,7 +279,13 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 				}
 				if p.TTY {
 					// The foreground process group of the terminal.
-					if pgid, err := foreground(s.tty); err == nil && pgid > 0 {
+					pgid := 0
+					s.ioctl(func(tty *os.File) {
+						if g, err := foreground(tty); err == nil {
+							pgid = g
+						}
+					})
+					if pgid > 0 {
 						syscall.Kill(-pgid, sig)
 						continue
 					}
@@ -282,7 +314,7 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 		<-outDone
 	}
 	if s.tty != nil {
-		s.tty.Close()
+		s.closeTTY()
 	} else {
 		stdoutR.Close()
 		errR.Close()
