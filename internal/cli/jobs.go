@@ -465,6 +465,10 @@ func (a *app) jobsDeleteCommand(conn *connFlags) *cobra.Command {
 				return j, fmt.Sprintf("deleted replica %d of job %s", replica, id), err
 			}
 			j, err := c.DeleteJob(ctx, id, force)
+			if errors.Is(err, cosmic.ErrConflict) && !force {
+				// The API's "delete it with force" is this flag.
+				return j, "", withExit(ExitFailure, &explained{msg: c.explain(err).Error() + "\nrun `cosmicac jobs delete " + id + " --force` to kill and delete it", err: err})
+			}
 			msg := "deleted job " + id
 			if j.Status.State == cosmic.StateDeleting {
 				msg = "job " + id + " is being deleted"
