@@ -3,11 +3,13 @@ package cli
 import (
 	"bufio"
 	"context"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,12 +74,29 @@ func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, m
 }
 
 func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	// A port the kernel gave for :0 and was closed again is the kernel's to
+	// give out again, to any process's next :0 or outgoing connection, and
+	// parallel copies of the tests (hack/stress.sh) then collide on it.
+	// Ports below the ephemeral range (Linux: 32768 on) are never given out
+	// that way: pick one at random there that is free for TCP and UDP (the
+	// fabric listens on both).
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 20000-31999")
+	return ""
 }
 
 // TestComponentsAsProcesses runs wrk-ork, a simulated rack worker and the
