@@ -68,7 +68,11 @@ func (c *apiConn) explain(err error) error {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return withExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running?", c.url), err: err})
 	case errors.As(err, &oe) && oe.Op == "dial", errors.As(err, &ne):
-		return withExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running? (%v)", c.url, errors.Unwrap(err)), err: err})
+		cause := errors.Unwrap(err)
+		if cause == nil {
+			cause = err
+		}
+		return withExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running? (%v)", c.url, cause), err: err})
 	}
 	return withExit(ExitFailure, err)
 }

@@ -55,7 +55,8 @@ func (w *waitWorker) Write(p []byte) (int, error) {
 
 // printed moves the job on if line is the status line of its state.
 func (w *waitWorker) printed(line string) {
-	if f := strings.Fields(line); len(w.states) == 0 || len(f) == 0 || cosmic.State(f[0]) != w.at {
+	// The line is "[ELAPSED] STATE…" (waitLines).
+	if f := strings.Fields(elapsedPrefix.ReplaceAllString(line, "")); len(w.states) == 0 || len(f) == 0 || cosmic.State(f[0]) != w.at {
 		return
 	}
 	if w.id == "" {
