@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +12,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
-// syncBuffer is a buffer a running command writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startCLI runs the CLI in the background until ctx ends; the returned
 // channel gets its exit code.
-func startCLI(ctx context.Context, env map[string]string, out, errs *syncBuffer, args ...string) <-chan int {
+func startCLI(ctx context.Context, env map[string]string, out, errs *lockedBuffer, args ...string) <-chan int {
 	a := &app{stdin: strings.NewReader(""), stdout: out, stderr: errs, getenv: func(k string) string { return env[k] }}
 	code := make(chan int, 1)
 	go func() { code <- a.run(ctx, args) }()
@@ -55,12 +35,12 @@ func TestWatchOnThePlatform(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var listOut, listErr syncBuffer
+	var listOut, listErr lockedBuffer
 	listDone := startCLI(ctx, env, &listOut, &listErr, "jobs", "list", "--watch")
 	waittest.Until(t, func() bool { return strings.Contains(listOut.String(), "no jobs") }, "the empty list; stderr %s", listErr.String())
 
 	j := e.Create(cosmictest.Container("watched", 1))
-	var getOut, getErr syncBuffer
+	var getOut, getErr lockedBuffer
 	getDone := startCLI(ctx, env, &getOut, &getErr, "jobs", "get", "watched", "-w")
 	waittest.Until(t, func() bool { return strings.Contains(getOut.String(), "  running\n") }, "get -w to show running: %s %s", getOut.String(), getErr.String())
 	waittest.Until(t, func() bool {

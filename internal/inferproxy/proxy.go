@@ -653,12 +653,8 @@ func (rw *readyWait) next(w http.ResponseWriter, ctx context.Context, waiting pr
 	if rw.stream {
 		d = min(d, max(rw.nextComment.Sub(now), 0))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d) {
 		return false
-	case <-t.C:
 	}
 	if rw.stream && !time.Now().Before(rw.nextComment) {
 		rw.comment(w)
