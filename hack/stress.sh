@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
 # stress.sh: hunt flaky tests the way CI's contention finds them.
 #
-#   hack/stress.sh [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] PACKAGE...
+#   hack/stress.sh [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] [-r REGEXP] PACKAGE...
 #
 # Builds each package's test binary with the race detector, then runs
 # PARALLEL copies of it at once (each -test.count=COUNT) with GOMAXPROCS
 # above the machine's cores, so that goroutines interleave as they do on a
-# busy CI runner. Prints, per package, how many copies passed and every
+# busy CI runner (-r runs only the tests REGEXP matches). Prints, per package, how many copies passed and every
 # failing test. Outputs stay in $STRESS_DIR (default: a temp dir).
 #
 # Example: hack/stress.sh -n 4 -c 3 ./internal/monitor ./internal/cosmictest
 set -euo pipefail
 
-par=3 count=2 procs=8
-while getopts "n:c:p:" o; do
+par=3 count=2 procs=8 run=.
+while getopts "n:c:p:r:" o; do
 	case $o in
 	n) par=$OPTARG ;;
 	c) count=$OPTARG ;;
 	p) procs=$OPTARG ;;
-	*) echo "usage: $0 [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] PACKAGE..." >&2; exit 2 ;;
+	r) run=$OPTARG ;;
+	*) echo "usage: $0 [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] [-r REGEXP] PACKAGE..." >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] PACKAGE..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] [-r REGEXP] PACKAGE..." >&2; exit 2; }
 
 cd "$(dirname "$0")/.."
 out=${STRESS_DIR:-$(mktemp -d)}
@@ -43,7 +44,7 @@ for pkg in "$@"; do
 		# resets it, as `go test` does.
 		(cd "$dir" && CI=${CI:-true} GOMAXPROCS=$procs python3 -c \
 			'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGQUIT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
-			"$bin" -test.count="$count" -test.timeout=30m >"$out/$name.$i.txt" 2>&1) &
+			"$bin" -test.count="$count" -test.run="$run" -test.timeout=30m >"$out/$name.$i.txt" 2>&1) &
 	done
 	wait
 	passed=$(grep -lx PASS "$out/$name".*.txt | wc -l || true)

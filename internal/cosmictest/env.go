@@ -56,7 +56,9 @@ func NewEnv(t testing.TB, opts ...Option) *Env {
 
 func newEnvAt(t testing.TB, dir string, opts ...Option) *Env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A bound on a test's failure only: 3 parallel copies under -race on a
+	// busy machine (hack/stress.sh) take minutes where one takes seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	opID, err := fabric.LoadOrCreateIdentity(filepath.Join(dir, "operator"))
 	if err != nil {

@@ -1,6 +1,7 @@
 package cosmictest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -32,6 +33,11 @@ func TestFirstRequestAfterRunningSucceeds(t *testing.T) {
 			c, err := a.Completions.New(e.Ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(name),
 				Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(1)})
 			if err != nil || c.Usage.CompletionTokens != 1 {
+				var ae *openai.Error
+				if errors.As(err, &ae) {
+					mh, _ := e.P.Proxy.JobHealth(e.Ctx, j.ID)
+					t.Fatalf("%d replicas, try %d: the first request after running: %s (the proxy's replicas: %+v)", replicas, i, ae.RawJSON(), mh)
+				}
 				t.Fatalf("%d replicas, try %d: the first request after running: %+v, %v", replicas, i, c, err)
 			}
 			if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
