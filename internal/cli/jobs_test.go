@@ -236,7 +236,7 @@ func TestJobsCreateWait(t *testing.T) {
 	e.WaitState(blocker.ID, cosmic.StateRunning)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb lockedBuffer
 	done := startCLI(ctx, env, &out, &errb, args("train", 8)...)
 	queued := "queued (position 1: waiting for 8 × GPU in us)"
 	waittest.Until(t, func() bool { return strings.Contains(errb.String(), "] "+queued+"\n") }, "--wait to show the job queued: %s", &errb)
