@@ -560,32 +560,37 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	lastErr := "no replica of the model is ready"
 	wait := newReadyWait(p.cfg, stream)
 	defer wait.done(p.metrics.waiting)
-	for attempt := 0; attempt < p.cfg.MaxAttempts; {
+	answered, failed := false, 0 // a replica answered 503; replicas tried in all
+	for attempt := 0; ; {
 		rep := pick(rs, tried)
-		if rep == nil {
-			if len(tried) > 0 {
-				break // the ready ones failed
+		if rep == nil || attempt >= p.cfg.MaxAttempts {
+			if answered {
+				break // the runtimes answered and refused: that is their answer
 			}
-			// None is ready: look again (one may have turned ready since
-			// the cached answer), then wait for one, within ReadyWait.
+			// None is ready, or the ready ones could not be reached (one
+			// that just turned ready may still be connecting to this
+			// proxy): look again (one may have turned ready since the
+			// cached answer), then wait for one, within ReadyWait.
 			if !wait.next(w, r.Context(), p.metrics.waiting) {
 				break
 			}
-			rs = lookup(true)
+			rs, tried, attempt = lookup(true), map[*replica]bool{}, 0
 			continue
 		}
 		tried[rep] = true
-		if attempt > 0 {
+		if failed > 0 {
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
 		attempt++
-		done, errText := p.try(w, r, rep, path, body, wait.committed)
+		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
 		if done {
-			if attempt > 1 {
+			if failed > 0 {
 				p.metrics.failovers.WithLabelValues(model).Inc()
 			}
 			return
 		}
+		failed++
+		answered = answered || refused
 		lastErr = errText
 		if r.Context().Err() != nil {
 			return // the client left
@@ -594,7 +599,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	if r.Context().Err() != nil {
 		return
 	}
-	if len(tried) == 0 {
+	if failed == 0 {
 		msg := fmt.Sprintf("no replica of the model `%s` is ready; retry", model)
 		if wait.committed {
 			writeSSEError(w, http.StatusServiceUnavailable, "no_ready_replica", msg)
@@ -604,7 +609,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		writeError(w, http.StatusServiceUnavailable, "no_ready_replica", msg)
 		return
 	}
-	msg := fmt.Sprintf("the model's replicas failed to answer (%d tried): %s", len(tried), lastErr)
+	msg := fmt.Sprintf("the model's replicas failed to answer (%d tries): %s", failed, lastErr)
 	if wait.committed {
 		writeSSEError(w, http.StatusBadGateway, "replica_failed", msg)
 		return
@@ -703,7 +708,7 @@ func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
 // committed says the client was already answered 200 text/event-stream
 // (readyWait): the replica's status and headers are not the client's any
 // more, so an answer that is not an event stream goes as an error event.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte, committed bool) (done bool, errText string) {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte, committed bool) (done, answered bool, errText string) {
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
@@ -714,11 +719,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	resp, err := p.pool.Do(out, rep.host())
 	if err != nil {
 		if r.Context().Err() != nil {
-			return true, ""
+			return true, false, ""
 		}
 		rep.observe(true, 0, err.Error())
 		rep.markDown(p.cfg.DownFor.D())
-		return false, err.Error()
+		return false, false, err.Error()
 	}
 	// The connection goes back to the pool only after a clean end of the
 	// answer; a cut one, or one the client left, is closed (which stops the
@@ -731,7 +736,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		clean = true
 		msg := fmt.Sprintf("replica %d answered %d: %s", rep.meta.Load().Replica, resp.StatusCode, strings.TrimSpace(string(b)))
 		rep.observe(true, 0, msg)
-		return false, msg
+		return false, true, msg
 	}
 	// Hold the headers back until the first byte of the body: a replica
 	// that dies before it (during prefill, say) fails over unseen.
@@ -741,11 +746,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	n, rerr := readSome(rb, buf)
 	if n == 0 && rerr != nil && rerr != io.EOF {
 		if r.Context().Err() != nil {
-			return true, ""
+			return true, false, ""
 		}
 		rep.observe(true, 0, rerr.Error())
 		rep.markDown(p.cfg.DownFor.D())
-		return false, rerr.Error()
+		return false, false, rerr.Error()
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
 	// The answer may stream for minutes: each write, not the whole, is
@@ -763,7 +768,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 			msg = e.Error.Message
 		}
 		writeSSEError(w, resp.StatusCode, "replica_error", msg)
-		return true, ""
+		return true, false, ""
 	}
 	if !committed {
 		h := w.Header()
@@ -778,7 +783,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 			panic(http.ErrAbortHandler) // tell the client the stream broke
 		}
 		clean = true
-		return true, ""
+		return true, false, ""
 	}
 	if n > 0 {
 		w.Write(buf[:n])
@@ -789,7 +794,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		}
 	}
 	clean = true
-	return true, ""
+	return true, false, ""
 }
 
 // eofReader records whether its reader reached a clean end.
