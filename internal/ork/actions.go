@@ -285,6 +285,9 @@ func (o *Ork) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
 	}
 	racks := keys(o.heldLocked(id))
 	o.mu.Unlock()
+	// An Apply of the job still on its way would land after the Stop and
+	// hold the GPUs released below: the Stop follows it.
+	o.inflight.wait(id)
 	if err := o.onRacks(ctx, racks, func(ctx context.Context, w worker.Worker) error {
 		return w.Stop(ctx, worker.ReplicaRef{JobID: id, Replica: worker.AllReplicas})
 	}); err != nil {

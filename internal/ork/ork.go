@@ -87,6 +87,8 @@ type Ork struct {
 	kick   chan struct{}         // asks the loop for a scheduling pass
 	book   peerBook              // the bound keys (watchPeers)
 	feed   *changeFeed           // the jobs' version (watchJobs)
+	// inflight counts the Applies on their way to workers (KillJob waits).
+	inflight applies
 
 	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
 	stopping bool
@@ -327,6 +329,8 @@ func (o *Ork) annotate(j cosmic.Job) cosmic.Job {
 type applyWork struct {
 	rack string
 	p    worker.ApplyParams
+	// done ends the Apply's count in Ork.inflight (schedule's Applies).
+	done func()
 }
 
 // schedule places queued jobs in FIFO order per (location, GPU model): the
@@ -354,7 +358,7 @@ func (o *Ork) schedule(ctx context.Context) {
 				byRack[r.Rack] = append(byRack[r.Rack], r)
 			}
 			for rack, rs := range byRack {
-				work = append(work, applyWork{rack: rack, p: worker.ApplyParams{Job: j, Reservations: rs}})
+				work = append(work, applyWork{rack: rack, p: worker.ApplyParams{Job: j, Reservations: rs}, done: o.inflight.start(j.ID)})
 			}
 		case placement.Wait:
 			blocked[q.key] = true
@@ -374,7 +378,10 @@ func (o *Ork) schedule(ctx context.Context) {
 	// not hold up the caller (an API create), and the heartbeat's reconcile
 	// applies again what does not arrive.
 	for _, w := range work {
-		o.goBackground(func() { o.applyOnWorker(context.WithoutCancel(ctx), w) })
+		o.goBackground(func() {
+			defer w.done()
+			o.applyOnWorker(context.WithoutCancel(ctx), w)
+		})
 	}
 }
 

@@ -709,3 +709,31 @@ func TestWatchJobs(t *testing.T) {
 		}
 	})
 }
+
+// A kill waits for the job's Apply still on its way to the worker: the
+// Stop follows it, so the Apply cannot land after the Stop and hold the
+// GPUs the kill released (the next job's Apply would be refused then).
+func TestKillWaitsForTheApplyInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		w.failApplies(errHang)
+		a := e.create(8) // placed; its Apply hangs until the worker timeout
+		killed := make(chan error, 1)
+		go func() {
+			_, err := e.o.KillJob(e.ctx, a.ID)
+			killed <- err
+		}()
+		synctest.Wait()
+		if n := w.count("stop " + a.ID + "/-1"); n != 0 {
+			t.Fatalf("stopped %d times while its Apply was in flight", n)
+		}
+		time.Sleep(workerTimeout) // fake time: the hung Apply gives up
+		if err := <-killed; err != nil {
+			t.Fatal(err)
+		}
+		wantCalls(t, w, "stop "+a.ID+"/-1", 1)
+		e.wantState(a.ID, cosmic.StateStopped, cosmic.StateStopped)
+		e.checkBooks()
+	})
+}

@@ -111,3 +111,56 @@ func (o *Ork) WatchJobs(ctx context.Context, p orkapi.WatchJobsParams) (orkapi.J
 	wait := min(time.Duration(p.WaitMillis)*time.Millisecond, orkapi.MaxWatchJobsWait)
 	return o.feed.wait(ctx, p.Epoch, p.Since, wait)
 }
+
+// applies counts each job's Applies in flight to its workers, so that a
+// kill waits for them: a kill releases the job's GPUs at once, and an
+// Apply still on its way would reach the worker after the kill's Stop and
+// claim the GPUs the next job is given (the worker refuses that job's
+// Apply then: vmi_unschedulable).
+type applies struct {
+	mu sync.Mutex
+	n  map[string]*flight
+}
+
+// flight is the Applies of one job in flight; done closes when the last
+// returns.
+type flight struct {
+	n    int
+	done chan struct{}
+}
+
+// start counts an Apply of job; call the returned func when it returned.
+func (a *applies) start(job string) func() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[string]*flight{}
+	}
+	f := a.n[job]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		a.n[job] = f
+	}
+	f.n++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if f.n--; f.n == 0 {
+				close(f.done)
+				delete(a.n, job)
+			}
+		})
+	}
+}
+
+// wait returns once no Apply of job counted before the call is in flight.
+func (a *applies) wait(job string) {
+	a.mu.Lock()
+	f := a.n[job]
+	a.mu.Unlock()
+	if f != nil {
+		<-f.done
+	}
+}
