@@ -122,13 +122,35 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 			if err := o.requestDelete(ctx, j.ID, false); err != nil {
 				o.log.Warn("delete on worker", "job_id", j.ID, "err", err)
 			}
-		case j.Status.State != cosmic.StateDeleting && !seen[jobID]:
-			rs = slices.DeleteFunc(rs, func(res cosmic.Reservation) bool { return beingDeleted(j, res.Replica) })
+		case j.Status.State != cosmic.StateDeleting && j.Status.State.HoldsGPUs() && !seen[jobID]:
+			// The worker does not run it: apply it again, but only the
+			// reservations the job still holds now. A report applied since
+			// the worker's list (a failure, pushed meanwhile) may have freed
+			// them, and an Apply of a failed replica would start it again
+			// on GPUs given to another job.
+			o.mu.Lock()
+			rs = slices.DeleteFunc(rs, func(res cosmic.Reservation) bool {
+				cur, held := o.snap.Reserved(jobID, res.Replica)
+				return beingDeleted(j, res.Replica) || !held || cur.Rack != id || !sameNodes(cur, res)
+			})
+			var done func()
+			if len(rs) > 0 {
+				done = o.inflight.start(jobID) // a kill waits for it
+			}
+			o.mu.Unlock()
 			if len(rs) > 0 {
 				o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
+				done()
 			}
 		}
 	}
+}
+
+// sameNodes says whether a and b reserve the same GPUs of the same nodes.
+func sameNodes(a, b cosmic.Reservation) bool {
+	return slices.EqualFunc(a.Nodes, b.Nodes, func(x, y cosmic.NodeAlloc) bool {
+		return x.Node == y.Node && slices.Equal(x.GPUs, y.GPUs)
+	})
 }
 
 // beingDeleted says whether replica i of j is being deleted: the job, or
