@@ -248,6 +248,14 @@ func (c *Cluster) Apply(ctx context.Context, p worker.ApplyParams) error {
 				errs = append(errs, fmt.Errorf("replica %d already runs on %s, not %s", res.Replica, describeAllocs(r.res.Nodes), describeAllocs(res.Nodes)))
 			}
 			continue
+		case r.state == cosmic.StateFailed && p.Job.UpdatedAt.Before(r.failedAt):
+			// A late Apply of the run that failed (the ork's heartbeat
+			// applies what it last saw missing): the ork, having taken the
+			// failure, freed the GPUs, and a new run comes with the job as
+			// placed again since. Started, it would hold GPUs given to
+			// another job. (The ork's clock and the rack's are this
+			// process's, or close: a simulator's assumption.)
+			continue
 		}
 		c.start(j, r, res, now)
 	}

@@ -151,7 +151,9 @@ func (e *env) waitState(t *testing.T, job string, replica int, want cosmic.State
 
 func (e *env) apply(t *testing.T, id string, rs ...cosmic.Reservation) {
 	t.Helper()
-	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: testJob(id), Reservations: rs}); err != nil {
+	j := testJob(id)
+	j.UpdatedAt = time.Now() // as the ork stamps every write of a job
+	if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: j, Reservations: rs}); err != nil {
 		t.Fatalf("Apply %s: %v", id, err)
 	}
 }

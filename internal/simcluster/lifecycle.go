@@ -43,6 +43,9 @@ type replica struct {
 	state    cosmic.State
 	reason   *cosmic.Reason
 	progress *cosmic.Progress
+	// failedAt is when the replica last failed (fail): an Apply of the job
+	// as it was before then is a late one of the run that failed.
+	failedAt time.Time
 
 	phase phase
 	due   time.Time
@@ -338,6 +341,7 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 func (c *Cluster) fail(r *replica, code cosmic.ReasonCode, detail string) {
 	reason := cosmic.NewReason(code, detail)
 	r.state, r.reason, r.progress = cosmic.StateFailed, &reason, nil
+	r.failedAt = time.Now()
 	r.phase = phaseIdle
 	r.vmis = nil
 	r.exit = nil
