@@ -24,14 +24,7 @@ import (
 // returns the port and the user key's file.
 func throwawaySSHD(t *testing.T) (port int, userKey string) {
 	t.Helper()
-	for _, b := range []string{"/usr/sbin/sshd", "ssh", "scp", "ssh-keygen"} {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("CI is set but %s is missing (apt-get install openssh-server openssh-client): %v", b, err)
-			}
-			t.Skipf("needs %s (openssh-server, openssh-client)", b)
-		}
-	}
+	needBinaries(t, "openssh-server openssh-client", "/usr/sbin/sshd", "ssh", "scp", "ssh-keygen")
 	dir := t.TempDir()
 	hostKey, userKey := filepath.Join(dir, "host_ed25519"), filepath.Join(dir, "user_ed25519")
 	for _, k := range []string{hostKey, userKey} {

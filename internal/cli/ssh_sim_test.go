@@ -14,16 +14,23 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
 )
 
-// needOpenSSHClient skips the test without Debian's ssh and ssh-keygen,
-// or fails it when CI is set, where they must be installed.
+// needOpenSSHClient is needBinaries for Debian's ssh client.
 func needOpenSSHClient(t *testing.T) {
 	t.Helper()
-	for _, b := range []string{"ssh", "ssh-keygen"} {
+	needBinaries(t, "openssh-client", "ssh", "ssh-keygen", "scp")
+}
+
+// needBinaries skips the test when one of bins is not on PATH, naming it
+// and the Debian packages that hold it, and fails it instead when CI is
+// set: .ci/run installs them, so CI never skips what it can run.
+func needBinaries(t *testing.T, packages string, bins ...string) {
+	t.Helper()
+	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
 			if os.Getenv("CI") != "" {
-				t.Fatalf("CI is set but %s is missing (apt-get install openssh-client): %v", b, err)
+				t.Fatalf("CI is set but %s is missing (apt-get install %s): %v", b, packages, err)
 			}
-			t.Skipf("needs %s (openssh-client)", b)
+			t.Skipf("skipped: %s is not on PATH (apt-get install %s runs it; CI fails here instead of skipping)", b, packages)
 		}
 	}
 }
