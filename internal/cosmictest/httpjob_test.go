@@ -152,11 +152,11 @@ func TestJobHTTPThroughThePlatform(t *testing.T) {
 
 	// Who may: the team (a viewer reads only); no token, 401; another
 	// team, 404.
-	member := e.userToken("bob", appnode.BootstrapTeam, cosmic.RoleMember)
+	member := e.AddUser("bob", appnode.BootstrapTeam, cosmic.RoleMember)
 	if status, b := e.jobHTTP("PUT", j.ID, "/x", member, "m"); status != http.StatusOK {
 		t.Fatalf("member: %d %s", status, b)
 	}
-	viewer := e.userToken("vera", appnode.BootstrapTeam, cosmic.RoleViewer)
+	viewer := e.AddUser("vera", appnode.BootstrapTeam, cosmic.RoleViewer)
 	if status, b := e.jobHTTP("GET", j.ID, "/x", viewer, ""); status != http.StatusOK {
 		t.Fatalf("viewer GET: %d %s", status, b)
 	}
@@ -166,7 +166,7 @@ func TestJobHTTPThroughThePlatform(t *testing.T) {
 	if status, b := e.jobHTTP("GET", j.ID, "/", "", ""); status != http.StatusUnauthorized {
 		t.Fatalf("no token: %d %s", status, b)
 	}
-	other := e.userToken("olga", "other-team", cosmic.RoleMember)
+	other := e.AddUser("olga", "other-team", cosmic.RoleMember)
 	if status, b := e.jobHTTP("GET", j.ID, "/", other, ""); status != http.StatusNotFound {
 		t.Fatalf("another team: %d %s", status, b)
 	}

@@ -98,7 +98,7 @@ func TestInferenceOpenAI(t *testing.T) {
 	if key.Team != "default" || !strings.HasPrefix(key.Key, inferproxy.KeyPrefix) || key.ID == "" || !strings.HasPrefix(key.Key, key.Prefix) {
 		t.Fatalf("created key %+v", key)
 	}
-	bob := client.New(e.P.URL, e.userToken("bob", "team-b", cosmic.RoleMember))
+	bob := client.New(e.P.URL, e.AddUser("bob", "team-b", cosmic.RoleMember))
 	bobKey, err := bob.CreateAPIKey(e.Ctx, "bob", "")
 	if err != nil || bobKey.Team != "team-b" {
 		t.Fatalf("team-b key %+v %v", bobKey, err)

@@ -17,31 +17,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/platform"
-	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
-
-// userToken makes a user of team with role, and a token of it.
-func (e *Env) userToken(name, team string, role cosmic.Role) string {
-	e.T.Helper()
-	st := e.P.Store
-	if err := st.CreateTeam(e.Ctx, cosmic.Team{Name: team}); err != nil && !errors.Is(err, cosmic.ErrConflict) {
-		e.T.Fatal(err)
-	}
-	if err := st.CreateUser(e.Ctx, cosmic.User{Name: name, Team: team, Role: role}); err != nil {
-		e.T.Fatal(err)
-	}
-	secret, hash, err := appnode.NewToken()
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	id, _ := appnode.NewTokenID()
-	if err := st.CreateToken(e.Ctx, store.Token{ID: id, Name: "test", UserName: name, Hash: hash, CreatedAt: time.Now()}); err != nil {
-		e.T.Fatal(err)
-	}
-	return secret
-}
 
 // shell runs argv in the job's VM through the platform's API, as `cosmicac
 // jobs shell JOB -- ARGV` does (pipe mode), and returns the remote exit
@@ -153,16 +131,16 @@ func TestJobsShellThroughThePlatform(t *testing.T) {
 
 	// A member of the job's team may; a viewer may not; another team's
 	// user does not see the job.
-	member := e.userToken("bob", appnode.BootstrapTeam, cosmic.RoleMember)
+	member := e.AddUser("bob", appnode.BootstrapTeam, cosmic.RoleMember)
 	if code, out, _, err := e.shell(member, j.ID, "", "echo", "bob"); err != nil || code != 0 || out != "bob\n" {
 		t.Fatalf("member: code %d, out %q, err %v", code, out, err)
 	}
-	viewer := e.userToken("vera", appnode.BootstrapTeam, cosmic.RoleViewer)
+	viewer := e.AddUser("vera", appnode.BootstrapTeam, cosmic.RoleViewer)
 	var he *agent.HTTPError
 	if _, _, _, err := e.shell(viewer, j.ID, "", "true"); !errors.As(err, &he) || he.Status != http.StatusForbidden {
 		t.Fatalf("viewer: %v, want 403", err)
 	}
-	other := e.userToken("olga", "other-team", cosmic.RoleMember)
+	other := e.AddUser("olga", "other-team", cosmic.RoleMember)
 	if _, _, _, err := e.shell(other, j.ID, "", "true"); !errors.As(err, &he) || he.Status != http.StatusNotFound {
 		t.Fatalf("another team's user: %v, want 404", err)
 	}
