@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -211,15 +212,11 @@ func OpenAPI(routes []Route, version string) ([]byte, error) {
 		if r.Description != "" {
 			op["description"] = r.Description
 		}
-		switch r.Access {
-		case Public:
+		if r.Perm == authz.Public {
 			op["security"] = []any{}
-		case Write:
-			op["x-cosmicac-access"] = "member or admin"
-		case Admin:
-			op["x-cosmicac-access"] = "admin"
-		default:
-			op["x-cosmicac-access"] = "any user"
+		} else {
+			// The permission names a row of docs/permissions.md.
+			op["x-cosmicac-permission"] = string(r.Perm)
 		}
 		var params []any
 		for _, p := range r.Params {

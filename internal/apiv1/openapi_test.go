@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -96,7 +97,7 @@ func TestEveryRouteDocumented(t *testing.T) {
 		if responses[strconv.Itoa(r.Status)] == nil {
 			t.Errorf("%s: success status %d not documented", r.Op, r.Status)
 		}
-		if r.Access != apiv1.Public && responses["401"] == nil {
+		if r.Perm != authz.Public && responses["401"] == nil {
 			t.Errorf("%s: 401 not documented", r.Op)
 		}
 		for _, p := range r.Params {
@@ -178,7 +179,7 @@ func TestErrorStatuses(t *testing.T) {
 			t.Errorf("%s: %v", r.Op, got)
 		}
 		if r.Op == apiv1.OpCreateJob {
-			want := []int{400, 401, 403, 409, 413, 500, 503}
+			want := []int{400, 401, 403, 404, 409, 413, 500, 503} // 404: the active team is not the caller's
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("create statuses = %v, want %v", got, want)
 			}

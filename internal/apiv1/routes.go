@@ -6,18 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-)
-
-// Access is who may call a route.
-type Access int
-
-// The access levels.
-const (
-	Public Access = iota // no token needed
-	Read                 // any authenticated user (viewer, member, admin)
-	Write                // members and admins; viewers get 403
-	Admin                // admins only
 )
 
 // Where a parameter travels.
@@ -49,12 +39,19 @@ type Route struct {
 	Tag         string
 	Summary     string
 	Description string
-	Access      Access
-	Params      []Param
-	Request     any   // a value of the body's type; nil: no body
-	Response    any   // a value of the success body's type; nil: no body
-	Status      int   // the success status
-	Errors      []int // error statuses beyond those implied (see ErrorStatuses)
+	// Perm is the permission the caller needs (docs/permissions.md). A
+	// team permission acts in the job the path's {id} names (in its team),
+	// else in the team the path's {team} names, else in the request's
+	// active team.
+	Perm authz.Permission
+	// AllTeams lets a platform admin name every team (the team AllTeams)
+	// to list across them.
+	AllTeams bool
+	Params   []Param
+	Request  any   // a value of the body's type; nil: no body
+	Response any   // a value of the success body's type; nil: no body
+	Status   int   // the success status
+	Errors   []int // error statuses beyond those implied (see ErrorStatuses)
 	// Proxy marks a route that forwards to a job's own server: its last
 	// path parameter takes the rest of the path, slashes included
 	// ({name...} in the ServeMux pattern; OpenAPI has no such template, so
@@ -73,20 +70,21 @@ func (r Route) Pattern() string {
 }
 
 // ErrorStatuses lists the error statuses the route may answer, ascending:
-// 400 when it takes parameters or a body, 401 unless public, 403 for writes,
-// 404 when it names an object, 413 with a body, 500 and 503 always, and
+// 400 when it takes parameters or a body, 401 and 403 unless public, 404
+// when it names an object or acts in a team, 413 with a body, 500 and 503 always, and
 // r.Errors.
 func (r Route) ErrorStatuses() []int {
 	set := map[int]bool{http.StatusInternalServerError: true}
 	if len(r.Params) > 0 || r.Request != nil {
 		set[http.StatusBadRequest] = true
 	}
-	if r.Access != Public {
+	if r.Perm != authz.Public {
 		set[http.StatusUnauthorized] = true
+		set[http.StatusForbidden] = true
 		set[http.StatusServiceUnavailable] = true
 	}
-	if r.Access == Write || r.Access == Admin {
-		set[http.StatusForbidden] = true
+	if authz.KindOf(r.Perm) == authz.KindTeam {
+		set[http.StatusNotFound] = true // the team, or the job, is not the caller's
 	}
 	for _, p := range r.Params {
 		if p.In == InPath {
@@ -217,11 +215,11 @@ var (
 func Routes() []Route {
 	job := cosmic.Job{}
 	routes := []Route{
-		{Op: OpCreateJob, Method: http.MethodPost, Path: Prefix + "/jobs", Tag: "jobs", Access: Write,
+		{Op: OpCreateJob, Method: http.MethodPost, Path: Prefix + "/jobs", Tag: "jobs", Perm: authz.JobsCreate,
 			Summary:     "Create a job",
 			Description: "Decodes the spec strictly (unknown fields are refused), fills defaults and validates it, reporting every invalid field at once in the error's details. A job that could never fit the fleet (an unknown location or GPU model, more GPUs than a node or the location holds) is refused the same way, its field's reason carrying the code (no_such_location, no_such_gpu_model, exceeds_node_gpus, exceeds_location_gpus); nothing is stored. The job belongs to the caller and the caller's team.",
 			Request:     cosmic.Spec{}, Response: job, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
-		{Op: OpListJobs, Method: http.MethodGet, Path: Prefix + "/jobs", Tag: "jobs", Access: Read,
+		{Op: OpListJobs, Method: http.MethodGet, Path: Prefix + "/jobs", Tag: "jobs", Perm: authz.JobsRead, AllTeams: true,
 			Summary:     "List jobs",
 			Description: "Lists the jobs of the caller's team (every team for admins), filtered, sorted and paged. Unknown parameters, and parameters other than statusState given more than once, are refused; so are filters over their limits (400, naming the limit).",
 			Params: []Param{
@@ -238,40 +236,40 @@ func Routes() []Route {
 				watchParam,
 			},
 			Response: JobList{}, Status: http.StatusOK},
-		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Read,
+		{Op: OpGetJob, Method: http.MethodGet, Path: Prefix + "/jobs/{id}", Tag: "jobs", Perm: authz.JobsRead,
 			Summary: "Get a job", Params: []Param{jobID, watchParam}, Response: job, Status: http.StatusOK},
-		{Op: OpDeleteJob, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}", Tag: "jobs", Access: Write,
+		{Op: OpDeleteJob, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Delete a job",
 			Description: "Deletes a job and answers it as it now is: in state deleting while its VMs are being removed. A job whose VMs run (starting, running, degraded, restarting, unknown) is refused (409) unless force=true, which kills it first.",
 			Params:      []Param{jobID, force("Kill the job first if it is running")},
 			Response:    job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpRestartJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/restart", Tag: "jobs", Access: Write,
+		{Op: OpRestartJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/restart", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Restart a job",
 			Description: "Replaces a running job's VMs, keeping storage and GPUs (state restarting); a failed or stopped job is queued again.",
 			Params:      []Param{jobID}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpKillJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/kill", Tag: "jobs", Access: Write,
+		{Op: OpKillJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/kill", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Kill a job",
 			Description: "Stops a job: state stopped, GPUs released, storage kept; restart runs it again.",
 			Params:      []Param{jobID}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpDataSyncJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/datasync", Tag: "jobs", Access: Write,
+		{Op: OpDataSyncJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/datasync", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Synchronise a job's volume (not implemented)",
 			Description: "Workers do not mount volumes yet: a valid request for a visible job is answered 501 with code not_implemented.",
 			Params:      []Param{jobID}, Request: DataSync{}, Status: http.StatusAccepted, Errors: []int{http.StatusNotImplemented}},
-		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Access: Write,
+		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",
 			Params: []Param{jobID}, Request: Label{}, Response: job, Status: http.StatusOK},
-		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Access: Read,
+		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Perm: authz.Self,
 			Summary:     "The CLI command equivalent to a spec",
 			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`.",
 			Request:     cosmic.Spec{}, Response: cosmic.Command{}, Status: http.StatusOK},
-		{Op: OpRestartReplica, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/replicas/{n}/restart", Tag: "jobs", Access: Write,
+		{Op: OpRestartReplica, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/replicas/{n}/restart", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Restart one replica of a job",
 			Description: "Only a managed-inference job's replica, while it is queued, pending, starting or failed; otherwise 409.",
 			Params:      []Param{jobID, replicaN}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpDeleteReplica, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}/replicas/{n}", Tag: "jobs", Access: Write,
+		{Op: OpDeleteReplica, Method: http.MethodDelete, Path: Prefix + "/jobs/{id}/replicas/{n}", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary: "Delete one replica of a job", Description: "Removes the replica's VMs, disks and GPUs; the ork places it again, perhaps elsewhere (use it to move a replica). Only a managed-inference job's replica, while it is queued, pending, starting or failed; otherwise 409.",
 			Params: []Param{jobID, replicaN}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpJobShell, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/shell", Tag: "jobs", Access: Write,
+		{Op: OpJobShell, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/shell", Tag: "jobs", Perm: authz.JobsConnect,
 			Summary: "Open a shell in a running gpu-container job",
 			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeShell + "`. The caller must be on the job's team (or an admin; viewers are refused). " +
 				"The app-node opens the session on the job's instance agent over the fabric and answers 101 Switching Protocols with headers X-Cosmicac-Shell-Session and X-Cosmicac-Shell-Pid; " +
@@ -279,7 +277,7 @@ func Routes() []Route {
 				"Each session is recorded in the job's system log.",
 			Params:  []Param{jobID, replicaQuery},
 			Request: ShellRequest{}, Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
-		{Op: OpJobSSH, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/ssh", Tag: "jobs", Access: Write,
+		{Op: OpJobSSH, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/ssh", Tag: "jobs", Perm: authz.JobsConnect,
 			Summary: "Connect to port 22 of a running gpu-container job",
 			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeTCP + "`; the same rules as the shell. After 101 Switching Protocols the connection is spliced to port 22 in the job's VM " +
 				"(`cosmicac jobs ssh` uses it as ssh's ProxyCommand).",
@@ -288,42 +286,54 @@ func Routes() []Route {
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
 		routes = append(routes, jobHTTPRoute(m))
 	}
-	return append(routes, []Route{
-		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Access: Read,
+	routes = append(routes, []Route{
+		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
-		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Access: Admin,
+		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,
 			Summary: "Register or update a rack", Request: RegisterRack{}, Response: Rack{}, Status: http.StatusOK},
-		{Op: OpRemoveRack, Method: http.MethodDelete, Path: Prefix + "/racks/{id}", Tag: "racks", Access: Admin,
+		{Op: OpRemoveRack, Method: http.MethodDelete, Path: Prefix + "/racks/{id}", Tag: "racks", Perm: authz.RacksManage,
 			Summary:     "Remove a rack",
 			Description: "A rack with jobs holding GPUs is refused (409) unless force=true, which fails those jobs with reason rack_removed.",
 			Params: []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "Rack ID"},
 				force("Remove even if jobs hold GPUs on the rack")},
 			Status: http.StatusNoContent, Errors: []int{http.StatusConflict}},
-		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Access: Write,
+		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary: "Create an inference API key",
 			Description: "Makes a key of the caller's team (another team: admins only) for the OpenAI-compatible API at /inference/v1. " +
 				"The answer carries the secret (key) this once; only its hash is kept.",
 			Request: CreateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusCreated},
-		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Access: Read,
+		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary: "List the caller's team's inference API keys (never their secrets)", Response: APIKeyList{}, Status: http.StatusOK},
-		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Access: Write,
+		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary:     "Revoke an inference API key",
 			Description: "The key stops working within 10 s (proxy-inference caches lookups that long). Another team's key is not found (admins: any).",
 			Params:      []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
 			Status:      http.StatusNoContent},
-		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Access: Read,
+		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Perm: authz.Self,
 			Summary: "The caller's user, team and role", Response: WhoAmI{}, Status: http.StatusOK},
-		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Access: Public,
+	}...)
+	routes = append(routes, accountRoutes()...)
+	return append(routes, []Route{
+		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Perm: authz.Public,
 			Summary: "This document", Response: map[string]any{}, Status: http.StatusOK},
-		{Op: OpHealth, Method: http.MethodGet, Path: Prefix + "/healthz", Tag: "meta", Access: Public,
+		{Op: OpHealth, Method: http.MethodGet, Path: Prefix + "/healthz", Tag: "meta", Perm: authz.Public,
 			Summary: "Health check", Response: Health{}, Status: http.StatusOK},
 	}...)
+}
+
+// jobHTTPPerm is what HTTP to a job needs: reading for GET and HEAD
+// (without an upgrade, which the handler checks), connecting otherwise.
+func jobHTTPPerm(method string) authz.Permission {
+	if method == http.MethodGet || method == http.MethodHead {
+		return authz.JobsRead
+	}
+	return authz.JobsConnect
 }
 
 // jobHTTPRoute is HTTP to the job with one method (docs/shell.md, "HTTP to
 // the job").
 func jobHTTPRoute(method string) Route {
-	return Route{Op: JobHTTPOps[method], Method: method, Path: Prefix + "/jobs/{id}/http/{path}", Tag: "jobs", Access: Read, Proxy: true,
+	return Route{Op: JobHTTPOps[method], Method: method, Path: Prefix + "/jobs/{id}/http/{path}", Tag: "jobs", Perm: jobHTTPPerm(method), Proxy: true,
 		Summary: method + " on the HTTP server of a running gpu-container job",
 		Description: "Forwards the request (method, the path after /http, query, headers, body) to the spec's defaultHttpPort on the loopback of the job's VM, " +
 			"through the job's instance agent, and answers what the job's server answers, streamed (server-sent events and websocket upgrades pass through). " +

@@ -46,6 +46,7 @@ const (
 	CodeRequestTimeout   = "request_timeout"    // 408: the request's body did not arrive in time
 	CodeConflict         = cosmic.CodeConflict  // 409: contradicts the object's current state
 	CodeTooLarge         = "too_large"          // 413: the body exceeds the size limit
+	CodeTooManyRequests  = "too_many_requests"  // 429: too many attempts; retry after Retry-After seconds
 	CodeInternal         = "internal"           // 500: a bug or an unexpected failure; see the server log
 	CodeNotImplemented   = "not_implemented"    // 501: not available yet
 	CodeUnavailable      = "unavailable"        // 503: a component behind the API cannot be reached
@@ -149,11 +150,26 @@ type RegisterRack struct {
 
 // WhoAmI is the caller as the API knows it.
 type WhoAmI struct {
-	User string      `json:"user"`
+	User          string `json:"user"`
+	PlatformAdmin bool   `json:"platformAdmin"`
+	// Team is the request's active team ("" for none) and Role the
+	// caller's role in it.
 	Team string      `json:"team"`
-	Role cosmic.Role `json:"role"`
-	// Token is the ID of the token the request carried.
+	Role cosmic.Role `json:"role,omitempty"`
+	// Teams are every team the caller belongs to.
+	Teams []cosmic.Member `json:"teams"`
+	// Token is the ID of the token (or session) the request carried.
 	Token string `json:"token"`
+	// Credential is "token" or "session"; a token's binding, scope and
+	// selector follow.
+	Credential string            `json:"credential"`
+	BoundTeam  string            `json:"boundTeam,omitempty"`
+	Scope      string            `json:"scope,omitempty"`
+	Selector   map[string]string `json:"selector,omitempty"`
+	// CSRFToken is the session's CSRF token, to send as X-CSRF-Token with
+	// every request that changes something (sessions only).
+	CSRFToken string    `json:"csrfToken,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
 // Health is the answer of the health check.

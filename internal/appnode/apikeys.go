@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -64,13 +65,17 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 	case utf8.RuneCountInString(in.Name) > maxKeyName:
 		return nil, invalid(&cosmic.FieldError{Field: "name", Message: fmt.Sprintf("at most %d characters", maxKeyName)})
 	}
-	team := c.user.Team
+	team := c.team
 	if in.Team != "" && in.Team != team {
-		if !c.admin() {
-			return nil, errorf(http.StatusForbidden, apiv1.CodeForbidden, "only admins may make keys of another team")
+		if !c.inTeam(in.Team) {
+			return nil, teamNotFound(in.Team)
+		}
+		if !c.can(in.Team, authz.APIKeysManage) {
+			return nil, forbidden(c, authz.APIKeysManage, in.Team)
 		}
 		team = in.Team
 	}
+	c.auditTeam = team
 	k, secret, err := inferproxy.NewAPIKey(in.Name, team, c.user.Name, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("make API key: %w", err)
@@ -78,6 +83,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 	if err := ks.CreateAPIKey(r.Context(), k); err != nil {
 		return nil, err
 	}
+	c.auditTarget = k.ID
 	s.log.Info("api key created", "id", k.ID, "team", team, "user", c.user.Name)
 	return apiv1.CreatedAPIKey{APIKey: keyOut(k), Key: secret}, nil
 }
@@ -87,7 +93,7 @@ func (s *Server) listAPIKeys(_ http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return nil, err
 	}
-	keys, err := ks.ListAPIKeys(r.Context(), c.user.Team)
+	keys, err := ks.ListAPIKeys(r.Context(), c.team)
 	if err != nil {
 		return nil, err
 	}
@@ -105,9 +111,10 @@ func (s *Server) revokeAPIKey(_ http.ResponseWriter, r *http.Request, c *caller)
 	}
 	id := r.PathValue("id")
 	k, err := ks.GetAPIKey(r.Context(), id)
-	if err == nil && !c.admin() && k.Team != c.user.Team {
+	if err == nil && !c.can(k.Team, authz.APIKeysManage) {
 		err = cosmic.ErrNotFound // another team's key: IDs do not leak
 	}
+	c.auditTeam, c.auditTarget = k.Team, id
 	if err == nil {
 		err = ks.DeleteAPIKey(r.Context(), id)
 	}

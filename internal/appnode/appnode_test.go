@@ -160,10 +160,12 @@ func TestAuth(t *testing.T) {
 		{"other team kills", "POST", "/api/v1/jobs/" + j.ID + "/kill", other, "", 404},
 		{"other team deletes", "DELETE", "/api/v1/jobs/" + j.ID + "?force=true", other, "", 404},
 		{"other team labels", "PUT", "/api/v1/jobs/" + j.ID + "/label", other, `{"name":"a","value":"b"}`, 404},
-		{"admin of another team gets", "GET", "/api/v1/jobs/" + j.ID, otherAdmin, "", 200},
+		{"admin of another team gets", "GET", "/api/v1/jobs/" + j.ID, otherAdmin, "", 404},
+		{"platform admin gets", "GET", "/api/v1/jobs/" + j.ID, e.AdminToken, "?team=*", 200},
 		{"member registers rack", "POST", "/api/v1/racks", member, `{"id":"r1","location":"us","gpuModel":"H100","workerKey":"` + rackKey + `"}`, 403},
 		{"member removes rack", "DELETE", "/api/v1/racks/r1", member, "", 403},
-		{"member lists racks", "GET", "/api/v1/racks", member, "", 200},
+		{"member lists racks", "GET", "/api/v1/racks", member, "", 403},
+		{"platform admin lists racks", "GET", "/api/v1/racks", e.AdminToken, "?team=*", 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := e.Ork.Writes()
@@ -204,7 +206,7 @@ func TestAuth(t *testing.T) {
 	t.Run("whoami", func(t *testing.T) {
 		var w apiv1.WhoAmI
 		call(t, e, "GET", "/api/v1/whoami", viewer, "").decode(t, &w)
-		if w.User != "vera" || w.Team != "default" || w.Role != cosmic.RoleViewer || w.Token == "" {
+		if w.User != "vera" || w.Team != "default" || w.Role != cosmic.RoleViewer || w.Token == "" || len(w.Teams) != 1 || w.Credential != "token" {
 			t.Errorf("whoami = %+v", w)
 		}
 	})
@@ -416,18 +418,18 @@ func TestList(t *testing.T) {
 		name, token, query, want string
 		total, page, size        int
 	}{
-		{"admin sees all, newest first", e.AdminToken, "", "job-4,job-3,job-2,job-1,job-0", 5, 1, 50},
+		{"platform admin sees all teams, newest first", e.AdminToken, "?team=*", "job-4,job-3,job-2,job-1,job-0", 5, 1, 50},
 		{"team only", alice, "", "job-4,job-2,job-1,job-0", 4, 1, 50},
 		{"other team", carol, "", "job-3", 1, 1, 50},
 		{"asc by name", alice, "?sort=name&order=asc", "job-0,job-1,job-2,job-4", 4, 1, 50},
-		{"page 2 of 3", e.AdminToken, "?order=asc&size=3&page=2", "job-3,job-4", 5, 2, 3},
-		{"page past the end", e.AdminToken, "?size=3&page=9", "", 5, 9, 3},
-		{"user", e.AdminToken, "?userName=alice&order=asc", "job-0,job-1,job-4", 3, 1, 50},
-		{"label selector", e.AdminToken, "?labelSelector=n%3D1,kind%3Dtrain&order=asc", "job-1,job-3", 2, 1, 50},
-		{"states repeated", e.AdminToken, "?statusState=stopped&statusState=running", "job-1", 1, 1, 50},
-		{"states comma", e.AdminToken, "?statusState=queued,stopped&order=asc", "job-0,job-1,job-2,job-3,job-4", 5, 1, 50},
-		{"updated after", e.AdminToken, "?updatedAfter=2030-01-01T00:00:00Z", "", 0, 1, 50},
-		{"updated before", e.AdminToken, "?updatedBefore=2030-01-01T00:00:00Z&sort=updatedAt", "job-1,job-4,job-3,job-2,job-0", 5, 1, 50},
+		{"page 2 of 3", e.AdminToken, "?order=asc&size=3&page=2&team=*", "job-3,job-4", 5, 2, 3},
+		{"page past the end", e.AdminToken, "?size=3&page=9&team=*", "", 5, 9, 3},
+		{"user", e.AdminToken, "?userName=alice&order=asc&team=*", "job-0,job-1,job-4", 3, 1, 50},
+		{"label selector", e.AdminToken, "?labelSelector=n%3D1,kind%3Dtrain&order=asc&team=*", "job-1,job-3", 2, 1, 50},
+		{"states repeated", e.AdminToken, "?statusState=stopped&statusState=running&team=*", "job-1", 1, 1, 50},
+		{"states comma", e.AdminToken, "?statusState=queued,stopped&order=asc&team=*", "job-0,job-1,job-2,job-3,job-4", 5, 1, 50},
+		{"updated after", e.AdminToken, "?updatedAfter=2030-01-01T00:00:00Z&team=*", "", 0, 1, 50},
+		{"updated before", e.AdminToken, "?updatedBefore=2030-01-01T00:00:00Z&sort=updatedAt&team=*", "job-1,job-4,job-3,job-2,job-0", 5, 1, 50},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := list(tc.token, tc.query)
@@ -552,8 +554,7 @@ func TestOrkErrors(t *testing.T) {
 		})
 	}
 	t.Run("accounts down", func(t *testing.T) {
-		e.Accounts.FailWith(errors.New("disk I/O error"))
-		defer e.Accounts.FailWith(nil)
+		e.Accounts.Close() // every later call fails; this is the last subtest
 		if a := call(t, e, "GET", "/api/v1/whoami", e.AdminToken, ""); a.status != 500 || strings.Contains(string(a.body), "disk") {
 			t.Errorf("got %d %s", a.status, a.body)
 		}
@@ -562,7 +563,7 @@ func TestOrkErrors(t *testing.T) {
 
 func TestBootstrap(t *testing.T) {
 	ctx := context.Background()
-	acc := appnodetest.NewAccounts()
+	acc := appnodetest.NewAccounts(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	path, created, err := appnode.Bootstrap(ctx, acc, dir)
 	if err != nil || !created || path != filepath.Join(dir, "admin.token") {
@@ -579,25 +580,27 @@ func TestBootstrap(t *testing.T) {
 	if !strings.HasPrefix(secret, "cac_") || len(secret) < 4+43 {
 		t.Errorf("token %q", secret)
 	}
-	u, _, err := acc.UserByTokenHash(ctx, appnode.HashToken(secret))
-	if err != nil || u != (cosmic.User{Name: "admin", Team: "default", Role: cosmic.RoleAdmin}) {
+	_, u, err := acc.TokenByHash(ctx, appnode.HashToken(secret), time.Now())
+	if err != nil || u.Name != "admin" || !u.PlatformAdmin {
 		t.Errorf("token user %+v %v", u, err)
+	}
+	if ms, err := acc.Memberships(ctx, "admin"); err != nil || len(ms) != 1 || ms[0] != (cosmic.Member{Team: "default", User: "admin", Role: cosmic.RoleOwner}) {
+		t.Errorf("admin's teams: %+v %v", ms, err)
 	}
 	if _, created, err := appnode.Bootstrap(ctx, acc, dir); err != nil || created {
 		t.Errorf("second bootstrap: created %v, err %v", created, err)
 	}
 
 	t.Run("interrupted", func(t *testing.T) {
-		acc := appnodetest.NewAccounts()
+		acc := appnodetest.NewAccounts(t)
 		dir := t.TempDir()
-		acc.FailWith(nil)
 		// A first start that died after writing the pending file and the user.
 		pending, _, _ := appnode.NewToken()
 		if err := os.WriteFile(filepath.Join(dir, "admin.token.new"), []byte(pending+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		_ = acc.CreateTeam(ctx, cosmic.Team{Name: "default"})
-		_ = acc.CreateUser(ctx, cosmic.User{Name: "admin", Team: "default", Role: cosmic.RoleAdmin})
+		_ = acc.CreateUser(ctx, cosmic.User{Name: "admin", PlatformAdmin: true}, "")
 		path, created, err := appnode.Bootstrap(ctx, acc, dir)
 		if err != nil || !created {
 			t.Fatalf("resume: %v %v", created, err)
@@ -606,7 +609,7 @@ func TestBootstrap(t *testing.T) {
 		if strings.TrimSpace(string(b)) != pending {
 			t.Errorf("resumed with another token")
 		}
-		if _, _, err := acc.UserByTokenHash(ctx, appnode.HashToken(pending)); err != nil {
+		if _, _, err := acc.TokenByHash(ctx, appnode.HashToken(pending), time.Now()); err != nil {
 			t.Errorf("pending token not stored: %v", err)
 		}
 	})
@@ -628,7 +631,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("error %v does not name %s", err, w)
 		}
 	}
-	if _, err := appnode.New(bad, appnodetest.NewOrk(), appnodetest.NewAccounts(), slog.Default()); err == nil {
+	if _, err := appnode.New(bad, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.Default()); err == nil {
 		t.Error("New accepted a bad config")
 	}
 }
@@ -642,7 +645,7 @@ func (o *observer) ObserveRequest(op string, status int, _ time.Duration) {
 func TestObserver(t *testing.T) {
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +664,7 @@ func TestRun(t *testing.T) {
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Listen = "127.0.0.1:0"
-	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,14 @@ type Config struct {
 	OrkTimeout config.Duration `json:"orkTimeout"`
 	// ShutdownGrace is how long Run waits for requests in flight at shutdown.
 	ShutdownGrace config.Duration `json:"shutdownGrace"`
+	// AuditRetention is how long the audit log keeps a record (0: for
+	// ever).
+	AuditRetention config.Duration `json:"auditRetention"`
+	// SessionLife bounds a browser session from its sign-in.
+	SessionLife config.Duration `json:"sessionLife"`
+	// SecureCookies marks the session cookie Secure even on plain HTTP
+	// (behind a gateway that ends TLS); over TLS it always is.
+	SecureCookies bool `json:"secureCookies"`
 	// HTTP bounds Serve's clients (zero fields: httpserve.DefaultLimits).
 	// Config files set it in the component's http section, not here.
 	HTTP httpserve.Limits `json:"-"`
@@ -41,6 +49,9 @@ func DefaultConfig() Config {
 		MaxBody:       DefaultMaxBody,
 		OrkTimeout:    config.Duration(30 * time.Second),
 		ShutdownGrace: config.Duration(10 * time.Second),
+		// AuditRetention: a year, the span most audit frameworks ask for.
+		AuditRetention: config.Duration(365 * 24 * time.Hour),
+		SessionLife:    config.Duration(12 * time.Hour),
 	}
 }
 
@@ -61,6 +72,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdownGrace must not be negative"))
+	}
+	if c.AuditRetention < 0 {
+		errs = append(errs, errors.New("auditRetention must not be negative"))
+	}
+	if c.SessionLife < config.Duration(time.Minute) || c.SessionLife > config.Duration(30*24*time.Hour) {
+		errs = append(errs, fmt.Errorf("sessionLife %v: want 1m to 720h", c.SessionLife.D()))
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		errs = append(errs, err)

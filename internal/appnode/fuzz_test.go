@@ -64,7 +64,7 @@ func fuzzServer(f *testing.F) (http.Handler, string, *recordingOrk) {
 	ork := &recordingOrk{Ork: appnodetest.NewOrk()}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = f.TempDir()
-	s, err := appnode.New(cfg, ork, appnodetest.NewAccounts(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := appnode.New(cfg, ork, appnodetest.NewAccounts(f), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
@@ -123,18 +124,20 @@ func (s *Server) httpTarget(r *http.Request) (j cosmic.Job, replica int, user st
 	j, jerr := s.ork.GetJob(ctx, id)
 	cancel()
 	if jerr != nil || !j.Spec.UnsecureHTTP {
-		c, err := s.authenticate(r, apiv1.Read)
+		c, err := s.authenticate(r)
 		if err != nil {
 			return j, 0, "", err
 		}
 		if jerr != nil {
 			return j, 0, "", jerr
 		}
-		if !c.admin() && j.Team != c.user.Team {
-			return j, 0, "", errorf(http.StatusNotFound, apiv1.CodeNotFound, "job %s not found", id)
+		perm := authz.JobsRead
+		if r.Method != http.MethodGet && r.Method != http.MethodHead || r.Header.Get("Upgrade") != "" {
+			perm = authz.JobsConnect
 		}
-		if !c.user.Role.CanWrite() && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.Header.Get("Upgrade") != "") {
-			return j, 0, "", errorf(http.StatusForbidden, apiv1.CodeForbidden, "role %s may only GET and HEAD a job's HTTP port (no upgrades)", c.user.Role)
+		c.perm = perm
+		if err := c.reaches(j); err != nil {
+			return j, 0, "", err
 		}
 		user = c.user.Name
 	}

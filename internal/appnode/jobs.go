@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/version"
@@ -80,11 +82,30 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 	if err != nil {
 		return nil, err
 	}
+	// A token with a selector labels what it creates, so that the job is
+	// one it reaches.
+	for k, v := range c.tok.Selector {
+		if got, ok := spec.Labels[k]; ok && got != v {
+			return nil, invalid(&cosmic.FieldError{Field: "labels." + k, Message: fmt.Sprintf("is %q; this token creates jobs with %s=%s", got, k, v)})
+		}
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[k] = v
+	}
+	if len(c.tok.Selector) > 0 {
+		if err := spec.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
 	j, err := s.ork.CreateJob(ctx, orkapi.CreateJobParams{
-		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.user.Team, Spec: spec,
+		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.team, Spec: spec,
 	})
+	if err == nil {
+		c.auditTarget = j.ID
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -92,24 +113,52 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 	return j, nil
 }
 
-// visibleJob returns the job named by the path's {id} if the caller may
-// see it: admins see every job, others their team's. A job of another team
-// is not found, so that IDs do not leak.
+// visibleJob returns the job named by the path's {id} if the caller holds
+// the route's permission on it (reaches).
 func (s *Server) visibleJob(r *http.Request, c *caller) (cosmic.Job, error) {
 	id, err := cosmic.ParseJobID(r.PathValue("id"))
 	if err != nil {
 		return cosmic.Job{}, err
 	}
+	c.auditTarget = id
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
 	j, err := s.ork.GetJob(ctx, id)
 	if err != nil {
 		return cosmic.Job{}, err
 	}
-	if !c.admin() && j.Team != c.user.Team {
-		return cosmic.Job{}, errorf(http.StatusNotFound, apiv1.CodeNotFound, "job %s not found", id)
+	if err := c.reaches(j); err != nil {
+		return cosmic.Job{}, err
 	}
 	return j, nil
+}
+
+// reaches checks the caller's permission (c.perm) on job j, in j's team
+// (any team the caller is in, not only the active one; a bound token's
+// only). A job the caller may not see at all is not found, so that IDs do
+// not leak: another team's, one outside the token's selector, and one whose
+// readUser the caller is, for anything but reading. A job the caller sees
+// but may not act on is forbidden.
+func (c *caller) reaches(j cosmic.Job) error {
+	notFound := errorf(http.StatusNotFound, apiv1.CodeNotFound, "job %s not found", j.ID)
+	if !c.selects(j.Spec.Labels) {
+		return notFound
+	}
+	if !c.inTeam(j.Team) {
+		if c.perm == authz.JobsRead && j.Spec.ReadUser != "" && j.Spec.ReadUser == c.user.Name && authz.ScopeKeeps(authz.Scope(c.tok.Scope), authz.JobsRead) {
+			c.auditTeam = j.Team
+			return nil
+		}
+		return notFound
+	}
+	c.auditTeam = j.Team
+	if !c.can(j.Team, c.perm) {
+		if !c.can(j.Team, authz.JobsRead) {
+			return notFound
+		}
+		return forbidden(c, c.perm, j.Team)
+	}
+	return nil
 }
 
 // watch holds a request that has ?watch=VERSION until the jobs' version
@@ -164,8 +213,15 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request, c *caller) (an
 	if err := s.watch(w, r); err != nil {
 		return nil, err
 	}
-	if !c.admin() {
-		p.Team = c.user.Team
+	p.Team = c.team // "" only for a platform admin (authorize)
+	for k, v := range c.tok.Selector {
+		if got, ok := p.Labels[k]; ok && got != v {
+			return apiv1.JobList{Items: []cosmic.Job{}, Page: page, Size: p.Size}, nil // outside the token's selector
+		}
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		p.Labels[k] = v
 	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
@@ -384,6 +440,9 @@ func (s *Server) labelJob(w http.ResponseWriter, r *http.Request, c *caller) (an
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := c.tok.Selector[l.Name]; ok {
+		return nil, errorf(http.StatusForbidden, apiv1.CodeForbidden, "label %s is this token's selector; it may not change it", l.Name)
+	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
 	return s.ork.LabelJob(ctx, orkapi.LabelJobParams{ID: j.ID, Name: l.Name, Value: l.Value})
@@ -465,7 +524,12 @@ func (s *Server) deleteReplica(_ http.ResponseWriter, r *http.Request, c *caller
 }
 
 func (s *Server) whoAmI(_ http.ResponseWriter, _ *http.Request, c *caller) (any, error) {
-	return apiv1.WhoAmI{User: c.user.Name, Team: c.user.Team, Role: c.user.Role, Token: c.token}, nil
+	out := apiv1.WhoAmI{User: c.user.Name, PlatformAdmin: c.user.PlatformAdmin, Team: c.team, Role: c.role, Teams: []cosmic.Member{},
+		Token: c.tok.ID, Credential: string(c.tok.Kind), BoundTeam: c.tok.Team, Scope: c.tok.Scope, Selector: c.tok.Selector, ExpiresAt: c.tok.ExpiresAt}
+	for _, t := range slices.Sorted(maps.Keys(c.roles)) {
+		out.Teams = append(out.Teams, cosmic.Member{Team: t, User: c.user.Name, Role: c.roles[t]})
+	}
+	return out, nil
 }
 
 func (s *Server) openAPI(_ http.ResponseWriter, _ *http.Request, _ *caller) (any, error) {

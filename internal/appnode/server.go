@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -55,6 +56,10 @@ type Server struct {
 	// annotates inference jobs (SetModelHealth).
 	apiKeys     APIKeyStore
 	modelHealth ModelHealthSource
+	// logins limits sign-in attempts.
+	logins *loginLimiter
+	// onTeamDeleted, when set, clears what others keep of a deleted team.
+	onTeamDeleted func(ctx context.Context, team string)
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -75,7 +80,7 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
-	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter()}
 	handlers := s.handlers()
 	for _, rt := range routes {
 		h, ok := handlers[rt.Op]
@@ -128,6 +133,26 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpListAPIKeys:    s.listAPIKeys,
 		apiv1.OpRevokeAPIKey:   s.revokeAPIKey,
 		apiv1.OpWhoAmI:         s.whoAmI,
+		apiv1.OpLogin:          s.login,
+		apiv1.OpCreateSession:  s.createSession,
+		apiv1.OpDeleteSession:  s.deleteSession,
+		apiv1.OpChangePassword: s.changePassword,
+		apiv1.OpListTokens:     s.listTokens,
+		apiv1.OpCreateToken:    s.createToken,
+		apiv1.OpRevokeToken:    s.revokeToken,
+		apiv1.OpListUsers:      s.listUsers,
+		apiv1.OpCreateUser:     s.createUser,
+		apiv1.OpGetUser:        s.getUser,
+		apiv1.OpUpdateUser:     s.updateUser,
+		apiv1.OpDeleteUser:     s.deleteUser,
+		apiv1.OpSetPassword:    s.setUserPassword,
+		apiv1.OpListTeams:      s.listTeams,
+		apiv1.OpCreateTeam:     s.createTeam,
+		apiv1.OpDeleteTeam:     s.deleteTeam,
+		apiv1.OpListMembers:    s.listMembers,
+		apiv1.OpPutMember:      s.putMember,
+		apiv1.OpDeleteMember:   s.deleteMember,
+		apiv1.OpListAudit:      s.listAudit,
 		apiv1.OpOpenAPI:        s.openAPI,
 		apiv1.OpHealth:         s.health,
 	}
@@ -137,6 +162,9 @@ func (s *Server) handlers() map[string]handler {
 type info struct {
 	op   string
 	user string
+	// target names what a public route acted on (the user a sign-in
+	// tried), for the audit log.
+	target string
 }
 
 type infoKey struct{}
@@ -152,25 +180,32 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 			known[p.Name] = true
 		}
 	}
+	public := rt.Perm == authz.Public
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in, _ := r.Context().Value(infoKey{}).(*info)
 		if in != nil {
 			in.op = rt.Op
 		}
 		var c *caller
-		if rt.Access != apiv1.Public && !rt.Proxy {
+		if !public && !rt.Proxy {
 			var err error
-			if c, err = s.authenticate(r, rt.Access); err != nil {
-				s.writeError(w, r, err)
-				return
+			if c, err = s.authenticate(r); err == nil {
+				if in != nil {
+					in.user = c.user.Name
+				}
+				err = s.authorize(r, rt, c)
 			}
-			if in != nil {
-				in.user = c.user.Name
+			if err != nil {
+				s.writeError(w, r, err)
+				s.auditRequest(r, rt, c, w, err)
+				return
 			}
 		}
 		for k := range r.URL.Query() {
-			if !known[k] && rt.Access != apiv1.Public && !rt.Proxy {
-				s.writeError(w, r, badRequest("unknown query parameter %s", clip(k)))
+			if !known[k] && k != apiv1.QueryTeam && !public && !rt.Proxy {
+				err := badRequest("unknown query parameter %s", clip(k))
+				s.writeError(w, r, err)
+				s.auditRequest(r, rt, c, w, err)
 				return
 			}
 		}
@@ -189,6 +224,7 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 		default:
 			writeJSON(w, rt.Status, body)
 		}
+		s.auditRequest(r, rt, c, w, err)
 	})
 }
 

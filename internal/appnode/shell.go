@@ -3,6 +3,7 @@ package appnode
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -77,6 +78,7 @@ func (s *Server) jobShell(w http.ResponseWriter, r *http.Request, c *caller) (an
 	}
 	start := time.Now()
 	s.log.Info("shell requested", "job_id", j.ID, "replica", replica, "user", c.user.Name)
+	s.auditSession(r, c, AuditShellOpen, fmt.Sprintf("%s/%d", j.ID, replica))
 	agent.ServeShellRelay(w, r, c.user.Name, func(ctx context.Context, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
 		return s.shells.DialShell(ctx, j, replica, p)
 	})
@@ -100,6 +102,7 @@ func (s *Server) jobSSH(w http.ResponseWriter, r *http.Request, c *caller) (any,
 	}
 	defer st.Close()
 	s.log.Info("ssh connection", "job_id", j.ID, "replica", replica, "user", c.user.Name)
+	s.auditSession(r, c, AuditSSHOpen, fmt.Sprintf("%s/%d", j.ID, replica))
 	w.Header().Set("Connection", "Upgrade")
 	w.Header().Set("Upgrade", apiv1.UpgradeTCP)
 	w.WriteHeader(http.StatusSwitchingProtocols)

@@ -28,6 +28,9 @@ func (a *app) connect(f *connFlags, opts ...client.Option) (*apiConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Team != "" {
+		opts = append([]client.Option{client.WithTeam(cfg.Team)}, opts...)
+	}
 	return &apiConn{Client: client.New(cfg.URL, cfg.Token, opts...), url: cfg.URL}, nil
 }
 

@@ -22,6 +22,7 @@ const DefaultURL = "http://127.0.0.1:8080"
 const (
 	envURL    = "COSMICAC_URL"
 	envToken  = "COSMICAC_TOKEN"
+	envTeam   = "COSMICAC_TEAM"
 	envConfig = "COSMICAC_CONFIG" // the config file, instead of the user's config dir
 )
 
@@ -30,17 +31,20 @@ const (
 type clientConfig struct {
 	URL   string `json:"url,omitempty"`
 	Token string `json:"token,omitempty"`
+	// Team is the active team `cosmicac teams use` chose.
+	Team string `json:"team,omitempty"`
 }
 
 // connFlags are the --url and --token flags of the commands that call the
 // API; set ones win over the environment and the config file.
 type connFlags struct {
-	url, token string
+	url, token, team string
 }
 
 func (f *connFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.url, "url", "", "CosmicAC API URL (default $"+envURL+", the login config, or "+DefaultURL+")")
 	cmd.PersistentFlags().StringVar(&f.token, "token", "", "API token (default $"+envToken+" or the login config)")
+	cmd.PersistentFlags().StringVar(&f.team, "team", "", "the team to act in (default $"+envTeam+", `cosmicac teams use`, or your only team)")
 }
 
 // configPath is the file `cosmicac login` writes:
@@ -139,14 +143,17 @@ func writeConfigFile(path string, c clientConfig) error {
 // URL. A config file that cannot be found or read is only an error when it
 // is needed, that is when neither flags nor environment give a token.
 func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
-	c := clientConfig{URL: f.url, Token: f.token}
+	c := clientConfig{URL: f.url, Token: f.token, Team: f.team}
 	if c.URL == "" {
 		c.URL = a.getenv(envURL)
 	}
 	if c.Token == "" {
 		c.Token = a.getenv(envToken)
 	}
-	if c.URL == "" || c.Token == "" {
+	if c.Team == "" {
+		c.Team = a.getenv(envTeam)
+	}
+	if c.URL == "" || c.Token == "" || c.Team == "" {
 		if path, err := a.configPath(); err == nil {
 			fc, err := readConfigFile(path)
 			if err != nil {
@@ -157,6 +164,10 @@ func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
 			}
 			if c.Token == "" {
 				c.Token = fc.Token
+			}
+			if c.Team == "" && f.token == "" && a.getenv(envToken) == "" {
+				// The saved team goes with the saved token only.
+				c.Team = fc.Team
 			}
 		}
 	}

@@ -551,7 +551,7 @@ func TestLogin(t *testing.T) {
 		t.Errorf("a rejected token was saved")
 	}
 	code, out, errs := runCLI(t, env, "login", "--url", apiURL, "--token-file", e.P.TokenFile)
-	if code != 0 || !strings.Contains(out, "as admin (team default, role admin)") {
+	if code != 0 || !strings.Contains(out, "as admin (platform admin; team default, role owner)") {
 		t.Fatalf("login: exit %d, %q %s", code, out, errs)
 	}
 	st, err := os.Stat(path)

@@ -3,34 +3,53 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/client"
 )
 
 func init() { register((*app).loginCommand) }
 
 func (a *app) loginCommand() *cobra.Command {
 	var (
-		conn      connFlags
-		tokenFile string
+		conn          connFlags
+		tokenFile     string
+		user          string
+		passwordStdin bool
+		expires       string
 	)
 	cmd := &cobra.Command{
-		Use:   "login [--url URL] [--token TOKEN | --token-file FILE]",
-		Short: "Check an API token and save it with the URL for the other commands",
-		Long: "Check the token against the API (whoami) and save the URL and token to\n" +
-			"USER_CONFIG_DIR/cosmicac/config.yaml (mode 0600; $" + envConfig + " names another file).\n" +
-			"Without --token or --token-file the token is read from stdin. The URL defaults to $" + envURL + ",\n" +
-			"the saved one, or " + DefaultURL + ". $" + envURL + " and $" + envToken + " still win over the saved file.",
-		Example: "  cosmicac login --token-file ~/.local/share/cosmicac/admin.token\n" +
+		Use:   "login [--url URL] [--user NAME | --token TOKEN | --token-file FILE]",
+		Short: "Sign in with a password or a token and save it with the URL for the other commands",
+		Long: "With --user, ask for the password (on the terminal, or one line of stdin with\n" +
+			"--password-stdin; never on the command line), sign in, and save the personal access token\n" +
+			"the API answers (it expires after --expires; `cosmicac tokens list` shows it). Otherwise check\n" +
+			"a token (--token, --token-file, or stdin) against the API.\n\n" +
+			"The URL and token go to USER_CONFIG_DIR/cosmicac/config.yaml (mode 0600; $" + envConfig + " names\n" +
+			"another file). The URL defaults to $" + envURL + ", the saved one, or " + DefaultURL + ".\n" +
+			"$" + envURL + " and $" + envToken + " still win over the saved file.",
+		Example: "  cosmicac login --user alice\n" +
+			"  cosmicac login --token-file ~/.local/share/cosmicac/admin.token\n" +
 			"  cosmicac login --url https://cosmicac.example.com --token \"$TOKEN\"",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			token := conn.token
 			switch {
+			case user != "" && (token != "" || tokenFile != ""):
+				return usageErrorf("give --user or a token, not both")
+			case passwordStdin && user == "":
+				return usageErrorf("--password-stdin goes with --user")
+			case cmd.Flags().Changed("expires") && user == "":
+				return usageErrorf("--expires goes with --user (a token has its own expiry)")
 			case token != "" && tokenFile != "":
 				return usageErrorf("give --token or --token-file, not both")
+			case user != "":
 			case tokenFile != "":
 				data, err := os.ReadFile(tokenFile)
 				if err != nil {
@@ -41,9 +60,27 @@ func (a *app) loginCommand() *cobra.Command {
 				fmt.Fprint(a.stderr, "Token: ")
 				line, err := bufio.NewReader(a.stdin).ReadString('\n')
 				if err != nil && line == "" {
-					return usageErrorf("no token: give --token, --token-file or the token on stdin")
+					return usageErrorf("no token: give --user, --token, --token-file or the token on stdin")
 				}
 				token = strings.TrimSpace(line)
+			}
+			if user != "" {
+				pw, err := a.readPassword("Password for "+user+": ", passwordStdin)
+				if err != nil {
+					return err
+				}
+				cfg, err := a.clientConfig(&connFlags{url: conn.url})
+				if err != nil {
+					return err
+				}
+				c := &apiConn{Client: client.New(cfg.URL, ""), url: cfg.URL} // no token: signing in
+
+				host, _ := os.Hostname()
+				tok, err := c.Login(cmd.Context(), apiv1.Login{User: user, Password: pw, TokenName: "cli login on " + host, ExpiresIn: expires})
+				if err != nil {
+					return c.explain(err)
+				}
+				token = tok.Secret
 			}
 			if token == "" {
 				return usageErrorf("the token is empty")
@@ -60,10 +97,15 @@ func (a *app) loginCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := writeConfigFile(path, clientConfig{URL: c.url, Token: token}); err != nil {
+			saved, _ := readConfigFile(path)
+			next := clientConfig{URL: c.url, Token: token}
+			if saved.URL == c.url && saved.Team != "" && who.BoundTeam == "" {
+				next.Team = saved.Team // the same platform: keep the team chosen
+			}
+			if err := writeConfigFile(path, next); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "Logged in to %s as %s (team %s, role %s).\nSaved to %s.\n", c.url, who.User, who.Team, who.Role, path)
+			fmt.Fprintf(a.stdout, "Logged in to %s as %s%s.\nSaved to %s.\n", c.url, who.User, describeTeams(who), path)
 			if a.getenv(envToken) != "" || a.getenv(envURL) != "" {
 				fmt.Fprintf(a.stderr, "note: $%s or $%s is set and wins over the saved config\n", envURL, envToken)
 			}
@@ -73,5 +115,62 @@ func (a *app) loginCommand() *cobra.Command {
 	cmd.Flags().StringVar(&conn.url, "url", "", "CosmicAC API URL (default $"+envURL+", the saved URL, or "+DefaultURL+")")
 	cmd.Flags().StringVar(&conn.token, "token", "", "API token")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "read the API token from FILE (e.g. DATA_DIR/admin.token)")
+	cmd.Flags().StringVarP(&user, "user", "u", "", "sign in as NAME with a password (asked for)")
+	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
+	cmd.Flags().StringVar(&expires, "expires", "", "how long the saved token lives (default 720h, at most 8784h)")
 	return cmd
+}
+
+// describeTeams sums up the caller's teams for a message: " (team default,
+// role owner)", " (teams a, b; active a)", " (platform admin, no team)".
+func describeTeams(w apiv1.WhoAmI) string {
+	var parts []string
+	if w.PlatformAdmin {
+		parts = append(parts, "platform admin")
+	}
+	switch {
+	case w.Team != "" && len(w.Teams) <= 1:
+		parts = append(parts, fmt.Sprintf("team %s, role %s", w.Team, w.Role))
+	case len(w.Teams) > 1:
+		names := make([]string, len(w.Teams))
+		for i, m := range w.Teams {
+			names[i] = m.Team
+		}
+		p := "teams " + strings.Join(names, ", ")
+		if w.Team != "" {
+			p += fmt.Sprintf("; active %s (%s)", w.Team, w.Role)
+		} else {
+			p += "; choose one with `cosmicac teams use TEAM`"
+		}
+		parts = append(parts, p)
+	default:
+		parts = append(parts, "no team")
+	}
+	if w.BoundTeam != "" || w.Scope != "" {
+		parts = append(parts, fmt.Sprintf("token bound to %s, scope %s", w.BoundTeam, dash(w.Scope)))
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// readPassword asks for a password on the terminal without echo, or reads
+// one line of stdin (fromStdin, or when stdin is not a terminal).
+func (a *app) readPassword(prompt string, fromStdin bool) (string, error) {
+	if f, ok := a.stdin.(*os.File); ok && !fromStdin && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(a.stderr, prompt)
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(a.stderr)
+		if err != nil {
+			return "", fmt.Errorf("read password: %w", err)
+		}
+		return string(b), nil
+	}
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return "", fmt.Errorf("read password: %w", err)
+	}
+	pw := strings.TrimRight(line, "\r\n")
+	if pw == "" {
+		return "", usageErrorf("no password: type it when asked, or give it on the first line of stdin with --password-stdin")
+	}
+	return pw, nil
 }

@@ -36,6 +36,7 @@ const maxResponse = 64 << 20
 type Client struct {
 	base      string // scheme://host[:port][/prefix], without /api/v1
 	token     string
+	team      string // apiv1.HeaderTeam of every request ("" none)
 	hc        *http.Client
 	userAgent string
 	poll      time.Duration
@@ -159,6 +160,9 @@ func (c *Client) doHeader(ctx context.Context, method, path string, query url.Va
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.team != "" {
+		req.Header.Set(apiv1.HeaderTeam, c.team)
 	}
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)

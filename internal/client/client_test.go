@@ -153,7 +153,7 @@ func TestRacksAndAccounts(t *testing.T) {
 		t.Fatalf("remove: %v", err)
 	}
 	w, err := c.WhoAmI(ctx)
-	if err != nil || w.User != "admin" || w.Role != cosmic.RoleAdmin {
+	if err != nil || w.User != "admin" || w.Role != cosmic.RoleOwner || !w.PlatformAdmin {
 		t.Fatalf("whoami: %+v %v", w, err)
 	}
 	if h, err := client.New(e.URL(), "").Health(ctx); err != nil || h.Status != "ok" {

@@ -577,9 +577,18 @@ func TestReservation(t *testing.T) {
 }
 
 func TestRoles(t *testing.T) {
-	for r, want := range map[Role][2]bool{RoleAdmin: {true, true}, RoleMember: {true, true}, RoleViewer: {true, false}, "root": {false, false}} {
-		if r.Valid() != want[0] || r.CanWrite() != want[1] {
-			t.Errorf("%s: Valid %v CanWrite %v", r, r.Valid(), r.CanWrite())
+	for r, want := range map[Role]bool{RoleOwner: true, RoleAdmin: true, RoleMember: true, RoleViewer: true, "root": false, "": false} {
+		if r.Valid() != want {
+			t.Errorf("%q: Valid %v", r, r.Valid())
+		}
+	}
+}
+
+func TestValidAccountName(t *testing.T) {
+	for s, want := range map[string]bool{"ml": true, "a": true, "team-1.b_c": true, "": false, "-a": false, "A": false,
+		"a b": false, "é": false, strings.Repeat("a", MaxAccountName): true, strings.Repeat("a", MaxAccountName+1): false} {
+		if ValidAccountName(s) != want {
+			t.Errorf("ValidAccountName(%q) = %v", s, !want)
 		}
 	}
 }

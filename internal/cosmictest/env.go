@@ -17,13 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/platform"
-	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -120,29 +119,11 @@ func withFresh(old platform.Config, cur *platform.Config) platform.Config {
 	return out
 }
 
-// AddUser makes a user of team (made if new) with role in the platform's
-// store, and returns a token of it: the platform has no API for users yet.
+// AddUser makes a user with role in team (made if new) in the platform's
+// store, and returns a token of it.
 func (e *Env) AddUser(name, team string, role cosmic.Role) string {
 	e.T.Helper()
-	st := e.P.Store
-	if err := st.CreateTeam(e.Ctx, cosmic.Team{Name: team}); err != nil && !errors.Is(err, cosmic.ErrConflict) {
-		e.T.Fatal(err)
-	}
-	if err := st.CreateUser(e.Ctx, cosmic.User{Name: name, Team: team, Role: role}); err != nil {
-		e.T.Fatal(err)
-	}
-	secret, hash, err := appnode.NewToken()
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	id, err := appnode.NewTokenID()
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	if err := st.CreateToken(e.Ctx, store.Token{ID: id, Name: "test", UserName: name, Hash: hash, CreatedAt: time.Now()}); err != nil {
-		e.T.Fatal(err)
-	}
-	return secret
+	return appnodetest.AddUser(e.T, e.P.Store, name, team, role)
 }
 
 // Create creates a job and fails the test on error.

@@ -106,41 +106,6 @@ type Tx interface {
 	DeleteRack(ctx context.Context, id string) error
 }
 
-// Accounts is what the app-node keeps: teams, users and their API tokens.
-type Accounts interface {
-	// CreateTeam adds a team; an existing name is ErrConflict, an empty
-	// one ErrInvalid.
-	CreateTeam(ctx context.Context, t cosmic.Team) error
-	// ListTeams lists the teams by name.
-	ListTeams(ctx context.Context) ([]cosmic.Team, error)
-	// CreateUser adds a user; an existing name is ErrConflict; an empty
-	// name, an unknown role or a team that does not exist is ErrInvalid.
-	CreateUser(ctx context.Context, u cosmic.User) error
-	// GetUser returns a user, or ErrNotFound.
-	GetUser(ctx context.Context, name string) (cosmic.User, error)
-	// ListUsers lists the users by name.
-	ListUsers(ctx context.Context) ([]cosmic.User, error)
-	// CreateToken stores a token; an existing ID or hash is ErrConflict, an
-	// unknown user or an empty ID or hash ErrInvalid.
-	CreateToken(ctx context.Context, t Token) error
-	// UserByTokenHash returns the user a token belongs to and the token.
-	// An unknown hash, or a token whose ExpiresAt has passed, is
-	// ErrNotFound.
-	UserByTokenHash(ctx context.Context, hash []byte) (cosmic.User, Token, error)
-	// DeleteToken removes a token, or returns ErrNotFound.
-	DeleteToken(ctx context.Context, id string) error
-}
-
-// Token is an API token of a user. Only the hash of its secret is kept.
-type Token struct {
-	ID        string
-	Name      string
-	UserName  string
-	Hash      []byte    // sha256 of the secret
-	CreatedAt time.Time // returned in UTC
-	ExpiresAt time.Time // zero = never
-}
-
 // Rack is a registered rack as the ork keeps it: the registration, where
 // to dial its worker, and the nodes the worker last reported, so that
 // capacity shows at startup before the worker answers.

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 )
 
 // Ork is an in-memory ork. It validates as the ork does what the tests
@@ -437,152 +439,16 @@ func (o *Ork) ForgetRacks(_ context.Context, p orkapi.ForgetRacksParams) error {
 	return nil
 }
 
-// Accounts is an in-memory accounts store.
-type Accounts struct {
-	mu     sync.Mutex
-	teams  map[string]cosmic.Team
-	users  map[string]cosmic.User
-	tokens map[string]store.Token // by ID
-	err    error
-}
-
-var _ appnode.Accounts = (*Accounts)(nil)
-
-// NewAccounts returns an empty accounts store.
-func NewAccounts() *Accounts {
-	return &Accounts{teams: map[string]cosmic.Team{}, users: map[string]cosmic.User{}, tokens: map[string]store.Token{}}
-}
-
-// FailWith makes every later call fail with err (nil: succeed again).
-func (a *Accounts) FailWith(err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.err = err
-}
-
-// CreateTeam adds a team.
-func (a *Accounts) CreateTeam(_ context.Context, t cosmic.Team) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case a.err != nil:
-		return a.err
-	case t.Name == "":
-		return fmt.Errorf("team name: %w", cosmic.ErrInvalid)
-	case a.teams[t.Name] != (cosmic.Team{}):
-		return fmt.Errorf("team %s: %w", t.Name, cosmic.ErrConflict)
+// NewAccounts returns an empty accounts store: a real SQLite database in
+// a directory of the test's, closed when the test ends.
+func NewAccounts(tb testing.TB) *sqlite.Store {
+	tb.Helper()
+	st, err := sqlite.Open(filepath.Join(tb.TempDir(), "accounts.db"))
+	if err != nil {
+		tb.Fatal(err)
 	}
-	a.teams[t.Name] = t
-	return nil
-}
-
-// ListTeams lists teams by name.
-func (a *Accounts) ListTeams(context.Context) ([]cosmic.Team, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return nil, a.err
-	}
-	var out []cosmic.Team
-	for _, t := range a.teams {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// CreateUser adds a user of an existing team.
-func (a *Accounts) CreateUser(_ context.Context, u cosmic.User) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case a.err != nil:
-		return a.err
-	case u.Name == "" || !u.Role.Valid() || a.teams[u.Team] == (cosmic.Team{}):
-		return fmt.Errorf("user %q: %w", u.Name, cosmic.ErrInvalid)
-	case a.users[u.Name] != (cosmic.User{}):
-		return fmt.Errorf("user %s: %w", u.Name, cosmic.ErrConflict)
-	}
-	a.users[u.Name] = u
-	return nil
-}
-
-// GetUser returns a user.
-func (a *Accounts) GetUser(_ context.Context, name string) (cosmic.User, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return cosmic.User{}, a.err
-	}
-	u, ok := a.users[name]
-	if !ok {
-		return cosmic.User{}, fmt.Errorf("user %s: %w", name, cosmic.ErrNotFound)
-	}
-	return u, nil
-}
-
-// ListUsers lists users by name.
-func (a *Accounts) ListUsers(context.Context) ([]cosmic.User, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return nil, a.err
-	}
-	var out []cosmic.User
-	for _, u := range a.users {
-		out = append(out, u)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// CreateToken stores a token of an existing user.
-func (a *Accounts) CreateToken(_ context.Context, t store.Token) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return a.err
-	}
-	if t.ID == "" || len(t.Hash) == 0 || a.users[t.UserName] == (cosmic.User{}) {
-		return fmt.Errorf("token %q: %w", t.ID, cosmic.ErrInvalid)
-	}
-	for _, o := range a.tokens {
-		if o.ID == t.ID || string(o.Hash) == string(t.Hash) {
-			return fmt.Errorf("token %s: %w", t.ID, cosmic.ErrConflict)
-		}
-	}
-	t.Hash = slices.Clone(t.Hash)
-	a.tokens[t.ID] = t
-	return nil
-}
-
-// UserByTokenHash returns a token's user; an expired token is not found.
-func (a *Accounts) UserByTokenHash(_ context.Context, hash []byte) (cosmic.User, store.Token, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return cosmic.User{}, store.Token{}, a.err
-	}
-	for _, t := range a.tokens {
-		if string(t.Hash) == string(hash) && (t.ExpiresAt.IsZero() || time.Now().Before(t.ExpiresAt)) {
-			return a.users[t.UserName], t, nil
-		}
-	}
-	return cosmic.User{}, store.Token{}, fmt.Errorf("token: %w", cosmic.ErrNotFound)
-}
-
-// DeleteToken removes a token.
-func (a *Accounts) DeleteToken(_ context.Context, id string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.err != nil {
-		return a.err
-	}
-	if _, ok := a.tokens[id]; !ok {
-		return fmt.Errorf("token %s: %w", id, cosmic.ErrNotFound)
-	}
-	delete(a.tokens, id)
-	return nil
+	tb.Cleanup(func() { st.Close() })
+	return st
 }
 
 // Env is an app-node served over httptest with fake dependencies and an
@@ -591,7 +457,7 @@ type Env struct {
 	Server     *httptest.Server
 	App        *appnode.Server
 	Ork        *Ork
-	Accounts   *Accounts
+	Accounts   *sqlite.Store
 	AdminToken string
 	DataDir    string
 }
@@ -604,7 +470,7 @@ func (e *Env) URL() string { return e.Server.URL }
 // COSMICAC_TEST_LOG is set.
 func NewEnv(tb testing.TB) *Env {
 	tb.Helper()
-	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(), DataDir: tb.TempDir()}
+	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(tb), DataDir: tb.TempDir()}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = e.DataDir
 	app, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -625,25 +491,43 @@ func NewEnv(tb testing.TB) *Env {
 	return e
 }
 
-// AddUser creates a user (and its team if needed) and returns a token of it.
+// AddUser creates a user (and its team if needed) with role in team and
+// returns a token of it.
 func (e *Env) AddUser(tb testing.TB, name, team string, role cosmic.Role) string {
 	tb.Helper()
+	return AddUser(tb, e.Accounts, name, team, role)
+}
+
+// AddUser creates a user in acc (and its team if needed) with role in team
+// and returns a token of it; a user who exists is only added to the team.
+func AddUser(tb testing.TB, acc store.Accounts, name, team string, role cosmic.Role) string {
+	tb.Helper()
 	ctx := context.Background()
-	if err := e.Accounts.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil && !errors.Is(err, cosmic.ErrConflict) {
+	if err := acc.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil && !errors.Is(err, cosmic.ErrConflict) {
 		tb.Fatal(err)
 	}
-	if err := e.Accounts.CreateUser(ctx, cosmic.User{Name: name, Team: team, Role: role}); err != nil {
+	if err := acc.CreateUser(ctx, cosmic.User{Name: name}, ""); err != nil && !errors.Is(err, cosmic.ErrConflict) {
 		tb.Fatal(err)
 	}
+	if err := acc.PutMember(ctx, cosmic.Member{Team: team, User: name, Role: role}); err != nil {
+		tb.Fatal(err)
+	}
+	return AddToken(tb, acc, store.Token{UserName: name, Name: name})
+}
+
+// AddToken stores a token shaped like t (its ID, hash and times are made
+// here) and returns its secret.
+func AddToken(tb testing.TB, acc store.Accounts, t store.Token) string {
+	tb.Helper()
 	secret, hash, err := appnode.NewToken()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	id, err := appnode.NewTokenID()
-	if err != nil {
+	if t.ID, err = appnode.NewTokenID(); err != nil {
 		tb.Fatal(err)
 	}
-	if err := e.Accounts.CreateToken(ctx, store.Token{ID: id, Name: name, UserName: name, Hash: hash, CreatedAt: time.Now()}); err != nil {
+	t.Hash, t.CreatedAt, t.Kind = hash, time.Now().UTC(), store.KindToken
+	if err := acc.CreateToken(context.Background(), t); err != nil {
 		tb.Fatal(err)
 	}
 	return secret

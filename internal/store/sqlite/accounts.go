@@ -3,21 +3,39 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
+// notFound reports a missing row of what, named name.
+func notFound(what, name string) error {
+	return fmt.Errorf("%s %s: %w", what, name, cosmic.ErrNotFound)
+}
+
+// affected fails with notFound when res changed no row.
+func affected(res sql.Result, err error, what, name string) error {
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(notFound(what, name), err)
+	}
+	return nil
+}
+
 // CreateTeam implements store.Accounts.
 func (s *Store) CreateTeam(ctx context.Context, t cosmic.Team) error {
-	if t.Name == "" {
-		return fmt.Errorf("create team: empty name: %w", cosmic.ErrInvalid)
+	if !cosmic.ValidAccountName(t.Name) {
+		return fmt.Errorf("create team %q: not a valid name: %w", t.Name, cosmic.ErrInvalid)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO teams (name) VALUES (?)", t.Name)
+		_, err := tx.ExecContext(ctx, "INSERT INTO teams (name, created_at) VALUES (?, ?)", t.Name, nanos(t.CreatedAt))
 		if isUnique(err) {
 			return fmt.Errorf("create team %s: already exists: %w", t.Name, cosmic.ErrConflict)
 		}
@@ -28,39 +46,65 @@ func (s *Store) CreateTeam(ctx context.Context, t cosmic.Team) error {
 	})
 }
 
+// GetTeam implements store.Accounts.
+func (s *Store) GetTeam(ctx context.Context, name string) (cosmic.Team, error) {
+	var (
+		t       cosmic.Team
+		created int64
+	)
+	err := s.r.QueryRowContext(ctx, "SELECT name, created_at FROM teams WHERE name = ?", name).Scan(&t.Name, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return cosmic.Team{}, notFound("team", name)
+	}
+	if err != nil {
+		return cosmic.Team{}, fmt.Errorf("get team %s: %w", name, err)
+	}
+	t.CreatedAt = fromNanos(created)
+	return t, nil
+}
+
 // ListTeams implements store.Accounts.
 func (s *Store) ListTeams(ctx context.Context) ([]cosmic.Team, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT name FROM teams ORDER BY name")
-	if err != nil {
-		return nil, fmt.Errorf("list teams: %w", err)
-	}
-	defer rows.Close()
-	out := []cosmic.Team{}
-	for rows.Next() {
-		var t cosmic.Team
-		if err := rows.Scan(&t.Name); err != nil {
-			return nil, fmt.Errorf("list teams: %w", err)
+	return query(ctx, s.r, "list teams", "SELECT name, created_at FROM teams ORDER BY name", nil, func(rows *sql.Rows) (cosmic.Team, error) {
+		var (
+			t       cosmic.Team
+			created int64
+		)
+		err := rows.Scan(&t.Name, &created)
+		t.CreatedAt = fromNanos(created)
+		return t, err
+	})
+}
+
+// DeleteTeam implements store.Accounts.
+func (s *Store) DeleteTeam(ctx context.Context, name string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE team = ? LIMIT 1)", name).Scan(&n); err != nil {
+			return fmt.Errorf("delete team %s: %w", name, err)
 		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list teams: %w", err)
-	}
-	return out, nil
+		if n > 0 {
+			return fmt.Errorf("delete team %s: it still has jobs; delete them first: %w", name, cosmic.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE team = ?", name); err != nil {
+			return fmt.Errorf("delete team %s: %w", name, err)
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM teams WHERE name = ?", name)
+		return affected(res, err, "team", name)
+	})
 }
 
 // CreateUser implements store.Accounts.
-func (s *Store) CreateUser(ctx context.Context, u cosmic.User) error {
-	if u.Name == "" || !u.Role.Valid() {
-		return fmt.Errorf("create user %q: needs a name and a role (admin, member, viewer), got role %q: %w", u.Name, u.Role, cosmic.ErrInvalid)
+func (s *Store) CreateUser(ctx context.Context, u cosmic.User, passwordHash string) error {
+	if !cosmic.ValidAccountName(u.Name) {
+		return fmt.Errorf("create user %q: not a valid name: %w", u.Name, cosmic.ErrInvalid)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO users (name, team, role) VALUES (?, ?, ?)", u.Name, u.Team, string(u.Role))
+		_, err := tx.ExecContext(ctx, "INSERT INTO users (name, platform_admin, password, created_at) VALUES (?, ?, ?, ?)",
+			u.Name, u.PlatformAdmin, passwordHash, nanos(u.CreatedAt))
 		switch {
 		case isUnique(err):
 			return fmt.Errorf("create user %s: already exists: %w", u.Name, cosmic.ErrConflict)
-		case isForeignKey(err):
-			return fmt.Errorf("create user %s: team %q does not exist: %w", u.Name, u.Team, cosmic.ErrInvalid)
 		case err != nil:
 			return fmt.Errorf("create user %s: %w", u.Name, err)
 		}
@@ -68,12 +112,23 @@ func (s *Store) CreateUser(ctx context.Context, u cosmic.User) error {
 	})
 }
 
+const userCols = "name, platform_admin, password != '', created_at"
+
+func scanUser(sc interface{ Scan(...any) error }) (cosmic.User, error) {
+	var (
+		u       cosmic.User
+		created int64
+	)
+	err := sc.Scan(&u.Name, &u.PlatformAdmin, &u.HasPassword, &created)
+	u.CreatedAt = fromNanos(created)
+	return u, err
+}
+
 // GetUser implements store.Accounts.
 func (s *Store) GetUser(ctx context.Context, name string) (cosmic.User, error) {
-	var u cosmic.User
-	err := s.r.QueryRowContext(ctx, "SELECT name, team, role FROM users WHERE name = ?", name).Scan(&u.Name, &u.Team, &u.Role)
+	u, err := scanUser(s.r.QueryRowContext(ctx, "SELECT "+userCols+" FROM users WHERE name = ?", name))
 	if errors.Is(err, sql.ErrNoRows) {
-		return cosmic.User{}, fmt.Errorf("user %s: %w", name, cosmic.ErrNotFound)
+		return cosmic.User{}, notFound("user", name)
 	}
 	if err != nil {
 		return cosmic.User{}, fmt.Errorf("get user %s: %w", name, err)
@@ -83,23 +138,113 @@ func (s *Store) GetUser(ctx context.Context, name string) (cosmic.User, error) {
 
 // ListUsers implements store.Accounts.
 func (s *Store) ListUsers(ctx context.Context) ([]cosmic.User, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT name, team, role FROM users ORDER BY name")
-	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
-	}
-	defer rows.Close()
-	out := []cosmic.User{}
-	for rows.Next() {
-		var u cosmic.User
-		if err := rows.Scan(&u.Name, &u.Team, &u.Role); err != nil {
-			return nil, fmt.Errorf("list users: %w", err)
+	return query(ctx, s.r, "list users", "SELECT "+userCols+" FROM users ORDER BY name", nil, func(rows *sql.Rows) (cosmic.User, error) {
+		return scanUser(rows)
+	})
+}
+
+// DeleteUser implements store.Accounts.
+func (s *Store) DeleteUser(ctx context.Context, name string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
+		return affected(res, err, "user", name)
+	})
+}
+
+// SetPlatformAdmin implements store.Accounts.
+func (s *Store) SetPlatformAdmin(ctx context.Context, name string, admin bool) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if !admin {
+			var others int
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM users WHERE platform_admin AND name != ?", name).Scan(&others); err != nil {
+				return fmt.Errorf("set platform admin %s: %w", name, err)
+			}
+			if others == 0 {
+				var is bool
+				err := tx.QueryRowContext(ctx, "SELECT platform_admin FROM users WHERE name = ?", name).Scan(&is)
+				if err == nil && is {
+					return fmt.Errorf("user %s is the last platform admin: make another first: %w", name, cosmic.ErrConflict)
+				}
+			}
 		}
-		out = append(out, u)
+		res, err := tx.ExecContext(ctx, "UPDATE users SET platform_admin = ? WHERE name = ?", admin, name)
+		return affected(res, err, "user", name)
+	})
+}
+
+// PasswordHash implements store.Accounts.
+func (s *Store) PasswordHash(ctx context.Context, name string) (string, error) {
+	var h string
+	err := s.r.QueryRowContext(ctx, "SELECT password FROM users WHERE name = ?", name).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", notFound("user", name)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
+	if err != nil {
+		return "", fmt.Errorf("password of %s: %w", name, err)
 	}
-	return out, nil
+	return h, nil
+}
+
+// SetPassword implements store.Accounts.
+func (s *Store) SetPassword(ctx context.Context, name, hash string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE users SET password = ? WHERE name = ?", hash, name)
+		if err := affected(res, err, "user", name); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE user_name = ? AND kind = ?", name, store.KindSession); err != nil {
+			return fmt.Errorf("end sessions of %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// PutMember implements store.Accounts.
+func (s *Store) PutMember(ctx context.Context, m cosmic.Member) error {
+	if !m.Role.Valid() {
+		return fmt.Errorf("member %s of %s: role %q is not owner, admin, member or viewer: %w", m.User, m.Team, m.Role, cosmic.ErrInvalid)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO members (team, user_name, role) VALUES (?, ?, ?)
+			ON CONFLICT (team, user_name) DO UPDATE SET role = excluded.role`, m.Team, m.User, string(m.Role))
+		switch {
+		case isForeignKey(err):
+			return fmt.Errorf("member %s of %s: no such user or team: %w", m.User, m.Team, cosmic.ErrInvalid)
+		case err != nil:
+			return fmt.Errorf("member %s of %s: %w", m.User, m.Team, err)
+		}
+		return nil
+	})
+}
+
+// DeleteMember implements store.Accounts.
+func (s *Store) DeleteMember(ctx context.Context, team, user string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM members WHERE team = ? AND user_name = ?", team, user)
+		if err := affected(res, err, "member", user+" of team "+team); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE team = ? AND user_name = ?", team, user); err != nil {
+			return fmt.Errorf("remove %s from %s: %w", user, team, err)
+		}
+		return nil
+	})
+}
+
+func scanMember(rows *sql.Rows) (cosmic.Member, error) {
+	var m cosmic.Member
+	err := rows.Scan(&m.Team, &m.User, &m.Role)
+	return m, err
+}
+
+// Members implements store.Accounts.
+func (s *Store) Members(ctx context.Context, team string) ([]cosmic.Member, error) {
+	return query(ctx, s.r, "members of "+team, "SELECT team, user_name, role FROM members WHERE team = ? ORDER BY user_name", []any{team}, scanMember)
+}
+
+// Memberships implements store.Accounts.
+func (s *Store) Memberships(ctx context.Context, user string) ([]cosmic.Member, error) {
+	return query(ctx, s.r, "teams of "+user, "SELECT team, user_name, role FROM members WHERE user_name = ? ORDER BY team", []any{user}, scanMember)
 }
 
 // CreateToken implements store.Accounts.
@@ -107,9 +252,21 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	if t.ID == "" || len(t.Hash) == 0 {
 		return fmt.Errorf("create token %q: needs an ID and a hash: %w", t.ID, cosmic.ErrInvalid)
 	}
+	if t.Kind == "" {
+		t.Kind = store.KindToken
+	}
+	sel := ""
+	if len(t.Selector) > 0 {
+		b, err := json.Marshal(t.Selector)
+		if err != nil {
+			return fmt.Errorf("create token %s: %w", t.ID, err)
+		}
+		sel = string(b)
+	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO tokens (id, name, user_name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
-			t.ID, t.Name, t.UserName, t.Hash, nanos(t.CreatedAt), nanos(t.ExpiresAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, kind, name, user_name, hash, team, scope, selector, csrf, created_at, expires_at, last_used_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.ID, string(t.Kind), t.Name, t.UserName, t.Hash, t.Team, t.Scope, sel, t.CSRF, nanos(t.CreatedAt), nanos(t.ExpiresAt), nanos(t.LastUsedAt))
 		switch {
 		case isUnique(err):
 			return fmt.Errorf("create token %s: its ID or secret already exists: %w", t.ID, cosmic.ErrConflict)
@@ -122,39 +279,194 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 	})
 }
 
-// UserByTokenHash implements store.Accounts.
-func (s *Store) UserByTokenHash(ctx context.Context, hash []byte) (cosmic.User, store.Token, error) {
+const tokenCols = "t.id, t.kind, t.name, t.user_name, t.hash, t.team, t.scope, t.selector, t.csrf, t.created_at, t.expires_at, t.last_used_at"
+
+func scanToken(dst []any) (func() (store.Token, error), []any) {
 	var (
-		u                cosmic.User
-		t                store.Token
-		created, expires int64
+		t                      store.Token
+		kind, sel              string
+		created, expires, used int64
 	)
-	err := s.r.QueryRowContext(ctx, `SELECT u.name, u.team, u.role, t.id, t.name, t.user_name, t.hash, t.created_at, t.expires_at
-		FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = ?`, hash).
-		Scan(&u.Name, &u.Team, &u.Role, &t.ID, &t.Name, &t.UserName, &t.Hash, &created, &expires)
+	ptrs := append([]any{&t.ID, &kind, &t.Name, &t.UserName, &t.Hash, &t.Team, &t.Scope, &sel, &t.CSRF, &created, &expires, &used}, dst...)
+	return func() (store.Token, error) {
+		t.Kind = store.TokenKind(kind)
+		t.CreatedAt, t.ExpiresAt, t.LastUsedAt = fromNanos(created), fromNanos(expires), fromNanos(used)
+		if sel != "" {
+			if err := json.Unmarshal([]byte(sel), &t.Selector); err != nil {
+				return store.Token{}, fmt.Errorf("token %s: selector: %w", t.ID, err)
+			}
+		}
+		return t, nil
+	}, ptrs
+}
+
+// TokenByHash implements store.Accounts.
+func (s *Store) TokenByHash(ctx context.Context, hash []byte, now time.Time) (store.Token, cosmic.User, error) {
+	var (
+		u       cosmic.User
+		ucreate int64
+	)
+	finish, ptrs := scanToken([]any{&u.Name, &u.PlatformAdmin, &u.HasPassword, &ucreate})
+	err := s.r.QueryRowContext(ctx, "SELECT "+tokenCols+", u.name, u.platform_admin, u.password != '', u.created_at FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = ?", hash).Scan(ptrs...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return cosmic.User{}, store.Token{}, fmt.Errorf("token: %w", cosmic.ErrNotFound)
+		return store.Token{}, cosmic.User{}, fmt.Errorf("token: %w", cosmic.ErrNotFound)
 	}
 	if err != nil {
-		return cosmic.User{}, store.Token{}, fmt.Errorf("user by token: %w", err)
+		return store.Token{}, cosmic.User{}, fmt.Errorf("token by hash: %w", err)
 	}
-	t.CreatedAt, t.ExpiresAt = fromNanos(created), fromNanos(expires)
-	if !t.ExpiresAt.IsZero() && !time.Now().Before(t.ExpiresAt) {
-		return cosmic.User{}, store.Token{}, fmt.Errorf("token %s expired: %w", t.ID, cosmic.ErrNotFound)
+	t, err := finish()
+	if err != nil {
+		return store.Token{}, cosmic.User{}, err
 	}
-	return u, t, nil
+	u.CreatedAt = fromNanos(ucreate)
+	if !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) {
+		return store.Token{}, cosmic.User{}, fmt.Errorf("token %s expired: %w", t.ID, cosmic.ErrNotFound)
+	}
+	return t, u, nil
+}
+
+// ListTokens implements store.Accounts.
+func (s *Store) ListTokens(ctx context.Context, user string, kind store.TokenKind) ([]store.Token, error) {
+	return query(ctx, s.r, "tokens of "+user, "SELECT "+tokenCols+" FROM tokens t WHERE t.user_name = ? AND t.kind = ? ORDER BY t.created_at, t.id",
+		[]any{user, string(kind)}, func(rows *sql.Rows) (store.Token, error) {
+			finish, ptrs := scanToken(nil)
+			if err := rows.Scan(ptrs...); err != nil {
+				return store.Token{}, err
+			}
+			return finish()
+		})
+}
+
+// GetToken implements store.Accounts.
+func (s *Store) GetToken(ctx context.Context, id string) (store.Token, error) {
+	finish, ptrs := scanToken(nil)
+	err := s.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens t WHERE t.id = ?", id).Scan(ptrs...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Token{}, notFound("token", id)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("get token %s: %w", id, err)
+	}
+	return finish()
+}
+
+// TouchToken implements store.Accounts.
+func (s *Store) TouchToken(ctx context.Context, id string, t time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE tokens SET last_used_at = ? WHERE id = ? AND last_used_at < ?", nanos(t), id, nanos(t)); err != nil {
+			return fmt.Errorf("touch token %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // DeleteToken implements store.Accounts.
 func (s *Store) DeleteToken(ctx context.Context, id string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE id = ?", id)
+		return affected(res, err, "token", id)
+	})
+}
+
+// AppendAudit implements store.Accounts.
+func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO audit (at, user_name, team, action, target, remote, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+			nanos(r.At), r.User, r.Team, r.Action, r.Target, r.Remote, r.Status, r.Detail)
 		if err != nil {
-			return fmt.Errorf("delete token %s: %w", id, err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(fmt.Errorf("token %s: %w", id, cosmic.ErrNotFound), err)
+			return fmt.Errorf("append audit: %w", err)
 		}
 		return nil
 	})
+}
+
+// ListAudit implements store.Accounts.
+func (s *Store) ListAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditRecord, bool, error) {
+	if q.Limit == 0 {
+		q.Limit = store.DefaultAuditLimit
+	}
+	if q.Limit < 0 || q.Limit > store.MaxAuditLimit {
+		return nil, false, fmt.Errorf("list audit: limit must be between 1 and %d: %w", store.MaxAuditLimit, cosmic.ErrInvalid)
+	}
+	var (
+		where []string
+		args  []any
+	)
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if q.User != "" {
+		add("user_name = ?", q.User)
+	}
+	if q.Team != "" {
+		add("team = ?", q.Team)
+	}
+	if q.Action != "" {
+		add("action = ?", q.Action)
+	}
+	if !q.Since.IsZero() {
+		add("at >= ?", nanos(q.Since))
+	}
+	if !q.Until.IsZero() {
+		add("at < ?", nanos(q.Until))
+	}
+	if q.Before > 0 {
+		add("id < ?", q.Before)
+	}
+	sqlq := "SELECT id, at, user_name, team, action, target, remote, status, detail FROM audit"
+	if len(where) > 0 {
+		sqlq += " WHERE " + strings.Join(where, " AND ")
+	}
+	sqlq += " ORDER BY id DESC LIMIT ?"
+	args = append(args, q.Limit+1)
+	out, err := query(ctx, s.r, "list audit", sqlq, args, func(rows *sql.Rows) (store.AuditRecord, error) {
+		var (
+			r  store.AuditRecord
+			at int64
+		)
+		err := rows.Scan(&r.ID, &at, &r.User, &r.Team, &r.Action, &r.Target, &r.Remote, &r.Status, &r.Detail)
+		r.At = fromNanos(at)
+		return r, err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(out) > q.Limit
+	if more {
+		out = out[:q.Limit]
+	}
+	return out, more, nil
+}
+
+// PruneAudit implements store.Accounts.
+func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM audit WHERE at < ?", nanos(before))
+		if err != nil {
+			return fmt.Errorf("prune audit: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// query runs a read and scans every row with scan.
+func query[T any](ctx context.Context, db *sql.DB, what, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
 }

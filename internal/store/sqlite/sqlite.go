@@ -439,7 +439,21 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	latest := len(ms)
-	tx, err := db.BeginTx(ctx, nil)
+	// Foreign keys are off while migrating, so that a migration may rebuild
+	// a table that others refer to (SQLite's documented procedure: dropping
+	// the old table would otherwise cascade); they are checked before the
+	// commit. The pragma is a no-op inside a transaction, so it is set on
+	// the connection first.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON") //nolint:errcheck // checked by Open's ping of the same pool
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: begin: %w", err)
 	}
@@ -466,8 +480,32 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
 		}
 	}
+	if err := foreignKeyCheck(ctx, tx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: commit: %w", err)
 	}
 	return nil
+}
+
+// foreignKeyCheck fails if a row refers to one that does not exist.
+func foreignKeyCheck(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var (
+			table, parent string
+			rowid         sql.NullInt64
+			fk            int
+		)
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			return err
+		}
+		return fmt.Errorf("row %d of %s refers to a missing row of %s", rowid.Int64, table, parent)
+	}
+	return rows.Err()
 }

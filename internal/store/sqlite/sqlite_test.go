@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -155,31 +158,18 @@ func TestOpenBadPath(t *testing.T) {
 func TestMigrateJobCounts(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Back to version 1, then jobs written without the counters' triggers.
-	if _, err := s.w.ExecContext(ctx, `DROP TABLE job_counts;
-		DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete; DROP TRIGGER job_counts_update;
-		DELETE FROM schema_migrations WHERE version >= 2`); err != nil {
-		t.Fatal(err)
-	}
+	db := openAt(t, path, 1)
 	states := []cosmic.State{cosmic.StateRunning, cosmic.StateStopped, cosmic.StateFailed}
 	for i := range 30 {
-		j := cosmic.Job{ID: fmt.Sprintf("j%02d", i), Team: fmt.Sprintf("t%d", i%2), User: fmt.Sprintf("u%d", i%3),
-			CreatedAt: time.Unix(int64(i), 0), Status: cosmic.Status{State: states[i%3]}}
-		if err := s.CreateJob(ctx, j); err != nil {
+		if _, err := db.ExecContext(ctx, "INSERT INTO jobs (id, team, user_name, name, state, created_at, updated_at, spec, status) VALUES (?, ?, ?, '', ?, ?, 0, '{}', ?)",
+			fmt.Sprintf("j%02d", i), fmt.Sprintf("t%d", i%2), fmt.Sprintf("u%d", i%3), string(states[i%3]), int64(i)*1e9,
+			fmt.Sprintf(`{"state":%q}`, states[i%3])); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var n int
-	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'job_counts%'").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("at version 1: %d job_counts objects, %v", n, err)
-	}
-	s.Close()
+	db.Close()
 
-	s, err = Open(path)
+	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +199,96 @@ func TestMigrateJobCounts(t *testing.T) {
 	var sum int
 	if err := s.r.QueryRowContext(ctx, "SELECT sum(n) FROM job_counts").Scan(&sum); err != nil || sum != 29 {
 		t.Errorf("sum of job_counts = %d, %v; want 29", sum, err)
+	}
+}
+
+// openAt makes a database at path that the first version migrations made,
+// as an older binary left it, and returns it open without this package's
+// Store.
+func openAt(t *testing.T, path string, version int) *sql.DB {
+	t.Helper()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:version] {
+		if _, err := db.ExecContext(ctx, m.sql); err != nil {
+			t.Fatalf("apply %d: %v", m.version, err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO schema_migrations VALUES (?, ?, 0)", m.version, m.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+// TestMigratePeople: migration 0004 turns the users of one team each into
+// members (an admin becomes a platform admin owning the team), and keeps
+// their tokens and API keys.
+func TestMigratePeople(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	db := openAt(t, path, 3)
+	for _, q := range []string{
+		"INSERT INTO teams (name) VALUES ('default'), ('ml')",
+		"INSERT INTO users (name, team, role) VALUES ('admin', 'default', 'admin'), ('bob', 'ml', 'member'), ('cy', 'ml', 'viewer')",
+		"INSERT INTO tokens (id, name, user_name, hash, created_at, expires_at) VALUES ('bootstrap-admin', 'b', 'admin', x'01', 5, 0), ('t2', 'x', 'bob', x'02', 6, 0)",
+		"INSERT INTO api_keys (id, name, team, created_by, prefix, hash, created_at) VALUES ('key_1', 'k', 'ml', 'bob', 'p', x'03', 7)",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	users, err := s.ListUsers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]cosmic.User{{Name: "admin", PlatformAdmin: true}, {Name: "bob"}, {Name: "cy"}}, users); diff != "" {
+		t.Errorf("users (-want +got):\n%s", diff)
+	}
+	for team, want := range map[string][]cosmic.Member{
+		"default": {{Team: "default", User: "admin", Role: cosmic.RoleOwner}},
+		"ml":      {{Team: "ml", User: "bob", Role: cosmic.RoleMember}, {Team: "ml", User: "cy", Role: cosmic.RoleViewer}},
+	} {
+		got, err := s.Members(ctx, team)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("members of %s (-want +got):\n%s", team, diff)
+		}
+	}
+	tok, u, err := s.TokenByHash(ctx, []byte{2}, time.Now())
+	if err != nil || u.Name != "bob" || tok.ID != "t2" || tok.Kind != store.KindToken || tok.Team != "" {
+		t.Errorf("bob's token after migration = %+v of %+v, %v", tok, u, err)
+	}
+	if k, err := s.GetAPIKey(ctx, "key_1"); err != nil || k.Team != "ml" {
+		t.Errorf("API key after migration = %+v, %v", k, err)
+	}
+	// Foreign keys are on again: a member of no team is refused.
+	if err := s.PutMember(ctx, cosmic.Member{Team: "nope", User: "bob", Role: cosmic.RoleViewer}); err == nil {
+		t.Error("PutMember to a missing team succeeded after migrating: foreign keys are off")
+	}
+	// Deleting a user still cascades to their tokens.
+	if err := s.DeleteUser(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetToken(ctx, "t2"); err == nil {
+		t.Error("bob's token outlived him")
 	}
 }

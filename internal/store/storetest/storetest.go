@@ -47,7 +47,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"update rolls back", testUpdateRollsBack},
 		{"update job", testUpdateJob},
 		{"teams and users", testTeamsUsers},
+		{"members", testMembers},
 		{"tokens", testTokens},
+		{"sessions end with a new password", testSessionsEnd},
+		{"delete team", testDeleteTeam},
+		{"audit", testAudit},
 		{"reopen", testReopen},
 		{"concurrent writes", testConcurrentWrites},
 	}
@@ -918,113 +922,6 @@ func testUpdateJob(t *testing.T, open func(t *testing.T) store.Store) {
 	wantErr(t, "UpdateJob(missing)", err, cosmic.ErrNotFound)
 	_, err = s.UpdateJob(ctx, "j1", func(j *cosmic.Job) error { j.ID = "j9"; return nil })
 	wantErr(t, "UpdateJob(changed ID)", err, cosmic.ErrInvalid)
-}
-
-func testTeamsUsers(t *testing.T, open func(t *testing.T) store.Store) {
-	ctx := context.Background()
-	s := open(t)
-	for _, name := range []string{"zeta", "alpha"} {
-		if err := s.CreateTeam(ctx, cosmic.Team{Name: name}); err != nil {
-			t.Fatalf("CreateTeam(%s) = %v", name, err)
-		}
-	}
-	wantErr(t, "CreateTeam(duplicate)", s.CreateTeam(ctx, cosmic.Team{Name: "zeta"}), cosmic.ErrConflict)
-	wantErr(t, "CreateTeam(empty)", s.CreateTeam(ctx, cosmic.Team{}), cosmic.ErrInvalid)
-	teams, err := s.ListTeams(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]cosmic.Team{{Name: "alpha"}, {Name: "zeta"}}, teams); diff != "" {
-		t.Errorf("ListTeams (-want +got):\n%s", diff)
-	}
-
-	bob := cosmic.User{Name: "bob", Team: "zeta", Role: cosmic.RoleMember}
-	ann := cosmic.User{Name: "ann", Team: "alpha", Role: cosmic.RoleAdmin}
-	for _, u := range []cosmic.User{bob, ann} {
-		if err := s.CreateUser(ctx, u); err != nil {
-			t.Fatalf("CreateUser(%s) = %v", u.Name, err)
-		}
-	}
-	for name, tt := range map[string]struct {
-		u    cosmic.User
-		want error
-	}{
-		"duplicate":    {cosmic.User{Name: "bob", Team: "alpha", Role: cosmic.RoleViewer}, cosmic.ErrConflict},
-		"unknown team": {cosmic.User{Name: "cy", Team: "nope", Role: cosmic.RoleViewer}, cosmic.ErrInvalid},
-		"bad role":     {cosmic.User{Name: "cy", Team: "alpha", Role: "root"}, cosmic.ErrInvalid},
-		"empty name":   {cosmic.User{Team: "alpha", Role: cosmic.RoleViewer}, cosmic.ErrInvalid},
-	} {
-		wantErr(t, "CreateUser("+name+")", s.CreateUser(ctx, tt.u), tt.want)
-	}
-	got, err := s.GetUser(ctx, "bob")
-	if err != nil || got != bob {
-		t.Errorf("GetUser(bob) = %+v, %v; want %+v", got, err, bob)
-	}
-	_, err = s.GetUser(ctx, "cy")
-	wantErr(t, "GetUser(missing)", err, cosmic.ErrNotFound)
-	users, err := s.ListUsers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]cosmic.User{ann, bob}, users); diff != "" {
-		t.Errorf("ListUsers (-want +got):\n%s", diff)
-	}
-}
-
-func testTokens(t *testing.T, open func(t *testing.T) store.Store) {
-	ctx := context.Background()
-	s := open(t)
-	if err := s.CreateTeam(ctx, cosmic.Team{Name: "t1"}); err != nil {
-		t.Fatal(err)
-	}
-	bob := cosmic.User{Name: "bob", Team: "t1", Role: cosmic.RoleMember}
-	if err := s.CreateUser(ctx, bob); err != nil {
-		t.Fatal(err)
-	}
-	hash := func(b byte) []byte { return slices.Repeat([]byte{b}, 32) }
-	never := store.Token{ID: "tok1", Name: "laptop", UserName: "bob", Hash: hash(1), CreatedAt: at(0)}
-	later := store.Token{ID: "tok2", Name: "ci", UserName: "bob", Hash: hash(2), CreatedAt: at(0), ExpiresAt: time.Now().Add(time.Hour).UTC()}
-	expired := store.Token{ID: "tok3", Name: "old", UserName: "bob", Hash: hash(3), CreatedAt: at(0), ExpiresAt: time.Now().Add(-time.Second).UTC()}
-	for _, tok := range []store.Token{never, later, expired} {
-		if err := s.CreateToken(ctx, tok); err != nil {
-			t.Fatalf("CreateToken(%s) = %v", tok.ID, err)
-		}
-	}
-	for name, tt := range map[string]struct {
-		tok  store.Token
-		want error
-	}{
-		"duplicate ID":   {store.Token{ID: "tok1", UserName: "bob", Hash: hash(9)}, cosmic.ErrConflict},
-		"duplicate hash": {store.Token{ID: "tok9", UserName: "bob", Hash: hash(1)}, cosmic.ErrConflict},
-		"unknown user":   {store.Token{ID: "tok9", UserName: "cy", Hash: hash(9)}, cosmic.ErrInvalid},
-		"no hash":        {store.Token{ID: "tok9", UserName: "bob"}, cosmic.ErrInvalid},
-		"no ID":          {store.Token{UserName: "bob", Hash: hash(9)}, cosmic.ErrInvalid},
-	} {
-		wantErr(t, "CreateToken("+name+")", s.CreateToken(ctx, tt.tok), tt.want)
-	}
-	for _, want := range []store.Token{never, later} {
-		u, tok, err := s.UserByTokenHash(ctx, want.Hash)
-		if err != nil {
-			t.Fatalf("UserByTokenHash(%s) = %v", want.ID, err)
-		}
-		if u != bob {
-			t.Errorf("UserByTokenHash(%s) user = %+v", want.ID, u)
-		}
-		if diff := cmp.Diff(want, tok); diff != "" {
-			t.Errorf("UserByTokenHash(%s) token (-want +got):\n%s", want.ID, diff)
-		}
-	}
-	_, _, err := s.UserByTokenHash(ctx, expired.Hash)
-	wantErr(t, "UserByTokenHash(expired)", err, cosmic.ErrNotFound)
-	_, _, err = s.UserByTokenHash(ctx, hash(7))
-	wantErr(t, "UserByTokenHash(unknown)", err, cosmic.ErrNotFound)
-
-	if err := s.DeleteToken(ctx, "tok1"); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = s.UserByTokenHash(ctx, never.Hash)
-	wantErr(t, "UserByTokenHash(deleted)", err, cosmic.ErrNotFound)
-	wantErr(t, "DeleteToken(deleted)", s.DeleteToken(ctx, "tok1"), cosmic.ErrNotFound)
 }
 
 func testReopen(t *testing.T, open func(t *testing.T) store.Store) {

@@ -1,0 +1,87 @@
+package appnode
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Sign-in attempts are rate limited per user name and per client address
+// (docs/security.md): a user may try loginPerUserBurst times, then once
+// every loginPerUserEvery; an address loginPerAddrBurst times, then once
+// every loginPerAddrEvery. Wrong and right passwords count alike, so the
+// limit says nothing about which names exist.
+const (
+	loginPerUserBurst = 5
+	loginPerUserEvery = 12 * time.Second // 5 a minute
+	loginPerAddrBurst = 20
+	loginPerAddrEvery = 3 * time.Second // 20 a minute
+	// maxLimiters bounds each table: beyond it, limiters that are full
+	// again (idle long enough) are dropped; if none is, every new key
+	// shares one overflow limiter, so a flood of names cannot grow memory.
+	maxLimiters = 10000
+)
+
+// limiterTable holds a token bucket per key.
+type limiterTable struct {
+	mu       sync.Mutex
+	every    time.Duration
+	burst    int
+	m        map[string]*rate.Limiter
+	overflow *rate.Limiter
+}
+
+func newLimiterTable(every time.Duration, burst int) *limiterTable {
+	return &limiterTable{every: every, burst: burst, m: map[string]*rate.Limiter{}, overflow: rate.NewLimiter(rate.Every(every), burst)}
+}
+
+// reserve takes one attempt for key at now, or says how long to wait.
+func (t *limiterTable) reserve(key string, now time.Time) (ok bool, wait time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, found := t.m[key]
+	if !found {
+		if len(t.m) >= maxLimiters {
+			for k, old := range t.m {
+				if old.TokensAt(now) >= float64(t.burst) {
+					delete(t.m, k)
+				}
+			}
+		}
+		if len(t.m) >= maxLimiters {
+			l = t.overflow
+		} else {
+			l = rate.NewLimiter(rate.Every(t.every), t.burst)
+			t.m[key] = l
+		}
+	}
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// loginLimiter limits sign-in attempts.
+type loginLimiter struct {
+	users, addrs *limiterTable
+}
+
+func newLoginLimiter() *loginLimiter {
+	return &loginLimiter{users: newLimiterTable(loginPerUserEvery, loginPerUserBurst), addrs: newLimiterTable(loginPerAddrEvery, loginPerAddrBurst)}
+}
+
+// allow takes an attempt of user from remote (host:port) at now.
+func (l *loginLimiter) allow(user, remote string, now time.Time) (bool, time.Duration) {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	if ok, wait := l.addrs.reserve(host, now); !ok {
+		return false, wait
+	}
+	return l.users.reserve(user, now)
+}
