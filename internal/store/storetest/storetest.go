@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"update job", testUpdateJob},
 		{"teams and users", testTeamsUsers},
 		{"tokens", testTokens},
+		{"quotas", testQuotas},
 		{"reopen", testReopen},
 		{"concurrent writes", testConcurrentWrites},
 	}
