@@ -98,10 +98,11 @@ const (
 	// Drop: the job leaves the queue without GPUs (it can never be
 	// placed, or is gone); the pass goes on.
 	Drop
-	// OverQuota: placement chose GPUs that a quota of the job's team does
-	// not admit (a job asking for any model, placed on a model the team
-	// has no room on); the team is skipped for the rest of the pass.
-	OverQuota
+	// Skip: the job stays queued and its team is skipped for the rest of
+	// the pass: placement chose GPUs that a quota of the team does not
+	// admit (a job asking for any model, placed on a model the team has no
+	// room on), or the job could not be moved on (an error).
+	Skip
 	// Stop: the queue is not served further this pass (an error).
 	Stop
 )
@@ -481,7 +482,7 @@ func (q *Queue) Pass(try func(Job) Outcome, overQuota func(Job, Block)) {
 			if out == Stop {
 				break
 			}
-			if out == OverQuota {
+			if out == Skip {
 				skip[j.Team] = true
 				continue
 			}
