@@ -92,9 +92,9 @@ type Ork struct {
 	// counts against (rebuildLocked, holdLocked).
 	nodeModel map[string]string
 	jobTeam   map[string]string
-	kick   chan struct{}         // asks the loop for a scheduling pass
-	book   peerBook              // the bound keys (watchPeers)
-	feed   *changeFeed           // the jobs' version (watchJobs)
+	kick      chan struct{} // asks the loop for a scheduling pass
+	book      peerBook      // the bound keys (watchPeers)
+	feed      *changeFeed   // the jobs' version (watchJobs)
 	// inflight counts the Applies on their way to workers (KillJob waits).
 	inflight applies
 
@@ -137,14 +137,14 @@ func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
-		racks:  make(map[string]*rackState),
+		racks:     make(map[string]*rackState),
 		fq:        fairq.New(),
 		queued:    make(map[string]cosmic.Job),
 		wait:      make(map[string]waitInfo),
 		nodeModel: make(map[string]string),
 		jobTeam:   make(map[string]string),
-		kick:   make(chan struct{}, 1),
-		book:   newPeerBook(),
+		kick:      make(chan struct{}, 1),
+		book:      newPeerBook(),
 	}, nil
 }
 
