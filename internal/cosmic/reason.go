@@ -11,6 +11,7 @@ const (
 	ReasonExceedsNodeGPUs     ReasonCode = "exceeds_node_gpus"
 	ReasonExceedsLocationGPUs ReasonCode = "exceeds_location_gpus"
 	ReasonNoCapacity          ReasonCode = "no_capacity"
+	ReasonTeamQuota           ReasonCode = "team_quota"
 	ReasonImportFailed        ReasonCode = "import_failed"
 	ReasonVMICrashed          ReasonCode = "vmi_crashed"
 	ReasonVMIUnschedulable    ReasonCode = "vmi_unschedulable"
@@ -42,6 +43,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonExceedsNodeGPUs:     {"the job asks for more GPUs than any node of its location holds", "Ask for at most the GPUs of one node, or use a vLLM managed-inference job, whose replicas may span nodes."},
 	ReasonExceedsLocationGPUs: {"the job's replicas need more GPUs than all nodes of its location hold together", "Ask for fewer replicas or fewer GPUs per replica, or add nodes to the location."},
 	ReasonNoCapacity:          {"waiting for GPUs to free up", "Wait: the job starts when GPUs free up. Delete or kill other jobs to free GPUs sooner."},
+	ReasonTeamQuota:           {"waiting for the team's GPU quota", "Wait: the job starts when the team's other jobs free GPUs under its quota. Kill or delete some of them, or ask an admin to raise the quota."},
 	ReasonImportFailed:        {"the VM's root disk could not be imported from the image", "Check that the image exists, is a VM disk image and that the cluster can pull it; see the job's system logs."},
 	ReasonVMICrashed:          {"the job's virtual machine crashed", "See the job's logs, then restart the job."},
 	ReasonVMIUnschedulable:    {"the cluster could not schedule the job's virtual machine", "Check the node's GPU passthrough and KubeVirt configuration; see the job's system logs."},

@@ -601,7 +601,7 @@ func TestNewReason(t *testing.T) {
 	if r := NewReason("made_up", ""); r.Message != "made_up" || r.Fix != "" {
 		t.Errorf("unknown code: %+v", r)
 	}
-	for _, c := range []ReasonCode{ReasonExceedsNodeGPUs, ReasonNoSuchLocation, ReasonNoSuchGPUModel, ReasonNoCapacity,
+	for _, c := range []ReasonCode{ReasonExceedsNodeGPUs, ReasonNoSuchLocation, ReasonNoSuchGPUModel, ReasonNoCapacity, ReasonTeamQuota,
 		ReasonImportFailed, ReasonVMICrashed, ReasonVMIUnschedulable, ReasonWorkerUnreachable, ReasonNodeLost,
 		ReasonKilled, ReasonTimeout, ReasonCommandFailed, ReasonInvalidSpec, ReasonReplicaFailed} {
 		if !KnownReason(c) || NewReason(c, "").Message == "" || NewReason(c, "").Fix == "" {

@@ -64,6 +64,17 @@ func (o *Ork) Serve(r fabric.Registrar) {
 	fabric.HandleFunc(r, orkapi.MethodForgetRacks, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
 		return struct{}{}, wireError(o.ForgetRacks(ctx, p))
 	})
+	fabric.HandleFunc(r, orkapi.MethodSetQuota, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetQuotaParams) (orkapi.Quota, error) {
+		q, err := o.SetQuota(ctx, p)
+		return q, wireError(err)
+	})
+	fabric.HandleFunc(r, orkapi.MethodDeleteQuota, func(ctx context.Context, _ fabric.PublicKey, p orkapi.QuotaRef) (struct{}, error) {
+		return struct{}{}, wireError(o.DeleteQuota(ctx, p))
+	})
+	fabric.HandleFunc(r, orkapi.MethodListQuotas, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListQuotasParams) (orkapi.ListQuotasReply, error) {
+		out, err := o.ListQuotas(ctx, p)
+		return out, wireError(err)
+	}, fabric.ReadOnly())
 	worker.ServeReporter(r, o)
 }
 
@@ -318,6 +329,7 @@ func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, rea
 		return j, err
 	}
 	o.snap.ReleaseJob(id)
+	o.releaseHeldLocked(id, store.AllReplicas)
 	o.boundReleasedLocked(id, -1)
 	o.poke()
 	return j, nil

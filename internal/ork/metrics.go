@@ -24,7 +24,7 @@ func (c orkCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c orkCollector) Collect(ch chan<- prometheus.Metric) {
 	o := c.o
 	o.mu.Lock()
-	queued := len(o.queue)
+	queued := o.fq.Len()
 	o.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(queued))
 	for _, r := range o.ListRacks().Racks {

@@ -16,10 +16,12 @@
 package ork
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/fairq"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -81,12 +84,17 @@ type Ork struct {
 	mu     sync.Mutex
 	racks  map[string]*rackState
 	snap   *placement.Snapshot
-	queue  []queued              // FIFO; per (location, model) order is what counts
+	fq     *fairq.Queue          // the queue's order, the teams' quotas and held GPUs
 	queued map[string]cosmic.Job // jobs in the queue, by ID
-	wait   map[string]string     // job ID → what it waits for
-	kick   chan struct{}         // asks the loop for a scheduling pass
-	book   peerBook              // the bound keys (watchPeers)
-	feed   *changeFeed           // the jobs' version (watchJobs)
+	wait   map[string]waitInfo   // job ID → what it waits for, as of the last pass
+	// nodeModel is the GPU model of each node (rack + "\x00" + node),
+	// and jobTeam the team of each job holding GPUs: what a reservation
+	// counts against (rebuildLocked, holdLocked).
+	nodeModel map[string]string
+	jobTeam   map[string]string
+	kick      chan struct{} // asks the loop for a scheduling pass
+	book      peerBook      // the bound keys (watchPeers)
+	feed      *changeFeed   // the jobs' version (watchJobs)
 	// inflight counts the Applies on their way to workers (KillJob waits).
 	inflight applies
 
@@ -107,12 +115,16 @@ type rackState struct {
 	observed map[worker.ReplicaRef]worker.Observation
 }
 
-type queued struct {
-	id  string
-	key string // location + "/" + gpu model
+// waitInfo is what a queued job waits for: GPUs to free up (no_capacity)
+// or its team's quota (team_quota).
+type waitInfo struct {
+	what   string
+	reason cosmic.Reason
 }
 
-func queueKey(s cosmic.Spec) string { return s.Location + "/" + s.Resources.GPUModel }
+func queueKey(s cosmic.Spec) fairq.Key {
+	return fairq.Key{Location: s.Location, GPUModel: s.Resources.GPUModel}
+}
 
 // New makes an ork over st. Call Start before use.
 func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
@@ -125,11 +137,14 @@ func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
-		racks:  make(map[string]*rackState),
-		queued: make(map[string]cosmic.Job),
-		wait:   make(map[string]string),
-		kick:   make(chan struct{}, 1),
-		book:   newPeerBook(),
+		racks:     make(map[string]*rackState),
+		fq:        fairq.New(),
+		queued:    make(map[string]cosmic.Job),
+		wait:      make(map[string]waitInfo),
+		nodeModel: make(map[string]string),
+		jobTeam:   make(map[string]string),
+		kick:      make(chan struct{}, 1),
+		book:      newPeerBook(),
 	}, nil
 }
 
@@ -149,6 +164,9 @@ func (o *Ork) Start(ctx context.Context) error {
 		}
 		o.racks[r.Rack.ID] = &rackState{StoredRack: r, w: o.dial(key, r.WorkerAddrs)}
 		o.bindRackLocked(r.Rack.ID, r.Rack.WorkerKey)
+	}
+	if err := o.loadQuotasLocked(ctx); err != nil {
+		return err
 	}
 	if err := o.rebuildLocked(ctx); err != nil {
 		return err
@@ -213,7 +231,67 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 		return fmt.Errorf("rebuild placement snapshot: %w", err)
 	}
 	o.snap = snap
+	// The fair queue counts the reservations again, against the teams of
+	// their jobs, and takes the fleet's capacity.
+	capacity := map[fairq.Key]int{}
+	clear(o.nodeModel)
+	for _, r := range o.racks {
+		for _, n := range r.Nodes {
+			model := cmp.Or(n.GPUModel, r.Rack.GPUModel)
+			o.nodeModel[r.Rack.ID+"\x00"+n.Name] = model
+			capacity[fairq.Key{Location: r.Rack.Location, GPUModel: model}] += n.GPUs
+			capacity[fairq.Key{Location: r.Rack.Location}] += n.GPUs
+		}
+	}
+	o.fq.SetCapacity(capacity)
+	o.fq.ReleaseAll()
+	holding := map[string]bool{}
+	for _, r := range snap.Reservations() {
+		holding[r.JobID] = true
+		team, ok := o.jobTeam[r.JobID]
+		if !ok {
+			j, err := o.st.GetJob(ctx, r.JobID)
+			if err != nil {
+				return fmt.Errorf("rebuild placement snapshot: team of job %s: %w", r.JobID, err)
+			}
+			team = j.Team
+		}
+		o.holdLocked(team, r)
+	}
+	maps.DeleteFunc(o.jobTeam, func(id, _ string) bool { return !holding[id] })
 	return nil
+}
+
+// holdLocked counts reservation r of a job of team in the fair queue,
+// against the location and GPU model of its nodes.
+func (o *Ork) holdLocked(team string, r cosmic.Reservation) {
+	rs := o.racks[r.Rack]
+	if rs == nil || len(r.Nodes) == 0 {
+		return // on a rack no longer listed: it claims nothing
+	}
+	o.jobTeam[r.JobID] = team
+	o.fq.Hold(r.JobID, r.Replica, team, rs.Rack.Location, o.modelOfLocked(r), r.Count())
+}
+
+// modelOfLocked is the GPU model of the nodes of a reservation (all of one
+// rack and model).
+func (o *Ork) modelOfLocked(r cosmic.Reservation) string {
+	if m, ok := o.nodeModel[r.Rack+"\x00"+r.Nodes[0].Node]; ok {
+		return m
+	}
+	if rs := o.racks[r.Rack]; rs != nil {
+		return rs.Rack.GPUModel
+	}
+	return ""
+}
+
+// releaseHeldLocked uncounts a job's replica (AllReplicas: every one)
+// from the fair queue, after the snapshot released it.
+func (o *Ork) releaseHeldLocked(jobID string, replica int) {
+	o.fq.Release(jobID, replica)
+	if replica < 0 {
+		delete(o.jobTeam, jobID) // else pruned by the next rebuild
+	}
 }
 
 // Run schedules and heartbeats the workers until ctx ends.
@@ -273,13 +351,17 @@ func (o *Ork) workerCtx(ctx context.Context) (context.Context, context.CancelFun
 
 // ---- queue and placement
 
+// enqueueLocked queues j (or updates it, keeping its place) with the GPUs
+// its replicas without a reservation need.
 func (o *Ork) enqueueLocked(j cosmic.Job) {
-	if _, ok := o.queued[j.ID]; ok {
-		o.queued[j.ID] = j
-		return
-	}
 	o.queued[j.ID] = j
-	o.queue = append(o.queue, queued{id: j.ID, key: queueKey(j.Spec)})
+	need := 0
+	for i := range j.Spec.Replicas() {
+		if _, held := o.snap.Reserved(j.ID, i); !held {
+			need += j.Spec.GPUsPerReplica()
+		}
+	}
+	o.fq.Push(fairq.Job{ID: j.ID, Team: j.Team, Key: queueKey(j.Spec), GPUs: need})
 }
 
 func (o *Ork) dequeueLocked(id string) {
@@ -288,41 +370,35 @@ func (o *Ork) dequeueLocked(id string) {
 	}
 	delete(o.queued, id)
 	delete(o.wait, id)
-	o.queue = slices.DeleteFunc(o.queue, func(q queued) bool { return q.id == id })
+	o.fq.Remove(id)
 }
 
-// position is a queued job's 1-based place among the jobs of its queue.
-func (o *Ork) positionLocked(id string) (int, string) {
-	key := ""
-	for _, q := range o.queue {
-		if q.id == id {
-			key = q.key
-			break
-		}
+// positionLocked is a queued job's 1-based place among the jobs of its
+// queue, in the order the fair queue would place them (fairq.Position),
+// and what it waits for.
+func (o *Ork) positionLocked(id string) (int, waitInfo) {
+	pos := o.fq.Position(id)
+	if pos == 0 {
+		return 0, waitInfo{}
 	}
-	if key == "" {
-		return 0, ""
-	}
-	pos := 0
-	for _, q := range o.queue {
-		if q.key == key {
-			pos++
-		}
-		if q.id == id {
-			return pos, o.wait[id]
-		}
-	}
-	return 0, ""
+	return pos, o.wait[id]
 }
 
-// annotate fills the fields the ork computes on read: queue position.
+// annotate fills the fields the ork computes on read: queue position, what
+// the job waits for and, while its team's quota holds it back, the reason
+// team_quota.
 func (o *Ork) annotate(j cosmic.Job) cosmic.Job {
 	if j.Status.State != cosmic.StateQueued {
 		return j
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	j.Status.QueuePosition, j.Status.WaitingFor = o.positionLocked(j.ID)
+	pos, w := o.positionLocked(j.ID)
+	j.Status.QueuePosition, j.Status.WaitingFor = pos, w.what
+	if w.reason.Code == cosmic.ReasonTeamQuota {
+		r := w.reason
+		j.Status.Reason, j.Status.Message = &r, r.Message
+	}
 	return j
 }
 
@@ -333,24 +409,29 @@ type applyWork struct {
 	done func()
 }
 
-// schedule places queued jobs in FIFO order per (location, GPU model): the
-// head of a queue that does not fit now blocks the jobs behind it.
+// schedule places queued jobs in the fair queue's order (fairq): per
+// (location, GPU model) queue, the oldest job of the team furthest below
+// its share, teams over quota skipped; the job chosen that does not fit
+// now reserves its queue, blocking the jobs behind it.
 func (o *Ork) schedule(ctx context.Context) {
 	o.mu.Lock()
 	var work []applyWork
-	blocked := map[string]bool{}
-	for _, q := range slices.Clone(o.queue) {
-		if blocked[q.key] {
-			continue
-		}
-		job := o.queued[q.id]
+	clear(o.wait)
+	o.fq.Pass(func(fj fairq.Job) fairq.Outcome {
+		job := o.queued[fj.ID]
 		switch d := placement.Place(o.snap, job).(type) {
 		case placement.Placed:
+			if job.Spec.Resources.GPUModel == "" {
+				// Placement chose the model: its quota has a say too.
+				if b, ok := o.admitsLocked(job, d.Reservations); !ok {
+					o.wait[job.ID] = quotaWait(b)
+					return fairq.Skip
+				}
+			}
 			j, err := o.commitPlacementLocked(ctx, job, d.Reservations)
 			if err != nil {
 				o.log.Error("commit placement", "job_id", job.ID, "err", err)
-				blocked[q.key] = true
-				continue
+				return fairq.Stop
 			}
 			o.dequeueLocked(job.ID)
 			byRack := map[string][]cosmic.Reservation{}
@@ -360,19 +441,24 @@ func (o *Ork) schedule(ctx context.Context) {
 			for rack, rs := range byRack {
 				work = append(work, applyWork{rack: rack, p: worker.ApplyParams{Job: j, Reservations: rs}, done: o.inflight.start(j.ID)})
 			}
+			return fairq.Placed
 		case placement.Wait:
-			blocked[q.key] = true
-			o.wait[q.id] = d.WaitingFor
+			o.wait[job.ID] = waitInfo{what: d.WaitingFor, reason: d.Reason}
+			return fairq.Wait
 		case placement.Impossible:
 			if _, err := o.updateJobLocked(ctx, job.ID, func(tx Tx, j *cosmic.Job) error {
 				return j.SetState(cosmic.StateFailed, &d.Reason, o.now())
 			}); err != nil {
 				o.log.Error("fail unplaceable job", "job_id", job.ID, "err", err)
-				continue
+				return fairq.Skip
 			}
 			o.dequeueLocked(job.ID)
+			return fairq.Drop
 		}
-	}
+		return fairq.Stop
+	}, func(fj fairq.Job, b fairq.Block) {
+		o.wait[fj.ID] = quotaWait(b)
+	})
 	o.mu.Unlock()
 	// Workers are told in the background: a slow or unreachable worker must
 	// not hold up the caller (an API create), and the heartbeat's reconcile
@@ -383,6 +469,27 @@ func (o *Ork) schedule(ctx context.Context) {
 			o.applyOnWorker(context.WithoutCancel(ctx), w)
 		})
 	}
+}
+
+func quotaWait(b fairq.Block) waitInfo {
+	return waitInfo{what: b.Message(), reason: cosmic.NewReason(cosmic.ReasonTeamQuota, b.Message())}
+}
+
+// admitsLocked checks the GPUs placement chose for a job that asked for
+// any model against its team's quotas of the models chosen.
+func (o *Ork) admitsLocked(job cosmic.Job, rs []cosmic.Reservation) (fairq.Block, bool) {
+	byModel := map[string]int{}
+	for _, r := range rs {
+		if len(r.Nodes) > 0 {
+			byModel[o.modelOfLocked(r)] += r.Count()
+		}
+	}
+	for _, model := range keys(byModel) {
+		if b, ok := o.fq.Admits(job.Team, job.Spec.Location, model, byModel[model]); !ok {
+			return b, false
+		}
+	}
+	return fairq.Block{}, true
 }
 
 // commitPlacementLocked claims the GPUs and moves the job to pending in one
@@ -408,11 +515,13 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 		if err := o.snap.Apply(r); err != nil {
 			// The store took the claim, so the snapshot is stale: rebuild.
 			o.log.Error("snapshot disagrees with store; rebuilding", "job_id", job.ID, "err", err)
+			o.jobTeam[job.ID] = job.Team
 			if err := o.rebuildLocked(ctx); err != nil {
 				o.log.Error("rebuild snapshot", "err", err)
 			}
 			break
 		}
+		o.holdLocked(job.Team, r)
 	}
 	o.boundPlacedLocked(j, rs)
 	return j, nil

@@ -288,9 +288,11 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		if err := o.snap.Release(res); err != nil {
 			o.log.Error("release in snapshot", "job_id", res.JobID, "err", err)
 		}
+		o.releaseHeldLocked(res.JobID, res.Replica)
 		o.boundReleasedLocked(res.JobID, res.Replica)
 	}
 	if out.Remove {
+		o.releaseHeldLocked(jr.JobID, -1)
 		o.boundReleasedLocked(jr.JobID, -1)
 		o.dequeueLocked(jr.JobID)
 	}

@@ -17,6 +17,7 @@ type Store interface {
 	Racks(ctx context.Context) ([]store.Rack, error)
 	// Update runs fn in one transaction: all its writes land, or none.
 	Update(ctx context.Context, fn func(tx store.Tx) error) error
+	store.Quotas
 }
 
 // Tx is the store's transaction.

@@ -52,6 +52,7 @@ type Store interface {
 	UpdateJob(ctx context.Context, id string, fn func(j *cosmic.Job) error) (cosmic.Job, error)
 
 	Accounts
+	Quotas
 
 	// Close releases the database. Calls after Close fail.
 	Close() error

@@ -123,6 +123,9 @@ var Graph = []Server{
 		{Name: "forgetRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},
 		{Name: "watchPeers", Kind: Call, Callers: []Role{AppNode, Monitor, Directory, Proxy}, Doc: "the keys bound to racks and jobs, long-polled"},
 		{Name: "watchJobs", Kind: Call, Callers: []Role{AppNode}, Doc: "the jobs' version, long-polled (the API's watches)"},
+		{Name: "setQuota", Kind: Call, Callers: []Role{AppNode}, Doc: "set a team's GPU quota"},
+		{Name: "deleteQuota", Kind: Call, Callers: []Role{AppNode}, Doc: "remove a team's GPU quota"},
+		{Name: "listQuotas", Kind: Call, Callers: []Role{AppNode}, Doc: "list the teams' GPU quotas and their use"},
 		{Name: "ork.workerReport", Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{

@@ -34,6 +34,11 @@ const (
 	// MethodWatchJobs answers the jobs' version (JobsVersion) once it
 	// passes the one given, long-polled by the app-node's watches.
 	MethodWatchJobs = "watchJobs"
+	// MethodSetQuota, MethodDeleteQuota and MethodListQuotas keep the
+	// teams' GPU quotas (docs/scheduling.md).
+	MethodSetQuota    = "setQuota"
+	MethodDeleteQuota = "deleteQuota"
+	MethodListQuotas  = "listQuotas"
 )
 
 // MaxWatchJobsWait bounds how long the ork holds a watchJobs call.
@@ -168,6 +173,50 @@ type ForgetRacksParams struct {
 	Force bool     `json:"force,omitempty"`
 }
 
+// Quota caps the GPUs a team's jobs may hold at once in a location, of one
+// GPU model or, with GPUModel empty, of every model there together. A job
+// whose team would go over a quota that covers it stays queued with the
+// reason team_quota.
+type Quota struct {
+	Team      string    `json:"team"`
+	Location  string    `json:"location"`
+	GPUModel  string    `json:"gpuModel,omitempty"`
+	GPUs      int       `json:"gpus"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+	UpdatedBy string    `json:"updatedBy,omitempty"`
+	// Used is how many GPUs the team's jobs hold under the quota now.
+	Used int `json:"used"`
+}
+
+// SetQuotaParams sets (or replaces) the quota of (Team, Location,
+// GPUModel); By names who set it. Team and Location are required, GPUs is
+// 0 or more.
+type SetQuotaParams struct {
+	Team     string `json:"team"`
+	Location string `json:"location"`
+	GPUModel string `json:"gpuModel,omitempty"`
+	GPUs     int    `json:"gpus"`
+	By       string `json:"by,omitempty"`
+}
+
+// QuotaRef names a quota; deleting one that is not set is not_found.
+type QuotaRef struct {
+	Team     string `json:"team"`
+	Location string `json:"location"`
+	GPUModel string `json:"gpuModel,omitempty"`
+}
+
+// ListQuotasParams lists one team's quotas, or every team's with Team
+// empty.
+type ListQuotasParams struct {
+	Team string `json:"team,omitempty"`
+}
+
+// ListQuotasReply lists quotas by team, location and GPU model.
+type ListQuotasReply struct {
+	Quotas []Quota `json:"quotas"`
+}
+
 // Client calls an ork over the fabric.
 type Client struct {
 	node *fabric.Node
@@ -244,4 +293,19 @@ func (c *Client) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trus
 	var out trust.Peers
 	err := c.node.Call(ctx, c.key, MethodWatchPeers, p, &out)
 	return out, err
+}
+
+// SetQuota sets a team's quota and returns it with the GPUs used under it.
+func (c *Client) SetQuota(ctx context.Context, p SetQuotaParams) (Quota, error) {
+	return call[Quota](ctx, c, MethodSetQuota, p)
+}
+
+// DeleteQuota removes a team's quota.
+func (c *Client) DeleteQuota(ctx context.Context, p QuotaRef) error {
+	return c.node.Call(ctx, c.key, MethodDeleteQuota, p, nil)
+}
+
+// ListQuotas lists quotas with the GPUs used under each.
+func (c *Client) ListQuotas(ctx context.Context, p ListQuotasParams) (ListQuotasReply, error) {
+	return call[ListQuotasReply](ctx, c, MethodListQuotas, p)
 }

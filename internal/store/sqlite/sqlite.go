@@ -402,7 +402,12 @@ type migration struct {
 	sql     string
 }
 
-// migrations lists the embedded migrations, NNNN_name.sql, numbered 1, 2, …
+// migrations lists the embedded migrations, NNNN_name.sql, by version.
+// Versions are unique but may have gaps while migrations written on
+// parallel branches land (0005 before 0004): migrate applies every one a
+// database has not recorded, so one that lands later with a lower number
+// is still applied. Each migration therefore stands on its own (IF NOT
+// EXISTS, no dependence on a higher-numbered one).
 func migrations() ([]migration, error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
 	if err != nil {
@@ -423,22 +428,25 @@ func migrations() ([]migration, error) {
 		ms = append(ms, migration{version: v, name: name, sql: string(b)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %d_%s: want version %d (no gaps or duplicates)", m.version, m.name, i+1)
+	for i := 1; i < len(ms); i++ {
+		if ms[i].version == ms[i-1].version {
+			return nil, fmt.Errorf("migration %d_%s: version %d is also %s's", ms[i].version, ms[i].name, ms[i].version, ms[i-1].name)
 		}
 	}
 	return ms, nil
 }
 
 // migrate applies, in one transaction and in order, the migrations the
-// database lacks.
+// database has not recorded.
 func migrate(ctx context.Context, db *sql.DB) error {
 	ms, err := migrations()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	latest := len(ms)
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].version
+	}
 	// Foreign keys are off while migrating, so that a migration may rebuild
 	// a table that others refer to (SQLite's documented procedure: dropping
 	// the old table would otherwise cascade); they are checked before the
@@ -471,7 +479,27 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if cur > latest {
 		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
 	}
-	for _, m := range ms[cur:] {
+	applied := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("migrate: %w", err)
+		}
+		applied[v] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
 		}

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"sessions end with a new password", testSessionsEnd},
 		{"delete team", testDeleteTeam},
 		{"audit", testAudit},
+		{"quotas", testQuotas},
 		{"reopen", testReopen},
 		{"concurrent writes", testConcurrentWrites},
 	}

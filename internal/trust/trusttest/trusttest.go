@@ -430,6 +430,12 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(trust.WatchPeersParams{}, nil)
 	case "watchJobs": // without a version: answered at once
 		return call(struct{}{}, nil)
+	case "setQuota": // without a team: invalid, nothing set
+		return call(struct{}{}, nil)
+	case "deleteQuota":
+		return call(map[string]any{"team": "no-such-team", "location": "nowhere"}, nil)
+	case "listQuotas":
+		return call(struct{}{}, nil)
 	case "ork.workerReport":
 		return call(worker.Report{Rack: TestRack, Jobs: []worker.JobReport{}}, nil)
 	// app-node
