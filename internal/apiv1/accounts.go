@@ -295,3 +295,60 @@ func accountRoutes() []Route {
 			Response: AuditList{}, Status: http.StatusOK},
 	}
 }
+
+// Operation IDs of quotas.
+const (
+	OpListQuotas     = "listQuotas"
+	OpListTeamQuotas = "listTeamQuotas"
+	OpSetQuota       = "setQuota"
+	OpDeleteQuota    = "deleteQuota"
+)
+
+// Quota caps the GPUs a team's jobs hold at once in a location, of one GPU
+// model or (GPUModel empty) of every model there together; Used is what
+// they hold under it now (docs/scheduling.md).
+type Quota struct {
+	Team      string    `json:"team"`
+	Location  string    `json:"location"`
+	GPUModel  string    `json:"gpuModel,omitempty"`
+	GPUs      int       `json:"gpus"`
+	Used      int       `json:"used"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+	UpdatedBy string    `json:"updatedBy,omitempty"`
+}
+
+// QuotaList lists quotas by team, location and GPU model.
+type QuotaList struct {
+	Items []Quota `json:"items"`
+	Total int     `json:"total"`
+}
+
+// SetQuota sets the quota of the path's team and location for GPUModel.
+type SetQuota struct {
+	GPUModel string `json:"gpuModel,omitempty"`
+	GPUs     int    `json:"gpus"`
+}
+
+// QueryGPUModel names the GPU model of a quota to delete.
+const QueryGPUModel = "gpuModel"
+
+// MaxQuotaGPUs bounds a quota.
+const MaxQuotaGPUs = 1 << 20
+
+func quotaRoutes() []Route {
+	location := Param{Name: "location", In: InPath, Type: "", Required: true, Description: "Location"}
+	return []Route{
+		{Op: OpListQuotas, Method: http.MethodGet, Path: Prefix + "/quotas", Tag: "quotas", Perm: authz.QuotasSet,
+			Summary: "Every team's quotas with their use (platform admins)", Response: QuotaList{}, Status: http.StatusOK},
+		{Op: OpListTeamQuotas, Method: http.MethodGet, Path: Prefix + "/teams/{team}/quotas", Tag: "quotas", Perm: authz.QuotasRead,
+			Summary: "A team's quotas with their use", Params: []Param{teamName}, Response: QuotaList{}, Status: http.StatusOK},
+		{Op: OpSetQuota, Method: http.MethodPut, Path: Prefix + "/teams/{team}/quotas/{location}", Tag: "quotas", Perm: authz.QuotasSet,
+			Summary:     "Set a team's GPU quota in a location (platform admins)",
+			Description: "At most gpus GPUs of gpuModel (every model together when empty) held at once; a job that would go over waits queued with reason team_quota. Jobs already placed keep their GPUs.",
+			Params:      []Param{teamName, location}, Request: SetQuota{}, Response: Quota{}, Status: http.StatusOK},
+		{Op: OpDeleteQuota, Method: http.MethodDelete, Path: Prefix + "/teams/{team}/quotas/{location}", Tag: "quotas", Perm: authz.QuotasSet,
+			Summary: "Remove a team's quota (platform admins)",
+			Params:  []Param{teamName, location, {Name: QueryGPUModel, In: InQuery, Type: "", Description: "The quota's GPU model (none: the quota of every model)"}},
+			Status:  http.StatusNoContent},
+	}
+}

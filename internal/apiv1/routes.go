@@ -313,6 +313,7 @@ func Routes() []Route {
 			Summary: "The caller's user, team and role", Response: WhoAmI{}, Status: http.StatusOK},
 	}...)
 	routes = append(routes, accountRoutes()...)
+	routes = append(routes, quotaRoutes()...)
 	return append(routes, []Route{
 		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Perm: authz.Public,
 			Summary: "This document", Response: map[string]any{}, Status: http.StatusOK},

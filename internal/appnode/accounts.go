@@ -482,9 +482,7 @@ func (s *Server) deleteTeam(_ http.ResponseWriter, r *http.Request, c *caller) (
 		}
 		return nil, err
 	}
-	if s.onTeamDeleted != nil {
-		s.onTeamDeleted(r.Context(), team)
-	}
+	s.dropQuotas(r.Context(), team)
 	return nil, nil
 }
 

@@ -30,6 +30,9 @@ type Ork interface {
 	ListRacks(ctx context.Context) (orkapi.ListRacksReply, error)
 	ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error
 	WatchJobs(ctx context.Context, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error)
+	SetQuota(ctx context.Context, p orkapi.SetQuotaParams) (orkapi.Quota, error)
+	DeleteQuota(ctx context.Context, p orkapi.QuotaRef) error
+	ListQuotas(ctx context.Context, p orkapi.ListQuotasParams) (orkapi.ListQuotasReply, error)
 }
 
 var _ Ork = (*orkapi.Client)(nil)
@@ -58,8 +61,6 @@ type Server struct {
 	modelHealth ModelHealthSource
 	// logins limits sign-in attempts.
 	logins *loginLimiter
-	// onTeamDeleted, when set, clears what others keep of a deleted team.
-	onTeamDeleted func(ctx context.Context, team string)
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -153,6 +154,10 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpPutMember:      s.putMember,
 		apiv1.OpDeleteMember:   s.deleteMember,
 		apiv1.OpListAudit:      s.listAudit,
+		apiv1.OpListQuotas:     s.listQuotas,
+		apiv1.OpListTeamQuotas: s.listTeamQuotas,
+		apiv1.OpSetQuota:       s.setQuota,
+		apiv1.OpDeleteQuota:    s.deleteQuota,
 		apiv1.OpOpenAPI:        s.openAPI,
 		apiv1.OpHealth:         s.health,
 	}

@@ -44,7 +44,7 @@ type connFlags struct {
 func (f *connFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.url, "url", "", "CosmicAC API URL (default $"+envURL+", the login config, or "+DefaultURL+")")
 	cmd.PersistentFlags().StringVar(&f.token, "token", "", "API token (default $"+envToken+" or the login config)")
-	cmd.PersistentFlags().StringVar(&f.team, "team", "", "the team to act in (default $"+envTeam+", `cosmicac teams use`, or your only team)")
+	cmd.PersistentFlags().StringVar(&f.team, "team", "", "the team to act in (default $"+envTeam+", the one teams use saved, or your only team)")
 }
 
 // configPath is the file `cosmicac login` writes:

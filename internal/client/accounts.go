@@ -161,3 +161,32 @@ func (c *Client) ListAudit(ctx context.Context, q AuditQuery) (apiv1.AuditList, 
 	err := c.do(ctx, http.MethodGet, "/audit", v, nil, &out)
 	return out, err
 }
+
+// ListQuotas lists team's quotas; with team "" every team's (platform
+// admins).
+func (c *Client) ListQuotas(ctx context.Context, team string) ([]apiv1.Quota, error) {
+	path := "/quotas"
+	if team != "" {
+		path = "/teams/" + url.PathEscape(team) + "/quotas"
+	}
+	var out apiv1.QuotaList
+	err := c.do(ctx, http.MethodGet, path, nil, nil, &out)
+	return out.Items, err
+}
+
+// SetQuota sets team's quota in location (platform admins).
+func (c *Client) SetQuota(ctx context.Context, team, location string, in apiv1.SetQuota) (apiv1.Quota, error) {
+	var out apiv1.Quota
+	err := c.do(ctx, http.MethodPut, "/teams/"+url.PathEscape(team)+"/quotas/"+url.PathEscape(location), nil, in, &out)
+	return out, err
+}
+
+// DeleteQuota removes team's quota in location for gpuModel ("": the one
+// of every model).
+func (c *Client) DeleteQuota(ctx context.Context, team, location, gpuModel string) error {
+	var q url.Values
+	if gpuModel != "" {
+		q = url.Values{apiv1.QueryGPUModel: {gpuModel}}
+	}
+	return c.do(ctx, http.MethodDelete, "/teams/"+url.PathEscape(team)+"/quotas/"+url.PathEscape(location), q, nil, nil)
+}

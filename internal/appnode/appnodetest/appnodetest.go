@@ -37,6 +37,7 @@ type Ork struct {
 	mu      sync.Mutex
 	jobs    map[string]cosmic.Job
 	racks   map[string]orkapi.RackInfo
+	quotas  map[orkapi.QuotaRef]orkapi.Quota
 	calls   map[string]int
 	changes int
 	err     error
@@ -50,7 +51,7 @@ var _ appnode.Ork = (*Ork)(nil)
 func NewOrk() *Ork {
 	t := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Ork{
-		jobs: map[string]cosmic.Job{}, racks: map[string]orkapi.RackInfo{}, calls: map[string]int{},
+		jobs: map[string]cosmic.Job{}, racks: map[string]orkapi.RackInfo{}, calls: map[string]int{}, quotas: map[orkapi.QuotaRef]orkapi.Quota{},
 		now: func() time.Time { t = t.Add(time.Millisecond); return t },
 	}
 }
@@ -548,4 +549,51 @@ func (o *Ork) WatchJobs(context.Context, orkapi.WatchJobsParams) (orkapi.JobsVer
 		return orkapi.JobsVersion{}, err
 	}
 	return orkapi.JobsVersion{Epoch: "appnodetest", Version: uint64(o.changes)}, nil
+}
+
+// SetQuota keeps a quota (nothing is admitted by it: the fake places no
+// jobs; internal/ork tests admission).
+func (o *Ork) SetQuota(_ context.Context, p orkapi.SetQuotaParams) (orkapi.Quota, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodSetQuota); err != nil {
+		return orkapi.Quota{}, err
+	}
+	q := orkapi.Quota{Team: p.Team, Location: p.Location, GPUModel: p.GPUModel, GPUs: p.GPUs, UpdatedAt: o.now(), UpdatedBy: p.By}
+	o.quotas[orkapi.QuotaRef{Team: p.Team, Location: p.Location, GPUModel: p.GPUModel}] = q
+	return q, nil
+}
+
+// DeleteQuota removes a quota.
+func (o *Ork) DeleteQuota(_ context.Context, p orkapi.QuotaRef) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodDeleteQuota); err != nil {
+		return err
+	}
+	if _, ok := o.quotas[p]; !ok {
+		return fabric.Errorf(fabric.CodeNotFound, "no quota of team %s in %s", p.Team, p.Location)
+	}
+	delete(o.quotas, p)
+	return nil
+}
+
+// ListQuotas lists a team's quotas (every team's with Team empty).
+func (o *Ork) ListQuotas(_ context.Context, p orkapi.ListQuotasParams) (orkapi.ListQuotasReply, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodListQuotas); err != nil {
+		return orkapi.ListQuotasReply{}, err
+	}
+	out := orkapi.ListQuotasReply{Quotas: []orkapi.Quota{}}
+	for _, q := range o.quotas {
+		if p.Team == "" || q.Team == p.Team {
+			out.Quotas = append(out.Quotas, q)
+		}
+	}
+	sort.Slice(out.Quotas, func(a, b int) bool {
+		x, y := out.Quotas[a], out.Quotas[b]
+		return x.Team+"/"+x.Location+"/"+x.GPUModel < y.Team+"/"+y.Location+"/"+y.GPUModel
+	})
+	return out, nil
 }
