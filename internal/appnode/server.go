@@ -127,6 +127,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpCreateAPIKey:   s.createAPIKey,
 		apiv1.OpListAPIKeys:    s.listAPIKeys,
 		apiv1.OpRevokeAPIKey:   s.revokeAPIKey,
+		apiv1.OpRotateAPIKey:   s.rotateAPIKey,
 		apiv1.OpWhoAmI:         s.whoAmI,
 		apiv1.OpOpenAPI:        s.openAPI,
 		apiv1.OpHealth:         s.health,
