@@ -119,6 +119,7 @@ const (
 	OpDataSyncJob    = "dataSyncJob"
 	OpLabelJob       = "labelJob"
 	OpJobCommand     = "jobCommand"
+	OpInferenceAuth  = "setInferenceAuth"
 	OpRestartReplica = "restartReplica"
 	OpDeleteReplica  = "deleteReplica"
 	OpJobShell       = "jobShell"
@@ -261,6 +262,12 @@ func Routes() []Route {
 		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Access: Write,
 			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",
 			Params: []Param{jobID}, Request: Label{}, Response: job, Status: http.StatusOK},
+		{Op: OpInferenceAuth, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/inference/auth", Tag: "jobs", Access: Write,
+			Summary: "Turn a managed-inference job's \"require authorization\" on or off",
+			Description: "Sets spec.inference.requireAuth of a managed-inference job, running or not, without restarting it: off, its model is reached " +
+				"without an API key (and by every team's keys); on, only with a key of its team. proxy-inference follows within 1 s. " +
+				"Any other job is refused (409).",
+			Params: []Param{jobID}, Request: InferenceAuth{}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Access: Read,
 			Summary:     "The CLI command equivalent to a spec",
 			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`.",

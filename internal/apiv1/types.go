@@ -196,6 +196,11 @@ type APIKey struct {
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
 }
 
+// InferenceAuth is the body of PUT /api/v1/jobs/{id}/inference/auth.
+type InferenceAuth struct {
+	RequireAuth *bool `json:"requireAuth"`
+}
+
 // CreateAPIKey is the body of POST /api/v1/api-keys. Team defaults to the
 // caller's; only admins may name another. Models limits the key to those
 // served model names (at most MaxKeyModels); ExpiresAt (RFC 3339) or

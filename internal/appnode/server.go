@@ -110,6 +110,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpDataSyncJob:    s.dataSyncJob,
 		apiv1.OpLabelJob:       s.labelJob,
 		apiv1.OpJobCommand:     s.jobCommand,
+		apiv1.OpInferenceAuth:  s.setInferenceAuth,
 		apiv1.OpRestartReplica: s.restartReplica,
 		apiv1.OpDeleteReplica:  s.deleteReplica,
 		apiv1.OpJobShell:       s.jobShell,
