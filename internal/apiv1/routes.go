@@ -117,6 +117,7 @@ const (
 	OpDataSyncJob    = "dataSyncJob"
 	OpLabelJob       = "labelJob"
 	OpJobCommand     = "jobCommand"
+	OpInferenceAuth  = "setInferenceAuth"
 	OpRestartReplica = "restartReplica"
 	OpDeleteReplica  = "deleteReplica"
 	OpJobShell       = "jobShell"
@@ -134,6 +135,7 @@ const (
 	OpCreateAPIKey   = "createAPIKey"
 	OpListAPIKeys    = "listAPIKeys"
 	OpRevokeAPIKey   = "revokeAPIKey"
+	OpRotateAPIKey   = "rotateAPIKey"
 	OpWhoAmI         = "whoAmI"
 	OpOpenAPI        = "openAPI"
 	OpHealth         = "health"
@@ -258,6 +260,12 @@ func Routes() []Route {
 		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",
 			Params: []Param{jobID}, Request: Label{}, Response: job, Status: http.StatusOK},
+		{Op: OpInferenceAuth, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/inference/auth", Tag: "jobs", Perm: authz.JobsOperate,
+			Summary: "Turn a managed-inference job's \"require authorization\" on or off",
+			Description: "Sets spec.inference.requireAuth of a managed-inference job, running or not, without restarting it: off, its model is reached " +
+				"without an API key (and by every team's keys); on, only with a key of its team. proxy-inference follows within 1 s. " +
+				"Any other job is refused (409).",
+			Params: []Param{jobID}, Request: InferenceAuth{}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Perm: authz.Self,
 			Summary:     "The CLI command equivalent to a spec",
 			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`.",
@@ -300,13 +308,23 @@ func Routes() []Route {
 		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary: "Create an inference API key",
 			Description: "Makes a key of the caller's team (another team: admins only) for the OpenAI-compatible API at /inference/v1. " +
-				"The answer carries the secret (key) this once; only its hash is kept.",
+				"The answer carries the secret (key) this once; only its hash is kept. " +
+				fmt.Sprintf("models (at most %d served model names) limits the key to those: others are answered 404 model_not_found and /inference/v1/models lists only those. ", MaxKeyModels) +
+				"expiresAt (RFC 3339) or expiresIn (a duration, 720h) ends the key: it is refused from that instant.",
 			Request: CreateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusCreated},
+		{Op: OpRotateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys/{id}/rotate", Tag: "api-keys", Perm: authz.APIKeysManage,
+			Summary: "Rotate an inference API key: a new secret, the old one kept for a grace period",
+			Description: "Answers the key with a new secret (key), shown this once. The secret it replaces keeps working for grace " +
+				fmt.Sprintf("(a duration, default %v, at most %v; 0s ends it at once), then stops; ", DefaultKeyGrace, MaxKeyGrace) +
+				"a secret replaced earlier and still in its grace stops at once. The key keeps its ID, name, models and expiry. " +
+				"An expired key cannot be rotated (409). Another team's key is not found (admins: any).",
+			Params:  []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
+			Request: RotateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary: "List the caller's team's inference API keys (never their secrets)", Response: APIKeyList{}, Status: http.StatusOK},
 		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Perm: authz.APIKeysManage,
 			Summary:     "Revoke an inference API key",
-			Description: "The key stops working within 10 s (proxy-inference caches lookups that long). Another team's key is not found (admins: any).",
+			Description: "The key stops working within 1 s (proxy-inference caches lookups that long). Another team's key is not found (admins: any).",
 			Params:      []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
 			Status:      http.StatusNoContent},
 		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Perm: authz.Self,

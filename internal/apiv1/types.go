@@ -199,14 +199,49 @@ type APIKey struct {
 	CreatedBy string    `json:"createdBy"`
 	Prefix    string    `json:"prefix"` // the start of the secret, to recognise it
 	CreatedAt time.Time `json:"createdAt"`
+	// Models limits the key to these served model names (absent: every
+	// model its team reaches).
+	Models []string `json:"models,omitempty"`
+	// ExpiresAt ends the key (absent: never).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// RotatedAt is the last rotation; the secret it replaced works until
+	// PreviousExpiresAt (absent once it has ended).
+	RotatedAt         time.Time `json:"rotatedAt,omitzero"`
+	PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
+	// LastUsedAt is when proxy-inference last saw the key, to the minute.
+	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+}
+
+// InferenceAuth is the body of PUT /api/v1/jobs/{id}/inference/auth.
+type InferenceAuth struct {
+	RequireAuth *bool `json:"requireAuth"`
 }
 
 // CreateAPIKey is the body of POST /api/v1/api-keys. Team defaults to the
-// caller's; only admins may name another.
+// caller's; only admins may name another. Models limits the key to those
+// served model names (at most MaxKeyModels); ExpiresAt (RFC 3339) or
+// ExpiresIn (a Go duration, "720h") ends it, not both.
 type CreateAPIKey struct {
-	Name string `json:"name"`
-	Team string `json:"team,omitempty"`
+	Name      string    `json:"name"`
+	Team      string    `json:"team,omitempty"`
+	Models    []string  `json:"models,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	ExpiresIn string    `json:"expiresIn,omitempty"`
 }
+
+// RotateAPIKey is the body of POST /api/v1/api-keys/{id}/rotate (it may be
+// empty): how long the old secret keeps working, a Go duration from 0s to
+// MaxKeyGrace (default DefaultKeyGrace).
+type RotateAPIKey struct {
+	Grace string `json:"grace,omitempty"`
+}
+
+// Limits of API keys.
+const (
+	MaxKeyModels    = 32
+	DefaultKeyGrace = 24 * time.Hour
+	MaxKeyGrace     = 7 * 24 * time.Hour
+)
 
 // CreatedAPIKey is the answer of POST /api/v1/api-keys: the key and its
 // secret, which is shown this once.

@@ -221,6 +221,8 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 		path = apiv1.Prefix + "/tokens/" + tokenID
 	case apiv1.OpRevokeAPIKey:
 		path = apiv1.Prefix + "/api-keys/" + e.keyID
+	case apiv1.OpRotateAPIKey:
+		path = apiv1.Prefix + "/api-keys/" + e.keyID + "/rotate"
 	case apiv1.OpRemoveRack:
 		path = apiv1.Prefix + "/racks/r1"
 	}
@@ -241,6 +243,8 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 		apiv1.OpCreateTeam:     `{"name":"newteam"}`,
 		apiv1.OpPutMember:      `{"role":"viewer"}`,
 		apiv1.OpSetQuota:       `{"gpus":4}`,
+		apiv1.OpInferenceAuth:  `{"requireAuth":false}`,
+		apiv1.OpRotateAPIKey:   `{}`,
 	}[rt.Op]
 	req := httptest.NewRequest(rt.Method, path, strings.NewReader(body))
 	req.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", len(w.name))

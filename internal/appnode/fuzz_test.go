@@ -54,6 +54,9 @@ func (noAPIKeys) ListAPIKeys(context.Context, string) ([]store.APIKey, error) {
 func (noAPIKeys) GetAPIKey(_ context.Context, id string) (store.APIKey, error) {
 	return store.APIKey{}, fmt.Errorf("api key %s: %w", id, cosmic.ErrNotFound)
 }
+func (noAPIKeys) RotateAPIKey(_ context.Context, id string, _ store.APIKeyRotation) (store.APIKey, error) {
+	return store.APIKey{}, fmt.Errorf("api key %s: %w", id, cosmic.ErrNotFound)
+}
 func (noAPIKeys) DeleteAPIKey(_ context.Context, id string) error {
 	return fmt.Errorf("api key %s: %w", id, cosmic.ErrNotFound)
 }

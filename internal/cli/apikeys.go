@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,26 +18,31 @@ func (a *app) apiKeysCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "api-keys",
 		Aliases: []string{"api-key"},
-		Short:   "Create, list and revoke the inference API keys of your team",
+		Short:   "Create, list, rotate and revoke the inference API keys of your team",
 		Long: "An API key reaches your team's models at /inference/v1 (Authorization: Bearer KEY or\n" +
 			"X-API-Key: KEY). Its secret is shown once, when it is created, and only its hash is kept.",
 	}
 	conn.add(cmd)
-	cmd.AddCommand(a.apiKeysCreateCommand(&conn), a.apiKeysListCommand(&conn), a.apiKeysRevokeCommand(&conn))
+	cmd.AddCommand(a.apiKeysCreateCommand(&conn), a.apiKeysListCommand(&conn), a.apiKeysRotateCommand(&conn), a.apiKeysRevokeCommand(&conn))
 	return cmd
 }
 
 func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	var (
-		out   outputFlag
-		team  string
-		quiet bool
+		out     outputFlag
+		quiet   bool
+		models  []string
+		expires string
 	)
 	cmd := &cobra.Command{
-		Use:     "create NAME",
-		Short:   "Create an API key; its secret is printed this once",
-		Example: "  cosmicac api-keys create ci\n  KEY=$(cosmicac api-keys create ci -q)\n  cosmicac api-keys create ci -o json | jq -r .key",
-		Args:    cobra.ExactArgs(1),
+		Use:   "create NAME",
+		Short: "Create an API key; its secret is printed this once",
+		Long: "Create an API key of your team. --model limits it to served model names (repeatable; others\n" +
+			"answer 404 model_not_found and /inference/v1/models lists only those); --expires ends it after\n" +
+			"a duration (720h) or at a time (RFC 3339).",
+		Example: "  cosmicac api-keys create ci\n  KEY=$(cosmicac api-keys create ci -q)\n  cosmicac api-keys create ci -o json | jq -r .key\n" +
+			"  cosmicac api-keys create bot --model qwen --model whisper --expires 720h",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
 				return err
@@ -44,11 +50,21 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 			if quiet && cmd.Flags().Changed("output") {
 				return usageErrorf("-q prints only the key: give -q or -o, not both")
 			}
+			in := apiv1.CreateAPIKey{Name: args[0], Models: models} // of the active team (--team)
+			if expires != "" {
+				if t, err := time.Parse(time.RFC3339, expires); err == nil {
+					in.ExpiresAt = t
+				} else if d, err := time.ParseDuration(expires); err == nil && d > 0 {
+					in.ExpiresIn = expires
+				} else {
+					return usageErrorf("--expires %s: want a duration such as 720h or a time such as 2027-01-31T00:00:00Z", expires)
+				}
+			}
 			c, err := a.connect(conn)
 			if err != nil {
 				return err
 			}
-			k, err := c.CreateAPIKey(cmd.Context(), args[0], team)
+			k, err := c.CreateAPIKeyWith(cmd.Context(), in)
 			if err != nil {
 				return c.explain(err)
 			}
@@ -70,8 +86,9 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 		},
 	}
 	out.add(cmd)
-	cmd.Flags().StringVar(&team, "team", "", "the team the key belongs to (admins only; default: yours)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key, for scripts")
+	cmd.Flags().StringArrayVar(&models, "model", nil, "limit the key to this served model name (repeatable; default: every model of the team)")
+	cmd.Flags().StringVar(&expires, "expires", "", "end the key after this duration (720h) or at this time (RFC 3339); default: never")
 	return cmd
 }
 
@@ -105,9 +122,14 @@ func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tCREATED BY\tAGE")
+			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tMODELS\tEXPIRES\tOLD KEY UNTIL\tLAST USED\tCREATED BY\tAGE")
 			for _, k := range keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, dash(k.CreatedBy), age(k.CreatedAt))
+				models := "all"
+				if len(k.Models) > 0 {
+					models = strings.Join(k.Models, ",")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, models,
+					until(k.ExpiresAt, "never"), until(k.PreviousExpiresAt, "-"), age(k.LastUsedAt), dash(k.CreatedBy), age(k.CreatedAt))
 			}
 			return tw.Flush()
 		},
@@ -116,11 +138,93 @@ func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
+// until says how far t is ahead ("in 29d"), "expired" once it has passed,
+// or none for a zero t.
+func until(t time.Time, none string) string {
+	if t.IsZero() {
+		return none
+	}
+	now := timeNow()
+	if !now.Before(t) {
+		return "expired"
+	}
+	return "in " + age(now.Add(-t.Sub(now)))
+}
+
+func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
+	var (
+		out   outputFlag
+		grace string
+		quiet bool
+	)
+	cmd := &cobra.Command{
+		Use:   "rotate NAME|ID",
+		Short: "Give an API key a new secret (printed this once); the old one works for a grace period",
+		Long: "Rotate an API key of your team, named by its ID or its name: it gets a new secret, printed\n" +
+			"this once, and keeps its ID, name, models and expiry. The old secret keeps working for --grace\n" +
+			"(default 24h, at most 168h; 0s ends it at once), so clients can move to the new one without\n" +
+			"downtime; a secret replaced by an earlier rotation stops at once.",
+		Example: "  cosmicac api-keys rotate ci\n  KEY=$(cosmicac api-keys rotate ci --grace 1h -q)",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
+			if quiet && cmd.Flags().Changed("output") {
+				return usageErrorf("-q prints only the key: give -q or -o, not both")
+			}
+			if grace != "" {
+				if _, err := time.ParseDuration(grace); err != nil {
+					return usageErrorf("--grace %s: want a duration such as 1h or 0s", grace)
+				}
+			}
+			c, err := a.connect(conn)
+			if err != nil {
+				return err
+			}
+			keys, err := c.ListAPIKeys(cmd.Context())
+			if err != nil {
+				return c.explain(err)
+			}
+			k, err := resolveAPIKey(keys, args[0])
+			if err != nil {
+				return err
+			}
+			r, err := c.RotateAPIKey(cmd.Context(), k.ID, grace)
+			if err != nil {
+				return c.explain(err)
+			}
+			if quiet {
+				fmt.Fprintln(a.stdout, r.Key)
+				return nil
+			}
+			if ok, err := out.structured(a.stdout, struct {
+				ID                string    `json:"id"`
+				Name              string    `json:"name"`
+				Key               string    `json:"key"`
+				PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
+			}{r.ID, r.Name, r.Key, r.PreviousExpiresAt}); ok {
+				return err
+			}
+			old := "the old secret stopped working now"
+			if !r.PreviousExpiresAt.IsZero() {
+				old = "the old secret works until " + r.PreviousExpiresAt.Local().Format(time.RFC3339)
+			}
+			fmt.Fprintf(a.stdout, "API key %s (%s) rotated; %s. New secret:\n\n  %s\n\nKeep it now: it is not shown again.\n", r.ID, r.Name, old, r.Key)
+			return nil
+		},
+	}
+	out.add(cmd)
+	cmd.Flags().StringVar(&grace, "grace", "", "how long the old secret keeps working (default 24h, at most 168h; 0s: not at all)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the new key, for scripts")
+	return cmd
+}
+
 func (a *app) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:     "revoke NAME|ID",
 		Aliases: []string{"delete", "rm"},
-		Short:   "Revoke an API key by its name or ID (requests with it fail within seconds)",
+		Short:   "Revoke an API key by its name or ID (requests with it fail within a second)",
 		Long: "Revoke an API key of your team, named by its ID or its name. Names need not be unique: a\n" +
 			"name that several keys share is refused (exit 2) with their IDs, to revoke one by ID.",
 		Example: "  cosmicac api-keys revoke ci\n  cosmicac api-keys revoke key_5d1c0a9e3b7f2468",

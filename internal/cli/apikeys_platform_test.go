@@ -84,3 +84,48 @@ func TestAPIKeysByNameOnThePlatform(t *testing.T) {
 		t.Errorf("revoke nothing: exit %d %q, want %d and not_found", code, errs, ExitFailure)
 	}
 }
+
+// TestAPIKeyLimitsAndRotateOnThePlatform: create --model --expires makes a
+// limited key that list shows (MODELS, EXPIRES); rotate by name prints the
+// new key alone with -q, the list then shows the old secret's grace, and a
+// bad --grace or --expires is a usage error.
+func TestAPIKeyLimitsAndRotateOnThePlatform(t *testing.T) {
+	e := cosmictest.NewEnv(t)
+	tok, err := e.P.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
+	code, out, errs := runCLI(t, env, "api-keys", "create", "bot", "--model", "qwen", "--model", "whisper", "--expires", "720h", "-q")
+	first := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(first, "sk-cac-") {
+		t.Fatalf("create --model --expires: exit %d %q %q", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, env, "api-keys", "create", "x", "--expires", "soon"); code != ExitUsage {
+		t.Errorf("--expires soon: exit %d (%s), want %d", code, errs, ExitUsage)
+	}
+	code, out, errs = runCLI(t, env, "api-keys", "list")
+	if code != 0 || !strings.Contains(out, "MODELS") || !strings.Contains(out, "qwen,whisper") || !strings.Contains(out, "in 29d") {
+		t.Fatalf("list: exit %d\n%s%s", code, out, errs)
+	}
+	if code, _, errs := runCLI(t, env, "api-keys", "rotate", "bot", "--grace", "a while"); code != ExitUsage {
+		t.Errorf("--grace 'a while': exit %d (%s), want %d", code, errs, ExitUsage)
+	}
+	if code, _, errs := runCLI(t, env, "api-keys", "rotate", "bot", "--grace", "200h"); code != ExitFailure || !strings.Contains(errs, "grace") {
+		t.Errorf("--grace 200h: exit %d (%s), want %d naming grace", code, errs, ExitFailure)
+	}
+	code, out, errs = runCLI(t, env, "api-keys", "rotate", "bot", "--grace", "1h", "-q")
+	second := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(second, "sk-cac-") || second == first {
+		t.Fatalf("rotate -q: exit %d %q %q; want a new key alone", code, out, errs)
+	}
+	code, out, errs = runCLI(t, env, "api-keys", "list", "-o", "json")
+	var l apiv1.APIKeyList
+	if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Items) != 1 {
+		t.Fatalf("list -o json: exit %d %q %q", code, out, errs)
+	}
+	k := l.Items[0]
+	if k.RotatedAt.IsZero() || k.PreviousExpiresAt.IsZero() || !strings.HasPrefix(second, k.Prefix) || len(k.Models) != 2 || k.ExpiresAt.IsZero() {
+		t.Errorf("after rotate: %+v; want rotatedAt, previousExpiresAt, the new prefix, models and expiry kept", k)
+	}
+}

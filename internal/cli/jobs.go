@@ -35,6 +35,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		a.jobsRestartCommand(&conn),
 		a.jobsKillCommand(&conn),
 		a.jobsLabelCommand(&conn),
+		a.jobsRequireAuthCommand(&conn),
 		a.jobsCommandCommand(&conn),
 		a.jobsLogsCommand(&conn),
 		a.jobsShellCommand(&conn),

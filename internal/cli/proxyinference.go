@@ -97,12 +97,12 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				return usageErrorf("proxy: %v", err)
 			}
 			if pcfg.KeyTTL == 0 {
-				// With FabricKeys' 1 s, a revoked key stops working within 10 s,
-				// as with `cosmicac up`.
-				pcfg.KeyTTL = config.Duration(9 * time.Second)
+				// With FabricKeys' 0.5 s, a revoked key stops working within
+				// 1 s, as with `cosmicac up`.
+				pcfg.KeyTTL = config.Duration(500 * time.Millisecond)
 			}
 			p := inferproxy.New(pcfg, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
-				inferproxy.NewFabricKeys(n, appKey, time.Second), ring, log.With("component", "proxy-inference"))
+				inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), ring, log.With("component", "proxy-inference"))
 			defer p.Close()
 			p.Serve(n)
 			mux := http.NewServeMux()

@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -300,4 +302,53 @@ func nginxVersion() string {
 		return strings.Fields(v[i+6:])[0]
 	}
 	return ""
+}
+
+// BenchmarkKeyCheck is the API-key check of every request (the proxy's
+// authenticate: the key cache, the store read on a miss, the key's times
+// and models) against the real SQLite store, for KeyTTL 10s (before
+// revocation within a second), 1s (the default) and 0 (no cache: a store
+// read per request), in one run. The cache's clock advances 10 ms a
+// request: one key sending 100 requests a second, so a 1 s TTL misses
+// once in 100 requests and a 10 s TTL once in 1,000. docs/benchmarks.md,
+// "API keys".
+func BenchmarkKeyCheck(b *testing.B) {
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	ctx := b.Context()
+	if err := st.CreateTeam(ctx, cosmic.Team{Name: "team-a"}); err != nil {
+		b.Fatal(err)
+	}
+	k, secret, err := NewAPIKey("bench", "team-a", "ann", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	k.ExpiresAt, k.Models = time.Now().Add(24*time.Hour), []string{"qwen"}
+	if err := st.CreateAPIKey(ctx, k); err != nil {
+		b.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"ttl=10s", 10 * time.Second}, {"ttl=1s", time.Second}, {"ttl=0", time.Nanosecond}} {
+		b.Run(tt.name, func(b *testing.B) {
+			p := keyProxy(Config{KeyTTL: config.Duration(tt.ttl)}, st)
+			now := time.Now()
+			p.keys.now = func() time.Time { return now }
+			r := httptest.NewRequest(http.MethodPost, Prefix+"/chat/completions", nil)
+			r.Header.Set("Authorization", "Bearer "+secret)
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(10 * time.Millisecond)
+				c, ok := p.authenticate(w, r)
+				if !ok || !c.allows("qwen") {
+					b.Fatalf("refused: %d %s", w.Code, w.Body)
+				}
+			}
+		})
+	}
 }

@@ -184,18 +184,29 @@ const KeyPrefix = "sk-cac-"
 // NewAPIKey makes a key of team named name: the record to store and the
 // secret to show once.
 func NewAPIKey(name, team, createdBy string, now time.Time) (store.APIKey, string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return store.APIKey{}, "", fmt.Errorf("read random: %w", err)
+	secret, err := NewSecret()
+	if err != nil {
+		return store.APIKey{}, "", err
 	}
-	secret := KeyPrefix + base64.RawURLEncoding.EncodeToString(b)
 	id := make([]byte, 8)
 	if _, err := rand.Read(id); err != nil {
 		return store.APIKey{}, "", fmt.Errorf("read random: %w", err)
 	}
 	return store.APIKey{ID: "key_" + hex.EncodeToString(id), Name: name, Team: team, CreatedBy: createdBy,
-		Prefix: secret[:len(KeyPrefix)+4], Hash: HashKey(secret), CreatedAt: now.UTC()}, secret, nil
+		Prefix: SecretPrefix(secret), Hash: HashKey(secret), CreatedAt: now.UTC()}, secret, nil
 }
+
+// NewSecret makes a key's secret: KeyPrefix and 32 random bytes.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("read random: %w", err)
+	}
+	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// SecretPrefix is the start of a secret that a list shows.
+func SecretPrefix(secret string) string { return secret[:len(KeyPrefix)+4] }
 
 // HashKey is the hash under which a key's secret is stored (sha256).
 func HashKey(secret string) []byte {
@@ -204,10 +215,13 @@ func HashKey(secret string) []byte {
 }
 
 // keyCache remembers looked-up keys briefly, so a request costs no store
-// read; a revoked key stops working within keyTTL.
+// read; a revoked key stops working within keyTTL (1 s by default). The
+// times of a key (its expiry, a rotated secret's grace) are checked at
+// every use, not only when it is read (APIKey.ValidFor).
 type keyCache struct {
 	keys Keys
 	ttl  time.Duration
+	now  func() time.Time // time.Now; a test's clock
 
 	mu sync.Mutex
 	m  map[string]keyEntry
@@ -219,24 +233,40 @@ type keyEntry struct {
 	exp time.Time
 }
 
-func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, bool, error) {
+// keyToucher is the store's TouchAPIKey (store.APIKeys): where the proxy
+// reads keys from the store itself (cosmicac up), it records their use; over
+// the fabric the app-node does it when it is asked (ServeAPIKeys).
+type keyToucher interface {
+	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+}
+
+// lookup returns the key whose secret (or previous secret) is secret, the
+// secret's hash, and whether there is one; it does not check the key's
+// times.
+func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, []byte, bool, error) {
 	hash := HashKey(secret)
 	hk := string(hash)
-	now := time.Now()
+	now := c.now()
 	c.mu.Lock()
 	e, hit := c.m[hk]
 	c.mu.Unlock()
 	if hit && now.Before(e.exp) {
-		return e.k, e.ok, nil
+		return e.k, hash, e.ok, nil
 	}
 	k, err := c.keys.APIKeyByHash(ctx, hash)
 	switch {
 	case err == nil:
 		e = keyEntry{k: k, ok: true, exp: now.Add(c.ttl)}
+		if t, ok := c.keys.(keyToucher); ok && now.Sub(k.LastUsedAt) >= store.TouchEvery {
+			// At most once a minute per key: one request then pays a write.
+			if err := t.TouchAPIKey(ctx, k.ID, now); err == nil {
+				e.k.LastUsedAt = now
+			}
+		}
 	case isNotFound(err):
 		e = keyEntry{exp: now.Add(c.ttl)}
 	default:
-		return store.APIKey{}, false, err
+		return store.APIKey{}, nil, false, err
 	}
 	c.mu.Lock()
 	if len(c.m) > 100000 {
@@ -244,5 +274,5 @@ func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, boo
 	}
 	c.m[hk] = e
 	c.mu.Unlock()
-	return e.k, e.ok, nil
+	return e.k, hash, e.ok, nil
 }

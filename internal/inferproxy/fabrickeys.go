@@ -1,6 +1,7 @@
 package inferproxy
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -22,23 +23,29 @@ type APIKeyByHashParams struct {
 	Hash []byte `json:"hash"`
 }
 
-// APIKeyByHashReply is the key, without its hash; Found false when no key
-// has that hash (an unknown or revoked key). An answer, not an error, so
-// that a peer without the method (not_found) is never taken for "no such
-// key".
+// APIKeyByHashReply is the key, without its hashes; Found false when no
+// key has that hash (an unknown or revoked key). An answer, not an error,
+// so that a peer without the method (not_found) is never taken for "no
+// such key". Previous says the hash is the key's previous secret, which
+// works until PreviousExpiresAt; the proxy checks the times at each use.
 type APIKeyByHashReply struct {
-	Found     bool      `json:"found"`
-	ID        string    `json:"id,omitempty"`
-	Name      string    `json:"name,omitempty"`
-	Team      string    `json:"team,omitempty"`
-	CreatedBy string    `json:"createdBy,omitempty"`
-	Prefix    string    `json:"prefix,omitempty"`
-	CreatedAt time.Time `json:"createdAt,omitzero"`
+	Found             bool      `json:"found"`
+	ID                string    `json:"id,omitempty"`
+	Name              string    `json:"name,omitempty"`
+	Team              string    `json:"team,omitempty"`
+	CreatedBy         string    `json:"createdBy,omitempty"`
+	Prefix            string    `json:"prefix,omitempty"`
+	CreatedAt         time.Time `json:"createdAt,omitzero"`
+	Models            []string  `json:"models,omitempty"`
+	ExpiresAt         time.Time `json:"expiresAt,omitzero"`
+	Previous          bool      `json:"previous,omitempty"`
+	PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
 }
 
 // ServeAPIKeys registers MethodAPIKeyByHash on r, answering from keys (the
 // app-node's store). The app-node's trust policy lets only proxy-inference
-// (and operators) call it.
+// (and operators) call it. A proxy asks only for keys in use, so an answer
+// records the key's use (lastUsedAt, once a minute) when keys can.
 func ServeAPIKeys(r fabric.Registrar, keys Keys) {
 	fabric.HandleFunc(r, MethodAPIKeyByHash, func(ctx context.Context, _ fabric.PublicKey, q APIKeyByHashParams) (APIKeyByHashReply, error) {
 		if len(q.Hash) != 32 {
@@ -51,8 +58,12 @@ func ServeAPIKeys(r fabric.Registrar, keys Keys) {
 		case err != nil:
 			return APIKeyByHashReply{}, err
 		}
+		if t, ok := keys.(keyToucher); ok && time.Since(k.LastUsedAt) >= store.TouchEvery {
+			_ = t.TouchAPIKey(ctx, k.ID, time.Now()) // best effort: the answer matters more
+		}
 		return APIKeyByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
-			Prefix: k.Prefix, CreatedAt: k.CreatedAt}, nil
+			Prefix: k.Prefix, CreatedAt: k.CreatedAt, Models: k.Models, ExpiresAt: k.ExpiresAt,
+			Previous: !bytes.Equal(q.Hash, k.Hash), PreviousExpiresAt: k.PreviousExpiresAt}, nil
 	})
 }
 
@@ -81,10 +92,11 @@ type keyCall struct {
 	err  error
 }
 
-// NewFabricKeys asks appNode through node; ttl ≤ 0 takes 1 s.
+// NewFabricKeys asks appNode through node; ttl ≤ 0 takes 0.5 s (with the
+// proxy's own cache, Config.KeyTTL, a revoked key stops within their sum).
 func NewFabricKeys(node *fabric.Node, appNode fabric.PublicKey, ttl time.Duration) *FabricKeys {
 	if ttl <= 0 {
-		ttl = time.Second
+		ttl = 500 * time.Millisecond
 	}
 	return &FabricKeys{node: node, appNode: appNode, ttl: ttl, now: time.Now, m: map[string]fabricKeyEntry{}, inflight: map[string]*keyCall{}}
 }
@@ -135,6 +147,11 @@ func keyOf(r APIKeyByHashReply, hash []byte) (store.APIKey, error) {
 	if !r.Found {
 		return store.APIKey{}, cosmic.ErrNotFound
 	}
-	return store.APIKey{ID: r.ID, Name: r.Name, Team: r.Team, CreatedBy: r.CreatedBy, Prefix: r.Prefix,
-		Hash: hash, CreatedAt: r.CreatedAt}, nil
+	k := store.APIKey{ID: r.ID, Name: r.Name, Team: r.Team, CreatedBy: r.CreatedBy, Prefix: r.Prefix,
+		Hash: hash, CreatedAt: r.CreatedAt, Models: r.Models, ExpiresAt: r.ExpiresAt}
+	if r.Previous {
+		// Only the hash asked for is known: it is the previous secret.
+		k.Hash, k.PreviousHash, k.PreviousExpiresAt = nil, hash, r.PreviousExpiresAt
+	}
+	return k, nil
 }

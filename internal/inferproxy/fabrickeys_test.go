@@ -90,3 +90,50 @@ func TestOpenAIErrorTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestFabricKeysLimits: the reply carries a key's models, expiry and, for a
+// rotated key's previous secret, that it is the previous one and its end,
+// so that the proxy checks them as it does from the store.
+func TestFabricKeysLimits(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	k, cur, err := NewAPIKey("ci", "team-a", "alice", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := NewSecret()
+	k.Models, k.ExpiresAt = []string{"qwen"}, now.Add(time.Hour)
+	k.PreviousHash, k.PreviousExpiresAt = HashKey(old), now.Add(time.Minute)
+	ks := &countingKeys{keys: map[string]store.APIKey{string(k.Hash): k, string(k.PreviousHash): k}}
+	ring := trust.NewKeyring()
+	app := newNode(t, "app-node", "127.0.0.1:0", trust.NewPolicy(trust.AppNode, ring))
+	proxy := newNode(t, "proxy-inference", "127.0.0.1:0", fabric.NewAllowList(app.PublicKey()))
+	if err := ring.Add(trust.Proxy, proxy.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	ServeAPIKeys(app, ks)
+	proxy.AddAddrs(app.PublicKey(), app.Addr())
+	fk := NewFabricKeys(proxy, app.PublicKey(), 0)
+	for _, tt := range []struct {
+		name, secret   string
+		at             time.Time
+		valid          bool
+		previousEndsAt time.Time
+	}{
+		{"current", cur, now.Add(30 * time.Minute), true, time.Time{}},
+		{"current, expired", cur, now.Add(time.Hour), false, time.Time{}},
+		{"previous, in grace", old, now.Add(30 * time.Second), true, k.PreviousExpiresAt},
+		{"previous, after grace", old, now.Add(time.Minute), false, k.PreviousExpiresAt},
+	} {
+		got, err := fk.APIKeyByHash(ctx, HashKey(tt.secret))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if v := got.ValidFor(HashKey(tt.secret), tt.at); v != tt.valid {
+			t.Errorf("%s: ValidFor = %v, want %v (key %+v)", tt.name, v, tt.valid, got)
+		}
+		if !got.Allows("qwen") || got.Allows("llama") || !got.ExpiresAt.Equal(k.ExpiresAt) || !got.PreviousExpiresAt.Equal(tt.previousEndsAt) {
+			t.Errorf("%s: models %v, expires %v, previous until %v", tt.name, got.Models, got.ExpiresAt, got.PreviousExpiresAt)
+		}
+	}
+}

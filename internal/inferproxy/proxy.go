@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +49,10 @@ type Config struct {
 	RequestsPerMinute   int `json:"requestsPerMinute,omitempty"`
 	// MaxAttempts bounds the replicas one request is tried on (default 3).
 	MaxAttempts int `json:"maxAttempts,omitempty"`
-	// CatalogTTL is how long the model list is kept (default 2s),
-	// LookupTTL a job's replica list (default 1s), KeyTTL a looked-up API key
-	// (default 10s: a revoked key works at most that long).
+	// CatalogTTL is how long the model list is kept (default 1s: a job's
+	// "require authorization" changed takes effect within it), LookupTTL a
+	// job's replica list (default 1s), KeyTTL a looked-up API key (default
+	// 1s: a revoked key works at most that long).
 	CatalogTTL config.Duration `json:"catalogTTL,omitempty"`
 	LookupTTL  config.Duration `json:"lookupTTL,omitempty"`
 	KeyTTL     config.Duration `json:"keyTTL,omitempty"`
@@ -112,9 +114,9 @@ func (c *Config) setDefaults() {
 			*v = config.Duration(d)
 		}
 	}
-	dur(&c.CatalogTTL, 2*time.Second)
+	dur(&c.CatalogTTL, time.Second)
 	dur(&c.LookupTTL, time.Second)
-	dur(&c.KeyTTL, 10*time.Second)
+	dur(&c.KeyTTL, time.Second)
 	dur(&c.DownFor, 5*time.Second)
 	dur(&c.SlowFirstByte, 10*time.Second)
 	dur(&c.ReadyWait, 30*time.Second)
@@ -154,7 +156,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	}
 	p := &Proxy{cfg: cfg, node: node, log: log,
 		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D()},
-		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), m: map[string]keyEntry{}},
+		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), now: time.Now, m: map[string]keyEntry{}},
 		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
@@ -233,6 +235,28 @@ var errNoKey = "missing API key: send Authorization: Bearer KEY or X-API-Key: KE
 type caller struct {
 	team  string // "" without a key
 	limit string // the limiter's key
+	// models limits the key to these served model names (nil: every model
+	// it reaches).
+	models []string
+}
+
+// allows reports whether the caller may use the served model name.
+func (c caller) allows(name string) bool {
+	return c.models == nil || slices.Contains(c.models, name)
+}
+
+// allowed keeps the models of ms the caller may use.
+func (c caller) allowed(ms []Model) []Model {
+	if c.models == nil {
+		return ms
+	}
+	var out []Model
+	for _, m := range ms {
+		if c.allows(m.Name) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // authenticate reads the key of r. A key that is given must be valid.
@@ -254,17 +278,27 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
 		return caller{}, false
 	}
-	k, ok, err := p.keys.lookup(r.Context(), secret)
+	k, hash, ok, err := p.keys.lookup(r.Context(), secret)
 	if err != nil {
 		p.log.Error("look up API key", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "auth_unavailable", "API keys cannot be checked now; retry")
 		return caller{}, false
 	}
-	if !ok {
-		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
+	// The key's times are checked at every use: an expired key, or a
+	// rotated secret past its grace, stops at once, whatever the cache.
+	if now := p.keys.now(); !ok || !k.ValidFor(hash, now) {
+		msg := "incorrect API key provided"
+		if ok && !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) {
+			msg = "the API key has expired"
+		}
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", msg)
 		return caller{}, false
 	}
-	return caller{team: k.Team, limit: "key:" + k.ID}, true
+	c := caller{team: k.Team, limit: "key:" + k.ID}
+	if len(k.Models) > 0 {
+		c.models = k.Models
+	}
+	return c, true
 }
 
 // ---- models
@@ -302,7 +336,7 @@ func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller,
 		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
 		return nil, c, false
 	}
-	return visible(ms, c.team), c, true
+	return c.allowed(visible(ms, c.team)), c, true
 }
 
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
@@ -326,7 +360,7 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if jobs := resolve(ms, c.team, r.PathValue("model")); len(jobs) > 0 {
+	if jobs := resolve(ms, c.team, r.PathValue("model")); len(jobs) > 0 && c.allows(jobs[0].Name) {
 		writeJSON(w, toObject(jobs[0]))
 		return
 	}
@@ -497,6 +531,11 @@ func multipartField(contentType string, body []byte, name string) (string, error
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte, stream bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
+		return
+	}
+	if !c.allows(model) {
+		// A model the key may not use looks like one that does not exist.
+		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
 		return
 	}
 	ms, err := p.catalog.Models(r.Context())

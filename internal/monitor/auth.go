@@ -34,7 +34,10 @@ func (e *AuthError) Error() string { return fmt.Sprintf("%s (%d)", e.Message, e.
 // GET /api/v1/jobs/{id} with the viewer's own Authorization header answers
 // 200. So the monitor honours exactly the app-node's tokens, roles and team
 // visibility (admins see every job, others their team's) without a store of
-// its own. Positive answers are cached for TTL per token and job.
+// its own. Positive answers are cached for TTL per token and job (1 s: a
+// revoked token, or a job moved out of the viewer's reach, is refused
+// within a second; the cost is at most one GET a second per viewer and
+// job, and a follow asks once, when it opens).
 //
 // In one process (cosmicac up) Transport is HandlerTransport(api.Handler())
 // and no request leaves the process; as separate processes it is nil (the
@@ -42,7 +45,7 @@ func (e *AuthError) Error() string { return fmt.Sprintf("%s (%d)", e.Message, e.
 type APIAuthorizer struct {
 	BaseURL   string
 	Transport http.RoundTripper
-	TTL       time.Duration // default 10s; negative: no cache
+	TTL       time.Duration // default 1s; negative: no cache
 
 	mu    sync.Mutex
 	cache map[[32]byte]time.Time
@@ -66,7 +69,7 @@ func (a *APIAuthorizer) AuthorizeJob(r *http.Request, job string) error {
 		a.hc = &http.Client{Transport: rt, Timeout: 10 * time.Second}
 		a.cache = map[[32]byte]time.Time{}
 		if a.TTL == 0 {
-			a.TTL = 10 * time.Second
+			a.TTL = time.Second
 		}
 	})
 	authz := r.Header.Get("Authorization")

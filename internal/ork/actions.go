@@ -48,6 +48,10 @@ func (o *Ork) Serve(r fabric.Registrar) {
 		j, err := o.LabelJob(ctx, p)
 		return j, wireError(err)
 	})
+	fabric.HandleFunc(r, orkapi.MethodSetRequireAuth, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetRequireAuthParams) (cosmic.Job, error) {
+		j, err := o.SetRequireAuth(ctx, p)
+		return j, wireError(err)
+	})
 	fabric.HandleFunc(r, orkapi.MethodRegisterRack, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
 		ri, err := o.RegisterRack(ctx, p)
 		return ri, wireError(err)
@@ -596,6 +600,28 @@ func (o *Ork) LabelJob(ctx context.Context, p orkapi.LabelJobParams) (cosmic.Job
 		return nil
 	})
 	return j, err
+}
+
+// SetRequireAuth sets inference.requireAuth of a managed-inference job, in
+// one transaction that bumps the jobs' version (a job of another type is
+// a conflict). It changes nothing the workers run: proxy-inference reads
+// the flag from the job list (its model list, kept 1 s).
+func (o *Ork) SetRequireAuth(ctx context.Context, p orkapi.SetRequireAuthParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	j, err := o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
+		if j.Spec.Type != cosmic.TypeManagedInference || j.Spec.Inference == nil {
+			return conflictf("job %s is a %s job: only a managed-inference job has \"require authorization\"", j.ID, j.Spec.Type)
+		}
+		in := *j.Spec.Inference
+		in.RequireAuth = &p.RequireAuth
+		j.Spec.Inference = &in
+		return nil
+	})
+	o.mu.Unlock()
+	if err != nil {
+		return cosmic.Job{}, err
+	}
+	return o.annotate(j), nil // annotate takes the lock
 }
 
 // ---- racks

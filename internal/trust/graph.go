@@ -118,6 +118,7 @@ var Graph = []Server{
 		{Name: "restartJob", Kind: Call, Callers: []Role{AppNode}, Doc: "restart a job or a replica"},
 		{Name: "killJob", Kind: Call, Callers: []Role{AppNode}, Doc: "kill a job"},
 		{Name: "labelJob", Kind: Call, Callers: []Role{AppNode}, Doc: "set a label"},
+		{Name: "setRequireAuth", Kind: Call, Callers: []Role{AppNode}, Doc: "turn a managed-inference job's \"require authorization\" on or off"},
 		{Name: "registerRack", Kind: Call, Callers: []Role{AppNode}, Doc: "register a rack"},
 		{Name: "listRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
 		{Name: "forgetRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},

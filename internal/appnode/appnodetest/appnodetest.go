@@ -77,7 +77,7 @@ func (o *Ork) Writes() int {
 	defer o.mu.Unlock()
 	n := 0
 	for _, m := range []string{orkapi.MethodCreateJob, orkapi.MethodDeleteJob, orkapi.MethodRestartJob,
-		orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodRegisterRack, orkapi.MethodForgetRacks} {
+		orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodSetRequireAuth, orkapi.MethodRegisterRack, orkapi.MethodForgetRacks} {
 		n += o.calls[m]
 	}
 	return n
@@ -372,6 +372,30 @@ func (o *Ork) LabelJob(_ context.Context, p orkapi.LabelJobParams) (cosmic.Job, 
 		}
 		j.Spec.Labels[p.Name] = p.Value
 	}
+	j.UpdatedAt = o.now()
+	o.jobs[p.ID] = j
+	o.changes++
+	return clone(j), nil
+}
+
+// SetRequireAuth sets inference.requireAuth of a managed-inference job; any
+// other job is a conflict.
+func (o *Ork) SetRequireAuth(_ context.Context, p orkapi.SetRequireAuthParams) (cosmic.Job, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodSetRequireAuth); err != nil {
+		return cosmic.Job{}, err
+	}
+	j, ok := o.jobs[p.ID]
+	if !ok {
+		return cosmic.Job{}, notFound(p.ID)
+	}
+	if j.Spec.Type != cosmic.TypeManagedInference || j.Spec.Inference == nil {
+		return cosmic.Job{}, fabric.Errorf(orkapi.CodeConflict, "job %s is a %s job: only a managed-inference job has \"require authorization\"", j.ID, j.Spec.Type)
+	}
+	in := *j.Spec.Inference
+	in.RequireAuth = &p.RequireAuth
+	j.Spec.Inference = &in
 	j.UpdatedAt = o.now()
 	o.jobs[p.ID] = j
 	o.changes++

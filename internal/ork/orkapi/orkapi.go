@@ -18,16 +18,19 @@ import (
 
 // Methods served by the ork.
 const (
-	MethodCreateJob    = "createJob"
-	MethodGetJob       = "getJob"
-	MethodListJobs     = "listJobs"
-	MethodDeleteJob    = "deleteJob"
-	MethodRestartJob   = "restartJob"
-	MethodKillJob      = "killJob"
-	MethodLabelJob     = "labelJob"
-	MethodRegisterRack = "registerRack"
-	MethodListRacks    = "listRacks"
-	MethodForgetRacks  = "forgetRacks"
+	MethodCreateJob  = "createJob"
+	MethodGetJob     = "getJob"
+	MethodListJobs   = "listJobs"
+	MethodDeleteJob  = "deleteJob"
+	MethodRestartJob = "restartJob"
+	MethodKillJob    = "killJob"
+	MethodLabelJob   = "labelJob"
+	// MethodSetRequireAuth turns "require authorization" of a running
+	// managed-inference job on or off (SetRequireAuthParams).
+	MethodSetRequireAuth = "setRequireAuth"
+	MethodRegisterRack   = "registerRack"
+	MethodListRacks      = "listRacks"
+	MethodForgetRacks    = "forgetRacks"
 	// MethodWatchPeers answers the keys bound to racks and jobs
 	// (trust.Peers), long-polled by the other components' keyrings.
 	MethodWatchPeers = "watchPeers"
@@ -141,6 +144,13 @@ type LabelJobParams struct {
 	ID    string `json:"id"`
 	Name  string `json:"name"`
 	Value string `json:"value"`
+}
+
+// SetRequireAuthParams sets inference.requireAuth of managed-inference job
+// ID: off, its model is reached without an API key (and by every team's).
+type SetRequireAuthParams struct {
+	ID          string `json:"id"`
+	RequireAuth bool   `json:"requireAuth"`
 }
 
 // RackInfo is a registered rack and its capacity as last reported.
@@ -265,6 +275,12 @@ func (c *Client) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
 // LabelJob sets or removes a label.
 func (c *Client) LabelJob(ctx context.Context, p LabelJobParams) (cosmic.Job, error) {
 	return call[cosmic.Job](ctx, c, MethodLabelJob, p)
+}
+
+// SetRequireAuth turns a managed-inference job's "require authorization"
+// on or off and returns the job as it now is.
+func (c *Client) SetRequireAuth(ctx context.Context, p SetRequireAuthParams) (cosmic.Job, error) {
+	return call[cosmic.Job](ctx, c, MethodSetRequireAuth, p)
 }
 
 // RegisterRack registers or updates a rack.

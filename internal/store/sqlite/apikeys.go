@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -17,9 +19,21 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if k.ID == "" || k.Name == "" || len(k.Hash) == 0 {
 		return fmt.Errorf("create API key %q: needs an ID, a name and a hash: %w", k.ID, cosmic.ErrInvalid)
 	}
+	models, err := modelsJSON(k.Models)
+	if err != nil {
+		return fmt.Errorf("create API key %s: %w", k.ID, err)
+	}
 	return s.write(ctx, func(tx *sql.Tx) error {
+		// A hash that is another key's previous secret is as taken as a
+		// current one (the unique indexes cover one column each).
+		if err := hashTaken(ctx, tx, k.Hash); err != nil {
+			return fmt.Errorf("create API key %s: %w", k.ID, err)
+		}
 		_, err := tx.ExecContext(ctx, "INSERT INTO api_keys (id, name, team, created_by, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
 			k.ID, k.Name, k.Team, k.CreatedBy, k.Prefix, k.Hash, nanos(k.CreatedAt))
+		if err == nil {
+			_, err = tx.ExecContext(ctx, "INSERT INTO api_key_limits (id, models, expires_at) VALUES (?, ?, ?)", k.ID, models, nanos(k.ExpiresAt))
+		}
 		switch {
 		case isUnique(err):
 			return fmt.Errorf("create API key %s: its ID or secret already exists: %w", k.ID, cosmic.ErrConflict)
@@ -32,22 +46,59 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	})
 }
 
-const apiKeyColumns = "id, name, team, created_by, prefix, hash, created_at"
+// hashTaken refuses a hash that is another key's previous secret: it is as
+// taken as a current one (each unique index covers one column).
+func hashTaken(ctx context.Context, tx *sql.Tx, hash []byte) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM api_key_limits WHERE previous_hash = ?", hash).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("the secret already exists: %w", cosmic.ErrConflict)
+	}
+	return nil
+}
+
+// modelsJSON is the models column: a JSON array, [] for none.
+func modelsJSON(models []string) (string, error) {
+	if len(models) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(models)
+	return string(b), err
+}
+
+// selectAPIKeys reads keys with their limits (a key made before migration
+// 0006 has none: coalesce).
+const selectAPIKeys = `SELECT k.id, k.name, k.team, k.created_by, k.prefix, k.hash, k.created_at,
+	coalesce(l.models, '[]'), coalesce(l.expires_at, 0), l.previous_hash, coalesce(l.previous_expires_at, 0),
+	coalesce(l.rotated_at, 0), coalesce(l.last_used_at, 0)
+	FROM api_keys k LEFT JOIN api_key_limits l ON l.id = k.id `
 
 func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
 	var k store.APIKey
-	var created int64
-	err := sc.Scan(&k.ID, &k.Name, &k.Team, &k.CreatedBy, &k.Prefix, &k.Hash, &created)
-	k.CreatedAt = fromNanos(created)
-	return k, err
+	var created, expires, prevExpires, rotated, used int64
+	var models string
+	err := sc.Scan(&k.ID, &k.Name, &k.Team, &k.CreatedBy, &k.Prefix, &k.Hash, &created, &models, &expires, &k.PreviousHash, &prevExpires, &rotated, &used)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	if models != "" && models != "[]" {
+		if err := json.Unmarshal([]byte(models), &k.Models); err != nil {
+			return store.APIKey{}, fmt.Errorf("API key %s: models: %w", k.ID, err)
+		}
+	}
+	k.CreatedAt, k.ExpiresAt, k.PreviousExpiresAt = fromNanos(created), fromNanos(expires), fromNanos(prevExpires)
+	k.RotatedAt, k.LastUsedAt = fromNanos(rotated), fromNanos(used)
+	return k, nil
 }
 
 // ListAPIKeys implements store.APIKeys.
 func (s *Store) ListAPIKeys(ctx context.Context, team string) ([]store.APIKey, error) {
-	q := "SELECT " + apiKeyColumns + " FROM api_keys ORDER BY created_at, id"
+	q := selectAPIKeys + "ORDER BY k.created_at, k.id"
 	args := []any{}
 	if team != "" {
-		q = "SELECT " + apiKeyColumns + " FROM api_keys WHERE team = ? ORDER BY created_at, id"
+		q = selectAPIKeys + "WHERE k.team = ? ORDER BY k.created_at, k.id"
 		args = append(args, team)
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
@@ -71,7 +122,13 @@ func (s *Store) ListAPIKeys(ctx context.Context, team string) ([]store.APIKey, e
 
 // GetAPIKey implements store.APIKeys.
 func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) {
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, "SELECT "+apiKeyColumns+" FROM api_keys WHERE id = ?", id))
+	return getAPIKey(ctx, s.r, id)
+}
+
+func getAPIKey(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id string) (store.APIKey, error) {
+	k, err := scanAPIKey(q.QueryRowContext(ctx, selectAPIKeys+"WHERE k.id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.APIKey{}, fmt.Errorf("API key %s: %w", id, cosmic.ErrNotFound)
 	}
@@ -83,7 +140,11 @@ func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) 
 
 // APIKeyByHash implements store.APIKeys.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, "SELECT "+apiKeyColumns+" FROM api_keys WHERE hash = ?", hash))
+	// Two lookups, each on its own unique index; the current hash first.
+	k, err := scanAPIKey(s.r.QueryRowContext(ctx, selectAPIKeys+"WHERE k.hash = ?", hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		k, err = scanAPIKey(s.r.QueryRowContext(ctx, selectAPIKeys+"WHERE l.previous_hash = ?", hash))
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.APIKey{}, fmt.Errorf("API key: %w", cosmic.ErrNotFound)
 	}
@@ -91,6 +152,51 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 		return store.APIKey{}, fmt.Errorf("API key by hash: %w", err)
 	}
 	return k, nil
+}
+
+// RotateAPIKey implements store.APIKeys.
+func (s *Store) RotateAPIKey(ctx context.Context, id string, r store.APIKeyRotation) (store.APIKey, error) {
+	if len(r.Hash) == 0 {
+		return store.APIKey{}, fmt.Errorf("rotate API key %s: needs a hash: %w", id, cosmic.ErrInvalid)
+	}
+	var out store.APIKey
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		old, err := getAPIKey(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := hashTaken(ctx, tx, r.Hash); err != nil {
+			return fmt.Errorf("rotate API key %s: %w", id, err)
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET hash = ?, prefix = ? WHERE id = ?", r.Hash, r.Prefix, id)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `INSERT INTO api_key_limits (id, previous_hash, previous_expires_at, rotated_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (id) DO UPDATE SET previous_hash = excluded.previous_hash,
+					previous_expires_at = excluded.previous_expires_at, rotated_at = excluded.rotated_at`,
+				id, old.Hash, nanos(r.PreviousExpiresAt), nanos(r.At))
+		}
+		if isUnique(err) {
+			return fmt.Errorf("rotate API key %s: the new secret already exists: %w", id, cosmic.ErrConflict)
+		}
+		if err != nil {
+			return fmt.Errorf("rotate API key %s: %w", id, err)
+		}
+		out, err = getAPIKey(ctx, tx, id)
+		return err
+	})
+	return out, err
+}
+
+// TouchAPIKey implements store.APIKeys.
+func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO api_key_limits (id, last_used_at) SELECT id, ? FROM api_keys WHERE id = ?
+			ON CONFLICT (id) DO UPDATE SET last_used_at = excluded.last_used_at WHERE last_used_at <= ?`,
+			nanos(at), id, nanos(at.Add(-store.TouchEvery))); err != nil {
+			return fmt.Errorf("touch API key %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // DeleteAPIKey implements store.APIKeys.

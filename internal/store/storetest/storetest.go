@@ -55,6 +55,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"quotas", testQuotas},
 		{"reopen", testReopen},
 		{"concurrent writes", testConcurrentWrites},
+		{"api keys", testAPIKeys},
+		{"api key limits and rotation", testAPIKeyRotation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -422,7 +422,7 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(map[string]string{"id": f.K.ID}, nil)
 	case "listJobs", "listRacks":
 		return call(struct{}{}, nil)
-	case "deleteJob", "restartJob", "killJob", "labelJob":
+	case "deleteJob", "restartJob", "killJob", "labelJob", "setRequireAuth":
 		return call(map[string]any{"id": nowhere, "name": "a", "value": "b"}, nil)
 	case "forgetRacks":
 		return call(map[string]any{"ids": []string{"no-such-rack"}}, nil)
