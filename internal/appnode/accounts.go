@@ -34,7 +34,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // take as long.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request, in apiv1.Login) (cosmic.User, error) {
 	if inf, _ := r.Context().Value(infoKey{}).(*info); inf != nil {
-		inf.target = clip(in.User)
+		inf.target = auditText(in.User)
 	}
 	if in.User == "" || in.Password == "" {
 		return cosmic.User{}, invalid(&cosmic.FieldError{Field: "user", Message: "user and password are required"})
@@ -342,7 +342,7 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request, c *caller) (
 func (s *Server) pathUser(r *http.Request, c *caller) (cosmic.User, error) {
 	name := r.PathValue("name")
 	if c != nil {
-		c.auditTarget = clip(name)
+		c.auditTarget = auditText(name)
 	}
 	u, err := s.acc.GetUser(r.Context(), name)
 	if errors.Is(err, cosmic.ErrNotFound) {
@@ -508,7 +508,7 @@ func owners(ms []cosmic.Member) int {
 // memberChange checks that the caller may change user's role in team from
 // what it is (ms) to role ("" to remove), and that an owner remains.
 func (s *Server) memberChange(r *http.Request, c *caller, team, user string, role cosmic.Role) (old cosmic.Role, err error) {
-	c.auditTarget = clip(user)
+	c.auditTarget = auditText(user)
 	ms, err := s.acc.Members(r.Context(), team)
 	if err != nil {
 		return "", err

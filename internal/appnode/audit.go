@@ -72,13 +72,28 @@ func (s *Server) auditRequest(r *http.Request, rt apiv1.Route, c *caller, w http
 	s.appendAudit(r.Context(), rec)
 }
 
+// auditText is v as the audit log keeps it: as it is when short and
+// plain, else quoted and clipped (so that a record cannot carry terminal
+// escapes or be made huge).
+func auditText(v string) string {
+	if len(v) > 128 {
+		return clip(v)
+	}
+	for _, r := range v {
+		if r < 0x20 || r > 0x7e || r == '"' {
+			return clip(v)
+		}
+	}
+	return v
+}
+
 // pathTarget is what the path names: its parameters' values.
 func pathTarget(r *http.Request, rt apiv1.Route) string {
 	var parts []string
 	for _, p := range rt.Params {
 		if p.In == apiv1.InPath {
 			if v := r.PathValue(p.Name); v != "" {
-				parts = append(parts, clip(v))
+				parts = append(parts, auditText(v))
 			}
 		}
 	}

@@ -261,8 +261,13 @@ func TestSSHPTYAndWindowChange(t *testing.T) {
 	if err := s.WindowChange(50, 120); err != nil {
 		t.Fatal(err)
 	}
-	// The size is set before the next line is read: the request and the
-	// data travel in order on the channel.
+	// The server handles a channel's requests in order, apart from its
+	// data: a request that wants a reply (refused, as unknown) comes back
+	// once the window-change before it is applied, and only then is the
+	// next line sent.
+	if ok, err := s.SendRequest("ping@cosmicac.test", true, nil); ok || err != nil {
+		t.Fatalf("ping: %v %v, want refused", ok, err)
+	}
 	io.WriteString(stdin, "\n")
 	expect("50 120")
 	var ee *ssh.ExitError

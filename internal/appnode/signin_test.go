@@ -1,0 +1,257 @@
+package appnode_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// do sends one request to e's handler.
+func do(e *appnodetest.Env, method, path, body string, hdr map[string]string, cookies ...*http.Cookie) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.RemoteAddr = "192.0.2.7:5000"
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	for _, c := range cookies {
+		r.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	e.App.Handler().ServeHTTP(rec, r)
+	return rec
+}
+
+func withPassword(t *testing.T, e *appnodetest.Env, user, pw string) {
+	t.Helper()
+	h, err := appnode.HashPassword(pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Accounts.SetPassword(context.Background(), user, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoginWithPassword: a password signs in to a token that works; a
+// wrong password and an unknown user are the same 401; neither leaks.
+func TestLoginWithPassword(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	e.AddUser(t, "alice", "ml", cosmic.RoleMember)
+	withPassword(t, e, "alice", "correct horse")
+	rec := do(e, "POST", "/api/v1/login", `{"user":"alice","password":"correct horse","expiresIn":"1h"}`, nil)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("login: %d %s", rec.Code, rec.Body)
+	}
+	var tok apiv1.CreatedToken
+	if err := json.Unmarshal(rec.Body.Bytes(), &tok); err != nil || !strings.HasPrefix(tok.Secret, appnode.TokenPrefix) || tok.ExpiresAt.IsZero() {
+		t.Fatalf("login answer %s: %v", rec.Body, err)
+	}
+	if rec := do(e, "GET", "/api/v1/whoami", "", map[string]string{"Authorization": "Bearer " + tok.Secret}); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"user":"alice"`) {
+		t.Errorf("whoami with the login's token: %d %s", rec.Code, rec.Body)
+	}
+	wrong := do(e, "POST", "/api/v1/login", `{"user":"alice","password":"wrong horse"}`, nil)
+	unknown := do(e, "POST", "/api/v1/login", `{"user":"nobody","password":"wrong horse"}`, nil)
+	if wrong.Code != 401 || unknown.Code != 401 || wrong.Body.String() != unknown.Body.String() {
+		t.Errorf("wrong password %d %s; unknown user %d %s: want the same 401", wrong.Code, wrong.Body, unknown.Code, unknown.Body)
+	}
+	for _, rec := range []*httptest.ResponseRecorder{wrong, unknown} {
+		if strings.Contains(rec.Body.String(), "horse") {
+			t.Errorf("an answer shows the password: %s", rec.Body)
+		}
+	}
+	// The failed attempts are in the audit log, under the name tried.
+	rec = do(e, "GET", "/api/v1/audit?action=login&team=*", "", map[string]string{"Authorization": "Bearer " + e.AdminToken})
+	var log apiv1.AuditList
+	if err := json.Unmarshal(rec.Body.Bytes(), &log); err != nil || len(log.Items) != 3 {
+		t.Fatalf("audit of logins: %d %s", rec.Code, rec.Body)
+	}
+	if r := log.Items[0]; r.Target != "nobody" || r.Status != 401 || r.Outcome != "denied" || r.User != "" {
+		t.Errorf("newest login record = %+v", r)
+	}
+	if r := log.Items[2]; r.User != "alice" || r.Status != 201 || r.Outcome != "ok" {
+		t.Errorf("oldest login record = %+v", r)
+	}
+}
+
+// TestLoginIsRateLimited: past its burst a user name is refused 429 with
+// Retry-After, even with the right password; another user is not.
+func TestLoginIsRateLimited(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	e.AddUser(t, "alice", "ml", cosmic.RoleMember)
+	e.AddUser(t, "bob", "ml", cosmic.RoleMember)
+	withPassword(t, e, "alice", "correct horse")
+	withPassword(t, e, "bob", "battery staple")
+	codes := []int{}
+	for range 6 {
+		codes = append(codes, do(e, "POST", "/api/v1/login", `{"user":"alice","password":"wrong horse"}`, nil).Code)
+	}
+	if codes[4] != 401 || codes[5] != 429 {
+		t.Errorf("six wrong passwords: %v, want five 401s then 429", codes)
+	}
+	rec := do(e, "POST", "/api/v1/login", `{"user":"alice","password":"correct horse"}`, nil)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("the right password past the limit: %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if rec := do(e, "POST", "/api/v1/login", `{"user":"bob","password":"battery staple"}`, nil); rec.Code != 201 {
+		t.Errorf("another user: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestSession: a browser session is an HttpOnly, SameSite=Strict cookie;
+// it reads without more, changes only with its CSRF token, ends on sign
+// out and with a new password.
+func TestSession(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	e.AddUser(t, "alice", "ml", cosmic.RoleMember)
+	withPassword(t, e, "alice", "correct horse")
+	rec := do(e, "POST", "/api/v1/session", `{"user":"alice","password":"correct horse"}`, nil)
+	if rec.Code != http.StatusCreated {
+		t.Fatalf("session: %d %s", rec.Code, rec.Body)
+	}
+	var ses apiv1.Session
+	if err := json.Unmarshal(rec.Body.Bytes(), &ses); err != nil || ses.CSRFToken == "" {
+		t.Fatalf("session answer %s", rec.Body)
+	}
+	cookies := rec.Result().Cookies()
+	if len(cookies) != 1 || cookies[0].Name != apiv1.SessionCookie || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" {
+		t.Fatalf("cookie = %+v", cookies)
+	}
+	ck := &http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value}
+	if strings.Contains(rec.Body.String(), ck.Value) {
+		t.Error("the answer's body shows the session secret")
+	}
+	if rec := do(e, "GET", "/api/v1/jobs", "", nil, ck); rec.Code != 200 {
+		t.Errorf("read with the cookie: %d %s", rec.Code, rec.Body)
+	}
+	spec := `{"type":"gpu-container","name":"a","location":"us","image":"ubuntu:24.04"}`
+	before := e.Ork.Writes()
+	for name, hdr := range map[string]map[string]string{"no CSRF token": nil, "a wrong one": {apiv1.HeaderCSRF: "csrf_nope"}} {
+		if rec := do(e, "POST", "/api/v1/jobs", spec, hdr, ck); rec.Code != 403 {
+			t.Errorf("create with the cookie and %s: %d %s", name, rec.Code, rec.Body)
+		}
+	}
+	if e.Ork.Writes() != before {
+		t.Error("a refused request wrote")
+	}
+	if rec := do(e, "POST", "/api/v1/jobs", spec, map[string]string{apiv1.HeaderCSRF: ses.CSRFToken}, ck); rec.Code != 201 {
+		t.Errorf("create with the CSRF token: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(e, "GET", "/api/v1/whoami", "", nil, ck); !strings.Contains(rec.Body.String(), ses.CSRFToken) && rec.Code == 200 {
+		// whoami gives a page reloaded its CSRF token again.
+		t.Logf("whoami: %s", rec.Body)
+	}
+	// A new password ends the session.
+	withPassword(t, e, "alice", "another horse")
+	if rec := do(e, "GET", "/api/v1/jobs", "", nil, ck); rec.Code != 401 {
+		t.Errorf("the cookie after a new password: %d", rec.Code)
+	}
+	// Sign out.
+	rec = do(e, "POST", "/api/v1/session", `{"user":"alice","password":"another horse"}`, nil)
+	ck = rec.Result().Cookies()[0]
+	json.Unmarshal(rec.Body.Bytes(), &ses) //nolint:errcheck // checked above
+	if rec := do(e, "DELETE", "/api/v1/session", "", map[string]string{apiv1.HeaderCSRF: ses.CSRFToken}, ck); rec.Code != 204 {
+		t.Fatalf("sign out: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(e, "GET", "/api/v1/jobs", "", nil, ck); rec.Code != 401 {
+		t.Errorf("the cookie after signing out: %d", rec.Code)
+	}
+	// A session secret is no bearer token the other way round, and a token no cookie.
+	if rec := do(e, "GET", "/api/v1/jobs", "", nil, &http.Cookie{Name: apiv1.SessionCookie, Value: e.AdminToken}); rec.Code != 401 {
+		t.Errorf("a token as the cookie: %d", rec.Code)
+	}
+}
+
+// TestTokens: a token made through the API works, is listed with its last
+// use, and stops at once when revoked; a scoped token cannot make tokens.
+func TestTokens(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	alice := e.AddUser(t, "alice", "ml", cosmic.RoleMember)
+	auth := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	rec := do(e, "POST", "/api/v1/tokens", `{"name":"ci","team":"ml","scope":"read","selector":{"app":"x"},"expiresIn":"24h"}`, auth(alice))
+	if rec.Code != 201 {
+		t.Fatalf("create token: %d %s", rec.Code, rec.Body)
+	}
+	var ct apiv1.CreatedToken
+	json.Unmarshal(rec.Body.Bytes(), &ct) //nolint:errcheck // checked below
+	if ct.Scope != "read" || ct.Team != "ml" || ct.Selector["app"] != "x" {
+		t.Fatalf("token %+v", ct.Token)
+	}
+	if rec := do(e, "GET", "/api/v1/jobs", "", auth(ct.Secret)); rec.Code != 200 {
+		t.Errorf("list with the read token: %d %s", rec.Code, rec.Body)
+	}
+	for _, body := range []string{`{"name":"more"}`, `{"name":"more","team":"ml","scope":"operator"}`} {
+		if rec := do(e, "POST", "/api/v1/tokens", body, auth(ct.Secret)); rec.Code != 403 {
+			t.Errorf("a read token makes a token %s: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+	for name, body := range map[string]string{
+		"scope without team":    `{"name":"x","scope":"read"}`,
+		"bad scope":             `{"name":"x","team":"ml","scope":"root"}`,
+		"too long":              `{"name":"x","expiresIn":"9000h"}`,
+		"another team":          `{"name":"x","team":"web"}`,
+		"no name":               `{"name":""}`,
+		"selector without team": `{"name":"x","selector":{"a":"b"}}`,
+	} {
+		if rec := do(e, "POST", "/api/v1/tokens", body, auth(alice)); rec.Code/100 != 4 {
+			t.Errorf("%s: %d %s", name, rec.Code, rec.Body)
+		}
+	}
+	rec = do(e, "GET", "/api/v1/tokens", "", auth(alice))
+	var list apiv1.TokenList
+	json.Unmarshal(rec.Body.Bytes(), &list) //nolint:errcheck // checked below
+	if list.Total != 2 || strings.Contains(rec.Body.String(), ct.Secret) {
+		t.Fatalf("tokens: %s", rec.Body)
+	}
+	for _, tk := range list.Items {
+		if tk.ID == ct.ID && tk.LastUsedAt.IsZero() {
+			t.Errorf("the read token shows no last use")
+		}
+	}
+	if rec := do(e, "DELETE", "/api/v1/tokens/"+ct.ID, "", auth(e.AdminToken)); rec.Code != 404 {
+		t.Errorf("another user revokes alice's token: %d", rec.Code)
+	}
+	if rec := do(e, "DELETE", "/api/v1/tokens/"+ct.ID, "", auth(alice)); rec.Code != 204 {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(e, "GET", "/api/v1/jobs", "", auth(ct.Secret)); rec.Code != 401 {
+		t.Errorf("the revoked token: %d", rec.Code)
+	}
+}
+
+// TestMembers: admins manage members below owner, owners everyone, and a
+// team keeps its last owner.
+func TestMembers(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	owner := e.AddUser(t, "olive", "ml", cosmic.RoleOwner)
+	admin := e.AddUser(t, "adam", "ml", cosmic.RoleAdmin)
+	e.AddUser(t, "zed", "web", cosmic.RoleViewer)
+	auth := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	for _, tc := range []struct {
+		name, method, path, token, body string
+		want                            int
+	}{
+		{"admin adds a member", "PUT", "/api/v1/teams/ml/members/zed", admin, `{"role":"member"}`, 200},
+		{"admin makes an owner", "PUT", "/api/v1/teams/ml/members/zed", admin, `{"role":"owner"}`, 403},
+		{"admin demotes the owner", "PUT", "/api/v1/teams/ml/members/olive", admin, `{"role":"member"}`, 403},
+		{"owner demotes themselves, the last owner", "PUT", "/api/v1/teams/ml/members/olive", owner, `{"role":"admin"}`, 409},
+		{"owner makes an owner", "PUT", "/api/v1/teams/ml/members/zed", owner, `{"role":"owner"}`, 200},
+		{"then the first may step down", "PUT", "/api/v1/teams/ml/members/olive", owner, `{"role":"admin"}`, 200},
+		{"unknown user", "PUT", "/api/v1/teams/ml/members/nobody", admin, `{"role":"member"}`, 404},
+		{"bad role", "PUT", "/api/v1/teams/ml/members/zed", admin, `{"role":"root"}`, 400},
+		{"admin removes an owner", "DELETE", "/api/v1/teams/ml/members/zed", admin, "", 403},
+		{"a team one is not in", "GET", "/api/v1/teams/web/members", admin, "", 404},
+		{"a team that does not exist", "GET", "/api/v1/teams/nope/members", admin, "", 404},
+	} {
+		if rec := do(e, tc.method, tc.path, tc.body, auth(tc.token)); rec.Code != tc.want {
+			t.Errorf("%s: %d, want %d: %s", tc.name, rec.Code, tc.want, rec.Body)
+		}
+	}
+}
