@@ -145,7 +145,9 @@ func (c *caller) reaches(j cosmic.Job) error {
 		return notFound
 	}
 	if !c.inTeam(j.Team) {
-		if c.perm == authz.JobsRead && j.Spec.ReadUser != "" && j.Spec.ReadUser == c.user.Name && authz.ScopeKeeps(authz.Scope(c.tok.Scope), authz.JobsRead) {
+		// readUser: by a credential not bound to a team (a bound one acts
+		// in its team only).
+		if c.perm == authz.JobsRead && j.Spec.ReadUser != "" && j.Spec.ReadUser == c.user.Name && c.tok.Team == "" && authz.ScopeKeeps(authz.Scope(c.tok.Scope), authz.JobsRead) {
 			c.auditTeam = j.Team
 			return nil
 		}
