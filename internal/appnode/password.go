@@ -118,7 +118,7 @@ var dummyHash = func() string {
 func VerifyPassword(phc, pw string) bool {
 	p, salt, key, err := parsePHC(phc)
 	if err != nil {
-		p, salt, key, _ = parsePHC(dummyHash)
+		p, salt, _, _ = parsePHC(dummyHash)
 		argon2.IDKey([]byte(pw), salt, p.time, p.memory, p.threads, p.keyLen)
 		return false
 	}
