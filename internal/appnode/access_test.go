@@ -12,7 +12,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
-	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/authz/authztest"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
@@ -24,108 +23,10 @@ import (
 // route of apiv1.Routes, with every kind of caller, against what the doc's
 // tables say it should answer.
 
-// who is a kind of caller, as the model below sees it.
-type who struct {
-	name string
-	// role is the caller's role in team ml ("" none); pa a platform admin.
-	role cosmic.Role
-	pa   bool
-	// scope and selector of the token (bound to ml when scoped).
-	scope    authz.Scope
-	selector map[string]string
-	// hasTeam: the caller acts in ml (its only team, or the header).
-	hasTeam bool
-	// readUser: the job's spec names this caller.
-	readUser bool
-	// foreign: a member of web who names team ml.
-	foreign bool
-	anon    bool
-}
+// who is a kind of caller, as the model (authztest.Expect) sees it.
+type who = authztest.Caller
 
-var callers = []who{
-	{name: "anonymous", anon: true},
-	{name: "owner", role: cosmic.RoleOwner, hasTeam: true},
-	{name: "admin", role: cosmic.RoleAdmin, hasTeam: true},
-	{name: "member", role: cosmic.RoleMember, hasTeam: true},
-	{name: "viewer", role: cosmic.RoleViewer, hasTeam: true},
-	{name: "platform admin", pa: true, hasTeam: true},
-	{name: "other team", foreign: true},
-	{name: "no team"},
-	{name: "readUser", readUser: true},
-	{name: "read token in selector", role: cosmic.RoleMember, scope: authz.ScopeRead, selector: map[string]string{"app": "x"}, hasTeam: true},
-	{name: "operator token in selector", role: cosmic.RoleMember, scope: authz.ScopeOperator, selector: map[string]string{"app": "x"}, hasTeam: true},
-	{name: "operator token outside selector", role: cosmic.RoleMember, scope: authz.ScopeOperator, selector: map[string]string{"app": "y"}, hasTeam: true},
-	{name: "read token of an owner", role: cosmic.RoleOwner, scope: authz.ScopeRead, hasTeam: true},
-}
-
-// denial is what the model expects: 0 is allowed.
-type denial int
-
-// allows says whether w holds p by the doc's matrix, in team ml when the
-// permission is a team's.
-func allows(doc authztest.Doc, w who, p authz.Permission) bool {
-	row := doc.Grants[p]
-	if w.scope != "" && !row[string(w.scope)] {
-		return false
-	}
-	bound := w.scope != ""
-	switch authz.KindOf(p) {
-	case authz.KindPublic:
-		return true
-	case authz.KindUser:
-		return row[string(cosmic.RoleViewer)]
-	case authz.KindPlatform:
-		return w.pa && !bound && row[authztest.ColPlatformAdmin]
-	}
-	if w.pa {
-		return row[authztest.ColPlatformAdmin]
-	}
-	return w.role != "" && row[string(w.role)]
-}
-
-// expect is the model: the status class the route should answer w.
-func expect(doc authztest.Doc, rt apiv1.Route, w who) denial {
-	p := doc.Routes[rt.Method+" "+rt.Path]
-	switch {
-	case p == authz.Public:
-		return 0
-	case w.anon:
-		return http.StatusUnauthorized
-	case w.foreign:
-		return http.StatusNotFound // the team named is not theirs
-	}
-	inTeam := w.role != "" || w.pa
-	switch {
-	case authz.KindOf(p) != authz.KindTeam:
-	case strings.HasPrefix(rt.Path, apiv1.Prefix+"/jobs/{id}"):
-		if w.selector != nil && w.selector["app"] != "x" {
-			return http.StatusNotFound
-		}
-		if !inTeam {
-			if w.readUser && p == authz.JobsRead {
-				return 0
-			}
-			return http.StatusNotFound
-		}
-		if !allows(doc, w, p) {
-			if allows(doc, w, authz.JobsRead) {
-				return http.StatusForbidden
-			}
-			return http.StatusNotFound
-		}
-		return 0
-	case strings.Contains(rt.Path, "{team}"):
-		if !inTeam {
-			return http.StatusNotFound
-		}
-	case !w.hasTeam:
-		return http.StatusBadRequest // no active team
-	}
-	if !allows(doc, w, p) {
-		return http.StatusForbidden
-	}
-	return 0
-}
+var callers = authztest.Callers
 
 // accessEnv is one app-node with team ml (owner, admin, member, viewer,
 // the viewer zed), team web (wes), nora and rita in no team, a job of ml
@@ -162,12 +63,12 @@ func newAccessEnv(t *testing.T, withPassword bool) *accessEnv {
 	}
 	e.tokens["platform admin"] = e.AdminToken
 	for _, w := range callers {
-		if w.scope != "" {
+		if w.Scope != "" {
 			user := "mia"
-			if w.role == cosmic.RoleOwner {
+			if w.Role == cosmic.RoleOwner {
 				user = "olive"
 			}
-			e.tokens[w.name] = appnodetest.AddToken(t, e.Accounts, store.Token{UserName: user, Name: w.name, Team: "ml", Scope: string(w.scope), Selector: w.selector})
+			e.tokens[w.Name] = appnodetest.AddToken(t, e.Accounts, store.Token{UserName: user, Name: w.Name, Team: "ml", Scope: string(w.Scope), Selector: w.Selector})
 		}
 	}
 	for name, secret := range e.tokens {
@@ -209,7 +110,7 @@ func newAccessEnv(t *testing.T, withPassword bool) *accessEnv {
 // objects, and a valid body.
 func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 	path := rt.Path
-	tokenID := e.tokenIDs[w.name]
+	tokenID := e.tokenIDs[w.Name]
 	if tokenID == "" {
 		tokenID = "tok_0000000000000000"
 	}
@@ -247,11 +148,11 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 		apiv1.OpRotateAPIKey:   `{}`,
 	}[rt.Op]
 	req := httptest.NewRequest(rt.Method, path, strings.NewReader(body))
-	req.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", len(w.name))
-	if tok := e.tokens[w.name]; tok != "" && !w.anon {
+	req.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", len(w.Name))
+	if tok := e.tokens[w.Name]; tok != "" && !w.Anon {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	if w.pa || w.foreign {
+	if w.PlatformAdmin || w.Foreign {
 		req.Header.Set(apiv1.HeaderTeam, "ml")
 	}
 	return req
@@ -275,21 +176,21 @@ func TestAccessMatrix(t *testing.T) {
 				if rt.Method != http.MethodGet && rt.Method != http.MethodHead {
 					e = newAccessEnv(t, rt.Op == apiv1.OpLogin || rt.Op == apiv1.OpCreateSession)
 				}
-				want := expect(doc, rt, w)
+				want := authztest.Expect(doc, rt.Method, rt.Path, w)
 				before := e.Ork.Writes()
 				rec := httptest.NewRecorder()
 				e.App.Handler().ServeHTTP(rec, e.request(rt, w))
 				got := rec.Code
 				switch {
 				case want == 0 && (got == 401 || got == 403 || got == 404 || got == 400):
-					t.Errorf("%s: %d, want it allowed: %s", w.name, got, rec.Body)
-				case want != 0 && got != int(want):
-					t.Errorf("%s: %d, want %d: %s", w.name, got, want, rec.Body)
+					t.Errorf("%s: %d, want it allowed: %s", w.Name, got, rec.Body)
+				case want != 0 && got != want:
+					t.Errorf("%s: %d, want %d: %s", w.Name, got, want, rec.Body)
 				case want != 0 && e.Ork.Writes() != before:
-					t.Errorf("%s: denied (%d), but the ork saw a write", w.name, got)
+					t.Errorf("%s: denied (%d), but the ork saw a write", w.Name, got)
 				}
 				if want == http.StatusNotFound && strings.Contains(rec.Body.String(), e.job.Spec.Name+`"`) {
-					t.Errorf("%s: a 404 shows the job: %s", w.name, rec.Body)
+					t.Errorf("%s: a 404 shows the job: %s", w.Name, rec.Body)
 				}
 			}
 		})

@@ -66,7 +66,7 @@ func TestAccessRandomWalk(t *testing.T) {
 	}
 	holds := func(tk *token, team string, p authz.Permission) bool {
 		r := role(tk, team)
-		return r != "" && allows(doc, who{role: r, scope: tk.scope}, p)
+		return r != "" && authztest.Allows(doc, authztest.Caller{Role: r, Scope: tk.scope}, p)
 	}
 	pick := func(n int) int { return rng.IntN(n) }
 	labels := []map[string]string{nil, {"app": "a"}, {"app": "b"}}

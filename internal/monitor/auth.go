@@ -31,8 +31,8 @@ type AuthError struct {
 func (e *AuthError) Error() string { return fmt.Sprintf("%s (%d)", e.Message, e.Status) }
 
 // APIAuthorizer asks the app-node: the viewer may read a job's logs when
-// GET /api/v1/jobs/{id} with the viewer's own Authorization header answers
-// 200. So the monitor honours exactly the app-node's tokens, roles and team
+// GET /api/v1/jobs/{id} with the viewer's own Authorization header (or,
+// without one, the browser session's cookie) answers 200. So the monitor honours exactly the app-node's tokens, roles and team
 // visibility (admins see every job, others their team's) without a store of
 // its own. Positive answers are cached for TTL per token and job (1 s: a
 // revoked token, or a job moved out of the viewer's reach, is refused
@@ -72,11 +72,18 @@ func (a *APIAuthorizer) AuthorizeJob(r *http.Request, job string) error {
 			a.TTL = time.Second
 		}
 	})
-	authz := r.Header.Get("Authorization")
+	// The viewer's credential, as the app-node reads it: a bearer token,
+	// else the browser session's cookie (only that one is passed on).
+	authz, cookie := r.Header.Get("Authorization"), ""
 	if authz == "" {
+		if ck, err := r.Cookie(apiv1.SessionCookie); err == nil {
+			cookie = (&http.Cookie{Name: ck.Name, Value: ck.Value}).String()
+		}
+	}
+	if authz == "" && cookie == "" {
 		return &AuthError{Status: http.StatusUnauthorized, Code: apiv1.CodeUnauthorized, Message: "missing or invalid token: send Authorization: Bearer TOKEN"}
 	}
-	key := sha256.Sum256([]byte(authz + "\x00" + job))
+	key := sha256.Sum256([]byte(authz + "\x00" + cookie + "\x00" + job))
 	now := time.Now()
 	a.mu.Lock()
 	exp, ok := a.cache[key]
@@ -88,7 +95,11 @@ func (a *APIAuthorizer) AuthorizeJob(r *http.Request, job string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", authz)
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	} else {
+		req.Header.Set("Cookie", cookie)
+	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := a.hc.Do(req)
 	if err != nil {
