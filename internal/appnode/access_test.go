@@ -1,22 +1,15 @@
 package appnode_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
-	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
 	"github.com/cosmicac/cosmicac/internal/authz/authztest"
-	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
-	"github.com/cosmicac/cosmicac/internal/store"
 )
 
 // The access matrix (docs/permissions.md) tried on the real handlers: every
@@ -28,102 +21,35 @@ type who = authztest.Caller
 
 var callers = authztest.Callers
 
-// accessEnv is one app-node with team ml (owner, admin, member, viewer,
-// the viewer zed), team web (wes), nora and rita in no team, a job of ml
-// labelled app=x whose readUser is rita, a rack, an API key and a quota.
+// accessEnv is appnodetest's world of the access tests.
 type accessEnv struct {
-	*appnodetest.Env
-	job   cosmic.Job
-	keyID string
-	// tokens of each caller, and their IDs.
-	tokens, tokenIDs map[string]string
+	*appnodetest.AccessEnv
 }
 
-const zedPassword = "zed-password-1"
+const zedPassword = appnodetest.ZedPassword
 
 func newAccessEnv(t *testing.T, withPassword bool) *accessEnv {
-	t.Helper()
-	e := &accessEnv{Env: appnodetest.NewEnv(t), tokens: map[string]string{}, tokenIDs: map[string]string{}}
-	e.App.SetAPIKeys(e.Accounts)
-	ctx := context.Background()
-	add := func(caller, user, team string, role cosmic.Role) {
-		e.tokens[caller] = e.AddUser(t, user, team, role)
-	}
-	add("owner", "olive", "ml", cosmic.RoleOwner)
-	add("admin", "adam", "ml", cosmic.RoleAdmin)
-	add("member", "mia", "ml", cosmic.RoleMember)
-	add("viewer", "vic", "ml", cosmic.RoleViewer)
-	add("other team", "wes", "web", cosmic.RoleMember)
-	appnodetest.AddUser(t, e.Accounts, "zed", "ml", cosmic.RoleViewer)
-	for caller, user := range map[string]string{"no team": "nora", "readUser": "rita"} {
-		if err := e.Accounts.CreateUser(ctx, cosmic.User{Name: user}, ""); err != nil {
-			t.Fatal(err)
-		}
-		e.tokens[caller] = appnodetest.AddToken(t, e.Accounts, store.Token{UserName: user, Name: user})
-	}
-	e.tokens["platform admin"] = e.AdminToken
-	for _, w := range callers {
-		if w.Scope != "" {
-			user := "mia"
-			if w.Role == cosmic.RoleOwner {
-				user = "olive"
-			}
-			e.tokens[w.Name] = appnodetest.AddToken(t, e.Accounts, store.Token{UserName: user, Name: w.Name, Team: "ml", Scope: string(w.Scope), Selector: w.Selector})
-		}
-	}
-	for name, secret := range e.tokens {
-		tok, _, err := e.Accounts.TokenByHash(ctx, appnode.HashToken(secret), time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.tokenIDs[name] = tok.ID
-	}
-	if withPassword {
-		h, err := appnode.HashPassword(zedPassword)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Accounts.SetPassword(ctx, "zed", h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	spec := `{"type":"gpu-container","name":"a","location":"us","image":"ubuntu:24.04","labels":{"app":"x"},"readUser":"rita"}`
-	e.job = create(t, e.Env, e.tokens["owner"], spec)
-	if _, err := e.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: cosmic.Rack{ID: "r1", Type: "server", Location: "us", GPUModel: "H100", WorkerKey: rackKey}}); err != nil {
-		t.Fatal(err)
-	}
-	k, _, err := inferproxy.NewAPIKey("k", "ml", "olive", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Accounts.CreateAPIKey(ctx, k); err != nil {
-		t.Fatal(err)
-	}
-	e.keyID = k.ID
-	if _, err := e.Ork.SetQuota(ctx, orkapi.SetQuotaParams{Team: "ml", Location: "us", GPUs: 8}); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return &accessEnv{appnodetest.NewAccessEnv(t, withPassword)}
 }
 
 // request makes rt's request as w: the path filled in with the env's
 // objects, and a valid body.
 func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 	path := rt.Path
-	tokenID := e.tokenIDs[w.Name]
+	tokenID := e.TokenIDs[w.Name]
 	if tokenID == "" {
 		tokenID = "tok_0000000000000000"
 	}
-	for k, v := range map[string]string{"{id}": e.job.ID, "{team}": "ml", "{n}": "0", "{location}": "us", "{name}": "zed", "{user}": "zed", "{path}": ""} {
+	for k, v := range map[string]string{"{id}": e.Job.ID, "{team}": "ml", "{n}": "0", "{location}": "us", "{name}": "zed", "{user}": "zed", "{path}": ""} {
 		path = strings.ReplaceAll(path, k, v)
 	}
 	switch rt.Op {
 	case apiv1.OpRevokeToken:
 		path = apiv1.Prefix + "/tokens/" + tokenID
 	case apiv1.OpRevokeAPIKey:
-		path = apiv1.Prefix + "/api-keys/" + e.keyID
+		path = apiv1.Prefix + "/api-keys/" + e.KeyID
 	case apiv1.OpRotateAPIKey:
-		path = apiv1.Prefix + "/api-keys/" + e.keyID + "/rotate"
+		path = apiv1.Prefix + "/api-keys/" + e.KeyID + "/rotate"
 	case apiv1.OpRemoveRack:
 		path = apiv1.Prefix + "/racks/r1"
 	}
@@ -149,7 +75,7 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 	}[rt.Op]
 	req := httptest.NewRequest(rt.Method, path, strings.NewReader(body))
 	req.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", len(w.Name))
-	if tok := e.tokens[w.Name]; tok != "" && !w.Anon {
+	if tok := e.Tokens[w.Name]; tok != "" && !w.Anon {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	if w.PlatformAdmin || w.Foreign {
@@ -189,7 +115,7 @@ func TestAccessMatrix(t *testing.T) {
 				case want != 0 && e.Ork.Writes() != before:
 					t.Errorf("%s: denied (%d), but the ork saw a write", w.Name, got)
 				}
-				if want == http.StatusNotFound && strings.Contains(rec.Body.String(), e.job.Spec.Name+`"`) {
+				if want == http.StatusNotFound && strings.Contains(rec.Body.String(), e.Job.Spec.Name+`"`) {
 					t.Errorf("%s: a 404 shows the job: %s", w.Name, rec.Body)
 				}
 			}

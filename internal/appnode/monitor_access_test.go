@@ -30,8 +30,8 @@ func TestMonitorAccessMatrix(t *testing.T) {
 		if w.Foreign {
 			want = 404 // no team is named to the monitor; the job is not in theirs
 		}
-		r := httptest.NewRequest(http.MethodGet, monitor.LogsPath+e.job.ID+"/logs?follow=false", nil)
-		if tok := e.tokens[w.Name]; tok != "" && !w.Anon {
+		r := httptest.NewRequest(http.MethodGet, monitor.LogsPath+e.Job.ID+"/logs?follow=false", nil)
+		if tok := e.Tokens[w.Name]; tok != "" && !w.Anon {
 			r.Header.Set("Authorization", "Bearer "+tok)
 		}
 		rec := httptest.NewRecorder()
@@ -48,7 +48,7 @@ func TestMonitorAccessMatrix(t *testing.T) {
 	if ses.Code != http.StatusCreated {
 		t.Fatalf("session: %d %s", ses.Code, ses.Body)
 	}
-	r := httptest.NewRequest(http.MethodGet, monitor.LogsPath+e.job.ID+"/logs?follow=false", nil)
+	r := httptest.NewRequest(http.MethodGet, monitor.LogsPath+e.Job.ID+"/logs?follow=false", nil)
 	r.AddCookie(ses.Result().Cookies()[0])
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
