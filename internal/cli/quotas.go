@@ -97,7 +97,9 @@ func (a *app) quotasSetCommand(conn *connFlags) *cobra.Command {
 			if conn.team == "" || location == "" || !cmd.Flags().Changed("gpus") {
 				return usageErrorf("give --team, --location and --gpus")
 			}
-			c, err := a.connect(conn)
+			// --team names the quota's team; a platform admin sets it
+			// without acting in that team.
+			c, err := a.connect(&connFlags{url: conn.url, token: conn.token})
 			if err != nil {
 				return err
 			}
@@ -135,7 +137,7 @@ func (a *app) quotasDeleteCommand(conn *connFlags) *cobra.Command {
 			if conn.team == "" || location == "" {
 				return usageErrorf("give --team and --location")
 			}
-			c, err := a.connect(conn)
+			c, err := a.connect(&connFlags{url: conn.url, token: conn.token})
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -148,7 +149,7 @@ func (a *app) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 	c, _, err := dialer.DialShell(octx, jobID, p)
 	cancel()
 	if err != nil {
-		return 0, withExit(ExitFailure, fmt.Errorf("open a shell in job %s: %w", jobID, err))
+		return 0, withExit(ExitFailure, fmt.Errorf("open a shell in job %s: %w", jobID, relayError(err)))
 	}
 
 	sio := agent.SessionIO{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr}
@@ -227,4 +228,14 @@ func (a *app) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 		return 0, withExit(ExitFailure, err)
 	}
 	return es.Code, nil
+}
+
+// relayError words a refused relay as the API client's errors are: a
+// token the API does not take is the same "not logged in".
+func relayError(err error) error {
+	var he *agent.HTTPError
+	if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
+		return fmt.Errorf("not logged in or token invalid: run `cosmicac login` (%s)", he.Message)
+	}
+	return err
 }

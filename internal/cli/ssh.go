@@ -94,7 +94,7 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				}
 				cfg, _ := a.clientConfig(conn)
 				if c, err = (agent.HTTPShellDialer{BaseURL: ac.url, Token: cfg.Token}).DialSSH(ctx, jobID); err != nil {
-					return withExit(ExitFailure, err)
+					return withExit(ExitFailure, relayError(err))
 				}
 			}
 			defer c.Close()
