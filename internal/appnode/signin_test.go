@@ -3,15 +3,19 @@ package appnode_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // do sends one request to e's handler.
@@ -253,5 +257,34 @@ func TestMembers(t *testing.T) {
 		if rec := do(e, tc.method, tc.path, tc.body, auth(tc.token)); rec.Code != tc.want {
 			t.Errorf("%s: %d, want %d: %s", tc.name, rec.Code, tc.want, rec.Body)
 		}
+	}
+}
+
+// TestAuditRetention: the app-node deletes audit records older than its
+// retention (a year by default) and keeps the others.
+func TestAuditRetention(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	now := time.Now().UTC()
+	for _, at := range []time.Time{now.Add(-400 * 24 * time.Hour), now.Add(-time.Hour)} {
+		if err := e.Accounts.AppendAudit(ctx, store.AuditRecord{At: at, User: "u", Action: "createJob", Status: 201}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.App.RunAuditRetention(ctx) }()
+	waittest.NoError(t, func() error {
+		recs, _, err := e.Accounts.ListAudit(context.Background(), store.AuditQuery{})
+		if err != nil || len(recs) != 1 {
+			return fmt.Errorf("%d records, %v", len(recs), err)
+		}
+		if recs[0].At.Before(now.Add(-2 * time.Hour)) {
+			return fmt.Errorf("kept the old record: %+v", recs[0])
+		}
+		return nil
+	}, "the old record pruned")
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("RunAuditRetention = %v", err)
 	}
 }

@@ -377,6 +377,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			})
 			g.Go(func() error { return serveMetrics(gctx) })
 			g.Go(func() error { return s.Serve(gctx, ln) })
+			g.Go(func() error { return s.RunAuditRetention(gctx) })
 			return waitAll(g)
 		},
 	}

@@ -410,6 +410,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	mux.Handle("/", api.Handler())
 	p.http = httpserve.New(mux, cfg.HTTP, log) // streams bound each write, not their length
 	p.http.RegisterOnShutdown(p.Monitor.CloseStreams)
+	p.goRun("audit retention", func() error { return api.RunAuditRetention(rctx) })
 	p.goRun("api", func() error {
 		if err := p.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
