@@ -1,11 +1,14 @@
 package appnode_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +289,56 @@ func TestAuditRetention(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("RunAuditRetention = %v", err)
+	}
+}
+
+// TestSecretsStayOutOfTheLog: signing in, making tokens, sessions and API
+// keys, and failing to, write no password or secret to the app-node's log.
+func TestSecretsStayOutOfTheLog(t *testing.T) {
+	var logged bytes.Buffer
+	acc := appnodetest.NewAccounts(t)
+	cfg := appnode.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	app, err := appnode.New(cfg, appnodetest.NewOrk(), acc, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.SetAPIKeys(acc)
+	path, _, err := app.Bootstrap(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminTok, _ := os.ReadFile(path)
+	e := &appnodetest.Env{App: app, Accounts: acc, AdminToken: strings.TrimSpace(string(adminTok))}
+	e.AddUser(t, "alice", "default", cosmic.RoleAdmin)
+	withPassword(t, e, "alice", "correct horse")
+	auth := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+	var secrets []string
+	grab := func(rec *httptest.ResponseRecorder, field string) {
+		var m map[string]any
+		json.Unmarshal(rec.Body.Bytes(), &m) //nolint:errcheck // a missing field fails below
+		s, _ := m[field].(string)
+		if s == "" {
+			t.Fatalf("no %s in %s", field, rec.Body)
+		}
+		secrets = append(secrets, s)
+	}
+	grab(do(e, "POST", "/api/v1/login", `{"user":"alice","password":"correct horse"}`, nil), "token")
+	ses := do(e, "POST", "/api/v1/session", `{"user":"alice","password":"correct horse"}`, nil)
+	grab(ses, "csrfToken")
+	secrets = append(secrets, ses.Result().Cookies()[0].Value)
+	grab(do(e, "POST", "/api/v1/tokens", `{"name":"x"}`, auth(secrets[0])), "token")
+	grab(do(e, "POST", "/api/v1/api-keys", `{"name":"k"}`, auth(secrets[0])), "key")
+	do(e, "POST", "/api/v1/login", `{"user":"alice","password":"wrong horse battery"}`, nil)
+	do(e, "GET", "/api/v1/jobs", "", auth("cac_"+strings.Repeat("Z", 43)))
+	do(e, "PUT", "/api/v1/whoami/password", `{"currentPassword":"correct horse","password":"new horse staple"}`, auth(secrets[0]))
+	secrets = append(secrets, e.AdminToken, "correct horse", "wrong horse battery", "new horse staple", "cac_"+strings.Repeat("Z", 43))
+	for _, s := range secrets {
+		if strings.Contains(logged.String(), s) {
+			t.Errorf("the log shows the secret %q", s)
+		}
+	}
+	if !strings.Contains(logged.String(), "http request") {
+		t.Fatalf("nothing was logged: %s", logged.String())
 	}
 }

@@ -30,6 +30,37 @@ func init() {
 	register((*app).auditCommand)
 }
 
+// changed is what a command that changes something prints with -o json
+// or yaml, when the API answers no object.
+type changed struct {
+	Action string `json:"action"` // deleted, revoked, removed, set
+	Kind   string `json:"kind"`   // user, team, token, member, password, quota
+	Name   string `json:"name"`
+	Team   string `json:"team,omitempty"`
+}
+
+// withOutput gives cmd the -o flag (out), checked before it runs.
+func withOutput(cmd *cobra.Command, out *outputFlag) *cobra.Command {
+	out.add(cmd)
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if err := out.check(); err != nil {
+			return err
+		}
+		return run(c, args)
+	}
+	return cmd
+}
+
+// printResult prints v with -o json|yaml, else the line.
+func (a *app) printResult(out *outputFlag, v any, format string, args ...any) error {
+	if ok, err := out.structured(a.stdout, v); ok {
+		return err
+	}
+	fmt.Fprintf(a.stdout, format, args...)
+	return nil
+}
+
 // ---- users
 
 func (a *app) usersCommand() *cobra.Command {
@@ -178,7 +209,8 @@ func (a *app) usersGetCommand(conn *connFlags) *cobra.Command {
 }
 
 func (a *app) usersDeleteCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
 		Short: "Delete a user with their memberships, tokens and sessions (their jobs stay)",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -189,15 +221,17 @@ func (a *app) usersDeleteCommand(conn *connFlags) *cobra.Command {
 			if err := c.DeleteUser(cmd.Context(), args[0]); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "user %s deleted\n", args[0])
-			return nil
+			return a.printResult(&out, changed{Action: "deleted", Kind: "user", Name: args[0]}, "user %s deleted\n", args[0])
 		},
-	}
+	}, &out)
 }
 
 func (a *app) usersPasswdCommand(conn *connFlags) *cobra.Command {
-	var passwordStdin bool
-	cmd := &cobra.Command{
+	var (
+		passwordStdin bool
+		out           outputFlag
+	)
+	cmd := withOutput(&cobra.Command{
 		Use:   "passwd [NAME]",
 		Short: "Change your password, or set NAME's (platform admins)",
 		Long: "Without NAME, change your own password: the current one is asked for first (when you\n" +
@@ -218,8 +252,7 @@ func (a *app) usersPasswdCommand(conn *connFlags) *cobra.Command {
 				if err := c.SetPassword(cmd.Context(), args[0], pw); err != nil {
 					return c.explain(err)
 				}
-				fmt.Fprintf(a.stdout, "password of %s set\n", args[0])
-				return nil
+				return a.printResult(&out, changed{Action: "set", Kind: "password", Name: args[0]}, "password of %s set\n", args[0])
 			}
 			who, err := c.WhoAmI(cmd.Context())
 			if err != nil {
@@ -247,16 +280,16 @@ func (a *app) usersPasswdCommand(conn *connFlags) *cobra.Command {
 					return c.explain(err)
 				}
 			}
-			fmt.Fprintf(a.stdout, "password of %s changed\n", who.User)
-			return nil
+			return a.printResult(&out, changed{Action: "set", Kind: "password", Name: who.User}, "password of %s changed\n", who.User)
 		},
-	}
+	}, &out)
 	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password(s) from stdin, one a line")
 	return cmd
 }
 
 func (a *app) usersAdminCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "platform-admin NAME on|off", Args: cobra.ExactArgs(2),
 		Short: "Make a user a platform admin, or not (the last one stays)",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -272,13 +305,13 @@ func (a *app) usersAdminCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.UpdateUser(cmd.Context(), args[0], apiv1.UpdateUser{PlatformAdmin: &on}); err != nil {
+			u, err := c.UpdateUser(cmd.Context(), args[0], apiv1.UpdateUser{PlatformAdmin: &on})
+			if err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "%s is %sa platform admin\n", args[0], map[bool]string{true: "", false: "not "}[on])
-			return nil
+			return a.printResult(&out, u, "%s is %sa platform admin\n", args[0], map[bool]string{true: "", false: "not "}[on])
 		},
-	}
+	}, &out)
 }
 
 // ---- teams
@@ -370,7 +403,8 @@ func (a *app) teamsCreateCommand(conn *connFlags) *cobra.Command {
 }
 
 func (a *app) teamsDeleteCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
 		Short: "Delete a team that has no jobs left (owners, platform admins)",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -381,14 +415,14 @@ func (a *app) teamsDeleteCommand(conn *connFlags) *cobra.Command {
 			if err := c.DeleteTeam(cmd.Context(), args[0]); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "team %s deleted\n", args[0])
-			return nil
+			return a.printResult(&out, changed{Action: "deleted", Kind: "team", Name: args[0]}, "team %s deleted\n", args[0])
 		},
-	}
+	}, &out)
 }
 
 func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "use TEAM", Args: cobra.ExactArgs(1),
 		Short: "Act in TEAM from now on: save it in the login config (--team and $" + envTeam + " win over it)",
 		Long: "Check that you may act in TEAM and save it beside the URL and token `cosmicac login` saved:\n" +
@@ -410,8 +444,7 @@ func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
 				if err := writeConfigFile(path, saved); err != nil {
 					return err
 				}
-				fmt.Fprintln(a.stdout, "no team saved: you act in your only team, or name one with --team")
-				return nil
+				return a.printResult(&out, changed{Action: "removed", Kind: "saved team", Name: "-"}, "no team saved: you act in your only team, or name one with --team\n")
 			}
 			c, err := a.connect(&connFlags{url: conn.url, token: conn.token, team: args[0]})
 			if err != nil {
@@ -429,10 +462,9 @@ func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
 			if role == "" {
 				role = "platform admin"
 			}
-			fmt.Fprintf(a.stdout, "now acting in team %s (%s)\n", who.Team, role)
-			return nil
+			return a.printResult(&out, who, "now acting in team %s (%s)\n", who.Team, role)
 		},
-	}
+	}, &out)
 }
 
 func (a *app) membersCommand(conn *connFlags) *cobra.Command {
@@ -499,8 +531,11 @@ func (a *app) membersListCommand(conn *connFlags) *cobra.Command {
 }
 
 func (a *app) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
-	var role string
-	cmd := &cobra.Command{
+	var (
+		role string
+		out  outputFlag
+	)
+	cmd := withOutput(&cobra.Command{
 		Use: verb + " USER --role owner|admin|member|viewer", Args: cobra.ExactArgs(1),
 		Short: map[string]string{"add": "Add USER to the team with a role", "role": "Change USER's role in the team"}[verb],
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -519,17 +554,17 @@ func (a *app) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "%s is %s in team %s\n", m.User, m.Role, m.Team)
-			return nil
+			return a.printResult(&out, m, "%s is %s in team %s\n", m.User, m.Role, m.Team)
 		},
-	}
+	}, &out)
 	cmd.Flags().StringVar(&role, "role", "", "owner, admin, member or viewer")
 	_ = cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"owner", "admin", "member", "viewer"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 func (a *app) membersRemoveCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "remove USER", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
 		Short: "Remove USER from the team (with their tokens bound to it)",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -544,10 +579,9 @@ func (a *app) membersRemoveCommand(conn *connFlags) *cobra.Command {
 			if err := c.DeleteMember(cmd.Context(), team, args[0]); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "%s removed from team %s\n", args[0], team)
-			return nil
+			return a.printResult(&out, changed{Action: "removed", Kind: "member", Name: args[0], Team: team}, "%s removed from team %s\n", args[0], team)
 		},
-	}
+	}, &out)
 }
 
 // ---- tokens
@@ -674,7 +708,8 @@ func labelString(m map[string]string) string {
 }
 
 func (a *app) tokensRevokeCommand(conn *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	return withOutput(&cobra.Command{
 		Use: "revoke NAME|ID", Aliases: []string{"delete", "rm"}, Args: cobra.ExactArgs(1),
 		Short: "Revoke one of your tokens by its name or ID (it stops working at once)",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -707,10 +742,9 @@ func (a *app) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 			if err := c.RevokeToken(cmd.Context(), id); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "token %s revoked\n", id)
-			return nil
+			return a.printResult(&out, changed{Action: "revoked", Kind: "token", Name: id}, "token %s revoked\n", id)
 		},
-	}
+	}, &out)
 }
 
 // ---- audit

@@ -38,6 +38,9 @@ func TestPeopleOnThePlatform(t *testing.T) {
 	run(admin, "", "teams", "members", "add", "alice", "--role", "admin", "--team", "ml")
 	run(admin, "", "teams", "members", "add", "alice", "--role", "viewer", "--team", "web")
 	run(admin, "", "teams", "members", "add", "bob", "--role", "member", "--team", "web")
+	if out := run(admin, "", "teams", "members", "role", "bob", "--role", "member", "--team", "web", "-o", "json"); !strings.Contains(out, `"role": "member"`) && !strings.Contains(out, `"role":"member"`) {
+		t.Errorf("members role -o json:\n%s", out)
+	}
 	if out := run(admin, "", "users", "list"); !strings.Contains(out, "ml:admin,web:viewer") {
 		t.Errorf("users list:\n%s", out)
 	}
@@ -82,7 +85,9 @@ func TestPeopleOnThePlatform(t *testing.T) {
 	if out := run(alice, "", "tokens", "list"); !strings.Contains(out, "ro ") || !strings.Contains(out, "app=x") {
 		t.Errorf("tokens list:\n%s", out)
 	}
-	run(alice, "", "tokens", "revoke", "ro")
+	if out := run(alice, "", "tokens", "revoke", "ro", "-o", "yaml"); !strings.Contains(out, "action: revoked") || !strings.Contains(out, "kind: token") {
+		t.Errorf("tokens revoke -o yaml:\n%s", out)
+	}
 	fails(roEnv, "not logged in or token invalid", "jobs", "list")
 
 	// Quotas: the admin sets, alice (ml admin) reads, bob may not set.

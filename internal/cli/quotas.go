@@ -129,8 +129,11 @@ func modelSuffix(m string) string {
 }
 
 func (a *app) quotasDeleteCommand(conn *connFlags) *cobra.Command {
-	var location, gpu string
-	cmd := &cobra.Command{
+	var (
+		location, gpu string
+		out           outputFlag
+	)
+	cmd := withOutput(&cobra.Command{
 		Use: "delete --team TEAM --location L [--gpu-model M]", Aliases: []string{"rm"}, Args: cobra.NoArgs,
 		Short: "Remove a team's quota (platform admins)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -144,10 +147,10 @@ func (a *app) quotasDeleteCommand(conn *connFlags) *cobra.Command {
 			if err := c.DeleteQuota(cmd.Context(), conn.team, location, gpu); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "quota of team %s in %s%s removed\n", conn.team, location, modelSuffix(gpu))
-			return nil
+			return a.printResult(&out, changed{Action: "removed", Kind: "quota", Name: location + modelSuffix(gpu), Team: conn.team},
+				"quota of team %s in %s%s removed\n", conn.team, location, modelSuffix(gpu))
 		},
-	}
+	}, &out)
 	cmd.Flags().StringVar(&location, "location", "", "the location")
 	cmd.Flags().StringVar(&gpu, "gpu-model", "", "the GPU model of the quota (none: the one of every model)")
 	return cmd
