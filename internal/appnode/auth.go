@@ -179,7 +179,11 @@ const touchEvery = time.Minute
 
 // authenticate finds the caller of r (a token, or a session with its CSRF
 // token on unsafe methods) and the request's active team.
-func (s *Server) authenticate(r *http.Request) (*caller, error) {
+func (s *Server) authenticate(r *http.Request) (*caller, error) { return s.authenticateAs(r, false) }
+
+// authenticateAs is authenticate; for a proxy route (HTTP to a job, whose
+// query is the job's) the active team comes from the header only.
+func (s *Server) authenticateAs(r *http.Request, proxy bool) (*caller, error) {
 	secret, fromCookie, err := credential(r)
 	if err != nil {
 		return nil, err
@@ -216,19 +220,19 @@ func (s *Server) authenticate(r *http.Request) (*caller, error) {
 	for _, m := range ms {
 		c.roles[m.Team] = m.Role
 	}
-	if err := s.activeTeam(r, c); err != nil {
+	if err := s.activeTeam(r, c, !proxy); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // activeTeam sets the request's active team: the X-Cosmicac-Team header or
-// the team query parameter; else the team the credential is bound to; else
+// (when query) the team query parameter; else the team the credential is bound to; else
 // the caller's only team; else none. A team the caller may not act in is
 // not found; one that differs from the credential's binding is forbidden.
-func (s *Server) activeTeam(r *http.Request, c *caller) error {
+func (s *Server) activeTeam(r *http.Request, c *caller, query bool) error {
 	named := r.Header.Get(apiv1.HeaderTeam)
-	if q := r.URL.Query()[apiv1.QueryTeam]; len(q) > 0 {
+	if q := r.URL.Query()[apiv1.QueryTeam]; query && len(q) > 0 {
 		if len(q) > 1 || named != "" && q[0] != named {
 			return badRequest("the team is given more than once (%s and ?%s=)", apiv1.HeaderTeam, apiv1.QueryTeam)
 		}

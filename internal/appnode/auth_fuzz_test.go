@@ -81,7 +81,7 @@ func FuzzTeamHeader(f *testing.F) {
 		}
 		c := &caller{roles: map[string]cosmic.Role{"ml": cosmic.RoleMember}}
 		s := &Server{}
-		err := s.activeTeam(r, c)
+		err := s.activeTeam(r, c, true)
 		if err == nil && c.team != "" && c.team != "ml" {
 			t.Fatalf("header %q query %q: acts in %q", header, query, c.team)
 		}

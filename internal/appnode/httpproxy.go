@@ -90,12 +90,31 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 			// As a local client would: dev servers refuse unknown Hosts
 			// (DNS rebinding); the platform's host is in X-Forwarded-Host.
 			out.Host = out.URL.Host
-			// Never hand the caller's CosmicAC token to the job.
+			// Never hand the caller's CosmicAC credential to the job: its
+			// token, its browser session's cookie or CSRF token.
 			out.Header.Del("Authorization")
+			out.Header.Del(apiv1.HeaderCSRF)
+			stripSessionCookie(out.Header)
 			out.Header.Del(HeaderReplica)
 			out.Header.Del(HeaderForwardedPrefix)
 			pr.SetXForwarded()
 			out.Header.Set(HeaderForwardedPrefix, prefix)
+		},
+		// Nor may the job set the platform's session cookie (a session
+		// fixed on the caller's browser).
+		ModifyResponse: func(resp *http.Response) error {
+			keep := resp.Header.Values("Set-Cookie")[:0:0]
+			for _, v := range resp.Header.Values("Set-Cookie") {
+				if ck, err := http.ParseSetCookie(v); err == nil && ck.Name == apiv1.SessionCookie {
+					continue
+				}
+				keep = append(keep, v)
+			}
+			resp.Header.Del("Set-Cookie")
+			for _, v := range keep {
+				resp.Header.Add("Set-Cookie", v)
+			}
+			return nil
 		},
 		Transport:     tr,
 		FlushInterval: -1, // SSE and long polls reach the caller as they come
@@ -124,7 +143,7 @@ func (s *Server) httpTarget(r *http.Request) (j cosmic.Job, replica int, user st
 	j, jerr := s.ork.GetJob(ctx, id)
 	cancel()
 	if jerr != nil || !j.Spec.UnsecureHTTP {
-		c, err := s.authenticate(r)
+		c, err := s.authenticateAs(r, true) // ?team= is the job's
 		if err != nil {
 			return j, 0, "", err
 		}
@@ -229,4 +248,22 @@ func (c *streamConn) SetWriteDeadline(t time.Time) error {
 		return d.SetWriteDeadline(t)
 	}
 	return nil
+}
+
+// stripSessionCookie removes the platform's session cookie from h's
+// Cookie headers, keeping the job's own cookies.
+func stripSessionCookie(h http.Header) {
+	var keep []string
+	for _, line := range h.Values("Cookie") {
+		for _, part := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if name != apiv1.SessionCookie && strings.TrimSpace(part) != "" {
+				keep = append(keep, strings.TrimSpace(part))
+			}
+		}
+	}
+	h.Del("Cookie")
+	if len(keep) > 0 {
+		h.Set("Cookie", strings.Join(keep, "; "))
+	}
 }

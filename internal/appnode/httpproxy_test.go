@@ -74,6 +74,9 @@ func echoServer(t *testing.T, secondEvent <-chan struct{}) *httptest.Server {
 			}
 			defer c.Close()
 			io.Copy(c, brw)
+		case r.URL.Path == "/setcookie":
+			http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: "cas_fixed", Path: "/"})
+			http.SetCookie(w, &http.Cookie{Name: "app", Value: "1", Path: "/"})
 		case r.URL.Path == "/events":
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: one\n\n")
@@ -147,11 +150,11 @@ func TestJobHTTP(t *testing.T) {
 
 	// Path (escapes kept), query and body reach the job; the token does
 	// not; X-Forwarded-* do.
-	a, got := httpCall(t, e, "POST", base+"/a/b%2Fc?x=1&token=y", e.AdminToken, "payload")
+	a, got := httpCall(t, e, "POST", base+"/a/b%2Fc?x=1&token=y&team=nope", e.AdminToken, "payload") // ?team= is the job's
 	if a.status != http.StatusOK {
 		t.Fatalf("post: %d %s", a.status, a.body)
 	}
-	if got.Method != "POST" || got.RawPath != "/a/b%2Fc" || got.Query != "x=1&token=y" || got.Body != "payload" {
+	if got.Method != "POST" || got.RawPath != "/a/b%2Fc" || got.Query != "x=1&token=y&team=nope" || got.Body != "payload" {
 		t.Fatalf("the job got %+v", got)
 	}
 	if got.Header.Get("Authorization") != "" {
@@ -298,5 +301,45 @@ func TestJobHTTPUnsecure(t *testing.T) {
 	// A token sent anyway (even a bad one) is not checked, and not forwarded.
 	if a, got := httpCall(t, e, "GET", base+"/open", "cac_not-a-token", ""); a.status != http.StatusOK || got.Header.Get("Authorization") != "" {
 		t.Fatalf("with a token: %d %s", a.status, a.body)
+	}
+}
+
+// TestJobHTTPKeepsTheSessionFromTheJob: a browser's session cookie and
+// CSRF token never reach the job's server (which the job's team controls),
+// the job's own cookies do, and the job cannot set the platform's session
+// cookie.
+func TestJobHTTPKeepsTheSessionFromTheJob(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	srv := echoServer(t, nil)
+	e.App.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
+	j := runningJob(t, e, e.AdminToken, httpSpec)
+	base := e.URL() + apiv1.Prefix + "/jobs/" + j.ID + "/http"
+	req, _ := http.NewRequest("GET", base+"/", nil)
+	req.Header.Set("Authorization", "Bearer "+e.AdminToken)
+	req.Header.Set("Cookie", apiv1.SessionCookie+"=cas_secret; app=1")
+	req.Header.Set(apiv1.HeaderCSRF, "csrf_secret")
+	resp, err := e.Server.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got echoed
+	json.NewDecoder(resp.Body).Decode(&got) //nolint:errcheck // checked below
+	resp.Body.Close()
+	if resp.StatusCode != 200 || got.Header.Get("Cookie") != "app=1" || got.Header.Get(apiv1.HeaderCSRF) != "" {
+		t.Errorf("the job got Cookie %q, CSRF %q (status %d)", got.Header.Get("Cookie"), got.Header.Get(apiv1.HeaderCSRF), resp.StatusCode)
+	}
+	req, _ = http.NewRequest("GET", base+"/setcookie", nil)
+	req.Header.Set("Authorization", "Bearer "+e.AdminToken)
+	resp, err = e.Server.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var names []string
+	for _, c := range resp.Cookies() {
+		names = append(names, c.Name)
+	}
+	if len(names) != 1 || names[0] != "app" {
+		t.Errorf("the job set cookies %v, want only [app]", names)
 	}
 }
