@@ -118,6 +118,15 @@ func writeJobsTable(w io.Writer, jobs []cosmic.Job, color bool) error {
 	return tw.Flush()
 }
 
+// waitText says what a queued job waits for: GPUs ("waiting for 8 ×
+// H100 in us"), or its team's quota, which WaitingFor words in full.
+func waitText(s cosmic.Status) string {
+	if s.Reason != nil && s.Reason.Code == cosmic.ReasonTeamQuota {
+		return string(cosmic.ReasonTeamQuota) + ": " + s.WaitingFor
+	}
+	return "waiting for " + s.WaitingFor
+}
+
 // reasonColumn says in a few words why a job is where it is: a queued
 // job's place and what it waits for, a starting one's step, a failed
 // one's reason code, a serving model's health when it is not healthy.
@@ -130,7 +139,7 @@ func reasonColumn(j cosmic.Job) string {
 			parts = append(parts, "#"+strconv.Itoa(s.QueuePosition))
 		}
 		if s.WaitingFor != "" {
-			parts = append(parts, "waiting for "+s.WaitingFor)
+			parts = append(parts, waitText(s))
 		}
 		return dash(strings.Join(parts, " "))
 	case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRestarting:
@@ -301,7 +310,7 @@ func describeStatus(s cosmic.Status) string {
 			parts = append(parts, "position "+strconv.Itoa(s.QueuePosition))
 		}
 		if s.WaitingFor != "" {
-			parts = append(parts, "waiting for "+s.WaitingFor)
+			parts = append(parts, waitText(s))
 		}
 		if len(parts) > 0 {
 			out += " (" + strings.Join(parts, ": ") + ")"
