@@ -14,6 +14,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/gateway"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/monitor"
@@ -36,6 +37,7 @@ func TestComponentFilesRoundTrip(t *testing.T) {
 		{&directoryFileConfig{}, &directoryFileConfig{}},
 		{&proxyInferenceFileConfig{Proxy: inferproxy.DefaultConfig()}, &proxyInferenceFileConfig{}},
 		{&k8sFileConfig{}, &k8sFileConfig{}},
+		{&gatewayFileConfig{Config: gateway.DefaultConfig()}, &gatewayFileConfig{}},
 	} {
 		setDurations(reflect.ValueOf(tc.cfg).Elem(), 7777777777*time.Nanosecond)
 		b, err := yaml.Marshal(tc.cfg)

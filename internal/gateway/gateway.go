@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -263,24 +262,4 @@ func (g *Gateway) Close() error {
 		return fmt.Errorf("stop caddy: %w", err)
 	}
 	return nil
-}
-
-// slogWriter is an io.Writer of Caddy's JSON lines that logs each as one
-// record: for a component that logs with log/slog rather than to a stream.
-type slogWriter struct{ log *slog.Logger }
-
-// LogTo returns a writer that logs each of Caddy's JSON lines to log at
-// info level, the line as the "caddy" attribute.
-func LogTo(log *slog.Logger) io.Writer { return slogWriter{log} }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.log.Info("caddy", "caddy", json.RawMessage(trimNewline(p)))
-	return len(p), nil
-}
-
-func trimNewline(p []byte) []byte {
-	for len(p) > 0 && p[len(p)-1] == '\n' {
-		p = p[:len(p)-1]
-	}
-	return p
 }

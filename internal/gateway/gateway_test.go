@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,14 +94,20 @@ func newUpstreams(t *testing.T) upstreams {
 	return upstreams{newComponent(t, "app-node"), newComponent(t, "inference"), newComponent(t, "monitor"), newComponent(t, "ui")}
 }
 
-// freeAddr is a loopback address free a moment ago (Caddy listens itself).
+// freeAddr is a loopback address free a moment ago (Caddy listens
+// itself): a port below the ephemeral range (Linux: 32768 on), which the
+// kernel gives to no :0 listener or outgoing connection meanwhile.
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port")
+	return ""
 }
 
 // syncBuffer is a bytes.Buffer safe for Caddy's loggers and the test.
@@ -182,6 +189,17 @@ func checkRoutes(t *testing.T, base string) {
 func TestEachRouteReachesItsComponent(t *testing.T) {
 	base, logs := startGateway(t, newUpstreams(t))
 	checkRoutes(t, base)
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer cas_secret_token")
+	req.Header.Set("Cookie", "cosmicac_session=cas_secret_session")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if strings.Contains(logs.String(), "cas_secret") {
+		t.Errorf("a credential reached the access log:\n%s", logs)
+	}
 	// The access log: a JSON line per request, with its URI.
 	var found bool
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
