@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,24 @@ func TestGatewayCommand(t *testing.T) {
 		resp.Body.Close()
 		if string(b) != want {
 			t.Errorf("GET %s: %d %q, want %q", path, resp.StatusCode, b, want)
+		}
+	}
+}
+
+// TestGatewayRefusesABadUpstream: an upstream that is not scheme://host:port
+// is a usage error, named, before anything listens.
+func TestGatewayRefusesABadUpstream(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--app-node", "127.0.0.1:8081"}, `appNode: "127.0.0.1:8081": want http:// or https://`},
+		{[]string{"--inference", "http://127.0.0.1:8083/inference"}, "inference:"},
+		{[]string{"--listen", "8080"}, "listen"},
+	} {
+		code, _, errs := runCLI(t, nil, append([]string{"gateway"}, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("gateway %v: exit %d (%s), want %d and %q", tc.args, code, errs, ExitUsage, tc.want)
 		}
 	}
 }

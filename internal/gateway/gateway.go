@@ -104,10 +104,7 @@ func upstream(raw string) (proxy, error) {
 		return proxy{}, errors.New("a URL is required")
 	}
 	u, err := url.Parse(raw)
-	if err != nil {
-		return proxy{}, err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
 		return proxy{}, fmt.Errorf("%q: want http:// or https://", raw)
 	}
 	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
