@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // TestDomainTurnsOnHTTPS: with a domain the server listens on :443, keeps
 // Caddy's automatic HTTPS on, and routes only requests for that host;
-// without one, plain HTTP on 127.0.0.1:8080.
+// without one, plain HTTP on 127.0.0.1:8080. Caddy validates both.
 func TestDomainTurnsOnHTTPS(t *testing.T) {
 	for _, tc := range []struct {
 		name, domain, listen string
@@ -20,9 +22,18 @@ func TestDomainTurnsOnHTTPS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Listen, cfg.Domain = "", tc.domain
+			cfg.Storage = t.TempDir()
 			b, err := cfg.CaddyJSON()
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Caddy takes it: its modules provision (nothing starts).
+			var cc caddy.Config
+			if err := json.Unmarshal(b, &cc); err != nil {
+				t.Fatal(err)
+			}
+			if err := caddy.Validate(&cc); err != nil {
+				t.Errorf("caddy.Validate: %v", err)
 			}
 			var c struct {
 				Apps struct {

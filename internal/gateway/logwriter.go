@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"io"
+	"os"
 	"sync"
 
 	"github.com/caddyserver/caddy/v2"
@@ -38,23 +39,21 @@ func (logWriter) CaddyModule() caddy.ModuleInfo {
 func (logWriter) String() string    { return writerModule }
 func (logWriter) WriterKey() string { return "cosmicac_gateway" }
 
-// OpenWriter returns the writer Start set, serialized: Caddy's loggers
-// write from many goroutines.
-func (logWriter) OpenWriter() (io.WriteCloser, error) {
+// OpenWriter returns a writer to what Start set last (standard error
+// before any): Caddy keeps its writers in a pool by WriterKey across
+// configs, so the writer looks the output up at each write, serialized
+// (Caddy's loggers write from many goroutines).
+func (logWriter) OpenWriter() (io.WriteCloser, error) { return currentOutput{}, nil }
+
+type currentOutput struct{}
+
+func (currentOutput) Write(p []byte) (int, error) {
 	logMu.Lock()
 	defer logMu.Unlock()
-	return &lockedWriter{w: logOut}, nil
+	if logOut == nil {
+		return os.Stderr.Write(p)
+	}
+	return logOut.Write(p)
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) Close() error { return nil }
+func (currentOutput) Close() error { return nil }
