@@ -38,7 +38,7 @@ func (s *Server) auditRequest(r *http.Request, rt apiv1.Route, c *caller, w http
 		return
 	}
 	in, _ := r.Context().Value(infoKey{}).(*info)
-	rec := store.AuditRecord{At: s.now().UTC(), Action: rt.Op, Remote: r.RemoteAddr}
+	rec := store.AuditRecord{At: s.now().UTC(), Action: rt.Op, Remote: s.clientAddr(r)}
 	switch {
 	case c != nil:
 		rec.User, rec.Team, rec.Target = c.user.Name, c.auditTeam, c.auditTarget
@@ -113,7 +113,7 @@ func (s *Server) appendAudit(ctx context.Context, rec store.AuditRecord) {
 // auditSession records the start of a shell or SSH session.
 func (s *Server) auditSession(r *http.Request, c *caller, action, target string) {
 	s.appendAudit(r.Context(), store.AuditRecord{At: s.now().UTC(), User: c.user.Name, Team: c.auditTeam,
-		Action: action, Target: target, Remote: r.RemoteAddr, Status: http.StatusSwitchingProtocols})
+		Action: action, Target: target, Remote: s.clientAddr(r), Status: http.StatusSwitchingProtocols})
 }
 
 // Audit actions beyond the operation IDs.

@@ -30,6 +30,10 @@ type Config struct {
 	// SecureCookies marks the session cookie Secure even on plain HTTP
 	// (behind a gateway that ends TLS); over TLS it always is.
 	SecureCookies bool `json:"secureCookies"`
+	// TrustedProxies are the gateways (IP addresses or CIDR prefixes) whose
+	// X-Forwarded-For the app-node believes for the client's address (sign-in
+	// limits, the audit log). Empty: none; the TCP peer is the client.
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
 	// HTTP bounds Serve's clients (zero fields: httpserve.DefaultLimits).
 	// Config files set it in the component's http section, not here.
 	HTTP httpserve.Limits `json:"-"`
@@ -78,6 +82,9 @@ func (c Config) Validate() error {
 	}
 	if c.SessionLife < config.Duration(time.Minute) || c.SessionLife > config.Duration(30*24*time.Hour) {
 		errs = append(errs, fmt.Errorf("sessionLife %v: want 1m to 720h", c.SessionLife.D()))
+	}
+	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		errs = append(errs, err)

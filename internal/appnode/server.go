@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
@@ -61,6 +62,8 @@ type Server struct {
 	modelHealth ModelHealthSource
 	// logins limits sign-in attempts.
 	logins *loginLimiter
+	// proxies are the trusted gateways (clientAddr).
+	proxies []netip.Prefix
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -82,6 +85,7 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
 	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter()}
+	s.proxies, _ = parsePrefixes(cfg.TrustedProxies) // Validate checked them
 	handlers := s.handlers()
 	for _, rt := range routes {
 		h, ok := handlers[rt.Op]
@@ -254,7 +258,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
 			"op", in.op, "status", sw.status, "duration_ms", float64(elapsed.Microseconds())/1000,
-			"user", in.user, "remote", r.RemoteAddr)
+			"user", in.user, "remote", s.clientAddr(r))
 		if s.obs != nil {
 			s.obs.ObserveRequest(in.op, sw.status, elapsed)
 		}
