@@ -725,3 +725,13 @@ func BenchmarkList(b *testing.B) {
 		serve(b, h, "GET", "/api/v1/jobs?size=50&statusState=queued&labelSelector=app%3Dx", tok, "", 200)
 	}
 }
+
+// BenchmarkWhoAmI is the cost of authentication alone: the token looked up
+// and the caller's teams read (two SQLite reads), the active team resolved.
+func BenchmarkWhoAmI(b *testing.B) {
+	h, tok := benchEnv(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		serve(b, h, "GET", "/api/v1/whoami", tok, "", 200)
+	}
+}

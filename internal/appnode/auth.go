@@ -190,7 +190,7 @@ func (s *Server) authenticateAs(r *http.Request, proxy bool) (*caller, error) {
 	}
 	hash := HashToken(secret)
 	now := s.now()
-	tok, u, err := s.acc.TokenByHash(r.Context(), hash, now)
+	tok, u, ms, err := s.acc.Credential(r.Context(), hash, now)
 	switch {
 	case errors.Is(err, cosmic.ErrNotFound):
 		return nil, errUnauthorized
@@ -211,10 +211,6 @@ func (s *Server) authenticateAs(r *http.Request, proxy bool) (*caller, error) {
 		if err := s.acc.TouchToken(r.Context(), tok.ID, now); err != nil {
 			s.log.Warn("record token use", "token", tok.ID, "err", err)
 		}
-	}
-	ms, err := s.acc.Memberships(r.Context(), u.Name)
-	if err != nil {
-		return nil, fmt.Errorf("look up teams: %w", err)
 	}
 	c := &caller{user: u, tok: tok, roles: make(map[string]cosmic.Role, len(ms))}
 	for _, m := range ms {

@@ -60,6 +60,9 @@ type Accounts interface {
 	// user. An unknown hash, or a token whose ExpiresAt has passed at now,
 	// is ErrNotFound.
 	TokenByHash(ctx context.Context, hash []byte, now time.Time) (Token, cosmic.User, error)
+	// Credential is TokenByHash with the user's memberships (by team), in
+	// one read: what authenticating a request needs.
+	Credential(ctx context.Context, hash []byte, now time.Time) (Token, cosmic.User, []cosmic.Member, error)
 	// ListTokens lists a user's tokens of kind, oldest first.
 	ListTokens(ctx context.Context, user string, kind TokenKind) ([]Token, error)
 	// GetToken returns a token, or ErrNotFound.

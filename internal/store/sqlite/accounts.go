@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -302,27 +303,48 @@ func scanToken(dst []any) (func() (store.Token, error), []any) {
 
 // TokenByHash implements store.Accounts.
 func (s *Store) TokenByHash(ctx context.Context, hash []byte, now time.Time) (store.Token, cosmic.User, error) {
+	t, u, _, err := s.Credential(ctx, hash, now)
+	return t, u, err
+}
+
+// credentialQuery reads a token, its user and the user's teams.
+const credentialQuery = "SELECT " + tokenCols + ", u.name, u.platform_admin, u.password != '', u.created_at, " +
+	"(SELECT group_concat(m.team || '=' || m.role, ',') FROM members m WHERE m.user_name = u.name) " +
+	"FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = ?"
+
+// Credential implements store.Accounts: one read, the memberships folded
+// into the token's row (team and user names hold no ',' nor '=').
+func (s *Store) Credential(ctx context.Context, hash []byte, now time.Time) (store.Token, cosmic.User, []cosmic.Member, error) {
 	var (
 		u       cosmic.User
 		ucreate int64
+		teams   sql.NullString
 	)
-	finish, ptrs := scanToken([]any{&u.Name, &u.PlatformAdmin, &u.HasPassword, &ucreate})
-	err := s.r.QueryRowContext(ctx, "SELECT "+tokenCols+", u.name, u.platform_admin, u.password != '', u.created_at FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = ?", hash).Scan(ptrs...)
+	finish, ptrs := scanToken([]any{&u.Name, &u.PlatformAdmin, &u.HasPassword, &ucreate, &teams})
+	err := s.credential.QueryRowContext(ctx, hash).Scan(ptrs...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return store.Token{}, cosmic.User{}, fmt.Errorf("token: %w", cosmic.ErrNotFound)
+		return store.Token{}, cosmic.User{}, nil, fmt.Errorf("token: %w", cosmic.ErrNotFound)
 	}
 	if err != nil {
-		return store.Token{}, cosmic.User{}, fmt.Errorf("token by hash: %w", err)
+		return store.Token{}, cosmic.User{}, nil, fmt.Errorf("token by hash: %w", err)
 	}
 	t, err := finish()
 	if err != nil {
-		return store.Token{}, cosmic.User{}, err
+		return store.Token{}, cosmic.User{}, nil, err
 	}
 	u.CreatedAt = fromNanos(ucreate)
 	if !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) {
-		return store.Token{}, cosmic.User{}, fmt.Errorf("token %s expired: %w", t.ID, cosmic.ErrNotFound)
+		return store.Token{}, cosmic.User{}, nil, fmt.Errorf("token %s expired: %w", t.ID, cosmic.ErrNotFound)
 	}
-	return t, u, nil
+	var ms []cosmic.Member
+	if teams.String != "" {
+		for _, tr := range strings.Split(teams.String, ",") {
+			team, role, _ := strings.Cut(tr, "=")
+			ms = append(ms, cosmic.Member{Team: team, User: u.Name, Role: cosmic.Role(role)})
+		}
+		slices.SortFunc(ms, func(a, b cosmic.Member) int { return strings.Compare(a.Team, b.Team) })
+	}
+	return t, u, ms, nil
 }
 
 // ListTokens implements store.Accounts.

@@ -43,6 +43,9 @@ type Store struct {
 	w *sql.DB // writer: one connection, BEGIN IMMEDIATE
 	r *sql.DB // readers: query_only connections
 
+	// credential is the prepared statement of Credential.
+	credential *sql.Stmt
+
 	// unanalyzed counts the rows written since the planner's statistics
 	// were last refreshed.
 	unanalyzed atomic.Int64
@@ -120,6 +123,12 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	s := &Store{w: w, r: r}
+	// The credential read runs on every API request: parsed once.
+	if s.credential, err = r.PrepareContext(ctx, credentialQuery); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: prepare: %w", path, err)
+	}
 	s.analyze(ctx)
 	return s, nil
 }
@@ -166,6 +175,7 @@ func (s *Store) analyze(ctx context.Context) {
 // Close refreshes the query planner's statistics and closes the database.
 func (s *Store) Close() error {
 	_, errOpt := s.w.Exec("PRAGMA optimize")
+	s.credential.Close()
 	errR := s.r.Close()
 	errW := s.w.Close()
 	if err := errors.Join(errR, errW); err != nil {

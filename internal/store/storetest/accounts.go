@@ -127,6 +127,26 @@ func testMembers(t *testing.T, open func(t *testing.T) store.Store) {
 	if diff := cmp.Diff([]cosmic.Member{{Team: "ml", User: "ann", Role: cosmic.RoleOwner}, {Team: "web", User: "ann", Role: cosmic.RoleViewer}}, ms); diff != "" {
 		t.Errorf("Memberships(ann) (-want +got):\n%s", diff)
 	}
+	// Credential reads a token with its user's teams, by team.
+	if err := s.CreateToken(ctx, store.Token{ID: "ta", UserName: "ann", Hash: hash(9), CreatedAt: at(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, u, ms, err := s.Credential(ctx, hash(9), time.Now()); err != nil || u.Name != "ann" ||
+		!cmp.Equal(ms, []cosmic.Member{{Team: "ml", User: "ann", Role: cosmic.RoleOwner}, {Team: "web", User: "ann", Role: cosmic.RoleViewer}}) {
+		t.Errorf("Credential(ann's token) = %+v, %+v, %v", u, ms, err)
+	}
+	if _, _, ms, err := s.Credential(ctx, hash(9), time.Now()); err == nil && len(ms) == 0 {
+		t.Error("Credential lost the memberships")
+	}
+	if err := s.CreateUser(ctx, cosmic.User{Name: "solo"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateToken(ctx, store.Token{ID: "ts", UserName: "solo", Hash: hash(8)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ms, err := s.Credential(ctx, hash(8), time.Now()); err != nil || len(ms) != 0 {
+		t.Errorf("Credential(a user of no team) = %+v, %v", ms, err)
+	}
 	// Leaving a team takes the tokens bound to it.
 	bound := store.Token{ID: "tb", UserName: "ann", Hash: hash(1), Team: "web", Scope: "read", Selector: map[string]string{"app": "x"}, CreatedAt: at(0)}
 	free := store.Token{ID: "tf", UserName: "ann", Hash: hash(2), CreatedAt: at(0)}
