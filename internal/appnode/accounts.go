@@ -58,14 +58,14 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, in apiv1.Login) 
 }
 
 // lifetime reads an expiresIn: a Go duration from a minute to max (""
-// is def).
-func lifetime(field, v string, def, max time.Duration) (time.Duration, error) {
+// is def), or says what is wrong with it.
+func lifetime(field, v string, def, max time.Duration) (time.Duration, *cosmic.FieldError) {
 	if v == "" {
 		return def, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < time.Minute || d > max {
-		return 0, invalid(&cosmic.FieldError{Field: field, Message: fmt.Sprintf("%s: want a duration from 1m to %v (e.g. 720h)", clip(v), max)})
+		return 0, &cosmic.FieldError{Field: field, Message: fmt.Sprintf("%s: want a duration from 1m to %v (e.g. 720h)", clip(v), max)}
 	}
 	return d, nil
 }
@@ -75,16 +75,16 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, _ *caller) (any, 
 	if err := s.readJSON(w, r, &in); err != nil {
 		return nil, err
 	}
-	life, err := lifetime("expiresIn", in.ExpiresIn, apiv1.DefaultLoginLife, apiv1.MaxTokenLife)
-	if err != nil {
-		return nil, err
+	life, fe := lifetime("expiresIn", in.ExpiresIn, apiv1.DefaultLoginLife, apiv1.MaxTokenLife)
+	if fe != nil {
+		return nil, invalid(fe)
 	}
 	name := strings.TrimSpace(in.TokenName)
 	if name == "" {
 		name = "login"
 	}
-	if err := checkName("tokenName", name); err != nil {
-		return nil, err
+	if fe := checkName("tokenName", name); fe != nil {
+		return nil, invalid(fe)
 	}
 	u, err := s.signIn(w, r, in)
 	if err != nil {
@@ -209,12 +209,13 @@ func (s *Server) listTokens(_ http.ResponseWriter, r *http.Request, c *caller) (
 // maxTokenName bounds the names of tokens and API keys.
 const maxTokenName = 128
 
-func checkName(field, name string) error {
+// checkName says what is wrong with the name of a token or an API key.
+func checkName(field, name string) *cosmic.FieldError {
 	switch {
 	case name == "":
-		return invalid(&cosmic.FieldError{Field: field, Message: "is required"})
+		return &cosmic.FieldError{Field: field, Message: "is required"}
 	case utf8.RuneCountInString(name) > maxTokenName || !utf8.ValidString(name):
-		return invalid(&cosmic.FieldError{Field: field, Message: fmt.Sprintf("at most %d characters of UTF-8", maxTokenName)})
+		return &cosmic.FieldError{Field: field, Message: fmt.Sprintf("at most %d characters of UTF-8", maxTokenName)}
 	}
 	return nil
 }
@@ -226,12 +227,12 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *caller) 
 	}
 	in.Name = strings.TrimSpace(in.Name)
 	var fes []*cosmic.FieldError
-	if err := checkName("name", in.Name); err != nil {
-		fes = append(fes, &cosmic.FieldError{Field: "name", Message: "is required, at most 128 characters"})
+	if fe := checkName("name", in.Name); fe != nil {
+		fes = append(fes, fe)
 	}
-	life, err := lifetime("expiresIn", in.ExpiresIn, apiv1.DefaultTokenLife, apiv1.MaxTokenLife)
-	if err != nil {
-		fes = append(fes, &cosmic.FieldError{Field: "expiresIn", Message: fmt.Sprintf("want a duration from 1m to %v", apiv1.MaxTokenLife)})
+	life, fe := lifetime("expiresIn", in.ExpiresIn, apiv1.DefaultTokenLife, apiv1.MaxTokenLife)
+	if fe != nil {
+		fes = append(fes, fe)
 	}
 	scope := authz.Scope(in.Scope)
 	if !scope.Valid() {

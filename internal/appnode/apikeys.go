@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
@@ -35,12 +34,9 @@ var _ APIKeyStore = store.APIKeys(nil)
 // one the API-key routes answer 501.
 func (s *Server) SetAPIKeys(k APIKeyStore) { s.apiKeys = k }
 
-// maxKeyName bounds an API key's name; maxModelName a served model name
-// a key is limited to.
-const (
-	maxKeyName   = 128
-	maxModelName = 256
-)
+// maxModelName bounds a served model name a key is limited to (its own
+// name is checked as a token's, checkName).
+const maxModelName = 256
 
 // keyOut is the key as the API shows it at now: a previous secret whose
 // grace has ended is not shown.
@@ -116,11 +112,8 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 		return nil, err
 	}
 	in.Name = strings.TrimSpace(in.Name)
-	switch {
-	case in.Name == "":
-		return nil, invalid(&cosmic.FieldError{Field: "name", Message: "is required"})
-	case utf8.RuneCountInString(in.Name) > maxKeyName:
-		return nil, invalid(&cosmic.FieldError{Field: "name", Message: fmt.Sprintf("at most %d characters", maxKeyName)})
+	if fe := checkName("name", in.Name); fe != nil {
+		return nil, invalid(fe)
 	}
 	models, err := keyModels(in.Models)
 	if err != nil {
