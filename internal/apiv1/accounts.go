@@ -64,6 +64,16 @@ type Login struct {
 
 // Session is the answer of createSession: the cookie is set, and the CSRF
 // token to send as X-CSRF-Token is here.
+// CreateSession opens a browser session: with a user and password, or
+// with Token, a personal access token that is neither bound, scoped nor
+// limited by a selector (the web interface's "sign in with a token"; the
+// session ends no later than the token).
+type CreateSession struct {
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	Token    string `json:"token,omitempty"`
+}
+
 type Session struct {
 	User      string    `json:"user"`
 	CSRFToken string    `json:"csrfToken"`
@@ -232,10 +242,10 @@ func accountRoutes() []Route {
 			Description: "For the CLI (`cosmicac login`). Attempts are rate limited per user and per address (429 with Retry-After). A wrong user or password is 401 alike.",
 			Request:     Login{}, Response: CreatedToken{}, Status: http.StatusCreated, Errors: append([]int{http.StatusUnauthorized}, tooMany...)},
 		{Op: OpCreateSession, Method: http.MethodPost, Path: Prefix + "/session", Tag: "accounts", Perm: authz.Public,
-			Summary: "Sign in with a password; answers a browser session",
+			Summary: "Sign in with a password or a full personal access token; answers a browser session",
 			Description: "Sets the " + SessionCookie + " cookie (HttpOnly, SameSite=Strict, Secure over TLS). Requests with the cookie that change something must send the answer's csrfToken as " + HeaderCSRF + ". " +
-				"Rate limited as login.",
-			Request: Login{}, Response: Session{}, Status: http.StatusCreated, Errors: append([]int{http.StatusUnauthorized}, tooMany...)},
+				"Rate limited as login. A token that is bound to a team, scoped or limited by a selector is refused (403): a session holds all of its user's rights. The session ends no later than the token.",
+			Request: CreateSession{}, Response: Session{}, Status: http.StatusCreated, Errors: append([]int{http.StatusUnauthorized, http.StatusForbidden}, tooMany...)},
 		{Op: OpDeleteSession, Method: http.MethodDelete, Path: Prefix + "/session", Tag: "accounts", Perm: authz.Self,
 			Summary: "Sign out: end the session (or revoke the token) the request carries", Status: http.StatusNoContent},
 		{Op: OpChangePassword, Method: http.MethodPut, Path: Prefix + "/whoami/password", Tag: "accounts", Perm: authz.AccountManage,

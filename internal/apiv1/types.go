@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -170,6 +171,11 @@ type WhoAmI struct {
 	// every request that changes something (sessions only).
 	CSRFToken string    `json:"csrfToken,omitempty"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// Permissions are the permissions (docs/permissions.md) the request's
+	// credential holds in the active team and on the platform, as the
+	// API checks them: the web interface shows only the actions they
+	// allow.
+	Permissions []authz.Permission `json:"permissions"`
 }
 
 // Health is the answer of the health check.

@@ -1,6 +1,7 @@
 package appnode
 
 import (
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
@@ -117,15 +118,27 @@ func tokenOut(t store.Token) apiv1.Token {
 }
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
-	var in apiv1.Login
+	var in apiv1.CreateSession
 	if err := s.readJSON(w, r, &in); err != nil {
 		return nil, err
 	}
-	if in.TokenName != "" || in.ExpiresIn != "" {
-		return nil, invalid(&cosmic.FieldError{Field: "tokenName", Message: "a session takes only user and password"})
-	}
-	u, err := s.signIn(w, r, in)
-	if err != nil {
+	var (
+		u       cosmic.User
+		err     error
+		expires = s.now().UTC().Add(s.cfg.SessionLife.D())
+	)
+	if in.Token != "" {
+		if in.User != "" || in.Password != "" {
+			return nil, invalid(&cosmic.FieldError{Field: "token", Message: "give either a token or a user and password"})
+		}
+		var tokExpires time.Time
+		if u, tokExpires, err = s.tokenSignIn(r, in.Token); err != nil {
+			return nil, err
+		}
+		if !tokExpires.IsZero() && tokExpires.Before(expires) {
+			expires = tokExpires.UTC()
+		}
+	} else if u, err = s.signIn(w, r, apiv1.Login{User: in.User, Password: in.Password}); err != nil {
 		return nil, err
 	}
 	secret, hash, err := newSecret(SessionPrefix)
@@ -140,9 +153,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller
 	if err != nil {
 		return nil, err
 	}
-	now := s.now().UTC()
 	t := store.Token{ID: id, Kind: store.KindSession, Name: "browser", UserName: u.Name, Hash: hash, CSRF: csrfHash,
-		CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionLife.D())}
+		CreatedAt: s.now().UTC(), ExpiresAt: expires}
 	if err := s.acc.CreateToken(r.Context(), t); err != nil {
 		return nil, err
 	}
@@ -150,6 +162,31 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller
 		HttpOnly: true, Secure: r.TLS != nil || s.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
 	s.log.Info("session created", "id", id, "user", u.Name)
 	return apiv1.Session{User: u.Name, CSRFToken: csrf, ExpiresAt: t.ExpiresAt}, nil
+}
+
+// tokenSignIn opens a session with a personal access token (the web
+// interface's "sign in with a token"): only a full one, neither bound to a
+// team, scoped nor limited by a selector, since a session holds all of
+// its user's rights. It answers the token's user and expiry; a wrong
+// token is 401 like a wrong password.
+func (s *Server) tokenSignIn(r *http.Request, secret string) (cosmic.User, time.Time, error) {
+	if inf, _ := r.Context().Value(infoKey{}).(*info); inf != nil {
+		inf.target = "token"
+	}
+	hash := HashToken(secret)
+	tok, u, _, err := s.acc.Credential(r.Context(), hash, s.now())
+	switch {
+	case errors.Is(err, cosmic.ErrNotFound):
+		return cosmic.User{}, time.Time{}, errorf(http.StatusUnauthorized, apiv1.CodeUnauthorized, "unknown, expired or revoked token")
+	case err != nil:
+		return cosmic.User{}, time.Time{}, fmt.Errorf("look up token: %w", err)
+	case subtle.ConstantTimeCompare(tok.Hash, hash) != 1, tok.Kind != store.KindToken, strings.HasPrefix(secret, SessionPrefix):
+		return cosmic.User{}, time.Time{}, errorf(http.StatusUnauthorized, apiv1.CodeUnauthorized, "unknown, expired or revoked token")
+	case tok.Team != "" || tok.Scope != "" || len(tok.Selector) > 0:
+		return cosmic.User{}, time.Time{}, errorf(http.StatusForbidden, apiv1.CodeForbidden,
+			"token %s is bound, scoped or limited by a selector: a browser session holds all of its user's rights, so it needs a full token or the password", tok.ID)
+	}
+	return u, tok.ExpiresAt, nil
 }
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {

@@ -342,3 +342,98 @@ func TestSecretsStayOutOfTheLog(t *testing.T) {
 		t.Fatalf("nothing was logged: %s", logged.String())
 	}
 }
+
+// TestSessionFromToken: a full personal access token opens a browser
+// session (the web interface's token sign-in) that ends no later than the
+// token; a bound, scoped or selector-limited token cannot, since the
+// session would hold more than it; a wrong one is 401.
+func TestSessionFromToken(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	alice := e.AddUser(t, "alice", "ml", cosmic.RoleMember)
+	auth := map[string]string{"Authorization": "Bearer " + alice}
+	limited := map[string]string{}
+	for name, body := range map[string]string{
+		"bound":    `{"name":"b","team":"ml","expiresIn":"2h"}`,
+		"scoped":   `{"name":"s","team":"ml","scope":"read","expiresIn":"2h"}`,
+		"selector": `{"name":"l","team":"ml","selector":{"app":"x"},"expiresIn":"2h"}`,
+		"full":     `{"name":"f","expiresIn":"2h"}`,
+	} {
+		rec := do(e, "POST", "/api/v1/tokens", body, auth)
+		var ct apiv1.CreatedToken
+		if err := json.Unmarshal(rec.Body.Bytes(), &ct); err != nil || rec.Code != 201 {
+			t.Fatalf("token %s: %d %s", name, rec.Code, rec.Body)
+		}
+		limited[name] = ct.Secret
+	}
+	for _, name := range []string{"bound", "scoped", "selector"} {
+		if rec := do(e, "POST", "/api/v1/session", `{"token":"`+limited[name]+`"}`, nil); rec.Code != 403 || len(rec.Result().Cookies()) != 0 {
+			t.Errorf("session from a %s token: %d %s", name, rec.Code, rec.Body)
+		}
+	}
+	for _, body := range []string{`{"token":"cat_wrong"}`, `{"token":"` + limited["full"] + `x"}`} {
+		if rec := do(e, "POST", "/api/v1/session", body, nil); rec.Code != 401 {
+			t.Errorf("session from %s: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+	if rec := do(e, "POST", "/api/v1/session", `{"token":"`+limited["full"]+`","user":"alice"}`, nil); rec.Code != 400 {
+		t.Errorf("a token and a user: %d %s", rec.Code, rec.Body)
+	}
+	rec := do(e, "POST", "/api/v1/session", `{"token":"`+limited["full"]+`"}`, nil)
+	if rec.Code != 201 {
+		t.Fatalf("session from a full token: %d %s", rec.Code, rec.Body)
+	}
+	var ses apiv1.Session
+	if err := json.Unmarshal(rec.Body.Bytes(), &ses); err != nil || ses.User != "alice" {
+		t.Fatalf("session %s", rec.Body)
+	}
+	if left := time.Until(ses.ExpiresAt); left > 2*time.Hour+time.Minute || left < time.Hour {
+		t.Errorf("the session ends in %v, want no later than the token (2h)", left)
+	}
+	ck := rec.Result().Cookies()[0]
+	rec = do(e, "GET", "/api/v1/whoami", "", nil, &http.Cookie{Name: ck.Name, Value: ck.Value})
+	var w apiv1.WhoAmI
+	if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil || w.Credential != "session" || w.User != "alice" {
+		t.Fatalf("whoami with the session: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestWhoAmIPermissions: whoami lists what the credential may do in the
+// active team, as the matrix grants it: a viewer reads, a member also
+// creates, neither manages keys; a read token only reads.
+func TestWhoAmIPermissions(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	viewer := e.AddUser(t, "vera", "ml", cosmic.RoleViewer)
+	member := e.AddUser(t, "mia", "ml", cosmic.RoleMember)
+	perms := func(tok string) []string {
+		t.Helper()
+		rec := do(e, "GET", "/api/v1/whoami", "", map[string]string{"Authorization": "Bearer " + tok})
+		var w struct{ Permissions []string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil || rec.Code != 200 {
+			t.Fatalf("whoami: %d %s", rec.Code, rec.Body)
+		}
+		return w.Permissions
+	}
+	has := func(ps []string, p string) bool {
+		for _, q := range ps {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	v, m, a := perms(viewer), perms(member), perms(e.AdminToken)
+	for _, c := range []struct {
+		who   string
+		ps    []string
+		perm  string
+		wants bool
+	}{
+		{"viewer", v, "jobs.read", true}, {"viewer", v, "jobs.create", false}, {"viewer", v, "jobs.connect", false},
+		{"member", m, "jobs.create", true}, {"member", m, "jobs.connect", true}, {"member", m, "apikeys.manage", false},
+		{"member", m, "racks.manage", false}, {"admin", a, "racks.manage", true}, {"admin", a, "apikeys.manage", true},
+	} {
+		if has(c.ps, c.perm) != c.wants {
+			t.Errorf("%s holds %s: %v, want %v (%v)", c.who, c.perm, !c.wants, c.wants, c.ps)
+		}
+	}
+}
