@@ -1,7 +1,10 @@
 package appnode
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -145,10 +148,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller
 	if err != nil {
 		return nil, err
 	}
-	csrf, csrfHash, err := newSecret("csrf_")
-	if err != nil {
-		return nil, err
-	}
+	csrf := csrfToken(secret)
+	csrfHash := HashToken(csrf)
 	id, err := newID("ses_")
 	if err != nil {
 		return nil, err
@@ -162,6 +163,16 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller
 		HttpOnly: true, Secure: r.TLS != nil || s.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
 	s.log.Info("session created", "id", id, "user", u.Name)
 	return apiv1.Session{User: u.Name, CSRFToken: csrf, ExpiresAt: t.ExpiresAt}, nil
+}
+
+// csrfToken is a session's CSRF token: derived from the session's secret
+// (HMAC-SHA256), so that whoami can give it again to a reloaded page that
+// sends the cookie, and nobody without the cookie (HttpOnly) can compute
+// it. Only its hash is stored, as the secret's is.
+func csrfToken(sessionSecret string) string {
+	m := hmac.New(sha256.New, []byte(sessionSecret))
+	m.Write([]byte("cosmicac session csrf v1"))
+	return "csrf_" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // tokenSignIn opens a session with a personal access token (the web

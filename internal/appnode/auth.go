@@ -97,6 +97,9 @@ type caller struct {
 	// audit is what the audit log says of the request: the team acted in
 	// and the object acted on, set by the handler.
 	auditTeam, auditTarget string
+	// csrf is the session's CSRF token when the credential came in the
+	// session cookie (whoami gives it to a reloaded page).
+	csrf string
 }
 
 // subject is the caller as the matrix sees it, acting in team ("" for no
@@ -213,6 +216,9 @@ func (s *Server) authenticateAs(r *http.Request, proxy bool) (*caller, error) {
 		}
 	}
 	c := &caller{user: u, tok: tok, roles: make(map[string]cosmic.Role, len(ms))}
+	if fromCookie {
+		c.csrf = csrfToken(secret)
+	}
 	for _, m := range ms {
 		c.roles[m.Team] = m.Role
 	}

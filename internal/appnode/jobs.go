@@ -531,6 +531,7 @@ func (s *Server) whoAmI(_ http.ResponseWriter, _ *http.Request, c *caller) (any,
 	for _, t := range slices.Sorted(maps.Keys(c.roles)) {
 		out.Teams = append(out.Teams, cosmic.Member{Team: t, User: c.user.Name, Role: c.roles[t]})
 	}
+	out.CSRFToken = c.csrf
 	out.Permissions = []authz.Permission{}
 	for _, p := range authz.Permissions {
 		if c.can(c.team, p) {

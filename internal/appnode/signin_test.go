@@ -151,9 +151,13 @@ func TestSession(t *testing.T) {
 	if rec := do(e, "POST", "/api/v1/jobs", spec, map[string]string{apiv1.HeaderCSRF: ses.CSRFToken}, ck); rec.Code != 201 {
 		t.Errorf("create with the CSRF token: %d %s", rec.Code, rec.Body)
 	}
-	if rec := do(e, "GET", "/api/v1/whoami", "", nil, ck); !strings.Contains(rec.Body.String(), ses.CSRFToken) && rec.Code == 200 {
-		// whoami gives a page reloaded its CSRF token again.
-		t.Logf("whoami: %s", rec.Body)
+	// whoami gives a reloaded page its CSRF token again (with the cookie
+	// only: a token has none).
+	if rec := do(e, "GET", "/api/v1/whoami", "", nil, ck); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"csrfToken":"`+ses.CSRFToken+`"`) {
+		t.Errorf("whoami with the cookie: %d %s, want csrfToken %s", rec.Code, rec.Body, ses.CSRFToken)
+	}
+	if rec := do(e, "GET", "/api/v1/whoami", "", map[string]string{"Authorization": "Bearer " + e.AdminToken}); strings.Contains(rec.Body.String(), "csrfToken") {
+		t.Errorf("whoami with a token shows a CSRF token: %s", rec.Body)
 	}
 	// A new password ends the session.
 	withPassword(t, e, "alice", "another horse")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/gateway"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
 )
@@ -49,8 +50,8 @@ func currentUser() string {
 func (a *app) upCommand() *cobra.Command {
 	cfg := platform.DefaultConfig("")
 	var (
-		kubeconfig, rackConfig, location string
-		verbose                          bool
+		kubeconfig, rackConfig, location, domain string
+		verbose                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -97,6 +98,14 @@ func (a *app) upCommand() *cobra.Command {
 				return fmt.Errorf("load this CLI's fabric key: %w", err)
 			}
 			cfg.OperatorKeys = []fabric.PublicKey{cliID.PublicKey()}
+			gcfg := gateway.Config{Listen: cfg.Listen, Domain: domain, HTTP: cfg.HTTP}
+			if domain != "" && !cmd.Flags().Changed("listen") {
+				gcfg.Listen = "" // :443
+			}
+			if err := (gateway.Config{Listen: gcfg.Listen, Domain: domain, AppNode: "http://x", Inference: "http://x", Monitor: "http://x"}).Validate(); err != nil {
+				return usageErrorf("%v", err)
+			}
+			cfg.Front = func(u platform.Upstreams) (platform.Front, error) { return startGateway(gcfg, u, cfg.DataDir) }
 			ctx := cmd.Context()
 			p, err := platform.Start(ctx, cfg)
 			if err != nil {
@@ -104,7 +113,9 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			defer p.Close()
 			fmt.Fprintf(a.stdout, "CosmicAC is up.\n\n")
+			fmt.Fprintf(a.stdout, "  web          %s/  (sign in with the admin token, or a user's password)\n", p.URL)
 			fmt.Fprintf(a.stdout, "  API          %s/api/v1  (OpenAPI: %s/api/v1/openapi.json)\n", p.URL, p.URL)
+			fmt.Fprintf(a.stdout, "  gateway log  %s  (Caddy's JSON access log)\n", filepath.Join(cfg.DataDir, gatewayLog))
 			if p.MetricsURL != "" {
 				fmt.Fprintf(a.stdout, "  metrics      %s/metrics  (wrk-monitor's: %s/monitor/metrics)\n", p.MetricsURL, p.MetricsURL)
 			}
@@ -137,7 +148,8 @@ func (a *app) upCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where state is kept (default $XDG_DATA_HOME/cosmicac or ~/.local/share/cosmicac)")
-	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the HTTP API's address")
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the gateway's address: the web interface, /api, /inference and /monitor (with --domain, default :443)")
+	f.StringVar(&domain, "domain", "", "serve HTTPS for this domain with a certificate Caddy obtains and renews (ACME), HTTP on :80 redirected to it")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "the address of the Prometheus metrics (/metrics, /monitor/metrics), apart from the API; \"\" serves none")
 	f.StringVar(&cfg.FabricHost, "fabric-host", cfg.FabricHost, "the host (an IP) every component's fabric node listens on; with --kubeconfig the VMIs' agents dial it, so it must be reachable from the pods (the default loopback is only good for tests)")
 	f.StringVar(&cfg.Sim.Location, "sim-location", cfg.Sim.Location, "the simulated rack's location")
@@ -154,4 +166,37 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
 	return cmd
+}
+
+// gatewayLog is the file in the data directory that takes the gateway's
+// logs (Caddy's JSON access log).
+const gatewayLog = "gateway.log"
+
+// upGateway is the embedded Caddy in front of `up`'s components, and the
+// log file it writes.
+type upGateway struct {
+	*gateway.Gateway
+	log *os.File
+}
+
+func (g upGateway) Close() error {
+	err := g.Gateway.Close()
+	g.log.Close()
+	return err
+}
+
+// startGateway starts Caddy routing to u, logging to the data directory's
+// gateway.log.
+func startGateway(c gateway.Config, u platform.Upstreams, dataDir string) (platform.Front, error) {
+	c.AppNode, c.Inference, c.Monitor, c.UI = u.API, u.Inference, u.Monitor, u.WebUI
+	f, err := os.OpenFile(filepath.Join(dataDir, gatewayLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	g, err := gateway.Start(c, f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return upGateway{Gateway: g, log: f}, nil
 }

@@ -214,7 +214,7 @@ func (c Config) CaddyJSON() ([]byte, error) {
 
 // Gateway is the running Caddy.
 type Gateway struct {
-	addr string
+	addr, domain string
 }
 
 // running guards Caddy's one config per process.
@@ -224,6 +224,17 @@ var running sync.Mutex
 // log and its own warnings and errors) are JSON lines written to logs
 // (nil: standard error). A second Start before Close fails.
 func Start(c Config, logs io.Writer) (*Gateway, error) {
+	if host, port, err := net.SplitHostPort(c.Listen); err == nil && port == "0" {
+		// Caddy does not say which port it got: pick a free one first
+		// (another process could take it in between; tests only).
+		ln, err := net.Listen("tcp", c.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("start gateway: %w", err)
+		}
+		_, port, _ = net.SplitHostPort(ln.Addr().String())
+		ln.Close()
+		c.Listen = net.JoinHostPort(host, port)
+	}
 	b, err := c.CaddyJSON()
 	if err != nil {
 		return nil, err
@@ -246,11 +257,20 @@ func Start(c Config, logs io.Writer) (*Gateway, error) {
 			addr = ":443"
 		}
 	}
-	return &Gateway{addr: addr}, nil
+	return &Gateway{addr: addr, domain: c.Domain}, nil
 }
 
 // Addr is the address the gateway serves.
 func (g *Gateway) Addr() string { return g.addr }
+
+// URL is the gateway's base URL: https://DOMAIN with a domain, else
+// http://ADDR.
+func (g *Gateway) URL() string {
+	if g.domain != "" {
+		return "https://" + g.domain
+	}
+	return "http://" + g.addr
+}
 
 // Close stops Caddy: its listeners close and the requests in flight end.
 func (g *Gateway) Close() error {

@@ -38,6 +38,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -83,7 +84,28 @@ type Config struct {
 	// of CosmicAC's own (internal/simsshd) admitting its spec's
 	// sshPublicKeys: the host's port 22 is not the VM's.
 	AgentSSHPort int
-	Logger       *slog.Logger
+	// Front, when set, is the gateway in front of the components: the
+	// platform serves the API, proxy-inference, wrk-monitor and the web
+	// interface each on its own loopback listener and hands their
+	// addresses to Front, which listens on Listen (`cosmicac up` starts
+	// the embedded Caddy this way). Unset, one HTTP server on Listen
+	// routes by path as the gateway does (tests run several platforms in
+	// one process, and Caddy keeps one config a process).
+	Front  func(Upstreams) (Front, error)
+	Logger *slog.Logger
+}
+
+// Upstreams are the base URLs (http://host:port) of the components the
+// gateway routes to.
+type Upstreams struct {
+	Listen                         string
+	API, Inference, Monitor, WebUI string
+}
+
+// Front is a running gateway: its URL and how to stop it.
+type Front interface {
+	URL() string
+	Close() error
 }
 
 // DefaultConfig is `cosmicac up`'s: the API on 127.0.0.1:8080 and one
@@ -134,9 +156,10 @@ type Platform struct {
 	// Metrics holds the in-process components' metrics, served at /metrics
 	// of MetricsURL (the monitor's own are at /monitor/metrics there).
 	Metrics   *prometheus.Registry
-	URL       string // the HTTP API's base URL
-	TokenFile string // the bootstrap admin token's file
-	http      *http.Server
+	URL       string         // the HTTP API's base URL
+	TokenFile string         // the bootstrap admin token's file
+	servers   []*http.Server // the API's, or each component's behind a Front
+	front     Front
 	agents    *simAgents
 	inference *simInference
 	lock      *datadir.Lock // DataDir's, held until Close
@@ -394,33 +417,67 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory))
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ui, err := webui.New()
 	if err != nil {
-		return nil, fmt.Errorf("listen for the API on %s: %w", cfg.Listen, err)
+		return nil, err
 	}
-	p.URL = "http://" + ln.Addr().String()
-	_ = p.lock.SetAddr(p.URL) // only names the holder to a refused process
-	// One HTTP server, routed as the Caddy gateway routes: /monitor to
-	// wrk-monitor (which checks each viewer's token with the app-node),
-	// everything else to the app-node.
-	// The metrics are on their own listener (serveMetrics), not here.
-	mux := http.NewServeMux()
-	mux.Handle("/monitor/", p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler()))))
-	mux.Handle("/inference/", p.Proxy.Handler())
-	mux.Handle("/", api.Handler())
-	p.http = httpserve.New(mux, cfg.HTTP, log) // streams bound each write, not their length
-	p.http.RegisterOnShutdown(p.Monitor.CloseStreams)
+	monitorHTTP := p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler())))
 	p.goRun("audit retention", func() error { return api.RunAuditRetention(rctx) })
-	p.goRun("api", func() error {
-		if err := p.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
+	if cfg.Front == nil {
+		// One HTTP server, routed as the Caddy gateway routes: /api to the
+		// app-node, /monitor to wrk-monitor (which checks each viewer's
+		// token with the app-node), /inference to proxy-inference, every
+		// other path to the web interface. The metrics are on their own
+		// listener (serveMetrics), not here.
+		mux := http.NewServeMux()
+		mux.Handle("/api/", api.Handler())
+		mux.Handle("/monitor/", monitorHTTP)
+		mux.Handle("/inference/", p.Proxy.Handler())
+		mux.Handle("/", ui)
+		if p.URL, err = p.serveHTTP("api", cfg.Listen, mux); err != nil {
+			return nil, err
 		}
-		return nil
-	})
+	} else {
+		up := Upstreams{Listen: cfg.Listen}
+		for _, c := range []struct {
+			name string
+			h    http.Handler
+			url  *string
+		}{{"api", api.Handler(), &up.API}, {"proxy-inference", p.Proxy.Handler(), &up.Inference},
+			{"wrk-monitor", monitorHTTP, &up.Monitor}, {"web interface", ui, &up.WebUI}} {
+			if *c.url, err = p.serveHTTP(c.name, "127.0.0.1:0", c.h); err != nil {
+				return nil, err
+			}
+		}
+		if p.front, err = cfg.Front(up); err != nil {
+			return nil, fmt.Errorf("start the gateway on %s: %w", cfg.Listen, err)
+		}
+		p.URL = p.front.URL()
+	}
+	_ = p.lock.SetAddr(p.URL) // only names the holder to a refused process
 	if err := p.serveMetrics(cfg); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// serveHTTP serves h on addr under the API's limits (streams bound each
+// write, not their length) until Close, and answers its URL.
+func (p *Platform) serveHTTP(name, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen for the %s on %s: %w", name, addr, err)
+	}
+	srv := httpserve.New(h, p.cfg.HTTP, p.log)
+	srv.RegisterOnShutdown(p.Monitor.CloseStreams)
+	p.servers = append(p.servers, srv)
+	p.goRun(name, func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return "http://" + ln.Addr().String(), nil
 }
 
 func (p *Platform) goRun(name string, f func() error) {
@@ -459,11 +516,16 @@ func trimSpace(b []byte) []byte {
 // Close stops every component and waits for them.
 func (p *Platform) Close() error {
 	defer p.lock.Close() // last: the data dir is free once all is closed
-	if p.http != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		p.http.Shutdown(ctx)
-		cancel()
+	if p.front != nil {
+		if err := p.front.Close(); err != nil {
+			p.log.Warn("stop the gateway", "err", err)
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	for _, srv := range p.servers {
+		srv.Shutdown(ctx)
+	}
+	cancel()
 	if p.metricsHTTP != nil {
 		p.metricsHTTP.Close()
 	}

@@ -1,0 +1,174 @@
+// The HTTP API client of the web interface: every call goes to the
+// platform's own origin (/api, /monitor, /inference through the gateway),
+// with the session cookie, the CSRF token on anything that changes
+// something, and the active team in X-Cosmicac-Team.
+
+const session = { csrf: "", team: "" };
+
+export function setCSRF(token) {
+  session.csrf = token || "";
+}
+
+export function setTeam(team) {
+  session.team = team || "";
+}
+
+export function activeTeam() {
+  return session.team;
+}
+
+// ApiError is an answer other than 2xx: status, the API's code and
+// message, and details (per-field errors of a refused spec).
+export class ApiError extends Error {
+  constructor(status, code, message, details) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.details = details || [];
+  }
+}
+
+function headers(method, extra) {
+  const h = { Accept: "application/json", ...extra };
+  if (session.team && !("X-Cosmicac-Team" in h)) h["X-Cosmicac-Team"] = session.team;
+  if (method !== "GET" && method !== "HEAD" && session.csrf) h["X-CSRF-Token"] = session.csrf;
+  return h;
+}
+
+async function errorOf(res) {
+  let body = null;
+  try {
+    body = await res.json();
+  } catch {
+    // not JSON: a proxy's page
+  }
+  const e = body && body.error;
+  if (e) return new ApiError(res.status, e.code, e.message, e.details);
+  return new ApiError(res.status, "http_" + res.status, res.statusText || "request failed");
+}
+
+// call sends one request to path (under /api/v1 unless it starts with
+// /monitor or /inference) and answers the decoded JSON (null for 204).
+// opts: method, body (JSON-encoded), headers, signal, raw (answer the
+// Response itself).
+export async function call(path, opts = {}) {
+  const method = opts.method || (opts.body === undefined ? "GET" : "POST");
+  const url = path.startsWith("/monitor") || path.startsWith("/inference") ? path : "/api/v1" + path;
+  const h = headers(method, opts.headers);
+  let body;
+  if (opts.body !== undefined) {
+    h["Content-Type"] = "application/json";
+    body = JSON.stringify(opts.body);
+  }
+  const res = await fetch(url, { method, headers: h, body, signal: opts.signal, credentials: "same-origin" });
+  if (!res.ok) throw await errorOf(res);
+  if (opts.raw) return res;
+  if (res.status === 204) return null;
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
+}
+
+// events reads a server-sent event stream (the monitor's logs) with fetch,
+// which sends the same headers as every call, and hands each event to
+// onEvent({event, id, data}). It returns when the stream ends or signal
+// aborts.
+export async function events(path, { signal, lastId, onEvent, onOpen }) {
+  const h = headers("GET", { Accept: "text/event-stream" });
+  if (lastId !== undefined && lastId !== null) h["Last-Event-ID"] = String(lastId);
+  const res = await fetch(path, { headers: h, signal, credentials: "same-origin" });
+  if (!res.ok) throw await errorOf(res);
+  if (onOpen) onOpen(res);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let ev = { event: "message", id: "", data: [] };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      let line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (line.endsWith("\r")) line = line.slice(0, -1);
+      if (line === "") {
+        if (ev.data.length) onEvent({ event: ev.event, id: ev.id, data: ev.data.join("\n") });
+        ev = { event: "message", id: "", data: [] };
+        continue;
+      }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let v = colon < 0 ? "" : line.slice(colon + 1);
+      if (v.startsWith(" ")) v = v.slice(1);
+      if (field === "event") ev.event = v;
+      else if (field === "id") ev.id = v;
+      else if (field === "data") ev.data.push(v);
+    }
+  }
+}
+
+// watchJobs follows a job list (query: URLSearchParams of listJobs) with
+// the API's watch: each answer is held until the jobs change, and carries
+// the version to wait on next. onList gets every list; errors back off.
+export function watchJobs(query, onList, onError) {
+  const ctl = new AbortController();
+  (async () => {
+    let version = "";
+    let delay = 500;
+    while (!ctl.signal.aborted) {
+      const q = new URLSearchParams(query);
+      if (version) q.set("watch", version);
+      try {
+        const res = await call("/jobs?" + q, { signal: ctl.signal, raw: true });
+        version = res.headers.get("X-Cosmicac-Jobs-Version") || "";
+        onList(await res.json());
+        delay = 500;
+        if (!version) await sleep(2000, ctl.signal); // an API without watch: poll
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+        onError(e);
+        await sleep(delay, ctl.signal);
+        delay = Math.min(delay * 2, 10000);
+      }
+    }
+  })();
+  return () => ctl.abort();
+}
+
+// watchJob follows one job as watchJobs follows a list.
+export function watchJob(id, onJob, onError) {
+  const ctl = new AbortController();
+  (async () => {
+    let version = "";
+    let delay = 500;
+    while (!ctl.signal.aborted) {
+      try {
+        const res = await call(`/jobs/${encodeURIComponent(id)}` + (version ? `?watch=${encodeURIComponent(version)}` : ""), {
+          signal: ctl.signal,
+          raw: true,
+        });
+        version = res.headers.get("X-Cosmicac-Jobs-Version") || "";
+        onJob(await res.json());
+        delay = 500;
+        if (!version) await sleep(2000, ctl.signal);
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+        onError(e);
+        if (e.status === 404) return;
+        await sleep(delay, ctl.signal);
+        delay = Math.min(delay * 2, 10000);
+      }
+    }
+  })();
+  return () => ctl.abort();
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}

@@ -1,0 +1,394 @@
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { call } from "./api.js";
+import { navigate, useQuery } from "./router.jsx";
+import { Copy, ErrorNotice, Notice } from "./ui.jsx";
+
+// The new-job form. Its fields are the sections of the job configuration;
+// the spec it builds is validated by the API itself (POST /jobs/command,
+// which validates as create does and answers the equivalent CLI line), so
+// the messages next to the fields are the API's.
+
+const blank = {
+  type: "gpu-container",
+  name: "",
+  labels: "",
+  location: "",
+  gpuModel: "",
+  gpu: 1,
+  cpu: "",
+  memory: "",
+  image: "ubuntu-24.04",
+  diskGB: "",
+  sshKeys: "",
+  httpPort: "",
+  runtime: "vllm",
+  model: "",
+  servedModelName: "",
+  args: "",
+  replicas: 1,
+  requireAuth: true,
+};
+
+function pairs(text) {
+  const out = {};
+  for (const line of text.split(/[\n,]/)) {
+    const t = line.trim();
+    if (!t) continue;
+    const i = t.indexOf("=");
+    if (i < 0) out[t] = "";
+    else out[t.slice(0, i).trim()] = t.slice(i + 1).trim();
+  }
+  return out;
+}
+
+function unpairs(m) {
+  return Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join("\n");
+}
+
+function num(v) {
+  if (v === "" || v === null || v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : v;
+}
+
+// toSpec builds the spec from the form, over base (a duplicated job's
+// spec keeps the fields the form has no control for: command, envVars,
+// volumes …).
+export function toSpec(f, base = {}) {
+  const spec = { ...base, type: f.type, location: f.location };
+  const set = (k, v) => {
+    if (v === undefined || v === "" || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0)) delete spec[k];
+    else spec[k] = v;
+  };
+  set("name", f.name.trim());
+  set("labels", pairs(f.labels));
+  const res = { ...(base.resources || {}), gpu: num(f.gpu) ?? 0 };
+  if (f.gpuModel) res.gpuModel = f.gpuModel;
+  else delete res.gpuModel;
+  for (const k of ["cpu", "memory"]) {
+    if (num(f[k]) === undefined) delete res[k];
+    else res[k] = num(f[k]);
+  }
+  spec.resources = res;
+  set("diskGB", num(f.diskGB));
+  if (f.type === "gpu-container") {
+    set("image", f.image.trim());
+    set("sshPublicKeys", f.sshKeys.split("\n").map((s) => s.trim()).filter(Boolean));
+    set("defaultHttpPort", num(f.httpPort));
+    delete spec.inference;
+  } else {
+    delete spec.image;
+    delete spec.sshPublicKeys;
+    const inf = { ...(base.inference || {}), runtime: f.runtime, model: f.model.trim(), replicas: num(f.replicas), requireAuth: f.requireAuth };
+    if (f.servedModelName.trim()) inf.servedModelName = f.servedModelName.trim();
+    else delete inf.servedModelName;
+    const args = pairs(f.args);
+    if (Object.keys(args).length) inf.args = args;
+    else delete inf.args;
+    delete inf.gpusPerReplica; // resources.gpu says it
+    spec.inference = inf;
+  }
+  return spec;
+}
+
+// fromSpec fills the form from a spec (Duplicate).
+export function fromSpec(spec) {
+  const r = spec.resources || {};
+  const inf = spec.inference || {};
+  return {
+    ...blank,
+    type: spec.type,
+    name: spec.name ? `${spec.name}-copy` : "",
+    labels: unpairs(spec.labels),
+    location: spec.location || "",
+    gpuModel: r.gpuModel || "",
+    gpu: r.gpu ?? 1,
+    cpu: r.cpu ?? "",
+    memory: r.memory ?? "",
+    image: spec.image || "",
+    diskGB: spec.diskGB ?? "",
+    sshKeys: (spec.sshPublicKeys || []).join("\n"),
+    httpPort: spec.defaultHttpPort ?? "",
+    runtime: inf.runtime || "vllm",
+    model: inf.model || "",
+    servedModelName: inf.servedModelName || "",
+    args: unpairs(inf.args),
+    replicas: inf.replicas ?? 1,
+    requireAuth: inf.requireAuth === undefined ? true : !!inf.requireAuth,
+  };
+}
+
+// The API's field paths and the control that shows each.
+const FIELD_OF = {
+  type: "type",
+  name: "name",
+  labels: "labels",
+  location: "location",
+  "resources.gpuModel": "gpuModel",
+  gpuModel: "gpuModel",
+  "resources.gpu": "gpu",
+  "inference.gpusPerReplica": "gpu",
+  "resources.cpu": "cpu",
+  "resources.memory": "memory",
+  image: "image",
+  diskGB: "diskGB",
+  sshPublicKeys: "sshKeys",
+  defaultHttpPort: "httpPort",
+  "inference.runtime": "runtime",
+  "inference.model": "model",
+  "inference.servedModelName": "servedModelName",
+  "inference.args": "args",
+  "inference.replicas": "replicas",
+  "inference.requireAuth": "requireAuth",
+};
+
+function controlOf(field) {
+  let best = "";
+  for (const k of Object.keys(FIELD_OF)) {
+    if ((field === k || field.startsWith(k + ".") || field.startsWith(k + "[")) && k.length > best.length) best = k;
+  }
+  return best ? FIELD_OF[best] : "";
+}
+
+export function NewJobPage({ me }) {
+  const q = useQuery();
+  const from = q.get("from");
+  const [form, setForm] = useState(null);
+  const [base, setBase] = useState({});
+  const [fleet, setFleet] = useState(null);
+  const [errors, setErrors] = useState({});
+  const [others, setOthers] = useState([]);
+  const [command, setCommand] = useState(null);
+  const [showCmd, setShowCmd] = useState(false);
+  const [submitError, setSubmitError] = useState(null);
+  const [busy, setBusy] = useState(false);
+  const [touched, setTouched] = useState(false);
+  const seq = useRef(0);
+
+  useEffect(() => {
+    (async () => {
+      let fl = { locations: [] };
+      try {
+        fl = await call("/fleet");
+      } catch {
+        // the form still works without the fleet's free counts
+      }
+      setFleet(fl);
+      if (from) {
+        try {
+          const job = await call(`/jobs/${encodeURIComponent(from)}`);
+          const { name: _n, ...rest } = job.spec;
+          setBase(rest);
+          setForm(fromSpec(job.spec));
+          return;
+        } catch (e) {
+          setSubmitError(e);
+        }
+      }
+      const loc = (fl.locations || [])[0];
+      setForm({ ...blank, location: loc ? loc.name : "" });
+    })();
+  }, [from]);
+
+  const spec = useMemo(() => (form ? toSpec(form, base) : null), [form, base]);
+
+  // Validate with the API as the user types (debounced); the newest
+  // answer wins.
+  useEffect(() => {
+    if (!spec) return;
+    const n = ++seq.current;
+    const t = setTimeout(async () => {
+      try {
+        const cmd = await call("/jobs/command", { body: spec });
+        if (n !== seq.current) return;
+        setCommand(cmd);
+        setErrors({});
+        setOthers([]);
+      } catch (e) {
+        if (n !== seq.current) return;
+        setCommand(null);
+        const errs = {};
+        const rest = [];
+        for (const d of e.details && e.details.length ? e.details : [{ field: "", message: e.message }]) {
+          const c = controlOf(d.field || "");
+          const msg = d.reason && d.reason.message ? d.reason.message : d.message;
+          if (c) errs[c] = errs[c] ? `${errs[c]}; ${msg}` : msg;
+          else rest.push(d.field ? `${d.field}: ${msg}` : msg);
+        }
+        setErrors(errs);
+        setOthers(rest);
+      }
+    }, 250);
+    return () => clearTimeout(t);
+  }, [JSON.stringify(spec)]);
+
+  if (!form) return <p aria-busy="true">Loading…</p>;
+
+  const set = (k) => (e) => {
+    const el = e.currentTarget;
+    setTouched(true);
+    setForm({ ...form, [k]: el.type === "checkbox" ? el.checked : el.value });
+  };
+  const loc = ((fleet && fleet.locations) || []).find((l) => l.name === form.location);
+  const models = (loc && loc.gpuModels) || [];
+  const isInf = form.type === "managed-inference";
+
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    setSubmitError(null);
+    try {
+      const job = await call("/jobs", { body: spec });
+      navigate(`/jobs/${job.id}`);
+    } catch (err) {
+      setSubmitError(err);
+      if (err.details && err.details.length) {
+        const errs = {};
+        for (const d of err.details) {
+          const c = controlOf(d.field || "");
+          if (c) errs[c] = d.message;
+        }
+        setErrors(errs);
+      }
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const field = (k, label, input, help) => (
+    <div class={`field${errors[k] ? " invalid" : ""}`}>
+      <label for={`f-${k}`}>{label}</label>
+      {input}
+      {help && <p class="help" id={`h-${k}`}>{help}</p>}
+      {errors[k] && (touched || from) && <p class="error" id={`e-${k}`} role="alert">{errors[k]}</p>}
+    </div>
+  );
+  const attrs = (k) => ({
+    id: `f-${k}`,
+    name: k,
+    value: form[k],
+    onInput: set(k),
+    "aria-invalid": errors[k] && (touched || from) ? "true" : undefined,
+    "aria-describedby": [errors[k] ? `e-${k}` : "", `h-${k}`].filter(Boolean).join(" ") || undefined,
+  });
+
+  return (
+    <section aria-labelledby="new-title">
+      <h1 id="new-title">{from ? "Duplicate job" : "New job"}</h1>
+      {from && <Notice>Filled in from job {from.slice(0, 8)}. Change what differs, then create.</Notice>}
+      <form class="jobform" onSubmit={submit} noValidate>
+        <fieldset class="type">
+          <legend>Job type</legend>
+          <label class="choice">
+            <input type="radio" name="type" value="gpu-container" checked={!isInf} onChange={set("type")} />
+            <span><strong>GPU Container Job</strong> A VM with GPUs and a shell.</span>
+          </label>
+          <label class="choice">
+            <input type="radio" name="type" value="managed-inference" checked={isInf} onChange={set("type")} />
+            <span><strong>Managed Inference Job</strong> A model behind an OpenAI-compatible API.</span>
+          </label>
+        </fieldset>
+
+        <fieldset>
+          <legend>Basics</legend>
+          {field("name", "Name", <input {...attrs("name")} autoComplete="off" />, "Unique in the team; optional.")}
+          {field("labels", "Labels", <textarea {...attrs("labels")} rows={2} placeholder="key=value, one a line" />, "key=value, one a line or comma-separated.")}
+          {field(
+            "location",
+            "Location",
+            <select {...attrs("location")} onChange={set("location")}>
+              {!loc && <option value={form.location}>{form.location || "choose a location"}</option>}
+              {((fleet && fleet.locations) || []).map((l) => <option value={l.name}>{l.name}</option>)}
+            </select>,
+          )}
+        </fieldset>
+
+        <fieldset>
+          <legend>Hardware</legend>
+          {field(
+            "gpuModel",
+            "GPU model",
+            <select {...attrs("gpuModel")} onChange={set("gpuModel")}>
+              <option value="">Any model in {form.location || "the location"}</option>
+              {models.map((m) => (
+                <option value={m.model}>{m.model} — {m.free} of {m.gpus} free, up to {m.maxPerNode} a node</option>
+              ))}
+              {form.gpuModel && !models.some((m) => m.model === form.gpuModel) && <option value={form.gpuModel}>{form.gpuModel}</option>}
+            </select>,
+          )}
+          {field("gpu", isInf ? "GPUs per replica" : "GPU count", <input {...attrs("gpu")} type="number" min="0" inputMode="numeric" />)}
+          {field("cpu", "CPU cores", <input {...attrs("cpu")} type="number" min="0" inputMode="numeric" placeholder="8 a GPU" />, "Empty: 8 cores a GPU.")}
+          {field("memory", "Memory (GiB)", <input {...attrs("memory")} type="number" min="0" inputMode="numeric" placeholder="64 a GPU" />, "Empty: 64 GiB a GPU.")}
+        </fieldset>
+
+        {!isInf ? (
+          <fieldset>
+            <legend>Image &amp; access</legend>
+            {field("image", "Image", <input {...attrs("image")} autoComplete="off" />, "A cloud image name, e.g. ubuntu-24.04.")}
+            {field("diskGB", "Disk (GB)", <input {...attrs("diskGB")} type="number" min="1" placeholder="100" />)}
+            {field("sshKeys", "SSH public keys", <textarea {...attrs("sshKeys")} rows={3} placeholder="ssh-ed25519 AAAA… one a line" />)}
+            {field("httpPort", "HTTP port", <input {...attrs("httpPort")} type="number" min="1" max="65535" />, "Served at the job's page through the API; optional.")}
+          </fieldset>
+        ) : (
+          <>
+            <fieldset>
+              <legend>Model</legend>
+              {field(
+                "runtime",
+                "Runtime",
+                <select {...attrs("runtime")} onChange={set("runtime")}>
+                  <option value="vllm">vLLM (chat, completions, embeddings)</option>
+                  <option value="parakeet">Parakeet (speech to text)</option>
+                </select>,
+              )}
+              {field("model", "Model", <input {...attrs("model")} autoComplete="off" placeholder="meta-llama/Llama-3.1-8B-Instruct" />)}
+              {field("servedModelName", "Served model name", <input {...attrs("servedModelName")} autoComplete="off" />, "The name clients ask for; default the model.")}
+            </fieldset>
+            <fieldset>
+              <legend>Serving configuration</legend>
+              {field("args", "Runtime arguments", <textarea {...attrs("args")} rows={3} placeholder="max-model-len=8192" />, "name=value, one a line.")}
+              {field("replicas", "Replicas", <input {...attrs("replicas")} type="number" min="1" />)}
+              {field("diskGB", "Disk (GB)", <input {...attrs("diskGB")} type="number" min="1" placeholder="200" />)}
+            </fieldset>
+            <fieldset>
+              <legend>Endpoint</legend>
+              <div class="field">
+                <label class="check">
+                  <input type="checkbox" id="f-requireAuth" checked={form.requireAuth} onChange={set("requireAuth")} /> Require authorization
+                </label>
+                <p class="help">On: only the team's API keys reach the model. Off: anyone who reaches the platform does.</p>
+              </div>
+            </fieldset>
+          </>
+        )}
+
+        {others.length > 0 && touched && (
+          <Notice kind="error">
+            <ul>{others.map((o) => <li>{o}</li>)}</ul>
+          </Notice>
+        )}
+        <ErrorNotice error={submitError} />
+        <div class="actions">
+          <button type="submit" class="primary" disabled={busy}>{busy ? "Creating…" : "Create job"}</button>
+          <button type="button" onClick={() => setShowCmd(!showCmd)} aria-expanded={showCmd} aria-controls="cli-command">
+            {showCmd ? "Hide CLI command" : "Show CLI command"}
+          </button>
+        </div>
+        {showCmd && (
+          <div id="cli-command" class="cli">
+            {command ? (
+              <>
+                <Copy text={command.command} label="The equivalent cosmicac command" />
+                {command.unexpressed && command.unexpressed.length > 0 && (
+                  <p class="help">No flag sets {command.unexpressed.join(", ")}: save the spec to a file and run <code>cosmicac jobs create -f FILE</code>.</p>
+                )}
+              </>
+            ) : (
+              <p class="help">Fix the fields above to see the command.</p>
+            )}
+          </div>
+        )}
+      </form>
+    </section>
+  );
+}

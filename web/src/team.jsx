@@ -1,0 +1,381 @@
+import { useMemo, useState } from "preact/hooks";
+import { call } from "./api.js";
+import { Confirm, Copy, ErrorNotice, Notice, Tabs, Time, useAsync } from "./ui.jsx";
+import { can } from "./main.jsx";
+
+export function TeamPage({ me, tab }) {
+  const tabs = [["members", "Members"], ["quotas", "Quotas & usage"]];
+  if (can(me, "audit.read")) tabs.push(["audit", "Audit log"]);
+  if (can(me, "account.manage")) tabs.push(["tokens", "Access tokens"]);
+  if (can(me, "apikeys.manage")) tabs.push(["keys", "API keys"]);
+  const current = tabs.some(([t]) => t === tab) ? tab : "members";
+  return (
+    <section aria-labelledby="team-title">
+      <h1 id="team-title">Team {me.team} <span class="muted">you are {me.platformAdmin && me.role !== "owner" ? "a platform admin" : me.role}</span></h1>
+      <Tabs base="/team" tabs={tabs} current={current} />
+      {current === "members" && <Members me={me} />}
+      {current === "quotas" && <Quotas me={me} />}
+      {current === "audit" && <Audit me={me} />}
+      {current === "tokens" && <Tokens me={me} />}
+      {current === "keys" && <APIKeys me={me} />}
+    </section>
+  );
+}
+
+const ROLES = ["viewer", "member", "admin", "owner"];
+
+function Members({ me }) {
+  const team = encodeURIComponent(me.team);
+  const [list, reload] = useAsync(() => call(`/teams/${team}/members`), [me.team]);
+  const [err, setErr] = useState(null);
+  const [remove, setRemove] = useState(null);
+  const manage = can(me, "members.manage");
+  const put = async (user, role) => {
+    try {
+      await call(`/teams/${team}/members/${encodeURIComponent(user)}`, { method: "PUT", body: { role } });
+      setErr(null);
+      reload();
+    } catch (e) {
+      setErr(e);
+    }
+  };
+  const add = (e) => {
+    e.preventDefault();
+    const f = new FormData(e.currentTarget);
+    put(String(f.get("user")).trim(), f.get("role"));
+    e.currentTarget.reset();
+  };
+  return (
+    <div>
+      <ErrorNotice error={list.error || err} />
+      {list.value && (
+        <table>
+          <thead><tr><th scope="col">User</th><th scope="col">Role</th>{manage && <th scope="col">Actions</th>}</tr></thead>
+          <tbody>
+            {list.value.items.map((m) => (
+              <tr data-member={m.user}>
+                <td>{m.user}</td>
+                <td>
+                  {manage ? (
+                    <select aria-label={`Role of ${m.user}`} value={m.role} onChange={(e) => put(m.user, e.currentTarget.value)}>
+                      {ROLES.map((r) => <option value={r} disabled={r === "owner" && !can(me, "owners.manage")}>{r}</option>)}
+                    </select>
+                  ) : (
+                    m.role
+                  )}
+                </td>
+                {manage && <td><button type="button" class="danger" onClick={() => setRemove(m.user)}>Remove</button></td>}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {manage && (
+        <form class="inline" onSubmit={add} aria-label="Add a member">
+          <div class="field"><label for="m-user">User</label><input id="m-user" name="user" required /></div>
+          <div class="field">
+            <label for="m-role">Role</label>
+            <select id="m-role" name="role">{ROLES.map((r) => <option value={r} selected={r === "member"}>{r}</option>)}</select>
+          </div>
+          <button type="submit" class="primary">Add member</button>
+        </form>
+      )}
+      <Confirm
+        open={remove !== null}
+        title={`Remove ${remove} from ${me.team}?`}
+        confirmLabel="Remove"
+        danger
+        onCancel={() => setRemove(null)}
+        onConfirm={async () => {
+          const u = remove;
+          setRemove(null);
+          try {
+            await call(`/teams/${team}/members/${encodeURIComponent(u)}`, { method: "DELETE" });
+            reload();
+          } catch (e) {
+            setErr(e);
+          }
+        }}
+      >
+        <p>Their jobs stay; they lose access to the team.</p>
+      </Confirm>
+    </div>
+  );
+}
+
+// HELD are the states in which a job holds GPUs.
+const HELD = new Set(["pending", "starting", "running", "degraded", "restarting", "unknown"]);
+const HOURS = 24;
+const STEPS = 48;
+
+// usage computes GPUs held per team over the last day from the jobs'
+// status histories: each job holds its GPUs while in a HELD state.
+export function usage(jobs, now = Date.now()) {
+  const start = now - HOURS * 3600e3;
+  const step = (HOURS * 3600e3) / STEPS;
+  const teams = {};
+  for (const j of jobs) {
+    const r = j.spec.resources || {};
+    const gpus = (r.gpu || 0) * (j.spec.type === "managed-inference" ? (j.spec.inference && j.spec.inference.replicas) || 1 : 1);
+    if (!gpus) continue;
+    const series = teams[j.team] || (teams[j.team] = new Array(STEPS + 1).fill(0));
+    const h = j.status.history || [];
+    for (let i = 0; i < h.length; i++) {
+      if (!HELD.has(h[i].state)) continue;
+      const from = new Date(h[i].at).getTime();
+      const to = i + 1 < h.length ? new Date(h[i + 1].at).getTime() : now;
+      for (let k = 0; k <= STEPS; k++) {
+        const t = start + k * step;
+        if (t >= from && t < to) series[k] += gpus;
+      }
+    }
+  }
+  return { start, step, teams };
+}
+
+const COLORS = ["#2f6fde", "#d2592a", "#2a9d5b", "#9b51c9", "#c7a008", "#d6336c", "#1098ad", "#666"];
+
+function UsageChart({ data }) {
+  const names = Object.keys(data.teams).sort();
+  const max = Math.max(1, ...names.flatMap((n) => data.teams[n]));
+  const W = 640;
+  const H = 200;
+  const P = 32;
+  const x = (k) => P + (k / STEPS) * (W - 2 * P);
+  const y = (v) => H - P - (v / max) * (H - 2 * P);
+  if (!names.length) return <p class="empty">No GPUs held in the last {HOURS} hours.</p>;
+  const summary = names.map((n) => `${n}: now ${data.teams[n][STEPS]}, peak ${Math.max(...data.teams[n])}`).join("; ");
+  return (
+    <figure class="chart">
+      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`GPUs held per team over the last ${HOURS} hours. ${summary}`}>
+        <line x1={P} y1={H - P} x2={W - P} y2={H - P} class="axis" />
+        <line x1={P} y1={P} x2={P} y2={H - P} class="axis" />
+        <text x={P - 4} y={y(max) + 4} class="tick" text-anchor="end">{max}</text>
+        <text x={P - 4} y={H - P + 4} class="tick" text-anchor="end">0</text>
+        <text x={P} y={H - 8} class="tick">-{HOURS}h</text>
+        <text x={W - P} y={H - 8} class="tick" text-anchor="end">now</text>
+        {names.map((n, i) => (
+          <polyline fill="none" stroke={COLORS[i % COLORS.length]} stroke-width="2" points={data.teams[n].map((v, k) => `${x(k)},${y(v)}`).join(" ")} />
+        ))}
+      </svg>
+      <figcaption>
+        {names.map((n, i) => <span class="legend"><span class="swatch" style={{ background: COLORS[i % COLORS.length] }} /> {n}</span>)}
+      </figcaption>
+    </figure>
+  );
+}
+
+function Quotas({ me }) {
+  const team = encodeURIComponent(me.team);
+  const all = can(me, "quotas.set");
+  const [quotas] = useAsync(() => call(all ? "/quotas" : `/teams/${team}/quotas`), [me.team]);
+  const [jobs] = useAsync(() => call(`/jobs?size=1000${all ? "&team=*" : ""}`), [me.team]);
+  const data = useMemo(() => (jobs.value ? usage(jobs.value.items) : null), [jobs.value]);
+  return (
+    <div>
+      <ErrorNotice error={quotas.error || jobs.error} />
+      <h2>Quotas</h2>
+      {quotas.value && quotas.value.items.length === 0 && <p class="empty">No quotas: {all ? "no team is" : `${me.team} is not`} limited.</p>}
+      {quotas.value && quotas.value.items.length > 0 && (
+        <table>
+          <thead><tr><th scope="col">Team</th><th scope="col">Location</th><th scope="col">GPU model</th><th scope="col">Used / quota</th></tr></thead>
+          <tbody>
+            {quotas.value.items.map((q) => (
+              <tr>
+                <td>{q.team}</td>
+                <td>{q.location}</td>
+                <td>{q.gpuModel || "any"}</td>
+                <td>
+                  <meter min="0" max={q.gpus} value={q.used} aria-label={`${q.used} of ${q.gpus} GPUs`} /> {q.used} / {q.gpus}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <h2>GPU use, last {HOURS} hours</h2>
+      {data && <UsageChart data={data} />}
+      <p class="help">From the jobs' status histories{all ? ", every team" : `, ${me.team}`}; a job holds its GPUs from pending until it stops.</p>
+    </div>
+  );
+}
+
+function Audit({ me }) {
+  const [before, setBefore] = useState("");
+  const [list] = useAsync(() => call(`/audit?limit=100${before ? `&before=${before}` : ""}`), [me.team, before]);
+  return (
+    <div>
+      <ErrorNotice error={list.error} />
+      {list.value && (
+        <>
+          <table class="audit">
+            <thead><tr><th scope="col">When</th><th scope="col">User</th><th scope="col">Action</th><th scope="col">Target</th><th scope="col">Outcome</th><th scope="col">From</th></tr></thead>
+            <tbody>
+              {list.value.items.map((a) => (
+                <tr>
+                  <td><Time t={a.at} /></td>
+                  <td>{a.user || "—"}</td>
+                  <td>{a.action}</td>
+                  <td><code>{a.target}</code></td>
+                  <td class={a.outcome === "ok" ? "" : "bad"}>{a.outcome} ({a.status})</td>
+                  <td>{a.remote}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {list.value.next ? <button type="button" onClick={() => setBefore(String(list.value.next))}>Older</button> : null}
+        </>
+      )}
+    </div>
+  );
+}
+
+// Secret shows a secret once, and goes only when the user says it is saved.
+function Secret({ what, secret, onDone }) {
+  const [saved, setSaved] = useState(false);
+  return (
+    <div class="card secret" role="region" aria-label={`New ${what}`}>
+      <Notice kind="warn">This is the only time the {what} is shown. Copy it now.</Notice>
+      <Copy text={secret} label={`The new ${what}`} />
+      <label class="check"><input type="checkbox" checked={saved} onChange={(e) => setSaved(e.currentTarget.checked)} /> I have saved the {what}</label>
+      <button type="button" class="primary" disabled={!saved} onClick={onDone}>Done</button>
+    </div>
+  );
+}
+
+function Tokens({ me }) {
+  const [list, reload] = useAsync(() => call("/tokens"), [me.team]);
+  const [secret, setSecret] = useState("");
+  const [err, setErr] = useState(null);
+  const [revoke, setRevoke] = useState(null);
+  const create = async (e) => {
+    e.preventDefault();
+    const f = new FormData(e.currentTarget);
+    const body = { name: f.get("name"), expiresIn: f.get("expiresIn") || undefined };
+    if (f.get("bind")) body.team = me.team;
+    if (f.get("scope")) {
+      body.scope = f.get("scope");
+      body.team = me.team;
+    }
+    try {
+      const t = await call("/tokens", { body });
+      setSecret(t.token);
+      setErr(null);
+      e.currentTarget.reset();
+      reload();
+    } catch (e2) {
+      setErr(e2);
+    }
+  };
+  return (
+    <div>
+      <ErrorNotice error={list.error || err} />
+      {secret && <Secret what="token" secret={secret} onDone={() => setSecret("")} />}
+      {list.value && (
+        <table>
+          <thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Team</th><th scope="col">Scope</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col">Actions</th></tr></thead>
+          <tbody>
+            {list.value.items.map((t) => (
+              <tr>
+                <td><code>{t.id}</code></td>
+                <td>{t.name}</td>
+                <td>{t.team || "any"}</td>
+                <td>{t.scope || "full"}</td>
+                <td>{t.expiresAt ? new Date(t.expiresAt).toLocaleDateString() : "never"}</td>
+                <td><Time t={t.lastUsedAt} /></td>
+                <td><button type="button" class="danger" onClick={() => setRevoke(t.id)}>Revoke</button></td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <form class="inline" onSubmit={create} aria-label="Create an access token">
+        <div class="field"><label for="t-name">Name</label><input id="t-name" name="name" required /></div>
+        <div class="field">
+          <label for="t-exp">Expires in</label>
+          <select id="t-exp" name="expiresIn"><option value="24h">1 day</option><option value="720h">30 days</option><option value="" selected>90 days</option><option value="8760h">1 year</option></select>
+        </div>
+        <div class="field">
+          <label for="t-scope">Scope</label>
+          <select id="t-scope" name="scope"><option value="">full</option><option value="read">read ({me.team} only)</option><option value="operator">operator ({me.team} only)</option></select>
+        </div>
+        <label class="check"><input type="checkbox" name="bind" /> Only {me.team}</label>
+        <button type="submit" class="primary">Create token</button>
+      </form>
+      <Confirm open={revoke !== null} title={`Revoke token ${revoke}?`} confirmLabel="Revoke" danger onCancel={() => setRevoke(null)}
+        onConfirm={async () => { const id = revoke; setRevoke(null); try { await call(`/tokens/${encodeURIComponent(id)}`, { method: "DELETE" }); reload(); } catch (e) { setErr(e); } }}>
+        <p>It stops working at once.</p>
+      </Confirm>
+    </div>
+  );
+}
+
+function keyStatus(k) {
+  const now = Date.now();
+  if (k.expiresAt && new Date(k.expiresAt).getTime() <= now) return "expired";
+  if (k.previousExpiresAt && new Date(k.previousExpiresAt).getTime() > now) return "rotating";
+  return "active";
+}
+
+function APIKeys({ me }) {
+  const [list, reload] = useAsync(() => call("/api-keys"), [me.team]);
+  const [secret, setSecret] = useState("");
+  const [err, setErr] = useState(null);
+  const [revoke, setRevoke] = useState(null);
+  const create = async (e) => {
+    e.preventDefault();
+    const form = e.currentTarget;
+    const f = new FormData(form);
+    const models = String(f.get("models") || "").split(/[\s,]+/).filter(Boolean);
+    const body = { name: f.get("name") };
+    if (models.length) body.models = models;
+    if (f.get("expiresIn")) body.expiresIn = f.get("expiresIn");
+    try {
+      const k = await call("/api-keys", { body });
+      setSecret(k.key);
+      setErr(null);
+      form.reset();
+      reload();
+    } catch (e2) {
+      setErr(e2);
+    }
+  };
+  return (
+    <div>
+      <p class="help">Keys of {me.team} for the OpenAI-compatible API at <code>{location.origin}/inference/v1</code>.</p>
+      <ErrorNotice error={list.error || err} />
+      {secret && <Secret what="key" secret={secret} onDone={() => setSecret("")} />}
+      {list.value && (
+        <table class="keys">
+          <thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Status</th><th scope="col">Models</th><th scope="col">Last used</th><th scope="col">Actions</th></tr></thead>
+          <tbody>
+            {list.value.items.map((k) => (
+              <tr data-key={k.id}>
+                <td><code>{k.id}</code></td>
+                <td>{k.name}</td>
+                <td>{keyStatus(k)}</td>
+                <td>{(k.models || []).join(", ") || "all"}</td>
+                <td><Time t={k.lastUsedAt} /></td>
+                <td><button type="button" class="danger" onClick={() => setRevoke(k.id)}>Revoke</button></td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {list.value && list.value.items.length === 0 && <p class="empty">No API keys.</p>}
+      <form class="inline" onSubmit={create} aria-label="Create an API key">
+        <div class="field"><label for="k-name">Name</label><input id="k-name" name="name" required /></div>
+        <div class="field"><label for="k-models">Models</label><input id="k-models" name="models" placeholder="all" /></div>
+        <div class="field">
+          <label for="k-exp">Expires in</label>
+          <select id="k-exp" name="expiresIn"><option value="">never</option><option value="720h">30 days</option><option value="2160h">90 days</option></select>
+        </div>
+        <button type="submit" class="primary">Create key</button>
+      </form>
+      <Confirm open={revoke !== null} title={`Revoke key ${revoke}?`} confirmLabel="Revoke" danger onCancel={() => setRevoke(null)}
+        onConfirm={async () => { const id = revoke; setRevoke(null); try { await call(`/api-keys/${encodeURIComponent(id)}`, { method: "DELETE" }); reload(); } catch (e) { setErr(e); } }}>
+        <p>It stops working within a second.</p>
+      </Confirm>
+    </div>
+  );
+}
