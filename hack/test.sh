@@ -41,3 +41,11 @@ log "staticcheck ./..."
 "$sc_dir/staticcheck" ./...
 log "go test -race ./..."
 go test -race -count=1 -timeout 25m ./... 2>&1 | tee /tmp/cosmicac-test.log
+
+# The web interface: its committed build is what web/ builds (reproducible
+# from the lock file), and the browser tests in Chromium against a real
+# `cosmicac up` (hack/webui.sh).
+log "web interface: reproducible build (hack/webui.sh --check)"
+hack/webui.sh --check
+log "web interface: browser tests (hack/webui.sh --test)"
+hack/webui.sh --test

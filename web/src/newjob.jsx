@@ -296,10 +296,14 @@ export function NewJobPage({ me }) {
           {field(
             "location",
             "Location",
-            <select {...attrs("location")} onChange={set("location")}>
-              {!loc && <option value={form.location}>{form.location || "choose a location"}</option>}
-              {((fleet && fleet.locations) || []).map((l) => <option value={l.name}>{l.name}</option>)}
-            </select>,
+            fleet && fleet.locations && fleet.locations.length ? (
+              <select {...attrs("location")} onChange={set("location")}>
+                {!loc && <option value={form.location}>{form.location || "choose a location"}</option>}
+                {fleet.locations.map((l) => <option value={l.name}>{l.name}</option>)}
+              </select>
+            ) : (
+              <input {...attrs("location")} autoComplete="off" />
+            ),
           )}
         </fieldset>
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the system packages the test suite uses, from Debian's apt, when
+# they are missing: iproute2 (network-namespace tests), OpenSSH's server
+# and client (ssh through the fabric, the shell benchmark's baseline),
+# Chromium (the web interface's browser tests) and Node.js with npm (the
+# interface's build and its test driver, playwright-core). Run as root;
+# otherwise it says what is missing and fails.
+set -euo pipefail
+
+need=()
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+[[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+if ((${#need[@]})); then
+  if [[ $(id -u) != 0 ]]; then
+    echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2
+    exit 1
+  fi
+  printf '[deps %s] installing %s\n' "$(date +%T)" "${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# playwright-core needs Node.js 20 or later.
+major=$(node -p 'process.versions.node.split(".")[0]')
+if ((major < 20)); then
+  echo "Node.js $(node --version) is too old for the browser tests (playwright-core needs 20 or later)" >&2
+  exit 1
+fi
