@@ -129,6 +129,7 @@ const (
 	OpJobHTTPPatch   = "jobHTTPPatch"
 	OpJobHTTPDelete  = "jobHTTPDelete"
 	OpJobHTTPOptions = "jobHTTPOptions"
+	OpGetFleet       = "getFleet"
 	OpListRacks      = "listRacks"
 	OpRegisterRack   = "registerRack"
 	OpRemoveRack     = "removeRack"
@@ -295,6 +296,13 @@ func Routes() []Route {
 		routes = append(routes, jobHTTPRoute(m))
 	}
 	routes = append(routes, []Route{
+		{Op: OpGetFleet, Method: http.MethodGet, Path: Prefix + "/fleet", Tag: "racks", Perm: authz.JobsRead, AllTeams: true,
+			Summary: "The platform's GPUs by location and model",
+			Description: "For choosing a job's location, GPU model and GPU count: per location and GPU model, the nodes, GPUs, free GPUs (on schedulable, ready nodes), " +
+				"the GPUs of the largest node (the most a single-node job may ask for) and the most free on one node (the most such a job gets at once). " +
+				"Counted as listRacks counts them, over every rack of the platform, whichever team asks; no rack, node or worker is named. " +
+				"Locations and models are sorted by name; a rack whose nodes have not reported shows its location and model with no GPUs.",
+			Response: Fleet{}, Status: http.StatusOK},
 		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
 		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,

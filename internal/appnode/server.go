@@ -132,6 +132,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpJobHTTPPatch:   s.jobHTTP,
 		apiv1.OpJobHTTPDelete:  s.jobHTTP,
 		apiv1.OpJobHTTPOptions: s.jobHTTP,
+		apiv1.OpGetFleet:       s.getFleet,
 		apiv1.OpListRacks:      s.listRacks,
 		apiv1.OpRegisterRack:   s.registerRack,
 		apiv1.OpRemoveRack:     s.removeRack,
