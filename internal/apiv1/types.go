@@ -217,6 +217,30 @@ type ShellRequest struct {
 	Env  []string `json:"env,omitempty"`
 }
 
+// The types of the terminal's text messages.
+const (
+	TerminalResizeType = "resize"
+	TerminalExitType   = "exit"
+)
+
+// TerminalResize is the text message a terminal's client sends when its
+// window changes: {"type":"resize","cols":N,"rows":N}.
+type TerminalResize struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+}
+
+// TerminalExit is the terminal's last message, when its shell ends: the
+// exit code (128+signal number for a process a signal killed), the signal,
+// or why the session could not run at all.
+type TerminalExit struct {
+	Type   string `json:"type"`
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
 // APIKey is an inference API key as the API lists it (never its secret):
 // it belongs to a team and reaches that team's models at /inference/v1
 // (docs/inference.md, "API keys").

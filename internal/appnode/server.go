@@ -125,6 +125,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpDeleteReplica:  s.deleteReplica,
 		apiv1.OpJobShell:       s.jobShell,
 		apiv1.OpJobSSH:         s.jobSSH,
+		apiv1.OpJobTerminal:    s.jobTerminal,
 		apiv1.OpJobHTTPGet:     s.jobHTTP,
 		apiv1.OpJobHTTPHead:    s.jobHTTP,
 		apiv1.OpJobHTTPPost:    s.jobHTTP,
