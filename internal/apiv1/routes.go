@@ -122,6 +122,7 @@ const (
 	OpDeleteReplica  = "deleteReplica"
 	OpJobShell       = "jobShell"
 	OpJobSSH         = "jobSSH"
+	OpJobTerminal    = "jobTerminal"
 	OpJobHTTPGet     = "jobHTTPGet"
 	OpJobHTTPHead    = "jobHTTPHead"
 	OpJobHTTPPost    = "jobHTTPPost"
@@ -129,6 +130,7 @@ const (
 	OpJobHTTPPatch   = "jobHTTPPatch"
 	OpJobHTTPDelete  = "jobHTTPDelete"
 	OpJobHTTPOptions = "jobHTTPOptions"
+	OpGetFleet       = "getFleet"
 	OpListRacks      = "listRacks"
 	OpRegisterRack   = "registerRack"
 	OpRemoveRack     = "removeRack"
@@ -159,6 +161,9 @@ const (
 	QueryWatch   = "watch"
 	QueryForce   = "force"
 	QueryReplica = "replica"
+	// QueryCols and QueryRows are the terminal's size at its open.
+	QueryCols = "cols"
+	QueryRows = "rows"
 )
 
 // HeaderJobsVersion is the jobs' version a watched answer shows: pass it
@@ -180,6 +185,14 @@ var JobHTTPOps = map[string]string{
 const (
 	UpgradeShell = "cosmicac-shell.v1"
 	UpgradeTCP   = "cosmicac-tcp.v1"
+)
+
+// The terminal's sizes (rows and columns) and its messages' limit.
+const (
+	DefaultTerminalCols = 80
+	DefaultTerminalRows = 24
+	MaxTerminalSize     = 1000
+	TerminalReadLimit   = 64 << 10
 )
 
 // Paging limits of listJobs.
@@ -290,11 +303,30 @@ func Routes() []Route {
 			Description: "Send `Connection: Upgrade` and `Upgrade: " + UpgradeTCP + "`; the same rules as the shell. After 101 Switching Protocols the connection is spliced to port 22 in the job's VM " +
 				"(`cosmicac jobs ssh` uses it as ssh's ProxyCommand).",
 			Params: []Param{jobID, replicaQuery}, Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
+		{Op: OpJobTerminal, Method: http.MethodGet, Path: Prefix + "/jobs/{id}/terminal", Tag: "jobs", Perm: authz.JobsConnect,
+			Summary: "A terminal in a running gpu-container job, over a WebSocket (for browsers)",
+			Description: "A WebSocket (RFC 6455) carrying the login shell of the job's replica on a terminal: the same session, over the same path to the job's instance agent, as the shell route, for clients that cannot send its Upgrade (browsers). " +
+				"The same rules as the shell: the caller must be on the job's team (or an admin; viewers are refused), 409 when the job is not a running gpu-container job, 503 when its agent is not reachable; each session is recorded in the job's system log. " +
+				"A request with an Origin header whose host is not the request's Host is refused (403), Origin null included: the Origin check is what keeps other pages, a job's sandboxed pages among them, from opening a terminal with the visitor's session cookie (docs/security.md). " +
+				"Client to server: a binary message is bytes typed into the terminal; a text message is " + `{"type":"resize","cols":N,"rows":N}` + ". " +
+				"Server to client: binary messages are the terminal's output; when the shell ends, a text message " + `{"type":"exit","code":N}` + " (with signal or error when there is one), then a close with status 1000. " +
+				fmt.Sprintf("A message over %d bytes closes the connection (1009); a text message that is not a resize closes it (1008); sizes are clamped to 1 to %d.", TerminalReadLimit, MaxTerminalSize),
+			Params: []Param{jobID, replicaQuery,
+				{Name: QueryCols, In: InQuery, Type: 0, Description: fmt.Sprintf("Columns of the terminal at its open, 1 to %d (default %d)", MaxTerminalSize, DefaultTerminalCols)},
+				{Name: QueryRows, In: InQuery, Type: 0, Description: fmt.Sprintf("Rows of the terminal at its open, 1 to %d (default %d)", MaxTerminalSize, DefaultTerminalRows)}},
+			Status: http.StatusSwitchingProtocols, Errors: []int{http.StatusConflict}},
 	}
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
 		routes = append(routes, jobHTTPRoute(m))
 	}
 	routes = append(routes, []Route{
+		{Op: OpGetFleet, Method: http.MethodGet, Path: Prefix + "/fleet", Tag: "racks", Perm: authz.JobsRead, AllTeams: true,
+			Summary: "The platform's GPUs by location and model",
+			Description: "For choosing a job's location, GPU model and GPU count: per location and GPU model, the nodes, GPUs, free GPUs (on schedulable, ready nodes), " +
+				"the GPUs of the largest node (the most a single-node job may ask for) and the most free on one node (the most such a job gets at once). " +
+				"Counted as listRacks counts them, over every rack of the platform, whichever team asks; no rack, node or worker is named. " +
+				"Locations and models are sorted by name; a rack whose nodes have not reported shows its location and model with no GPUs.",
+			Response: Fleet{}, Status: http.StatusOK},
 		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},
 		{Op: OpRegisterRack, Method: http.MethodPost, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,

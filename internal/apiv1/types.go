@@ -137,6 +137,34 @@ type RackList struct {
 	Total int    `json:"total"`
 }
 
+// Fleet is the platform's GPUs by location and GPU model, as a job's spec
+// names them (location, resources.gpuModel), counted as the ork counts its
+// racks (RackList) but without the racks and nodes they are on: what a
+// member needs to choose a job's location, model and GPU count.
+type Fleet struct {
+	Locations []FleetLocation `json:"locations"`
+}
+
+// FleetLocation is one location's GPU models, by model name.
+type FleetLocation struct {
+	Name      string          `json:"name"`
+	GPUModels []FleetGPUModel `json:"gpuModels"`
+}
+
+// FleetGPUModel is the GPUs of one model in one location. A single-node
+// job (every job but a vLLM replica larger than a node) may ask for at most
+// MaxPerNode GPUs, and is placed at once if it asks for at most
+// MaxFreePerNode; Free counts GPUs a replica could be placed on (of
+// schedulable, ready nodes), which may be spread over several nodes.
+type FleetGPUModel struct {
+	Model          string `json:"model"`
+	Nodes          int    `json:"nodes"`
+	GPUs           int    `json:"gpus"`
+	Free           int    `json:"free"`
+	MaxPerNode     int    `json:"maxPerNode"`
+	MaxFreePerNode int    `json:"maxFreePerNode"`
+}
+
 // RegisterRack registers a rack, or updates the rack with that ID. Type
 // defaults to "server". WorkerAddrs tells the ork where to dial the worker's
 // key (host:port of its fabric listener).
@@ -193,6 +221,30 @@ type ShellRequest struct {
 	Cols int      `json:"cols,omitempty"`
 	Term string   `json:"term,omitempty"`
 	Env  []string `json:"env,omitempty"`
+}
+
+// The types of the terminal's text messages.
+const (
+	TerminalResizeType = "resize"
+	TerminalExitType   = "exit"
+)
+
+// TerminalResize is the text message a terminal's client sends when its
+// window changes: {"type":"resize","cols":N,"rows":N}.
+type TerminalResize struct {
+	Type string `json:"type"`
+	Cols int    `json:"cols"`
+	Rows int    `json:"rows"`
+}
+
+// TerminalExit is the terminal's last message, when its shell ends: the
+// exit code (128+signal number for a process a signal killed), the signal,
+// or why the session could not run at all.
+type TerminalExit struct {
+	Type   string `json:"type"`
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // APIKey is an inference API key as the API lists it (never its secret):

@@ -36,6 +36,14 @@ const HeaderReplica = "X-Cosmicac-Replica"
 // platform serves it (/api/v1/jobs/{id}/http), for links it builds.
 const HeaderForwardedPrefix = "X-Forwarded-Prefix"
 
+// JobPageCSP is the Content-Security-Policy of every answer relayed from a
+// job: a sandbox without allow-same-origin, so that a job's page runs in an
+// opaque origin although it is served from the API's. Its requests to the
+// API are cross-site (the SameSite=Strict session cookie stays home), it
+// cannot read the API's answers, and its WebSockets carry Origin null,
+// which the terminal refuses (docs/security.md, "Job pages").
+const JobPageCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
 // jobHTTP proxies a request to the job's defaultHttpPort.
 func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
 	j, replica, user, err := s.httpTarget(r)
@@ -101,8 +109,12 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 			out.Header.Set(HeaderForwardedPrefix, prefix)
 		},
 		// Nor may the job set the platform's session cookie (a session
-		// fixed on the caller's browser).
+		// fixed on the caller's browser), nor leave the sandbox: a policy
+		// of the job's own is kept beside JobPageCSP, and a browser
+		// enforces both (the sandbox flags of either cannot lift the
+		// other's).
 		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Add("Content-Security-Policy", JobPageCSP)
 			keep := resp.Header.Values("Set-Cookie")[:0:0]
 			for _, v := range resp.Header.Values("Set-Cookie") {
 				if ck, err := http.ParseSetCookie(v); err == nil && ck.Name == apiv1.SessionCookie {
@@ -123,6 +135,7 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 			mu.Lock()
 			de := dialErr
 			mu.Unlock()
+			w.Header().Set("Content-Security-Policy", JobPageCSP)
 			s.writeError(w, r, proxyError(de, err, port))
 		},
 	}

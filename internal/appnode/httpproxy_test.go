@@ -77,6 +77,12 @@ func echoServer(t *testing.T, secondEvent <-chan struct{}) *httptest.Server {
 		case r.URL.Path == "/setcookie":
 			http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: "cas_fixed", Path: "/"})
 			http.SetCookie(w, &http.Cookie{Name: "app", Value: "1", Path: "/"})
+		case r.URL.Path == "/csp":
+			// A page that would leave the sandbox if it could.
+			w.Header().Set("Content-Security-Policy", "sandbox allow-scripts allow-same-origin")
+			w.Header().Add("Content-Security-Policy", "default-src *")
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<script>fetch('/api/v1/whoami')</script>")
 		case r.URL.Path == "/events":
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: one\n\n")
@@ -342,4 +348,51 @@ func TestJobHTTPKeepsTheSessionFromTheJob(t *testing.T) {
 	if len(names) != 1 || names[0] != "app" {
 		t.Errorf("the job set cookies %v, want only [app]", names)
 	}
+}
+
+// TestJobHTTPPagesAreSandboxed: every answer relayed from a job carries the
+// platform's sandbox policy, beside (never instead of) the job's own; so do
+// the relay's own errors and a switched (upgraded) answer.
+func TestJobHTTPPagesAreSandboxed(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	srv := echoServer(t, nil)
+	sh := &tcpShells{addr: srv.Listener.Addr().String()}
+	e.App.SetShells(sh)
+	j := runningJob(t, e, e.AdminToken, httpSpec)
+	base := apiv1.Prefix + "/jobs/" + j.ID + "/http"
+	sandboxed := func(what string, h http.Header, others ...string) {
+		t.Helper()
+		got := h.Values("Content-Security-Policy")
+		want := append([]string{}, others...)
+		want = append(want, appnode.JobPageCSP)
+		if strings.Join(got, " | ") != strings.Join(want, " | ") {
+			t.Errorf("%s: Content-Security-Policy %q, want %q", what, got, want)
+		}
+	}
+	a := call(t, e, "GET", base+"/csp", e.AdminToken, "")
+	if a.status != http.StatusOK {
+		t.Fatalf("csp page: %d %s", a.status, a.body)
+	}
+	sandboxed("a page with its own policy", a.header, "sandbox allow-scripts allow-same-origin", "default-src *")
+	sandboxed("a JSON answer", call(t, e, "POST", base+"/x", e.AdminToken, "").header)
+	sh.setErr(fabric.Errorf(fabric.CodeUnavailable, "connect to port 8888 in the VM: refused"))
+	if a := call(t, e, "GET", base+"/", e.AdminToken, ""); a.status != http.StatusBadGateway {
+		t.Fatalf("nothing listening: %d %s", a.status, a.body)
+	} else {
+		sandboxed("the relay's 502", a.header)
+	}
+	sh.setErr(nil)
+	req, _ := http.NewRequest("GET", e.URL()+base+"/ws", nil)
+	req.Header.Set("Authorization", "Bearer "+e.AdminToken)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := e.Server.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %d", resp.StatusCode)
+	}
+	sandboxed("a switched answer", resp.Header)
 }

@@ -1,9 +1,11 @@
 package appnode
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -35,6 +37,56 @@ func (s *Server) listRacks(_ http.ResponseWriter, r *http.Request, _ *caller) (a
 		out.Items[i] = rackOut(ri)
 	}
 	return out, nil
+}
+
+// fleetOut sums the racks up by location and GPU model (a node's own
+// model, else its rack's, as placement groups them), naming no rack or
+// node.
+func fleetOut(racks []orkapi.RackInfo) apiv1.Fleet {
+	type key struct{ location, model string }
+	by := map[key]*apiv1.FleetGPUModel{}
+	at := func(location, model string) *apiv1.FleetGPUModel {
+		k := key{location, model}
+		if by[k] == nil {
+			by[k] = &apiv1.FleetGPUModel{Model: model}
+		}
+		return by[k]
+	}
+	for _, ri := range racks {
+		at(ri.Location, ri.GPUModel) // a rack's model shows before its nodes report
+		for _, n := range ri.Nodes {
+			m := at(ri.Location, cmp.Or(n.GPUModel, ri.GPUModel))
+			m.Nodes++
+			m.GPUs += n.GPUs
+			m.Free += n.FreeGPUs
+			m.MaxPerNode = max(m.MaxPerNode, n.GPUs)
+			m.MaxFreePerNode = max(m.MaxFreePerNode, n.FreeGPUs)
+		}
+	}
+	locs := map[string]*apiv1.FleetLocation{}
+	for k, m := range by {
+		if locs[k.location] == nil {
+			locs[k.location] = &apiv1.FleetLocation{Name: k.location}
+		}
+		locs[k.location].GPUModels = append(locs[k.location].GPUModels, *m)
+	}
+	out := apiv1.Fleet{Locations: []apiv1.FleetLocation{}}
+	for _, l := range locs {
+		slices.SortFunc(l.GPUModels, func(a, b apiv1.FleetGPUModel) int { return cmp.Compare(a.Model, b.Model) })
+		out.Locations = append(out.Locations, *l)
+	}
+	slices.SortFunc(out.Locations, func(a, b apiv1.FleetLocation) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (s *Server) getFleet(_ http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	rep, err := s.ork.ListRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return fleetOut(rep.Racks), nil
 }
 
 func (s *Server) registerRack(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {

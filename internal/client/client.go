@@ -381,6 +381,14 @@ func (c *Client) ListRacks(ctx context.Context) ([]apiv1.Rack, error) {
 	return l.Items, err
 }
 
+// Fleet answers the platform's GPUs by location and model (jobs.read in
+// the active team).
+func (c *Client) Fleet(ctx context.Context) (apiv1.Fleet, error) {
+	var f apiv1.Fleet
+	err := c.do(ctx, http.MethodGet, "/fleet", nil, nil, &f)
+	return f, err
+}
+
 // RegisterRack registers or updates a rack (admins only).
 func (c *Client) RegisterRack(ctx context.Context, r apiv1.RegisterRack) (apiv1.Rack, error) {
 	var out apiv1.Rack
