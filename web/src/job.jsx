@@ -153,7 +153,7 @@ function Overview({ me, job, onError }) {
       <ol class="timeline">
         {(job.status.history || []).map((h) => (
           <li data-state={h.state}>
-            <StateBadge state={h.state} /> <Time t={h.at} />
+            <StateBadge state={h.state} /> <time dateTime={h.at}>{new Date(h.at).toLocaleString()}</time> <span class="muted">(<Time t={h.at} />)</span>
             {h.reason && <span class="detail"> {h.reason.message}</span>}
             {h.message && <span class="detail"> {h.message}</span>}
           </li>

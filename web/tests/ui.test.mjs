@@ -88,6 +88,19 @@ test("sign in with a wrong password, then the right one; a token signs in too", 
   const page = await ctx.newPage();
   await page.goto(p.url + "/jobs");
   await check(page, "signin");
+  // The check finds what it looks for: an image without a text
+  // alternative is a critical violation.
+  await page.evaluate(axeSource);
+  const bad = await page.evaluate(async () => {
+    const img = document.createElement("img");
+    img.src = "data:,";
+    document.body.append(img);
+    // eslint-disable-next-line no-undef
+    const res = await axe.run(document, { resultTypes: ["violations"] });
+    img.remove();
+    return res.violations.map((v) => `${v.impact} ${v.id}`);
+  });
+  assert.ok(bad.includes("critical image-alt"), `axe on a bad page: ${bad}`);
   await page.getByLabel("User name").fill("alice");
   await page.getByRole("textbox", { name: "Password" }).fill("wrong");
   await page.getByRole("button", { name: "Sign in" }).click();
@@ -195,7 +208,7 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   const js = await page.getByLabel("JavaScript", { exact: true }).textContent();
   await check(page, "job-endpoint");
   // The curl line as shown, with the key in the environment it names.
-  const answer = execFileSync("sh", ["-c", curl], { env: { ...process.env, COSMICAC_API_KEY: key }, encoding: "utf8" });
+  const answer = execFileSync("sh", ["-c", curl], { env: { ...process.env, COSMICAC_API_KEY: key }, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
   assert.match(JSON.parse(answer).choices[0].message.content, /\S/);
   // The OpenAI SDK snippet as shown, run by node with the real SDK.
   const file = join(process.cwd(), `.snippet-${process.pid}.mjs`);
@@ -228,10 +241,13 @@ test("a failed job shows its reason; a queued job its position", async () => {
   assert.match(await failedRow.textContent(), /Fix:/);
   const queuedRow = page.locator(`tr[data-job="${queued.id}"]`);
   await queuedRow.locator(".badge", { hasText: "Queued" }).waitFor({ timeout: 60000 });
-  const pos = (await p.api("GET", `/jobs/${queued.id}`, undefined, p.token, "ml")).status.queuePosition;
-  assert.ok(pos >= 1, `queue position ${pos}`);
-  await queuedRow.getByText(new RegExp(`#${pos} in queue`)).waitFor();
-  assert.match(await queuedRow.textContent(), /waiting for/);
+  // The position and what the head of the queue waits for, as the API says.
+  const st = (await p.api("GET", `/jobs/${queued.id}`, undefined, p.token, "ml")).status;
+  assert.ok(st.queuePosition >= 1, `queue position ${st.queuePosition}`);
+  await queuedRow.getByText(new RegExp(`#${st.queuePosition} in queue`)).waitFor();
+  const head = (await p.api("GET", "/jobs?statusState=queued&size=1000", undefined, p.token, "ml")).items.find((j) => j.status.queuePosition === 1);
+  assert.ok(head && head.status.waitingFor, "the head of the queue says what it waits for");
+  await page.locator(`tr[data-job="${head.id}"]`).getByText(`waiting for ${head.status.waitingFor}`).waitFor();
   await check(page, "jobs-list");
   // Filters: by status.
   await page.getByLabel("Failed").check();
