@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
@@ -53,6 +54,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	openapi []byte
+	ui      http.Handler // the web interface, when this app-node serves it
 	mux     *http.ServeMux
 	obs     Observer
 	shells  Shells
@@ -267,11 +269,20 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// SetWebUI serves the web interface (internal/webui) at every path
+// outside the API, for a standalone app-node behind a gateway that sends
+// it the interface's paths too (docs/gateway.md).
+func (s *Server) SetWebUI(h http.Handler) { s.ui = h }
+
 // route dispatches r, answering requests no route matches with a JSON
 // error instead of the mux's plain text.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
+		return
+	}
+	if s.ui != nil && !strings.HasPrefix(r.URL.Path, apiv1.Prefix+"/") && r.URL.Path != apiv1.Prefix {
+		s.ui.ServeHTTP(w, r) // the web interface: every path outside the API
 		return
 	}
 	h, _ := s.mux.Handler(r)

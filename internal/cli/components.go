@@ -31,6 +31,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -347,6 +348,11 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return usageErrorf("%v", err)
 			}
 			s.SetAPIKeys(st) // its database keeps the inference API keys too
+			ui, err := webui.New()
+			if err != nil {
+				return err
+			}
+			s.SetWebUI(ui) // the gateway's default for every path outside the APIs
 			// proxy-inference checks keys here (inference.apiKeyByHash; the
 			// trust graph lets no one else call it).
 			inferproxy.ServeAPIKeys(n, st)

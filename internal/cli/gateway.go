@@ -38,7 +38,7 @@ func (a *app) gatewayCommand() *cobra.Command {
 		Short: "Run the gateway: Caddy routing /api, /inference, /monitor and the web interface",
 		Long: "Runs Caddy, embedded, on --listen: /api to the app-node (--app-node), /inference to\n" +
 			"proxy-inference (--inference), /monitor to wrk-monitor (--monitor) and every other path to\n" +
-			"the web interface (--ui; the app-node until there is one). Plain HTTP on 127.0.0.1:8080 by\n" +
+			"the web interface (--ui; by default the app-node, which serves it). Plain HTTP on 127.0.0.1:8080 by\n" +
 			"default; with --domain, HTTPS on :443 with a certificate Caddy obtains and renews (ACME) and\n" +
 			"HTTP on :80 redirected to it. Streams (server-sent events, WebSocket, uploads) pass\n" +
 			"unbuffered. Caddy's JSON logs (an access log line per request) go to standard error.\n" +

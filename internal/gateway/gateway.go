@@ -1,7 +1,7 @@
 // Package gateway is the platform's HTTP gateway: Caddy, embedded as a Go
 // library, routing /api to the app-node, /inference to proxy-inference,
 // /monitor to wrk-monitor and every other path to the web interface (the
-// app-node until there is one), with automatic HTTPS when a domain is
+// app-node, which serves it, by default), with automatic HTTPS when a domain is
 // given. Its config is Caddy's JSON, built in Go from the components'
 // addresses (Config.CaddyJSON); deploy/Caddyfile routes the same for an
 // operator's own Caddy (docs/gateway.md).
