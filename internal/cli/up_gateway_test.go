@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/webui"
+)
+
+// TestUpServesThroughTheGateway: `cosmicac up` answers through the
+// embedded Caddy on --listen: the web interface at every page path, the
+// API under /api, an access log line per request in the data directory's
+// gateway.log, and the browser's terminal, a WebSocket, through Caddy to a
+// shell of a running job.
+func TestUpServesThroughTheGateway(t *testing.T) {
+	home, dataDir := t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home) // the job's login shell reads no config of the user's
+	env := map[string]string{"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config")}
+	var stdout, stderr lockedBuffer
+	a := &app{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "5ms"})
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("up after Ctrl-C: exit %d: %s", code, stderr.String())
+		}
+	}()
+	web := regexp.MustCompile(`(?m)^\s*web\s+(http://\S+)/\s`)
+	deadline := time.Now().Add(60 * time.Second)
+	for !web.MatchString(stdout.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner: %s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	base := web.FindStringSubmatch(stdout.String())[1]
+	tok, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(tok))}, "Content-Type": {"application/json"}}
+	call := func(method, path, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header = auth.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+
+	for _, p := range []string{"/", "/jobs", "/team/keys"} {
+		resp, body := call("GET", p, "")
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Security-Policy") != webui.CSP || !strings.Contains(body, "/app.js") {
+			t.Errorf("GET %s: %d CSP %q: %.100s", p, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), body)
+		}
+		if !strings.Contains(resp.Header.Get("Via"), "Caddy") {
+			t.Errorf("GET %s did not pass the gateway: Via %q", p, resp.Header.Get("Via"))
+		}
+	}
+	if resp, body := call("GET", "/api/v1/nope", ""); resp.StatusCode != 404 || !strings.Contains(body, `"code":"not_found"`) {
+		t.Errorf("an unknown API path is the API's JSON 404, not the page: %d %s", resp.StatusCode, body)
+	}
+	resp, body := call("POST", "/api/v1/jobs", `{"type":"gpu-container","name":"t","location":"us","image":"ubuntu:24.04","resources":{"gpu":1}}`)
+	if resp.StatusCode != 201 {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	var job struct{ ID string }
+	json.Unmarshal([]byte(body), &job) //nolint:errcheck // checked by the next call
+	for {
+		_, body := call("GET", "/api/v1/jobs/"+job.ID, "")
+		if strings.Contains(body, `"state":"running"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never ran: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	u := "ws" + strings.TrimPrefix(base, "http") + apiv1.Prefix + "/jobs/" + job.ID + "/terminal"
+	c, _, err := websocket.Dial(wctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": auth["Authorization"]}})
+	if err != nil {
+		t.Fatalf("terminal through the gateway: %v", err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(wctx, websocket.MessageBinary, []byte("echo hi-$((6*7)); exit 3\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for {
+		typ, b, err := c.Read(wctx)
+		if err != nil {
+			t.Fatalf("read: %v after %q", err, out.String())
+		}
+		if typ == websocket.MessageText {
+			if !strings.Contains(out.String(), "hi-42") || string(b) != `{"type":"exit","code":3}` {
+				t.Errorf("the shell wrote %q then %s; want hi-42 then exit code 3", out.String(), b)
+			}
+			break
+		}
+		out.Write(b)
+	}
+
+	c.Close(websocket.StatusNormalClosure, "")
+	// Caddy writes an upgraded request's line when the connection ends
+	// (its 101 carries no Via: the log is what shows it passed).
+	var log []byte
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if log, err = os.ReadFile(filepath.Join(dataDir, gatewayLog)); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(log), "/terminal") {
+			break
+		}
+	}
+	if !strings.Contains(string(log), `"uri":"/api/v1/jobs/`+job.ID+`/terminal"`) || strings.Contains(string(log), strings.TrimSpace(string(tok))) {
+		t.Errorf("gateway.log lacks the terminal's request or shows the token:\n%s", log)
+	}
+}
