@@ -41,6 +41,13 @@ function App() {
       }
       setTeam(w.team);
       if (w.team) localStorage.setItem(TEAM_KEY, w.team);
+      // The teams to switch to: one's own, or every team for a platform
+      // admin (listTeams answers what the caller may act in).
+      try {
+        w.switchable = (await call("/teams")).items.map((t) => ({ team: t.name, role: t.role || "platform admin" }));
+      } catch {
+        w.switchable = w.teams || [];
+      }
       setMe(w);
     } catch (e) {
       if (e.status === 401) {
@@ -101,7 +108,7 @@ function App() {
           <label class="team-switch">
             <span class="sr">Active team</span>
             <select value={me.team} onChange={(e) => switchTeam(e.currentTarget.value)} aria-label="Active team">
-              {(me.teams || []).map((m) => <option value={m.team}>{m.team} ({m.role})</option>)}
+              {(me.switchable || me.teams || []).map((m) => <option value={m.team}>{m.team} ({m.role})</option>)}
             </select>
           </label>
           <span class="user" title={me.credential === "session" ? "signed in" : "token"}>{me.user}</span>

@@ -250,7 +250,8 @@ function Tokens({ me }) {
   const [revoke, setRevoke] = useState(null);
   const create = async (e) => {
     e.preventDefault();
-    const f = new FormData(e.currentTarget);
+    const form = e.currentTarget; // gone from the event after an await
+    const f = new FormData(form);
     const body = { name: f.get("name"), expiresIn: f.get("expiresIn") || undefined };
     if (f.get("bind")) body.team = me.team;
     if (f.get("scope")) {
@@ -261,7 +262,7 @@ function Tokens({ me }) {
       const t = await call("/tokens", { body });
       setSecret(t.token);
       setErr(null);
-      e.currentTarget.reset();
+      form.reset();
       reload();
     } catch (e2) {
       setErr(e2);

@@ -120,6 +120,37 @@ test("sign in with a wrong password, then the right one; a token signs in too", 
   await ctx.close();
 });
 
+test("the keyboard alone signs in, opens a job and closes a dialog", async () => {
+  const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "by-keyboard", location: "us", image: "ubuntu-24.04", resources: { gpu: 1 } }, p.token, "ml");
+  const ctx = await browser.newContext();
+  const page = await ctx.newPage();
+  await page.goto(p.url + "/");
+  await page.getByLabel("User name").waitFor();
+  // The user field has the focus; Tab moves to the password, Enter signs in.
+  await page.keyboard.type(ALICE.user);
+  await page.keyboard.press("Tab");
+  await page.keyboard.type(ALICE.password);
+  await page.keyboard.press("Enter");
+  await page.getByRole("heading", { name: /^Jobs/ }).waitFor();
+  await useTeam(page, "ml");
+  // Tab to the job's link and open it with Enter.
+  const link = page.getByRole("link", { name: "by-keyboard" });
+  await link.waitFor();
+  for (let i = 0; i < 60 && !(await link.evaluate((el) => el === document.activeElement)); i++) await page.keyboard.press("Tab");
+  assert.ok(await link.evaluate((el) => el === document.activeElement), "Tab never reached the job's link");
+  await page.keyboard.press("Enter");
+  await page.waitForURL(new RegExp(job.id));
+  const del = page.getByRole("button", { name: "Delete" });
+  await del.focus();
+  await page.keyboard.press("Enter");
+  await page.getByRole("dialog").waitFor();
+  await page.keyboard.press("Escape");
+  await page.getByRole("dialog").waitFor({ state: "hidden" });
+  assert.equal((await p.api("GET", `/jobs/${job.id}`, undefined, p.token, "ml")).id, job.id, "Escape deleted the job");
+  await ctx.close();
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+});
+
 test("a GPU Container Job: create with the form, Active without reload, logs, terminal, duplicate, delete", async () => {
   const page = await signIn(ALICE);
   await useTeam(page, "ml");
@@ -322,6 +353,39 @@ test("racks, teams and settings pages, at laptop and phone widths, light and dar
   await page.locator(".rack .gpus").first().waitFor();
   assert.equal(await page.locator(".rack").first().locator(".gpu").count(), 16);
   await check(page, "racks");
+  // Register a rack, see it, remove it.
+  await page.getByLabel("ID", { exact: true }).fill("extra-eu-1");
+  await page.getByLabel("Location").fill("eu");
+  await page.getByLabel("GPU model").fill("L40S");
+  await page.getByLabel("Worker key").fill("ab".repeat(32));
+  await page.getByRole("button", { name: "Register" }).click();
+  const rack = page.locator('.rack[data-rack="extra-eu-1"]');
+  await rack.waitFor();
+  assert.ok((await p.api("GET", "/racks")).items.some((r) => r.id === "extra-eu-1"));
+  await rack.getByRole("button", { name: "Remove" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Remove" }).click();
+  await rack.waitFor({ state: "detached" });
+  assert.ok(!(await p.api("GET", "/racks")).items.some((r) => r.id === "extra-eu-1"));
+  // Members: a role changed in the page is the API's.
+  await page.getByLabel("Active team").selectOption("ml");
+  await page.goto(p.url + "/team");
+  await page.getByLabel("Role of vera").selectOption("member");
+  await waitFor("vera's new role", async () => (await p.api("GET", "/teams/ml/members")).items.find((m) => m.user === "vera").role === "member");
+  await page.getByLabel("Role of vera").selectOption("viewer");
+  await waitFor("vera's role back", async () => (await p.api("GET", "/teams/ml/members")).items.find((m) => m.user === "vera").role === "viewer");
+  // A personal access token, created and revoked.
+  await page.goto(p.url + "/team/tokens");
+  await page.getByLabel("Name").fill("from-the-page");
+  await page.getByRole("button", { name: "Create token" }).click();
+  const secret = (await page.getByLabel("The new token").textContent()).trim();
+  const who = await fetch(p.url + "/api/v1/whoami", { headers: { Authorization: `Bearer ${secret}` } });
+  assert.equal(who.status, 200);
+  await page.getByLabel("I have saved the token").check();
+  await page.getByRole("button", { name: "Done" }).click();
+  await page.locator("tr", { hasText: "from-the-page" }).getByRole("button", { name: "Revoke" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Revoke" }).click();
+  await page.locator("tr", { hasText: "from-the-page" }).waitFor({ state: "detached" });
+  assert.equal((await fetch(p.url + "/api/v1/whoami", { headers: { Authorization: `Bearer ${secret}` } })).status, 401);
   await page.goto(p.url + "/team/quotas");
   await page.locator(".chart svg, .chart + p, p.empty").first().waitFor();
   await check(page, "quotas-admin");
