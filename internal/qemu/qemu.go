@@ -1,0 +1,388 @@
+// Package qemu runs the virtual machines of the local VM rack
+// (wrk-server-qemu): one QEMU process a VM, booted from a copy-on-write
+// overlay on a base image of the image catalogue, with a cloud-init NoCloud
+// seed (label cidata), a read-only disk holding the agent binary (label
+// COSMICAC), and user-mode networking that reaches nothing but the ports it
+// is told to forward. It uses KVM where the host's /dev/kvm can run a
+// guest, QEMU's software emulation (TCG) otherwise.
+//
+// It knows VMs only: the rack worker (internal/qemuworker) maps jobs onto
+// them. It runs qemu-system-x86_64, qemu-img and genisoimage, and imports
+// no other CosmicAC package.
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The files of a VM's directory.
+const (
+	OverlayFile = "disk.qcow2"   // the VM's disk: an overlay on the base image
+	SeedFile    = "seed.iso"     // the NoCloud seed
+	ConsoleFile = "console.log"  // the serial console
+	PIDFile     = "qemu.pid"     // the QEMU process, while it runs
+	MonitorFile = "monitor.sock" // QEMU's monitor (QMP), for a graceful power-off
+)
+
+// Forward lets the guest reach one TCP port of the host: the guest dials
+// GuestAddr (in QEMU's user network, e.g. 10.0.2.100:7001) and reaches
+// HostAddr (e.g. 127.0.0.1:7001). Nothing else of the host or the network
+// is reachable from the guest (QEMU's restrict=on).
+type Forward struct {
+	GuestAddr, HostAddr string
+}
+
+// Config is one VM.
+type Config struct {
+	// Dir holds the VM's overlay, seed, console log and pid file. Its
+	// overlay survives Stop and a new Start (restart keeps the disk);
+	// Remove deletes it.
+	Dir   string
+	Image Image
+	CPUs  int
+	// MemoryMiB is the guest's memory.
+	MemoryMiB int
+	// DiskGiB is the overlay's virtual size (0: the base image's).
+	DiskGiB int
+	// UserData, MetaData and NetworkConfig make the NoCloud seed.
+	UserData, MetaData, NetworkConfig []byte
+	// AgentDisk is a read-only ISO (label COSMICAC) with the agent binary,
+	// shared by the VMs (AgentDiskFor builds it); "" attaches none.
+	AgentDisk string
+	// Forwards are the host ports the guest may reach.
+	Forwards []Forward
+	// SSHPort, when not 0, forwards 127.0.0.1:SSHPort on the host to the
+	// guest's port 22.
+	SSHPort int
+	// Accel is "kvm" or "tcg" (Detect picks); TCGCacheMiB is TCG's
+	// translation cache (default 128).
+	Accel       string
+	TCGCacheMiB int
+	// VFIO are host PCI addresses (0000:41:00.0) passed through.
+	VFIO []string
+	// QEMU is the emulator's path (default qemu-system-x86_64 on PATH).
+	QEMU string
+}
+
+// Args is QEMU's command line for c, the seed and overlay being in place.
+func (c Config) Args() []string {
+	accel := c.Accel
+	if accel == "" {
+		accel = "tcg"
+	}
+	if accel == "tcg" {
+		tb := c.TCGCacheMiB
+		if tb <= 0 {
+			tb = 128
+		}
+		accel = "tcg,tb-size=" + strconv.Itoa(tb)
+	}
+	cpus, mem := c.CPUs, c.MemoryMiB
+	if cpus <= 0 {
+		cpus = 1
+	}
+	if mem <= 0 {
+		mem = 512
+	}
+	net := "user,id=n0,restrict=on"
+	for _, f := range c.Forwards {
+		net += ",guestfwd=tcp:" + f.GuestAddr + "-tcp:" + f.HostAddr
+	}
+	if c.SSHPort != 0 {
+		net += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:22", c.SSHPort)
+	}
+	args := []string{
+		"-name", filepath.Base(c.Dir),
+		"-machine", "q35", "-accel", accel, "-cpu", cpuModel(c.Accel),
+		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-serial", "file:" + filepath.Join(c.Dir, ConsoleFile),
+		"-qmp", "unix:" + filepath.Join(c.Dir, MonitorFile) + ",server=on,wait=off",
+		"-pidfile", filepath.Join(c.Dir, PIDFile),
+		"-drive", "file=" + filepath.Join(c.Dir, OverlayFile) + ",if=virtio,format=qcow2,cache=unsafe,discard=unmap",
+		"-drive", "file=" + filepath.Join(c.Dir, SeedFile) + ",if=virtio,format=raw,readonly=on",
+		"-netdev", net, "-device", "virtio-net-pci,netdev=n0",
+		"-device", "virtio-rng-pci",
+	}
+	if c.AgentDisk != "" {
+		args = append(args, "-drive", "file="+c.AgentDisk+",if=virtio,format=raw,readonly=on")
+	}
+	if c.Image.Kernel != "" {
+		args = append(args, "-kernel", c.Image.Kernel, "-append", c.Image.Cmdline)
+		if c.Image.Initrd != "" {
+			args = append(args, "-initrd", c.Image.Initrd)
+		}
+	}
+	for _, d := range c.VFIO {
+		args = append(args, "-device", "vfio-pci,host="+d)
+	}
+	return args
+}
+
+func cpuModel(accel string) string {
+	if accel == "kvm" {
+		return "host"
+	}
+	return "max"
+}
+
+// Prepare makes the VM's directory, its overlay if there is none (an
+// existing one is the VM's disk, kept), and its seed (always anew).
+func Prepare(ctx context.Context, c Config) (created bool, err error) {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return false, err
+	}
+	overlay := filepath.Join(c.Dir, OverlayFile)
+	if _, err := os.Stat(overlay); errors.Is(err, os.ErrNotExist) {
+		args := []string{"create", "-q", "-f", "qcow2", "-F", c.Image.Format, "-b", c.Image.Disk, overlay + ".tmp"}
+		if c.DiskGiB > 0 {
+			args = append(args, strconv.Itoa(c.DiskGiB)+"G")
+		}
+		if out, err := exec.CommandContext(ctx, "qemu-img", args...).CombinedOutput(); err != nil {
+			return false, fmt.Errorf("qemu-img create: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		if err := os.Rename(overlay+".tmp", overlay); err != nil {
+			return false, err
+		}
+		created = true
+	} else if err != nil {
+		return false, err
+	}
+	return created, WriteSeed(ctx, filepath.Join(c.Dir, SeedFile), c.UserData, c.MetaData, c.NetworkConfig)
+}
+
+// WriteSeed writes a NoCloud seed: an ISO 9660 image labelled cidata with
+// user-data, meta-data and, when given, network-config.
+func WriteSeed(ctx context.Context, path string, userData, metaData, networkConfig []byte) error {
+	files := map[string][]byte{"user-data": userData, "meta-data": metaData}
+	if len(networkConfig) > 0 {
+		files["network-config"] = networkConfig
+	}
+	return writeISO(ctx, path, "cidata", files)
+}
+
+// AgentDiskLabel is the ISO 9660 label of the agent's disk, and AgentFile
+// the binary's name on it (internal/vmboot mounts and runs it).
+const (
+	AgentDiskLabel = "COSMICAC"
+	AgentFile      = "cosmicac"
+)
+
+// AgentDiskFor is the agent disk holding binary, built once in dir for the
+// binary's contents (its name carries the binary's size and modification
+// time) and shared read-only by every VM.
+func AgentDiskFor(ctx context.Context, dir, binary string) (string, error) {
+	st, err := os.Stat(binary)
+	if err != nil {
+		return "", fmt.Errorf("agent binary: %w", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("agent-%d-%d.iso", st.Size(), st.ModTime().UnixNano()))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return path, writeISO(ctx, path, AgentDiskLabel, map[string][]byte{AgentFile: b})
+}
+
+// writeISO builds an ISO 9660 image (Rock Ridge, so modes are kept) of
+// files with genisoimage, atomically.
+func writeISO(ctx context.Context, path, label string, files map[string][]byte) error {
+	src, err := os.MkdirTemp(filepath.Dir(path), ".iso-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(src)
+	for name, b := range files {
+		mode := os.FileMode(0o644)
+		if name == AgentFile {
+			mode = 0o755
+		}
+		if err := os.WriteFile(filepath.Join(src, name), b, mode); err != nil {
+			return err
+		}
+	}
+	tmp := path + ".tmp"
+	out, err := exec.CommandContext(ctx, "genisoimage", "-quiet", "-output", tmp, "-volid", label, "-rational-rock", "-joliet", src).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("genisoimage: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return os.Rename(tmp, path)
+}
+
+// VM is a running QEMU process.
+type VM struct {
+	cfg  Config
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+// Start starts the VM; Prepare must have run.
+func Start(c Config) (*VM, error) {
+	bin := c.QEMU
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	cmd := exec.Command(bin, c.Args()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &limitWriter{w: &stderr, n: 4096}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	vm := &VM{cfg: c, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		if err != nil && stderr.Len() > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		vm.err = err
+		os.Remove(filepath.Join(c.Dir, PIDFile))
+		close(vm.done)
+	}()
+	return vm, nil
+}
+
+// Done is closed when the QEMU process has exited; Err then says how.
+func (v *VM) Done() <-chan struct{} { return v.done }
+
+// Err is how the process ended (nil: the guest powered off).
+func (v *VM) Err() error {
+	<-v.done
+	return v.err
+}
+
+// Stop powers the guest off (ACPI, through QMP) and waits up to grace,
+// then kills QEMU. The disk stays.
+func (v *VM) Stop(grace time.Duration) {
+	v.once.Do(func() {
+		if grace > 0 {
+			if err := qmp(filepath.Join(v.cfg.Dir, MonitorFile), "system_powerdown"); err == nil {
+				select {
+				case <-v.done:
+					return
+				case <-time.After(grace):
+				}
+			}
+		}
+		if v.cmd.Process != nil {
+			syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		}
+		<-v.done
+	})
+}
+
+// qmp sends one command on QEMU's QMP socket.
+func qmp(sock, command string) error {
+	c, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	if _, err := r.ReadString('\n'); err != nil { // the greeting
+		return err
+	}
+	for _, cmd := range []string{`{"execute":"qmp_capabilities"}`, `{"execute":"` + command + `"}`} {
+		if _, err := fmt.Fprintln(c, cmd); err != nil {
+			return err
+		}
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			if strings.Contains(line, `"return"`) {
+				break
+			}
+			if strings.Contains(line, `"error"`) {
+				return fmt.Errorf("qmp %s: %s", command, strings.TrimSpace(line))
+			}
+		}
+	}
+	return nil
+}
+
+// Remove deletes the VM's directory: its disk, seed and logs.
+func Remove(dir string) error { return os.RemoveAll(dir) }
+
+// KillStale kills a QEMU left running in dir by an earlier worker process
+// (its pid file names it and its command line names dir), so that a
+// restarted worker starts from a clean slate.
+func KillStale(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, PIDFile))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), filepath.Join(dir, OverlayFile)) {
+		return // not ours (the pid was reused)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for range 50 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	os.Remove(filepath.Join(dir, PIDFile))
+}
+
+// ConsoleTail is the last n bytes of the VM's serial console.
+func ConsoleTail(dir string, n int64) string {
+	f, err := os.Open(filepath.Join(dir, ConsoleFile))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	f.ReadAt(b, off)
+	return string(b)
+}
+
+type limitWriter struct {
+	w interface{ WriteString(string) (int, error) }
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		s := string(p)
+		if len(s) > l.n {
+			s = s[:l.n]
+		}
+		l.n -= len(s)
+		l.w.WriteString(s)
+	}
+	return len(p), nil
+}

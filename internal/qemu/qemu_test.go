@@ -1,0 +1,120 @@
+package qemu_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/qemu"
+)
+
+// TestArgs: the command line gives the guest only what the config names:
+// restrict=on user networking with the forwards and the SSH port on
+// loopback, the overlay, the seed and the agent disk read-only, direct
+// kernel boot when the image has a kernel, TCG's cache size.
+func TestArgs(t *testing.T) {
+	c := qemu.Config{Dir: "/vms/j1-r0", CPUs: 2, MemoryMiB: 1024, AgentDisk: "/cache/agent.iso", SSHPort: 2222,
+		Forwards: []qemu.Forward{{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:7001"}},
+		Image:    qemu.Image{Disk: "/img/disk.qcow2", Format: "qcow2", Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "root=LABEL=root console=ttyS0"}}
+	line := strings.Join(c.Args(), " ")
+	for _, want := range []string{
+		"-accel tcg,tb-size=128", "-cpu max", "-smp 2", "-m 1024",
+		"-netdev user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7001-tcp:127.0.0.1:7001,hostfwd=tcp:127.0.0.1:2222-:22",
+		"file=/vms/j1-r0/disk.qcow2,if=virtio,format=qcow2",
+		"file=/vms/j1-r0/seed.iso,if=virtio,format=raw,readonly=on",
+		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
+		"-kernel /img/vmlinuz -append root=LABEL=root console=ttyS0 -initrd /img/initrd.img",
+		"-serial file:/vms/j1-r0/console.log",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("args lack %q:\n%s", want, line)
+		}
+	}
+	c.Accel, c.Image.Kernel, c.SSHPort, c.VFIO = "kvm", "", 0, []string{"0000:41:00.0"}
+	args := c.Args()
+	line = strings.Join(args, " ")
+	if !strings.Contains(line, "-accel kvm -cpu host") || strings.Contains(line, "-kernel") || strings.Contains(line, "hostfwd") ||
+		!slices.Contains(args, "vfio-pci,host=0000:41:00.0") {
+		t.Errorf("kvm, disk boot, no ssh, one GPU:\n%s", line)
+	}
+}
+
+func need(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is not installed (hack/install-deps.sh installs it)", tool)
+			}
+			t.Skipf("%s is not installed (hack/install-deps.sh installs it)", tool)
+		}
+	}
+}
+
+// TestPrepareKeepsTheDisk: Prepare makes an overlay on the base image and
+// a seed; a second Prepare (a restart) keeps the overlay's contents and
+// writes the seed anew; LoadImage reads a file or an image.json directory.
+func TestPrepareKeepsTheDisk(t *testing.T) {
+	need(t, "qemu-img", "genisoimage")
+	ctx := context.Background()
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.raw")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "raw", base, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	im, err := qemu.LoadImage(ctx, "tiny", base)
+	if err != nil || im.Format != "raw" || im.Disk != base {
+		t.Fatalf("LoadImage(file) = %+v, %v", im, err)
+	}
+	os.WriteFile(filepath.Join(dir, qemu.ImageFile), []byte(`{"disk":"base.raw","kernel":"vmlinuz","cmdline":"root=/dev/vda"}`), 0o600)
+	im2, err := qemu.LoadImage(ctx, "deb", dir)
+	if err != nil || im2.Disk != base || im2.Kernel != filepath.Join(dir, "vmlinuz") || im2.Format != "raw" || im2.Name != "deb" {
+		t.Fatalf("LoadImage(dir) = %+v, %v", im2, err)
+	}
+	if _, err := (qemu.Catalogue{"deb": im2}).Lookup("ubuntu-24.04"); err == nil || !strings.Contains(err.Error(), "it has: deb") {
+		t.Errorf("Lookup of a missing image: %v", err)
+	}
+	c := qemu.Config{Dir: filepath.Join(dir, "vm"), Image: im, DiskGiB: 1, UserData: []byte("#cloud-config\n"), MetaData: []byte("instance-id: a\n")}
+	created, err := qemu.Prepare(ctx, c)
+	if err != nil || !created {
+		t.Fatalf("Prepare: %v, %v", created, err)
+	}
+	overlay := filepath.Join(c.Dir, qemu.OverlayFile)
+	if out, err := exec.Command("qemu-io", "-c", "write -P 0x5a 0 4k", overlay).CombinedOutput(); err != nil {
+		t.Logf("qemu-io: %v %s (the contents check is skipped)", err, out)
+	}
+	before, _ := os.ReadFile(overlay)
+	c.MetaData = []byte("instance-id: b\n")
+	if created, err := qemu.Prepare(ctx, c); err != nil || created {
+		t.Fatalf("second Prepare: %v, %v", created, err)
+	}
+	if after, _ := os.ReadFile(overlay); string(after) != string(before) {
+		t.Error("a second Prepare changed the disk")
+	}
+	seed, err := os.ReadFile(filepath.Join(c.Dir, qemu.SeedFile))
+	if err != nil || !strings.Contains(string(seed), "cidata") || !strings.Contains(string(seed), "instance-id: b") {
+		t.Errorf("the seed is not the new cidata ISO (%v)", err)
+	}
+	bin := filepath.Join(dir, "agent")
+	os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755)
+	iso, err := qemu.AgentDiskFor(ctx, filepath.Join(dir, "cache"), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := qemu.AgentDiskFor(ctx, filepath.Join(dir, "cache"), bin); err != nil || again != iso {
+		t.Errorf("AgentDiskFor twice: %s, %v; want %s", again, err, iso)
+	}
+	if b, _ := os.ReadFile(iso); !strings.Contains(string(b), qemu.AgentDiskLabel) {
+		t.Error("the agent disk has no COSMICAC label")
+	}
+	if err := qemu.Remove(c.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(overlay); !os.IsNotExist(err) {
+		t.Errorf("Remove left the disk: %v", err)
+	}
+}
