@@ -129,6 +129,10 @@ type Rack struct {
 	FreeGPUs    int           `json:"freeGpus"`
 	Reachable   bool          `json:"reachable"`
 	WorkerAddrs []string      `json:"workerAddrs,omitempty"`
+	// Problem, when set, is why the rack cannot take jobs until an
+	// operator fixes it, with the fix (e.g. rack_misconfigured: its
+	// Kubernetes namespace is missing).
+	Problem *cosmic.Reason `json:"problem,omitempty"`
 }
 
 // RackList is every registered rack.

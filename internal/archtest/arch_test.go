@@ -97,6 +97,37 @@ func TestBoundaries(t *testing.T) {
 	}
 }
 
+// TestVMBootIsPure: the boot builder every VM rack shares (the Kubernetes
+// worker, a QEMU rack) knows no Kubernetes and no component: of the module
+// it imports the domain only (and what the domain imports).
+func TestVMBootIsPure(t *testing.T) {
+	const mod = "github.com/cosmicac/cosmicac/internal/"
+	pkgs := list(t)
+	allowed := map[string]bool{mod + "cosmic": true}
+	var vmboot *pkg
+	for i, p := range pkgs {
+		switch p.ImportPath {
+		case mod + "cosmic":
+			for _, d := range p.Deps {
+				allowed[d] = true
+			}
+		case mod + "vmboot":
+			vmboot = &pkgs[i]
+		}
+	}
+	if vmboot == nil {
+		t.Fatal("no package internal/vmboot")
+	}
+	for _, d := range vmboot.Deps {
+		switch {
+		case strings.HasPrefix(d, "k8s.io/"), strings.HasPrefix(d, "kubevirt.io/"), strings.HasPrefix(d, "sigs.k8s.io/controller-runtime"):
+			t.Errorf("vmboot depends on %s", d)
+		case strings.HasPrefix(d, mod) && !allowed[d]:
+			t.Errorf("vmboot depends on the component %s", d)
+		}
+	}
+}
+
 // matches reports whether dependency d falls under rule b: "x$" is exactly
 // x; "x/" is everything under x; "x" is x and everything under it.
 func matches(d, b string) bool {

@@ -335,20 +335,39 @@ type rackRow struct {
 	ID, Location, GPUModel string
 	Nodes, GPUs, Free      int
 	Reachable              bool
+	// Problem is what stops the rack from taking jobs, if anything.
+	Problem *cosmic.Reason
 }
 
-// writeRacksTable prints racks as ID, LOCATION, GPU MODEL, NODES, GPUS, FREE, REACHABLE.
+// writeRacksTable prints racks as ID, LOCATION, GPU MODEL, NODES, GPUS, FREE,
+// REACHABLE ("yes, unhealthy" for a rack with a problem), then each rack's
+// problem and its fix.
 func writeRacksTable(w io.Writer, racks []rackRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tLOCATION\tGPU MODEL\tNODES\tGPUS\tFREE\tREACHABLE")
 	for _, r := range racks {
 		reach := "no"
-		if r.Reachable {
+		switch {
+		case r.Reachable && r.Problem != nil:
+			reach = "yes, unhealthy"
+		case r.Reachable:
 			reach = "yes"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Location, r.GPUModel, r.Nodes, r.GPUs, r.Free, reach)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range racks {
+		if r.Problem == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\nrack %s is unhealthy (%s): %s\n", r.ID, r.Problem.Code, r.Problem.Message)
+		if r.Problem.Fix != "" {
+			fmt.Fprintf(w, "  fix: %s\n", r.Problem.Fix)
+		}
+	}
+	return nil
 }
 
 func sortedStrings[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -25,6 +25,7 @@ const (
 	ReasonRestartRequested    ReasonCode = "restart_requested"
 	ReasonReplicaDeleted      ReasonCode = "replica_deleted"
 	ReasonModelLoadFailed     ReasonCode = "model_load_failed"
+	ReasonRackMisconfigured   ReasonCode = "rack_misconfigured"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -57,6 +58,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonRestartRequested:    {"a restart was requested", ""},
 	ReasonReplicaDeleted:      {"a replica was deleted", "Wait: the replica is placed again, perhaps on another node."},
 	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
+	ReasonRackMisconfigured:   {"the rack cannot run jobs until an operator fixes its configuration", "Ask the rack's operator: `cosmicac racks list` shows what is wrong and the fix. The job starts once it is fixed."},
 }
 
 // KnownReason reports whether code is in the registry.

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,9 +38,7 @@ func TestUpWithKubeconfig(t *testing.T) {
 	c := kube.Client
 	rc := k8sworker.DefaultRackConfig()
 	rc.Rack, rc.Location = "kube-eu-1", "eu"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rc.Namespace}}); err != nil {
-		t.Fatal(err)
-	}
+	// No namespace on the cluster: the worker creates it (its account may).
 	for i := range 2 {
 		addGPUNode(t, ctx, c, fmt.Sprintf("gpu-%d", i), corev1.ResourceName("nvidia.com/"+rc.GPUModel), 8)
 	}
@@ -51,6 +52,11 @@ func TestUpWithKubeconfig(t *testing.T) {
 		}
 		return nil
 	}, "the cluster's rack")
+
+	waittest.NoError(t, func() error {
+		var ns corev1.Namespace
+		return c.Get(ctx, client.ObjectKey{Name: rc.Namespace}, &ns)
+	}, "the worker creates its namespace")
 
 	spec := Container("on-kube", 2)
 	spec.Location = "eu"
@@ -115,6 +121,101 @@ func TestUpWithKubeconfig(t *testing.T) {
 		}
 		return client.IgnoreNotFound(err)
 	}, "the job's VMI deleted")
+}
+
+// TestUpWithKubeconfigNoNamespace: `up --kubeconfig` on a cluster without
+// the rack's namespace, with an account that may not create it. The user
+// sees why where they look: the job is pending with reason
+// rack_misconfigured naming the namespace, and `racks list` shows the rack
+// unhealthy with the fix; once an operator creates the namespace, the job
+// goes on.
+func TestUpWithKubeconfigNoNamespace(t *testing.T) {
+	kube := k8stest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := kube.Client
+	rc := k8sworker.DefaultRackConfig()
+	rc.Rack, rc.Location = "kube-eu-1", "eu"
+	addGPUNode(t, ctx, c, "gpu-0", corev1.ResourceName("nvidia.com/"+rc.GPUModel), 8)
+	kubeconfig := restrictedKubeconfig(t, ctx, kube, "cosmicac-worker")
+	e := NewEnv(t, func(cfg *platform.Config) { cfg.Kube = &platform.KubeConfig{Kubeconfig: kubeconfig, Rack: rc} })
+
+	spec := Container("on-kube", 1)
+	spec.Location = "eu"
+	j := e.Create(spec)
+	waittest.NoError(t, func() error {
+		got, err := e.Client.GetJob(e.Ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		if r := got.Status.Reason; got.Status.State != cosmic.StatePending || r == nil || r.Code != cosmic.ReasonRackMisconfigured ||
+			!strings.Contains(r.Message, `namespace "`+rc.Namespace+`"`) {
+			return fmt.Errorf("status %s %+v, want pending with %s naming the namespace", got.Status.State, r, cosmic.ReasonRackMisconfigured)
+		}
+		return nil
+	}, "the job pending with the rack's problem")
+	waittest.NoError(t, func() error {
+		racks, err := e.Client.ListRacks(e.Ctx)
+		if err != nil || len(racks) != 1 || racks[0].Problem == nil || racks[0].Problem.Code != cosmic.ReasonRackMisconfigured ||
+			!strings.Contains(racks[0].Problem.Fix, "kubectl create namespace "+rc.Namespace) {
+			return fmt.Errorf("racks %+v (%v), want the rack's problem with its fix", racks, err)
+		}
+		return nil
+	}, "racks list shows the problem")
+
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rc.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.NoError(t, func() error {
+		got, err := e.Client.GetJob(e.Ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		var dv cdiv1.DataVolume
+		if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: k8sworker.VMIName(j.ID, 0, 0)}, &dv); err != nil {
+			return err
+		}
+		if got.Status.Reason != nil {
+			return fmt.Errorf("reason %+v after the namespace was created", got.Status.Reason)
+		}
+		racks, err := e.Client.ListRacks(e.Ctx)
+		if err != nil || len(racks) != 1 || racks[0].Problem != nil {
+			return fmt.Errorf("racks %+v (%v), want no problem", racks, err)
+		}
+		return nil
+	}, "the job applied once the namespace exists")
+}
+
+// restrictedKubeconfig is kube's kubeconfig acting as user (impersonated),
+// whose ClusterRole grants all the worker uses but namespaces.
+func restrictedKubeconfig(t *testing.T, ctx context.Context, kube *k8stest.Env, user string) string {
+	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"", "kubevirt.io", "cdi.kubevirt.io", "k8s.cni.cncf.io"},
+		Resources: []string{"nodes", "configmaps", "secrets", "services", "persistentvolumeclaims", "pods", "events",
+			"virtualmachineinstances", "datavolumes", "network-attachment-definitions"},
+		Verbs: []string{"*"},
+	}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := kube.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := clientcmd.LoadFromFile(kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = user
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func addGPUNode(t *testing.T, ctx context.Context, c client.Client, name string, res corev1.ResourceName, gpus int) {

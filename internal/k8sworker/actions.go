@@ -171,6 +171,9 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 	if err := w.available(ctx); err != nil {
 		return err
 	}
+	if r := w.problem.get(); r != nil {
+		return w.refuseApply(p, r)
+	}
 	graphs := make([]Graph, len(p.Reservations))
 	w.mu.Lock()
 	for _, r := range p.Reservations {
@@ -193,7 +196,19 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 		return fabric.Errorf(fabric.CodeBadRequest, "apply %s: encode job: %v", p.Job.ID, err)
 	}
 	root := graphs[0].Root
-	if err := w.applyObject(ctx, root); err != nil {
+	err = w.applyObject(ctx, root)
+	if namespaceMissing(err) {
+		// Gone since the last check, or the worker may not read
+		// namespaces: check (and create) now, and try once more.
+		w.ensureNamespace(ctx)
+		if w.problem.get() == nil {
+			err = w.applyObject(ctx, root)
+		}
+		if r := w.problem.get(); r != nil {
+			return w.refuseApply(p, r)
+		}
+	}
+	if err != nil {
 		return fabricError("apply "+p.Job.ID, err)
 	}
 	var errs, conflicts []error

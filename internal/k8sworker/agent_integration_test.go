@@ -150,7 +150,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	if err != nil || ac.Identity == nil {
 		t.Fatalf("agent config %+v: %v", ac, err)
 	}
-	id, err := ac.Identity.Identity()
+	id, err := ParseAgentIdentity(*ac.Identity)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package k8sworker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,13 +12,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	virtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 // The in-VM agents (issue 7, docs/shell.md). At Apply the worker gives each
@@ -56,38 +55,18 @@ func NewAgentIdentity(id *fabric.Identity) (AgentIdentity, error) {
 	return AgentIdentity{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}, nil
 }
 
-// Identity parses the key pair.
-func (a AgentIdentity) Identity() (*fabric.Identity, error) {
+// ParseAgentIdentity parses the key pair a.
+func ParseAgentIdentity(a AgentIdentity) (*fabric.Identity, error) {
 	return fabric.ParseIdentityPEM([]byte(a.PrivateKeyPEM))
 }
 
 // AgentFile returns the content of AgentConfigPath in cloud-init user data
-// (what UserData wrote there).
-func AgentFile(userData []byte) ([]byte, error) {
-	var cc cloudConfig
-	if err := yaml.Unmarshal(userData, &cc); err != nil {
-		return nil, fmt.Errorf("user data: %w", err)
-	}
-	for _, f := range cc.WriteFiles {
-		if f.Path == AgentConfigPath {
-			return []byte(f.Content), nil
-		}
-	}
-	return nil, fmt.Errorf("user data has no %s", AgentConfigPath)
-}
+// (vmboot.AgentFile).
+func AgentFile(userData []byte) ([]byte, error) { return vmboot.AgentFile(userData) }
 
-// AgentConfigOf reads the agent config back out of cloud-init user data.
-func AgentConfigOf(userData []byte) (AgentConfig, error) {
-	b, err := AgentFile(userData)
-	if err != nil {
-		return AgentConfig{}, err
-	}
-	var ac AgentConfig
-	if err := yaml.Unmarshal(b, &ac); err != nil {
-		return AgentConfig{}, fmt.Errorf("%s: %w", AgentConfigPath, err)
-	}
-	return ac, nil
-}
+// AgentConfigOf reads the agent config back out of cloud-init user data
+// (vmboot.AgentConfigOf).
+func AgentConfigOf(userData []byte) (AgentConfig, error) { return vmboot.AgentConfigOf(userData) }
 
 // AgentOptions is how the worker serves its VMIs' agents.
 type AgentOptions struct {
@@ -231,7 +210,7 @@ func (w *Worker) bootstrap(ctx context.Context, jobID string, r cosmic.Reservati
 		switch {
 		case err == nil:
 			if ac, err := AgentConfigOf(s.Data[UserDataKey]); err == nil && ac.Identity != nil {
-				if _, err := ac.Identity.Identity(); err == nil {
+				if _, err := ParseAgentIdentity(*ac.Identity); err == nil {
 					b.Agents = append(b.Agents, *ac.Identity)
 					continue
 				}

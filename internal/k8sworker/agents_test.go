@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +84,7 @@ func TestAgentLoadsUserData(t *testing.T) {
 	if err != nil || ac.Identity == nil || *ac.Identity != tc.boot.Agents[0] {
 		t.Fatalf("AgentConfigOf: %+v, %v", ac.Identity, err)
 	}
-	id, err := ac.Identity.Identity()
+	id, err := ParseAgentIdentity(*ac.Identity)
 	if err != nil || id.PublicKey().String() != tc.boot.Agents[0].PublicKey {
 		t.Fatalf("Identity: %v", err)
 	}
@@ -153,17 +152,5 @@ func TestReplicaStatusAgentGate(t *testing.T) {
 	}
 	if r := ReplicaStatus(StatusPolicy{}, ReplicaObservation{Nodes: obs.Nodes, DataVolumes: obs.DataVolumes, VMIs: obs.VMIs}, now); r.State != cosmic.StateRunning {
 		t.Fatalf("gate off: %+v", r)
-	}
-}
-
-// Only an inference agent is told about proxy-inference.
-func TestProxyPeerOnlyForInference(t *testing.T) {
-	proxy := Peer{Role: "proxy-inference", Key: testPeers()[0].Key, Addrs: []string{"10.0.0.9:7425"}}
-	for _, typ := range []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference} {
-		got := peersFor(typ, append(testPeers(), proxy))
-		has := slices.ContainsFunc(got, func(p Peer) bool { return p.Role == "proxy-inference" })
-		if has != (typ == cosmic.TypeManagedInference) || len(got) < len(testPeers()) {
-			t.Errorf("%s: peers %+v", typ, got)
-		}
 	}
 }

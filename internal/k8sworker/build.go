@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 // Labels every object of a job carries (the root and the Services carry no
@@ -57,18 +57,20 @@ const (
 	AnnotationCDIDeleteAfterCompletion = "cdi.kubevirt.io/storage.deleteAfterCompletion"
 )
 
-// Paths inside the VM and the Secret key of the cloud-init user data.
+// The Secret key of the cloud-init user data, and paths inside the VM
+// (vmboot's).
 const (
 	UserDataKey     = "userdata"
-	AgentConfigPath = "/etc/cosmicac/agent.yaml"
-	EnvFilePath     = "/etc/cosmicac/env"
-	AgentUnitPath   = "/etc/systemd/system/cosmicac-agent.service"
+	AgentConfigPath = vmboot.AgentConfigPath
+	EnvFilePath     = vmboot.EnvFilePath
+	AgentUnitPath   = vmboot.AgentUnitPath
 )
 
 // Names of the fixed VMI devices, networks and volumes.
 const (
 	rootDisk      = "rootdisk"
 	cloudInitDisk = "cloudinitdisk"
+	agentDisk     = "agentdisk"
 	podNetwork    = "default"
 	overlayNet    = "overlay"
 )
@@ -231,7 +233,8 @@ func replicaMeta(cfg RackConfig, job cosmic.Job, name string, replica, index int
 }
 
 // BuildRoot builds a job's root ConfigMap. It holds no secret: the job's
-// identity and its spec hash.
+// identity and its spec hash, and, when the rack sizes the 64-bit PCI MMIO
+// window, the hook script its VMIs' sidecar runs (HookScriptKey).
 func BuildRoot(cfg RackConfig, job cosmic.Job) (*corev1.ConfigMap, error) {
 	if err := checkJobID(job.ID); err != nil {
 		return nil, fmt.Errorf("build root of job %s: %w", job.ID, err)
@@ -239,68 +242,37 @@ func BuildRoot(cfg RackConfig, job cosmic.Job) (*corev1.ConfigMap, error) {
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: jobMeta(cfg, job, RootName(job.ID)),
-		Data: map[string]string{
-			"jobId":    job.ID,
-			"type":     string(job.Spec.Type),
-			"team":     job.Team,
-			"user":     job.User,
-			"rack":     cfg.Rack,
-			"specHash": SpecHash(job.Spec),
-		},
+		Data:       rootData(cfg, job),
 	}, nil
 }
 
-// Bootstrap is what a replica's in-VM agents need from the platform
-// (issue 7): each VMI's own identity and the peers it may talk to. The
-// worker fills it; an empty Bootstrap leaves those out of the user data.
-type Bootstrap struct {
-	// Agents holds each VMI's agent identity, by VMI index.
-	Agents []AgentIdentity `json:"agents,omitempty"`
-	// Peers are the platform's peers the agents connect to and accept.
-	Peers []Peer `json:"peers,omitempty"`
+func rootData(cfg RackConfig, job cosmic.Job) map[string]string {
+	d := map[string]string{
+		"jobId":    job.ID,
+		"type":     string(job.Spec.Type),
+		"team":     job.Team,
+		"user":     job.User,
+		"rack":     cfg.Rack,
+		"specHash": SpecHash(job.Spec),
+	}
+	if cfg.Firmware.PCIHole64GiB > 0 {
+		d[HookScriptKey] = PCIHole64Hook(cfg.Firmware.PCIHole64GiB)
+	}
+	return d
 }
 
-// AgentIdentity is one agent's key pair.
-type AgentIdentity struct {
-	// PrivateKeyPEM is the agent's ed25519 private key (PKCS #8 PEM).
-	PrivateKeyPEM string `json:"privateKeyPEM"`
-	// PublicKey is its public key, 64 hex digits.
-	PublicKey string `json:"publicKey"`
-}
-
-// Peer is a platform component an agent may talk to.
-type Peer struct {
-	Role  string   `json:"role"` // e.g. "ork", "worker", "proxy-inference"
-	Key   string   `json:"key"`  // ed25519 public key, 64 hex digits
-	Addrs []string `json:"addrs,omitempty"`
-}
-
-// AgentConfig is the file AgentConfigPath in each VMI: what the agent
-// (`cosmicac agent instance|inference --config FILE`) is told. The agent
-// imports no k8s.io, so it keeps its own copy of this shape.
-type AgentConfig struct {
-	JobID    string         `json:"jobId"`
-	JobType  cosmic.JobType `json:"jobType"`
-	Team     string         `json:"team"`
-	Replica  int            `json:"replica"`
-	VMIIndex int            `json:"vmiIndex"`
-	VMICount int            `json:"vmiCount"`
-	// GPUs is the number of GPUs passed through to this VMI.
-	GPUs int `json:"gpus"`
-	// Hosts are the DNS names of the replica's VMIs, by VMI index (on the
-	// replica's headless Service), for a multi-node replica.
-	Hosts []string `json:"hosts,omitempty"`
-	// Identity is this VMI's agent identity, when the worker gave one.
-	Identity *AgentIdentity `json:"identity,omitempty"`
-	Peers    []Peer         `json:"peers,omitempty"`
-	// Command is the job's command (gpu-container), run with EnvFile.
-	Command  []string `json:"command,omitempty"`
-	EnvFile  string   `json:"envFile"`
-	HTTPPort int      `json:"httpPort,omitempty"`
-	GRPCPort int      `json:"grpcPort,omitempty"`
-	// Inference is the model to serve (managed-inference).
-	Inference *cosmic.InferenceSpec `json:"inference,omitempty"`
-}
+// The boot contract the VMIs share with every rack that boots VMs
+// (internal/vmboot): these names stay for the worker's importers.
+type (
+	// Bootstrap is what a replica's in-VM agents need (vmboot.Bootstrap).
+	Bootstrap = vmboot.Bootstrap
+	// AgentIdentity is one agent's key pair (vmboot.AgentIdentity).
+	AgentIdentity = vmboot.AgentIdentity
+	// Peer is a platform component an agent may talk to (vmboot.Peer).
+	Peer = vmboot.Peer
+	// AgentConfig is the file AgentConfigPath in each VMI (vmboot.AgentConfig).
+	AgentConfig = vmboot.AgentConfig
+)
 
 // vmiPlan is what the builders need to know of one VMI.
 type vmiPlan struct {
@@ -511,6 +483,23 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 		}
 	}
 
+	disks := []virtv1.Disk{
+		{Name: rootDisk, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}, BootOrder: new(uint(1))},
+		{Name: cloudInitDisk, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}},
+	}
+	volumes := []virtv1.Volume{
+		{Name: rootDisk, VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: name}}},
+		{Name: cloudInitDisk, VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{
+			UserDataSecretRef: &corev1.LocalObjectReference{Name: SecretName(job.ID, replica, p.index)},
+		}}},
+	}
+	if cfg.AgentDelivery == vmboot.DeliveryDisk {
+		// The agent disk (vmboot.AgentDisk): a read-only SATA CD-ROM (a
+		// CD-ROM cannot be virtio), as KubeVirt attaches its virtio-win
+		// containerDisk.
+		disks = append(disks, virtv1.Disk{Name: agentDisk, DiskDevice: virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA, ReadOnly: new(true)}}})
+		volumes = append(volumes, virtv1.Volume{Name: agentDisk, VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: cfg.Images.AgentDisk}}})
+	}
 	spec := virtv1.VirtualMachineInstanceSpec{
 		Domain: virtv1.DomainSpec{
 			CPU:    &virtv1.CPU{Sockets: 1, Cores: uint32(p.cpu), Threads: 1},
@@ -520,13 +509,11 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 				corev1.ResourceMemory: *mem,
 			}},
 			Devices: virtv1.Devices{
-				Disks: []virtv1.Disk{
-					{Name: rootDisk, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}, BootOrder: new(uint(1))},
-					{Name: cloudInitDisk, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio}}},
-				},
+				Disks:      disks,
 				GPUs:       gpus,
 				Interfaces: ifaces,
 			},
+			Firmware: &virtv1.Firmware{Bootloader: &virtv1.Bootloader{EFI: &virtv1.EFI{SecureBoot: new(cfg.Firmware.SecureBoot)}}},
 		},
 		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
@@ -537,15 +524,16 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 		EvictionStrategy: new(virtv1.EvictionStrategyNone),
 		Hostname:         name,
 		Networks:         networks,
-		Volumes: []virtv1.Volume{
-			{Name: rootDisk, VolumeSource: virtv1.VolumeSource{DataVolume: &virtv1.DataVolumeSource{Name: name}}},
-			{Name: cloudInitDisk, VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{
-				UserDataSecretRef: &corev1.LocalObjectReference{Name: SecretName(job.ID, replica, p.index)},
-			}}},
-		},
+		Volumes:          volumes,
 	}
 	if multi {
 		spec.Subdomain = ReplicaName(job.ID, replica)
+	}
+	if cfg.Firmware.SecureBoot {
+		spec.Domain.Features = &virtv1.Features{SMM: &virtv1.FeatureState{Enabled: new(true)}}
+	}
+	if cfg.Firmware.PCIHole64GiB > 0 {
+		m.Annotations[AnnotationHookSidecars] = hookSidecars(cfg, job.ID)
 	}
 	return &virtv1.VirtualMachineInstance{
 		TypeMeta:   metav1.TypeMeta{APIVersion: virtv1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
@@ -588,21 +576,6 @@ func buildHTTPService(cfg RackConfig, job cosmic.Job, replica int) *corev1.Servi
 	}
 }
 
-// cloudConfig is the #cloud-config user data of a VMI.
-type cloudConfig struct {
-	Users             []string    `json:"users"`
-	SSHAuthorizedKeys []string    `json:"ssh_authorized_keys,omitempty"`
-	WriteFiles        []cloudFile `json:"write_files"`
-	RunCmd            [][]string  `json:"runcmd"`
-}
-
-type cloudFile struct {
-	Path        string `json:"path"`
-	Owner       string `json:"owner"`
-	Permissions string `json:"permissions"`
-	Content     string `json:"content"`
-}
-
 func buildSecret(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, count int, hosts []string, boot Bootstrap) (*corev1.Secret, error) {
 	ud, err := UserData(cfg, job, replica, p.index, count, len(p.gpus), hosts, boot)
 	if err != nil {
@@ -620,103 +593,19 @@ func buildSecret(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, count i
 	}, nil
 }
 
-// peersFor is the peers an agent of a job of type typ is told about: only
-// an inference agent has business with proxy-inference.
-func peersFor(typ cosmic.JobType, peers []Peer) []Peer {
-	if typ == cosmic.TypeManagedInference {
-		return peers
-	}
-	return slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return p.Role == "proxy-inference" })
-}
-
 // UserData is the cloud-init user data of VMI index (of count, with gpus
-// GPUs) of a replica: the default user with the spec's SSH keys, the agent's
-// config at AgentConfigPath, the job's environment at EnvFilePath, and a
-// systemd unit that starts the agent (`cosmicac agent instance` or
-// `cosmicac agent inference`, by job type) at every boot.
+// GPUs) of a replica: vmboot.UserData of that VM, with the rack's agent
+// delivery (RackConfig.AgentDelivery, AgentPath).
 func UserData(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, hosts []string, boot Bootstrap) ([]byte, error) {
-	ac := AgentConfig{
-		JobID:    job.ID,
-		JobType:  job.Spec.Type,
-		Team:     job.Team,
-		Replica:  replica,
-		VMIIndex: index,
-		VMICount: count,
-		GPUs:     gpus,
-		Hosts:    hosts,
-		Peers:    peersFor(job.Spec.Type, boot.Peers),
-		Command:  job.Spec.Command,
-		EnvFile:  EnvFilePath,
-		HTTPPort: job.Spec.DefaultHTTPPort,
-		GRPCPort: job.Spec.GRPCPort,
-	}
-	if index < len(boot.Agents) && boot.Agents[index] != (AgentIdentity{}) {
-		id := boot.Agents[index]
-		ac.Identity = &id
-	}
-	mode := "instance"
-	if job.Spec.Type == cosmic.TypeManagedInference {
-		mode = "inference"
-		ac.Inference = job.Spec.Inference
-	}
-	agentYAML, err := yaml.Marshal(ac)
-	if err != nil {
-		return nil, fmt.Errorf("encode agent config: %w", err)
-	}
-	unit := strings.Join([]string{
-		"[Unit]",
-		"Description=CosmicAC " + mode + " agent",
-		"Wants=network-online.target",
-		"After=network-online.target",
-		"",
-		"[Service]",
-		"ExecStart=" + cfg.AgentPath + " agent " + mode + " --config " + AgentConfigPath,
-		"Restart=always",
-		"RestartSec=2",
-		"",
-		"[Install]",
-		"WantedBy=multi-user.target",
-		"",
-	}, "\n")
-	cc := cloudConfig{
-		Users:             []string{"default"},
-		SSHAuthorizedKeys: job.Spec.SSHPublicKeys,
-		WriteFiles: []cloudFile{
-			{Path: AgentConfigPath, Owner: "root:root", Permissions: "0600", Content: string(agentYAML)},
-			{Path: EnvFilePath, Owner: "root:root", Permissions: "0600", Content: envFile(job, replica, index)},
-			{Path: AgentUnitPath, Owner: "root:root", Permissions: "0644", Content: unit},
-		},
-		RunCmd: [][]string{
-			{"systemctl", "daemon-reload"},
-			{"systemctl", "enable", "--now", "cosmicac-agent.service"},
-		},
-	}
-	body, err := yaml.Marshal(cc)
-	if err != nil {
-		return nil, fmt.Errorf("encode cloud-config: %w", err)
-	}
-	return append([]byte("#cloud-config\n"), body...), nil
+	return vmboot.UserData(bootVM(cfg, job, replica, index, count, gpus, hosts, boot))
 }
 
-// envFile is the job's environment: the platform's COSMICAC_ variables,
-// then spec.envVars in order, one NAME='value' a line (POSIX shell quoting,
-// so `set -a; . FILE` reads it back).
-func envFile(job cosmic.Job, replica, index int) string {
-	var b strings.Builder
-	line := func(k, v string) {
-		b.WriteString(k + "=" + shellQuote(v) + "\n")
+// bootVM is what vmboot needs to know of one VMI.
+func bootVM(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, hosts []string, boot Bootstrap) vmboot.VM {
+	return vmboot.VM{
+		Job: job, Replica: replica, Index: index, Count: count, GPUs: gpus, Hosts: hosts, Boot: boot,
+		Agent: cfg.agent(),
 	}
-	line("COSMICAC_JOB_ID", job.ID)
-	line("COSMICAC_REPLICA", strconv.Itoa(replica))
-	line("COSMICAC_VMI_INDEX", strconv.Itoa(index))
-	for _, e := range job.Spec.EnvVars {
-		line(e.Name, e.Value)
-	}
-	return b.String()
-}
-
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func joinInts(xs []int) string {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -47,6 +48,7 @@ func multiNodeConfig() RackConfig {
 	c.StorageClassName = "local-nvme"
 	c.Networks = Networks{InfiniBand: []string{"ib-rail-0", "ib-rail-1"}, Overlay: "kube-system/cosmicac-overlay"}
 	c.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	c.Firmware = Firmware{SecureBoot: true, PCIHole64GiB: 2048, HookSidecarImage: "quay.io/kubevirt/sidecar-shim:v1.9.0"}
 	return c
 }
 
@@ -67,7 +69,11 @@ func buildCases() map[string]buildCase {
 			boot: testBootstrap(1),
 		},
 		"container-8gpu": {
-			cfg: def,
+			cfg: func() RackConfig {
+				c := DefaultRackConfig()
+				c.Firmware.PCIHole64GiB = 1024 // 8 H100s: 640 GiB of BARs
+				return c
+			}(),
 			job: testJob("ML Research", cosmic.Spec{
 				Type: cosmic.TypeGPUContainer, Name: "fine-tune llama", Location: "us",
 				Image: "nvcr.io/nvidia/pytorch-vm:25.01", DiskGB: 500,
@@ -98,7 +104,11 @@ func buildCases() map[string]buildCase {
 			boot: testBootstrap(2),
 		},
 		"parakeet": {
-			cfg: def,
+			cfg: func() RackConfig {
+				c := DefaultRackConfig()
+				c.AgentDelivery = vmboot.DeliveryImage // an image that carries the agent
+				return c
+			}(),
 			job: testJob("speech", cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "us",
 				Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet}}),
 			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-3", GPUs: []int{2}}}},
@@ -187,6 +197,90 @@ func TestBuildReplicaGolden(t *testing.T) {
 			again.SetOwner(root)
 			if !bytes.Equal(kubectlYAML(t, g.Objects()), kubectlYAML(t, again.Objects())) {
 				t.Error("BuildReplica is not deterministic")
+			}
+		})
+	}
+}
+
+// The user data of every VMI is vmboot's for the same VM, byte for byte:
+// what a QEMU rack, which calls vmboot too, boots with.
+func TestUserDataIsVMBoot(t *testing.T) {
+	for name, tc := range buildCases() {
+		t.Run(name, func(t *testing.T) {
+			g, err := BuildReplica(tc.cfg, tc.job, tc.res, tc.boot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range g.Secrets {
+				var hosts []string
+				if len(tc.res.Nodes) > 1 {
+					for j := range tc.res.Nodes {
+						hosts = append(hosts, fmt.Sprintf("%s.%s.%s.svc", VMIName(tc.job.ID, tc.res.Replica, j), ReplicaName(tc.job.ID, tc.res.Replica), tc.cfg.Namespace))
+					}
+				}
+				want, err := vmboot.UserData(vmboot.VM{
+					Job: tc.job, Replica: tc.res.Replica, Index: i, Count: len(tc.res.Nodes), GPUs: len(tc.res.Nodes[i].GPUs),
+					Hosts: hosts, Boot: tc.boot, Agent: vmboot.Agent{Delivery: tc.cfg.AgentDelivery, Path: tc.cfg.AgentPath},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(string(want), string(s.Data[UserDataKey])); diff != "" {
+					t.Errorf("VMI %d: user data is not vmboot's (-vmboot +worker):\n%s", i, diff)
+				}
+			}
+		})
+	}
+}
+
+// Every VMI boots UEFI (Secure Boot, with SMM, only when the rack says),
+// has the agent disk with DeliveryDisk, and the MMIO hook when the rack
+// sizes the window; the hook script is in the root ConfigMap it names.
+func TestBuildReplicaBoot(t *testing.T) {
+	for name, tc := range buildCases() {
+		t.Run(name, func(t *testing.T) {
+			g, err := BuildReplica(tc.cfg, tc.job, tc.res, tc.boot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range g.VMIs {
+				d := v.Spec.Domain
+				efi := d.Firmware.Bootloader.EFI
+				if efi == nil || efi.SecureBoot == nil || *efi.SecureBoot != tc.cfg.Firmware.SecureBoot {
+					t.Errorf("%s: EFI %+v", v.Name, efi)
+				}
+				smm := d.Features != nil && d.Features.SMM != nil && *d.Features.SMM.Enabled
+				if smm != tc.cfg.Firmware.SecureBoot {
+					t.Errorf("%s: SMM %v with secure boot %v", v.Name, smm, tc.cfg.Firmware.SecureBoot)
+				}
+				var cd bool
+				for _, disk := range d.Devices.Disks {
+					if disk.Name == agentDisk {
+						cd = disk.CDRom != nil && disk.CDRom.Bus == "sata" && *disk.CDRom.ReadOnly
+					}
+				}
+				var img string
+				for _, vol := range v.Spec.Volumes {
+					if vol.Name == agentDisk && vol.ContainerDisk != nil {
+						img = vol.ContainerDisk.Image
+					}
+				}
+				disk := tc.cfg.AgentDelivery == vmboot.DeliveryDisk
+				if cd != disk || (disk && img != tc.cfg.Images.AgentDisk) || (!disk && img != "") {
+					t.Errorf("%s: agent CD-ROM %v image %q, delivery %s", v.Name, cd, img, tc.cfg.AgentDelivery)
+				}
+				hooks, ok := v.Annotations[AnnotationHookSidecars]
+				if ok != (tc.cfg.Firmware.PCIHole64GiB > 0) {
+					t.Errorf("%s: hook annotation %q", v.Name, hooks)
+				}
+				if !ok {
+					continue
+				}
+				var list []hookSidecar
+				if err := json.Unmarshal([]byte(hooks), &list); err != nil || len(list) != 1 || list[0].ConfigMap.Name != g.Root.Name ||
+					list[0].Image != tc.cfg.Firmware.HookSidecarImage || g.Root.Data[list[0].ConfigMap.Key] != PCIHole64Hook(tc.cfg.Firmware.PCIHole64GiB) {
+					t.Errorf("%s: hook %s, %v", v.Name, hooks, err)
+				}
 			}
 		})
 	}
@@ -309,8 +403,5 @@ func TestNames(t *testing.T) {
 	}
 	if l, ok := teamLabel("ML Research"); ok || !strings.HasPrefix(l, "h-") || len(validation.IsValidLabelValue(l)) > 0 {
 		t.Errorf("teamLabel(ML Research) = %q, %v", l, ok)
-	}
-	if got := shellQuote(`it's`); got != `'it'\''s'` {
-		t.Errorf("shellQuote = %s", got)
 	}
 }

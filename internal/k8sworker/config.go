@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 // RackConfig is the configuration of one Kubernetes rack: where it is listed,
@@ -62,8 +63,18 @@ type RackConfig struct {
 	UnschedulableGrace config.Duration `json:"unschedulableGrace"`
 	// Tolerations are added to every VMI (GPU nodes are often tainted).
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
-	// AgentPath is the path of the cosmicac binary inside the VM images.
+	// AgentDelivery is how the agent reaches the VMs: "disk" (the default)
+	// attaches the agent disk (Images.AgentDisk, a containerDisk of the
+	// ISO hack/agent-disk.sh builds) as a read-only CD-ROM and runs the
+	// agent from it, so any cloud image with cloud-init works; "image"
+	// runs the agent the image carries at AgentPath.
+	AgentDelivery vmboot.Delivery `json:"agentDelivery"`
+	// AgentPath is the path of the cosmicac binary inside the VM images
+	// (AgentDelivery image).
 	AgentPath string `json:"agentPath"`
+	// Firmware is how the VMIs boot: UEFI, and the 64-bit PCI MMIO window
+	// large-BAR GPUs need.
+	Firmware Firmware `json:"firmware"`
 	// Peers are the platform peers each VMI's agent is told about, admits
 	// and dials: the agents' directory (role directory), the app-nodes that
 	// relay shells (app-node), the monitor (monitor). The worker adds
@@ -104,10 +115,37 @@ type Networks struct {
 }
 
 // Images are the default root disk images (registry references, without
-// "docker://").
+// "docker://"), and the agent disk's containerDisk.
 type Images struct {
 	VLLM     string `json:"vllm"`
 	Parakeet string `json:"parakeet"`
+	// AgentDisk is the containerDisk image holding the agent disk (an ISO
+	// 9660 file labelled COSMICAC under /disk/, deploy/agent-disk.Containerfile),
+	// for AgentDelivery disk. Use the tag of the platform's version: the
+	// agent must speak the platform's protocol.
+	AgentDisk string `json:"agentDisk"`
+}
+
+// Firmware is the VMIs' firmware. They always boot UEFI
+// (spec.domain.firmware.bootloader.efi): the cloud images the platform
+// supports (Ubuntu 22.04/24.04, Debian 12/13) boot either way, and GPU
+// servers boot UEFI.
+type Firmware struct {
+	// SecureBoot enables UEFI Secure Boot (and SMM, which it requires).
+	// Off by default: the NVIDIA driver's kernel modules of most images
+	// are not signed for it.
+	SecureBoot bool `json:"secureBoot"`
+	// PCIHole64GiB, when above 0, sizes the guest's 64-bit PCI MMIO window
+	// of VMIs with GPUs (an H100 has an 80 GiB BAR; 8 of them need more
+	// than 640 GiB). KubeVirt has no field for it (only the annotation
+	// kubevirt.io/disablePCIHole64): the worker sets it with a KubeVirt hook
+	// sidecar (needs the Sidecar feature gate) that adds
+	// <pcihole64> to the pcie-root controller and OVMF's
+	// opt/ovmf/X-PciMmio64Mb to the domain. 0 leaves it to the firmware.
+	PCIHole64GiB int `json:"pciHole64GiB,omitempty"`
+	// HookSidecarImage is the image of the hook sidecar; empty means
+	// KubeVirt's own sidecar-shim (virt-operator's default).
+	HookSidecarImage string `json:"hookSidecarImage,omitempty"`
 }
 
 // PerGPU is the CPU (vCPUs) and memory (GiB) per GPU.
@@ -138,7 +176,9 @@ const (
 	DefaultBurst              = 100
 	DefaultImportRestartLimit = 3
 	DefaultUnschedulableGrace = time.Minute
-	DefaultAgentPath          = "/usr/local/bin/cosmicac"
+	DefaultAgentPath          = vmboot.DefaultAgentPath
+	DefaultAgentDiskImage     = "ghcr.io/cosmicac/cosmicac-agent-disk:latest"
+	MaxPCIHole64GiB           = 65536 // 64 TiB
 	DefaultVLLMImage          = "ghcr.io/cosmicac/vm-vllm:latest"
 	DefaultParakeetImage      = "ghcr.io/cosmicac/vm-parakeet:latest"
 	defaultRack               = "k8s-us-1"
@@ -147,7 +187,8 @@ const (
 )
 
 // DefaultRackConfig is a rack k8s-us-1 in us with GH100_H100_SXM5_80GB GPUs
-// found by their resource names, objects in namespace cosmicac, the
+// found by their resource names, objects in namespace cosmicac, the agent
+// from the agent disk, UEFI without Secure Boot, the
 // cluster's default storage class, no extra networks, 8 vCPUs and 64 GiB
 // per GPU, 50 QPS (burst 100) and drift repaired by recreating the VMI.
 func DefaultRackConfig() RackConfig {
@@ -156,12 +197,13 @@ func DefaultRackConfig() RackConfig {
 		Location:           defaultLocation,
 		GPUModel:           defaultGPUModel,
 		Namespace:          DefaultNamespace,
-		Images:             Images{VLLM: DefaultVLLMImage, Parakeet: DefaultParakeetImage},
+		Images:             Images{VLLM: DefaultVLLMImage, Parakeet: DefaultParakeetImage, AgentDisk: DefaultAgentDiskImage},
 		PerGPU:             PerGPU{CPU: cosmic.DefaultCPUPerGPU, MemoryGB: cosmic.DefaultMemoryPerGPU},
 		Client:             ClientConfig{QPS: DefaultQPS, Burst: DefaultBurst},
 		DriftPolicy:        DriftRecreate,
 		ImportRestartLimit: DefaultImportRestartLimit,
 		UnschedulableGrace: config.Duration(DefaultUnschedulableGrace),
+		AgentDelivery:      vmboot.DeliveryDisk,
 		AgentPath:          DefaultAgentPath,
 		RequireAgent:       []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
 		AgentTimeout:       config.Duration(DefaultAgentTimeout),
@@ -261,7 +303,11 @@ func (c RackConfig) Validate() error {
 	if (len(c.Networks.InfiniBand) == 0) != (c.Networks.Overlay == "") {
 		bad("networks", "set both infiniband and overlay (multi-node vLLM replicas need both) or neither")
 	}
-	for _, im := range []struct{ field, ref string }{{"images.vllm", c.Images.VLLM}, {"images.parakeet", c.Images.Parakeet}} {
+	images := []struct{ field, ref string }{{"images.vllm", c.Images.VLLM}, {"images.parakeet", c.Images.Parakeet}}
+	if c.AgentDelivery == vmboot.DeliveryDisk {
+		images = append(images, struct{ field, ref string }{"images.agentDisk", c.Images.AgentDisk})
+	}
+	for _, im := range images {
 		if im.ref == "" {
 			bad(im.field, "is required")
 		} else if len(im.ref) > 512 || !imageRe.MatchString(strings.TrimPrefix(im.ref, "docker://")) {
@@ -301,8 +347,18 @@ func (c RackConfig) Validate() error {
 			bad(fmt.Sprintf("tolerations[%d].effect", i), "%q: want NoSchedule, PreferNoSchedule or NoExecute (or empty: all)", t.Effect)
 		}
 	}
-	if !strings.HasPrefix(c.AgentPath, "/") || strings.ContainsAny(c.AgentPath, " \t\n'\"\\") {
-		bad("agentPath", "%q: want an absolute path without spaces or quotes", c.AgentPath)
+	if c.AgentDelivery == "" {
+		bad("agentDelivery", "is required: %s or %s", vmboot.DeliveryDisk, vmboot.DeliveryImage)
+	}
+	if c.AgentPath == "" {
+		bad("agentPath", "is required")
+	}
+	errs = append(errs, c.agent().Check())
+	if c.Firmware.PCIHole64GiB < 0 || c.Firmware.PCIHole64GiB > MaxPCIHole64GiB {
+		bad("firmware.pciHole64GiB", "%d: want 0 (the firmware decides) to %d", c.Firmware.PCIHole64GiB, MaxPCIHole64GiB)
+	}
+	if im := c.Firmware.HookSidecarImage; im != "" && (len(im) > 512 || !imageRe.MatchString(im)) {
+		bad("firmware.hookSidecarImage", "%q is not an image reference", im)
 	}
 	for i, p := range c.Peers {
 		f := fmt.Sprintf("peers[%d]", i)
@@ -328,6 +384,11 @@ func (c RackConfig) Validate() error {
 		bad("agentTimeout", "%s: must be positive", c.AgentTimeout.D())
 	}
 	return errors.Join(errs...)
+}
+
+// agent is how the VMIs get their agent.
+func (c RackConfig) agent() vmboot.Agent {
+	return vmboot.Agent{Delivery: c.AgentDelivery, Path: c.AgentPath}
 }
 
 // checkNAD checks a "name" or "namespace/name" NAD reference.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 func TestDefaultRackConfigValid(t *testing.T) {
@@ -47,10 +48,21 @@ func TestRackConfigValidate(t *testing.T) {
 				c.AgentPath = "cosmicac"
 				c.Tolerations = []corev1.Toleration{{Key: "k", Operator: "Gt", Effect: "Sometimes"}}
 			},
-			fields: []string{"rack", "location", "namespace", "storageClassName", "images.vllm", "images.parakeet",
+			fields: []string{"rack", "location", "namespace", "storageClassName", "images.vllm", "images.parakeet", "images.agentDisk",
 				"perGPU.cpu", "perGPU.memoryGB", "client.qps", "client.burst", "driftPolicy", "importRestartLimit",
 				"unschedulableGrace", "tolerations[0].operator", "tolerations[0].effect", "agentPath"},
 		},
+		"bad agent delivery and firmware": {
+			edit: func(c *RackConfig) {
+				c.AgentDelivery = "http"
+				c.Firmware = Firmware{PCIHole64GiB: -1, HookSidecarImage: "Not An Image"}
+			},
+			fields: []string{"agentDelivery", "firmware.pciHole64GiB", "firmware.hookSidecarImage"},
+		},
+		"image delivery needs no agent disk": {edit: func(c *RackConfig) {
+			c.AgentDelivery = vmboot.DeliveryImage
+			c.Images.AgentDisk = ""
+		}},
 		"bad gpu mappings": {
 			edit: func(c *RackConfig) {
 				c.GPUResources = []GPUResource{{Resource: "GH100"}, {Resource: "nvidia.com/X", Model: "bad model"}, {Resource: "nvidia.com/X"}, {Resource: "amd.com/X"}}

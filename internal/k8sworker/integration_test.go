@@ -32,6 +32,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8stest"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -87,6 +88,36 @@ func TestIntegrationContainerJobToRunning(t *testing.T) {
 	}
 	if v.Annotations[AnnotationNode] != h.nodeName(0) || v.Annotations[AnnotationGPUs] != "3" {
 		t.Fatalf("VMI annotations %v", v.Annotations)
+	}
+	// The VMI, as the apiserver stored it, boots UEFI without Secure Boot
+	// and has the agent disk.
+	if fw := v.Spec.Domain.Firmware; fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil || fw.Bootloader.EFI.SecureBoot == nil || *fw.Bootloader.EFI.SecureBoot {
+		t.Fatalf("VMI firmware %+v, want EFI without secure boot", fw)
+	}
+	if i := slices.IndexFunc(v.Spec.Volumes, func(vol virtv1.Volume) bool { return vol.ContainerDisk != nil }); i < 0 || v.Spec.Volumes[i].ContainerDisk.Image != h.cfg.Images.AgentDisk {
+		t.Fatalf("VMI volumes %+v, want the agent disk %s", v.Spec.Volumes, h.cfg.Images.AgentDisk)
+	}
+	// The user data on the cluster is vmboot's for the same VM, byte for
+	// byte: what a QEMU rack (which calls vmboot too) boots with.
+	var sec corev1.Secret
+	if err := h.c.Get(h.ctx, h.key(SecretName(job.ID, 0, 0)), &sec); err != nil {
+		t.Fatal(err)
+	}
+	ac, err := AgentConfigOf(sec.Data[UserDataKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := vmboot.Bootstrap{Peers: h.w.peers()}
+	if ac.Identity != nil {
+		boot.Agents = []vmboot.AgentIdentity{*ac.Identity} // issued by the worker
+	}
+	wantUD, err := vmboot.UserData(vmboot.VM{Job: job, Replica: 0, Index: 0, Count: 1, GPUs: 1, Boot: boot,
+		Agent: vmboot.Agent{Delivery: vmboot.DeliveryDisk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(wantUD), string(sec.Data[UserDataKey])); diff != "" {
+		t.Fatalf("user data on the cluster is not vmboot's (-vmboot +cluster):\n%s", diff)
 	}
 
 	h.waitReport(job.ID, 0, cosmic.StatePending, nil)

@@ -81,6 +81,10 @@ type Worker struct {
 
 	agents *agentHub // set by ServeAgents
 
+	// problem is what stops the rack from taking jobs (its namespace is
+	// missing and the worker may not create it), reported with Capacity.
+	problem rackProblem
+
 	mu       sync.Mutex
 	replicas map[replicaKey]*replicaMem
 	reports  *worker.ReportQueue // undelivered reports, guarded by mu
@@ -229,6 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	cacheErr := make(chan error, 1)
 	wg.Go(func() { cacheErr <- w.cache.Start(ctx) })
 	wg.Go(func() { w.health.run(ctx, w.onRecovered) })
+	wg.Go(func() { w.namespaceLoop(ctx) })
 	wg.Go(func() { w.reportLoop(ctx) })
 	wg.Go(func() {
 		<-ctx.Done()
@@ -297,7 +302,7 @@ func (w *Worker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err != nil {
 		return worker.Capacity{}, fabric.Errorf(fabric.CodeUnavailable, "rack %s: list nodes: %v", w.cfg.Rack, err)
 	}
-	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now()}, nil
+	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now(), Problem: w.problem.get()}, nil
 }
 
 func (w *Worker) nodes(ctx context.Context) ([]cosmic.Node, error) {

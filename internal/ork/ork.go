@@ -108,6 +108,9 @@ type rackState struct {
 	w         worker.Worker
 	reachable bool
 	seen      bool // answered at least once since the ork started
+	// problem is what the worker last said stops the rack from taking
+	// jobs (worker.Capacity.Problem), shown with the rack.
+	problem *cosmic.Reason
 	// observedAt is when the worker observed the nodes last applied.
 	observedAt time.Time
 	// observed holds the stamp of each replica's last applied report: an

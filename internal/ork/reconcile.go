@@ -26,6 +26,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 		return fabric.Errorf(fabric.CodeForbidden, "key %s is not the worker of rack %s", from.Short(), rep.Rack)
 	}
 	if rep.Capacity != nil {
+		o.setProblem(rep.Rack, rep.Capacity.Problem)
 		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes, rep.Capacity.ObservedAt)
 	}
 	for _, jr := range rep.Jobs {
@@ -76,6 +77,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		return
 	}
 	o.markReachable(id)
+	o.setProblem(id, capacity.Problem)
 	o.updateNodes(ctx, id, capacity.Nodes, capacity.ObservedAt)
 	seen := map[string]bool{}
 	listed := map[worker.ReplicaRef]bool{}
@@ -165,6 +167,28 @@ func (o *Ork) markReachable(id string) {
 	if r := o.racks[id]; r != nil {
 		r.reachable, r.seen = true, true
 	}
+}
+
+// setProblem records what the rack's worker says stops the rack from
+// taking jobs (nil: nothing), logging when it changes.
+func (o *Ork) setProblem(id string, p *cosmic.Reason) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.racks[id]
+	if r == nil {
+		return
+	}
+	if (r.problem == nil) == (p == nil) && (p == nil || *r.problem == *p) {
+		return
+	}
+	if p != nil {
+		pp := *p
+		p = &pp
+		o.log.Warn("rack has a problem", "rack", id, "code", p.Code, "problem", p.Message)
+	} else {
+		o.log.Info("rack problem fixed", "rack", id)
+	}
+	r.problem = p
 }
 
 // markUnreachable makes the rack's jobs unknown: their VMIs may well still

@@ -199,9 +199,15 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 		}
 	}
 	to := cosmic.AggregateState(states, j.Spec.Replicas() == 1)
+	// A pending job keeps the reason its rack could not apply it for (the
+	// rack's problem, e.g. its namespace is missing), until it can.
+	blocked := to == cosmic.StatePending && reason != nil && reason.Code == cosmic.ReasonRackMisconfigured
 	if to == j.Status.State {
-		if reason != nil && (to == cosmic.StateFailed || to == cosmic.StateUnknown || to == cosmic.StateDegraded) {
+		if reason != nil && (to == cosmic.StateFailed || to == cosmic.StateUnknown || to == cosmic.StateDegraded || blocked) {
 			return nil, j.SetState(to, reason, now)
+		}
+		if to == cosmic.StatePending && !blocked && j.Status.Reason != nil && j.Status.Reason.Code == cosmic.ReasonRackMisconfigured {
+			return nil, j.SetState(to, nil, now) // the rack is fixed
 		}
 		return nil, nil
 	}
@@ -223,7 +229,7 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 		r := cosmic.NewReason(cosmic.ReasonReplicaFailed, reason.Message)
 		reason = &r
 	}
-	if to == cosmic.StateRunning || to == cosmic.StatePending || to == cosmic.StateStarting {
+	if to == cosmic.StateRunning || (to == cosmic.StatePending && !blocked) || to == cosmic.StateStarting {
 		reason = nil
 	}
 	return nil, j.SetState(to, reason, now)

@@ -171,4 +171,15 @@ func TestAggregate(t *testing.T) {
 	if ig, err := aggregate(&stopped, now); err != nil || ig == nil || ig.From != cosmic.StateStopped || stopped.Status.State != cosmic.StateStopped {
 		t.Fatalf("stopped → running is not a transition: %+v %v %v", stopped.Status, ig, err)
 	}
+	// A pending job shows why its rack cannot apply it, until it can.
+	ns := cosmic.NewReason(cosmic.ReasonRackMisconfigured, `namespace "cosmicac" does not exist`)
+	pending := cosmic.Job{ID: "p", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer}, Status: cosmic.Status{State: cosmic.StatePending,
+		Replicas: []cosmic.ReplicaStatus{{Index: 0, State: cosmic.StatePending, Reason: &ns}}}}
+	if _, err := aggregate(&pending, now); err != nil || pending.Status.State != cosmic.StatePending || pending.Status.Reason == nil || *pending.Status.Reason != ns {
+		t.Fatalf("pending on a misconfigured rack: %+v %v", pending.Status, err)
+	}
+	pending.Status.Replicas[0].Reason = nil
+	if _, err := aggregate(&pending, now); err != nil || pending.Status.State != cosmic.StatePending || pending.Status.Reason != nil {
+		t.Fatalf("pending once the rack is fixed: %+v %v", pending.Status, err)
+	}
 }

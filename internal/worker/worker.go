@@ -46,6 +46,10 @@ type Capacity struct {
 	Rack       string        `json:"rack"`
 	Nodes      []cosmic.Node `json:"nodes"`
 	ObservedAt time.Time     `json:"observedAt"`
+	// Problem, when set, is why the rack cannot take jobs until an
+	// operator fixes it (e.g. rack_misconfigured: its Kubernetes namespace
+	// is missing): the ork shows it with the rack.
+	Problem *cosmic.Reason `json:"problem,omitempty"`
 }
 
 // ApplyParams asks the worker to run a job's replicas on their reserved

@@ -160,6 +160,9 @@ type RackInfo struct {
 	GPUs      int           `json:"gpus"`
 	FreeGPUs  int           `json:"freeGpus"`
 	Reachable bool          `json:"reachable"`
+	// Problem is what the worker says stops the rack from taking jobs
+	// until an operator fixes it, with the fix (worker.Capacity.Problem).
+	Problem *cosmic.Reason `json:"problem,omitempty"`
 	// WorkerAddrs is where the ork dials the worker.
 	WorkerAddrs []string `json:"workerAddrs,omitempty"`
 }

@@ -1,0 +1,329 @@
+package vmboot
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Paths inside the VM.
+const (
+	AgentConfigPath = "/etc/cosmicac/agent.yaml"
+	EnvFilePath     = "/etc/cosmicac/env"
+	AgentUnitName   = "cosmicac-agent.service"
+	AgentUnitPath   = "/etc/systemd/system/" + AgentUnitName
+	// MountScriptPath mounts the agent disk (DeliveryDisk only).
+	MountScriptPath = "/etc/cosmicac/mount-agent-disk"
+	// DefaultAgentPath is where an image that carries the agent has it
+	// (DeliveryImage).
+	DefaultAgentPath = "/usr/local/bin/cosmicac"
+)
+
+// Delivery is how the agent binary reaches the VM.
+type Delivery string
+
+// The deliveries.
+const (
+	// DeliveryDisk: the rack attaches the agent disk (AgentDisk) and the
+	// unit mounts it and runs the agent from it. Any cloud image works.
+	DeliveryDisk Delivery = "disk"
+	// DeliveryImage: the image carries the agent at Agent.Path.
+	DeliveryImage Delivery = "image"
+)
+
+// Agent says how the VM gets and starts the agent.
+type Agent struct {
+	// Delivery is DeliveryDisk (the default, when empty) or DeliveryImage.
+	Delivery Delivery
+	// Path is the agent binary in the image, for DeliveryImage (default
+	// DefaultAgentPath). Unused with DeliveryDisk.
+	Path string
+}
+
+// Binary is the path the unit runs: AgentDisk's file under its mount
+// point, or the image's agent.
+func (a Agent) Binary() string {
+	if a.delivery() == DeliveryImage {
+		if a.Path == "" {
+			return DefaultAgentPath
+		}
+		return a.Path
+	}
+	return AgentMountPoint + "/" + AgentDiskFile
+}
+
+func (a Agent) delivery() Delivery {
+	if a.Delivery == "" {
+		return DeliveryDisk
+	}
+	return a.Delivery
+}
+
+// Check reports what is wrong with a, each a *cosmic.FieldError (fields
+// "agentDelivery", "agentPath").
+func (a Agent) Check() error {
+	var errs []error
+	switch a.delivery() {
+	case DeliveryDisk, DeliveryImage:
+	default:
+		errs = append(errs, &cosmic.FieldError{Field: "agentDelivery", Message: fmt.Sprintf("%q: want %s or %s", a.Delivery, DeliveryDisk, DeliveryImage)})
+	}
+	if a.Path != "" && (!strings.HasPrefix(a.Path, "/") || strings.ContainsAny(a.Path, " \t\n'\"\\$%;")) {
+		errs = append(errs, &cosmic.FieldError{Field: "agentPath", Message: fmt.Sprintf("%q: want an absolute path without spaces, quotes, $, %% or ;", a.Path)})
+	}
+	return errors.Join(errs...)
+}
+
+// Bootstrap is what a replica's in-VM agents need from the platform
+// (issue 7): each VM's own identity and the peers it may talk to. The rack
+// worker fills it; an empty Bootstrap leaves those out of the user data.
+type Bootstrap struct {
+	// Agents holds each VM's agent identity, by VM (VMI) index.
+	Agents []AgentIdentity `json:"agents,omitempty"`
+	// Peers are the platform's peers the agents connect to and accept.
+	Peers []Peer `json:"peers,omitempty"`
+}
+
+// AgentIdentity is one agent's key pair.
+type AgentIdentity struct {
+	// PrivateKeyPEM is the agent's ed25519 private key (PKCS #8 PEM).
+	PrivateKeyPEM string `json:"privateKeyPEM"`
+	// PublicKey is its public key, 64 hex digits.
+	PublicKey string `json:"publicKey"`
+}
+
+// Peer is a platform component an agent may talk to.
+type Peer struct {
+	Role  string   `json:"role"` // e.g. "ork", "worker", "proxy-inference"
+	Key   string   `json:"key"`  // ed25519 public key, 64 hex digits
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+// AgentConfig is the file AgentConfigPath in each VM: what the agent
+// (`cosmicac agent instance|inference --config FILE`) is told. The agents
+// keep their own copy of this shape (internal/agent.FileBootstrap).
+type AgentConfig struct {
+	JobID    string         `json:"jobId"`
+	JobType  cosmic.JobType `json:"jobType"`
+	Team     string         `json:"team"`
+	Replica  int            `json:"replica"`
+	VMIIndex int            `json:"vmiIndex"`
+	VMICount int            `json:"vmiCount"`
+	// GPUs is the number of GPUs passed through to this VM.
+	GPUs int `json:"gpus"`
+	// Hosts are the DNS names of the replica's VMs, by index, for a
+	// multi-node replica.
+	Hosts []string `json:"hosts,omitempty"`
+	// Identity is this VM's agent identity, when the worker gave one.
+	Identity *AgentIdentity `json:"identity,omitempty"`
+	Peers    []Peer         `json:"peers,omitempty"`
+	// Command is the job's command (gpu-container), run with EnvFile.
+	Command  []string `json:"command,omitempty"`
+	EnvFile  string   `json:"envFile"`
+	HTTPPort int      `json:"httpPort,omitempty"`
+	GRPCPort int      `json:"grpcPort,omitempty"`
+	// Inference is the model to serve (managed-inference).
+	Inference *cosmic.InferenceSpec `json:"inference,omitempty"`
+}
+
+// VM is one VM of a replica of a job: everything its user data depends on.
+type VM struct {
+	Job     cosmic.Job
+	Replica int
+	// Index is the VM's index in the replica (the VMI index), of Count.
+	Index, Count int
+	// GPUs is the number of GPUs passed through to the VM.
+	GPUs int
+	// Hosts are the DNS names of the replica's VMs, by index (multi-node
+	// replicas only).
+	Hosts []string
+	Boot  Bootstrap
+	Agent Agent
+}
+
+// Mode is the agent's subcommand for a job type: "inference" for
+// managed-inference, else "instance".
+func Mode(t cosmic.JobType) string {
+	if t == cosmic.TypeManagedInference {
+		return "inference"
+	}
+	return "instance"
+}
+
+// PeersFor is the peers an agent of a job of type typ is told about: only
+// an inference agent has business with proxy-inference.
+func PeersFor(typ cosmic.JobType, peers []Peer) []Peer {
+	if typ == cosmic.TypeManagedInference {
+		return peers
+	}
+	return slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return p.Role == "proxy-inference" })
+}
+
+// Config is the agent config of vm (the content of AgentConfigPath).
+func Config(vm VM) AgentConfig {
+	s := vm.Job.Spec
+	ac := AgentConfig{
+		JobID:    vm.Job.ID,
+		JobType:  s.Type,
+		Team:     vm.Job.Team,
+		Replica:  vm.Replica,
+		VMIIndex: vm.Index,
+		VMICount: vm.Count,
+		GPUs:     vm.GPUs,
+		Hosts:    vm.Hosts,
+		Peers:    PeersFor(s.Type, vm.Boot.Peers),
+		Command:  s.Command,
+		EnvFile:  EnvFilePath,
+		HTTPPort: s.DefaultHTTPPort,
+		GRPCPort: s.GRPCPort,
+	}
+	if vm.Index < len(vm.Boot.Agents) && vm.Boot.Agents[vm.Index] != (AgentIdentity{}) {
+		id := vm.Boot.Agents[vm.Index]
+		ac.Identity = &id
+	}
+	if s.Type == cosmic.TypeManagedInference {
+		ac.Inference = s.Inference
+	}
+	return ac
+}
+
+// cloudConfig is the #cloud-config user data.
+type cloudConfig struct {
+	Users             []string    `json:"users"`
+	SSHAuthorizedKeys []string    `json:"ssh_authorized_keys,omitempty"`
+	WriteFiles        []cloudFile `json:"write_files"`
+	RunCmd            [][]string  `json:"runcmd"`
+}
+
+type cloudFile struct {
+	Path        string `json:"path"`
+	Owner       string `json:"owner"`
+	Permissions string `json:"permissions"`
+	Content     string `json:"content"`
+}
+
+// UserData is the cloud-init user data (#cloud-config) of vm: the image's
+// default user with the spec's SSH keys, the agent's config at
+// AgentConfigPath, the job's environment at EnvFilePath, the agent's
+// systemd unit at AgentUnitPath (and, with DeliveryDisk, the script that
+// mounts the agent disk), and the runcmd that enables and starts the unit.
+// It is pure and deterministic: the same vm, the same bytes, on every rack.
+func UserData(vm VM) ([]byte, error) {
+	if err := vm.Agent.Check(); err != nil {
+		return nil, fmt.Errorf("user data: %w", err)
+	}
+	agentYAML, err := yaml.Marshal(Config(vm))
+	if err != nil {
+		return nil, fmt.Errorf("encode agent config: %w", err)
+	}
+	files := []cloudFile{
+		{Path: AgentConfigPath, Owner: "root:root", Permissions: "0600", Content: string(agentYAML)},
+		{Path: EnvFilePath, Owner: "root:root", Permissions: "0600", Content: EnvFile(vm.Job, vm.Replica, vm.Index)},
+	}
+	if vm.Agent.delivery() == DeliveryDisk {
+		files = append(files, cloudFile{Path: MountScriptPath, Owner: "root:root", Permissions: "0755", Content: MountScript()})
+	}
+	files = append(files, cloudFile{Path: AgentUnitPath, Owner: "root:root", Permissions: "0644", Content: Unit(vm.Job.Spec.Type, vm.Agent)})
+	cc := cloudConfig{
+		Users:             []string{"default"},
+		SSHAuthorizedKeys: vm.Job.Spec.SSHPublicKeys,
+		WriteFiles:        files,
+		RunCmd: [][]string{
+			{"systemctl", "daemon-reload"},
+			{"systemctl", "enable", "--now", AgentUnitName},
+		},
+	}
+	body, err := yaml.Marshal(cc)
+	if err != nil {
+		return nil, fmt.Errorf("encode cloud-config: %w", err)
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
+
+// Unit is the agent's systemd unit for a job of type typ: it starts at
+// every boot, after the network, and restarts for ever (Restart=always,
+// RestartSec=2, no start rate limit: a VM whose agent disk comes late keeps
+// trying). With DeliveryDisk it mounts the agent disk first.
+func Unit(typ cosmic.JobType, a Agent) string {
+	mode := Mode(typ)
+	lines := []string{
+		"[Unit]",
+		"Description=CosmicAC " + mode + " agent",
+		"Wants=network-online.target",
+		"After=network-online.target",
+		"StartLimitIntervalSec=0",
+		"",
+		"[Service]",
+	}
+	if a.delivery() == DeliveryDisk {
+		lines = append(lines, "ExecStartPre="+MountScriptPath, "TimeoutStartSec="+strconv.Itoa(AgentDiskWait+30))
+	}
+	lines = append(lines,
+		"ExecStart="+a.Binary()+" agent "+mode+" --config "+AgentConfigPath,
+		"Restart=always",
+		"RestartSec=2",
+		"",
+		"[Install]",
+		"WantedBy=multi-user.target",
+		"",
+	)
+	return strings.Join(lines, "\n")
+}
+
+// EnvFile is the job's environment: the platform's COSMICAC_ variables,
+// then spec.envVars in order, one NAME='value' a line (POSIX shell quoting,
+// so `set -a; . FILE` reads it back).
+func EnvFile(job cosmic.Job, replica, index int) string {
+	var b strings.Builder
+	line := func(k, v string) {
+		b.WriteString(k + "=" + shellQuote(v) + "\n")
+	}
+	line("COSMICAC_JOB_ID", job.ID)
+	line("COSMICAC_REPLICA", strconv.Itoa(replica))
+	line("COSMICAC_VMI_INDEX", strconv.Itoa(index))
+	for _, e := range job.Spec.EnvVars {
+		line(e.Name, e.Value)
+	}
+	return b.String()
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// File returns the content of the file at path in cloud-init user data
+// (what UserData wrote there).
+func File(userData []byte, path string) ([]byte, error) {
+	var cc cloudConfig
+	if err := yaml.Unmarshal(userData, &cc); err != nil {
+		return nil, fmt.Errorf("user data: %w", err)
+	}
+	for _, f := range cc.WriteFiles {
+		if f.Path == path {
+			return []byte(f.Content), nil
+		}
+	}
+	return nil, fmt.Errorf("user data has no %s", path)
+}
+
+// AgentFile returns the content of AgentConfigPath in cloud-init user data.
+func AgentFile(userData []byte) ([]byte, error) { return File(userData, AgentConfigPath) }
+
+// AgentConfigOf reads the agent config back out of cloud-init user data.
+func AgentConfigOf(userData []byte) (AgentConfig, error) {
+	b, err := AgentFile(userData)
+	if err != nil {
+		return AgentConfig{}, err
+	}
+	var ac AgentConfig
+	if err := yaml.Unmarshal(b, &ac); err != nil {
+		return AgentConfig{}, fmt.Errorf("%s: %w", AgentConfigPath, err)
+	}
+	return ac, nil
+}
