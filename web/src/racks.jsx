@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { call } from "./api.js";
-import { Confirm, ErrorNotice, Time, useAsync } from "./ui.jsx";
+import { Confirm, ErrorNotice, Notice, Time, useAsync } from "./ui.jsx";
 
 // GPUs draws a node's GPUs as squares: filled for used, hollow for free.
 function GPUs({ node }) {
@@ -57,6 +57,12 @@ export function RacksPage() {
               {r.location} · {r.gpuModel} · {r.type} · {r.freeGpus} of {r.gpus} GPUs free ·{" "}
               {r.reachable ? "worker reachable" : <strong class="bad">worker unreachable</strong>} · registered <Time t={r.createdAt} />
             </p>
+            {r.problem && (
+              <Notice kind="error">
+                {r.problem.message}
+                {r.problem.fix && <> Fix: {r.problem.fix}</>}
+              </Notice>
+            )}
             <table class="nodes">
               <thead><tr><th scope="col">Node</th><th scope="col">GPUs</th><th scope="col">Used / free</th><th scope="col">State</th></tr></thead>
               <tbody>
