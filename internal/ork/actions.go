@@ -427,7 +427,9 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 			j.Status.ExitCode = nil
 			return j.SetState(cosmic.StateQueued, nil, o.now())
 		}
-		if len(inPlace) > 0 && p.Replica == nil && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
+		if len(inPlace) > 0 && p.Replica == nil && (j.Status.State == cosmic.StateRestarting || cosmic.CanTransition(j.Status.State, cosmic.StateRestarting)) {
+			// Restarting already, when the worker's report of the
+			// restart came first: the reason is this restart's.
 			return j.SetState(cosmic.StateRestarting, &reason, o.now())
 		}
 		return o.setAggregate(j)
