@@ -45,7 +45,33 @@ var patches = map[reflect.Type]func(s map[string]any){
 	reflect.TypeFor[RegisterRack](): func(s map[string]any) {
 		props := s["properties"].(map[string]any)
 		props["workerKey"].(map[string]any)["pattern"] = "^[0-9a-f]{64}$"
+		describe(props, "agentDeadline", "Seconds a replica placed or restarted on the rack may take until its agent connects, "+
+			"then it fails with agent_timeout; 0 or absent: 600.")
+		props["agentDeadline"].(map[string]any)["minimum"] = 0
+		props["agentDeadline"].(map[string]any)["maximum"] = cosmic.MaxAgentDeadline
 	},
+	reflect.TypeFor[Rack](): func(s map[string]any) {
+		describe(s["properties"].(map[string]any), "agentDeadline", "The rack's agent deadline in seconds (the registration's, or the default 600).")
+	},
+	reflect.TypeFor[cosmic.Status](): func(s map[string]any) {
+		props := s["properties"].(map[string]any)
+		describe(props, "timeoutAt", "When spec.timeout ends the current run (stopped with reason timeout, or restarted with timeoutAutoRestart); "+
+			"set when the job enters running, absent otherwise.")
+		describe(props, "agentDeadline", "The earliest of the replicas' agent deadlines; absent when none is set.")
+	},
+	reflect.TypeFor[cosmic.ReplicaStatus](): func(s map[string]any) {
+		props := s["properties"].(map[string]any)
+		describe(props, "agentDeadline", "When the replica fails with agent_timeout unless its agent connects (it runs) by then; "+
+			"absent once it runs, or while it holds no GPUs.")
+		describe(props, "progress", "The replica's last step reported while it starts.")
+	},
+}
+
+// describe sets the description of property name.
+func describe(props map[string]any, name, text string) {
+	if p, ok := props[name].(map[string]any); ok {
+		p["description"] = text
+	}
 }
 
 func strs[S ~string](xs []S) []string {

@@ -133,6 +133,10 @@ type Rack struct {
 	// operator fixes it, with the fix (e.g. rack_misconfigured: its
 	// Kubernetes namespace is missing).
 	Problem *cosmic.Reason `json:"problem,omitempty"`
+	// AgentDeadline is the seconds a replica placed or restarted on the
+	// rack may take until its agent connects (then it fails with
+	// agent_timeout): the registration's, or the default (600).
+	AgentDeadline int `json:"agentDeadline"`
 }
 
 // RackList is every registered rack.
@@ -169,7 +173,8 @@ type FleetGPUModel struct {
 	MaxFreePerNode int    `json:"maxFreePerNode"`
 }
 
-// RegisterRack registers a rack, or updates the rack with that ID. Type
+// RegisterRack registers a rack, or updates the rack with that ID (an
+// update without agentDeadline gives the rack the default). Type
 // defaults to "server". WorkerAddrs tells the ork where to dial the worker's
 // key (host:port of its fabric listener).
 type RegisterRack struct {
@@ -179,6 +184,10 @@ type RegisterRack struct {
 	GPUModel    string   `json:"gpuModel"`
 	WorkerKey   string   `json:"workerKey"`
 	WorkerAddrs []string `json:"workerAddrs,omitempty"`
+	// AgentDeadline is the seconds a replica placed or restarted on the
+	// rack may take until its agent connects, 1 to 86400; 0 or absent: the
+	// default, 600 (docs/scheduling.md, "Deadlines").
+	AgentDeadline int `json:"agentDeadline,omitempty"`
 }
 
 // WhoAmI is the caller as the API knows it.

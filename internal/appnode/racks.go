@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -22,6 +23,7 @@ func rackOut(ri orkapi.RackInfo) apiv1.Rack {
 		ID: ri.ID, Type: ri.Type, Location: ri.Location, GPUModel: ri.GPUModel,
 		WorkerKey: ri.WorkerKey, CreatedAt: ri.CreatedAt, Nodes: nodes,
 		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs, Problem: ri.Problem,
+		AgentDeadline: int(ri.Rack.AgentDeadlineOrDefault() / time.Second),
 	}
 }
 
@@ -101,7 +103,8 @@ func (s *Server) registerRack(w http.ResponseWriter, r *http.Request, _ *caller)
 	if in.Type == "" {
 		in.Type = cosmic.RackTypeServer
 	}
-	rack := cosmic.Rack{ID: in.ID, Type: in.Type, Location: in.Location, GPUModel: in.GPUModel, WorkerKey: in.WorkerKey}
+	rack := cosmic.Rack{ID: in.ID, Type: in.Type, Location: in.Location, GPUModel: in.GPUModel, WorkerKey: in.WorkerKey,
+		AgentDeadline: in.AgentDeadline}
 	fes := cosmic.FieldErrors(rack.Validate())
 	for i, a := range in.WorkerAddrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {

@@ -118,6 +118,33 @@ func writeJobsTable(w io.Writer, jobs []cosmic.Job, color bool) error {
 	return tw.Flush()
 }
 
+// timeoutText says what spec.timeout does to the job: "1h0m0s, at TIME
+// (12m3s left), then stopped", or only the timeout while no run is under
+// way; "" without one.
+func timeoutText(j cosmic.Job) string {
+	if j.Spec.Timeout <= 0 {
+		return ""
+	}
+	out := (time.Duration(j.Spec.Timeout) * time.Second).String()
+	then := "stopped"
+	if j.Spec.TimeoutAutoRestart {
+		then = "restarted"
+	}
+	if t := j.Status.TimeoutAt; !t.IsZero() {
+		return out + ", at " + t.Local().Format(time.RFC3339) + " (" + timeLeft(t) + "), then " + then
+	}
+	return out + " of running, then " + then
+}
+
+// timeLeft is the time until t, to the second: "12m3s left", or "due now".
+func timeLeft(t time.Time) string {
+	d := t.Sub(timeNow()).Round(time.Second)
+	if d <= 0 {
+		return "due now"
+	}
+	return d.String() + " left"
+}
+
 // waitText says what a queued job waits for: GPUs ("waiting for 8 ×
 // H100 in us"), or its team's quota, which WaitingFor words in full.
 func waitText(s cosmic.Status) string {
@@ -216,6 +243,10 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 	}
 	if j.Status.ExitCode != nil {
 		row("Exit code", strconv.Itoa(*j.Status.ExitCode))
+	}
+	row("Timeout", timeoutText(j))
+	if d := j.Status.AgentDeadline; !d.IsZero() {
+		row("Agent deadline", d.Local().Format(time.RFC3339)+" ("+timeLeft(d)+": fails with agent_timeout unless its agent connects)")
 	}
 	row("Location", s.Location)
 	gpus := strconv.Itoa(s.TotalGPUs())

@@ -75,3 +75,54 @@ func TestJobDetailOfAnInferenceJob(t *testing.T) {
 		t.Errorf("an open model's auth:\n%s", b.String())
 	}
 }
+
+// jobs get shows how long a job's run has left under spec.timeout, and
+// when a starting replica's agent deadline falls.
+func TestJobDetailShowsTheTimeLeft(t *testing.T) {
+	now := time.Date(2026, 12, 1, 19, 0, 0, 0, time.UTC)
+	defer func(orig func() time.Time) { timeNow = orig }(timeNow)
+	timeNow = func() time.Time { return now }
+	for name, tc := range map[string]struct {
+		job  cosmic.Job
+		want []string
+		not  []string
+	}{
+		"running with a timeout": {
+			job: cosmic.Job{ID: "j", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Timeout: 3600},
+				Status: cosmic.Status{State: cosmic.StateRunning, TimeoutAt: now.Add(12*time.Minute + 3*time.Second)}},
+			want: []string{"Timeout:", "1h0m0s, at ", "(12m3s left), then stopped"},
+			not:  []string{"Agent deadline:"},
+		},
+		"restarted at its timeout": {
+			job: cosmic.Job{ID: "j", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Timeout: 60, TimeoutAutoRestart: true},
+				Status: cosmic.Status{State: cosmic.StateRunning, TimeoutAt: now.Add(-time.Second)}},
+			want: []string{"1m0s, at ", "(due now), then restarted"},
+		},
+		"starting, before its run": {
+			job: cosmic.Job{ID: "j", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Timeout: 60},
+				Status: cosmic.Status{State: cosmic.StateStarting, AgentDeadline: now.Add(4 * time.Minute)}},
+			want: []string{"Timeout:", "1m0s of running, then stopped", "Agent deadline:", "(4m0s left: fails with agent_timeout unless its agent connects)"},
+		},
+		"no timeout": {
+			job: cosmic.Job{ID: "j", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer}, Status: cosmic.Status{State: cosmic.StateRunning}},
+			not: []string{"Timeout:", "Agent deadline:"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := writeJobDetail(&b, tc.job, "http://cosmic:8080"); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("jobs get lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("jobs get has %q:\n%s", w, b.String())
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -38,9 +39,10 @@ func rackRows(racks []apiv1.Rack) []rackRow {
 
 func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	var (
-		out   outputFlag
-		r     apiv1.RegisterRack
-		addrs []string
+		out      outputFlag
+		r        apiv1.RegisterRack
+		addrs    []string
+		deadline time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "register --id ID --location L --gpu-model M --worker-key KEY [--worker-addr HOST:PORT]",
@@ -69,7 +71,12 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 				}
 			}
 			r.WorkerAddrs = addrs
-			rack := cosmic.Rack{ID: r.ID, Type: cosmic.RackTypeServer, Location: r.Location, GPUModel: r.GPUModel, WorkerKey: r.WorkerKey}
+			if deadline%time.Second != 0 || deadline < 0 {
+				return usageErrorf("--agent-deadline %s: want whole seconds, e.g. 10m or 90s", deadline)
+			}
+			r.AgentDeadline = int(deadline / time.Second)
+			rack := cosmic.Rack{ID: r.ID, Type: cosmic.RackTypeServer, Location: r.Location, GPUModel: r.GPUModel, WorkerKey: r.WorkerKey,
+				AgentDeadline: r.AgentDeadline}
 			if err := rack.Validate(); err != nil {
 				return withExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
 			}
@@ -93,6 +100,7 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	f.StringVar(&r.GPUModel, "gpu-model", "", "GPU model of the rack's nodes, e.g. GH100_H100_SXM5_80GB")
 	f.StringVar(&r.WorkerKey, "worker-key", "", "the worker's fabric public key (64 hex digits)")
 	f.StringArrayVar(&addrs, "worker-addr", nil, "HOST:PORT of the worker's fabric listener (repeatable)")
+	f.DurationVar(&deadline, "agent-deadline", 0, "how long a replica may take to start until its agent connects, then it fails with agent_timeout (0: the default, "+cosmic.DefaultAgentDeadline.String()+")")
 	out.add(cmd)
 	return cmd
 }

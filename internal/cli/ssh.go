@@ -25,8 +25,9 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 		Short: "Run your ssh to a GPU container job's VM, through the platform (no open port needed)",
 		Long: "Runs ssh with this CLI as its ProxyCommand: the connection to port 22 in the VM goes through\n" +
 			"the platform and the job's instance agent. The VM admits the SSH public keys of the job's\n" +
-			"spec (sshPublicKeys) for its default user. On cosmicac up's simulated rack an SSH server of\n" +
-			"CosmicAC's own answers instead, with a shell on the platform's host (docs/shell.md).\n" +
+			"spec (sshPublicKeys) for its default user. On cosmicac up's simulated rack, which runs no VM,\n" +
+			"an SSH server of CosmicAC's own (simsshd) answers instead, with the same keys, and your session\n" +
+			"runs on the platform's host as the platform's user; its banner says so (docs/shell.md).\n" +
 			"For scp, rsync or VS Code, use the same\n" +
 			"ProxyCommand in ~/.ssh/config:\n\n" +
 			"  Host cosmicac-JOB\n    ProxyCommand cosmicac jobs ssh --proxy JOB",

@@ -35,7 +35,8 @@ func defaultDataDir(getenv func(string) string) string {
 func simulatedRackNote(user string) string {
 	return "The simulated rack runs no VM and pulls no image: a job's image is only a name, and\n" +
 		"`cosmicac jobs shell` opens a shell on this machine as " + user + ", not in a VM, with no\n" +
-		"isolation (docs/simulated-rack.md).\n\n"
+		"isolation; `cosmicac jobs ssh` reaches CosmicAC's simulated SSH server (simsshd), which runs\n" +
+		"its sessions there too (docs/simulated-rack.md).\n\n"
 }
 
 // currentUser names the user the platform runs as, whose shells the

@@ -71,6 +71,7 @@ func TestUpBannerSaysWhatTheSimulatedRackIs(t *testing.T) {
 		"(simulated, 5ms a step)",
 		"The simulated rack runs no VM and pulls no image",
 		"`cosmicac jobs shell` opens a shell on this machine as " + who + ", not in a VM",
+		"`cosmicac jobs ssh` reaches CosmicAC's simulated SSH server (simsshd)",
 		"docs/simulated-rack.md",
 	} {
 		if !strings.Contains(banner, want) {

@@ -16,6 +16,26 @@ type Rack struct {
 	GPUModel  string    `json:"gpuModel"`
 	WorkerKey string    `json:"workerKey"` // the worker's ed25519 public key, 64 hex digits
 	CreatedAt time.Time `json:"createdAt"`
+	// AgentDeadline is how long, in seconds, a replica placed (or
+	// restarted) on the rack may take until its agent connects; then it
+	// fails with agent_timeout. 0: DefaultAgentDeadline.
+	AgentDeadline int `json:"agentDeadline,omitempty"`
+}
+
+// DefaultAgentDeadline is a rack's agent deadline when its registration
+// gives none: generous enough for a VM booted under QEMU's software
+// emulation (about a minute per boot measured) with a disk import before.
+const DefaultAgentDeadline = 10 * time.Minute
+
+// MaxAgentDeadline is the longest agent deadline a rack may have, in seconds.
+const MaxAgentDeadline = 24 * 60 * 60
+
+// AgentDeadlineOrDefault is the rack's agent deadline as a duration.
+func (r Rack) AgentDeadlineOrDefault() time.Duration {
+	if r.AgentDeadline <= 0 {
+		return DefaultAgentDeadline
+	}
+	return time.Duration(r.AgentDeadline) * time.Second
 }
 
 // Validate reports every problem of a rack registration at once.
@@ -35,6 +55,9 @@ func (r Rack) Validate() error {
 	}
 	if !ValidWorkerKey(r.WorkerKey) {
 		p.add("workerKey", "must be 64 lowercase hex digits")
+	}
+	if r.AgentDeadline < 0 || r.AgentDeadline > MaxAgentDeadline {
+		p.add("agentDeadline", "must be 0 (the default, %s) to %d seconds", DefaultAgentDeadline, MaxAgentDeadline)
 	}
 	return p.err()
 }

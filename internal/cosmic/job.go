@@ -66,6 +66,14 @@ type Status struct {
 	ExitCode    *int            `json:"exitCode,omitempty"`
 	Replicas    []ReplicaStatus `json:"replicas,omitempty"`
 	ModelHealth ModelHealth     `json:"modelHealth,omitempty"` // managed-inference only
+	// TimeoutAt is when spec.timeout ends the job's current run (stopped
+	// with reason timeout, or restarted with timeoutAutoRestart): set when
+	// the job enters running with a timeout, cleared when the run ends
+	// (SetState). Zero: no timeout runs.
+	TimeoutAt time.Time `json:"timeoutAt,omitzero"`
+	// AgentDeadline is the earliest of the replicas' agent deadlines
+	// (ReplicaStatus.AgentDeadline); zero when none is set.
+	AgentDeadline time.Time `json:"agentDeadline,omitzero"`
 }
 
 // Progress is how far a starting job is ("import root disk", 42).
@@ -84,4 +92,33 @@ type ReplicaStatus struct {
 	// index), as the rack's worker issued them; empty where the worker
 	// reports none (the simulated rack keeps its agents in process).
 	AgentKeys []string `json:"agentKeys,omitempty"`
+	// AgentDeadline is when the replica fails with agent_timeout unless
+	// its agent has connected (the replica is running) by then: its
+	// placement or restart plus its rack's agent deadline. Zero once it
+	// runs, and while it holds no GPUs.
+	AgentDeadline time.Time `json:"agentDeadline,omitzero"`
+	// Progress is the replica's last step reported while it starts (the
+	// job's Progress is the last of any replica's).
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// SyncAgentDeadlines keeps the agent deadlines consistent with the
+// replicas' states: a deadline holds only while its replica is pending,
+// starting, restarting or unknown (a replica whose worker cannot be
+// reached keeps it, to be checked when the worker answers again); the
+// job's AgentDeadline is the earliest that holds. A replica that runs, or
+// no longer holds GPUs, forgets its progress too.
+func (j *Job) SyncAgentDeadlines() {
+	j.Status.AgentDeadline = time.Time{}
+	for i := range j.Status.Replicas {
+		r := &j.Status.Replicas[i]
+		switch r.State {
+		case StatePending, StateStarting, StateRestarting, StateUnknown:
+		default:
+			r.AgentDeadline, r.Progress = time.Time{}, nil
+		}
+		if d := r.AgentDeadline; !d.IsZero() && (j.Status.AgentDeadline.IsZero() || d.Before(j.Status.AgentDeadline)) {
+			j.Status.AgentDeadline = d
+		}
+	}
 }

@@ -19,6 +19,7 @@ const (
 	ReasonNodeLost            ReasonCode = "node_lost"
 	ReasonKilled              ReasonCode = "killed"
 	ReasonTimeout             ReasonCode = "timeout"
+	ReasonAgentTimeout        ReasonCode = "agent_timeout"
 	ReasonCommandFailed       ReasonCode = "command_failed"
 	ReasonReplicaFailed       ReasonCode = "replica_failed"
 	ReasonRackRemoved         ReasonCode = "rack_removed"
@@ -52,6 +53,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonNodeLost:            {"the node running the job was lost", "Restart the job; it will be placed again."},
 	ReasonKilled:              {"the job was killed", "Restart the job to run it again; its storage was kept."},
 	ReasonTimeout:             {"the job ran past its timeout", "Raise spec.timeout or set timeoutAutoRestart, then restart the job."},
+	ReasonAgentTimeout:        {"the replica's agent did not connect within its rack's agent deadline", "See the job's system logs (cosmicac jobs logs --source system) for the step it stopped at: the image needs cloud-init for the agent to be delivered at boot. If the rack only boots slowly, raise its deadline (cosmicac racks register --agent-deadline), then restart the job."},
 	ReasonCommandFailed:       {"the job's command exited with an error", "See the job's logs and exit code, fix the command and restart the job."},
 	ReasonReplicaFailed:       {"a replica of the job failed", "See the replica's logs; restart the replica or the job."},
 	ReasonRackRemoved:         {"the rack holding the job was removed", "The job is placed again on another rack of its location when one has room."},

@@ -94,7 +94,9 @@ type StatusChange struct {
 // state again is not a transition: it only replaces the reason and message
 // (recording a history entry if the reason code changed).
 // Leaving queued clears QueuePosition and WaitingFor; leaving starting or
-// restarting clears Progress.
+// restarting clears Progress. Entering running starts the clock of
+// spec.timeout (Status.TimeoutAt), entering any state but running,
+// degraded and unknown stops it.
 func (j *Job) SetState(to State, reason *Reason, now time.Time) error {
 	from := j.Status.State
 	switch {
@@ -121,7 +123,25 @@ func (j *Job) SetState(to State, reason *Reason, now time.Time) error {
 	j.setReason(reason)
 	j.UpdatedAt = now
 	j.record(to, reason, now)
+	j.runClock(to, now)
 	return nil
+}
+
+// runClock starts and ends the clock of spec.timeout as the job enters to:
+// a run starts when the job enters running without a run under way, and
+// ends when it leaves the running states for any but unknown and
+// degraded (its VMs may run on there). So a restart, in place or from the
+// queue, starts the clock again.
+func (j *Job) runClock(to State, now time.Time) {
+	switch to {
+	case StateRunning:
+		if j.Spec.Timeout > 0 && j.Status.TimeoutAt.IsZero() {
+			j.Status.TimeoutAt = now.Add(time.Duration(j.Spec.Timeout) * time.Second)
+		}
+	case StateDegraded, StateUnknown:
+	default:
+		j.Status.TimeoutAt = time.Time{}
+	}
 }
 
 func (j *Job) setReason(r *Reason) {

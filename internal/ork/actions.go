@@ -284,6 +284,12 @@ func keys[M ~map[string]V, V any](m M) []string {
 
 // KillJob stops a job: its VMIs go, its GPUs are released, its storage stays.
 func (o *Ork) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
+	return o.stopJob(ctx, id, cosmic.NewReason(cosmic.ReasonKilled, ""))
+}
+
+// stopJob stops a job's VMIs on its workers, then releases its GPUs and
+// moves it to stopped with reason (killed, or timeout).
+func (o *Ork) stopJob(ctx context.Context, id string, reason cosmic.Reason) (cosmic.Job, error) {
 	o.mu.Lock()
 	j, err := o.st.GetJob(ctx, id)
 	if err != nil {
@@ -308,7 +314,7 @@ func (o *Ork) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
 	}); err != nil {
 		return j, fabric.Errorf(fabric.CodeUnavailable, "stop job on its worker: %v", err)
 	}
-	return o.releaseAll(ctx, id, cosmic.StateStopped, cosmic.NewReason(cosmic.ReasonKilled, ""))
+	return o.releaseAll(ctx, id, cosmic.StateStopped, reason)
 }
 
 // releaseAll frees every GPU of the job and moves it and its replicas to
@@ -342,6 +348,12 @@ func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, rea
 // RestartJob replaces a job's (or one replica's) VMIs, keeping storage and
 // GPUs. A failed or stopped job, which holds no GPUs, is queued again.
 func (o *Ork) RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic.Job, error) {
+	return o.restartJob(ctx, p, cosmic.NewReason(cosmic.ReasonRestartRequested, ""))
+}
+
+// restartJob is RestartJob, giving the restarting replicas and job reason
+// (restart_requested, or timeout for timeoutAutoRestart).
+func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason cosmic.Reason) (cosmic.Job, error) {
 	o.mu.Lock()
 	j, err := o.st.GetJob(ctx, p.ID)
 	if err != nil {
@@ -396,10 +408,15 @@ func (o *Ork) RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic
 		}
 	}
 	o.mu.Lock()
-	reason := cosmic.NewReason(cosmic.ReasonRestartRequested, "")
 	j, err = o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
 		for _, r := range inPlace {
-			setReplica(j, r.Replica, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateRestarting, &reason })
+			// The replica's new VMIs have the rack's agent deadline
+			// from now.
+			deadline := o.now().Add(o.agentDeadlineLocked(r.Rack))
+			setReplica(j, r.Replica, func(rs *cosmic.ReplicaStatus) {
+				rs.State, rs.Reason = cosmic.StateRestarting, &reason
+				rs.AgentDeadline, rs.Progress = deadline, nil
+			})
 		}
 		for i := range j.Spec.Replicas() {
 			if _, ok := held[i]; !ok && selected(i) {
@@ -410,7 +427,9 @@ func (o *Ork) RestartJob(ctx context.Context, p orkapi.RestartJobParams) (cosmic
 			j.Status.ExitCode = nil
 			return j.SetState(cosmic.StateQueued, nil, o.now())
 		}
-		if len(inPlace) > 0 && p.Replica == nil && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
+		if len(inPlace) > 0 && p.Replica == nil && (j.Status.State == cosmic.StateRestarting || cosmic.CanTransition(j.Status.State, cosmic.StateRestarting)) {
+			// Restarting already, when the worker's report of the
+			// restart came first: the reason is this restart's.
 			return j.SetState(cosmic.StateRestarting, &reason, o.now())
 		}
 		return o.setAggregate(j)

@@ -300,6 +300,7 @@ func (o *Ork) releaseHeldLocked(jobID string, replica int) {
 // Run schedules and heartbeats the workers until ctx ends.
 func (o *Ork) Run(ctx context.Context) error {
 	o.reconcileAll(ctx)
+	o.enforceDeadlines(ctx)
 	o.schedule(ctx)
 	tick := time.NewTicker(o.cfg.Heartbeat.D())
 	defer tick.Stop()
@@ -320,6 +321,7 @@ func (o *Ork) Run(ctx context.Context) error {
 			o.schedule(ctx)
 		case <-tick.C:
 			o.reconcileAll(ctx)
+			o.enforceDeadlines(ctx)
 			o.schedule(ctx)
 		}
 	}
@@ -503,10 +505,12 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 			if err := tx.ClaimGPUs(ctx, r); err != nil {
 				return err
 			}
+			deadline := o.now().Add(o.agentDeadlineLocked(r.Rack))
 			setReplica(j, r.Replica, func(rs *cosmic.ReplicaStatus) {
 				// The agents of a new placement are not those of the last
 				// one: the worker reports them anew.
 				rs.State, rs.Reason, rs.Nodes, rs.AgentKeys = cosmic.StatePending, nil, r.NodeNames(), nil
+				rs.AgentDeadline, rs.Progress = deadline, nil
 			})
 		}
 		return o.setAggregate(j)
@@ -558,6 +562,7 @@ func (o *Ork) updateJobLocked(ctx context.Context, id string, f func(Tx, *cosmic
 		if err := f(tx, &j); err != nil {
 			return err
 		}
+		j.SyncAgentDeadlines()
 		j.UpdatedAt = o.now()
 		out = j
 		return tx.PutJob(ctx, j)

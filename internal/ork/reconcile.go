@@ -271,9 +271,12 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		out    reportOutcome
 	)
 	rs := o.racks[rack]
-	var applied map[worker.ReplicaRef]worker.Observation
+	var (
+		applied  map[worker.ReplicaRef]worker.Observation
+		deadline time.Duration
+	)
 	if rs != nil {
-		applied = rs.observed
+		applied, deadline = rs.observed, rs.Rack.AgentDeadlineOrDefault()
 	}
 	err := o.st.Update(ctx, func(tx Tx) error {
 		out = reportOutcome{}
@@ -285,7 +288,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		if err != nil {
 			return err
 		}
-		out, err = reportRules(reportInput{Job: j, Rack: rack, Applied: applied, Report: jr, Now: o.now(),
+		out, err = reportRules(reportInput{Job: j, Rack: rack, Applied: applied, Report: jr, Now: o.now(), AgentDeadline: deadline,
 			Held: func(replica int) (cosmic.Reservation, bool) { return o.snap.Reserved(j.ID, replica) }})
 		if err != nil || !out.Changed {
 			return err

@@ -25,6 +25,9 @@ type reportInput struct {
 	Applied map[worker.ReplicaRef]worker.Observation
 	Report  worker.JobReport
 	Now     time.Time
+	// AgentDeadline is the rack's agent deadline: a replica reported
+	// starting anew (its VMIs recreated) without one gets Now plus it.
+	AgentDeadline time.Duration
 }
 
 // reportOutcome is what a report does.
@@ -138,6 +141,16 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			if len(rr.AgentKeys) > 0 {
 				rs.AgentKeys = rr.AgentKeys
 			}
+			if rr.Progress != nil {
+				p := *rr.Progress
+				rs.Progress = &p
+			}
+			switch rr.State {
+			case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRestarting:
+				if rs.AgentDeadline.IsZero() && in.AgentDeadline > 0 {
+					rs.AgentDeadline = in.Now.Add(in.AgentDeadline)
+				}
+			}
 		})
 		if len(rr.AgentKeys) > 0 {
 			if out.AgentKeys == nil {
@@ -159,6 +172,7 @@ func reportRules(in reportInput) (reportOutcome, error) {
 	if !out.Changed {
 		return out, nil
 	}
+	j.SyncAgentDeadlines()
 	if deleting {
 		out.Remove = true
 		for i := range max(j.Spec.Replicas(), len(j.Status.Replicas)) {

@@ -390,7 +390,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	} else if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
 		// Register (or re-register, with its new address) the simulated rack.
 		Rack: cosmic.Rack{ID: cfg.Sim.Rack, Type: cosmic.RackTypeServer, Location: cfg.Sim.Location,
-			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String()},
+			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String(),
+			AgentDeadline: simAgentDeadline(cfg.Sim.Step.D())},
 		WorkerAddrs: []string{p.SimLink.Addr()},
 	}); err != nil {
 		return nil, fmt.Errorf("register the simulated rack: %w", err)
@@ -557,4 +558,12 @@ func (p *Platform) Close() error {
 		return p.Store.Close()
 	}
 	return nil
+}
+
+// simAgentDeadline is the simulated rack's agent deadline, in seconds: its
+// replicas run after about ten steps, so 120 steps, and at least a minute
+// (a loaded test machine's steps of milliseconds run late), at most a
+// rack's longest.
+func simAgentDeadline(step time.Duration) int {
+	return min(int(max(120*step, time.Minute)/time.Second), cosmic.MaxAgentDeadline)
 }

@@ -54,6 +54,9 @@ type Cluster struct {
 	inference      InferenceRunner // nil: managed-inference replicas run without agents
 	agentGen       uint64          // generations of started agents
 	runCtx         context.Context // Run's: agents live within it
+	// holdNextAgent arms simHoldAgent without a job: the next replica to
+	// boot never has its agent connect.
+	holdNextAgent bool
 }
 
 type simNode struct {

@@ -103,6 +103,8 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 		"restore unknown node":   {MethodRestoreNode, `{"node":"nope"}`, fabric.CodeNotFound},
 		"unreachable no seconds": {MethodUnreachable, `{}`, fabric.CodeBadRequest},
 		"unreachable too long":   {MethodUnreachable, `{"seconds":1e9}`, fabric.CodeBadRequest},
+		"hold a running agent":   {MethodHoldAgent, `{"jobId":"` + jobA + `","replica":0}`, fabric.CodeBadRequest},
+		"hold unknown replica":   {MethodHoldAgent, `{"jobId":"` + jobA + `","replica":7}`, fabric.CodeNotFound},
 	}
 	for name, tc := range errors {
 		t.Run(name, func(t *testing.T) {

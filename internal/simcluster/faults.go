@@ -19,6 +19,7 @@ const (
 	MethodLoseNode    = "simLoseNode"
 	MethodRestoreNode = "simRestoreNode"
 	MethodUnreachable = "simUnreachable"
+	MethodHoldAgent   = "simHoldAgent"
 )
 
 // MaxUnreachable bounds one simUnreachable.
@@ -56,6 +57,7 @@ type FaultAck struct {
 func (c *Cluster) RegisterFaults(r fabric.Registrar) {
 	handle(r, MethodFailImport, func(p ReplicaParams) (FaultAck, error) { return c.FailImport(p.JobID, p.Replica) })
 	handle(r, MethodCrash, func(p ReplicaParams) (FaultAck, error) { return c.Crash(p.JobID, p.Replica) })
+	handle(r, MethodHoldAgent, func(p ReplicaParams) (FaultAck, error) { return c.HoldAgent(p.JobID, p.Replica) })
 	handle(r, MethodLoseNode, func(p NodeParams) (FaultAck, error) { return c.LoseNode(p.Node) })
 	handle(r, MethodRestoreNode, func(p NodeParams) (FaultAck, error) { return c.RestoreNode(p.Node) })
 	handle(r, MethodUnreachable, func(p UnreachableParams) (FaultAck, error) {
@@ -104,6 +106,31 @@ func (c *Cluster) FailImport(jobID string, replica int) (FaultAck, error) {
 	if r.phase == phaseImport && r.importPct >= 50 {
 		ack.Detail = fmt.Sprintf("the root-disk import of replica %d of job %s will fail at its next step", replica, jobID)
 	}
+	return ack, nil
+}
+
+// HoldAgent makes a replica's agent never connect, as a VM booted from an
+// image without cloud-init: the replica stays starting after its boot
+// step (and after every restart) until the ork's agent deadline fails it.
+// With jobID "" it holds the next replica to boot anywhere on the rack.
+func (c *Cluster) HoldAgent(jobID string, replica int) (FaultAck, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ack := FaultAck{Fault: MethodHoldAgent}
+	if jobID == "" {
+		c.holdNextAgent = true
+		ack.Detail = "the agent of the next replica to boot will not connect"
+		return ack, nil
+	}
+	r, err := c.replicaLocked(MethodHoldAgent, jobID, replica)
+	if err != nil {
+		return FaultAck{}, err
+	}
+	if r.state == cosmic.StateRunning {
+		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: the agent of replica %d of job %s connected already (it is running)", MethodHoldAgent, replica, jobID)
+	}
+	r.holdAgent = true
+	ack.Detail = fmt.Sprintf("the agent of replica %d of job %s will not connect", replica, jobID)
 	return ack, nil
 }
 

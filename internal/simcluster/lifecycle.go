@@ -55,6 +55,10 @@ type replica struct {
 	disk       bool  // the root disk is imported (and kept until Delete)
 	importPct  int
 	failImport bool // simFailImport armed for this replica's import
+	// holdAgent (simHoldAgent) keeps the replica waiting for its agent,
+	// as a VM whose image cannot start one; heldNoted says its record
+	// was written.
+	holdAgent, heldNoted bool
 
 	agent    *agentRun       // the replica's agent(s) (gpu-container: AgentRunner; managed-inference: InferenceRunner)
 	exit     *CommandOutcome // the command's end, not yet taken
@@ -292,6 +296,9 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		r.progress = &cosmic.Progress{Step: progressSchedule, Percent: 100}
 		r.phase = phaseBoot
 	case phaseBoot:
+		if c.holdNextAgent {
+			r.holdAgent, c.holdNextAgent = true, false
+		}
 		for _, v := range r.vmis {
 			c.record(r, now, "boot", true, "VMI %s booted on node %s", v.name, v.node)
 		}
@@ -299,6 +306,15 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		r.phase = phaseReady
 		c.startAgent(j, r, now)
 	case phaseReady:
+		if r.holdAgent {
+			// simHoldAgent: the agent never connects; the ork's agent
+			// deadline fails the replica.
+			if !r.heldNoted {
+				r.heldNoted = true
+				c.record(r, now, "agent", false, "the agent of replica %d does not connect (simHoldAgent): waiting for it", r.key.replica)
+			}
+			return
+		}
 		if !r.agentReady() {
 			// Running only once the agent is ready: look again next step
 			// (or when it signals ready).

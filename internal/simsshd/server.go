@@ -28,6 +28,13 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
+// Banner is what every client is told before it authenticates (OpenSSH's
+// ssh prints it on stderr): what it has reached, since it is not a VM.
+const Banner = "CosmicAC: this job runs on the simulated rack, where no VM runs. This is CosmicAC's\n" +
+	"simulated SSH server (simsshd), not a VM's sshd: your session runs on the platform's host, as\n" +
+	"the user running the platform, with no isolation. A rack of VMs (Kubernetes or QEMU) gives the\n" +
+	"VM's own sshd (docs/simulated-rack.md).\n"
+
 // Config is one server's: the job's keys and the environment of its
 // sessions.
 type Config struct {
@@ -91,7 +98,8 @@ func Start(cfg Config, addr string) (*Server, error) {
 	}
 	// Public keys only: with no password or keyboard-interactive callback
 	// the server offers neither, and a client is told "publickey".
-	s.ssh = &ssh.ServerConfig{PublicKeyCallback: s.admit, ServerVersion: "SSH-2.0-CosmicAC_simsshd"}
+	s.ssh = &ssh.ServerConfig{PublicKeyCallback: s.admit, ServerVersion: "SSH-2.0-CosmicAC_simsshd",
+		BannerCallback: func(ssh.ConnMetadata) string { return Banner }}
 	s.ssh.AddHostKey(signer)
 	s.host = signer.PublicKey()
 	if s.l, err = net.Listen("tcp", addr); err != nil {

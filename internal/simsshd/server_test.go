@@ -371,3 +371,23 @@ func TestSSHCloseHangsUpSessions(t *testing.T) {
 // TestMain checks that the servers closed by the tests left no goroutine
 // behind: Close waits for every session's.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Every client is told, before it authenticates, that it reached the
+// simulated rack's SSH server on the platform's host, not a VM.
+func TestSSHBannerSaysWhatItReaches(t *testing.T) {
+	k, line := newKey(t)
+	srv, _ := start(t, line)
+	var got string
+	c, err := ssh.Dial("tcp", "127.0.0.1:"+strconv.Itoa(srv.Port()), &ssh.ClientConfig{User: "anyone", Auth: []ssh.AuthMethod{ssh.PublicKeys(k)},
+		HostKeyCallback: ssh.FixedHostKey(srv.HostKey()), Timeout: 10 * time.Second,
+		BannerCallback: func(m string) error { got = m; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for _, want := range []string{"simulated rack", "no VM runs", "not a VM's sshd", "platform's host"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("banner %q lacks %q", got, want)
+		}
+	}
+}

@@ -159,6 +159,7 @@ var Graph = []Server{
 		{Name: "simLoseNode", Kind: Call, Doc: "simulated rack: lose a node (operators only)"},
 		{Name: "simRestoreNode", Kind: Call, Doc: "simulated rack: restore a node (operators only)"},
 		{Name: "simUnreachable", Kind: Call, Doc: "simulated rack: stop answering (operators only)"},
+		{Name: "simHoldAgent", Kind: Call, Doc: "simulated rack: keep a replica's agent from connecting (operators only)"},
 	}},
 	{Role: InstanceAgent, Doc: "inside a gpu-container VM", Methods: []Method{
 		{Name: "shell.open", Kind: Stream, Callers: []Role{AppNode}, Doc: "a shell session"},

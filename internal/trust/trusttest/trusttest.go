@@ -472,7 +472,7 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 	case "agent.report", "inference.report":
 		// Reports are events; called as calls, their refusal is seen.
 		return call(map[string]any{"jobId": nowhere}, nil)
-	case "simFailImport", "simCrash":
+	case "simFailImport", "simCrash", "simHoldAgent":
 		return call(map[string]any{"jobId": nowhere}, nil)
 	case "simLoseNode", "simRestoreNode":
 		return call(map[string]any{"node": "no-such-node"}, nil)
