@@ -145,11 +145,18 @@ ssh_genkeytypes: [ ed25519, ecdsa ]
 grub_dpkg:
   enabled: false
 EOF
-  # sshd starts with host keys even if cloud-init did not run (cloud-init
-  # replaces them on first boot, before ssh.service).
+  # sshd starts after cloud-init has made the host keys; should cloud-init
+  # not have run, it makes one ed25519 key itself (`ssh-keygen -A` would make
+  # an RSA key too: 40 s under TCG).
   mkdir -p "$r/etc/systemd/system/ssh.service.d"
-  printf "%s\n" "[Service]" "ExecStartPre=" "ExecStartPre=/usr/bin/ssh-keygen -A" \
-    "ExecStartPre=/usr/sbin/sshd -t" > "$r/etc/systemd/system/ssh.service.d/cosmicac-hostkeys.conf"
+  cat > "$r/etc/systemd/system/ssh.service.d/cosmicac-hostkeys.conf" <<"EOF"
+[Unit]
+After=cloud-init.service
+[Service]
+ExecStartPre=
+ExecStartPre=/bin/sh -c "ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -q -t ed25519 -N \"\" -f /etc/ssh/ssh_host_ed25519_key"
+ExecStartPre=/usr/sbin/sshd -t
+EOF
 '
 
 log "mmdebstrap $SUITE (${#PACKAGES[@]} packages) into $ROOTFS"
