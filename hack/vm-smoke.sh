@@ -49,8 +49,8 @@ else
 fi
 QEMU_PID='' HTTP_PID='' ok=0
 cleanup() {
-  if [[ -n "$QEMU_PID" ]]; then kill "$QEMU_PID" 2>/dev/null; wait "$QEMU_PID" 2>/dev/null || true; fi
-  if [[ -n "$HTTP_PID" ]]; then kill "$HTTP_PID" 2>/dev/null; wait "$HTTP_PID" 2>/dev/null || true; fi
+  if [[ -n "$QEMU_PID" ]]; then kill "$QEMU_PID" 2>/dev/null || true; wait "$QEMU_PID" 2>/dev/null || true; fi
+  if [[ -n "$HTTP_PID" ]]; then kill "$HTTP_PID" 2>/dev/null || true; wait "$HTTP_PID" 2>/dev/null || true; fi
   if [[ $ok == 1 && -z "${SMOKE_DIR:-}" && "${KEEP:-0}" != 1 ]]; then
     rm -rf "$WORK"
   else
@@ -179,7 +179,7 @@ EOF
     > "$dir/analyze.txt" 2>&1 || true
   log "run $n: guest kernel $guest_kernel (host $(uname -r)); root ${rootsize}M; checks passed"
 
-  kill "$QEMU_PID" 2>/dev/null; wait "$QEMU_PID" 2>/dev/null || true
+  kill "$QEMU_PID" 2>/dev/null || true; wait "$QEMU_PID" 2>/dev/null || true
   QEMU_PID=
   results+=("$n $kernel $systemd $sshd $ci $guest_kernel")
 }
