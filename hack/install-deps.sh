@@ -3,8 +3,12 @@
 # they are missing: iproute2 (network-namespace tests), OpenSSH's server
 # and client (ssh through the fabric, the shell benchmark's baseline),
 # Chromium (the web interface's browser tests) and Node.js with npm (the
-# interface's build and its test driver, playwright-core). Run as root;
-# otherwise it says what is missing and fails.
+# interface's build and its test driver, playwright-core), and what the
+# base VM image (hack/vm-image.sh) and the QEMU rack boot with: mmdebstrap
+# and e2fsprogs (the image is built from Debian's packages into a directory,
+# then `mke2fs -d`), QEMU (qemu-system-x86, qemu-utils), cloud-localds
+# (cloud-image-utils: the NoCloud seed) and genisoimage (the agent disk).
+# Run as root; otherwise it says what is missing and fails.
 set -euo pipefail
 
 need=()
@@ -15,6 +19,12 @@ command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v mke2fs >/dev/null 2>&1 || need+=(e2fsprogs)
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null 2>&1 || need+=(qemu-utils)
+command -v cloud-localds >/dev/null 2>&1 || need+=(cloud-image-utils)
+command -v genisoimage >/dev/null 2>&1 || need+=(genisoimage)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2
