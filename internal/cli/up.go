@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/gateway"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/qemuworker"
 )
 
 func init() { register((*app).upCommand) }
@@ -53,6 +55,10 @@ func (a *app) upCommand() *cobra.Command {
 	var (
 		kubeconfig, rackConfig, location, domain string
 		verbose                                  bool
+		rack                                     = "sim"
+		images                                   []string
+		qc                                       = qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2}
+		agentBinary                              string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -89,6 +95,23 @@ func (a *app) upCommand() *cobra.Command {
 			if cfg.DataDir == "" {
 				cfg.DataDir = defaultDataDir(a.getenv)
 			}
+			switch rack {
+			case "sim":
+				if len(images) > 0 || agentBinary != "" {
+					return usageErrorf("--image and --agent-binary go with --rack qemu")
+				}
+			case "qemu":
+				if kubeconfig != "" {
+					return usageErrorf("--rack qemu and --kubeconfig are two racks: give one")
+				}
+				q, err := a.qemuRack(cmd.Context(), qc, images, agentBinary, cfg.DataDir)
+				if err != nil {
+					return err
+				}
+				cfg.QEMU = q
+			default:
+				return usageErrorf("--rack %q: want sim or qemu", rack)
+			}
 			level := slog.LevelWarn
 			if verbose {
 				level = slog.LevelInfo
@@ -124,6 +147,14 @@ func (a *app) upCommand() *cobra.Command {
 			fmt.Fprintf(a.stdout, "  data         %s\n", cfg.DataDir)
 			if k := cfg.Kube; k != nil {
 				fmt.Fprintf(a.stdout, "  rack         %s in %s: the cluster of %s, namespace %s\n\n", k.Rack.Rack, k.Rack.Location, k.Kubeconfig, k.Rack.Namespace)
+			} else if q := cfg.QEMU; q != nil {
+				gpus := "declared for placement only: the VMs get no GPU"
+				if len(q.Rack.VFIO) > 0 {
+					gpus = fmt.Sprintf("passed through: %s", strings.Join(q.Rack.VFIO, ", "))
+				}
+				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s, real VMs under QEMU (%s); GPUs %s\n",
+					q.Rack.Rack, q.Rack.Nodes, q.Rack.GPUsPerNode, q.Rack.GPUModel, q.Rack.Location, p.QEMU.Accel(), gpus)
+				fmt.Fprintf(a.stdout, "  images       %s\n  VMs          %s\n\n", strings.Join(q.Images.Names(), ", "), q.Rack.Dir)
 			} else {
 				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
@@ -166,6 +197,19 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward job logs to this Loki (e.g. http://127.0.0.1:3100)")
 	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
+	f.StringVar(&rack, "rack", rack, "the rack: sim (simulated, no VM) or qemu (real VMs on this machine, docs/qemu-rack.md)")
+	f.StringArrayVar(&images, "image", nil, "with --rack qemu: an image of the catalogue, NAME=PATH (a qcow2/raw cloud image, or a directory of hack/vm-image.sh); repeatable (default: the images hack/vm-image.sh built)")
+	f.StringVar(&agentBinary, "agent-binary", "", "with --rack qemu: the agent put on each VM's agent disk, a static linux/amd64 cosmicac (default: this binary)")
+	f.StringVar(&qc.Rack, "qemu-rack", qc.Rack, "with --rack qemu: the rack's ID")
+	f.StringVar(&qc.Location, "qemu-location", qc.Location, "with --rack qemu: the rack's location")
+	f.StringVar(&qc.GPUModel, "qemu-gpu-model", qc.GPUModel, "with --rack qemu: the GPU model the rack declares")
+	f.IntVar(&qc.Nodes, "qemu-nodes", qc.Nodes, "with --rack qemu: nodes the rack declares")
+	f.IntVar(&qc.GPUsPerNode, "qemu-gpus-per-node", qc.GPUsPerNode, "with --rack qemu: GPUs per node")
+	f.StringSliceVar(&qc.VFIO, "qemu-vfio", nil, "with --rack qemu: host PCI addresses of the GPUs to pass through (nodes × GPUs of them)")
+	f.StringVar(&qc.Accel, "qemu-accel", "", "with --rack qemu: kvm or tcg (default: kvm where the host has hardware virtualization)")
+	f.IntVar(&qc.MaxCPUs, "qemu-max-cpus", 0, "with --rack qemu: the most vCPUs a VM gets (default 1 under TCG, 4 under KVM)")
+	f.BoolVar(&qc.DebugSSH, "qemu-debug-ssh", false, "with --rack qemu: forward a loopback port to each VM's port 22 (named in the job's log), to debug an image")
+	f.IntVar(&qc.MaxMemoryMiB, "qemu-max-memory", 0, "with --rack qemu: the most memory a VM gets, MiB (default 512 under TCG, 8192 under KVM)")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
@@ -24,7 +25,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvAt(t, dir)
+	e := newEnvAt(t, dir, 5*time.Minute)
 	j := e.Create(Container("box", 1))
 	e.WaitState(j.ID, cosmic.StateRunning)
 	// Looked at while it runs: closed, the database folds its -wal and

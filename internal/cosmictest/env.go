@@ -50,14 +50,20 @@ func Sim(nodes, gpusPerNode int) Option {
 func NewEnv(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	dir := t.TempDir()
-	return newEnvAt(t, dir, opts...)
+	return newEnvAt(t, dir, 5*time.Minute, opts...)
 }
 
-func newEnvAt(t testing.TB, dir string, opts ...Option) *Env {
+// NewEnvWithin is NewEnv for a test that may take up to d (real VMs).
+func NewEnvWithin(t testing.TB, d time.Duration, opts ...Option) *Env {
+	t.Helper()
+	return newEnvAt(t, t.TempDir(), d, opts...)
+}
+
+func newEnvAt(t testing.TB, dir string, within time.Duration, opts ...Option) *Env {
 	t.Helper()
 	// A bound on a test's failure only: 3 parallel copies under -race on a
 	// busy machine (hack/stress.sh) take minutes where one takes seconds.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	t.Cleanup(cancel)
 	opID, err := fabric.LoadOrCreateIdentity(filepath.Join(dir, "operator"))
 	if err != nil {
@@ -107,7 +113,7 @@ func (e *Env) Stop() {
 func (e *Env) Restart() {
 	e.T.Helper()
 	e.Stop()
-	n := newEnvAt(e.T, e.DataDir, func(c *platform.Config) { *c = withFresh(e.Config, c) })
+	n := newEnvAt(e.T, e.DataDir, 5*time.Minute, func(c *platform.Config) { *c = withFresh(e.Config, c) })
 	*e = *n
 }
 
@@ -152,7 +158,13 @@ func VLLM(name string, replicas, gpusPerReplica int) cosmic.Spec {
 // after 30s, printing the job's history.
 func (e *Env) WaitState(id string, states ...cosmic.State) cosmic.Job {
 	e.T.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return e.WaitStateWithin(id, 30*time.Second, states...)
+}
+
+// WaitStateWithin is WaitState failing after d.
+func (e *Env) WaitStateWithin(id string, d time.Duration, states ...cosmic.State) cosmic.Job {
+	e.T.Helper()
+	deadline := time.Now().Add(d)
 	var j cosmic.Job
 	var err error
 	for time.Now().Before(deadline) {

@@ -34,6 +34,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/qemuworker"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
@@ -63,6 +64,9 @@ type Config struct {
 	// Kube, when set, drives a real cluster through wrk-server-k8s-nvidia
 	// instead: its rack is registered and the simulated one is not.
 	Kube *KubeConfig
+	// QEMU, when set (and Kube is not), runs a rack of real VMs on this
+	// machine through wrk-server-qemu instead of the simulated one.
+	QEMU *QEMUConfig
 	// Ork tunes the ork.
 	Ork ork.Config
 	// SimRuntime is the simulated runtime of the simulated rack's
@@ -133,6 +137,10 @@ type Platform struct {
 	Ork     *ork.Ork
 	Sim     *simcluster.Cluster
 	SimLink *simcluster.Endpoint
+	// QEMUNode and QEMU are wrk-server-qemu's fabric node and worker when
+	// Config.QEMU is set.
+	QEMUNode *fabric.Node
+	QEMU     *qemuworker.Worker
 	// KubeNode is wrk-server-k8s-nvidia's fabric node when Config.Kube is set.
 	KubeNode *fabric.Node
 	AppNode  *fabric.Node
@@ -385,6 +393,10 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 
 	if cfg.Kube != nil {
 		if err := p.startKubeWorker(ctx, rctx, *cfg.Kube, orkID.PublicKey(), monID.PublicKey(), jobLogs); err != nil {
+			return nil, err
+		}
+	} else if cfg.QEMU != nil {
+		if err := p.startQEMUWorker(ctx, rctx, *cfg.QEMU, orkID.PublicKey(), monID.PublicKey(), jobLogs); err != nil {
 			return nil, err
 		}
 	} else if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{

@@ -24,7 +24,7 @@ type Image struct {
 	Kernel string `json:"kernel,omitempty"`
 	Initrd string `json:"initrd,omitempty"`
 	// Cmdline is the kernel's command line when Kernel is set.
-	Cmdline string `json:"cmdline,omitempty"`
+	Cmdline string `json:"kernelCmdline,omitempty"`
 }
 
 // Catalogue maps a job spec's image names to base images.

@@ -16,10 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +41,12 @@ const (
 // Forward lets the guest reach one TCP port of the host: the guest dials
 // GuestAddr (in QEMU's user network, e.g. 10.0.2.100:7001) and reaches
 // HostAddr (e.g. 127.0.0.1:7001). Nothing else of the host or the network
-// is reachable from the guest (QEMU's restrict=on).
+// is reachable from the guest (QEMU's restrict=on). Each connection runs
+// Config.Relay (QEMU's guestfwd=…-cmd:, one process a connection, its
+// standard input and output the guest's socket): a chardev target
+// (guestfwd=…-tcp:) would be one connection made at QEMU's start, shared
+// by every guest connection, which breaks a protocol as soon as the guest
+// reconnects.
 type Forward struct {
 	GuestAddr, HostAddr string
 }
@@ -74,6 +81,11 @@ type Config struct {
 	VFIO []string
 	// QEMU is the emulator's path (default qemu-system-x86_64 on PATH).
 	QEMU string
+	// Relay is the program a forwarded connection runs, given the host
+	// address: `Relay… HOST:PORT` copies its standard input to a TCP
+	// connection to HOST:PORT and back (`cosmicac qemu-relay`). Required
+	// with Forwards.
+	Relay []string
 }
 
 // Args is QEMU's command line for c, the seed and overlay being in place.
@@ -98,7 +110,7 @@ func (c Config) Args() []string {
 	}
 	net := "user,id=n0,restrict=on"
 	for _, f := range c.Forwards {
-		net += ",guestfwd=tcp:" + f.GuestAddr + "-tcp:" + f.HostAddr
+		net += ",guestfwd=tcp:" + f.GuestAddr + "-cmd:" + strings.ReplaceAll(strings.Join(append(slices.Clone(c.Relay), f.HostAddr), " "), ",", ",,")
 	}
 	if c.SSHPort != 0 {
 		net += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:22", c.SSHPort)
@@ -239,6 +251,9 @@ type VM struct {
 
 // Start starts the VM; Prepare must have run.
 func Start(c Config) (*VM, error) {
+	if len(c.Forwards) > 0 && len(c.Relay) == 0 {
+		return nil, errors.New("qemu: forwards need a relay program")
+	}
 	bin := c.QEMU
 	if bin == "" {
 		bin = "qemu-system-x86_64"
@@ -385,4 +400,33 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 		l.w.WriteString(s)
 	}
 	return len(p), nil
+}
+
+// Relay copies between rw (a forwarded connection's standard input and
+// output) and a TCP connection to addr until either side ends: the
+// program a Forward runs.
+func Relay(ctx context.Context, r io.Reader, w io.Writer, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	up := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(c, r)
+		c.(*net.TCPConn).CloseWrite() // the guest is done sending; the host may answer still
+		up <- err
+	}()
+	// The host's side ending ends the relay (its exit closes the guest's
+	// socket); the guest's ending only once the host has answered.
+	_, err = io.Copy(w, c)
+	select {
+	case uerr := <-up:
+		if err == nil {
+			err = uerr
+		}
+	default:
+	}
+	return err
 }

@@ -17,13 +17,13 @@ import (
 // loopback, the overlay, the seed and the agent disk read-only, direct
 // kernel boot when the image has a kernel, TCG's cache size.
 func TestArgs(t *testing.T) {
-	c := qemu.Config{Dir: "/vms/j1-r0", CPUs: 2, MemoryMiB: 1024, AgentDisk: "/cache/agent.iso", SSHPort: 2222,
+	c := qemu.Config{Dir: "/vms/j1-r0", CPUs: 2, MemoryMiB: 1024, AgentDisk: "/cache/agent.iso", SSHPort: 2222, Relay: []string{"/bin/cosmicac", "qemu-relay"},
 		Forwards: []qemu.Forward{{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:7001"}},
 		Image:    qemu.Image{Disk: "/img/disk.qcow2", Format: "qcow2", Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "root=LABEL=root console=ttyS0"}}
 	line := strings.Join(c.Args(), " ")
 	for _, want := range []string{
 		"-accel tcg,tb-size=128", "-cpu max", "-smp 2", "-m 1024",
-		"-netdev user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7001-tcp:127.0.0.1:7001,hostfwd=tcp:127.0.0.1:2222-:22",
+		"-netdev user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7001-cmd:/bin/cosmicac qemu-relay 127.0.0.1:7001,hostfwd=tcp:127.0.0.1:2222-:22",
 		"file=/vms/j1-r0/disk.qcow2,if=virtio,format=qcow2",
 		"file=/vms/j1-r0/seed.iso,if=virtio,format=raw,readonly=on",
 		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
@@ -70,7 +70,7 @@ func TestPrepareKeepsTheDisk(t *testing.T) {
 	if err != nil || im.Format != "raw" || im.Disk != base {
 		t.Fatalf("LoadImage(file) = %+v, %v", im, err)
 	}
-	os.WriteFile(filepath.Join(dir, qemu.ImageFile), []byte(`{"disk":"base.raw","kernel":"vmlinuz","cmdline":"root=/dev/vda"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, qemu.ImageFile), []byte(`{"disk":"base.raw","kernel":"vmlinuz","kernelCmdline":"root=/dev/vda"}`), 0o600)
 	im2, err := qemu.LoadImage(ctx, "deb", dir)
 	if err != nil || im2.Disk != base || im2.Kernel != filepath.Join(dir, "vmlinuz") || im2.Format != "raw" || im2.Name != "deb" {
 		t.Fatalf("LoadImage(dir) = %+v, %v", im2, err)

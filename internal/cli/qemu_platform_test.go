@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/cosmictest"
+	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/qemuworker"
+)
+
+// vmImage is the base image hack/vm-image.sh built ($COSMICAC_VM_IMAGE,
+// else the script's cache directory), with its image.json; a test that
+// needs it fails under CI (hack/test.sh builds it) and skips elsewhere.
+func vmImage(t *testing.T) (qemu.Image, string) {
+	t.Helper()
+	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "genisoimage"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(t, "%s is not installed (hack/install-deps.sh installs it)", tool)
+		}
+	}
+	dir := os.Getenv("COSMICAC_VM_IMAGE")
+	if dir == "" {
+		root, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(filepath.Join(filepath.Dir(strings.TrimSpace(string(root))), "hack", "vm-image.sh"), "--print-dest").Output()
+		if err != nil {
+			t.Fatalf("hack/vm-image.sh --print-dest: %v", err)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, qemu.ImageFile))
+	if err != nil {
+		missing(t, "no VM image in %s: build it with hack/vm-image.sh (%v)", dir, err)
+	}
+	var desc struct {
+		KernelVersion string `json:"kernelVersion"`
+	}
+	json.Unmarshal(b, &desc) //nolint:errcheck // LoadImage says what is wrong
+	im, err := qemu.LoadImage(t.Context(), "debian-12", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im, desc.KernelVersion
+}
+
+func missing(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// staticAgent builds cosmicac with CGO_ENABLED=0, the agent the VMs run.
+func staticAgent(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("COSMICAC_AGENT_BINARY"); p != "" {
+		return p
+	}
+	bin := filepath.Join(t.TempDir(), "cosmicac")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v: %s", err, out)
+	}
+	return bin
+}
+
+// TestQEMURackEndToEnd: a GPU Container Job on the QEMU rack boots the
+// Debian base image (no CosmicAC in it) in a real VM: the job is running
+// because the agent, delivered on its read-only disk, connected; the shell
+// is in the VM (the guest's kernel, not the host's); ssh reaches the VM's
+// own sshd with the spec's key; the log shows the boot steps; a file
+// survives a restart; delete removes the disk; a job's command's exit
+// code is reported. Under TCG each boot takes about a minute.
+func TestQEMURackEndToEnd(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the QEMU rack runs linux/amd64 guests")
+	}
+	im, guestKernel := vmImage(t)
+	needBinaries(t, "openssh-client", "ssh", "ssh-keygen")
+	agentBin := staticAgent(t)
+	vms := t.TempDir()
+	e := cosmictest.NewEnvWithin(t, 15*time.Minute, func(c *platform.Config) {
+		c.QEMU = &platform.QEMUConfig{
+			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms, MaxBoots: 1},
+			Images: qemu.Catalogue{"debian-12": im}, AgentBinary: agentBin, Relay: []string{agentBin, "qemu-relay"},
+		}
+	})
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, _ := os.ReadFile(key + ".pub")
+	start := time.Now()
+	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "vm", Location: "local", Image: "debian-12",
+		Resources: cosmic.Resources{GPU: 1}, SSHPublicKeys: []string{strings.TrimSpace(string(pub))}})
+	e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning)
+	t.Logf("create → running: %v", time.Since(start).Round(time.Second))
+
+	tok, err := e.P.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
+	shell := func(cmd string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, env, "jobs", "shell", j.ID, "-T", "--", "sh", "-c", cmd)
+		if code != 0 {
+			t.Fatalf("jobs shell -- %s: exit %d: %s %s", cmd, code, out, errs)
+		}
+		return strings.TrimSpace(out)
+	}
+	host, _ := exec.Command("uname", "-r").Output()
+	if got := shell("uname -r"); got != guestKernel || got == strings.TrimSpace(string(host)) {
+		t.Errorf("uname -r in the job's shell = %q; want the guest's %q, not the host's %q", got, guestKernel, strings.TrimSpace(string(host)))
+	}
+	shell("echo kept > /root/kept && sync")
+
+	// ssh, through the platform, to the VM's own sshd, as the image's
+	// default user with the spec's key.
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	t.Setenv("COSMICAC_TEST_MAIN", "1")
+	sshOpts := []string{"-F", "/dev/null", "-i", key, "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+		"-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=60"}
+	code, out, errs := runCLI(t, env, append(append([]string{"jobs", "ssh", j.ID, "-l", "debian", "--"}, sshOpts...), "cat", "/etc/hostname")...)
+	if code != 0 || strings.TrimSpace(out) != "vm-0" {
+		t.Errorf("jobs ssh … cat /etc/hostname: exit %d, %q, %q; want the VM's hostname vm-0", code, out, errs)
+	}
+
+	// The log has the boot's steps, from the worker and from the agent.
+	steps := map[string]bool{}
+	err = e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
+		if ev.Record != nil && ev.Record.Step != "" {
+			steps[ev.Record.Step] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"prepare_disk", "write_seed", "boot", "agent_connected"} {
+		if !steps[s] {
+			t.Errorf("the job's log lacks step %s (has %v)", s, steps)
+		}
+	}
+
+	// Restart keeps the disk.
+	if _, err := e.Client.RestartJob(e.Ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitStateWithin(j.ID, 2*time.Minute, cosmic.StateRestarting, cosmic.StateStarting)
+	e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning)
+	if got := shell("cat /root/kept"); got != "kept" {
+		t.Errorf("after restart /root/kept = %q, want kept", got)
+	}
+	dir := filepath.Join(vms, j.ID+"-r0")
+	if _, err := os.Stat(filepath.Join(dir, qemu.OverlayFile)); err != nil {
+		t.Fatalf("the replica's disk: %v", err)
+	}
+	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitGone(j.ID)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("after delete the VM's directory is still there: %v", err)
+	}
+
+	// A job's command runs in the VM and its exit code is reported.
+	c := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "cmd", Location: "local", Image: "debian-12",
+		Resources: cosmic.Resources{GPU: 1}, Command: []string{"sh", "-c", "test -d /run/cosmicac && exit 5"}})
+	got := e.WaitStateWithin(c.ID, 8*time.Minute, cosmic.StateFailed, cosmic.StateStopped)
+	if got.Status.ExitCode == nil || *got.Status.ExitCode != 5 {
+		b, _ := json.Marshal(got.Status)
+		t.Errorf("the command's job: %s; want failed with exit code 5", b)
+	}
+	fmt.Fprintln(os.Stderr) // keep the VM boot logs apart in -v output
+}

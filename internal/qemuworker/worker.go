@@ -1,0 +1,757 @@
+// Package qemuworker is wrk-server-qemu: a rack of real virtual machines on
+// the local machine. Each replica of a job is one QEMU VM (internal/qemu)
+// booted from a copy-on-write overlay on a base image of the rack's image
+// catalogue, with the cloud-init user data every VM rack shares
+// (internal/vmboot) and the agent binary on a read-only disk, so that any
+// cloud image with cloud-init runs the job: the agent inside it connects
+// to the worker over the fabric and the replica is running only then.
+//
+// It implements the worker contract (internal/worker) as the simulated and
+// Kubernetes racks do, and reports the same system log steps: prepare_disk,
+// write_seed, boot, agent_connected. Stop keeps a replica's disk, Restart
+// boots it again on the same disk, Delete removes it. Its agents' keys are
+// bound in the worker's keyring while their replica exists.
+//
+// Importers: the CLI wiring.
+package qemuworker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// GuestIP is the address in a VM's user network at which the guest reaches
+// the platform's peers: each peer's port is forwarded from there to the
+// host (qemu.Forward), and nothing else is reachable.
+const GuestIP = "10.0.2.100"
+
+// Config is a QEMU rack.
+type Config struct {
+	Rack     string `json:"rack"`
+	Location string `json:"location"`
+	GPUModel string `json:"gpuModel"`
+	// Nodes and GPUsPerNode are the capacity the rack declares. With no
+	// GPUs passed through (VFIO empty) it is for placement only: the VMs
+	// get no GPU, and racks list and the jobs' log say so.
+	Nodes       int `json:"nodes"`
+	GPUsPerNode int `json:"gpusPerNode"`
+	// VFIO are the host PCI addresses of the GPUs, by node then GPU index
+	// (Nodes × GPUsPerNode of them), passed through to the VM holding them.
+	VFIO []string `json:"vfio,omitempty"`
+	// Dir holds each replica's VM directory (overlay, seed, console).
+	Dir string `json:"dir"`
+	// Accel is kvm, tcg or "" (detect: qemu.Detect).
+	Accel string `json:"accel,omitempty"`
+	// MaxCPUs and MaxMemoryMiB cap a VM's vCPUs and memory, which are the
+	// job's resources.cpu and resources.memory (GiB) otherwise (defaults:
+	// 1 and 512 under TCG, 4 and 8192 under KVM).
+	MaxCPUs      int `json:"maxCPUs,omitempty"`
+	MaxMemoryMiB int `json:"maxMemoryMiB,omitempty"`
+	// MaxBoots bounds the VMs booting at once (default 2): under TCG a
+	// boot takes a core for about a minute.
+	MaxBoots int `json:"maxBoots,omitempty"`
+	// StopGrace is how long a VM has to power off before it is killed
+	// (default 20s).
+	StopGrace time.Duration `json:"stopGrace,omitempty"`
+	// DebugSSH forwards a free port of the host's loopback to each VM's
+	// port 22, named in the replica's log: for an operator debugging an
+	// image. Users reach their VM's sshd with `cosmicac jobs ssh`.
+	DebugSSH bool `json:"debugSSH,omitempty"`
+}
+
+// Options are what the worker runs with besides its config.
+type Options struct {
+	// Images is the image catalogue: a spec's image name to its base image.
+	Images qemu.Catalogue
+	// AgentBinary is the agent put on every VM's agent disk: a static
+	// (CGO_ENABLED=0) linux/amd64 cosmicac.
+	AgentBinary string
+	// Relay is the command each of a VM's connections to a platform port
+	// runs (qemu.Config.Relay), e.g. {"/usr/bin/cosmicac", "qemu-relay"}.
+	Relay []string
+	// Node is the worker's fabric node; its agents dial it. Keys is its
+	// keyring, where their keys are bound.
+	Node *fabric.Node
+	Keys *trust.Keyring
+	// Peers are the platform's peers the agents dial (directory, app-node,
+	// monitor, proxy-inference), with their host addresses: each port is
+	// forwarded into the VM at GuestIP.
+	Peers    []vmboot.Peer
+	Reporter worker.Reporter
+	Logs     joblog.Sink
+	Log      *slog.Logger
+}
+
+type replicaKey struct {
+	job     string
+	replica int
+}
+
+func (k replicaKey) ref() worker.ReplicaRef {
+	return worker.ReplicaRef{JobID: k.job, Replica: k.replica}
+}
+
+// replica is one replica's VM and what the worker reports of it.
+type replica struct {
+	key   replicaKey
+	job   cosmic.Job
+	res   cosmic.Reservation
+	dir   string
+	id    *fabric.Identity
+	vm    *qemu.VM
+	gen   int // each boot's number: a VM's exit speaks only for its boot
+	state cosmic.State
+	// reason, exit and step: why it failed or stopped, the command's exit
+	// code, the last system log step.
+	reason *cosmic.Reason
+	exit   *int
+	step   string
+	ready  bool
+}
+
+// Worker is a QEMU rack.
+type Worker struct {
+	cfg   Config
+	opts  Options
+	log   *slog.Logger
+	accel string
+	boots chan struct{}
+
+	mu       sync.Mutex
+	replicas map[replicaKey]*replica
+	agents   map[fabric.PublicKey]replicaKey
+	queue    *worker.ReportQueue
+	ctx      context.Context
+	wg       sync.WaitGroup
+}
+
+// New makes the worker; Run starts it.
+func New(cfg Config, opts Options) (*Worker, error) {
+	if cfg.Rack == "" || cfg.Location == "" || cfg.GPUModel == "" || cfg.Dir == "" {
+		return nil, errors.New("qemuworker: rack, location, gpuModel and dir are required")
+	}
+	if cfg.Nodes <= 0 || cfg.GPUsPerNode <= 0 {
+		return nil, errors.New("qemuworker: nodes and gpusPerNode must be at least 1")
+	}
+	if len(cfg.VFIO) != 0 && len(cfg.VFIO) != cfg.Nodes*cfg.GPUsPerNode {
+		return nil, fmt.Errorf("qemuworker: %d VFIO devices for %d nodes × %d GPUs", len(cfg.VFIO), cfg.Nodes, cfg.GPUsPerNode)
+	}
+	if len(opts.Relay) == 0 {
+		return nil, errors.New("qemuworker: the relay command (cosmicac qemu-relay) is required")
+	}
+	if opts.Node == nil || opts.Keys == nil || opts.Reporter == nil {
+		return nil, errors.New("qemuworker: a fabric node, its keyring and a reporter are required")
+	}
+	if _, err := os.Stat(opts.AgentBinary); err != nil {
+		return nil, fmt.Errorf("qemuworker: the agent binary: %w", err)
+	}
+	w := &Worker{cfg: cfg, opts: opts, log: cmp.Or(opts.Log, slog.New(slog.DiscardHandler)),
+		replicas: map[replicaKey]*replica{}, agents: map[fabric.PublicKey]replicaKey{}}
+	w.accel = cfg.Accel
+	if w.accel == "" {
+		w.accel = qemu.Detect()
+	}
+	if w.cfg.MaxCPUs <= 0 {
+		w.cfg.MaxCPUs = map[bool]int{true: 4, false: 1}[w.accel == "kvm"]
+	}
+	if w.cfg.MaxMemoryMiB <= 0 {
+		w.cfg.MaxMemoryMiB = map[bool]int{true: 8192, false: 512}[w.accel == "kvm"]
+	}
+	w.cfg.MaxBoots = cmp.Or(w.cfg.MaxBoots, 2)
+	w.cfg.StopGrace = cmp.Or(w.cfg.StopGrace, 20*time.Second)
+	w.boots = make(chan struct{}, w.cfg.MaxBoots)
+	w.queue = worker.NewReportQueue(&w.mu)
+	opts.Keys.OnRevoke(opts.Node.Revoke)
+	handle := func(_ context.Context, peer fabric.PublicKey, r agentReport) (struct{}, error) {
+		w.onAgentReport(peer, r)
+		return struct{}{}, nil
+	}
+	fabric.HandleFunc(opts.Node, agent.MethodReport, handle)
+	fabric.HandleFunc(opts.Node, inferagent.MethodReport, handle)
+	return w, nil
+}
+
+// Accel is the accelerator the VMs run with.
+func (w *Worker) Accel() string { return w.accel }
+
+// Run delivers the worker's reports until ctx ends, then stops its VMs
+// (their disks stay: a worker started again finds them).
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+	w.queue.SetCapacity()
+	w.queue.Deliver(ctx, worker.Delivery{Rack: w.cfg.Rack, Reporter: w.opts.Reporter, Log: w.log, Capacity: w.Capacity})
+	w.mu.Lock()
+	vms := []*qemu.VM{}
+	for _, r := range w.replicas {
+		if r.vm != nil {
+			vms = append(vms, r.vm)
+		}
+	}
+	w.mu.Unlock()
+	for _, vm := range vms {
+		vm.Stop(0)
+	}
+	w.wg.Wait()
+	return nil
+}
+
+// Capacity implements worker.Worker.
+func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	used := map[string]int{}
+	for _, r := range w.replicas {
+		if holdsGPUs(r.state) {
+			for _, n := range r.res.Nodes {
+				used[n.Node] += len(n.GPUs)
+			}
+		}
+	}
+	c := worker.Capacity{Rack: w.cfg.Rack, ObservedAt: time.Now()}
+	for i := range w.cfg.Nodes {
+		name := w.nodeName(i)
+		c.Nodes = append(c.Nodes, cosmic.Node{Name: name, Rack: w.cfg.Rack, GPUModel: w.cfg.GPUModel, GPUs: w.cfg.GPUsPerNode,
+			Schedulable: true, Ready: true, UsedGPUs: used[name], FreeGPUs: w.cfg.GPUsPerNode - used[name]})
+	}
+	return c, nil
+}
+
+func (w *Worker) nodeName(i int) string { return fmt.Sprintf("%s-node-%d", w.cfg.Rack, i) }
+
+// PlacementOnly says the rack's GPUs are declared, not passed through.
+func (w *Worker) PlacementOnly() bool { return len(w.cfg.VFIO) == 0 }
+
+func holdsGPUs(s cosmic.State) bool {
+	switch s {
+	case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning, cosmic.StateRestarting:
+		return true
+	}
+	return false
+}
+
+// Apply implements worker.Worker: each reserved replica without a VM gets
+// one, booted in the background.
+func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
+	if p.Job.Spec.Type != cosmic.TypeGPUContainer {
+		return fmt.Errorf("%w: the QEMU rack runs gpu-container jobs only (a managed-inference job needs a GPU server)", cosmic.ErrInvalid)
+	}
+	if _, err := w.opts.Images.Lookup(p.Job.Spec.Image); err != nil {
+		return fmt.Errorf("%w: %v", cosmic.ErrInvalid, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, res := range p.Reservations {
+		if res.JobID != p.Job.ID || res.Rack != w.cfg.Rack {
+			continue
+		}
+		if len(res.Nodes) != 1 {
+			return fmt.Errorf("%w: a QEMU replica runs on one node, not %d", cosmic.ErrInvalid, len(res.Nodes))
+		}
+		k := replicaKey{p.Job.ID, res.Replica}
+		r := w.replicas[k]
+		if r == nil {
+			r = &replica{key: k, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-r%d", p.Job.ID, res.Replica))}
+			w.replicas[k] = r
+		}
+		r.job, r.res = p.Job, res
+		switch r.state {
+		case "":
+		case cosmic.StateFailed, cosmic.StateStopped:
+			// Applied again after a failure or a kill: boot on the disk.
+			r.reason, r.exit = nil, nil
+		default:
+			continue // it has a VM, or one on its way
+		}
+		w.bootLocked(r, cosmic.StatePending)
+	}
+	return nil
+}
+
+// bootLocked starts replica r's VM in the background, reporting state until
+// the boot begins.
+func (w *Worker) bootLocked(r *replica, state cosmic.State) {
+	r.gen++
+	r.ready = false
+	w.setLocked(r, state)
+	gen := r.gen
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.boot(r.key, gen)
+	}()
+}
+
+// boot prepares the disk and seed of a replica's VM and starts it.
+func (w *Worker) boot(k replicaKey, gen int) {
+	w.boots <- struct{}{}
+	defer func() { <-w.boots }()
+	w.mu.Lock()
+	r := w.replicas[k]
+	if r == nil || r.gen != gen {
+		w.mu.Unlock()
+		return
+	}
+	ctx := cmp.Or(w.ctx, context.Background())
+	job, res := r.job, r.res
+	w.setLocked(r, cosmic.StateStarting)
+	w.mu.Unlock()
+
+	fail := func(code cosmic.ReasonCode, err error) {
+		w.log.Warn("boot failed", "job_id", k.job, "replica", k.replica, "err", err)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if r.gen != gen {
+			return
+		}
+		reason := cosmic.NewReason(code, err.Error())
+		r.reason = &reason
+		w.recordLocked(r, r.step, false, "%v", err)
+		w.setLocked(r, cosmic.StateFailed)
+		w.unbindLocked(r)
+	}
+	img, err := w.opts.Images.Lookup(job.Spec.Image)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	id, err := w.identity(r.dir)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	w.mu.Lock()
+	r.id = id
+	w.agents[id.PublicKey()] = k
+	w.recordLocked(r, "prepare_disk", true, "overlay on image %s (%s, %s)", job.Spec.Image, filepath.Base(img.Disk), img.Format)
+	w.mu.Unlock()
+	w.opts.Keys.BindAgents(trust.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: k.replica, Rack: w.cfg.Rack}, []fabric.PublicKey{id.PublicKey()})
+
+	pem, err := id.MarshalPEM()
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	ai := vmboot.AgentIdentity{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}
+	peers, forwards, err := w.guestPeers()
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	gpus := res.Count()
+	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
+		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}})
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	agentDisk, err := qemu.AgentDiskFor(ctx, filepath.Join(w.cfg.Dir, ".agent"), w.opts.AgentBinary)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: clamp(job.Spec.Resources.CPU, 1, w.cfg.MaxCPUs),
+		MemoryMiB: clamp(job.Spec.Resources.Memory*1024, 256, w.cfg.MaxMemoryMiB), DiskGiB: job.Spec.DiskGB,
+		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
+		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, Accel: w.accel, VFIO: w.vfio(res)}
+	if w.cfg.DebugSSH {
+		if vc.SSHPort, err = freePort(); err != nil {
+			fail(cosmic.ReasonImportFailed, err)
+			return
+		}
+	}
+	qemu.KillStale(r.dir)
+	created, err := qemu.Prepare(ctx, vc)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	w.mu.Lock()
+	if r.gen != gen {
+		w.mu.Unlock()
+		return
+	}
+	if created {
+		w.recordLocked(r, "prepare_disk", true, "disk of %d GiB made", job.Spec.DiskGB)
+	} else {
+		w.recordLocked(r, "prepare_disk", true, "the replica's disk kept")
+	}
+	w.recordLocked(r, "write_seed", true, "cloud-init NoCloud seed written; the agent comes on a read-only disk (%s)", qemu.AgentDiskLabel)
+	vm, err := qemu.Start(vc)
+	if err != nil {
+		w.mu.Unlock()
+		fail(cosmic.ReasonVMICrashed, err)
+		return
+	}
+	r.vm = vm
+	gpuNote := fmt.Sprintf("%d GPUs passed through", len(vc.VFIO))
+	if w.PlacementOnly() {
+		gpuNote = fmt.Sprintf("no GPU: this rack declares %d × %s for placement only", gpus, w.cfg.GPUModel)
+	}
+	w.recordLocked(r, "boot", true, "QEMU (%s) started: %d vCPU, %d MiB; %s", w.accel, vc.CPUs, vc.MemoryMiB, gpuNote)
+	if vc.SSHPort != 0 {
+		w.recordLocked(r, "", true, "debug: the VM's port 22 is at 127.0.0.1:%d on the rack's host", vc.SSHPort)
+	}
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		<-vm.Done()
+		w.vmExited(k, gen, vm)
+	}()
+}
+
+// vmExited takes a VM's end: expected after Stop, Restart or Delete; a
+// crash otherwise.
+func (w *Worker) vmExited(k replicaKey, gen int, vm *qemu.VM) {
+	err := vm.Err()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.replicas[k]
+	if r == nil || r.gen != gen || r.vm != vm {
+		return
+	}
+	r.vm = nil
+	if r.state == cosmic.StateStopped || r.state == cosmic.StateFailed {
+		return
+	}
+	detail := "the VM powered off"
+	if err != nil {
+		detail = err.Error()
+	}
+	if tail := qemu.ConsoleTail(r.dir, 400); tail != "" {
+		detail += "; console: " + tail
+	}
+	reason := cosmic.NewReason(cosmic.ReasonVMICrashed, detail)
+	r.reason = &reason
+	w.recordLocked(r, "vm", false, "the VM ended: %s", detail)
+	w.setLocked(r, cosmic.StateFailed)
+	w.unbindLocked(r)
+}
+
+// identity is the replica's agent key, kept in its directory so that a
+// restart of the replica or of the worker keeps it.
+func (w *Worker) identity(dir string) (*fabric.Identity, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "agent.key")
+	if b, err := os.ReadFile(path); err == nil {
+		return fabric.ParseIdentityPEM(b)
+	}
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		return nil, err
+	}
+	b, err := id.MarshalPEM()
+	if err != nil {
+		return nil, err
+	}
+	return id, os.WriteFile(path, b, 0o600)
+}
+
+// guestPeers are the platform's peers as a VM reaches them (each address
+// at GuestIP, same port), and the forwards that make it so. A peer address
+// is host:port on the worker's host.
+func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
+	self := vmboot.Peer{Role: agent.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
+	var peers []vmboot.Peer
+	var fwd []qemu.Forward
+	seen := map[string]bool{}
+	for _, p := range append(slices.Clone(w.opts.Peers), self) {
+		q := vmboot.Peer{Role: p.Role, Key: p.Key}
+		for _, a := range p.Addrs {
+			host, port, err := net.SplitHostPort(a)
+			if err != nil {
+				return nil, nil, fmt.Errorf("peer %s address %q: %w", p.Role, a, err)
+			}
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			g := net.JoinHostPort(GuestIP, port)
+			q.Addrs = append(q.Addrs, g)
+			if !seen[g] {
+				seen[g] = true
+				fwd = append(fwd, qemu.Forward{GuestAddr: g, HostAddr: net.JoinHostPort(host, port)})
+			}
+		}
+		peers = append(peers, q)
+	}
+	return peers, fwd, nil
+}
+
+func (w *Worker) vfio(res cosmic.Reservation) []string {
+	if len(w.cfg.VFIO) == 0 {
+		return nil
+	}
+	var out []string
+	for _, n := range res.Nodes {
+		for i := range w.cfg.Nodes {
+			if w.nodeName(i) != n.Node {
+				continue
+			}
+			for _, g := range n.GPUs {
+				out = append(out, w.cfg.VFIO[i*w.cfg.GPUsPerNode+g])
+			}
+		}
+	}
+	return out
+}
+
+func hostname(job cosmic.Job, replica int) string {
+	if job.Spec.Name != "" && len(job.Spec.Name) <= 50 {
+		return fmt.Sprintf("%s-%d", sanitize(job.Spec.Name), replica)
+	}
+	return fmt.Sprintf("job-%s-%d", job.ID[:8], replica)
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func clamp(v, lo, hi int) int { return max(lo, min(v, hi)) }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// agentReport is what the worker reads of agent.Status and
+// inferagent.Status (the same fields).
+type agentReport struct {
+	JobID    string               `json:"jobId"`
+	Replica  int                  `json:"replica"`
+	VMIIndex int                  `json:"vmiIndex"`
+	Ready    bool                 `json:"ready"`
+	Command  *agent.CommandStatus `json:"command,omitempty"`
+}
+
+// onAgentReport takes an agent's report: ready makes its replica running;
+// the job's command ending stops it (exit 0) or fails it.
+func (w *Worker) onAgentReport(peer fabric.PublicKey, a agentReport) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k, ok := w.agents[peer]
+	r := w.replicas[k]
+	if !ok || r == nil || k.job != a.JobID || k.replica != a.Replica || a.VMIIndex != 0 {
+		w.log.Warn("agent report for another VM dropped", "agent", peer.Short(), "job_id", a.JobID, "replica", a.Replica)
+		return
+	}
+	if r.vm == nil || (r.state != cosmic.StateStarting && r.state != cosmic.StateRunning) {
+		return
+	}
+	if a.Ready && !r.ready {
+		r.ready = true
+		w.recordLocked(r, "agent_connected", true, "the agent in the VM connected (key %s)", peer.Short())
+		w.setLocked(r, cosmic.StateRunning)
+	}
+	if c := a.Command; c != nil && c.State == "exited" && c.ExitCode != nil && r.state == cosmic.StateRunning {
+		code := *c.ExitCode
+		r.exit = &code
+		if code == 0 {
+			w.recordLocked(r, "command", true, "the job's command exited 0")
+			w.setLocked(r, cosmic.StateStopped)
+		} else {
+			reason := cosmic.NewReason(cosmic.ReasonCommandFailed, "exit code "+strconv.Itoa(code))
+			r.reason = &reason
+			w.recordLocked(r, "command", false, "the job's command exited %d", code)
+			w.setLocked(r, cosmic.StateFailed)
+		}
+		w.stopVMLocked(r)
+	}
+}
+
+// Stop implements worker.Worker: the VMs power off, the disks stay.
+func (w *Worker) Stop(_ context.Context, ref worker.ReplicaRef) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.matchLocked(ref) {
+		r.gen++ // a boot in progress gives up
+		if r.state != cosmic.StateFailed {
+			reason := cosmic.NewReason(cosmic.ReasonKilled, "")
+			r.reason = &reason
+			w.setLocked(r, cosmic.StateStopped)
+		}
+		w.recordLocked(r, "stop", true, "the VM is powering off; its disk is kept")
+		w.stopVMLocked(r)
+	}
+	return nil
+}
+
+// Restart implements worker.Worker: the VM powers off and boots again on
+// the same disk.
+func (w *Worker) Restart(_ context.Context, ref worker.ReplicaRef) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.matchLocked(ref) {
+		w.recordLocked(r, "restart", true, "the VM restarts on its disk")
+		r.gen++ // the old VM's end and a boot in progress give up
+		r.reason, r.exit, r.ready = nil, nil, false
+		w.setLocked(r, cosmic.StateRestarting)
+		old, gen := r.vm, r.gen
+		r.vm = nil
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			if old != nil {
+				old.Stop(w.cfg.StopGrace) // the disk is free once it is gone
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if r.gen == gen && w.replicas[r.key] == r {
+				w.bootLocked(r, cosmic.StateRestarting)
+			}
+		}()
+	}
+	return nil
+}
+
+// Delete implements worker.Worker: the VMs go, and their disks.
+func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
+	w.mu.Lock()
+	rs := w.matchLocked(worker.ReplicaRef{JobID: p.JobID, Replica: p.Replica})
+	var vms []*qemu.VM
+	for _, r := range rs {
+		r.gen++
+		if r.vm != nil {
+			vms = append(vms, r.vm)
+			r.vm = nil
+		}
+		w.unbindLocked(r)
+	}
+	w.mu.Unlock()
+	grace := w.cfg.StopGrace
+	if p.Force {
+		grace = 0
+	}
+	for _, vm := range vms {
+		vm.Stop(grace)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	for _, r := range rs {
+		qemu.KillStale(r.dir)
+		if err := qemu.Remove(r.dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(w.replicas, r.key)
+		w.queue.SetGone(r.key.ref())
+		w.queue.SetCapacity()
+		w.queue.Push()
+	}
+	return errors.Join(errs...)
+}
+
+// Jobs implements worker.Worker.
+func (w *Worker) Jobs(context.Context) ([]worker.JobReport, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	byJob := map[string][]worker.ReplicaReport{}
+	for _, r := range w.replicas {
+		byJob[r.key.job] = append(byJob[r.key.job], w.reportLocked(r))
+	}
+	var out []worker.JobReport
+	for id, reps := range byJob {
+		sort.Slice(reps, func(i, j int) bool { return reps[i].Replica < reps[j].Replica })
+		out = append(out, worker.JobReport{JobID: id, Replicas: reps})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
+	return out, nil
+}
+
+func (w *Worker) matchLocked(ref worker.ReplicaRef) []*replica {
+	var out []*replica
+	for k, r := range w.replicas {
+		if k.job == ref.JobID && (ref.Replica == worker.AllReplicas || ref.Replica == k.replica) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (w *Worker) stopVMLocked(r *replica) {
+	if vm := r.vm; vm != nil {
+		r.vm = nil
+		grace := w.cfg.StopGrace
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			vm.Stop(grace)
+		}()
+	}
+}
+
+func (w *Worker) unbindLocked(r *replica) {
+	if r.id == nil {
+		return
+	}
+	delete(w.agents, r.id.PublicKey())
+	keys := []fabric.PublicKey{r.id.PublicKey()}
+	go w.opts.Keys.UnbindAgents(r.key.job, r.key.replica, keys)
+}
+
+func (w *Worker) setLocked(r *replica, s cosmic.State) {
+	r.state = s
+	w.queue.Set(r.key.ref(), w.reportLocked(r))
+	w.queue.SetCapacity()
+	w.queue.Push()
+}
+
+func (w *Worker) reportLocked(r *replica) worker.ReplicaReport {
+	rep := worker.ReplicaReport{Replica: r.key.replica, State: r.state, Reason: r.reason, ExitCode: r.exit, Observed: worker.Observe()}
+	for _, n := range r.res.Nodes {
+		rep.Nodes = append(rep.Nodes, n.Node)
+	}
+	if r.id != nil {
+		rep.AgentKeys = []string{r.id.PublicKey().String()}
+	}
+	return rep
+}
+
+// recordLocked writes a system record of the replica's log and keeps its
+// step (the last one, which a deadline's reason names).
+func (w *Worker) recordLocked(r *replica, step string, ok bool, format string, args ...any) {
+	if step != "" {
+		r.step = step
+	}
+	if w.opts.Logs == nil {
+		return
+	}
+	okv := ok
+	w.opts.Logs.Emit(joblog.Record{Time: time.Now(), JobID: r.key.job, Team: r.job.Team, Replica: r.key.replica,
+		Source: joblog.SourceSystem, Stream: "wrk-server-qemu", Step: step, OK: &okv, Line: fmt.Sprintf(format, args...)})
+}
