@@ -191,3 +191,56 @@ func TestQEMURackEndToEnd(t *testing.T) {
 	}
 	fmt.Fprintln(os.Stderr) // keep the VM boot logs apart in -v output
 }
+
+// TestQEMURackAgentDeadline: an image with no cloud-init (here a blank
+// disk, which does not even boot) never gets its agent: the replica fails
+// with agent_timeout naming the last step, boot, and its VM is stopped.
+func TestQEMURackAgentDeadline(t *testing.T) {
+	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "genisoimage"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(t, "%s is not installed (hack/install-deps.sh installs it)", tool)
+		}
+	}
+	blank := filepath.Join(t.TempDir(), "blank.raw")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "raw", blank, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	im, err := qemu.LoadImage(t.Context(), "blank", blank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vms := t.TempDir()
+	e := cosmictest.NewEnvWithin(t, 3*time.Minute, func(c *platform.Config) {
+		c.QEMU = &platform.QEMUConfig{
+			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms,
+				AgentDeadline: 15 * time.Second, StopGrace: time.Second},
+			Images: qemu.Catalogue{"blank": im}, AgentBinary: self, Relay: []string{self, "qemu-relay"},
+		}
+	})
+	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "no-cloud-init", Location: "local", Image: "blank", Resources: cosmic.Resources{GPU: 1}})
+	got := e.WaitStateWithin(j.ID, 2*time.Minute, cosmic.StateFailed)
+	if r := got.Status.Reason; r == nil || r.Code != cosmic.ReasonAgentTimeout || !strings.Contains(r.Message, "boot") {
+		t.Errorf("reason %+v; want agent_timeout naming the boot step", r)
+	}
+	waitNoQEMU(t, vms)
+}
+
+// waitNoQEMU waits until no QEMU runs a VM of dir.
+func waitNoQEMU(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := exec.Command("pgrep", "-f", "qemu-system-x86_64 .*"+dir).Output()
+		if len(strings.TrimSpace(string(out))) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a VM of %s still runs: pids %s", dir, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -78,7 +79,7 @@ func (p *Platform) startQEMUWorker(ctx, runCtx context.Context, qc QEMUConfig, o
 	p.goRun("wrk-server-qemu", func() error { return w.Run(runCtx) })
 	_, err = p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
 		Rack: cosmic.Rack{ID: rc.Rack, Type: cosmic.RackTypeServer, Location: rc.Location,
-			GPUModel: rc.GPUModel, WorkerKey: id.PublicKey().String()},
+			GPUModel: rc.GPUModel, WorkerKey: id.PublicKey().String(), AgentDeadline: int(rc.AgentDeadline / time.Second)},
 		WorkerAddrs: []string{n.Addr()},
 	})
 	if err != nil {

@@ -74,6 +74,11 @@ type Config struct {
 	// StopGrace is how long a VM has to power off before it is killed
 	// (default 20s).
 	StopGrace time.Duration `json:"stopGrace,omitempty"`
+	// AgentDeadline is how long a replica's agent may take to connect
+	// after its VM is placed, registered with the rack (the ork fails the
+	// replica with agent_timeout past it); 0: cosmic.DefaultAgentDeadline,
+	// 10 minutes, which a boot under TCG (about a minute) fits.
+	AgentDeadline time.Duration `json:"agentDeadline,omitempty"`
 	// DebugSSH forwards a free port of the host's loopback to each VM's
 	// port 22, named in the replica's log: for an operator debugging an
 	// image. Users reach their VM's sshd with `cosmicac jobs ssh`.
@@ -739,14 +744,26 @@ func (w *Worker) reportLocked(r *replica) worker.ReplicaReport {
 	if r.id != nil {
 		rep.AgentKeys = []string{r.id.PublicKey().String()}
 	}
+	if r.state == cosmic.StateStarting || r.state == cosmic.StateRestarting {
+		if pct, ok := stepPercent[r.step]; ok {
+			rep.Progress = &cosmic.Progress{Step: r.step, Percent: pct}
+		}
+	}
 	return rep
 }
+
+// stepPercent is how far a boot is at each of its steps.
+var stepPercent = map[string]int{"prepare_disk": 25, "write_seed": 50, "boot": 75, "agent_connected": 100}
 
 // recordLocked writes a system record of the replica's log and keeps its
 // step (the last one, which a deadline's reason names).
 func (w *Worker) recordLocked(r *replica, step string, ok bool, format string, args ...any) {
-	if step != "" {
+	if step != "" && step != r.step {
 		r.step = step
+		if r.state == cosmic.StateStarting || r.state == cosmic.StateRestarting {
+			w.queue.Set(r.key.ref(), w.reportLocked(r)) // the progress
+			w.queue.Push()
+		}
 	}
 	if w.opts.Logs == nil {
 		return
