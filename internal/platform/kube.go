@@ -34,7 +34,7 @@ type KubeConfig struct {
 
 // startKubeWorker runs wrk-server-k8s-nvidia in this process, on its own
 // fabric node, and registers its rack with the ork.
-func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, orkKey, monKey fabric.PublicKey, logs joblog.Sink) error {
+func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, orkKey, monKey fabric.PublicKey) error {
 	rc := kc.Rack
 	if err := rc.Validate(); err != nil {
 		return fmt.Errorf("rack config: %w", err)
@@ -82,7 +82,11 @@ func (p *Platform) startKubeWorker(ctx, runCtx context.Context, kc KubeConfig, o
 		k8sworker.Peer{Role: inferagent.RoleProxy, Key: p.ProxyNode.PublicKey().String(), Addrs: []string{p.ProxyNode.Addr()}},
 		k8sworker.Peer{Role: agent.RoleMonitor, Key: monKey.String()},
 	)
-	w, err := k8sworker.New(rc, restCfg, worker.NewReporterClient(n, orkKey), logs, p.log.With("component", "wrk-server-k8s-nvidia"))
+	// The worker's records go to the monitor from its own node: the
+	// monitor takes from a worker only records of jobs on its rack.
+	fwd := joblog.NewForwarder(joblog.NodeFunc(func() *fabric.Node { return n }), monKey, 10000)
+	p.goRun("wrk-server-k8s-nvidia log forwarder", func() error { return fwd.Run(runCtx) })
+	w, err := k8sworker.New(rc, restCfg, worker.NewReporterClient(n, orkKey), joblog.Tee(p.Logs, fwd), p.log.With("component", "wrk-server-k8s-nvidia"))
 	if err != nil {
 		return err
 	}

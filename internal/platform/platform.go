@@ -392,11 +392,11 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
 
 	if cfg.Kube != nil {
-		if err := p.startKubeWorker(ctx, rctx, *cfg.Kube, orkID.PublicKey(), monID.PublicKey(), jobLogs); err != nil {
+		if err := p.startKubeWorker(ctx, rctx, *cfg.Kube, orkID.PublicKey(), monID.PublicKey()); err != nil {
 			return nil, err
 		}
 	} else if cfg.QEMU != nil {
-		if err := p.startQEMUWorker(ctx, rctx, *cfg.QEMU, orkID.PublicKey(), monID.PublicKey(), jobLogs); err != nil {
+		if err := p.startQEMUWorker(ctx, rctx, *cfg.QEMU, orkID.PublicKey(), monID.PublicKey()); err != nil {
 			return nil, err
 		}
 	} else if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{

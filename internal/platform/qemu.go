@@ -33,7 +33,7 @@ type QEMUConfig struct {
 
 // startQEMUWorker runs wrk-server-qemu in this process, on its own fabric
 // node, and registers its rack with the ork.
-func (p *Platform) startQEMUWorker(ctx, runCtx context.Context, qc QEMUConfig, orkKey, monKey fabric.PublicKey, logs joblog.Sink) error {
+func (p *Platform) startQEMUWorker(ctx, runCtx context.Context, qc QEMUConfig, orkKey, monKey fabric.PublicKey) error {
 	rc := qc.Rack
 	id, err := identity(p.cfg.DataDir, "qemu-"+rc.Rack)
 	if err != nil {
@@ -68,7 +68,7 @@ func (p *Platform) startQEMUWorker(ctx, runCtx context.Context, qc QEMUConfig, o
 	// monitor takes from a worker only records of jobs on its rack.
 	fwd := joblog.NewForwarder(joblog.NodeFunc(func() *fabric.Node { return n }), monKey, 10000)
 	p.goRun("wrk-server-qemu log forwarder", func() error { return fwd.Run(runCtx) })
-	logs = joblog.Tee(p.Logs, fwd)
+	logs := joblog.Tee(p.Logs, fwd)
 	w, err := qemuworker.New(rc, qemuworker.Options{Images: qc.Images, AgentBinary: qc.AgentBinary, Relay: qc.Relay, Node: n, Keys: ring,
 		Peers: peers, Reporter: worker.NewReporterClient(n, orkKey), Logs: logs, Log: p.log.With("component", "wrk-server-qemu")})
 	if err != nil {
