@@ -16,7 +16,7 @@ import (
 // and the component's page), not in docs/cli.md, which covers the user
 // commands: each of these must be named on some page of docs/.
 var componentCommands = []string{"agent", "app-node", "proxy-inference", "wrk-directory", "wrk-monitor", "wrk-ork",
-	"wrk-server-k8s-nvidia", "wrk-server-sim", "keys", "rpc", "gateway"}
+	"wrk-server-k8s-nvidia", "wrk-server-sim", "wrk-server-qemu", "qemu-relay", "keys", "rpc", "gateway"}
 
 // docs/cli.md is checked against the CLI: every command and flag the page
 // names exists, and every user command of the CLI has a heading on the

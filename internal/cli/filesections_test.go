@@ -38,6 +38,7 @@ func TestComponentFilesRoundTrip(t *testing.T) {
 		{&proxyInferenceFileConfig{Proxy: inferproxy.DefaultConfig()}, &proxyInferenceFileConfig{}},
 		{&k8sFileConfig{}, &k8sFileConfig{}},
 		{&gatewayFileConfig{Config: gateway.DefaultConfig()}, &gatewayFileConfig{}},
+		{&qemuFileConfig{}, &qemuFileConfig{}},
 	} {
 		setDurations(reflect.ValueOf(tc.cfg).Elem(), 7777777777*time.Nanosecond)
 		b, err := yaml.Marshal(tc.cfg)

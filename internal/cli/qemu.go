@@ -4,15 +4,25 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/metrics"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
+	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // qemuRack is `up --rack qemu`'s rack: the catalogue from --image (or the
@@ -110,4 +120,143 @@ func (a *app) qemuRelayCommand() *cobra.Command {
 			return qemu.Relay(cmd.Context(), a.stdin, a.stdout, args[0])
 		},
 	}
+}
+
+// ---- wrk-server-qemu
+
+type qemuFileConfig struct {
+	componentFlags `json:",inline"`
+	Ork            string `json:"ork"`
+	Monitor        string `json:"monitor,omitempty"`
+	// The agents' peers: KEY@HOST:PORT each, on this host (each port is
+	// forwarded into the VMs).
+	Directory   []string          `json:"directory,omitempty"`
+	AppNode     []string          `json:"appNode,omitempty"`
+	Rack        qemuworker.Config `json:"rack"`
+	Images      []string          `json:"images,omitempty"`
+	AgentBinary string            `json:"agentBinary,omitempty"`
+}
+
+func init() { register((*app).wrkServerQEMUCommand) }
+
+func (a *app) wrkServerQEMUCommand() *cobra.Command {
+	cfg := qemuFileConfig{Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2}}
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "wrk-server-qemu",
+		Short: "Run a rack worker that runs jobs as real QEMU VMs on this machine",
+		Long: "Runs cosmicac-wrk-server-qemu: each replica of a GPU Container Job is a QEMU VM on this\n" +
+			"machine (KVM where the host has it, software emulation otherwise), booted from an image of\n" +
+			"the catalogue (--image NAME=PATH) with the agent on a read-only disk; the VMs reach only the\n" +
+			"platform's peers given here (docs/qemu-rack.md). Register it with\n" +
+			"`cosmicac racks register --worker-key KEY --worker-addr HOST:PORT --agent-deadline 10m`.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
+				return err
+			}
+			if cfg.DataDir == "" {
+				return usageErrorf("--data-dir is required: the VMs' disks live there")
+			}
+			orkKey, orkAddrs, err := parsePeerFlag("ork", cfg.Ork)
+			if err != nil {
+				return err
+			}
+			var peers []vmboot.Peer
+			add := func(flag, role string, vals ...string) error {
+				for _, v := range vals {
+					k, addrs, err := parsePeerFlag(flag, v)
+					if err != nil {
+						return err
+					}
+					peers = append(peers, vmboot.Peer{Role: role, Key: k.String(), Addrs: addrs})
+				}
+				return nil
+			}
+			if err := add("directory", agent.RoleDirectory, cfg.Directory...); err != nil {
+				return err
+			}
+			if err := add("app-node", agent.RoleAppNode, cfg.AppNode...); err != nil {
+				return err
+			}
+			var monKey fabric.PublicKey
+			var monAddrs []string
+			if cfg.Monitor != "" {
+				if monKey, monAddrs, err = parsePeerFlag("monitor", cfg.Monitor); err != nil {
+					return err
+				}
+				peers = append(peers, vmboot.Peer{Role: agent.RoleMonitor, Key: monKey.String(), Addrs: monAddrs})
+			}
+			q, err := a.qemuRack(cmd.Context(), cfg.Rack, cfg.Images, cfg.AgentBinary, cfg.DataDir)
+			if err != nil {
+				return err
+			}
+			log := a.componentLogger(cfg.Verbose)
+			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
+			if cfg.Monitor != "" {
+				dialled[trust.Monitor] = []fabric.PublicKey{monKey}
+			}
+			ring, err := cfg.keyring(dialled)
+			if err != nil {
+				return err
+			}
+			n, err := cfg.trustNode("wrk-server-qemu", ring, log, trust.OnRack(q.Rack.Rack))
+			if err != nil {
+				return err
+			}
+			defer cfg.unlock()
+			defer n.Close()
+			n.AddAddrs(orkKey, orkAddrs...)
+			var logs joblog.Sink = joblog.Discard
+			reg := metrics.NewRegistry()
+			serveMetrics, err := cfg.listenMetrics(reg)
+			if err != nil {
+				return err
+			}
+			var fwd *joblog.Forwarder
+			if cfg.Monitor != "" {
+				n.AddAddrs(monKey, monAddrs...)
+				fwd = joblog.NewForwarder(n, monKey, 10000)
+				reg.MustRegister(monitor.ForwarderCollector("wrk-server-qemu", fwd))
+				logs = fwd
+			}
+			w, err := qemuworker.New(q.Rack, qemuworker.Options{Images: q.Images, AgentBinary: q.AgentBinary, Relay: q.Relay,
+				Node: n, Keys: ring, Peers: peers, Reporter: worker.NewReporterClient(n, orkKey), Logs: logs,
+				Log: log.With("component", "wrk-server-qemu")})
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			worker.Serve(n, w)
+			a.printNode(n)
+			fmt.Fprintf(a.stdout, "rack %s (%s): VMs under QEMU (%s) in %s; images %v\n", q.Rack.Rack, q.Rack.Location, w.Accel(), q.Rack.Dir, q.Images.Names())
+			g, ctx := errgroup.WithContext(cmd.Context())
+			if fwd != nil {
+				g.Go(func() error { return fwd.Run(ctx) })
+			}
+			g.Go(func() error { return serveMetrics(ctx) })
+			g.Go(func() error { return w.Run(ctx) })
+			err = g.Wait()
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	cfg.bind(cmd.Flags(), "127.0.0.1:7425", trust.Worker, trust.Ork, trust.Monitor)
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
+	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to (also given to the VMs' agents): KEY@HOST:PORT")
+	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory: KEY@HOST:PORT (repeatable)")
+	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMs' agents: KEY@HOST:PORT (repeatable)")
+	f.StringArrayVar(&cfg.Images, "image", nil, "an image of the catalogue, NAME=PATH (repeatable; default: the images hack/vm-image.sh built)")
+	f.StringVar(&cfg.AgentBinary, "agent-binary", "", "the agent put on each VM's agent disk, a static linux/amd64 cosmicac (default: this binary)")
+	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")
+	f.StringVar(&cfg.Rack.Location, "location", cfg.Rack.Location, "the rack's location")
+	f.StringVar(&cfg.Rack.GPUModel, "gpu-model", cfg.Rack.GPUModel, "the GPU model the rack declares")
+	f.IntVar(&cfg.Rack.Nodes, "nodes", cfg.Rack.Nodes, "nodes the rack declares")
+	f.IntVar(&cfg.Rack.GPUsPerNode, "gpus-per-node", cfg.Rack.GPUsPerNode, "GPUs per node")
+	f.StringSliceVar(&cfg.Rack.VFIO, "vfio", nil, "host PCI addresses of the GPUs to pass through (nodes × GPUs of them)")
+	f.StringVar(&cfg.Rack.Accel, "accel", "", "kvm or tcg (default: kvm where the host has hardware virtualization)")
+	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
 	"github.com/cosmicac/cosmicac/internal/platform"
@@ -217,7 +218,7 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 	e := cosmictest.NewEnvWithin(t, 3*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms,
-				AgentDeadline: 15 * time.Second, StopGrace: time.Second},
+				AgentDeadline: config.Duration(15 * time.Second), StopGrace: config.Duration(time.Second)},
 			Images: qemu.Catalogue{"blank": im}, AgentBinary: self, Relay: []string{self, "qemu-relay"},
 		}
 	})

@@ -79,7 +79,7 @@ func (p *Platform) startQEMUWorker(ctx, runCtx context.Context, qc QEMUConfig, o
 	p.goRun("wrk-server-qemu", func() error { return w.Run(runCtx) })
 	_, err = p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
 		Rack: cosmic.Rack{ID: rc.Rack, Type: cosmic.RackTypeServer, Location: rc.Location,
-			GPUModel: rc.GPUModel, WorkerKey: id.PublicKey().String(), AgentDeadline: int(rc.AgentDeadline / time.Second)},
+			GPUModel: rc.GPUModel, WorkerKey: id.PublicKey().String(), AgentDeadline: int(rc.AgentDeadline.D() / time.Second)},
 		WorkerAddrs: []string{n.Addr()},
 	})
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -73,12 +74,12 @@ type Config struct {
 	MaxBoots int `json:"maxBoots,omitempty"`
 	// StopGrace is how long a VM has to power off before it is killed
 	// (default 20s).
-	StopGrace time.Duration `json:"stopGrace,omitempty"`
+	StopGrace config.Duration `json:"stopGrace,omitempty"`
 	// AgentDeadline is how long a replica's agent may take to connect
 	// after its VM is placed, registered with the rack (the ork fails the
 	// replica with agent_timeout past it); 0: cosmic.DefaultAgentDeadline,
 	// 10 minutes, which a boot under TCG (about a minute) fits.
-	AgentDeadline time.Duration `json:"agentDeadline,omitempty"`
+	AgentDeadline config.Duration `json:"agentDeadline,omitempty"`
 	// DebugSSH forwards a free port of the host's loopback to each VM's
 	// port 22, named in the replica's log: for an operator debugging an
 	// image. Users reach their VM's sshd with `cosmicac jobs ssh`.
@@ -184,7 +185,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.cfg.MaxMemoryMiB = map[bool]int{true: 8192, false: 512}[w.accel == "kvm"]
 	}
 	w.cfg.MaxBoots = cmp.Or(w.cfg.MaxBoots, 2)
-	w.cfg.StopGrace = cmp.Or(w.cfg.StopGrace, 20*time.Second)
+	w.cfg.StopGrace = cmp.Or(w.cfg.StopGrace, config.Duration(20*time.Second))
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
 	w.queue = worker.NewReportQueue(&w.mu)
 	opts.Keys.OnRevoke(opts.Node.Revoke)
@@ -631,7 +632,7 @@ func (w *Worker) Restart(_ context.Context, ref worker.ReplicaRef) error {
 		go func() {
 			defer w.wg.Done()
 			if old != nil {
-				old.Stop(w.cfg.StopGrace) // the disk is free once it is gone
+				old.Stop(w.cfg.StopGrace.D()) // the disk is free once it is gone
 			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -657,7 +658,7 @@ func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
 		w.unbindLocked(r)
 	}
 	w.mu.Unlock()
-	grace := w.cfg.StopGrace
+	grace := w.cfg.StopGrace.D()
 	if p.Force {
 		grace = 0
 	}
@@ -711,7 +712,7 @@ func (w *Worker) matchLocked(ref worker.ReplicaRef) []*replica {
 func (w *Worker) stopVMLocked(r *replica) {
 	if vm := r.vm; vm != nil {
 		r.vm = nil
-		grace := w.cfg.StopGrace
+		grace := w.cfg.StopGrace.D()
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
