@@ -133,6 +133,9 @@ type Rack struct {
 	// operator fixes it, with the fix (e.g. rack_misconfigured: its
 	// Kubernetes namespace is missing).
 	Problem *cosmic.Reason `json:"problem,omitempty"`
+	// Note is what users should know of the rack's capacity, from its
+	// worker (a QEMU rack without GPUs declares them for placement only).
+	Note string `json:"note,omitempty"`
 	// AgentDeadline is the seconds a replica placed or restarted on the
 	// rack may take until its agent connects (then it fails with
 	// agent_timeout): the registration's, or the default (600).

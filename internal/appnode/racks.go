@@ -22,7 +22,7 @@ func rackOut(ri orkapi.RackInfo) apiv1.Rack {
 	return apiv1.Rack{
 		ID: ri.ID, Type: ri.Type, Location: ri.Location, GPUModel: ri.GPUModel,
 		WorkerKey: ri.WorkerKey, CreatedAt: ri.CreatedAt, Nodes: nodes,
-		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs, Problem: ri.Problem,
+		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs, Problem: ri.Problem, Note: ri.Note,
 		AgentDeadline: int(ri.Rack.AgentDeadlineOrDefault() / time.Second),
 	}
 }

@@ -368,6 +368,8 @@ type rackRow struct {
 	Reachable              bool
 	// Problem is what stops the rack from taking jobs, if anything.
 	Problem *cosmic.Reason
+	// Note is the worker's note on the rack's capacity.
+	Note string
 }
 
 // writeRacksTable prints racks as ID, LOCATION, GPU MODEL, NODES, GPUS, FREE,
@@ -388,6 +390,11 @@ func writeRacksTable(w io.Writer, racks []rackRow) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range racks {
+		if r.Note != "" {
+			fmt.Fprintf(w, "\nrack %s: %s\n", r.ID, r.Note)
+		}
 	}
 	for _, r := range racks {
 		if r.Problem == nil {

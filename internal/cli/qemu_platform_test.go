@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // vmImage is the base image hack/vm-image.sh built ($COSMICAC_VM_IMAGE,
@@ -222,6 +223,16 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 			Images: qemu.Catalogue{"blank": im}, AgentBinary: self, Relay: []string{self, "qemu-relay"},
 		}
 	})
+	// racks list says the rack's GPUs are for placement only.
+	tok, err := e.P.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
+	waittest.Within(t, 30*time.Second, func() bool {
+		_, out, _ := runCLI(t, env, "racks", "list")
+		return strings.Contains(out, "rack qemu-1: real VMs under QEMU") && strings.Contains(out, "placement only")
+	}, "racks list to say the QEMU rack's GPUs are for placement only")
 	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "no-cloud-init", Location: "local", Image: "blank", Resources: cosmic.Resources{GPU: 1}})
 	got := e.WaitStateWithin(j.ID, 2*time.Minute, cosmic.StateFailed)
 	if r := got.Status.Reason; r == nil || r.Code != cosmic.ReasonAgentTimeout || !strings.Contains(r.Message, "boot") {

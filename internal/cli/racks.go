@@ -32,7 +32,7 @@ func rackRows(racks []apiv1.Rack) []rackRow {
 	rows := make([]rackRow, len(racks))
 	for i, r := range racks {
 		rows[i] = rackRow{ID: r.ID, Location: r.Location, GPUModel: r.GPUModel, Nodes: len(r.Nodes),
-			GPUs: r.GPUs, Free: r.FreeGPUs, Reachable: r.Reachable, Problem: r.Problem}
+			GPUs: r.GPUs, Free: r.FreeGPUs, Reachable: r.Reachable, Problem: r.Problem, Note: r.Note}
 	}
 	return rows
 }

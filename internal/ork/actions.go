@@ -721,7 +721,7 @@ func (o *Ork) ListRacks() orkapi.ListRacksReply {
 	out := orkapi.ListRacksReply{Racks: []orkapi.RackInfo{}}
 	for _, id := range keys(o.racks) {
 		r := o.racks[id]
-		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs, Problem: r.problem}
+		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs, Problem: r.problem, Note: r.note}
 		if ri.Nodes == nil {
 			ri.Nodes = []cosmic.Node{}
 		}

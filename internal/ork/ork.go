@@ -111,6 +111,8 @@ type rackState struct {
 	// problem is what the worker last said stops the rack from taking
 	// jobs (worker.Capacity.Problem), shown with the rack.
 	problem *cosmic.Reason
+	// note is the worker's worker.Capacity.Note, shown with the rack.
+	note string
 	// observedAt is when the worker observed the nodes last applied.
 	observedAt time.Time
 	// observed holds the stamp of each replica's last applied report: an

@@ -27,6 +27,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 	}
 	if rep.Capacity != nil {
 		o.setProblem(rep.Rack, rep.Capacity.Problem)
+		o.setNote(rep.Rack, rep.Capacity.Note)
 		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes, rep.Capacity.ObservedAt)
 	}
 	for _, jr := range rep.Jobs {
@@ -78,6 +79,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 	}
 	o.markReachable(id)
 	o.setProblem(id, capacity.Problem)
+	o.setNote(id, capacity.Note)
 	o.updateNodes(ctx, id, capacity.Nodes, capacity.ObservedAt)
 	seen := map[string]bool{}
 	listed := map[worker.ReplicaRef]bool{}
@@ -189,6 +191,15 @@ func (o *Ork) setProblem(id string, p *cosmic.Reason) {
 		o.log.Info("rack problem fixed", "rack", id)
 	}
 	r.problem = p
+}
+
+// setNote records the worker's note on the rack's capacity.
+func (o *Ork) setNote(id, note string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r := o.racks[id]; r != nil {
+		r.note = note
+	}
 }
 
 // markUnreachable makes the rack's jobs unknown: their VMIs may well still

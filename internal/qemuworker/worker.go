@@ -237,6 +237,9 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 		}
 	}
 	c := worker.Capacity{Rack: w.cfg.Rack, ObservedAt: time.Now()}
+	if w.PlacementOnly() {
+		c.Note = fmt.Sprintf("real VMs under QEMU (%s); its %d × %s are declared for placement only: the VMs get no GPU", w.accel, w.cfg.Nodes*w.cfg.GPUsPerNode, w.cfg.GPUModel)
+	}
 	for i := range w.cfg.Nodes {
 		name := w.nodeName(i)
 		c.Nodes = append(c.Nodes, cosmic.Node{Name: name, Rack: w.cfg.Rack, GPUModel: w.cfg.GPUModel, GPUs: w.cfg.GPUsPerNode,

@@ -50,6 +50,9 @@ type Capacity struct {
 	// operator fixes it (e.g. rack_misconfigured: its Kubernetes namespace
 	// is missing): the ork shows it with the rack.
 	Problem *cosmic.Reason `json:"problem,omitempty"`
+	// Note is what users should know of the rack's capacity, shown with
+	// it (a QEMU rack without GPUs: "GPUs declared for placement only").
+	Note string `json:"note,omitempty"`
 }
 
 // ApplyParams asks the worker to run a job's replicas on their reserved

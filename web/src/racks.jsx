@@ -57,6 +57,7 @@ export function RacksPage() {
               {r.location} · {r.gpuModel} · {r.type} · {r.freeGpus} of {r.gpus} GPUs free ·{" "}
               {r.reachable ? "worker reachable" : <strong class="bad">worker unreachable</strong>} · registered <Time t={r.createdAt} />
             </p>
+            {r.note && <p class="muted">{r.note}</p>}
             {r.problem && (
               <Notice kind="error">
                 {r.problem.message}

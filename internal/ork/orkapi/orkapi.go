@@ -163,6 +163,8 @@ type RackInfo struct {
 	// Problem is what the worker says stops the rack from taking jobs
 	// until an operator fixes it, with the fix (worker.Capacity.Problem).
 	Problem *cosmic.Reason `json:"problem,omitempty"`
+	// Note is the worker's note on the rack's capacity (worker.Capacity.Note).
+	Note string `json:"note,omitempty"`
 	// WorkerAddrs is where the ork dials the worker.
 	WorkerAddrs []string `json:"workerAddrs,omitempty"`
 }
