@@ -16,10 +16,16 @@ import { Notice } from "./ui.jsx";
 const TEAM_KEY = "cosmicac.team";
 const THEME_KEY = "cosmicac.theme";
 
+const darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
+
+// applyTheme sets the page's theme: the user's choice, or on "auto" the
+// system's preference (followed as it changes).
 function applyTheme(theme) {
-  const root = document.documentElement;
-  if (theme === "light" || theme === "dark") root.dataset.theme = theme;
-  else delete root.dataset.theme;
+  const set = () => {
+    document.documentElement.dataset.theme = theme === "light" || theme === "dark" ? theme : darkQuery.matches ? "dark" : "light";
+  };
+  set();
+  darkQuery.onchange = theme === "light" || theme === "dark" ? null : set;
 }
 
 function App() {
