@@ -172,7 +172,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 }
 
 func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
-	var format string
+	var format, language string
 	cmd := &cobra.Command{
 		Use:     "transcribe --model M FILE",
 		Short:   "Transcribe an audio file (speech to text, e.g. with " + "nvidia/parakeet-tdt-0.6b-v3)",
@@ -195,6 +195,9 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 			mw.WriteField("model", f.model)
 			if format != "" {
 				mw.WriteField("response_format", format)
+			}
+			if language != "" {
+				mw.WriteField("language", language)
 			}
 			fw, _ := mw.CreateFormFile("file", filepath.Base(args[0]))
 			fw.Write(audio)
@@ -225,7 +228,8 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name")
-	cmd.Flags().StringVar(&format, "format", "", "response_format: json (default: print the text), text or verbose_json")
+	cmd.Flags().StringVar(&format, "format", "", "response_format: json (default: print the text) or text (the parakeet runtime, NVIDIA's ASR NIM, gives no others)")
+	cmd.Flags().StringVar(&language, "language", "", "the audio's language as a BCP-47 code (en-US, de-DE, …); default: detected (multi)")
 	return cmd
 }
 

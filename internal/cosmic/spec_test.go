@@ -303,6 +303,10 @@ func TestValidateRules(t *testing.T) {
 		{"parakeet args", inferenceSpec, func(s *Spec) {
 			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU = RuntimeParakeet, ParakeetModel, 1, 1
 		}, []string{"inference.args"}},
+		{"parakeet NGC key and NIM variables", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU, s.Inference.Args = RuntimeParakeet, ParakeetModel, 1, 1, nil
+			s.EnvVars = []EnvVar{{Name: "LANG", Value: "C"}, {Name: "NGC_API_KEY", Value: "nvapi-x"}, {Name: "NIM_HTTP_API_PORT", Value: "9000"}}
+		}, []string{"envVars[1].name", "envVars[2].name"}},
 		{"vllm args", inferenceSpec, func(s *Spec) {
 			s.Inference.Args = map[string]string{
 				"tensor-parallel-size": "2", "pipeline-parallel-size": "2", "port": "1", "unknown": "x",

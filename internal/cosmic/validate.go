@@ -380,6 +380,17 @@ func checkInference(p *problems, s Spec) {
 		if len(in.Args) > 0 {
 			p.add("inference.args", "the parakeet runtime takes no args")
 		}
+		// The parakeet runtime is NVIDIA's ASR NIM: the agent sets its NIM_
+		// variables, and its NGC key is the rack's (a file on the node),
+		// never a spec's, which others read (docs/inference.md).
+		for i, e := range s.EnvVars {
+			switch name := strings.ToUpper(e.Name); {
+			case name == "NGC_API_KEY":
+				p.add(fmt.Sprintf("envVars[%d].name", i), "NGC_API_KEY is not set in a spec: the parakeet runtime's NGC key is the rack's, read from a file on the node")
+			case strings.HasPrefix(name, "NIM_"):
+				p.add(fmt.Sprintf("envVars[%d].name", i), "%q: the agent sets the parakeet runtime's NIM_ variables", e.Name)
+			}
+		}
 		return
 	}
 	for _, k := range sortedKeys(in.Args) {

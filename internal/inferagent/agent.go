@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"mime/multipart"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,8 +330,12 @@ func (a *Agent) supervise(ctx context.Context) {
 		started := time.Now()
 		stdout := &lineWriter{emit: a.appLine("stdout")}
 		stderr := &lineWriter{emit: a.appLine("stderr")}
-		p, err := a.cfg.Launcher.Start(ctx, Launch{Command: a.cmd, Inference: a.cfg.Inference, Placement: a.cfg.Placement,
-			Role: a.cfg.Placement.Role(), Env: a.cfg.Env, Stdout: stdout, Stderr: stderr})
+		env, err := a.runtimeEnv()
+		var p Process
+		if err == nil {
+			p, err = a.cfg.Launcher.Start(ctx, Launch{Command: a.cmd, Inference: a.cfg.Inference, Placement: a.cfg.Placement,
+				Role: a.cfg.Placement.Role(), Env: env, Stdout: stdout, Stderr: stderr})
+		}
 		if err != nil {
 			a.record("runtime_start", false, "start the runtime: %v", err)
 			a.update(func(st *Status) { st.Ready, st.Error = false, "start the runtime: "+err.Error() })
@@ -440,7 +447,7 @@ func (a *Agent) probeLoop(ctx context.Context, addr string) {
 func (a *Agent) healthy(ctx context.Context, base string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+a.healthPath(), nil)
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return false
@@ -448,6 +455,38 @@ func (a *Agent) healthy(ctx context.Context, base string) bool {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// healthPath is the runtime's readiness route: vLLM's /health, the ASR
+// NIM's /v1/health/ready.
+func (a *Agent) healthPath() string {
+	if a.cfg.Inference.Runtime == cosmic.RuntimeParakeet {
+		return ParakeetReadyPath
+	}
+	return "/health"
+}
+
+// runtimeEnv is the runtime's environment on top of the agent's: the
+// bootstrap's, and for the parakeet runtime the NGC key read from
+// NGCKeyFile (the value goes to the runtime's environment only: never to a
+// log, a record, the status or the command line).
+func (a *Agent) runtimeEnv() ([]string, error) {
+	env := a.cfg.Env
+	if a.cfg.Inference.Runtime != cosmic.RuntimeParakeet || a.cfg.NGCKeyFile == "" {
+		return env, nil
+	}
+	b, err := os.ReadFile(a.cfg.NGCKeyFile)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return env, nil // a NIM whose model is in its cache needs no key
+		}
+		return nil, fmt.Errorf("read the NGC key file %s: %w", a.cfg.NGCKeyFile, errors.Unwrap(err))
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" {
+		return env, nil
+	}
+	return append(slices.Clip(env), NGCAPIKeyEnv+"="+key), nil
 }
 
 // probeWAV is the audio of the parakeet probe: half a second.
@@ -463,7 +502,11 @@ func (a *Agent) probe(ctx context.Context, base string) error {
 	if a.cfg.Inference.Runtime == cosmic.RuntimeParakeet {
 		var body bytes.Buffer
 		mw := multipart.NewWriter(&body)
-		mw.WriteField("model", model)
+		// The NIM selects its model by language ("multi": Parakeet TDT
+		// v3's automatic detection); its "model" field is the NIM's
+		// internal model name, not the served one.
+		mw.WriteField("language", ParakeetLanguage)
+		mw.WriteField("response_format", "json")
 		fw, _ := mw.CreateFormFile("file", "probe.wav")
 		fw.Write(probeWAV)
 		mw.Close()

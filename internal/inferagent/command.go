@@ -14,11 +14,34 @@ import (
 // only: the agent is its one client).
 const DefaultPort = 8000
 
-// ParakeetServer is the program the parakeet image must provide: an
-// OpenAI-compatible speech-to-text server (POST /v1/audio/transcriptions,
-// GET /v1/models, GET /health) for NeMo's parakeet models. See
-// docs/inference.md, "Runtimes".
-const ParakeetServer = "cosmicac-parakeet-server"
+// The parakeet runtime is NVIDIA's ASR NIM (Riva ASR NIM) container
+// serving Parakeet TDT 0.6B v3: the "parakeet-0.6b-tdt" NIM with the
+// "type=multi" profile (docs.nvidia.com/nim/speech/latest/asr/deploy-asr-models/parakeet-tdt.html).
+// The VMI's image must hold Docker and the NVIDIA Container Toolkit. See
+// docs/inference.md, "Parakeet: NVIDIA's ASR NIM".
+const (
+	// ParakeetImage is the NIM's container image.
+	ParakeetImage = "nvcr.io/nim/nvidia/parakeet-0.6b-tdt:latest"
+	// ParakeetContainer is the container's name in the VMI: a container
+	// left over from a killed agent is removed before the next start.
+	ParakeetContainer = "cosmicac-nim-asr"
+	// ParakeetTags is NIM_TAGS_SELECTOR: the multilingual (v3) profile.
+	ParakeetTags = "type=multi"
+	// ParakeetCache is the VMI's directory mounted at the NIM's cache
+	// (NIM_CACHE_PATH, /opt/nim/.cache): a restart does not download the
+	// model again.
+	ParakeetCache = "/var/lib/cosmicac/nim-cache"
+	// ParakeetReadyPath is the NIM's readiness route (200 once the model
+	// is loaded).
+	ParakeetReadyPath = "/v1/health/ready"
+	// ParakeetLanguage is the language the agent's probe asks for: "multi"
+	// is Parakeet TDT v3's automatic language detection.
+	ParakeetLanguage = "multi"
+	// NGCAPIKeyEnv is the environment variable the NIM reads its NGC key
+	// from. The agent sets it in the runtime's environment only (read from
+	// Config.NGCKeyFile); the command line names it without its value.
+	NGCAPIKeyEnv = "NGC_API_KEY"
+)
 
 // Roles of a VMI in a replica.
 const (
@@ -117,8 +140,7 @@ func ServedModelName(in cosmic.InferenceSpec) string {
 // --master-addr HOSTS[0]; the workers (index > 0) add --headless and serve
 // no API. The head's API server is the replica's endpoint.
 //
-// Parakeet: `cosmicac-parakeet-server --model MODEL --served-model-name NAME
-// --host 127.0.0.1 --port PORT`.
+// Parakeet: the ASR NIM's container (parakeetCommand).
 //
 // inference.args (already validated against cosmic.VLLMArgs) follow in key
 // order as --KEY VALUE; a boolean flag is --KEY for "true", and for "false"
@@ -137,8 +159,7 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 		if p.VMICount > 1 {
 			return Command{}, fmt.Errorf("the parakeet runtime runs on one VMI, not %d", p.VMICount)
 		}
-		return Command{Path: ParakeetServer, Args: []string{"--model", in.Model, "--served-model-name", name,
-			"--host", "127.0.0.1", "--port", strconv.Itoa(port)}}, nil
+		return parakeetCommand(port), nil
 	case cosmic.RuntimeVLLM, "":
 	default:
 		return Command{}, fmt.Errorf("unknown runtime %q", in.Runtime)
@@ -182,4 +203,23 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 		args = append(args, "--"+k, v)
 	}
 	return Command{Path: "vllm", Args: args}, nil
+}
+
+// parakeetCommand runs the ASR NIM's container as NVIDIA documents it
+// (docker run --gpus, --shm-size=8GB, -e NGC_API_KEY, NIM_HTTP_API_PORT,
+// NIM_TAGS_SELECTOR), with its HTTP port published on the VMI's loopback
+// only (the agent is its one client) and its gRPC port not published. A
+// container of the same name left by a killed agent is removed first; the
+// Docker client forwards the agent's SIGTERM to the container (--sig-proxy,
+// on by default without a TTY). The NGC key is passed by name: its value is
+// in the environment, never in the command line (which the agent logs and
+// reports).
+func parakeetCommand(port int) Command {
+	p := strconv.Itoa(port)
+	return Command{Path: "sh", Args: []string{"-c", `docker rm -f "$0" >/dev/null 2>&1; exec docker run --name "$0" "$@"`, ParakeetContainer,
+		"--rm", "--gpus", "all", "--shm-size=8GB",
+		"-p", "127.0.0.1:" + p + ":" + p,
+		"-e", NGCAPIKeyEnv, "-e", "NIM_HTTP_API_PORT=" + p, "-e", "NIM_TAGS_SELECTOR=" + ParakeetTags,
+		"-v", ParakeetCache + ":/opt/nim/.cache",
+		ParakeetImage}}
 }

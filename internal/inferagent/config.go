@@ -24,7 +24,15 @@ type FileConfig struct {
 	// Simulated runs the simulated runtime in-process instead of the
 	// command (for the simulated rack and demos).
 	Simulated bool `json:"simulated,omitempty"`
+	// NGCKeyFile is the file holding the NGC API key the parakeet runtime
+	// (the ASR NIM) downloads its model with (default
+	// DefaultNGCKeyFile; a missing file: no key).
+	NGCKeyFile string `json:"ngcKeyFile,omitempty"`
 }
+
+// DefaultNGCKeyFile is where the VMI holds the rack's NGC API key (0600,
+// root): the operator's, never a job's spec.
+const DefaultNGCKeyFile = "/etc/cosmicac/ngc-api-key"
 
 // Peer is a platform component the agent admits (and dials when it has
 // addresses): agent.Peer, under this name for internal/inferproxy's tests.
@@ -51,6 +59,9 @@ type Config struct {
 	Listen string
 	// Env is the runtime's environment on top of the agent's.
 	Env []string
+	// NGCKeyFile holds the NGC API key of the parakeet runtime, set in its
+	// environment as NGC_API_KEY and nowhere else ("": none).
+	NGCKeyFile string
 	// Launcher starts the runtime (default ExecLauncher).
 	Launcher Launcher
 	// Simulated says the bootstrap asked for the simulated runtime
@@ -134,6 +145,10 @@ func (fc FileConfig) Parse() (Config, error) {
 	}
 	cfg.Identity, cfg.Peers, cfg.Env = boot.Identity, boot.Peers, boot.Env
 	cfg.Simulated = fc.Simulated
+	cfg.NGCKeyFile = fc.NGCKeyFile
+	if cfg.NGCKeyFile == "" {
+		cfg.NGCKeyFile = DefaultNGCKeyFile
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("agent config: %w", err)
 	}

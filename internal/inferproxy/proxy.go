@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"mime"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -466,24 +464,7 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
 		return
 	}
-	p.forward(w, r, c, head.Model, body, head.Stream)
-}
-
-func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
-	c, ok := p.authenticate(w, r)
-	if !ok {
-		return
-	}
-	body, ok := readBody(w, r, p.cfg.MaxAudioBytes)
-	if !ok {
-		return
-	}
-	model, err := multipartField(r.Header.Get("Content-Type"), body, "model")
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_multipart", err.Error())
-		return
-	}
-	p.forward(w, r, c, model, body, false)
+	p.forward(w, r, c, head.Model, bytesBody(body), head.Stream)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
@@ -507,28 +488,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 	return b, true
 }
 
-// multipartField returns the value of a form field of a multipart body.
-func multipartField(contentType string, body []byte, name string) (string, error) {
-	mt, params, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
-		return "", errors.New("want a multipart/form-data body")
-	}
-	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
-	for {
-		part, err := mr.NextPart()
-		if err != nil {
-			return "", fmt.Errorf("the form has no %s field", name)
-		}
-		if part.FormName() == name {
-			v, err := io.ReadAll(io.LimitReader(part, 1024))
-			return string(v), err
-		}
-	}
-}
-
 // forward sends the request to a ready replica of the model, trying
 // another when one fails before any byte reached the client.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body []byte, stream bool) {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody, stream bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
 		return
@@ -747,11 +709,11 @@ func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
 // committed says the client was already answered 200 text/event-stream
 // (readyWait): the replica's status and headers are not the client's any
 // more, so an answer that is not an event stream goes as an error event.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body []byte, committed bool) (done, answered bool, errText string) {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed bool) (done, answered bool, errText string) {
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
-	out, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+rep.host()+path, bytes.NewReader(body))
+	out := body.request(r, "http://"+rep.host()+path)
 	hop.CopyHeaders(out.Header, r.Header)
 	out.Header.Del("Authorization") // the caller's credentials stay here
 	out.Header.Del("X-API-Key")

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,14 +134,18 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), created: time.Now().Unix(),
 		readyAt: time.Now().Add(cfg.LoadTime), idBase: hex.EncodeToString(b)}
 	s.SetFaults(cfg.Faults)
-	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /sim/faults", s.getFaults)
 	s.mux.HandleFunc("POST /sim/faults", s.postFaults)
 	if cfg.Runtime == RuntimeParakeet {
+		// NVIDIA's ASR NIM: readiness at /v1/health/ready, liveness at
+		// /v1/health/live, no /health.
+		s.mux.HandleFunc("GET /v1/health/ready", s.nimReady)
+		s.mux.HandleFunc("GET /v1/health/live", s.nimLive)
 		s.mux.HandleFunc("POST /v1/audio/transcriptions", s.transcribe)
 	} else {
+		s.mux.HandleFunc("GET /health", s.health)
 		s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 		s.mux.HandleFunc("POST /v1/completions", s.completions)
 		if cfg.Embeddings {
@@ -242,6 +247,22 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// nimReady is the ASR NIM's readiness route: {"status":"ready"} once the
+// model is loaded (docs.nvidia.com/nim/speech/latest/nmt/deploy-nmt-model.html,
+// "Verify Readiness", the same route for every speech NIM), 503 before.
+func (s *Server) nimReady(w http.ResponseWriter, r *http.Request) {
+	if !s.loaded() || s.Faults().Unhealthy {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// nimLive is the ASR NIM's liveness route: the process is up.
+func (s *Server) nimLive(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
 }
 
 func (s *Server) getFaults(w http.ResponseWriter, r *http.Request) {
@@ -711,9 +732,24 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 }
 
 // ---- transcriptions (parakeet)
+//
+// The parakeet runtime is NVIDIA's ASR NIM, and this follows its HTTP API
+// (docs.nvidia.com/nim/speech/latest/reference/api-references/asr/http-asr.html):
+// POST /v1/audio/transcriptions takes a multipart form with "file" (WAV
+// here; the NIM also takes OPUS and FLAC), "language" (a BCP-47 code, or
+// "multi" for Parakeet TDT v3's automatic detection) or "model" (the NIM's
+// internal model name, which wins over language; the simulator takes the
+// served model name or the model id as that name), "response_format" json
+// (default: {"text": "..."}) or text (the plain transcript), and
+// "temperature" (accepted, no effect). Neither language nor model: 400.
+// Any other response_format (srt, vtt, verbose_json): 400, as the NIM
+// accepts only json and text.
 
 // MaxAudioBytes bounds an upload.
 const MaxAudioBytes = 64 << 20
+
+// ResponseFormats are the response formats the ASR NIM accepts.
+var ResponseFormats = []string{"json", "text"}
 
 func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.admit(w, r); !ok {
@@ -726,8 +762,21 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer r.MultipartForm.RemoveAll()
-	if m := r.FormValue("model"); m != s.cfg.ServedModelName {
-		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", m))
+	lang, model := r.FormValue("language"), r.FormValue("model")
+	switch {
+	case lang == "" && model == "":
+		writeError(w, http.StatusBadRequest, "BadRequestError", "either language or model must be given")
+		return
+	case model != "" && model != s.cfg.ServedModelName && model != s.cfg.Model:
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("model %q is not deployed", model))
+		return
+	}
+	format := r.FormValue("response_format")
+	if format == "" {
+		format = "json"
+	}
+	if !slices.Contains(ResponseFormats, format) {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("response_format %q is not supported: want json or text", format))
 		return
 	}
 	f, _, err := r.FormFile("file")
@@ -764,19 +813,12 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	b.WriteString(".")
 	text := b.String()
 	s.finish(start)
-	switch r.FormValue("response_format") {
-	case "text":
+	if format == "text" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, text+"\n")
-	case "verbose_json":
-		writeJSON(w, http.StatusOK, map[string]any{"task": "transcribe", "language": "en", "duration": dur, "text": text,
-			"segments": []any{map[string]any{"id": 0, "start": 0.0, "end": dur, "text": text}}})
-	case "", "json":
-		writeJSON(w, http.StatusOK, map[string]any{"text": text,
-			"usage": map[string]any{"type": "duration", "seconds": int(math.Ceil(dur))}})
-	default:
-		writeError(w, http.StatusBadRequest, "BadRequestError", "response_format must be json, text or verbose_json")
+		io.WriteString(w, text)
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"text": text})
 }
 
 // ---- metrics

@@ -171,3 +171,55 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("metrics:\n%s", b)
 	}
 }
+
+// TestTranscriptionNIMProtocol: the parakeet mode follows NVIDIA's ASR NIM
+// HTTP API (docs.nvidia.com/nim/speech/latest/reference/api-references/asr/http-asr.html):
+// language or model, response_format json or text only, readiness at
+// /v1/health/ready and no /health.
+func TestTranscriptionNIMProtocol(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Runtime: RuntimeParakeet, Model: "nvidia/parakeet-tdt-0.6b-v3", ServedModelName: "asr"}))
+	defer srv.Close()
+	for name, c := range map[string]struct {
+		fields map[string]string
+		code   int
+		want   string
+	}{
+		"language multi, default json": {map[string]string{"language": "multi"}, 200, `{"text":"[simulated transcript of 1.00 s]`},
+		"served name as model":         {map[string]string{"model": "asr"}, 200, `{"text":`},
+		"text":                         {map[string]string{"language": "en-US", "response_format": "text"}, 200, "[simulated transcript of 1.00 s]"},
+		"neither language nor model":   {map[string]string{}, 400, "either language or model"},
+		"unknown model":                {map[string]string{"model": "whisper-1"}, 400, "not deployed"},
+		"verbose_json":                 {map[string]string{"language": "multi", "response_format": "verbose_json"}, 400, "want json or text"},
+		"srt":                          {map[string]string{"language": "multi", "response_format": "srt"}, 400, "want json or text"},
+		"vtt":                          {map[string]string{"language": "multi", "response_format": "vtt"}, 400, "want json or text"},
+	} {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		fw, _ := mw.CreateFormFile("file", "a.wav")
+		fw.Write(wav.Tone(1, 16000))
+		for k, v := range c.fields {
+			mw.WriteField(k, v)
+		}
+		mw.Close()
+		resp, err := http.Post(srv.URL+"/v1/audio/transcriptions", mw.FormDataContentType(), &body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s (want %d, %q)", name, resp.StatusCode, b, c.code, c.want)
+		}
+	}
+	for path, code := range map[string]int{"/v1/health/ready": 200, "/v1/health/live": 200, "/health": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("GET %s: %d %s, want %d", path, resp.StatusCode, b, code)
+		}
+	}
+}
