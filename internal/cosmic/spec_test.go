@@ -179,7 +179,7 @@ func TestValidateValid(t *testing.T) {
 				"block-size": "16", "dtype": "auto", "enable-auto-tool-choice": "true", "enable-chunked-prefill": "false",
 				"enable-prefix-caching": "true", "enforce-eager": "false", "gpu-memory-utilization": "0.9",
 				"kv-cache-dtype": "fp8", "max-model-len": "8192", "max-num-batched-tokens": "4096", "max-num-seqs": "256",
-				"quantization": "awq", "reasoning-parser": "deepseek_r1", "revision": "main", "seed": "0",
+				"quantization": "awq", "reasoning-parser": "deepseek_r1", "revision": "main", "seed": "0", "runner": "pooling", "convert": "embed",
 				"tokenizer": "Qwen/Qwen3-32B", "tool-call-parser": "hermes", "trust-remote-code": "true",
 			}
 			return s
@@ -191,7 +191,7 @@ func TestValidateValid(t *testing.T) {
 			}
 		})
 	}
-	if len(VLLMArgs) != 18 {
+	if len(VLLMArgs) != 20 {
 		t.Errorf("VLLMArgs has %d entries; update the test above with the new ones", len(VLLMArgs))
 	}
 }
@@ -623,6 +623,23 @@ func TestVLLMArgProblemNamesTheFlag(t *testing.T) {
 		fes := FieldErrors(s.Validate())
 		if len(fes) != 1 || fes[0].Field != "inference.args."+k || !strings.Contains(fes[0].Message, want) {
 			t.Errorf("%s: field errors %+v, want one on inference.args.%s containing %q", k, fes, k, want)
+		}
+	}
+}
+
+func TestInferenceTask(t *testing.T) {
+	for name, c := range map[string]struct {
+		in   InferenceSpec
+		want Task
+	}{
+		"vllm":             {InferenceSpec{Runtime: RuntimeVLLM}, TaskGenerate},
+		"vllm runner auto": {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "auto"}}, TaskGenerate},
+		"vllm pooling":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "pooling"}}, TaskEmbed},
+		"vllm convert":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"convert": "embed"}}, TaskEmbed},
+		"parakeet":         {InferenceSpec{Runtime: RuntimeParakeet}, TaskTranscription},
+	} {
+		if got := c.in.Task(); got != c.want {
+			t.Errorf("%s: Task() = %q, want %q", name, got, c.want)
 		}
 	}
 }

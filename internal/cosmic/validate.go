@@ -396,10 +396,10 @@ func checkInference(p *problems, s Spec) {
 // (internal/inferagent's testdata/vllm-serve-flags-*.txt; docs/inference.md,
 // "The target vLLM version").
 var VLLMArgs = []string{
-	"block-size", "dtype", "enable-auto-tool-choice", "enable-chunked-prefill",
+	"block-size", "convert", "dtype", "enable-auto-tool-choice", "enable-chunked-prefill",
 	"enable-prefix-caching", "enforce-eager", "gpu-memory-utilization",
 	"kv-cache-dtype", "max-model-len", "max-num-batched-tokens", "max-num-seqs",
-	"quantization", "reasoning-parser", "revision", "seed",
+	"quantization", "reasoning-parser", "revision", "runner", "seed",
 	"tokenizer", "tool-call-parser", "trust-remote-code",
 }
 
@@ -436,6 +436,10 @@ func vllmArgProblem(k, v string) string {
 		return oneOf(quantizations)
 	case "kv-cache-dtype":
 		return oneOf(kvCacheDtypes)
+	case "runner": // vllm/config/model.py, RunnerOption
+		return oneOf([]string{"auto", "generate", "pooling"})
+	case "convert": // vllm/config/model.py, ConvertOption
+		return oneOf([]string{"auto", "none", "embed", "classify", "reward"})
 	case "gpu-memory-utilization":
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f > 0 && f <= 1) {

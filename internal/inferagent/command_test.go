@@ -120,7 +120,7 @@ var vllmArgSamples = map[string][]string{
 	"block-size": {"16"}, "dtype": {"bfloat16"}, "gpu-memory-utilization": {"0.9"}, "kv-cache-dtype": {"fp8"},
 	"max-model-len": {"32768"}, "max-num-batched-tokens": {"8192"}, "max-num-seqs": {"256"}, "quantization": {"fp8"},
 	"reasoning-parser": {"deepseek_r1"}, "revision": {"main"}, "seed": {"0"}, "tokenizer": {"Qwen/Qwen3-8B"},
-	"tool-call-parser":        {"hermes"},
+	"tool-call-parser": {"hermes"}, "runner": {"pooling"}, "convert": {"embed"},
 	"enable-auto-tool-choice": {"true", "false"}, "enable-chunked-prefill": {"true", "false"},
 	"enable-prefix-caching": {"true", "false"}, "enforce-eager": {"true", "false"}, "trust-remote-code": {"true", "false"},
 }
@@ -145,7 +145,7 @@ func TestCommandFlagsKnownToTargetVLLM(t *testing.T) {
 	}
 	for _, k := range cosmic.VLLMArgs {
 		if len(vllmArgSamples[k]) == 0 {
-			t.Errorf("cosmic.VLLMArgs has %q and this test has no sample value for it: add one", k)
+			t.Fatalf("cosmic.VLLMArgs has %q and this test has no sample value for it: add one", k)
 		}
 	}
 	specs := []cosmic.InferenceSpec{{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", ServedModelName: "qwen3"}}

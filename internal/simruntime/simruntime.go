@@ -55,7 +55,8 @@ type Config struct {
 	// LoadTime is how long "loading the weights" takes after New: /health
 	// and every request answer 503 meanwhile.
 	LoadTime time.Duration
-	// Embeddings serves /v1/embeddings (an embedding model).
+	// Embeddings makes it an embedding model (vLLM's pooling runner): it
+	// serves /v1/embeddings and, as vLLM, no chat or text completions (404).
 	Embeddings bool
 	// Faults are the failures injected from the start.
 	Faults Faults
@@ -140,12 +141,13 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("POST /sim/faults", s.postFaults)
 	if cfg.Runtime == RuntimeParakeet {
 		s.mux.HandleFunc("POST /v1/audio/transcriptions", s.transcribe)
+	} else if cfg.Embeddings {
+		// vLLM registers the generate routes only for a model whose
+		// supported tasks include "generate" (vllm/entrypoints/openai/api_server.py).
+		s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	} else {
 		s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 		s.mux.HandleFunc("POST /v1/completions", s.completions)
-		if cfg.Embeddings {
-			s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
-		}
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("%s %s is not served by this (simulated) %s runtime", r.Method, r.URL.Path, s.cfg.Runtime))
