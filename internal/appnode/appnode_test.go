@@ -235,6 +235,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unknown field", "POST", "/api/v1/jobs", `{"type":"gpu-container","location":"us","image":"x","gpus":2}`, 400, "invalid", nil, false},
 		{"unknown job type", "POST", "/api/v1/jobs", `{"type":"batch","location":"us","image":"x"}`, 400, "invalid", []string{"type"}, false},
 		{"negative GPU count", "POST", "/api/v1/jobs", `{"type":"gpu-container","location":"us","image":"x","resources":{"gpu":-1}}`, 400, "invalid", []string{"resources.gpu"}, false},
+		{"vllm flag the targeted vLLM lacks", "POST", "/api/v1/jobs", `{"type":"managed-inference","location":"us","inference":{"runtime":"vllm","model":"Qwen/Qwen3-8B","args":{"swap-space":"4"}}}`, 400, "invalid", []string{"inference.args.swap-space"}, false},
 		{"every problem at once", "POST", "/api/v1/jobs", `{"type":"gpu-container","location":"u s","resources":{"gpu":-1}}`, 400, "invalid", []string{"location", "image", "resources.gpu"}, false},
 		{"unknown location", "POST", "/api/v1/jobs", `{"type":"gpu-container","location":"mars","image":"x"}`, 400, "invalid", []string{"location"}, true},
 		{"oversized body", "POST", "/api/v1/jobs", big, 413, "too_large", nil, false},

@@ -30,6 +30,38 @@ const (
 	RuntimeParakeet Runtime = "parakeet"
 )
 
+// Task is what a managed-inference job's model server serves, and so which
+// request proves it works (the inference agent's probe).
+type Task string
+
+// The served tasks.
+const (
+	// TaskGenerate: /v1/chat/completions and /v1/completions (vLLM's
+	// "generate" runner).
+	TaskGenerate Task = "generate"
+	// TaskEmbed: /v1/embeddings only (vLLM's "pooling" runner, or a model
+	// converted with --convert embed); vLLM serves no /v1/completions then.
+	TaskEmbed Task = "embed"
+	// TaskTranscription: /v1/audio/transcriptions (parakeet).
+	TaskTranscription Task = "transcription"
+)
+
+// Task is the task the job's runtime serves: transcription for parakeet;
+// embed for vLLM with inference.args runner "pooling" or convert "embed";
+// else generate. With runner "auto" vLLM chooses from the model's
+// architecture, which the platform does not read: an embedding model should
+// say runner "pooling" (the agent's probe also falls back to /v1/embeddings
+// when /v1/completions is not served).
+func (in *InferenceSpec) Task() Task {
+	switch {
+	case in.Runtime == RuntimeParakeet:
+		return TaskTranscription
+	case in.Args["runner"] == "pooling", in.Args["convert"] == "embed":
+		return TaskEmbed
+	}
+	return TaskGenerate
+}
+
 // ParakeetModel is the only model the parakeet runtime serves.
 const ParakeetModel = "nvidia/parakeet-tdt-0.6b-v3"
 

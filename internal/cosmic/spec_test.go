@@ -179,7 +179,7 @@ func TestValidateValid(t *testing.T) {
 				"block-size": "16", "dtype": "auto", "enable-auto-tool-choice": "true", "enable-chunked-prefill": "false",
 				"enable-prefix-caching": "true", "enforce-eager": "false", "gpu-memory-utilization": "0.9",
 				"kv-cache-dtype": "fp8", "max-model-len": "8192", "max-num-batched-tokens": "4096", "max-num-seqs": "256",
-				"quantization": "awq", "reasoning-parser": "deepseek_r1", "revision": "main", "seed": "0", "swap-space": "4",
+				"quantization": "awq", "reasoning-parser": "deepseek_r1", "revision": "main", "seed": "0", "runner": "pooling", "convert": "embed",
 				"tokenizer": "Qwen/Qwen3-32B", "tool-call-parser": "hermes", "trust-remote-code": "true",
 			}
 			return s
@@ -191,7 +191,7 @@ func TestValidateValid(t *testing.T) {
 			}
 		})
 	}
-	if len(VLLMArgs) != 19 {
+	if len(VLLMArgs) != 20 {
 		t.Errorf("VLLMArgs has %d entries; update the test above with the new ones", len(VLLMArgs))
 	}
 }
@@ -322,6 +322,7 @@ func TestValidateRules(t *testing.T) {
 			"inference.args.tensor-parallel-size", "inference.args.tokenizer", "inference.args.tool-call-parser",
 			"inference.args.trust-remote-code", "inference.args.unknown",
 		}},
+		{"vllm swap-space (removed from vllm serve)", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"swap-space": "4"} }, []string{"inference.args.swap-space"}},
 		{"gpu memory utilization NaN", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"gpu-memory-utilization": "NaN"} }, []string{"inference.args.gpu-memory-utilization"}},
 	}
 	for _, tt := range tests {
@@ -610,6 +611,39 @@ func TestNewReason(t *testing.T) {
 		ReasonKilled, ReasonTimeout, ReasonCommandFailed, ReasonInvalidSpec, ReasonReplicaFailed} {
 		if !KnownReason(c) || NewReason(c, "").Message == "" || NewReason(c, "").Fix == "" {
 			t.Errorf("reason %s is not registered with a message and a fix", c)
+		}
+	}
+}
+
+// TestVLLMArgProblemNamesTheFlag: a flag the targeted vLLM does not know is
+// refused with a message naming it, and a removed one says where it went.
+func TestVLLMArgProblemNamesTheFlag(t *testing.T) {
+	for k, want := range map[string]string{
+		"swap-space":   "--swap-space is not a flag of the vLLM version CosmicAC runs (removed in vLLM PR #36216",
+		"no-such-flag": "--no-such-flag is not an allowed vLLM argument",
+	} {
+		s := inferenceSpec()
+		s.Inference.Args = map[string]string{k: "1"}
+		fes := FieldErrors(s.Validate())
+		if len(fes) != 1 || fes[0].Field != "inference.args."+k || !strings.Contains(fes[0].Message, want) {
+			t.Errorf("%s: field errors %+v, want one on inference.args.%s containing %q", k, fes, k, want)
+		}
+	}
+}
+
+func TestInferenceTask(t *testing.T) {
+	for name, c := range map[string]struct {
+		in   InferenceSpec
+		want Task
+	}{
+		"vllm":             {InferenceSpec{Runtime: RuntimeVLLM}, TaskGenerate},
+		"vllm runner auto": {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "auto"}}, TaskGenerate},
+		"vllm pooling":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "pooling"}}, TaskEmbed},
+		"vllm convert":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"convert": "embed"}}, TaskEmbed},
+		"parakeet":         {InferenceSpec{Runtime: RuntimeParakeet}, TaskTranscription},
+	} {
+		if got := c.in.Task(); got != c.want {
+			t.Errorf("%s: Task() = %q, want %q", name, got, c.want)
 		}
 	}
 }

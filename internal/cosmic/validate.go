@@ -403,12 +403,21 @@ func checkInference(p *problems, s Spec) {
 // VLLMArgs lists the vLLM flags (without "--") that inference.args may set.
 // Parallelism (tensor, pipeline, data) is derived from placement, and
 // host, port, model, served-model-name and api-key are set by the platform.
+// Every one is a flag of the `vllm serve` that CosmicAC targets
+// (internal/inferagent's testdata/vllm-serve-flags-*.txt; docs/inference.md,
+// "The target vLLM version").
 var VLLMArgs = []string{
-	"block-size", "dtype", "enable-auto-tool-choice", "enable-chunked-prefill",
+	"block-size", "convert", "dtype", "enable-auto-tool-choice", "enable-chunked-prefill",
 	"enable-prefix-caching", "enforce-eager", "gpu-memory-utilization",
 	"kv-cache-dtype", "max-model-len", "max-num-batched-tokens", "max-num-seqs",
-	"quantization", "reasoning-parser", "revision", "seed", "swap-space",
+	"quantization", "reasoning-parser", "revision", "runner", "seed",
 	"tokenizer", "tool-call-parser", "trust-remote-code",
+}
+
+// vllmRemovedArgs are flags that vllm serve used to take and the targeted
+// version refuses ("unrecognized arguments"), with where they went.
+var vllmRemovedArgs = map[string]string{
+	"swap-space": "vLLM PR #36216, since 0.18: the V1 engine has no CPU swap space",
 }
 
 func vllmArgProblem(k, v string) string {
@@ -428,7 +437,7 @@ func vllmArgProblem(k, v string) string {
 	switch k {
 	case "max-model-len", "max-num-seqs", "max-num-batched-tokens":
 		return intAtLeast(1)
-	case "seed", "swap-space":
+	case "seed":
 		return intAtLeast(0)
 	case "block-size":
 		return oneOf([]string{"8", "16", "32", "64", "128"})
@@ -438,6 +447,10 @@ func vllmArgProblem(k, v string) string {
 		return oneOf(quantizations)
 	case "kv-cache-dtype":
 		return oneOf(kvCacheDtypes)
+	case "runner": // vllm/config/model.py, RunnerOption
+		return oneOf([]string{"auto", "generate", "pooling"})
+	case "convert": // vllm/config/model.py, ConvertOption
+		return oneOf([]string{"auto", "none", "embed", "classify", "reward"})
 	case "gpu-memory-utilization":
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f > 0 && f <= 1) {
@@ -466,7 +479,10 @@ func vllmArgProblem(k, v string) string {
 	case "host", "port", "model", "served-model-name", "api-key":
 		return "is set by the platform and cannot be set"
 	}
-	return fmt.Sprintf("is not an allowed vLLM argument (allowed: %s)", strings.Join(VLLMArgs, ", "))
+	if why, ok := vllmRemovedArgs[k]; ok {
+		return fmt.Sprintf("--%s is not a flag of the vLLM version CosmicAC runs (removed in %s)", k, why)
+	}
+	return fmt.Sprintf("--%s is not an allowed vLLM argument (allowed: %s)", k, strings.Join(VLLMArgs, ", "))
 }
 
 func printable(s string) bool {

@@ -492,14 +492,38 @@ func (a *Agent) runtimeEnv() ([]string, error) {
 // probeWAV is the audio of the parakeet probe: half a second.
 var probeWAV = wav.Tone(0.5, 16000)
 
-// probe asks the runtime for real work: a one-token completion (vLLM), a
-// short transcription (parakeet).
+// probe asks the runtime for real work suited to the task it serves
+// (cosmic.InferenceSpec.Task): a one-token completion (generate), the
+// embedding of a word (embed), a short transcription (parakeet). A vLLM
+// whose runner was left to "auto" may have chosen pooling for an embedding
+// model and serve no /v1/completions: a 404 there is followed by the
+// embeddings probe.
 func (a *Agent) probe(ctx context.Context, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
 	defer cancel()
+	task := a.cfg.Inference.Task()
+	err := a.probeTask(ctx, base, task)
+	var nf errNotServed
+	if task == cosmic.TaskGenerate && errors.As(err, &nf) {
+		return a.probeTask(ctx, base, cosmic.TaskEmbed)
+	}
+	return err
+}
+
+// errNotServed is a probe's route answered 404: the runtime does not serve it.
+type errNotServed struct{ msg string }
+
+func (e errNotServed) Error() string { return e.msg }
+
+func (a *Agent) probeTask(ctx context.Context, base string, task cosmic.Task) error {
 	model := ServedModelName(a.cfg.Inference)
 	var req *http.Request
-	if a.cfg.Inference.Runtime == cosmic.RuntimeParakeet {
+	switch task {
+	case cosmic.TaskEmbed:
+		b, _ := json.Marshal(map[string]any{"model": model, "input": "ping"})
+		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/embeddings", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+	case cosmic.TaskTranscription:
 		var body bytes.Buffer
 		mw := multipart.NewWriter(&body)
 		// The NIM selects its model by language ("multi": Parakeet TDT
@@ -512,7 +536,7 @@ func (a *Agent) probe(ctx context.Context, base string) error {
 		mw.Close()
 		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/audio/transcriptions", &body)
 		req.Header.Set("Content-Type", mw.FormDataContentType())
-	} else {
+	default:
 		b, _ := json.Marshal(map[string]any{"model": model, "prompt": "ping", "max_tokens": 1})
 		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
@@ -527,16 +551,23 @@ func (a *Agent) probe(ctx context.Context, base string) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answered %d: %s", req.URL.Path, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 200)])))
+		msg := fmt.Sprintf("%s answered %d: %s", req.URL.Path, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 200)])))
+		if resp.StatusCode == http.StatusNotFound {
+			return errNotServed{msg}
+		}
+		return errors.New(msg)
 	}
 	var out struct {
 		Choices []json.RawMessage `json:"choices"`
 		Text    *string           `json:"text"`
+		Data    []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
 		return fmt.Errorf("%s: %v", req.URL.Path, err)
 	}
-	if len(out.Choices) == 0 && out.Text == nil {
+	if len(out.Choices) == 0 && out.Text == nil && (len(out.Data) == 0 || len(out.Data[0].Embedding) == 0) {
 		return fmt.Errorf("%s answered without output", req.URL.Path)
 	}
 	return nil

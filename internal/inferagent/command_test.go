@@ -88,3 +88,107 @@ func TestCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// vllmFlagsFile is the list of `vllm serve` flags of the vLLM version
+// CosmicAC targets (docs/inference.md, "The target vLLM version").
+const vllmFlagsFile = "vllm-serve-flags-v0.18.txt"
+
+// vllmServeFlags reads testdata/vllmFlagsFile.
+func vllmServeFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", vllmFlagsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]bool{}
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !strings.HasPrefix(line, "--") || strings.ContainsAny(line, " \t") {
+			t.Fatalf("%s: %q is not a long flag", vllmFlagsFile, line)
+		}
+		flags[line] = true
+	}
+	return flags
+}
+
+// vllmArgSamples are values cosmic.Validate accepts for each of
+// cosmic.VLLMArgs; booleans are tried both ways.
+var vllmArgSamples = map[string][]string{
+	"block-size": {"16"}, "dtype": {"bfloat16"}, "gpu-memory-utilization": {"0.9"}, "kv-cache-dtype": {"fp8"},
+	"max-model-len": {"32768"}, "max-num-batched-tokens": {"8192"}, "max-num-seqs": {"256"}, "quantization": {"fp8"},
+	"reasoning-parser": {"deepseek_r1"}, "revision": {"main"}, "seed": {"0"}, "tokenizer": {"Qwen/Qwen3-8B"},
+	"tool-call-parser": {"hermes"}, "runner": {"pooling"}, "convert": {"embed"},
+	"enable-auto-tool-choice": {"true", "false"}, "enable-chunked-prefill": {"true", "false"},
+	"enable-prefix-caching": {"true", "false"}, "enforce-eager": {"true", "false"}, "trust-remote-code": {"true", "false"},
+}
+
+// TestCommandFlagsKnownToTargetVLLM: every flag BuildCommand can emit, for
+// every serving option (each of cosmic.VLLMArgs, each way) and for a
+// single-node replica and both roles of a multi-node one, is a flag of the
+// targeted `vllm serve` (testdata/vllmFlagsFile): a job whose command line
+// has one it does not know would exit at start with "unrecognized arguments".
+func TestCommandFlagsKnownToTargetVLLM(t *testing.T) {
+	known := vllmServeFlags(t)
+	if known["--swap-space"] {
+		t.Errorf("%s lists --swap-space, which vLLM PR #36216 removed", vllmFlagsFile)
+	}
+	hosts := []string{"r0-0.job-r0.cosmicac.svc", "r0-1.job-r0.cosmicac.svc"}
+	placements := map[string]Placement{
+		"1 node, 1 GPU":          {VMICount: 1, GPUs: 1},
+		"1 node, 8 GPUs":         {VMICount: 1, GPUs: 8},
+		"2 nodes × 8, head":      {VMIIndex: 0, VMICount: 2, GPUs: 8, Hosts: hosts},
+		"2 nodes × 8, worker":    {VMIIndex: 1, VMICount: 2, GPUs: 8, Hosts: hosts},
+		"4 nodes × 8, last rank": {VMIIndex: 3, VMICount: 4, GPUs: 8, Hosts: append(hosts, "r0-2", "r0-3")},
+	}
+	for _, k := range cosmic.VLLMArgs {
+		if len(vllmArgSamples[k]) == 0 {
+			t.Fatalf("cosmic.VLLMArgs has %q and this test has no sample value for it: add one", k)
+		}
+	}
+	specs := []cosmic.InferenceSpec{{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", ServedModelName: "qwen3"}}
+	for _, k := range cosmic.VLLMArgs {
+		for _, v := range vllmArgSamples[k] {
+			specs = append(specs, cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Args: map[string]string{k: v}})
+		}
+	}
+	all := map[string]string{}
+	for _, k := range cosmic.VLLMArgs {
+		all[k] = vllmArgSamples[k][0]
+	}
+	specs = append(specs, cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Args: all})
+	emitted := 0
+	for pname, p := range placements {
+		for _, in := range specs {
+			spec := cosmic.Spec{Type: cosmic.TypeManagedInference, Inference: &in}
+			if err := spec.Validate(); err != nil && len(in.Args) > 0 {
+				for _, fe := range cosmic.FieldErrors(err) {
+					if strings.HasPrefix(fe.Field, "inference.args") {
+						t.Fatalf("sample args %v are refused: %v", in.Args, fe)
+					}
+				}
+			}
+			cmd, err := BuildCommand(in, p)
+			if err != nil {
+				t.Fatalf("%s, args %v: %v", pname, in.Args, err)
+			}
+			if cmd.Path != "vllm" || len(cmd.Args) < 2 || cmd.Args[0] != "serve" {
+				t.Fatalf("%s: command %s is not vllm serve MODEL …", pname, cmd)
+			}
+			for _, a := range cmd.Args[2:] {
+				if !strings.HasPrefix(a, "--") {
+					continue // a value
+				}
+				emitted++
+				if !known[a] {
+					t.Errorf("%s, args %v: %s is not a flag of the targeted vllm serve (%s)", pname, in.Args, a, vllmFlagsFile)
+				}
+			}
+		}
+	}
+	if emitted == 0 {
+		t.Fatal("no flag was checked")
+	}
+}

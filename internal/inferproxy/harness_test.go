@@ -121,9 +121,14 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 	if rt == cosmic.RuntimeParakeet {
 		model = cosmic.ParakeetModel
 	}
-	in := cosmic.InferenceSpec{Runtime: rt, Model: model, ServedModelName: name, RequireAuth: &requireAuth}
+	h.addJobSpec(jobID, team, cosmic.InferenceSpec{Runtime: rt, Model: model, ServedModelName: name, RequireAuth: &requireAuth}, replicas, vmis, sim)
+}
+
+// addJobSpec is addJob of a job with this inference section (its args, …).
+func (h *harness) addJobSpec(jobID, team string, in cosmic.InferenceSpec, replicas, vmis int, sim simruntime.Config) {
+	h.t.Helper()
 	h.mu.Lock()
-	h.models = append(h.models, Model{Name: name, JobID: jobID, Team: team, RequireAuth: requireAuth, Runtime: rt, ModelID: model, Created: time.Now()})
+	h.models = append(h.models, Model{Name: in.ServedModelName, JobID: jobID, Team: team, RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: time.Now()})
 	h.mu.Unlock()
 	var hosts []string
 	for i := range vmis {

@@ -443,3 +443,40 @@ func TestClientDisconnectStopsGeneration(t *testing.T) {
 		t.Fatalf("the runtime wrote %d events: the whole answer", n)
 	}
 }
+
+// TestEmbeddingModel: a vLLM job of an embedding model (runner "pooling")
+// serves /v1/embeddings through the proxy to the OpenAI SDK. Its runtime
+// serves no completions, as vLLM's pooling runner does not, so its replicas
+// become ready only because the agent's probe suits the task (an
+// embeddings request, not a one-token completion).
+func TestEmbeddingModel(t *testing.T) {
+	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), KeyTTL: config.Duration(100 * time.Millisecond)})
+	on := true
+	h.addJobSpec("job-emb", "team-a", cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "BAAI/bge-m3", ServedModelName: "bge",
+		RequireAuth: &on, Args: map[string]string{"runner": "pooling"}}, 1, 1, simruntime.Config{})
+	// runner left to auto: vLLM chooses pooling for an embedding model; the
+	// probe falls back from /v1/completions (404) to /v1/embeddings.
+	h.addJobSpec("job-emb-auto", "team-a", cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "intfloat/e5-small", ServedModelName: "e5",
+		RequireAuth: &on}, 1, 1, simruntime.Config{Embeddings: true})
+	h.waitReady("job-emb", 1)
+	h.waitReady("job-emb-auto", 1)
+	ctx := context.Background()
+	a := sdk(h, h.keys["team-a"])
+	for _, model := range []string{"bge", "e5"} {
+		res, err := a.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: model,
+			Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"the sky is blue", "grass is green"}}})
+		if err != nil {
+			t.Fatalf("%s: %v", model, err)
+		}
+		if len(res.Data) != 2 || len(res.Data[0].Embedding) == 0 || res.Data[1].Index != 1 || res.Usage.PromptTokens == 0 || res.Model != model {
+			t.Fatalf("%s: embeddings %+v", model, res)
+		}
+		// An embedding model has no completions: the runtime's 404 passes through.
+		_, err = a.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(model),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}})
+		var ae *openai.Error
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s: completion on an embedding model: %v, want 404", model, err)
+		}
+	}
+}

@@ -6,7 +6,7 @@
 //   - GET /v1/models, POST /v1/chat/completions, POST /v1/completions (with
 //     "stream": true as SSE chunks ending in "data: [DONE]",
 //     stream_options.include_usage, and usage in non-streamed replies),
-//     POST /v1/embeddings when Config.Embeddings is set;
+//     POST /v1/embeddings, and no completions, when Config.Embeddings is set;
 //   - GET /health, GET /metrics (a few vLLM-named Prometheus metrics);
 //   - for the parakeet runtime, POST /v1/audio/transcriptions (a multipart
 //     WAV upload answered with text) in place of the text endpoints.

@@ -49,14 +49,23 @@ type Config struct {
 	// the time between tokens.
 	TTFT            time.Duration
 	InterTokenDelay time.Duration
-	// DefaultMaxTokens caps a completion whose request sets no max_tokens
-	// (default 16). MaxModelLen is reported in the model list (default 32768).
+	// DefaultMaxTokens caps a text completion (/v1/completions) whose
+	// request sets no max_tokens (default 16, vLLM's CompletionRequest). A
+	// chat completion has no such cap, as in vLLM (ChatCompletionRequest's
+	// max_tokens is None: the rest of the context): it ends where its words
+	// do, with "stop". MaxModelLen is reported in the model list (default
+	// 32768).
 	DefaultMaxTokens int
 	MaxModelLen      int
-	// LoadTime is how long "loading the weights" takes after New: /health
-	// and every request answer 503 meanwhile.
+	// LoadTime is how long "loading the weights" takes after New. As vLLM,
+	// which binds its socket before it builds the engine and starts its
+	// HTTP server after (vllm/entrypoints/openai/api_server.py, run_server:
+	// setup_server, then build_async_engine_client, then serve_http), the
+	// server takes connections meanwhile and answers nothing, /health
+	// included, until it is loaded; then it answers them.
 	LoadTime time.Duration
-	// Embeddings serves /v1/embeddings (an embedding model).
+	// Embeddings makes it an embedding model (vLLM's pooling runner): it
+	// serves /v1/embeddings and, as vLLM, no chat or text completions (404).
 	Embeddings bool
 	// Faults are the failures injected from the start.
 	Faults Faults
@@ -82,8 +91,13 @@ type Faults struct {
 	// Status of an injected failure (default 500).
 	Status int `json:"status,omitempty"`
 	// AbortAfterTokens cuts every stream (the connection) after that many
-	// tokens (0: never).
+	// tokens (0: never): a runtime that died.
 	AbortAfterTokens int `json:"abortAfterTokens,omitempty"`
+	// ErrorAfterTokens ends every stream after that many tokens with the
+	// error event vLLM sends when generation fails mid-stream, `data:
+	// {"error": {…}}` then `data: [DONE]` (serving_chat.py,
+	// chat_completion_stream_generator) (0: never).
+	ErrorAfterTokens int `json:"errorAfterTokens,omitempty"`
 	// Unhealthy makes /health answer 503.
 	Unhealthy bool `json:"unhealthy,omitempty"`
 	// ExtraLatency is added before every answer.
@@ -144,13 +158,15 @@ func New(cfg Config) *Server {
 		s.mux.HandleFunc("GET /v1/health/ready", s.nimReady)
 		s.mux.HandleFunc("GET /v1/health/live", s.nimLive)
 		s.mux.HandleFunc("POST /v1/audio/transcriptions", s.transcribe)
+	} else if cfg.Embeddings {
+		// vLLM registers the generate routes only for a model whose
+		// supported tasks include "generate" (vllm/entrypoints/openai/api_server.py).
+		s.mux.HandleFunc("GET /health", s.health)
+		s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	} else {
 		s.mux.HandleFunc("GET /health", s.health)
 		s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 		s.mux.HandleFunc("POST /v1/completions", s.completions)
-		if cfg.Embeddings {
-			s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
-		}
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("%s %s is not served by this (simulated) %s runtime", r.Method, r.URL.Path, s.cfg.Runtime))
@@ -239,10 +255,24 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// waitLoaded holds a request that came while loading until the runtime is
+// loaded (vLLM has no HTTP server before: the connection waits in the
+// listen backlog); false if the request went away meanwhile.
+func (s *Server) waitLoaded(r *http.Request) bool {
+	if d := time.Until(s.readyAt); d > 0 {
+		return backoff.Sleep(r.Context(), d)
+	}
+	return true
+}
+
+// loaded reports whether the runtime has finished loading its model.
 func (s *Server) loaded() bool { return !time.Now().Before(s.readyAt) }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	if !s.loaded() || s.Faults().Unhealthy {
+	if !s.waitLoaded(r) {
+		return
+	}
+	if s.Faults().Unhealthy {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
@@ -320,8 +350,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // admit runs the checks every inference request shares: loaded, injected
 // failures, extra latency. It reports whether to go on.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (Faults, bool) {
-	if !s.loaded() {
-		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the model is still loading (simulated)")
+	if !s.waitLoaded(r) {
 		return Faults{}, false
 	}
 	status, f := s.inject()
@@ -383,9 +412,35 @@ type genRequest struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	// StreamOptions is kept raw: vLLM refuses it, unless empty, without
+	// stream (protocol.py, check_stream_options: `if
+	// data.get("stream_options") and not data.get("stream")`).
+	StreamOptions json.RawMessage `json:"stream_options"`
+}
+
+// streamOptions is vLLM's StreamOptions (protocol.py): include_usage
+// defaults to true once stream_options is given.
+type streamOptions struct {
+	IncludeUsage *bool `json:"include_usage"`
+}
+
+// includeUsage: stream_options given (not null) and include_usage not false.
+func (req genRequest) includeUsage() bool {
+	var so *streamOptions
+	if json.Unmarshal(req.StreamOptions, &so) != nil || so == nil {
+		return false
+	}
+	return so.IncludeUsage == nil || *so.IncludeUsage
+}
+
+// streamOptionsSet is Python's truth of data.get("stream_options"): given,
+// not null, and not an empty object.
+func (req genRequest) streamOptionsSet() bool {
+	var m map[string]any
+	if len(req.StreamOptions) == 0 || json.Unmarshal(req.StreamOptions, &m) != nil {
+		return len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null"
+	}
+	return len(m) > 0
 }
 
 type chatMessage struct {
@@ -421,6 +476,10 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request) (genRequest, 
 	}
 	if req.Model != s.cfg.ServedModelName {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return req, false
+	}
+	if req.streamOptionsSet() && !req.Stream {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "Stream options can only be defined when `stream=True`.")
 		return req, false
 	}
 	return req, true
@@ -486,7 +545,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 
 // generate answers a chat (chat) or text completion of prompt.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, req genRequest, faults Faults, prompt string, ptoks int, chat bool) {
-	max, ok := req.maxTokens(s.cfg.DefaultMaxTokens)
+	def := s.cfg.DefaultMaxTokens
+	if chat {
+		// vLLM's chat default: the rest of the context (get_max_tokens).
+		def = max(s.cfg.MaxModelLen-ptoks, 1)
+	}
+	max, ok := req.maxTokens(def)
 	if !ok {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
 		return
@@ -648,6 +712,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 			s.failures.Add(1)
 			panic(http.ErrAbortHandler) // cut the connection mid-stream
 		}
+		if faults.ErrorAfterTokens > 0 && i >= faults.ErrorAfterTokens {
+			s.failures.Add(1)
+			b, _ := json.Marshal(map[string]ErrorBody{"error": {Message: "injected failure mid-stream (simulated runtime)",
+				Type: "InternalServerError", Code: http.StatusInternalServerError}})
+			w.Write([]byte("data: " + string(b) + "\n\ndata: [DONE]\n\n"))
+			if fl != nil {
+				fl.Flush()
+			}
+			return
+		}
 		t := token(i)
 		var c *chunk
 		if chat {
@@ -666,7 +740,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 		}
 		s.generationTokens.Add(1)
 	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+	if req.includeUsage() {
 		uu := u
 		if !send(&chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{}, Usage: &uu}) {
 			return

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
@@ -64,6 +65,7 @@ func (s *Launcher) Start(ctx context.Context, l inferagent.Launch) (inferagent.P
 		cfg.Runtime = simruntime.RuntimeVLLM
 	}
 	cfg.Model, cfg.ServedModelName = l.Inference.Model, inferagent.ServedModelName(l.Inference)
+	cfg.Embeddings = cfg.Embeddings || l.Inference.Task() == cosmic.TaskEmbed
 	cfg.AccessLog = out
 	r, err := simruntime.Start("127.0.0.1:0", simruntime.New(cfg))
 	if err != nil {
