@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang/snappy"
@@ -374,11 +375,55 @@ func refusal(msg string) (string, int) {
 	return reason, 1
 }
 
-// forward pushes the spool to Loki until ctx ends.
+// forward pushes the spool to Loki until ctx ends. It is a pipeline of
+// two: one goroutine reads the next batch from the spool, decodes, screens
+// and encodes it while the other pushes the batch before (and commits the
+// cursor after each push, in order). Reading and encoding cost about as
+// much as the push itself (docs/benchmarks.md), so each now hides the
+// other.
 func (m *Monitor) forward(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan preparedBatch, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(ready)
+		m.prepare(ctx, ready)
+	})
+	defer func() {
+		cancel()
+		for range ready { // let prepare see ctx's end
+		}
+		wg.Wait()
+	}()
+	for p := range ready {
+		if len(p.batch) > 0 && !m.pushNarrowing(ctx, p.batch, p.body) {
+			return
+		}
+		if err := m.spool.commit(p.next); err != nil {
+			m.log.Error("commit loki spool", "err", err)
+		}
+		m.pushed.Store(p.last)
+		m.met.spoolBytes.Set(float64(m.spool.size()))
+	}
+}
+
+// preparedBatch is a batch read from the spool, screened and encoded: the
+// records to push (none: all dropped), the body, the spool position after
+// the batch and its last number.
+type preparedBatch struct {
+	batch []Entry
+	body  pushBody
+	next  spoolPos
+	last  uint64
+}
+
+// prepare reads the spool from the cursor on, sending each batch, ready to
+// push, to out, until ctx ends.
+func (m *Monitor) prepare(ctx context.Context, out chan<- preparedBatch) {
 	cfg := m.cfg.Loki
+	pos := m.spool.position()
 	for ctx.Err() == nil {
-		es, next, err := m.spool.read(cfg.BatchRecords, cfg.BatchBytes)
+		es, next, err := m.spool.read(pos, cfg.BatchRecords, cfg.BatchBytes)
 		if err != nil {
 			m.log.Error("read loki spool", "err", err)
 			backoff.Sleep(ctx, time.Second)
@@ -393,44 +438,32 @@ func (m *Monitor) forward(ctx context.Context) {
 			continue
 		}
 		if len(es) < cfg.BatchRecords && cfg.BatchWait > 0 {
-			// Linger for a fuller batch, then read again from the cursor.
+			// Linger for a fuller batch, then read again from pos.
 			if !backoff.Sleep(ctx, cfg.BatchWait.D()) {
 				return
 			}
-			if es, next, err = m.spool.read(cfg.BatchRecords, cfg.BatchBytes); err != nil {
+			if es, next, err = m.spool.read(pos, cfg.BatchRecords, cfg.BatchBytes); err != nil {
 				continue
 			}
 		}
-		batch := make([]Entry, len(es))
+		p := preparedBatch{batch: make([]Entry, len(es)), next: next, last: es[len(es)-1].Seq}
 		for i, e := range es {
-			batch[i] = e.Entry
+			p.batch[i] = e.Entry
 		}
-		last := batch[len(batch)-1].Seq
-		if !m.pushBatch(ctx, batch) {
+		p.batch = m.screen(p.batch)
+		if len(p.batch) > 0 {
+			if p.body, err = m.loki.encode(p.batch); err != nil {
+				m.dropped(dropEncode, p.batch, err.Error())
+				p.batch = nil
+			}
+		}
+		select {
+		case out <- p:
+		case <-ctx.Done():
 			return
 		}
-		if err := m.spool.commit(next); err != nil {
-			m.log.Error("commit loki spool", "err", err)
-		}
-		m.pushed.Store(last)
-		m.met.spoolBytes.Set(float64(m.spool.size()))
+		pos = next
 	}
-}
-
-// pushBatch gets a batch into Loki: it drops (and reports) what Loki's
-// limits exclude, then pushes the rest until Loki has taken each record or
-// refused it for good. It returns false when ctx ends first.
-func (m *Monitor) pushBatch(ctx context.Context, batch []Entry) bool {
-	batch = m.screen(batch)
-	if len(batch) == 0 {
-		return true
-	}
-	body, err := m.loki.encode(batch)
-	if err != nil {
-		m.dropped(dropEncode, batch, err.Error())
-		return true
-	}
-	return m.pushNarrowing(ctx, batch, body)
 }
 
 // screen drops the records Loki's limits exclude (older than
