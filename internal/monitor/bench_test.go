@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // Fan-out benchmarks: producers (joblog.Forwarder over the fabric) emit
@@ -360,6 +361,87 @@ func BenchmarkLokiForward(b *testing.B) {
 			b.ReportMetric(float64(raw)/(1<<20)/el.Seconds(), "MiB/s")
 			b.ReportMetric(float64(records)/el.Seconds(), "records/s")
 			lk.Close()
+		}
+	})
+}
+
+// BenchmarkLokiDrainReal: the drain of BenchmarkLokiForward against a real
+// Loki (lokitest.Start; skipped without one), its ingestion rate limits
+// raised so that they do not pace it. A monitor spools the records while
+// Loki is unreachable; a second one on the same spool drains it. The
+// baseline posts the same batches from a plain client, under another job
+// (so that Loki does not take them as duplicates), in the same run.
+//
+//	COSMICAC_LOKI_BIN=… go test -run '^$' -bench LokiDrainReal -benchtime 1x ./internal/monitor/
+func BenchmarkLokiDrainReal(b *testing.B) {
+	const records, batch = 200000, 5000
+	lk := lokitest.Start(b, "ingestion_rate_mb: 4096", "ingestion_burst_size_mb: 4096",
+		"per_stream_rate_limit: 4GB", "per_stream_rate_limit_burst: 4GB")
+	recs := make([]joblog.Record, records)
+	for i := range recs {
+		recs[i] = joblog.Record{Time: time.Now(), JobID: jobA, Team: "ml", Replica: i % 4, Source: joblog.SourceApplication, Stream: "stdout",
+			Line: fmt.Sprintf("step %d loss=%.4f lr=0.0003 tokens/s=%d", i, 1/float64(i+1), 1000+i%977)}
+	}
+	b.Run("monitor", func(b *testing.B) {
+		for range b.N {
+			dir := b.TempDir()
+			away := monitor.DefaultConfig(dir)
+			away.Loki.URL = "http://127.0.0.1:1"
+			away.Loki.MinBackoff = config.Duration(time.Hour)
+			m, err := monitor.New(away, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < records; i += 1000 {
+				if _, err := m.Append(context.Background(), recs[i:i+1000]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m.Close()
+			cfg := monitor.DefaultConfig(dir)
+			cfg.Loki.URL = lk.URL
+			cfg.Loki.BatchRecords, cfg.Loki.BatchBytes = batch, 64<<20
+			b.ResetTimer()
+			t0 := time.Now()
+			e := start(b, cfg, false)
+			waittest.Until(b, func() bool { return metric(b, e.m, "cosmicac_monitor_loki_records_sent_total") >= records }, "the drain")
+			el := time.Since(t0)
+			b.StopTimer()
+			b.ReportMetric(float64(records)/el.Seconds(), "records/s")
+			if n := metric(b, e.m, "cosmicac_monitor_loki_push_errors_total"); n > 0 {
+				b.Errorf("%v failed pushes", n)
+			}
+			e.stop()
+		}
+	})
+	b.Run("baseline", func(b *testing.B) {
+		for n := range b.N {
+			hc := &http.Client{}
+			job := fmt.Sprintf("00000000-0000-4000-8000-%012d", 100+n)
+			b.ResetTimer()
+			t0 := time.Now()
+			seq0 := uint64(t0.UnixNano())
+			for i := 0; i < records; i += batch {
+				es := make([]monitor.Entry, batch)
+				for k := range es {
+					r := recs[i+k]
+					r.JobID = job
+					es[k] = monitor.Entry{Seq: seq0 + uint64(i+k), Record: r}
+				}
+				req, _ := http.NewRequest("POST", lk.URL+"/loki/api/v1/push", bytes.NewReader(snappy.Encode(nil, monitor.EncodePushProto(es))))
+				req.Header.Set("Content-Type", "application/x-protobuf")
+				resp, err := hc.Do(req)
+				if err != nil {
+					b.Fatalf("push: %v", err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 204 {
+					b.Fatalf("push: %s", resp.Status)
+				}
+			}
+			el := time.Since(t0)
+			b.StopTimer()
+			b.ReportMetric(float64(records)/el.Seconds(), "records/s")
 		}
 	})
 }

@@ -68,11 +68,38 @@ type LokiConfig struct {
 	// SegmentBytes is the size at which a spool segment is closed and a
 	// new one begun. Default 16 MiB.
 	SegmentBytes int64 `json:"segmentBytes"`
-	// QueryLimit is the page size of query_range reads. Default 5000.
+	// QueryLimit is the page size of query_range reads. Default 5000
+	// (at most Limits.MaxEntriesLimitPerQuery is asked for at once).
 	QueryLimit int `json:"queryLimit"`
-	// MaxLookback is how far back history reaches when no since is given.
-	// Default 720h (Loki's default max_query_length is 721h).
+	// MaxLookback is how far back history reaches: the default when no
+	// since is given, and the limit of an older since (clamped, with a
+	// warning event). Default 720h.
 	MaxLookback config.Duration `json:"maxLookback"`
+	// Limits are the Loki's own limits (its limits_config); the defaults
+	// are Loki 3.7's.
+	Limits LokiLimits `json:"limits"`
+}
+
+// LokiLimits mirror the limits_config of the Loki pushed to, so that the
+// monitor sends only what it takes (pkg/validation/limits.go of Loki).
+type LokiLimits struct {
+	// RejectOldSamplesMaxAge: records older than this are not pushed but
+	// dropped and counted (reason too_old). Default 168h (Loki's
+	// reject_old_samples_max_age, 7d); negative: push them all.
+	RejectOldSamplesMaxAge config.Duration `json:"rejectOldSamplesMaxAge"`
+	// CreationGracePeriod: records numbered further than this in the
+	// future are dropped likewise (too_new). Default 10m; negative: none.
+	CreationGracePeriod config.Duration `json:"creationGracePeriod"`
+	// MaxLineSize: records with a longer line are dropped likewise
+	// (line_too_long). Default 256 KiB (Loki's max_line_size, 256KB);
+	// negative: no limit.
+	MaxLineSize int `json:"maxLineSize"`
+	// MaxEntriesLimitPerQuery bounds one query_range's limit: larger
+	// pages are asked for in several requests. Default 5000.
+	MaxEntriesLimitPerQuery int `json:"maxEntriesLimitPerQuery"`
+	// MaxQueryLength bounds one query_range's end - start: longer reads
+	// are split. Default 721h.
+	MaxQueryLength config.Duration `json:"maxQueryLength"`
 }
 
 // DefaultConfig returns the defaults, keeping the spool in dataDir.
@@ -111,6 +138,11 @@ func (c *Config) setDefaults() {
 	defD(&l.MaxBackoff, 30*time.Second)
 	defD(&l.Timeout, 30*time.Second)
 	defD(&l.MaxLookback, 720*time.Hour)
+	defD(&l.Limits.RejectOldSamplesMaxAge, 7*24*time.Hour)
+	defD(&l.Limits.CreationGracePeriod, 10*time.Minute)
+	defD(&l.Limits.MaxQueryLength, 721*time.Hour)
+	def(&l.Limits.MaxLineSize, 256<<10)
+	def(&l.Limits.MaxEntriesLimitPerQuery, 5000)
 	if l.SpoolBytes == 0 {
 		l.SpoolBytes = 1 << 30
 	}
@@ -138,6 +170,12 @@ func (c Config) Validate() error {
 		}
 		if c.Loki.Format != "protobuf" && c.Loki.Format != "json" {
 			errs = append(errs, fmt.Errorf("loki.format %q: want protobuf or json", c.Loki.Format))
+		}
+		if c.Loki.Limits.MaxEntriesLimitPerQuery < 1 || c.Loki.QueryLimit < 1 {
+			errs = append(errs, errors.New("loki.queryLimit, loki.limits.maxEntriesLimitPerQuery: must be positive"))
+		}
+		if c.Loki.Limits.MaxQueryLength < config.Duration(time.Minute) {
+			errs = append(errs, errors.New("loki.limits.maxQueryLength: must be at least 1m"))
 		}
 		if c.Loki.SpoolBytes < c.Loki.SegmentBytes {
 			errs = append(errs, errors.New("loki.spoolBytes: must be at least loki.segmentBytes"))

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang/snappy"
@@ -244,8 +247,8 @@ func (l *lokiClient) encode(es []Entry) (pushBody, error) {
 	return pushBody{data: snappy.Encode(nil, raw), contentType: "application/x-protobuf", raw: len(raw)}, nil
 }
 
-// pushError is a failed push: its status (0: no answer) and how long Loki
-// asked us to wait.
+// pushError is a failed push: its status (0: no answer), how long Loki
+// asked us to wait, and the start of its answer.
 type pushError struct {
 	status     int
 	retryAfter time.Duration
@@ -253,20 +256,28 @@ type pushError struct {
 }
 
 func (e *pushError) Error() string {
-	if e.status == 0 {
-		return "push to loki: " + e.msg
+	msg := e.msg
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
 	}
-	return fmt.Sprintf("push to loki: %d: %s", e.status, e.msg)
+	if e.status == 0 {
+		return "push to loki: " + msg
+	}
+	return fmt.Sprintf("push to loki: %d: %s", e.status, msg)
 }
 
-// retryable: no answer, 429 or 5xx. Other 4xx mean Loki will never take
-// the batch (too old, too long a line, bad labels).
-func (e *pushError) retryable() bool {
-	return e.status == 0 || e.status == http.StatusTooManyRequests || e.status >= 500
+// refused: Loki refused some entries of the push, and stored the rest (a
+// 400: the distributor validates each entry and sends the valid ones on,
+// pkg/distributor/distributor.go Push; the ingester stores what is not too
+// far behind, pkg/ingester/stream.go), or the body is too large (413).
+// Every other answer (no answer, 429, 5xx, and 4xx such as 401 that no
+// record causes) is retried with backoff.
+func (e *pushError) refused() bool {
+	return e.status == http.StatusBadRequest || e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusUnprocessableEntity
 }
 
 // push sends one body.
-func (l *lokiClient) push(ctx context.Context, b pushBody) error {
+func (l *lokiClient) push(ctx context.Context, b pushBody) *pushError {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(l.cfg.URL, "/")+"/loki/api/v1/push", bytes.NewReader(b.data))
 	if err != nil {
 		return &pushError{msg: err.Error()}
@@ -282,7 +293,10 @@ func (l *lokiClient) push(ctx context.Context, b pushBody) error {
 		return &pushError{msg: err.Error()}
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	// A 400's body lists the refused entries (up to the ingester's
+	// max_returned_errors per stream, and one distributor error per
+	// entry): enough of it to count them.
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<10))
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
@@ -297,11 +311,119 @@ func (l *lokiClient) push(ctx context.Context, b pushBody) error {
 	return pe
 }
 
-// forward pushes the spool to Loki until ctx ends.
+// Why a record is not in Loki: the reason label of
+// cosmicac_monitor_loki_records_dropped_total.
+const (
+	dropTooOld       = "too_old"        // before now - reject_old_samples_max_age
+	dropTooNew       = "too_new"        // after now + creation_grace_period
+	dropLineTooLong  = "line_too_long"  // longer than max_line_size
+	dropTooFarBehind = "too_far_behind" // over max_chunk_age/2 (1h) behind its stream's newest entry
+	dropRefused      = "refused"        // any other refusal
+	dropEncode       = "encode"
+)
+
+// Loki's words for each refusal of an entry (Loki 3.7:
+// pkg/validation/validate.go, the distributor's; pkg/chunkenc/interface.go,
+// the ingester's).
+var refusalReasons = []struct{ phrase, reason string }{
+	{"has timestamp too old", dropTooOld},          // GreaterThanMaxSampleAgeErrorMsg
+	{"has timestamp too new", dropTooNew},          // TooFarInFutureErrorMsg
+	{"bytes exceeded for stream", dropLineTooLong}, // LineTooLongErrorMsg
+	{"entry too far behind", dropTooFarBehind},     // errTooFarBehind
+	{"entry out of order", dropTooFarBehind},       // ErrOutOfOrder (ordered writes)
+}
+
+var (
+	totalIgnored = regexp.MustCompile(`total ignored: (\d+) out of`)
+	errorsLike   = regexp.MustCompile(`(?:^|; )(\d+) errors like: `)
+)
+
+// refusal reads a refused push's answer: the one reason it names
+// (dropRefused if none or several) and how many entries it says were
+// refused (0: it does not say). The ingester ends its message with "user
+// 'X', total ignored: N out of M for stream: …" (pkg/ingester/stream.go
+// errorForFailedEntries); the distributor joins one message per refused
+// entry, grouped as "N errors like: …" when there is more than one
+// (pkg/util/errors.go GroupedErrors).
+func refusal(msg string) (string, int) {
+	reason := ""
+	for _, r := range refusalReasons {
+		if strings.Contains(msg, r.phrase) {
+			if reason != "" && reason != r.reason {
+				return dropRefused, 0
+			}
+			reason = r.reason
+		}
+	}
+	if reason == "" {
+		return dropRefused, 0
+	}
+	sum := func(re *regexp.Regexp) int {
+		n := 0
+		for _, m := range re.FindAllStringSubmatch(msg, -1) {
+			k, _ := strconv.Atoi(m[1])
+			n += k
+		}
+		return n
+	}
+	if n := sum(totalIgnored); n > 0 {
+		return reason, n
+	}
+	if n := sum(errorsLike); n > 0 {
+		return reason, n
+	}
+	return reason, 1
+}
+
+// forward pushes the spool to Loki until ctx ends. It is a pipeline of
+// two: one goroutine reads the next batch from the spool, decodes, screens
+// and encodes it while the other pushes the batch before (and commits the
+// cursor after each push, in order). Reading and encoding cost about as
+// much as the push itself (docs/benchmarks.md), so each now hides the
+// other.
 func (m *Monitor) forward(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan preparedBatch, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(ready)
+		m.prepare(ctx, ready)
+	})
+	defer func() {
+		cancel()
+		for range ready { // let prepare see ctx's end
+		}
+		wg.Wait()
+	}()
+	for p := range ready {
+		if len(p.batch) > 0 && !m.pushNarrowing(ctx, p.batch, p.body) {
+			return
+		}
+		if err := m.spool.commit(p.next); err != nil {
+			m.log.Error("commit loki spool", "err", err)
+		}
+		m.pushed.Store(p.last)
+		m.met.spoolBytes.Set(float64(m.spool.size()))
+	}
+}
+
+// preparedBatch is a batch read from the spool, screened and encoded: the
+// records to push (none: all dropped), the body, the spool position after
+// the batch and its last number.
+type preparedBatch struct {
+	batch []Entry
+	body  pushBody
+	next  spoolPos
+	last  uint64
+}
+
+// prepare reads the spool from the cursor on, sending each batch, ready to
+// push, to out, until ctx ends.
+func (m *Monitor) prepare(ctx context.Context, out chan<- preparedBatch) {
 	cfg := m.cfg.Loki
+	pos := m.spool.position()
 	for ctx.Err() == nil {
-		es, next, err := m.spool.read(cfg.BatchRecords, cfg.BatchBytes)
+		es, next, err := m.spool.read(pos, cfg.BatchRecords, cfg.BatchBytes)
 		if err != nil {
 			m.log.Error("read loki spool", "err", err)
 			backoff.Sleep(ctx, time.Second)
@@ -316,73 +438,212 @@ func (m *Monitor) forward(ctx context.Context) {
 			continue
 		}
 		if len(es) < cfg.BatchRecords && cfg.BatchWait > 0 {
-			// Linger for a fuller batch, then read again from the cursor.
+			// Linger for a fuller batch, then read again from pos.
 			if !backoff.Sleep(ctx, cfg.BatchWait.D()) {
 				return
 			}
-			if es, next, err = m.spool.read(cfg.BatchRecords, cfg.BatchBytes); err != nil {
+			if es, next, err = m.spool.read(pos, cfg.BatchRecords, cfg.BatchBytes); err != nil {
 				continue
 			}
 		}
-		batch := make([]Entry, len(es))
+		p := preparedBatch{batch: make([]Entry, len(es)), next: next, last: es[len(es)-1].Seq}
 		for i, e := range es {
-			batch[i] = e.Entry
+			p.batch[i] = e.Entry
 		}
-		if !m.pushRetrying(ctx, batch) {
+		p.batch = m.screen(p.batch)
+		if len(p.batch) > 0 {
+			if p.body, err = m.loki.encode(p.batch); err != nil {
+				m.dropped(dropEncode, p.batch, err.Error())
+				p.batch = nil
+			}
+		}
+		select {
+		case out <- p:
+		case <-ctx.Done():
 			return
 		}
-		if err := m.spool.commit(next); err != nil {
-			m.log.Error("commit loki spool", "err", err)
-		}
-		m.pushed.Store(batch[len(batch)-1].Seq)
-		m.met.spoolBytes.Set(float64(m.spool.size()))
+		pos = next
 	}
 }
 
-// pushRetrying pushes a batch until Loki takes it, refuses it for good, or
-// ctx ends (false).
-func (m *Monitor) pushRetrying(ctx context.Context, batch []Entry) bool {
-	cfg := m.cfg.Loki
-	body, err := m.loki.encode(batch)
-	if err != nil {
-		m.log.Error("encode loki push", "err", err)
-		m.met.lokiDropped.Add(float64(len(batch)))
+// screen drops the records Loki's limits exclude (older than
+// reject_old_samples_max_age, beyond creation_grace_period, a line over
+// max_line_size: pkg/distributor/validator.go ValidateEntry), which Loki
+// would refuse on every try.
+func (m *Monitor) screen(batch []Entry) []Entry {
+	lim := m.cfg.Loki.Limits
+	now := m.now()
+	oldest, newest := uint64(0), uint64(math.MaxInt64)
+	if lim.RejectOldSamplesMaxAge > 0 {
+		oldest = unixNano(now.Add(-lim.RejectOldSamplesMaxAge.D()))
+	}
+	if lim.CreationGracePeriod > 0 {
+		newest = unixNano(now.Add(lim.CreationGracePeriod.D()))
+	}
+	var tooOld, tooNew, tooLong []Entry
+	keep := batch[:0:0]
+	for _, e := range batch {
+		switch {
+		case e.Seq < oldest:
+			tooOld = append(tooOld, e)
+		case e.Seq > newest:
+			tooNew = append(tooNew, e)
+		case lim.MaxLineSize > 0 && len(e.Line) > lim.MaxLineSize:
+			tooLong = append(tooLong, e)
+		default:
+			keep = append(keep, e)
+		}
+	}
+	if len(keep) == len(batch) {
+		return batch
+	}
+	m.dropped(dropTooOld, tooOld, "older than Loki's reject_old_samples_max_age ("+lim.RejectOldSamplesMaxAge.String()+")")
+	m.dropped(dropTooNew, tooNew, "further in the future than Loki's creation_grace_period ("+lim.CreationGracePeriod.String()+")")
+	m.dropped(dropLineTooLong, tooLong, fmt.Sprintf("a line longer than Loki's max_line_size (%d bytes)", lim.MaxLineSize))
+	return keep
+}
+
+// pushNarrowing pushes part (encoded as body). When Loki refuses some of
+// its entries (a 400, having stored the rest), it narrows: unless Loki's
+// answer says every entry was refused, it pushes each half again (Loki
+// keeps one copy of an entry it has already: same stream, timestamp and
+// line), down to single records, so that exactly the refused records are
+// dropped and counted. It returns false when ctx ends first.
+func (m *Monitor) pushNarrowing(ctx context.Context, part []Entry, body pushBody) bool {
+	pe := m.pushUntilAnswered(ctx, len(part), body)
+	if pe == nil {
 		return true
 	}
+	if ctx.Err() != nil {
+		return false
+	}
+	reason, n := refusal(pe.msg)
+	if len(part) == 1 || (reason != dropRefused && n >= len(part)) {
+		m.dropped(reason, part, pe.Error())
+		return true
+	}
+	half := len(part) / 2
+	for _, p := range [][]Entry{part[:half], part[half:]} {
+		b, err := m.loki.encode(p)
+		if err != nil {
+			m.dropped(dropEncode, p, err.Error())
+			continue
+		}
+		if !m.pushNarrowing(ctx, p, b) {
+			return false
+		}
+	}
+	return true
+}
+
+// pushUntilAnswered pushes body (of n records) until Loki takes it (nil)
+// or refuses entries of it (a refusal), retrying everything else with
+// exponential backoff and jitter: no answer, 429 (which Loki sends
+// without Retry-After: pkg/util/server/error.go WriteError), 5xx, and
+// 4xx that no record causes (401, 403, 404: the monitor's configuration,
+// logged as errors; the records wait in the spool). It returns ctx's end
+// as a pushError too.
+func (m *Monitor) pushUntilAnswered(ctx context.Context, n int, body pushBody) *pushError {
+	cfg := m.cfg.Loki
 	retry := backoff.Backoff{Min: cfg.MinBackoff.D(), Max: cfg.MaxBackoff.D(), Jitter: true}
 	for {
 		start := time.Now()
-		err := m.loki.push(ctx, body)
+		pe := m.loki.push(ctx, body)
 		m.met.lokiLatency.Observe(time.Since(start).Seconds())
-		if err == nil {
-			m.met.lokiRecords.Add(float64(len(batch)))
+		if pe == nil {
+			m.met.lokiRecords.Add(float64(n))
 			m.met.lokiBytes.Add(float64(len(body.data)))
-			return true
+			return nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return &pushError{msg: ctx.Err().Error()}
 		}
-		var pe *pushError
-		errors.As(err, &pe)
 		code := "error"
-		if pe != nil && pe.status != 0 {
+		if pe.status != 0 {
 			code = strconv.Itoa(pe.status)
 		}
 		m.met.lokiErrors.WithLabelValues(code).Inc()
-		if pe != nil && !pe.retryable() {
-			m.log.Error("loki refused a batch; dropping it", "records", len(batch), "err", err)
-			m.met.lokiDropped.Add(float64(len(batch)))
-			return true
+		if pe.refused() {
+			return pe
 		}
 		wait := retry.Next()
-		if pe != nil && pe.retryAfter > wait {
+		if pe.retryAfter > wait {
 			wait = min(pe.retryAfter, 5*time.Minute)
 		}
-		m.log.Warn("push to loki failed; retrying", "err", err, "wait", wait)
+		if pe.status/100 == 4 && pe.status != http.StatusTooManyRequests && pe.status != http.StatusRequestTimeout {
+			m.log.Error("push to loki failed; retrying", "err", pe, "wait", wait, "records", n)
+		} else {
+			m.log.Warn("push to loki failed; retrying", "err", pe, "wait", wait, "records", n)
+		}
 		if !backoff.Sleep(ctx, wait) {
-			return false
+			return &pushError{msg: ctx.Err().Error()}
 		}
 	}
+}
+
+// StepLokiDropped is the step of the system record that tells a job's
+// readers that records of it are not in Loki (history read from Loki
+// misses them; live viewers had them).
+const StepLokiDropped = "loki_dropped"
+
+// dropped counts and reports records that will not be in Loki: a metric
+// by reason, a warning with the counts, and for each job a system record
+// saying how many of its records Loki will not have and why (itself
+// pushed to Loki, at the present time, so that history shows the hole).
+func (m *Monitor) dropped(reason string, es []Entry, why string) {
+	if len(es) == 0 {
+		return
+	}
+	m.met.lokiDropped.WithLabelValues(reason).Add(float64(len(es)))
+	type job struct {
+		team string
+		n    int
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for _, e := range es {
+		if e.Source == joblog.SourceSystem && e.Step == StepLokiDropped {
+			continue // a notice is not noticed again
+		}
+		j := jobs[e.JobID]
+		if j == nil {
+			j = &job{team: e.Team}
+			jobs[e.JobID] = j
+			order = append(order, e.JobID)
+		}
+		j.n++
+	}
+	m.log.Warn("records not stored in loki; dropped", "reason", reason, "records", len(es), "jobs", len(order),
+		"first", time.Unix(0, int64(es[0].Seq)).UTC(), "last", time.Unix(0, int64(es[len(es)-1].Seq)).UTC(), "why", why)
+	if len(order) == 0 {
+		return
+	}
+	ok := false
+	notes := make([]joblog.Record, 0, len(order))
+	for _, id := range order {
+		notes = append(notes, joblog.Record{Time: m.now(), JobID: id, Team: jobs[id].team, Source: joblog.SourceSystem,
+			Stream: "wrk-monitor", Step: StepLokiDropped, OK: &ok,
+			Line: fmt.Sprintf("%d log records not stored in Loki (%s): %s; history read from Loki misses them", jobs[id].n, reason, dropWhy(reason))})
+	}
+	if _, err := m.Append(context.Background(), notes); err != nil {
+		m.log.Warn("note records not stored in loki", "err", err)
+	}
+}
+
+func dropWhy(reason string) string {
+	switch reason {
+	case dropTooOld:
+		return "older than Loki takes (reject_old_samples_max_age)"
+	case dropTooNew:
+		return "too far in the future for Loki (creation_grace_period)"
+	case dropLineTooLong:
+		return "a line longer than Loki takes (max_line_size)"
+	case dropTooFarBehind:
+		return "more than Loki's out-of-order window behind the stream's newest entry"
+	case dropEncode:
+		return "could not be encoded"
+	}
+	return "Loki refused them"
 }
 
 // Filter selects records of a job.
@@ -408,14 +669,36 @@ func logQL(job string, f Filter) string {
 }
 
 // queryRange calls fn with each record of job under f numbered in
-// [from, to), oldest first, paging through query_range.
+// [from, to), oldest first. It reads in windows Loki accepts: at most
+// Limits.MaxQueryLength each (Loki refuses end - start above its
+// max_query_length, 721h: pkg/querier/limits/validation.go
+// ValidateQueryTimeRangeLimits), paged by min(QueryLimit,
+// Limits.MaxEntriesLimitPerQuery) (Loki refuses a limit above
+// max_entries_limit_per_query, 5000: pkg/querier/http.go).
 func (l *lokiClient) queryRange(ctx context.Context, job string, f Filter, from, to uint64, fn func(Entry) error) error {
+	span := uint64(l.cfg.Limits.MaxQueryLength.D())
+	limit := min(l.cfg.QueryLimit, l.cfg.Limits.MaxEntriesLimitPerQuery)
+	for from < to {
+		end := to
+		if end-from > span {
+			end = from + span
+		}
+		if err := l.queryWindow(ctx, job, f, from, end, limit, fn); err != nil {
+			return err
+		}
+		from = end
+	}
+	return nil
+}
+
+// queryWindow pages through query_range over [from, to).
+func (l *lokiClient) queryWindow(ctx context.Context, job string, f Filter, from, to uint64, limit int, fn func(Entry) error) error {
 	for from < to {
 		q := url.Values{
 			"query":     {logQL(job, f)},
 			"start":     {strconv.FormatUint(from, 10)},
 			"end":       {strconv.FormatUint(to, 10)},
-			"limit":     {strconv.Itoa(l.cfg.QueryLimit)},
+			"limit":     {strconv.Itoa(limit)},
 			"direction": {"forward"},
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(l.cfg.URL, "/")+"/loki/api/v1/query_range?"+q.Encode(), nil)
@@ -441,7 +724,7 @@ func (l *lokiClient) queryRange(ctx context.Context, job string, f Filter, from,
 				return err
 			}
 		}
-		if len(es) < l.cfg.QueryLimit {
+		if len(es) < limit {
 			return nil
 		}
 		from = es[len(es)-1].Seq + 1

@@ -23,7 +23,7 @@ type metrics struct {
 	lokiErrors  *prometheus.CounterVec
 	lokiRecords prometheus.Counter
 	lokiBytes   prometheus.Counter
-	lokiDropped prometheus.Counter
+	lokiDropped *prometheus.CounterVec
 	spoolBytes  prometheus.Gauge
 	history     *prometheus.CounterVec
 }
@@ -44,9 +44,10 @@ func newMetrics(m *Monitor) *metrics {
 		lokiErrors:  prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loki_push_errors_total", Help: "Failed pushes to Loki, by HTTP status (error: no answer)."}, []string{"code"}),
 		lokiRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "loki_records_sent_total", Help: "Records Loki took."}),
 		lokiBytes:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "loki_bytes_sent_total", Help: "Compressed push bytes Loki took."}),
-		lokiDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "loki_records_dropped_total", Help: "Records Loki refused for good (a 4xx other than 429)."}),
-		spoolBytes:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "spool_bytes", Help: "Bytes in the spool not yet in Loki."}),
-		history:     prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "history_reads_total", Help: "History reads, by source (loki, buffer) and result."}, []string{"source", "result"}),
+		lokiDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loki_records_dropped_total",
+			Help: "Records not stored in Loki, by reason (too_old, too_new, line_too_long: beyond Loki's limits, not pushed or refused; too_far_behind: refused, over 1h behind the stream's newest; refused: any other 400; encode)."}, []string{"reason"}),
+		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "spool_bytes", Help: "Bytes in the spool not yet in Loki."}),
+		history:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "history_reads_total", Help: "History reads, by source (loki, buffer) and result."}, []string{"source", "result"}),
 	}
 	x.reg.MustRegister(x.recordsIn, x.recordsOut, x.rejected, x.viewers, x.cutOff, x.lag, x.jobs,
 		x.lokiLatency, x.lokiErrors, x.lokiRecords, x.lokiBytes, x.lokiDropped, x.spoolBytes, x.history,

@@ -309,12 +309,19 @@ type spooled struct {
 	size int
 }
 
-// read returns up to maxRecords records (about maxBytes) from the cursor
-// on, without consuming them, and the position after them. Only the
-// forwarder reads.
-func (s *spool) read(maxRecords, maxBytes int) ([]spooled, spoolPos, error) {
+// position is the cursor: the first frame not yet in Loki.
+func (s *spool) position() spoolPos {
 	s.mu.Lock()
-	pos := s.cursor
+	defer s.mu.Unlock()
+	return s.cursor
+}
+
+// read returns up to maxRecords records (about maxBytes) from pos (at or
+// after the cursor) on, without consuming them, and the position after
+// them. Only the forwarder reads, ahead of the cursor while a push is in
+// flight.
+func (s *spool) read(pos spoolPos, maxRecords, maxBytes int) ([]spooled, spoolPos, error) {
+	s.mu.Lock()
 	segs := slices.Clone(s.segs)
 	sizes := make(map[uint64]int64, len(segs))
 	for _, n := range segs {

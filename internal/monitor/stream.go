@@ -221,9 +221,19 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	case lr.hasSince:
 		lo = lr.since
 	case !lr.follow:
-		lo = uint64(max(now.Add((-m.cfg.Loki.MaxLookback).D()).UnixNano(), 0))
+		lo = unixNano(now.Add((-m.cfg.Loki.MaxLookback).D()))
 	default:
 		wantHistory = false
+	}
+	// History reaches back MaxLookback at most: an older since (or
+	// Last-Event-ID) is clamped, and the stream says so.
+	var clamped string
+	if limit := unixNano(now.Add((-m.cfg.Loki.MaxLookback).D())); wantHistory && lo < limit {
+		lo = limit
+		if lr.hasSince || lr.hasAfter {
+			clamped = fmt.Sprintf("history reaches back %s (the monitor's maxLookback): it starts at %s, not earlier",
+				m.cfg.Loki.MaxLookback.D(), time.Unix(0, int64(limit)).UTC().Format(time.RFC3339))
+		}
 	}
 	j.mu.RLock()
 	floor := j.floor
@@ -244,6 +254,9 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 	sw.arm()
 	fmt.Fprintf(sw, ": cosmicac job %s logs; history: %s\nretry: 2000\n\n", lr.job, hist)
 	sw.event("meta", Meta{History: hist, Follow: lr.follow, Partial: needOlder && m.loki == nil})
+	if clamped != "" {
+		sw.event("warning", map[string]string{"message": clamped})
+	}
 
 	var last uint64 // number of the last record sent
 	if lr.hasAfter {

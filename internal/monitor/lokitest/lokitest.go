@@ -1,5 +1,6 @@
 // Package lokitest is an in-memory stand-in for Loki's HTTP API, for tests
-// and benchmarks of the monitor (there is no Loki binary for this machine).
+// and benchmarks of the monitor; the monitor's integration tests also run
+// against a real Loki when hack/build-loki.sh has built one (Start).
 //
 // It follows the Loki 3.x HTTP API ("Loki HTTP API" in Loki's docs, v1
 // endpoints):
@@ -21,6 +22,34 @@
 //     ["ns","line",{"structuredMetadata":{...}}] and the data carries
 //     "encodingFlags":["categorize-labels"], otherwise structured metadata
 //     is merged into each result stream's labels, as Loki does.
+//
+// Limits, as Loki 3.7 applies them with its default limits_config (Limits,
+// SetLimits; DefaultLimits are Loki's defaults, each from the Loki file
+// named):
+//
+//   - the distributor refuses an entry older than now - RejectOldSamplesMaxAge
+//     (7d), newer than now + CreationGracePeriod (10m), or with a line over
+//     MaxLineSize (256 KiB), storing the rest of the push and answering 400
+//     with one message per refused entry, grouped as "N errors like: …"
+//     (pkg/distributor/validator.go ValidateEntry, pkg/distributor/
+//     distributor.go Push, pkg/util/errors.go GroupedErrors);
+//   - the ingester refuses an entry more than OutOfOrderWindow (1h:
+//     max_chunk_age/2) behind the newest entry of its stream, storing the
+//     rest and answering 400 "entry with timestamp … ignored, reason:
+//     'entry too far behind, …'" (at most 10 listed) and "user 'fake',
+//     total ignored: N out of M for stream: {…}" (pkg/ingester/stream.go);
+//   - a stream without service_name gets it from the first of Loki's
+//     discover_service_name labels it has (for the monitor's streams:
+//     job), else "unknown_service" (pkg/loghttp/push/push.go); each entry
+//     without detected_level gets it as structured metadata, guessed from
+//     the first level word in its line, else "unknown" (a simplification
+//     of pkg/distributor/field_detection.go, without its JSON and logfmt
+//     parsing);
+//   - query_range refuses a limit over MaxEntriesLimitPerQuery (5000:
+//     pkg/querier/http.go) and end - start over MaxQueryLength (721h:
+//     pkg/querier/limits/validation.go), with 400;
+//   - errors carry no Retry-After, a 429 neither (pkg/util/server/error.go
+//     WriteError): RateLimitNext answers pushes with Loki's 429.
 //
 // Faults: FailNext answers the next pushes with a status (and Retry-After),
 // SetDelay slows every request.
@@ -59,7 +88,37 @@ type stream struct {
 	labels  map[string]string
 	entries []Entry
 	seen    map[string]struct{} // ts+line, for Loki's duplicate drop
+	highest int64               // the newest entry's timestamp
 }
+
+// Limits are the Loki limits the fake applies (zero: none).
+type Limits struct {
+	RejectOldSamplesMaxAge  time.Duration // validation.reject-old-samples.max-age
+	CreationGracePeriod     time.Duration // validation.create-grace-period
+	MaxLineSize             int           // distributor.max-line-size
+	OutOfOrderWindow        time.Duration // ingester.max-chunk-age / 2
+	MaxEntriesLimitPerQuery int           // validation.max-entries-limit
+	MaxQueryLength          time.Duration // querier.max-query-length
+	// Now is Loki's clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// DefaultLimits are Loki 3.7's defaults (pkg/validation/limits.go
+// RegisterFlags; ingester.max-chunk-age 2h in pkg/ingester/ingester.go).
+func DefaultLimits() Limits {
+	return Limits{
+		RejectOldSamplesMaxAge:  7 * 24 * time.Hour,
+		CreationGracePeriod:     10 * time.Minute,
+		MaxLineSize:             256 << 10,
+		OutOfOrderWindow:        time.Hour,
+		MaxEntriesLimitPerQuery: 5000,
+		MaxQueryLength:          721 * time.Hour,
+	}
+}
+
+// discoverServiceName is Loki's default discover_service_name list.
+var discoverServiceName = []string{"service", "app", "application", "app_name", "name", "app_kubernetes_io_name",
+	"container", "container_name", "k8s_container_name", "component", "workload", "job", "k8s_job_name"}
 
 // Server is a fake Loki.
 type Server struct {
@@ -75,6 +134,9 @@ type Server struct {
 	failed    int
 	pushBytes int64
 	auth      []string
+	limits    Limits
+	discarded map[string]int
+	queries   int
 }
 
 type fault struct {
@@ -84,7 +146,7 @@ type fault struct {
 
 // New starts a fake Loki; Close stops it.
 func New() *Server {
-	s := &Server{streams: map[string]*stream{}}
+	s := &Server{streams: map[string]*stream{}, limits: DefaultLimits(), discarded: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /loki/api/v1/push", s.push)
 	mux.HandleFunc("GET /loki/api/v1/query_range", s.queryRange)
@@ -101,6 +163,40 @@ func (s *Server) FailNext(n, status int, retryAfter string) {
 	for range n {
 		s.fails = append(s.fails, fault{status, retryAfter})
 	}
+}
+
+// RateLimitNext makes the next n pushes answer as Loki does when a
+// tenant's ingestion rate is exceeded: 429, without Retry-After.
+func (s *Server) RateLimitNext(n int) { s.FailNext(n, http.StatusTooManyRequests, "") }
+
+// SetLimits replaces the limits (New starts with DefaultLimits).
+func (s *Server) SetLimits(l Limits) {
+	s.mu.Lock()
+	s.limits = l
+	s.mu.Unlock()
+}
+
+// Discarded counts the entries refused, by Loki's reason
+// (greater_than_max_sample_age, too_far_in_future, line_too_long,
+// too_far_behind: the reason label of loki_discarded_samples_total).
+func (s *Server) Discarded() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.discarded)
+}
+
+// Queries counts the query_range requests answered 200.
+func (s *Server) Queries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queries
+}
+
+func (l Limits) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
 }
 
 // Heal forgets the faults not yet injected.
@@ -248,25 +344,190 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	lim := s.limits
+	now := lim.now()
+	var distErrs []string // the distributor's, one per refused entry
+	type ingested struct {
+		labels  string
+		entries []Entry
+	}
+	var order []string
+	byStream := map[string]*ingested{}
+	withService := map[string]map[string]string{}
 	for _, e := range entries {
 		key := labelKey(e.Labels)
-		st := s.streams[key]
-		if st == nil {
-			st = &stream{labels: e.Labels, seen: map[string]struct{}{}}
-			s.streams[key] = st
+		lbs := withService[key]
+		if lbs == nil {
+			lbs = addServiceName(e.Labels)
+			withService[key] = lbs
 		}
-		dk := strconv.FormatInt(e.TS, 10) + "\x00" + e.Line
-		if _, dup := st.seen[dk]; dup {
+		e.Labels = lbs
+		if reason, msg := lim.validate(e, now); reason != "" {
+			s.discarded[reason]++
+			distErrs = append(distErrs, msg)
 			continue
 		}
-		st.seen[dk] = struct{}{}
-		st.entries = append(st.entries, e)
+		if _, ok := e.Metadata["detected_level"]; !ok {
+			md := maps.Clone(e.Metadata)
+			if md == nil {
+				md = map[string]string{}
+			}
+			md["detected_level"] = detectLevel(e.Line)
+			e.Metadata = md
+		}
+		skey := labelKey(lbs)
+		in := byStream[skey]
+		if in == nil {
+			in = &ingested{labels: promLabels(lbs)}
+			byStream[skey] = in
+			order = append(order, skey)
+		}
+		in.entries = append(in.entries, e)
 	}
-	s.pushes++
-	s.pushBytes += int64(len(body))
+	var ingErr string // the ingester's: the first stream's
+	for _, key := range order {
+		in := byStream[key]
+		st := s.streams[key]
+		if st == nil {
+			st = &stream{labels: in.entries[0].Labels, seen: map[string]struct{}{}}
+			s.streams[key] = st
+		}
+		var ignored []string
+		total := 0
+		for _, e := range in.entries {
+			if cutoff := st.highest - int64(lim.OutOfOrderWindow); lim.OutOfOrderWindow > 0 && st.highest != 0 && e.TS < cutoff {
+				s.discarded["too_far_behind"]++
+				total++
+				if len(ignored) < 10 {
+					ignored = append(ignored, fmt.Sprintf("entry with timestamp %s ignored, reason: 'entry too far behind, entry timestamp is: %s, oldest acceptable timestamp is: %s',\n",
+						time.Unix(0, e.TS).UTC(), time.Unix(0, e.TS).UTC().Format(time.RFC3339), time.Unix(0, cutoff).UTC().Format(time.RFC3339)))
+				}
+				continue
+			}
+			st.highest = max(st.highest, e.TS)
+			dk := strconv.FormatInt(e.TS, 10) + "\x00" + e.Line
+			if _, dup := st.seen[dk]; dup {
+				continue
+			}
+			st.seen[dk] = struct{}{}
+			st.entries = append(st.entries, e)
+		}
+		if total > 0 && ingErr == "" {
+			ingErr = strings.Join(ignored, "") + fmt.Sprintf("user 'fake', total ignored: %d out of %d for stream: %s", total, len(in.entries), in.labels)
+		}
+	}
 	s.auth = append(s.auth, r.Header.Get("Authorization"))
-	s.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
+	switch {
+	case ingErr != "":
+		httpError(w, http.StatusBadRequest, ingErr)
+	case len(distErrs) > 0:
+		httpError(w, http.StatusBadRequest, groupErrors(distErrs))
+	default:
+		s.pushes++
+		s.pushBytes += int64(len(body))
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// validate is the distributor's check of one entry: Loki's reason and
+// message when it refuses it.
+func (l Limits) validate(e Entry, now time.Time) (string, string) {
+	ls := promLabels(e.Labels)
+	t := time.Unix(0, e.TS).UTC()
+	switch {
+	case l.RejectOldSamplesMaxAge > 0 && e.TS < now.Add(-l.RejectOldSamplesMaxAge).UnixNano():
+		return "greater_than_max_sample_age", fmt.Sprintf("entry for stream '%s' has timestamp too old: %v, oldest acceptable timestamp is: %v",
+			ls, t.Format(time.RFC3339), now.Add(-l.RejectOldSamplesMaxAge).UTC().Format(time.RFC3339))
+	case l.CreationGracePeriod > 0 && e.TS > now.Add(l.CreationGracePeriod).UnixNano():
+		return "too_far_in_future", fmt.Sprintf("entry for stream '%s' has timestamp too new: %v", ls, t.Format(time.RFC3339))
+	case l.MaxLineSize > 0 && len(e.Line) > l.MaxLineSize:
+		return "line_too_long", fmt.Sprintf("max entry size '%d' bytes exceeded for stream '%s' while adding an entry with length '%d' bytes", l.MaxLineSize, ls, len(e.Line))
+	}
+	return "", ""
+}
+
+// groupErrors joins messages as Loki's util.GroupedErrors does.
+func groupErrors(msgs []string) string {
+	var order []string
+	n := map[string]int{}
+	for _, m := range msgs {
+		if n[m] == 0 {
+			order = append(order, m)
+		}
+		n[m]++
+	}
+	var b strings.Builder
+	for i, m := range order {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if len(order) > 1 || n[m] > 1 {
+			fmt.Fprintf(&b, "%d errors like: ", n[m])
+		}
+		b.WriteString(m)
+	}
+	return b.String()
+}
+
+func addServiceName(labels map[string]string) map[string]string {
+	if _, ok := labels["service_name"]; ok {
+		return labels
+	}
+	out := maps.Clone(labels)
+	out["service_name"] = "unknown_service"
+	for _, name := range discoverServiceName {
+		if v := labels[name]; v != "" {
+			out["service_name"] = v
+			break
+		}
+	}
+	return out
+}
+
+// promLabels writes labels as Loki prints a stream: {a="b", c="d"}.
+func promLabels(m map[string]string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%q", k, m[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+var levelWords = []struct{ word, level string }{
+	{"trace", "trace"}, {"debug", "debug"}, {"fatal", "fatal"}, {"critical", "critical"},
+	{"error", "error"}, {"err", "error"}, {"warning", "warn"}, {"warn", "warn"}, {"info", "info"},
+}
+
+// detectLevel is the level of the first level word (a whole word, any
+// case) in line, else "unknown".
+func detectLevel(line string) string {
+	lower := strings.ToLower(line)
+	best, at := "unknown", len(lower)
+	word := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' }
+	for _, p := range levelWords {
+		for off := 0; off < at; {
+			i := strings.Index(lower[off:], p.word)
+			if i < 0 {
+				break
+			}
+			i += off
+			end := i + len(p.word)
+			if (i == 0 || !word(lower[i-1])) && (end == len(lower) || !word(lower[end])) {
+				if i < at {
+					best, at = p.level, i
+				}
+				break
+			}
+			off = i + 1
+		}
+	}
+	return best
 }
 
 func labelKey(m map[string]string) string {
@@ -534,6 +795,17 @@ func (s *Server) queryRange(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "bad direction")
 		return
 	}
+	s.mu.Lock()
+	lim := s.limits
+	s.mu.Unlock()
+	if lim.MaxEntriesLimitPerQuery > 0 && limit > lim.MaxEntriesLimitPerQuery {
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("max entries limit per query exceeded, limit > max_entries_limit_per_query (%d > %d)", limit, lim.MaxEntriesLimitPerQuery))
+		return
+	}
+	if lim.MaxQueryLength > 0 && time.Duration(end-start) > lim.MaxQueryLength {
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("the query time range exceeds the limit (query length: %s, limit: %s)", time.Duration(end-start), lim.MaxQueryLength))
+		return
+	}
 	categorize := strings.Contains(r.Header.Get("X-Loki-Response-Encoding-Flags"), "categorize-labels")
 
 	var all []Entry
@@ -584,6 +856,9 @@ func (s *Server) queryRange(w http.ResponseWriter, r *http.Request) {
 	if categorize {
 		data["encodingFlags"] = []string{"categorize-labels"}
 	}
+	s.mu.Lock()
+	s.queries++
+	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data})
 }

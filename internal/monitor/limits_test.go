@@ -1,0 +1,403 @@
+package monitor_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/monitor"
+	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
+)
+
+// The monitor against Loki's limits (docs/logs.md, "Loki's limits"): each
+// test runs against the fake (lokitest.Server, which applies them) and,
+// when hack/build-loki.sh has built one ($COSMICAC_LOKI_BIN), a real Loki.
+
+// aLoki is a Loki under test: the fake (with fake set) or a real one.
+type aLoki struct {
+	url  string
+	fake *lokitest.Server
+}
+
+// eachLoki runs fn against the fake and against a real Loki.
+func eachLoki(t *testing.T, fn func(t *testing.T, lk aLoki)) {
+	t.Run("fake", func(t *testing.T) {
+		f := lokitest.New()
+		t.Cleanup(f.Close)
+		fn(t, aLoki{url: f.URL, fake: f})
+	})
+	t.Run("real", func(t *testing.T) {
+		r := lokitest.Start(t)
+		fn(t, aLoki{url: r.URL})
+	})
+}
+
+func limitsConfig(lk aLoki, dir string) monitor.Config {
+	cfg := monitor.DefaultConfig(dir)
+	cfg.Loki.URL = lk.url
+	cfg.Loki.MinBackoff = config.Duration(10 * time.Millisecond)
+	cfg.Loki.MaxBackoff = config.Duration(200 * time.Millisecond)
+	cfg.Loki.BatchWait = config.Duration(5 * time.Millisecond)
+	return cfg
+}
+
+// lokiStream is a stream of a query_range answer.
+type lokiStream struct {
+	Labels  map[string]string
+	Entries [][]json.RawMessage
+}
+
+// queryLoki asks Loki itself (not the monitor) for job's entries of the
+// last 720h, as one client would.
+func queryLoki(t testing.TB, base, job string) []lokiStream {
+	t.Helper()
+	now := time.Now()
+	q := url.Values{
+		"query":     {`{job="` + job + `"}`},
+		"start":     {strconv.FormatInt(now.Add(-720*time.Hour).UnixNano(), 10)},
+		"end":       {strconv.FormatInt(now.Add(time.Hour).UnixNano(), 10)},
+		"limit":     {"5000"},
+		"direction": {"forward"},
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/loki/api/v1/query_range?"+q.Encode(), nil)
+	req.Header.Set("X-Loki-Response-Encoding-Flags", "categorize-labels")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var qr struct {
+		Data struct {
+			Result []struct {
+				Stream map[string]string   `json:"stream"`
+				Values [][]json.RawMessage `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("query_range: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&qr); err != nil {
+		t.Fatal(err)
+	}
+	var out []lokiStream
+	for _, r := range qr.Data.Result {
+		out = append(out, lokiStream{Labels: r.Stream, Entries: r.Values})
+	}
+	return out
+}
+
+// lokiLines is every line of job in Loki.
+func lokiLines(t testing.TB, base, job string) []string {
+	t.Helper()
+	var lines []string
+	for _, s := range queryLoki(t, base, job) {
+		for _, v := range s.Entries {
+			var l string
+			json.Unmarshal(v[1], &l)
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// waitLines waits until Loki holds n lines of job, and returns them.
+func waitLines(t testing.TB, base, job string, n int) []string {
+	t.Helper()
+	var lines []string
+	waittest.Until(t, func() bool {
+		lines = lokiLines(t, base, job)
+		return len(lines) >= n
+	}, "Loki to hold %d lines of the job", n)
+	return lines
+}
+
+// dropped is cosmicac_monitor_loki_records_dropped_total{reason}.
+func dropped(t testing.TB, m *monitor.Monitor, reason string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "cosmicac_monitor_loki_records_dropped_total" {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// spoolWhileAway appends n records to a monitor on dir numbered by now
+// while Loki is away, and stops it: a spool of that age.
+func spoolWhileAway(t *testing.T, dir string, now time.Time, n int) {
+	t.Helper()
+	cfg := monitor.DefaultConfig(dir)
+	cfg.Loki.URL = "http://127.0.0.1:1" // nothing listens
+	cfg.Loki.MinBackoff = config.Duration(time.Hour)
+	m, err := monitor.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor.SetClock(m, func() time.Time { return now })
+	appendN(t, m, 0, n, 10)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A spool older than Loki takes (after an outage of over a week) is
+// dropped, counted and noted in the job's history, not retried for ever;
+// with the monitor's own check off, Loki's 400 says the same.
+func TestSpoolOlderThanLokiTakesIsReported(t *testing.T) {
+	for _, screen := range []bool{true, false} {
+		t.Run("monitor-checks-"+strconv.FormatBool(screen), func(t *testing.T) {
+			eachLoki(t, func(t *testing.T, lk aLoki) {
+				dir := t.TempDir()
+				spoolWhileAway(t, dir, time.Now().Add(-8*24*time.Hour), 50)
+				cfg := limitsConfig(lk, dir)
+				job := jobA
+				if !screen {
+					cfg.Loki.Limits.RejectOldSamplesMaxAge = -1 // push them: Loki refuses
+				}
+				e := start(t, cfg, false)
+				waittest.Until(t, func() bool { return dropped(t, e.m, "too_old") == 50 }, "50 records counted as too old (%v)", dropped(t, e.m, "too_old"))
+				lines := waitLines(t, lk.url, job, 1)
+				if len(lines) != 1 || !strings.Contains(lines[0], "50 log records not stored in Loki (too_old)") {
+					t.Fatalf("Loki holds %q, want only the note of 50 records too old", lines)
+				}
+				if lk.fake != nil && !screen {
+					if d := lk.fake.Discarded()["greater_than_max_sample_age"]; d != 50 {
+						t.Errorf("the fake refused %d as too old, want 50 (once each)", d)
+					}
+				}
+				// The history a viewer reads says so.
+				recs, _, err := collect(context.Background(), e.c, client.LogOptions{}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(recs) == 0 || recs[len(recs)-1].Step != monitor.StepLokiDropped {
+					t.Errorf("history %+v, want the note last", recs)
+				}
+			})
+		})
+	}
+}
+
+// One line too long in a batch: Loki stores the rest and answers 400; the
+// monitor narrows the batch down to that record, drops and counts it
+// alone, and every other record is in Loki once.
+func TestOneLongLineDropsOnlyItself(t *testing.T) {
+	for _, screen := range []bool{true, false} {
+		t.Run("monitor-checks-"+strconv.FormatBool(screen), func(t *testing.T) {
+			eachLoki(t, func(t *testing.T, lk aLoki) {
+				cfg := limitsConfig(lk, t.TempDir())
+				if !screen {
+					cfg.Loki.Limits.MaxLineSize = -1
+				}
+				e := start(t, cfg, false)
+				var rs []joblog.Record
+				for i := range 100 {
+					rs = append(rs, rec(i))
+				}
+				rs[37].Line = strings.Repeat("x", 300<<10)
+				if _, err := e.m.Append(context.Background(), rs); err != nil {
+					t.Fatal(err)
+				}
+				lines := waitLines(t, lk.url, jobA, 100)
+				if len(lines) != 100 {
+					t.Fatalf("Loki holds %d lines, want 99 and the note", len(lines))
+				}
+				seen := map[string]int{}
+				for _, l := range lines {
+					seen[l]++
+				}
+				for i := range 100 {
+					if want := 1 - btoi(i == 37); seen["line "+strconv.Itoa(i)] != want {
+						t.Errorf("line %d is in Loki %d times, want %d", i, seen["line "+strconv.Itoa(i)], want)
+					}
+				}
+				if n := dropped(t, e.m, "line_too_long"); n != 1 {
+					t.Errorf("dropped as too long: %v, want 1", n)
+				}
+				if n := metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"); n != 1 {
+					t.Errorf("dropped in all: %v, want 1", n)
+				}
+			})
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Records more than 1h behind their stream's newest entry in Loki (a
+// second writer, a clock set back) are refused by Loki's ingester; the
+// monitor drops and counts them once.
+func TestTooFarBehindIsDroppedOnce(t *testing.T) {
+	eachLoki(t, func(t *testing.T, lk aLoki) {
+		e1 := start(t, limitsConfig(lk, t.TempDir()), false)
+		appendN(t, e1.m, 0, 1, 1)
+		waitLines(t, lk.url, jobA, 1)
+		e1.stop()
+
+		m2, err := monitor.New(limitsConfig(lk, t.TempDir()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		monitor.SetClock(m2, func() time.Time { return time.Now().Add(-2 * time.Hour) })
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); m2.Run(ctx) }()
+		defer func() { cancel(); <-done; m2.Close() }()
+		appendN(t, m2, 1, 11, 10)
+		waittest.Until(t, func() bool { return dropped(t, m2, "too_far_behind") >= 10 }, "10 records dropped as too far behind")
+		// The note is in a stream of its own (source=system), new to
+		// Loki, so Loki takes it at the second monitor's time.
+		lines := waitLines(t, lk.url, jobA, 2)
+		slices.Sort(lines) // the note sorts first
+		if len(lines) != 2 || lines[1] != "line 0" || !strings.Contains(lines[0], "10 log records not stored in Loki (too_far_behind)") {
+			t.Errorf("Loki holds %q, want the first record and the note of 10 too far behind", lines)
+		}
+	})
+}
+
+// Loki adds service_name (the job ID, from its discover_service_name
+// list) and detected_level; the monitor's labels and metadata survive.
+func TestLokiLabels(t *testing.T) {
+	eachLoki(t, func(t *testing.T, lk aLoki) {
+		e := start(t, limitsConfig(lk, t.TempDir()), false)
+		r := rec(0)
+		r.Line = "ERROR: disk full"
+		if _, err := e.m.Append(context.Background(), []joblog.Record{r}); err != nil {
+			t.Fatal(err)
+		}
+		waitLines(t, lk.url, jobA, 1)
+		ss := queryLoki(t, lk.url, jobA)
+		got := ss[0].Labels
+		for k, v := range map[string]string{"job": jobA, "team": "ml", "source": "application", "replica": "0", "service_name": jobA} {
+			if got[k] != v {
+				t.Errorf("label %s=%q, want %q (%v)", k, got[k], v, got)
+			}
+		}
+		var md struct {
+			StructuredMetadata map[string]string `json:"structuredMetadata"`
+		}
+		json.Unmarshal(ss[0].Entries[0][2], &md)
+		if md.StructuredMetadata["detected_level"] != "error" || md.StructuredMetadata["stream"] != "stdout" {
+			t.Errorf("structured metadata %v, want detected_level=error and stream=stdout", md.StructuredMetadata)
+		}
+		// Read back through the monitor.
+		recs, _, err := collect(context.Background(), e.c, client.LogOptions{Since: "1h"}, 0)
+		if err != nil || len(recs) != 1 || recs[0].Line != r.Line || recs[0].Stream != "stdout" {
+			t.Errorf("read back %+v, %v", recs, err)
+		}
+	})
+}
+
+// History asks Loki in requests it accepts: pages of at most 5000 (the
+// monitor's queryLimit is higher) over windows of at most 721h (its
+// maxLookback is longer); a since beyond maxLookback is clamped and the
+// stream says so.
+func TestHistoryQueriesFitLokisLimits(t *testing.T) {
+	eachLoki(t, func(t *testing.T, lk aLoki) {
+		cfg := limitsConfig(lk, t.TempDir())
+		cfg.BufferPerJob, cfg.ViewerMaxLag = 100, 100
+		cfg.Loki.QueryLimit = 20000
+		cfg.Loki.MaxLookback = config.Duration(2000 * time.Hour)
+		if lk.fake != nil {
+			lim := lokitest.DefaultLimits()
+			lim.MaxEntriesLimitPerQuery = 70 // several pages of 300
+			lk.fake.SetLimits(lim)
+			cfg.Loki.Limits.MaxEntriesLimitPerQuery = 70
+		}
+		e := start(t, cfg, false)
+		appendN(t, e.m, 0, 300, 30)
+		if lk.fake != nil {
+			waitLoki(t, lk.fake, 300)
+		} else {
+			waitLines(t, lk.url, jobA, 300)
+		}
+		recs, evs, err := collect(context.Background(), e.c, client.LogOptions{Since: "1900h"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == client.LogWarningEvent {
+				t.Errorf("warning: %+v", ev)
+			}
+		}
+		checkRun(t, recs, 0, 300)
+		if lk.fake != nil {
+			// 1900h: three windows; the last holds the 200 records older
+			// than the buffer (of 100): pages of 70, 70, 60.
+			if q := lk.fake.Queries(); q != 2+3 {
+				t.Errorf("%d queries, want 5", q)
+			}
+		}
+
+		// A since beyond maxLookback.
+		recs, evs, err = collect(context.Background(), e.c, client.LogOptions{Since: "3000h"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRun(t, recs, 0, 300)
+		var warned bool
+		for _, ev := range evs {
+			warned = warned || ev.Type == client.LogWarningEvent && strings.Contains(ev.Message, "maxLookback")
+		}
+		if !warned {
+			t.Errorf("no warning that since was clamped: %+v", evs)
+		}
+	})
+}
+
+// Loki answers 429 without Retry-After: the monitor backs off, doubling
+// with jitter, and gets everything in.
+func TestRateLimitedBacksOffWithJitter(t *testing.T) {
+	lk := lokitest.New()
+	defer lk.Close()
+	lk.RateLimitNext(4)
+	cfg := lokiConfig(t, lk, t.TempDir())
+	cfg.Loki.MinBackoff = config.Duration(40 * time.Millisecond)
+	cfg.Loki.MaxBackoff = config.Duration(time.Second)
+	waits := &retryWaits{}
+	e := startLogged(t, cfg, false, slog.New(waits))
+	appendN(t, e.m, 0, 50, 10)
+	waitLoki(t, lk, 50)
+	w := waits.get()
+	if len(w) != 4 {
+		t.Fatalf("waits %v, want 4", w)
+	}
+	step := 40 * time.Millisecond
+	for i, d := range w {
+		if d < step/2 || d > step {
+			t.Errorf("wait %d: %v, want within [%v, %v]", i, d, step/2, step)
+		}
+		step *= 2
+	}
+	if n := metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"); n != 0 {
+		t.Errorf("dropped %v", n)
+	}
+}
