@@ -198,7 +198,7 @@ func TestMountScript(t *testing.T) {
 	}
 	sh, err := exec.LookPath("sh")
 	if err != nil {
-		t.Skip("no sh")
+		t.Fatalf("sh is not on PATH: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "mount-agent-disk")
 	if err := os.WriteFile(path, []byte(s), 0o755); err != nil {
