@@ -20,7 +20,25 @@ type Rack struct {
 	// restarted) on the rack may take until its agent connects; then it
 	// fails with agent_timeout. 0: DefaultAgentDeadline.
 	AgentDeadline int `json:"agentDeadline,omitempty"`
+	// PlacementPolicy is how the ork ranks the nodes of the rack's
+	// location (PolicyBestFit or PolicyFGD); empty: the ork's default. All
+	// racks of one location share one policy.
+	PlacementPolicy string `json:"placementPolicy,omitempty"`
 }
+
+// The placement policies (docs/placement.md).
+const (
+	// PolicyBestFit puts a replica on the node with the fewest free GPUs
+	// that still fit it, with CPU and memory as filters.
+	PolicyBestFit = "best-fit"
+	// PolicyFGD puts a replica where it least fragments the location for
+	// the job sizes it holds (GPUs, CPU and memory), after the FGD paper
+	// (USENIX ATC '23); ties go as best-fit.
+	PolicyFGD = "fgd"
+)
+
+// ValidPolicy reports whether p names a placement policy.
+func ValidPolicy(p string) bool { return p == PolicyBestFit || p == PolicyFGD }
 
 // DefaultAgentDeadline is a rack's agent deadline when its registration
 // gives none: generous enough for a VM booted under QEMU's software
@@ -56,6 +74,9 @@ func (r Rack) Validate() error {
 	if !ValidWorkerKey(r.WorkerKey) {
 		p.add("workerKey", "must be 64 lowercase hex digits")
 	}
+	if r.PlacementPolicy != "" && !ValidPolicy(r.PlacementPolicy) {
+		p.add("placementPolicy", "%q is not a placement policy (want %s or %s)", r.PlacementPolicy, PolicyBestFit, PolicyFGD)
+	}
 	if r.AgentDeadline < 0 || r.AgentDeadline > MaxAgentDeadline {
 		p.add("agentDeadline", "must be 0 (the default, %s) to %d seconds", DefaultAgentDeadline, MaxAgentDeadline)
 	}
@@ -80,6 +101,15 @@ type Node struct {
 	Ready       bool   `json:"ready"`
 	UsedGPUs    int    `json:"usedGpus"`
 	FreeGPUs    int    `json:"freeGpus"`
+	// CPUMilli and MemoryMiB are what the node can give CosmicAC's jobs
+	// (Kubernetes: allocatable less what other pods request). Zero: the
+	// worker does not report it, and placement does not limit it.
+	CPUMilli  int64 `json:"cpuMilli,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// UsedCPUMilli and UsedMemoryMiB are the ork's account, like UsedGPUs:
+	// what reservations hold on the node.
+	UsedCPUMilli  int64 `json:"usedCpuMilli,omitempty"`
+	UsedMemoryMiB int64 `json:"usedMemoryMiB,omitempty"`
 }
 
 // GPURef names one GPU: its index on a node of a rack.
@@ -95,6 +125,46 @@ func (g GPURef) String() string { return fmt.Sprintf("%s/%s/%d", g.Rack, g.Node,
 type NodeAlloc struct {
 	Node string `json:"node"`
 	GPUs []int  `json:"gpus"`
+	// CPUMilli and MemoryMiB are what the replica's VM takes on the node:
+	// its share of the job's CPU and memory plus the rack's VMOverhead.
+	CPUMilli  int64 `json:"cpuMilli,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+}
+
+// VMOverhead is what a rack's hypervisor takes for each VM beyond the
+// guest's own vCPUs and memory, as the rack's worker reports it (KubeVirt:
+// the virt-launcher pod's overhead; QEMU: the process's own memory).
+type VMOverhead struct {
+	CPUMilli  int64 `json:"cpuMilli,omitempty"`  // per VM
+	MemoryMiB int64 `json:"memoryMiB,omitempty"` // per VM
+	// MemoryMiBPerVCPU, MemoryMiBPerGPU: per guest vCPU and per GPU.
+	MemoryMiBPerVCPU int64 `json:"memoryMiBPerVCpu,omitempty"`
+	MemoryMiBPerGPU  int64 `json:"memoryMiBPerGpu,omitempty"`
+	// MemoryPerGuestGiBMiB is MiB per GiB of guest memory (page tables).
+	MemoryPerGuestGiBMiB int64 `json:"memoryPerGuestGiBMiB,omitempty"`
+}
+
+// Charge is what a VM of vcpus, memGiB GiB and gpus GPUs takes on its node:
+// its own CPU and memory plus the overhead.
+func (o VMOverhead) Charge(vcpus, memGiB, gpus int) (cpuMilli, memMiB int64) {
+	cpuMilli = int64(vcpus)*1000 + o.CPUMilli
+	memMiB = int64(memGiB)*1024 + o.MemoryMiB + int64(vcpus)*o.MemoryMiBPerVCPU +
+		int64(gpus)*o.MemoryMiBPerGPU + int64(memGiB)*o.MemoryPerGuestGiBMiB
+	return cpuMilli, memMiB
+}
+
+// NodeShare is the vCPUs and GiB of memory of a replica's VM on a node
+// holding gpus of the replica's total GPUs: its share in proportion, at
+// least 1 of each. The Kubernetes worker sizes its VMIs with it.
+// A zero in the spec stays zero.
+func (s Spec) NodeShare(gpus, total int) (vcpus, memGiB int) {
+	share := func(v int) int {
+		if v <= 0 || total <= 0 || gpus >= total {
+			return max(v, 0)
+		}
+		return max(1, v*gpus/total)
+	}
+	return share(s.Resources.CPU), share(s.Resources.Memory)
 }
 
 // Reservation is the GPUs held by one replica of a job: all on one rack,
@@ -122,6 +192,24 @@ func (r Reservation) Count() int {
 	c := 0
 	for _, n := range r.Nodes {
 		c += len(n.GPUs)
+	}
+	return c
+}
+
+// CPUMilli and MemoryMiB sum what the reservation takes on its nodes.
+func (r Reservation) CPUMilli() int64 {
+	var c int64
+	for _, n := range r.Nodes {
+		c += n.CPUMilli
+	}
+	return c
+}
+
+// MemoryMiB sums the memory the reservation takes on its nodes.
+func (r Reservation) MemoryMiB() int64 {
+	var c int64
+	for _, n := range r.Nodes {
+		c += n.MemoryMiB
 	}
 	return c
 }

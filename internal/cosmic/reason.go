@@ -10,6 +10,8 @@ const (
 	ReasonNoSuchGPUModel      ReasonCode = "no_such_gpu_model"
 	ReasonExceedsNodeGPUs     ReasonCode = "exceeds_node_gpus"
 	ReasonExceedsLocationGPUs ReasonCode = "exceeds_location_gpus"
+	ReasonExceedsNodeCPU      ReasonCode = "exceeds_node_cpu"
+	ReasonExceedsNodeMemory   ReasonCode = "exceeds_node_memory"
 	ReasonNoCapacity          ReasonCode = "no_capacity"
 	ReasonTeamQuota           ReasonCode = "team_quota"
 	ReasonImportFailed        ReasonCode = "import_failed"
@@ -44,6 +46,8 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonNoSuchGPUModel:      {"no rack of the job's location has the GPU model asked for", "List the racks' GPU models with `cosmicac racks list`, or leave resources.gpuModel empty to accept any."},
 	ReasonExceedsNodeGPUs:     {"the job asks for more GPUs than any node of its location holds", "Ask for at most the GPUs of one node, or use a vLLM managed-inference job, whose replicas may span nodes."},
 	ReasonExceedsLocationGPUs: {"the job's replicas need more GPUs than all nodes of its location hold together", "Ask for fewer replicas or fewer GPUs per replica, or add nodes to the location."},
+	ReasonExceedsNodeCPU:      {"the job asks for more CPU than any node of its location with room for its GPUs can give", "Ask for fewer vCPUs (resources.cpu), or fewer GPUs per replica: `cosmicac racks list` shows each node's CPU."},
+	ReasonExceedsNodeMemory:   {"the job asks for more memory than any node of its location with room for its GPUs can give", "Ask for less memory (resources.memory, GiB), or fewer GPUs per replica: `cosmicac racks list` shows each node's memory."},
 	ReasonNoCapacity:          {"waiting for GPUs to free up", "Wait: the job starts when GPUs free up. Delete or kill other jobs to free GPUs sooner."},
 	ReasonTeamQuota:           {"waiting for the team's GPU quota", "Wait: the job starts when the team's other jobs free GPUs under its quota. Kill or delete some of them, or ask an admin to raise the quota."},
 	ReasonImportFailed:        {"the VM's root disk could not be imported from the image", "Check that the image exists, is a VM disk image and that the cluster can pull it; see the job's system logs."},

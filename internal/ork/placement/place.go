@@ -28,7 +28,8 @@ type Wait struct {
 
 // Impossible says the job can never be placed on this fleet; it fails.
 // Reason has code no_such_location, no_such_gpu_model, exceeds_node_gpus,
-// exceeds_location_gpus or invalid_spec.
+// exceeds_node_cpu, exceeds_node_memory, exceeds_location_gpus or
+// invalid_spec.
 type Impossible struct {
 	Reason cosmic.Reason
 }
@@ -48,18 +49,26 @@ func (Impossible) decision() {}
 //  3. A vLLM replica that fits one node (no more GPUs than the largest node
 //     of the location holds) runs on one node; a larger one takes k nodes of
 //     one rack, g/k GPUs each, with the smallest k that fits now.
-//  4. Only free GPUs are used, each once.
+//  4. Only free GPUs are used, each once, and only nodes with the free CPU
+//     and memory the replica's VM takes there (its share of the job's
+//     resources.cpu and resources.memory plus the rack's VM overhead).
 //  5. If it fits the fleet but not now: Wait. If it could not fit even with
 //     every node of the location empty, schedulable and ready: Impossible.
 //
-// Ranking: the node with the fewest free GPUs that still fit (bin-packing,
-// keeping whole nodes free for big jobs), then rack ID, then node name; the
-// lowest free GPU indices of a node.
+// Ranking of one-node replicas, by the location's policy: best-fit, the
+// node with the fewest free GPUs that still fit (bin-packing, keeping whole
+// nodes free for big jobs); fgd, the node where the replica least
+// fragments the location for the job sizes it holds, then as best-fit.
+// Then rack ID, then node name; the lowest free GPU indices of a node.
+// Multi-node replicas rank as best-fit whatever the policy.
 func Place(s *Snapshot, job cosmic.Job) Decision {
 	spec := job.Spec
 	g, replicas := spec.GPUsPerReplica(), spec.Replicas()
 	if g < 1 || g > cosmic.MaxGPUs {
 		return Impossible{cosmic.NewReason(cosmic.ReasonInvalidSpec, fmt.Sprintf("a replica asks for %d GPUs", g))}
+	}
+	if spec.Resources.CPU < 0 || spec.Resources.Memory < 0 {
+		return Impossible{cosmic.NewReason(cosmic.ReasonInvalidSpec, "negative CPU or memory")}
 	}
 	groups, imp := s.matching(spec.Location, spec.Resources.GPUModel)
 	if imp != nil {
@@ -82,16 +91,17 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 		return Impossible{cosmic.NewReason(cosmic.ReasonExceedsNodeGPUs,
 			fmt.Sprintf("a replica asks for %d GPUs on one node; the largest node in %s holds %d", g, spec.Location, maxTotal))}
 	}
-	var capacity int
-	switch {
-	case multi:
-		capacity = s.multiCapacity(groups, g, replicas)
-	case replicas == 1:
-		capacity = 1 // g <= maxTotal: some node holds it
-	default:
-		for _, gi := range groups {
-			capacity += s.groups[gi].singleCapacity(g)
-		}
+	var (
+		capacity int
+		short    *cosmic.Reason
+	)
+	if multi {
+		capacity, short = s.multiCapacity(groups, spec, g, replicas)
+	} else {
+		capacity, short = s.singleCapacity(groups, spec, g)
+	}
+	if capacity == 0 && short != nil {
+		return Impossible{*short}
 	}
 	if multi && capacity == 0 {
 		return Impossible{cosmic.NewReason(cosmic.ReasonExceedsNodeGPUs,
@@ -109,10 +119,14 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 		}
 	}
 	if !multi {
-		if out, ok := s.tryPlace(job.ID, unplaced, func() (cosmic.Reservation, bool) { return s.pickSingle(groups, g) }); ok {
+		pick := func() (cosmic.Reservation, bool) { return s.pickSingle(groups, spec, g) }
+		if s.Policy(spec.Location) == cosmic.PolicyFGD {
+			pick = func() (cosmic.Reservation, bool) { return s.pickFGD(groups, spec, g) }
+		}
+		if out, ok := s.tryPlace(job.ID, unplaced, pick); ok {
 			return Placed{Reservations: out}
 		}
-		return wait("")
+		return wait(s.shortNow(groups, spec, g, g))
 	}
 	// Every replica of one decision spreads over the same number of nodes
 	// k, the smallest that fits now. Several replicas are first ranked by
@@ -126,12 +140,63 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 			if spread && len(unplaced) < 2 {
 				break
 			}
-			if out, ok := s.tryPlace(job.ID, unplaced, func() (cosmic.Reservation, bool) { return s.pickMulti(groups, g, k, spread) }); ok {
+			if out, ok := s.tryPlace(job.ID, unplaced, func() (cosmic.Reservation, bool) { return s.pickMulti(groups, spec, g, k, spread) }); ok {
 				return Placed{Reservations: out}
 			}
 		}
 	}
 	return wait("")
+}
+
+// charge is what the part of a replica of g GPUs with gpus of them takes
+// on a node of rack ri: CPU millicores and MiB.
+func (s *Snapshot) charge(spec cosmic.Spec, ri, gpus, g int) (int64, int64) {
+	vcpus, mem := spec.NodeShare(gpus, g)
+	return s.rackList[ri].overhead.Charge(vcpus, mem, gpus)
+}
+
+// shortNow says what a one-node part of per GPUs waits for when some usable
+// node has the GPUs free but none also has the CPU or memory: a note for
+// the Wait reason ("" when GPUs are what it waits for).
+func (s *Snapshot) shortNow(groups []int, spec cosmic.Spec, per, g int) string {
+	gpus, cpu, mem := false, false, false
+	var cpuAsk, memAsk, cpuBest, memBest int64
+	for _, gi := range groups {
+		gr := s.groups[gi]
+		for _, ni := range gr.nodes {
+			n := &s.nodes[ni]
+			if !n.usable || bits.OnesCount64(n.free) < per {
+				continue
+			}
+			gpus = true
+			c, m := s.charge(spec, n.ri, per, g)
+			cpuAsk, memAsk = c, m
+			cpuBest, memBest = max(cpuBest, n.cpuFree()), max(memBest, n.memFree())
+			if n.fits(c, m) {
+				return ""
+			}
+			cpu = cpu || n.cpuFree() >= c
+			mem = mem || n.memFree() >= m
+		}
+	}
+	switch {
+	case !gpus:
+		return ""
+	case !cpu:
+		return fmt.Sprintf(": waiting for CPU: nodes with %d free GPUs have at most %s free, %s asked", per, milli(cpuBest), milli(cpuAsk))
+	case !mem:
+		return fmt.Sprintf(": waiting for memory: nodes with %d free GPUs have at most %d MiB free, %d MiB asked", per, memBest, memAsk)
+	default:
+		return fmt.Sprintf(": waiting for CPU and memory together: no node with %d free GPUs has both %s and %d MiB free", per, milli(cpuAsk), memAsk)
+	}
+}
+
+// milli writes millicores as vCPUs.
+func milli(m int64) string {
+	if m%1000 == 0 {
+		return fmt.Sprintf("%d vCPU", m/1000)
+	}
+	return fmt.Sprintf("%.3g vCPU", float64(m)/1000)
 }
 
 // tryPlace picks and applies a reservation for each replica in turn, then
@@ -189,23 +254,82 @@ func describe(spec cosmic.Spec, g, replicas int) string {
 	return fmt.Sprintf("%d × %s in %s", g, model, spec.Location)
 }
 
-// singleCapacity is how many one-node replicas of g GPUs the group's nodes
-// hold when empty.
-func (gr *group) singleCapacity(g int) int {
-	n := 0
-	for _, rg := range gr.racks {
-		for t := g; t <= MaxNodeGPUs; t++ {
-			n += rg.totalHist[t] * (t / g)
+// slots is how many parts of per GPUs of a replica of g GPUs a node of
+// shape sh on rack ri holds when empty, and, when none for want of CPU or
+// memory, which.
+func (s *Snapshot) slots(sh shape, ri int, spec cosmic.Spec, per, g int) (int, cosmic.ReasonCode) {
+	n := sh.gpus / per
+	if n == 0 {
+		return 0, ""
+	}
+	c, m := s.charge(spec, ri, per, g)
+	if sh.cpu > 0 && c > 0 {
+		if n = min(n, int(sh.cpu/c)); n == 0 {
+			return 0, cosmic.ReasonExceedsNodeCPU
 		}
 	}
-	return n
+	if sh.mem > 0 && m > 0 {
+		if n = min(n, int(sh.mem/m)); n == 0 {
+			return 0, cosmic.ReasonExceedsNodeMemory
+		}
+	}
+	return n, ""
+}
+
+// singleCapacity is how many one-node replicas of g GPUs the groups' nodes
+// hold when empty and, when none for want of CPU or memory, why.
+func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g int) (int, *cosmic.Reason) {
+	n := 0
+	var (
+		why              cosmic.ReasonCode
+		cpuBest, memBest int64
+	)
+	for _, gi := range groups {
+		for _, rg := range s.groups[gi].racks {
+			for _, sh := range rg.shapes {
+				k, w := s.slots(sh, rg.ri, spec, g, g)
+				n += sh.count * k
+				if w != "" {
+					why = cmp.Or(why, w)
+					cpuBest, memBest = max(cpuBest, sh.cpu), max(memBest, sh.mem)
+				}
+			}
+		}
+	}
+	if n > 0 || why == "" {
+		return n, nil
+	}
+	c, m := s.charge(spec, 0, g, g)
+	if len(groups) > 0 && len(s.groups[groups[0]].racks) > 0 {
+		c, m = s.charge(spec, s.groups[groups[0]].racks[0].ri, g, g)
+	}
+	return 0, shortReason(why, spec, g, c, m, cpuBest, memBest)
+}
+
+func shortReason(why cosmic.ReasonCode, spec cosmic.Spec, g int, c, m, cpuBest, memBest int64) *cosmic.Reason {
+	var r cosmic.Reason
+	if why == cosmic.ReasonExceedsNodeCPU {
+		r = cosmic.NewReason(why, fmt.Sprintf("a replica's VM takes %s with its overhead on a node with %d of its GPUs; the largest such node in %s gives %s",
+			milli(c), g, spec.Location, milli(cpuBest)))
+	} else {
+		r = cosmic.NewReason(why, fmt.Sprintf("a replica's VM takes %d MiB with its overhead on a node with %d of its GPUs; the largest such node in %s gives %d MiB",
+			m, g, spec.Location, memBest))
+	}
+	return &r
 }
 
 // multiCapacity is how many replicas of g GPUs, each spread over k nodes
 // of one rack with the same k for all, the groups hold when empty: the
-// best k's count (at most want).
-func (s *Snapshot) multiCapacity(groups []int, g, want int) int {
+// best k's count (at most want), and, when none for want of CPU or memory,
+// why.
+func (s *Snapshot) multiCapacity(groups []int, spec cosmic.Spec, g, want int) (int, *cosmic.Reason) {
 	best := 0
+	var (
+		why              cosmic.ReasonCode
+		cpuBest, memBest int64
+		askC, askM       int64
+		askPer           int
+	)
 	for k := 2; k <= g; k++ {
 		per := g / k
 		if g%k != 0 || per > MaxNodeGPUs {
@@ -215,25 +339,41 @@ func (s *Snapshot) multiCapacity(groups []int, g, want int) int {
 		for _, gi := range groups {
 			gr := s.groups[gi]
 			for i := range gr.racks {
-				n += gr.racks[i].maxReplicas(k, per, want-n)
+				rg := &gr.racks[i]
+				var hist [MaxNodeGPUs + 1]int
+				for _, sh := range rg.shapes {
+					sl, w := s.slots(sh, rg.ri, spec, per, g)
+					hist[sl] += sh.count
+					if w != "" && why == "" {
+						why, askPer = w, per
+						askC, askM = s.charge(spec, rg.ri, per, g)
+					}
+					if w != "" {
+						cpuBest, memBest = max(cpuBest, sh.cpu), max(memBest, sh.mem)
+					}
+				}
+				n += maxReplicas(&hist, k, want-n)
 				if n >= want {
-					return want
+					return want, nil
 				}
 			}
 		}
 		best = max(best, n)
 	}
-	return best
+	if best > 0 || why == "" {
+		return best, nil
+	}
+	return 0, shortReason(why, spec, askPer, askC, askM, cpuBest, memBest)
 }
 
-// maxReplicas is the most replicas (at most want) of k nodes × per GPUs the
-// rack holds when empty: the largest R with Σ min(slots(node), R) ≥ k·R,
-// where slots(node) = total/per.
-func (rg *rackGroup) maxReplicas(k, per, want int) int {
+// maxReplicas is the most replicas (at most want) of k nodes, one part
+// each, that nodes with slots[s] nodes holding s parts hold: the largest R
+// with Σ min(s, R)·slots[s] ≥ k·R.
+func maxReplicas(slots *[MaxNodeGPUs + 1]int, k, want int) int {
 	fits := func(r int) bool {
 		sum := 0
-		for t := per; t <= MaxNodeGPUs; t++ {
-			sum += rg.totalHist[t] * min(t/per, r)
+		for sl := 1; sl <= MaxNodeGPUs; sl++ {
+			sum += slots[sl] * min(sl, r)
 		}
 		return sum >= k*r
 	}
@@ -251,9 +391,10 @@ func (rg *rackGroup) maxReplicas(k, per, want int) int {
 	return lo
 }
 
-// pickSingle chooses the usable node with the fewest free GPUs ≥ g (then
-// the lowest rack ID and node name) and its lowest free GPUs.
-func (s *Snapshot) pickSingle(groups []int, g int) (cosmic.Reservation, bool) {
+// pickSingle chooses, by best-fit, the usable node with the fewest free
+// GPUs ≥ g that has the free CPU and memory too (then the lowest rack ID
+// and node name), and its lowest free GPUs.
+func (s *Snapshot) pickSingle(groups []int, spec cosmic.Spec, g int) (cosmic.Reservation, bool) {
 	bestF, bestNode := MaxNodeGPUs+1, -1
 	for _, gi := range groups {
 		gr := s.groups[gi]
@@ -261,43 +402,146 @@ func (s *Snapshot) pickSingle(groups []int, g int) (cosmic.Reservation, bool) {
 			if gr.count[f] == 0 {
 				continue
 			}
+			found := false
 			for w, word := range gr.buckets[f] {
-				if word != 0 {
+				for word != 0 {
 					ni := gr.nodes[w*64+bits.TrailingZeros64(word)]
+					word &= word - 1
+					n := &s.nodes[ni]
+					if c, m := s.charge(spec, n.ri, g, g); !n.fits(c, m) {
+						continue
+					}
 					if f < bestF || ni < bestNode {
 						bestF, bestNode = f, ni
 					}
+					found = true
+					break
+				}
+				if found {
 					break
 				}
 			}
-			break
+			if found {
+				break
+			}
 		}
 	}
 	if bestNode < 0 {
 		return cosmic.Reservation{}, false
 	}
-	n := &s.nodes[bestNode]
-	return cosmic.Reservation{Rack: n.rack, Nodes: []cosmic.NodeAlloc{{Node: n.name, GPUs: indices(n.free, g)}}}, true
+	return s.reserve(bestNode, spec, g), true
+}
+
+// reserve is the reservation of g GPUs of node ni for a one-node replica.
+func (s *Snapshot) reserve(ni int, spec cosmic.Spec, g int) cosmic.Reservation {
+	n := &s.nodes[ni]
+	c, m := s.charge(spec, n.ri, g, g)
+	return cosmic.Reservation{Rack: n.rack, Nodes: []cosmic.NodeAlloc{{Node: n.name, GPUs: indices(n.free, g), CPUMilli: c, MemoryMiB: m}}}
+}
+
+// pickFGD chooses, by fragmentation gradient descent, the usable node
+// where a one-node replica of g GPUs least raises the location's expected
+// fragmentation: for each job size of the mix (the most common sizes held,
+// and this job's), the free GPUs of a node are fragmented when that size
+// does not fit the node on GPUs, CPU or memory; weighed by how common the
+// size is. Ties go to the fewest free GPUs, then the lowest rack ID and
+// node name. Nodes in one state score alike, so it scores states, not
+// nodes.
+func (s *Snapshot) pickFGD(groups []int, spec cosmic.Spec, g int) (cosmic.Reservation, bool) {
+	mix := s.topClasses()
+	var own [mixClasses + 1]weighted
+	var (
+		bestD          int64
+		bestF, bestPos int
+		best           *group
+	)
+	for _, gi := range groups {
+		gr := s.groups[gi]
+		for k, st := range gr.states {
+			if k.free < g {
+				continue
+			}
+			c, m := s.charge(spec, k.ri, g, g)
+			if k.cpu < c || k.mem < m {
+				continue
+			}
+			ws := addClass(own[:copy(own[:], mix)], class{g, c, m})
+			d := frag(ws, k.free-g, k.cpu-c, k.mem-m) - frag(ws, k.free, k.cpu, k.mem)
+			if best != nil && (d > bestD || d == bestD && k.free > bestF) {
+				continue
+			}
+			pos := st.first()
+			if best != nil && d == bestD && k.free == bestF && gr.nodes[pos] > best.nodes[bestPos] {
+				continue
+			}
+			best, bestD, bestF, bestPos = gr, d, k.free, pos
+		}
+	}
+	if best == nil {
+		return cosmic.Reservation{}, false
+	}
+	return s.reserve(best.nodes[bestPos], spec, g), true
+}
+
+// addClass counts one more of c in ws.
+func addClass(ws []weighted, c class) []weighted {
+	for i := range ws {
+		if ws[i].class == c {
+			ws[i].w++
+			return ws
+		}
+	}
+	return append(ws, weighted{c, 1})
+}
+
+// frag is the expected fragmentation of a node with free GPUs, CPU and
+// memory over the mix ws: Σ w × free GPUs for the sizes that do not fit.
+func frag(ws []weighted, free int, cpu, mem int64) int64 {
+	if free == 0 {
+		return 0
+	}
+	var f int64
+	for _, w := range ws {
+		if w.gpus > free || w.cpu > cpu || w.mem > mem {
+			f += w.w * int64(free)
+		}
+	}
+	return f
 }
 
 // pickMulti chooses k usable nodes of one rack with at least per = g/k
-// free GPUs each. Bin-packing (spread false): the rack whose k fullest
-// fitting nodes leave the fewest free GPUs, then the lowest rack ID, and
-// those nodes. Spread: the rack with the most fitting nodes, then the
-// lowest rack ID, and its k nodes with the most free GPUs. Ties between
-// nodes go to the lowest node name; each node gives its lowest free GPUs.
-func (s *Snapshot) pickMulti(groups []int, g, k int, spread bool) (cosmic.Reservation, bool) {
+// free GPUs each and the free CPU and memory of its part. Bin-packing
+// (spread false): the rack whose k fullest fitting nodes leave the fewest
+// free GPUs, then the lowest rack ID, and those nodes. Spread: the rack
+// with the most fitting nodes, then the lowest rack ID, and its k nodes
+// with the most free GPUs. Ties between nodes go to the lowest node name;
+// each node gives its lowest free GPUs.
+func (s *Snapshot) pickMulti(groups []int, spec cosmic.Spec, g, k int, spread bool) (cosmic.Reservation, bool) {
 	per := g / k
-	var best *rackGroup
-	bestScore := 0
+	var (
+		best      *rackGroup
+		bestScore int
+		c, m      int64
+	)
+	fitting := func(ni int) bool {
+		n := &s.nodes[ni]
+		return n.usable && bits.OnesCount64(n.free) >= per && n.fits(c, m)
+	}
 	for _, gi := range groups {
 		gr := s.groups[gi]
 		for i := range gr.racks {
 			rg := &gr.racks[i]
+			c, m = s.charge(spec, rg.ri, per, g)
+			var hist [MaxNodeGPUs + 1]int
+			for _, ni := range rg.nodes {
+				if fitting(ni) {
+					hist[bits.OnesCount64(s.nodes[ni].free)]++
+				}
+			}
 			score, need, fit := 0, k, 0
 			for f := per; f <= MaxNodeGPUs; f++ {
-				fit += rg.freeHist[f]
-				take := min(need, rg.freeHist[f])
+				fit += hist[f]
+				take := min(need, hist[f])
 				score += take * f
 				need -= take
 			}
@@ -315,9 +559,10 @@ func (s *Snapshot) pickMulti(groups []int, g, k int, spread bool) (cosmic.Reserv
 	if best == nil {
 		return cosmic.Reservation{}, false
 	}
+	c, m = s.charge(spec, best.ri, per, g)
 	cands := make([]int, 0, len(best.nodes))
 	for _, ni := range best.nodes {
-		if n := s.nodes[ni]; n.usable && bits.OnesCount64(n.free) >= per {
+		if fitting(ni) {
 			cands = append(cands, ni)
 		}
 	}
@@ -332,7 +577,7 @@ func (s *Snapshot) pickMulti(groups []int, g, k int, spread bool) (cosmic.Reserv
 	slices.Sort(cands)
 	r := cosmic.Reservation{Rack: best.id}
 	for _, ni := range cands {
-		r.Nodes = append(r.Nodes, cosmic.NodeAlloc{Node: s.nodes[ni].name, GPUs: indices(s.nodes[ni].free, per)})
+		r.Nodes = append(r.Nodes, cosmic.NodeAlloc{Node: s.nodes[ni].name, GPUs: indices(s.nodes[ni].free, per), CPUMilli: c, MemoryMiB: m})
 	}
 	return r, true
 }

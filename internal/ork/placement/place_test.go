@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
@@ -32,9 +33,10 @@ func fleet(t testing.TB, racks ...string) ([]cosmic.Rack, []cosmic.Node) {
 	return rs, ns
 }
 
+// snap is a best-fit snapshot: the table tests below are best-fit's.
 func snap(t testing.TB, racks []cosmic.Rack, nodes []cosmic.Node, res ...cosmic.Reservation) *Snapshot {
 	t.Helper()
-	s, err := NewSnapshot(racks, nodes, res)
+	s, err := NewSnapshot(racks, nodes, res, WithDefaultPolicy(cosmic.PolicyBestFit))
 	if err != nil {
 		t.Fatalf("NewSnapshot: %v", err)
 	}
@@ -330,7 +332,7 @@ func TestPlace(t *testing.T) {
 			s := snap(t, racks, nodes, tt.reserved...)
 			before := s.Clone()
 			got := Place(s, tt.job)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got, gpusOnly); diff != "" {
 				t.Errorf("Place() mismatch (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(before.Reservations(), s.Reservations()); diff != "" {
@@ -362,10 +364,14 @@ func TestMultiNodeReplicasSpreadWhenBinPackingStrands(t *testing.T) {
 		res("j", 0, "r1", alloc("r1-n0", 0, 1), alloc("r1-n1", 0, 1), alloc("r1-n2", 0, 1)),
 		res("j", 1, "r1", alloc("r1-n0", 2, 3), alloc("r1-n3", 0, 1), alloc("r1-n4", 0, 1)),
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, gpusOnly); diff != "" {
 		t.Errorf("Place() (-want +got):\n%s", diff)
 	}
 }
+
+// gpusOnly compares reservations by their GPUs: the tests of GPU rules
+// leave the CPU and memory to the tests of those.
+var gpusOnly = cmpopts.IgnoreFields(cosmic.NodeAlloc{}, "CPUMilli", "MemoryMiB")
 
 func TestThreeEightGPUJobsOnTwoNodes(t *testing.T) {
 	racks, nodes := fleet(t, "r1 us "+h100+" 2 8")
@@ -505,5 +511,133 @@ func TestUsage(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, s.Usage()); diff != "" {
 		t.Errorf("Usage() (-want +got):\n%s", diff)
+	}
+}
+
+// withCPU gives a job CPU (vCPUs) and memory (GiB) per replica.
+func withCPU(j cosmic.Job, cpu, memGiB int) cosmic.Job {
+	j.Spec.Resources.CPU, j.Spec.Resources.Memory = cpu, memGiB
+	return j
+}
+
+func TestPlaceCPUAndMemory(t *testing.T) {
+	for _, policy := range []string{cosmic.PolicyBestFit, cosmic.PolicyFGD} {
+		t.Run(policy, func(t *testing.T) {
+			racks, nodes := fleet(t, "r1 us "+h100+" 3 8")
+			// n0 has the fewest free GPUs but no CPU left for 16 vCPUs; n1
+			// no memory; n2 has both.
+			for i := range nodes {
+				nodes[i].CPUMilli, nodes[i].MemoryMiB = 64000, 512*1024
+			}
+			over := map[string]cosmic.VMOverhead{"r1": {CPUMilli: 100, MemoryMiB: 200, MemoryMiBPerGPU: 1024}}
+			held := []cosmic.Reservation{
+				res("a", 0, "r1", cosmic.NodeAlloc{Node: "r1-n0", GPUs: []int{0}, CPUMilli: 60000, MemoryMiB: 1024}),
+				res("b", 0, "r1", cosmic.NodeAlloc{Node: "r1-n1", GPUs: []int{0}, CPUMilli: 1000, MemoryMiB: 500 * 1024}),
+			}
+			s, err := NewSnapshot(racks, nodes, held, WithOverheads(over), WithDefaultPolicy(policy))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mustPlace(t, s, withCPU(container("j", "us", h100, 2), 16, 64))
+			want := []cosmic.Reservation{res("j", 0, "r1", cosmic.NodeAlloc{Node: "r1-n2", GPUs: []int{0, 1},
+				CPUMilli: 16100, MemoryMiB: 64*1024 + 200 + 2*1024})}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Place() (-want +got):\n%s", diff)
+			}
+			if c, m, _ := s.Used("r1", "r1-n2"); c != 16100 || m != 64*1024+200+2*1024 {
+				t.Errorf("Used = %d, %d", c, m)
+			}
+			// n2 now has 47.9 vCPUs free, n1 63 but not the memory, n0 4: a
+			// 60-vCPU job with 12 GiB waits for CPU, naming it.
+			d := Place(s, withCPU(container("k", "us", h100, 1), 60, 12))
+			w, ok := d.(Wait)
+			if !ok || !strings.Contains(w.Reason.Message, "waiting for CPU") {
+				t.Errorf("Place = %#v, want a Wait for CPU", d)
+			}
+			if err := s.check(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestPlaceExceedsNodeCPUOrMemory(t *testing.T) {
+	racks, nodes := fleet(t, "r1 us "+h100+" 2 8", "r2 us "+h100+" 1 4")
+	for i := range nodes {
+		nodes[i].CPUMilli, nodes[i].MemoryMiB = int64(nodes[i].GPUs)*16000, int64(nodes[i].GPUs)*128*1024
+	}
+	s := snap(t, racks, nodes)
+	tests := []struct {
+		job  cosmic.Job
+		want cosmic.ReasonCode
+	}{
+		{withCPU(container("a", "us", h100, 1), 129, 8), cosmic.ReasonExceedsNodeCPU},
+		{withCPU(container("b", "us", h100, 8), 8, 1025), cosmic.ReasonExceedsNodeMemory},
+		{withCPU(vllm("c", "us", h100, 16, 1), 400, 64), cosmic.ReasonExceedsNodeCPU},
+		{withCPU(container("d", "us", h100, 9), 8, 8), cosmic.ReasonExceedsNodeGPUs},
+	}
+	for _, tt := range tests {
+		d, ok := Place(s, tt.job).(Impossible)
+		if !ok || d.Reason.Code != tt.want {
+			t.Errorf("Place(%s) = %#v, want Impossible %s", tt.job.ID, Place(s, tt.job), tt.want)
+		}
+	}
+	// 128 vCPUs fit an 8-GPU node, not a 4-GPU one: placed.
+	got := mustPlace(t, s, withCPU(container("e", "us", h100, 1), 128, 8))
+	if got[0].Rack != "r1" {
+		t.Errorf("placed on %+v", got)
+	}
+	// Two replicas of 100 vCPU each fit only the two 8-GPU nodes: three do not.
+	d, ok := Place(s, withCPU(inference("f", "us", h100, cosmic.RuntimeParakeet, 1, 3), 100, 8)).(Impossible)
+	if !ok || d.Reason.Code != cosmic.ReasonExceedsLocationGPUs {
+		t.Errorf("three 100-vCPU replicas: %#v, want exceeds_location_gpus", d)
+	}
+}
+
+// TestFGDKeepsWholeSlots: with 2-GPU jobs common in the mix, best-fit puts
+// one on the node with 3 free GPUs, stranding one; fgd puts it on the node
+// with 8, where the rest stays usable.
+func TestFGDKeepsWholeSlots(t *testing.T) {
+	racks, nodes := fleet(t, "r1 us "+h100+" 3 8")
+	held := []cosmic.Reservation{res("a", 0, "r1", alloc("r1-n0", 0, 1, 2, 3, 4))}
+	for i := range 4 { // the mix: 2-GPU jobs, filling n2
+		held = append(held, res(fmt.Sprintf("m%d", i), 0, "r1", alloc("r1-n2", 2*i, 2*i+1)))
+	}
+	for _, tt := range []struct {
+		policy, node string
+	}{{cosmic.PolicyBestFit, "r1-n0"}, {cosmic.PolicyFGD, "r1-n1"}} {
+		s, err := NewSnapshot(racks, nodes, held, WithDefaultPolicy(tt.policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mustPlace(t, s, container("j", "us", h100, 2))
+		if got[0].Nodes[0].Node != tt.node {
+			t.Errorf("%s: placed on %s, want %s", tt.policy, got[0].Nodes[0].Node, tt.node)
+		}
+	}
+}
+
+// TestFGDAvoidsStrandingGPUsOnCPU: a CPU-light job goes where the mix's
+// CPU-heavy jobs could not fit anyway, keeping the node with CPU for them.
+func TestFGDAvoidsStrandingGPUsOnCPU(t *testing.T) {
+	racks, nodes := fleet(t, "r1 us "+h100+" 3 8")
+	// n0: 8 free GPUs, 128 vCPUs; n1: 8 free GPUs, 40 vCPUs; n2 is full of
+	// the mix's CPU-heavy 1-GPU jobs (64 vCPUs each).
+	nodes[0].CPUMilli, nodes[1].CPUMilli, nodes[2].CPUMilli = 128000, 40000, 1000000
+	var held []cosmic.Reservation
+	for i := range 8 {
+		held = append(held, res(fmt.Sprintf("h%d", i), 0, "r1", cosmic.NodeAlloc{Node: "r1-n2", GPUs: []int{i}, CPUMilli: 64000}))
+	}
+	for _, tt := range []struct {
+		policy, node string
+	}{{cosmic.PolicyBestFit, "r1-n0"}, {cosmic.PolicyFGD, "r1-n1"}} {
+		s, err := NewSnapshot(racks, nodes, held, WithDefaultPolicy(tt.policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mustPlace(t, s, withCPU(container("j", "us", h100, 1), 4, 0))
+		if got[0].Nodes[0].Node != tt.node {
+			t.Errorf("%s: placed on %s, want %s", tt.policy, got[0].Nodes[0].Node, tt.node)
+		}
 	}
 }

@@ -4,10 +4,11 @@
 // decision.
 //
 // A Snapshot is the fleet's capacity at one moment: racks, nodes and the
-// GPUs already reserved. Place reads it and returns a Decision (Placed, Wait
-// or Impossible) after a chain of filters (location, GPU model, schedulable
-// and ready, enough free GPUs) and rankers (bin-packing, then rack ID and
-// node name), as Nomad's scheduler does. The ork applies each Placed
+// GPUs, CPU and memory already reserved. Place reads it and returns a
+// Decision (Placed, Wait or Impossible) after a chain of filters (location,
+// GPU model, schedulable and ready, enough free GPUs, CPU and memory) and
+// a ranker chosen by the location's policy (best-fit or fgd, then rack ID
+// and node name), as Nomad's scheduler does. The ork applies each Placed
 // decision to its snapshot with Apply and places the next queued job
 // against the result, so sequential placement costs no copy of the fleet.
 //
@@ -18,6 +19,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"math/bits"
 	"slices"
 
@@ -39,8 +42,45 @@ type Snapshot struct {
 	// byLocation maps a location to its groups (one per GPU model), sorted by model.
 	byLocation map[string][]int
 	racks      map[string]cosmic.Rack
-	reserved   map[resKey]cosmic.Reservation
+	// rackList is the racks by ID, each with its VM overhead; node.ri
+	// indexes it.
+	rackList []rackInfo
+	rackIdx  map[string]int
+	// policy is each location's placement policy.
+	policy   map[string]string
+	reserved map[resKey]cosmic.Reservation
+	// mix counts the per-node parts of the reservations held, by size:
+	// the job-size mix the fgd policy measures fragmentation against.
+	mix map[class]int64
+	// top caches the most common classes of mix (nil: stale).
+	top []weighted
 }
+
+type rackInfo struct {
+	id       string
+	overhead cosmic.VMOverhead
+}
+
+// Option configures NewSnapshot.
+type Option func(*options)
+
+type options struct {
+	overheads map[string]cosmic.VMOverhead
+	policy    string
+}
+
+// WithOverheads gives each rack's VM overhead, by rack ID (none: zero).
+func WithOverheads(o map[string]cosmic.VMOverhead) Option {
+	return func(opts *options) { opts.overheads = o }
+}
+
+// WithDefaultPolicy is the policy of a location whose racks name none
+// (without it: DefaultPolicy).
+func WithDefaultPolicy(p string) Option { return func(opts *options) { opts.policy = p } }
+
+// DefaultPolicy is the placement policy when neither the ork nor a rack
+// names one, chosen by the trace replay of docs/benchmarks.md.
+const DefaultPolicy = cosmic.PolicyFGD
 
 type resKey struct {
 	job     string
@@ -55,7 +95,34 @@ type node struct {
 	group      int    // index in Snapshot.groups
 	pos        int    // position in group.nodes
 	rackGroup  int    // index in group.racks
+	ri         int    // index in Snapshot.rackList
+	// cpu and mem are the node's CPU (millicores) and memory (MiB) for
+	// jobs, 0 when not reported (not limited); cpuUsed and memUsed what
+	// reservations hold. Used may pass the total when the node shrank.
+	cpu, mem         int64
+	cpuUsed, memUsed int64
 }
+
+// unlimited stands for the free CPU or memory of a node that does not
+// report it.
+const unlimited = math.MaxInt64 / 4
+
+func (n *node) cpuFree() int64 {
+	if n.cpu == 0 {
+		return unlimited
+	}
+	return n.cpu - n.cpuUsed
+}
+
+func (n *node) memFree() int64 {
+	if n.mem == 0 {
+		return unlimited
+	}
+	return n.mem - n.memUsed
+}
+
+// fits says whether the node's free CPU and memory hold c and m.
+func (n *node) fits(c, m int64) bool { return n.cpuFree() >= c && n.memFree() >= m }
 
 // group is the nodes of one location with one GPU model.
 type group struct {
@@ -68,15 +135,49 @@ type group struct {
 	maxTotal int
 	gpus     int // total GPUs of the group's nodes
 	racks    []rackGroup
+	// states indexes the usable nodes by what fgd scores: free GPUs, CPU
+	// and memory, and rack.
+	states map[stateKey]*stateSet
+}
+
+type stateKey struct {
+	free     int
+	cpu, mem int64 // free (unlimited when not reported)
+	ri       int
+}
+
+// stateSet is the usable nodes of a group in one state: a bit set over
+// positions in group.nodes.
+type stateSet struct {
+	bits []uint64
+	n    int
+}
+
+// first is the lowest position in the set.
+func (st *stateSet) first() int {
+	for w, word := range st.bits {
+		if word != 0 {
+			return w*64 + bits.TrailingZeros64(word)
+		}
+	}
+	return -1
 }
 
 // rackGroup is the nodes of one rack within a group.
 type rackGroup struct {
 	id    string
 	nodes []int // indices of Snapshot.nodes, ascending
-	// freeHist[f]: usable nodes with f free GPUs; totalHist[t]: all nodes holding t GPUs.
-	freeHist  [MaxNodeGPUs + 1]int
-	totalHist [MaxNodeGPUs + 1]int
+	// shapes counts the rack's nodes (usable or not) by size: what could
+	// be placed were they all empty.
+	shapes []shape
+	ri     int // index in Snapshot.rackList
+}
+
+// shape is a size of node and how many of a rack's nodes have it.
+type shape struct {
+	gpus     int
+	cpu, mem int64 // 0: not reported
+	count    int
 }
 
 func nodeKey(rack, name string) string { return rack + "\x00" + name }
@@ -88,18 +189,47 @@ func nodeKey(rack, name string) string { return rack + "\x00" + name }
 // reservation twice, or reservations that claim a GPU twice or one the node
 // does not have. A reservation on a node or rack that is no longer listed
 // is kept (Release accepts it) but claims nothing.
-func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Reservation) (*Snapshot, error) {
+//
+// A node's CPU and memory may be less than its reservations hold (it shrank
+// since they were made): they are kept, and the node takes no more until
+// they go.
+func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Reservation, opt ...Option) (*Snapshot, error) {
+	var opts options
+	for _, o := range opt {
+		o(&opts)
+	}
 	s := &Snapshot{
 		byName:     make(map[string]int, len(nodes)),
 		byLocation: map[string][]int{},
 		racks:      make(map[string]cosmic.Rack, len(racks)),
+		rackIdx:    make(map[string]int, len(racks)),
+		policy:     map[string]string{},
 		reserved:   make(map[resKey]cosmic.Reservation, len(reserved)),
+		mix:        map[class]int64{},
 	}
 	for _, r := range racks {
 		if _, dup := s.racks[r.ID]; dup {
 			return nil, fmt.Errorf("rack %s listed twice", r.ID)
 		}
 		s.racks[r.ID] = r
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.racks)) {
+		r := s.racks[id]
+		s.rackIdx[id] = len(s.rackList)
+		s.rackList = append(s.rackList, rackInfo{id: id, overhead: opts.overheads[id]})
+		// The location's policy is the first one its racks (by ID) name.
+		if _, set := s.policy[r.Location]; !set && r.PlacementPolicy != "" {
+			s.policy[r.Location] = r.PlacementPolicy
+		}
+	}
+	def := cmp.Or(opts.policy, DefaultPolicy)
+	if !cosmic.ValidPolicy(def) {
+		return nil, fmt.Errorf("placement policy %q: want %s or %s", def, cosmic.PolicyBestFit, cosmic.PolicyFGD)
+	}
+	for _, r := range racks {
+		if _, set := s.policy[r.Location]; !set {
+			s.policy[r.Location] = def
+		}
 	}
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b cosmic.Node) int {
@@ -132,21 +262,26 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 		if n.GPUs < 0 || n.GPUs > MaxNodeGPUs {
 			return nil, fmt.Errorf("node %s of rack %s: %d GPUs, want 0 to %d", n.Name, n.Rack, n.GPUs, MaxNodeGPUs)
 		}
+		if n.CPUMilli < 0 || n.MemoryMiB < 0 {
+			return nil, fmt.Errorf("node %s of rack %s: negative CPU or memory", n.Name, n.Rack)
+		}
 		s.byName[k] = i
 		model := cmp.Or(n.GPUModel, r.GPUModel)
 		gi := groupOf(r.Location, model)
 		g := s.groups[gi]
+		ri := s.rackIdx[n.Rack]
 		if len(g.racks) == 0 || g.racks[len(g.racks)-1].id != n.Rack {
-			g.racks = append(g.racks, rackGroup{id: n.Rack})
+			g.racks = append(g.racks, rackGroup{id: n.Rack, ri: ri})
 		}
 		rg := &g.racks[len(g.racks)-1]
 		s.nodes[i] = node{
 			name: n.Name, rack: n.Rack, total: n.GPUs, free: mask(n.GPUs),
 			usable: n.Schedulable && n.Ready, group: gi, pos: len(g.nodes), rackGroup: len(g.racks) - 1,
+			ri: ri, cpu: n.CPUMilli, mem: n.MemoryMiB,
 		}
 		g.nodes = append(g.nodes, i)
 		rg.nodes = append(rg.nodes, i)
-		rg.totalHist[n.GPUs]++
+		rg.addShape(shape{gpus: n.GPUs, cpu: n.CPUMilli, mem: n.MemoryMiB, count: 1})
 		g.maxTotal = max(g.maxTotal, n.GPUs)
 		g.gpus += n.GPUs
 	}
@@ -155,6 +290,7 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 		for f := range g.buckets {
 			g.buckets[f] = make([]uint64, words)
 		}
+		g.states = map[stateKey]*stateSet{}
 		for _, ni := range g.nodes {
 			if s.nodes[ni].usable {
 				s.track(ni, +1)
@@ -174,6 +310,17 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 	return s, nil
 }
 
+// addShape counts one more node of a shape.
+func (rg *rackGroup) addShape(sh shape) {
+	for i := range rg.shapes {
+		if p := &rg.shapes[i]; p.gpus == sh.gpus && p.cpu == sh.cpu && p.mem == sh.mem {
+			p.count += sh.count
+			return
+		}
+	}
+	rg.shapes = append(rg.shapes, sh)
+}
+
 func mask(n int) uint64 {
 	if n >= 64 {
 		return ^uint64(0)
@@ -182,7 +329,7 @@ func mask(n int) uint64 {
 }
 
 // track adds (d=+1) or removes (d=-1) usable node ni from the indexes under
-// its current free count.
+// its current free GPUs, CPU and memory.
 func (s *Snapshot) track(ni, d int) {
 	n := &s.nodes[ni]
 	g := s.groups[n.group]
@@ -193,20 +340,96 @@ func (s *Snapshot) track(ni, d int) {
 		g.buckets[f][n.pos/64] &^= 1 << uint(n.pos%64)
 	}
 	g.count[f] += d
-	g.racks[n.rackGroup].freeHist[f] += d
+	k := stateKey{free: f, cpu: n.cpuFree(), mem: n.memFree(), ri: n.ri}
+	st := g.states[k]
+	if st == nil {
+		st = &stateSet{bits: make([]uint64, (len(g.nodes)+63)/64)}
+		g.states[k] = st
+	}
+	if d > 0 {
+		st.bits[n.pos/64] |= 1 << uint(n.pos%64)
+	} else {
+		st.bits[n.pos/64] &^= 1 << uint(n.pos%64)
+	}
+	st.n += d
+	if st.n == 0 {
+		delete(g.states, k)
+	}
 }
 
-// setFree changes node ni's free mask, keeping the indexes current.
-func (s *Snapshot) setFree(ni int, free uint64) {
+// setFree changes node ni's free mask and what its reservations hold of
+// its CPU and memory, keeping the indexes current.
+func (s *Snapshot) setFree(ni int, free uint64, cpuUsed, memUsed int64) {
 	n := &s.nodes[ni]
 	if n.usable {
 		s.track(ni, -1)
 	}
-	n.free = free
+	n.free, n.cpuUsed, n.memUsed = free, cpuUsed, memUsed
 	if n.usable {
 		s.track(ni, +1)
 	}
 }
+
+// class is the size of one reservation's part on one node.
+type class struct {
+	gpus     int
+	cpu, mem int64
+}
+
+type weighted struct {
+	class
+	w int64
+}
+
+// countMix adds (d=+1) or removes (d=-1) r's parts on known nodes from the
+// job-size mix.
+func (s *Snapshot) countMix(r cosmic.Reservation, d int64) {
+	for _, a := range r.Nodes {
+		if _, ok := s.byName[nodeKey(r.Rack, a.Node)]; !ok {
+			continue
+		}
+		c := class{len(a.GPUs), a.CPUMilli, a.MemoryMiB}
+		s.mix[c] += d
+		if s.mix[c] <= 0 {
+			delete(s.mix, c)
+		}
+	}
+	s.top = nil
+}
+
+// topClasses is the mix's mixClasses most common classes, by count, then
+// size: the job sizes fgd weighs.
+func (s *Snapshot) topClasses() []weighted {
+	if s.top != nil {
+		return s.top
+	}
+	top := make([]weighted, 0, mixClasses+1)
+	less := func(a, b weighted) bool {
+		if a.w != b.w {
+			return a.w > b.w
+		}
+		return cmp.Or(cmp.Compare(a.gpus, b.gpus), cmp.Compare(a.cpu, b.cpu), cmp.Compare(a.mem, b.mem)) < 0
+	}
+	for c, w := range s.mix {
+		x := weighted{c, w}
+		if len(top) == mixClasses && !less(x, top[len(top)-1]) {
+			continue
+		}
+		i := len(top)
+		for i > 0 && less(x, top[i-1]) {
+			i--
+		}
+		top = slices.Insert(top, i, x)
+		if len(top) > mixClasses {
+			top = top[:mixClasses]
+		}
+	}
+	s.top = top
+	return top
+}
+
+// mixClasses is how many of the most common job sizes fgd weighs.
+const mixClasses = 16
 
 // Errors of Apply and Release; both wrap cosmic sentinels.
 var (
@@ -214,10 +437,12 @@ var (
 	ErrGPUTaken    = fmt.Errorf("GPU not free: %w", cosmic.ErrConflict)
 	ErrNoSuchGPU   = fmt.Errorf("no such GPU: %w", cosmic.ErrInvalid)
 	ErrNotReserved = fmt.Errorf("reservation not held: %w", cosmic.ErrNotFound)
+	ErrNoRoom      = fmt.Errorf("not enough free CPU or memory: %w", cosmic.ErrConflict)
 )
 
-// Apply claims r's GPUs. It fails, changing nothing, if the replica is
-// already reserved, if a GPU is taken, claimed twice by r, or does not exist.
+// Apply claims r's GPUs, CPU and memory. It fails, changing nothing, if the
+// replica is already reserved, if a GPU is taken, claimed twice by r, or
+// does not exist, or if a node lacks the free CPU or memory.
 func (s *Snapshot) Apply(r cosmic.Reservation) error { return s.apply(r, false) }
 
 func (s *Snapshot) apply(r cosmic.Reservation, allowUnknown bool) error {
@@ -226,8 +451,9 @@ func (s *Snapshot) apply(r cosmic.Reservation, allowUnknown bool) error {
 		return fmt.Errorf("job %s replica %d: %w", r.JobID, r.Replica, ErrReserved)
 	}
 	type change struct {
-		ni   int
-		free uint64
+		ni               int
+		free             uint64
+		cpuUsed, memUsed int64
 	}
 	changes := make([]change, 0, len(r.Nodes))
 	for _, a := range r.Nodes {
@@ -253,16 +479,28 @@ func (s *Snapshot) apply(r cosmic.Reservation, allowUnknown bool) error {
 			}
 			free &^= 1 << uint(i)
 		}
-		changes = append(changes, change{ni, free})
+		n := &s.nodes[ni]
+		if a.CPUMilli < 0 || a.MemoryMiB < 0 {
+			return fmt.Errorf("job %s replica %d: node %s: negative CPU or memory: %w", r.JobID, r.Replica, a.Node, ErrNoSuchGPU)
+		}
+		// Reservations being restored are kept even on a node that shrank.
+		if !allowUnknown && a.CPUMilli > n.cpuFree() {
+			return fmt.Errorf("job %s replica %d: node %s: %dm CPU asked, %dm free: %w", r.JobID, r.Replica, a.Node, a.CPUMilli, n.cpuFree(), ErrNoRoom)
+		}
+		if !allowUnknown && a.MemoryMiB > n.memFree() {
+			return fmt.Errorf("job %s replica %d: node %s: %d MiB memory asked, %d MiB free: %w", r.JobID, r.Replica, a.Node, a.MemoryMiB, n.memFree(), ErrNoRoom)
+		}
+		changes = append(changes, change{ni, free, n.cpuUsed + a.CPUMilli, n.memUsed + a.MemoryMiB})
 	}
 	for _, c := range changes {
-		s.setFree(c.ni, c.free)
+		s.setFree(c.ni, c.free, c.cpuUsed, c.memUsed)
 	}
 	s.reserved[k] = r
+	s.countMix(r, +1)
 	return nil
 }
 
-// Release frees the GPUs of the reservation held by r's job and replica.
+// Release frees the GPUs, CPU and memory of the reservation held by r's job and replica.
 func (s *Snapshot) Release(r cosmic.Reservation) error {
 	k := resKey{r.JobID, r.Replica}
 	held, ok := s.reserved[k]
@@ -274,12 +512,14 @@ func (s *Snapshot) Release(r cosmic.Reservation) error {
 		if !ok {
 			continue
 		}
-		free := s.nodes[ni].free
+		n := &s.nodes[ni]
+		free := n.free
 		for _, i := range a.GPUs {
 			free |= 1 << uint(i)
 		}
-		s.setFree(ni, free)
+		s.setFree(ni, free, n.cpuUsed-a.CPUMilli, n.memUsed-a.MemoryMiB)
 	}
+	s.countMix(held, -1)
 	delete(s.reserved, k)
 	return nil
 }
@@ -324,8 +564,12 @@ func (s *Snapshot) Clone() *Snapshot {
 		byName:     s.byName, // never written after NewSnapshot
 		byLocation: s.byLocation,
 		racks:      s.racks,
+		rackList:   s.rackList,
+		rackIdx:    s.rackIdx,
+		policy:     s.policy,
 		groups:     make([]*group, len(s.groups)),
 		reserved:   make(map[resKey]cosmic.Reservation, len(s.reserved)),
+		mix:        maps.Clone(s.mix),
 	}
 	for i, g := range s.groups {
 		ng := *g
@@ -333,6 +577,10 @@ func (s *Snapshot) Clone() *Snapshot {
 			ng.buckets[f] = slices.Clone(g.buckets[f])
 		}
 		ng.racks = slices.Clone(g.racks)
+		ng.states = make(map[stateKey]*stateSet, len(g.states))
+		for k, st := range g.states {
+			ng.states[k] = &stateSet{bits: slices.Clone(st.bits), n: st.n}
+		}
 		c.groups[i] = &ng
 	}
 	for k, r := range s.reserved {
@@ -349,6 +597,21 @@ func (s *Snapshot) Free(rack, nodeName string) ([]int, bool) {
 		return nil, false
 	}
 	return indices(s.nodes[ni].free, MaxNodeGPUs), true
+}
+
+// Used reports the CPU (millicores) and memory (MiB) reservations hold on a
+// node, and whether the node is known.
+func (s *Snapshot) Used(rack, nodeName string) (cpuMilli, memMiB int64, ok bool) {
+	ni, ok := s.byName[nodeKey(rack, nodeName)]
+	if !ok {
+		return 0, 0, false
+	}
+	return s.nodes[ni].cpuUsed, s.nodes[ni].memUsed, true
+}
+
+// Policy is the placement policy of a location.
+func (s *Snapshot) Policy(location string) string {
+	return cmp.Or(s.policy[location], DefaultPolicy)
 }
 
 // Usage is the capacity of one rack.
@@ -402,12 +665,17 @@ var errInvariant = errors.New("snapshot index out of step")
 // (for tests).
 func (s *Snapshot) check() error {
 	claimed := map[int]uint64{}
+	cpu, mem := map[int]int64{}, map[int]int64{}
+	mix := map[class]int64{}
 	for _, r := range s.reserved {
 		for _, a := range r.Nodes {
 			ni, ok := s.byName[nodeKey(r.Rack, a.Node)]
 			if !ok {
 				continue
 			}
+			cpu[ni] += a.CPUMilli
+			mem[ni] += a.MemoryMiB
+			mix[class{len(a.GPUs), a.CPUMilli, a.MemoryMiB}]++
 			for _, i := range a.GPUs {
 				if claimed[ni]&(1<<uint(i)) != 0 {
 					return fmt.Errorf("%w: GPU %d of %s claimed twice", errInvariant, i, a.Node)
@@ -416,12 +684,31 @@ func (s *Snapshot) check() error {
 			}
 		}
 	}
+	if !maps.Equal(mix, s.mix) {
+		return fmt.Errorf("%w: job-size mix %v, reservations say %v", errInvariant, s.mix, mix)
+	}
 	for ni, n := range s.nodes {
 		if n.free != mask(n.total)&^claimed[ni] {
 			return fmt.Errorf("%w: node %s free %b, reservations say %b", errInvariant, n.name, n.free, mask(n.total)&^claimed[ni])
 		}
+		if n.cpuUsed != cpu[ni] || n.memUsed != mem[ni] {
+			return fmt.Errorf("%w: node %s holds %dm CPU and %d MiB, reservations say %dm and %d MiB", errInvariant, n.name, n.cpuUsed, n.memUsed, cpu[ni], mem[ni])
+		}
 	}
 	for _, g := range s.groups {
+		states := 0
+		for k, st := range g.states {
+			states += st.n
+			for pos := range g.nodes {
+				if st.bits[pos/64]&(1<<uint(pos%64)) == 0 {
+					continue
+				}
+				n := &s.nodes[g.nodes[pos]]
+				if !n.usable || bits.OnesCount64(n.free) != k.free || n.cpuFree() != k.cpu || n.memFree() != k.mem || n.ri != k.ri {
+					return fmt.Errorf("%w: node %s in the wrong state %+v", errInvariant, n.name, k)
+				}
+			}
+		}
 		var hist [MaxNodeGPUs + 1]int
 		for _, ni := range g.nodes {
 			n := s.nodes[ni]
@@ -436,6 +723,13 @@ func (s *Snapshot) check() error {
 		}
 		if hist != g.count {
 			return fmt.Errorf("%w: group %s/%s counts %v, want %v", errInvariant, g.location, g.model, g.count, hist)
+		}
+		usable := 0
+		for _, c := range hist {
+			usable += c
+		}
+		if states != usable {
+			return fmt.Errorf("%w: group %s/%s: %d nodes in states, %d usable", errInvariant, g.location, g.model, states, usable)
 		}
 	}
 	return nil
