@@ -53,6 +53,10 @@ type Capacity struct {
 	// Note is what users should know of the rack's capacity, shown with
 	// it (a QEMU rack without GPUs: "GPUs declared for placement only").
 	Note string `json:"note,omitempty"`
+	// Overhead is what the rack's hypervisor takes per VM beyond the
+	// guest's vCPUs and memory; placement charges it on the node with each
+	// replica (zero: nothing).
+	Overhead cosmic.VMOverhead `json:"overhead,omitzero"`
 }
 
 // ApplyParams asks the worker to run a job's replicas on their reserved
