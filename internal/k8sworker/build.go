@@ -404,22 +404,25 @@ func planReplica(cfg RackConfig, job cosmic.Job, r cosmic.Reservation) ([]vmiPla
 		return nil, GPUResource{}, "", errors.Join(errs...)
 	}
 
+	// Each VMI is the node's share of the spec (cosmic.Spec.NodeShare, what
+	// placement charged there less the rack's overhead); where the spec says
+	// 0, the rack's per-GPU defaults.
 	total := r.Count()
-	cpu, mem := s.Resources.CPU, s.Resources.Memory
-	if cpu == 0 {
-		cpu = cfg.PerGPU.CPU * total
-	}
-	if mem == 0 {
-		mem = cfg.PerGPU.MemoryGB * total
-	}
 	plan := make([]vmiPlan, len(r.Nodes))
 	for i, n := range r.Nodes {
+		cpu, mem := s.NodeShare(len(n.GPUs), total)
+		if cpu == 0 {
+			cpu = cfg.PerGPU.CPU * len(n.GPUs)
+		}
+		if mem == 0 {
+			mem = cfg.PerGPU.MemoryGB * len(n.GPUs)
+		}
 		plan[i] = vmiPlan{
 			index:  i,
 			node:   n.Node,
 			gpus:   slices.Clone(n.GPUs),
-			cpu:    max(1, cpu*len(n.GPUs)/total),
-			memGiB: max(1, mem*len(n.GPUs)/total),
+			cpu:    max(1, cpu),
+			memGiB: max(1, mem),
 		}
 	}
 	return plan, gpu, registryURL(image), nil
