@@ -54,7 +54,7 @@ func TestIntegrationContainerJobToRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := cosmic.Node{Name: h.nodeName(0), Rack: h.cfg.Rack, GPUModel: "GH100_H100_SXM5_80GB", GPUs: 8, Schedulable: true, Ready: true}
+	want := cosmic.Node{Name: h.nodeName(0), Rack: h.cfg.Rack, GPUModel: "GH100_H100_SXM5_80GB", GPUs: 8, CPUMilli: 128000, Schedulable: true, Ready: true}
 	if i := slices.IndexFunc(capa.Nodes, func(n cosmic.Node) bool { return n.Name == want.Name }); i < 0 || capa.Nodes[i] != want {
 		t.Fatalf("Capacity = %+v, want a node %+v", capa.Nodes, want)
 	}

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -150,6 +151,14 @@ func New(cfg RackConfig, restCfg *rest.Config, rep worker.Reporter, logs joblog.
 		DefaultLabelSelector: managed,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Node{}: {Label: labels.Everything()},
+			// Every bound, running pod of the cluster: their requests are
+			// taken from the nodes' CPU and memory (RBAC: list and watch
+			// pods cluster-wide).
+			&corev1.Pod{}: {
+				Label:      labels.Everything(),
+				Field:      fields.ParseSelectorOrDie("status.phase!=Succeeded,status.phase!=Failed"),
+				Namespaces: map[string]cache.Config{cache.AllNamespaces: {}},
+			},
 		},
 	})
 	if err != nil {
@@ -194,7 +203,7 @@ func restMapper() meta.RESTMapper {
 	}
 	add(corev1.SchemeGroupVersion, "Node", meta.RESTScopeRoot)
 	add(corev1.SchemeGroupVersion, "Namespace", meta.RESTScopeRoot)
-	for _, k := range []string{"ConfigMap", "Secret", "Service", "PersistentVolumeClaim"} {
+	for _, k := range []string{"Pod", "ConfigMap", "Secret", "Service", "PersistentVolumeClaim"} {
 		add(corev1.SchemeGroupVersion, k, meta.RESTScopeNamespace)
 	}
 	add(virtv1.GroupVersion, "VirtualMachineInstance", meta.RESTScopeNamespace)
@@ -310,7 +319,21 @@ func (w *Worker) nodes(ctx context.Context) ([]cosmic.Node, error) {
 	if err := w.cache.List(ctx, &l); err != nil {
 		return nil, err
 	}
+	var pods corev1.PodList
+	if err := w.cache.List(ctx, &pods); err != nil {
+		return nil, err
+	}
 	nodes := RackNodes(w.cfg, l.Items)
+	used := ForeignRequests(pods.Items)
+	byName := map[string]*corev1.Node{}
+	for i := range l.Items {
+		byName[l.Items[i].Name] = &l.Items[i]
+	}
+	for i := range nodes {
+		if n := byName[nodes[i].Name]; n != nil {
+			nodes[i].CPUMilli, nodes[i].MemoryMiB = FreeForJobs(n, used[n.Name])
+		}
+	}
 	if nodes == nil {
 		nodes = []cosmic.Node{}
 	}
