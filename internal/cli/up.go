@@ -191,6 +191,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
+	f.StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster (KubeVirt + CDI) instead of the simulated rack")
 	f.StringVar(&rackConfig, "rack-config", "", "with --kubeconfig: the rack's YAML config (docs/k8s-worker.md)")
 	f.StringVar(&location, "location", "", "with --kubeconfig: the rack's location (overrides the rack config)")
