@@ -36,19 +36,19 @@ type Config struct {
 
 // Defaults and bounds of a Config.
 const (
-	DefaultStep     = time.Second
-	MaxNodes        = 10000
-	MaxGPUsPerNode  = 64
-	MaxStep         = time.Hour
+	DefaultStep    = time.Second
+	MaxNodes       = 10000
+	MaxGPUsPerNode = 64
+	MaxStep        = time.Hour
 	// DefaultCPUsPerGPU and DefaultMemoryGiBPerGPU size a node's CPU and
 	// memory when the config gives none: a DGX H100's per GPU.
 	DefaultCPUsPerGPU      = 28
 	DefaultMemoryGiBPerGPU = 256
 	MaxCPUsPerNode         = 4096
 	MaxMemoryGiBPerNode    = 64 * 1024
-	defaultRack     = "sim-us-1"
-	defaultLocation = "us"
-	defaultGPUModel = "GH100_H100_SXM5_80GB"
+	defaultRack            = "sim-us-1"
+	defaultLocation        = "us"
+	defaultGPUModel        = "GH100_H100_SXM5_80GB"
 )
 
 // DefaultConfig is the rack of `cosmicac up`: sim-us-1 in us, 2 nodes of
