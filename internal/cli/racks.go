@@ -119,8 +119,8 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 		Aliases: []string{"ls"},
 		Short:   "List racks with their nodes, GPUs, free GPUs and whether their worker answers",
 		Long: "List racks with their nodes, GPUs, free GPUs and whether their worker answers. With --nodes,\n" +
-			"a second table shows each node's GPUs, those jobs use and those free, its free and total vCPUs\n" +
-			"and memory (\"-\": not reported, not limited), and whether it is schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
+			"a second table shows each node's GPUs, those jobs use and those free, its vCPUs and memory as\n" +
+			"FREE/TOTAL (\"-\": not reported, so not limited), and whether it is schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
 			"runs on one node needs them on one node: 12 free as 4 on each of 3 nodes take no 8-GPU job.\n" +
 			"-o wide is --nodes.",
 		Example: "  cosmicac racks list\n  cosmicac racks list --nodes\n  cosmicac racks list -o yaml",
@@ -169,7 +169,7 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 // node waits.
 func writeNodesTable(w io.Writer, racks []apiv1.Rack) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RACK\tNODE\tGPUS\tUSED\tFREE\tCPU FREE\tMEMORY FREE\tSCHEDULABLE\tREADY")
+	fmt.Fprintln(tw, "RACK\tNODE\tGPUS\tUSED\tFREE\tCPU\tMEMORY\tSCHEDULABLE\tREADY")
 	for _, r := range racks {
 		for _, n := range r.Nodes {
 			cpu, mem := "-", "-" // not reported: not limited
@@ -186,11 +186,11 @@ func writeNodesTable(w io.Writer, racks []apiv1.Rack) error {
 	return tw.Flush()
 }
 
-// vcpus writes millicores as vCPUs, gib MiB as GiB: "13.5", "224".
+// vcpus writes millicores as vCPUs, gib MiB as GiB: "13.5", "2048Gi".
 func vcpus(m int64) string { return strconv.FormatFloat(float64(m)/1000, 'f', -1, 64) }
 
 func gib(m int64) string {
-	return strconv.FormatFloat(math.Round(float64(m)/1024*10)/10, 'f', -1, 64) + " GiB"
+	return strconv.FormatFloat(math.Round(float64(m)/1024*10)/10, 'f', -1, 64) + "Gi"
 }
 
 func yesNo(b bool) string {
