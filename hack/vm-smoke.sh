@@ -160,7 +160,7 @@ EOF
     kill -0 "$QEMU_PID" 2>/dev/null || { log "run $n: QEMU exited: $(tail -3 "$dir/qemu.log")"; return 1; }
     (( $(date +%s) < deadline )) || { log "run $n: no boot in ${BOOT_TIMEOUT}s; tail of $serial:"; tail -20 "$serial" >&2; return 1; }
     [[ -z "$t_kernel" ]] && grep -aq 'Linux version' "$serial" && t_kernel=$(now)
-    [[ -z "$t_systemd" ]] && grep -aq 'Welcome to Debian' "$serial" && t_systemd=$(now)
+    [[ -z "$t_systemd" ]] && grep -aEq 'Welcome to .*Debian' "$serial" && t_systemd=$(now)
     [[ -z "$t_ci" ]] && grep -aEq 'Cloud-init v\. .* finished at' "$serial" && t_ci=$(now)
     if [[ -z "$t_ssh" && -n "$t_kernel" ]] && timeout 8 ssh "${SSH_OPTS[@]}" -p "$sport" debian@127.0.0.1 true 2>/dev/null; then
       t_ssh=$(now)
