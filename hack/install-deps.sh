@@ -25,6 +25,8 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 command -v qemu-img >/dev/null 2>&1 || need+=(qemu-utils)
 command -v cloud-localds >/dev/null 2>&1 || need+=(cloud-image-utils)
 command -v genisoimage >/dev/null 2>&1 || need+=(genisoimage)
+command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
+[[ -f /usr/lib/grub/i386-pc/boot.img ]] && command -v grub-mkimage >/dev/null 2>&1 || need+=(grub-pc-bin)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2

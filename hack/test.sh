@@ -64,7 +64,7 @@ if [[ $(id -u) == 0 ]]; then
   export COSMICAC_VM_IMAGE
   log "VM base image ready in $COSMICAC_VM_IMAGE after $((SECONDS - t0))s"
 else
-  log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end test skips"
+  log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
 fi
 log "go test -race ./..."
 go test -race -count=1 -timeout 25m ./... 2>&1 | tee /tmp/cosmicac-test.log

@@ -16,13 +16,23 @@
 #                table, no bootloader), label cosmicac-root, compressed qcow2
 #   vmlinuz      the guest kernel (linux-image-cloud-amd64), from the image
 #   initrd.img   its initramfs (virtio_pci, virtio_blk; ext4 is built in)
+#   disk-bios.qcow2  the same system shaped like a stock cloud image, booted
+#                from its own disk: an MBR partition table, one ext4 root
+#                partition (same label) from sector 2048, and GRUB for BIOS
+#                (boot.img in sector 0, core.img in the gap after it,
+#                /boot/grub/grub.cfg); compressed qcow2. The QEMU rack boots
+#                it like a user's own image: no image.json, no -kernel
 #   image.json   format, file names, kernel command line, root device, sizes,
-#                kernel version, packages, build time
+#                kernel version, packages, build time; bootDisk: the above
 #
 # Needs root (mmdebstrap's root mode makes device nodes and chroots), and the
-# packages mmdebstrap, e2fsprogs and qemu-utils (hack/install-deps.sh).
+# packages mmdebstrap, e2fsprogs, qemu-utils, fdisk (sfdisk) and grub-pc-bin
+# (grub-mkimage and GRUB's i386-pc modules) (hack/install-deps.sh).
 # Nothing is downloaded but Debian packages, through apt. No loop devices or
-# mounts of disk images: `mke2fs -d` writes the filesystem from a directory.
+# mounts of disk images: `mke2fs -d` writes the filesystem from a directory
+# (for disk-bios.qcow2, at the partition's offset: `mke2fs -E offset=`), and
+# GRUB is installed by writing its images at their sectors with dd, as
+# grub-install would but without a device.
 # A cold build takes a few minutes on 2 cores; later runs print DEST and exit.
 #
 # Environment (all optional):
@@ -52,6 +62,15 @@ SIZE=${VM_IMAGE_SIZE:-2G}
 # virtio disk: the job's overlay).
 CMDLINE="root=/dev/vda rw console=ttyS0,115200n8"
 ROOT_LABEL=cosmicac-root
+# disk-bios.qcow2: the root partition's first sector (1 MiB, as fdisk and
+# Debian's images align it; GRUB's core.img lives in sectors 1..2047), and
+# GRUB's kernel command line, as in Debian's cloud images.
+PART_START=2048
+GRUB_CMDLINE="root=LABEL=$ROOT_LABEL ro console=tty0 console=ttyS0,115200 earlyprintk=ttyS0,115200 consoleblank=0"
+GRUB_DIR=/usr/lib/grub/i386-pc
+# Built into core.img, so that GRUB reads its grub.cfg and boots Linux
+# without loading a module (they are in /boot/grub/i386-pc too).
+GRUB_MODULES=(biosdisk part_msdos ext2 normal linux search search_label configfile echo serial terminal)
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HASH=$( { cat "$SELF"; printf '%s\n' "${PACKAGES[@]}" "$SIZE"; } | sha256sum | cut -c1-16)
@@ -66,7 +85,7 @@ fi
 log() { printf '[vm-image %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 complete() {
-  [[ -f "$DEST/image.json" && -f "$DEST/disk.qcow2" && -f "$DEST/vmlinuz" && -f "$DEST/initrd.img" ]]
+  [[ -f "$DEST/image.json" && -f "$DEST/disk.qcow2" && -f "$DEST/vmlinuz" && -f "$DEST/initrd.img" && -f "$DEST/disk-bios.qcow2" ]]
 }
 if [[ "${FORCE:-0}" != 1 ]] && complete; then
   log "up to date in $DEST; nothing to do"
@@ -75,9 +94,10 @@ if [[ "${FORCE:-0}" != 1 ]] && complete; then
 fi
 
 [[ $(id -u) == 0 ]] || { log "must run as root (mmdebstrap's root mode); try sudo"; exit 1; }
-for c in mmdebstrap mke2fs qemu-img sha256sum; do
+for c in mmdebstrap mke2fs qemu-img sha256sum sfdisk grub-mkimage; do
   command -v "$c" >/dev/null || { log "$c not found (hack/install-deps.sh installs it)"; exit 1; }
 done
+[[ -f $GRUB_DIR/boot.img && -f $GRUB_DIR/diskboot.img ]] || { log "no GRUB for BIOS in $GRUB_DIR (grub-pc-bin; hack/install-deps.sh installs it)"; exit 1; }
 
 mkdir -p "$CACHE/images"
 # One build at a time per image: a second caller waits and then finds it.
@@ -141,7 +161,8 @@ datasource_list: [ NoCloud, None ]
 locale: C.UTF-8
 # Host keys: no RSA (its key generation costs seconds under TCG).
 ssh_genkeytypes: [ ed25519, ecdsa ]
-# No GRUB in this image (direct kernel boot).
+# No grub-pc package in this image (direct kernel boot, or, on
+# disk-bios.qcow2, a GRUB installed from outside): nothing to configure.
 grub_dpkg:
   enabled: false
 EOF
@@ -195,14 +216,67 @@ log "qemu-img convert to compressed qcow2"
 qemu-img convert -c -f raw -O qcow2 "$WORK/disk.raw" "$OUT/disk.qcow2"
 rm -f "$WORK/disk.raw"
 
+# disk-bios.qcow2: the same tree, plus GRUB's configuration and modules
+# (added only now, so disk.qcow2 is as before), in partition 1 of an MBR
+# disk, with GRUB for BIOS in sector 0 and the gap after it.
+bstart=$(date +%s)
+log "disk-bios: MBR, ext4 partition from sector $PART_START, GRUB for BIOS"
+mkdir -p "$ROOTFS/boot/grub/i386-pc"
+cp "$GRUB_DIR"/*.mod "$GRUB_DIR"/*.lst "$ROOTFS/boot/grub/i386-pc/"
+cat > "$ROOTFS/boot/grub/grub.cfg" <<EOF
+# CosmicAC disk-bios image (hack/vm-image.sh): GRUB for BIOS, booting from
+# partition 1 as Debian's cloud images do.
+serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+set timeout=0
+set default=0
+search --no-floppy --label --set=root $ROOT_LABEL
+menuentry 'Debian GNU/Linux 12 (CosmicAC disk-bios)' {
+	echo 'Loading Linux $kver ...'
+	linux /boot/vmlinuz-$kver $GRUB_CMDLINE
+	echo 'Loading initial ramdisk ...'
+	initrd /boot/initrd.img-$kver
+}
+EOF
+truncate -s "$SIZE" "$WORK/disk-bios.raw"
+printf 'label: dos\nstart=%d, type=83, bootable\n' "$PART_START" | sfdisk -q "$WORK/disk-bios.raw" >&2
+part_sectors=$(sfdisk -J "$WORK/disk-bios.raw" | python3 -c 'import json,sys; print(json.load(sys.stdin)["partitiontable"]["partitions"][0]["size"])')
+mke2fs -q -F -t ext4 -L "$ROOT_LABEL" -m 1 -E "root_owner=0:0,offset=$((PART_START * 512)),nodiscard" -d "$ROOTFS" \
+  "$WORK/disk-bios.raw" "$((part_sectors / 2))k" >&2
+e2fsck -fn "$WORK/disk-bios.raw?offset=$((PART_START * 512))" >/dev/null 2>&1 || { log "disk-bios: e2fsck fails on partition 1"; exit 1; }
+# GRUB without grub-install (which needs a device): core.img is diskboot.img
+# (its blocklist's length set by grub-mkimage; its start, sector 2, is where
+# the rest of core.img follows when core.img begins at sector 1) and the
+# kernel with the modules; boot.img's kernel sector (offset 0x5c) is 1 as
+# built, and its boot drive (0x64) 0xff: the drive the BIOS booted. Only
+# boot.img's first 440 bytes are written: the disk signature and the
+# partition table after them stay.
+grub-mkimage -O i386-pc -d "$GRUB_DIR" -o "$WORK/core.img" -p "(hd0,msdos1)/boot/grub" "${GRUB_MODULES[@]}"
+core_sectors=$(( ($(stat -c %s "$WORK/core.img") + 511) / 512 ))
+(( core_sectors < PART_START )) || { log "disk-bios: core.img ($core_sectors sectors) does not fit before sector $PART_START"; exit 1; }
+[[ $(od -An -tx1 -j $((0x5c)) -N 8 "$GRUB_DIR/boot.img" | tr -d ' ') == 0100000000000000 ]] || { log "disk-bios: boot.img's kernel sector is not 1"; exit 1; }
+dd if="$GRUB_DIR/boot.img" of="$WORK/disk-bios.raw" bs=440 count=1 conv=notrunc status=none
+dd if="$WORK/core.img" of="$WORK/disk-bios.raw" bs=512 seek=1 conv=notrunc status=none
+log "disk-bios: qemu-img convert to compressed qcow2"
+qemu-img convert -c -f raw -O qcow2 "$WORK/disk-bios.raw" "$OUT/disk-bios.qcow2"
+rm -f "$WORK/disk-bios.raw"
+grub_version=$(dpkg-query -W -f '${Version}' grub-pc-bin 2>/dev/null || grub-mkimage --version | awk '{print $NF}')
+bsecs=$(( $(date +%s) - bstart ))
+
 pkgs=$(chroot "$ROOTFS" dpkg-query -W -f '${Package}=${Version}\n' "${PACKAGES[@]}" linux-image-"$kver" | sort)
 built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 secs=$(( $(date +%s) - start ))
-python3 - "$OUT" "$kver" "$CMDLINE" "$ROOT_LABEL" "$built" "$secs" "$rootfs_mb" "$HASH" "$pkgs" <<'EOF'
+python3 - "$OUT" "$kver" "$CMDLINE" "$ROOT_LABEL" "$built" "$secs" "$rootfs_mb" "$HASH" "$pkgs" \
+  "$PART_START" "$part_sectors" "$GRUB_CMDLINE" "$grub_version" "$core_sectors" "$bsecs" "${GRUB_MODULES[*]}" <<'EOF'
 import json, os, subprocess, sys
-out, kver, cmdline, label, built, secs, rootfs_mb, h, pkgs = sys.argv[1:]
-info = json.loads(subprocess.check_output(
-    ["qemu-img", "info", "--output=json", os.path.join(out, "disk.qcow2")]))
+(out, kver, cmdline, label, built, secs, rootfs_mb, h, pkgs,
+ part_start, part_sectors, grub_cmdline, grub_version, core_sectors, bsecs, grub_modules) = sys.argv[1:]
+def qinfo(f):
+    return json.loads(subprocess.check_output(
+        ["qemu-img", "info", "--output=json", os.path.join(out, f)]))
+info = qinfo("disk.qcow2")
+binfo = qinfo("disk-bios.qcow2")
 doc = {
     "name": "debian-12",
     "hash": h,
@@ -229,6 +303,21 @@ doc = {
     "packages": pkgs.split(),
     "built": built,
     "buildSeconds": int(secs),
+    # The same system as a disk that boots itself, as a stock cloud image
+    # does: give the rack this file alone (--image NAME=PATH), no kernel.
+    "bootDisk": {
+        "disk": "disk-bios.qcow2",
+        "format": "qcow2",
+        "virtualSizeBytes": binfo["virtual-size"],
+        "fileSizeBytes": os.path.getsize(os.path.join(out, "disk-bios.qcow2")),
+        "partitions": "msdos: 1 (ext4, label %s, sectors %s+%s, bootable)" % (label, part_start, part_sectors),
+        "rootDevice": "/dev/vda1",
+        "boot": "bios-grub",
+        "bootloader": "GRUB %s i386-pc: boot.img in sector 0, core.img (%s sectors) from sector 1, /boot/grub/grub.cfg" % (grub_version, core_sectors),
+        "grubModules": grub_modules.split(),
+        "kernelCmdline": "BOOT_IMAGE=/boot/vmlinuz-%s %s" % (kver, grub_cmdline),
+        "buildSeconds": int(bsecs),
+    },
 }
 with open(os.path.join(out, "image.json"), "w") as f:
     json.dump(doc, f, indent=2)

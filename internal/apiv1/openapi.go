@@ -49,9 +49,14 @@ var patches = map[reflect.Type]func(s map[string]any){
 			"then it fails with agent_timeout; 0 or absent: 600.")
 		props["agentDeadline"].(map[string]any)["minimum"] = 0
 		props["agentDeadline"].(map[string]any)["maximum"] = cosmic.MaxAgentDeadline
+		props["placementPolicy"].(map[string]any)["enum"] = []string{cosmic.PolicyBestFit, cosmic.PolicyFGD}
+		describe(props, "placementPolicy", "How the ork ranks the nodes of the rack's location (docs/placement.md); absent: the ork's default. "+
+			"The racks of one location share one policy: another is a 409.")
 	},
 	reflect.TypeFor[Rack](): func(s map[string]any) {
-		describe(s["properties"].(map[string]any), "agentDeadline", "The rack's agent deadline in seconds (the registration's, or the default 600).")
+		props := s["properties"].(map[string]any)
+		describe(props, "agentDeadline", "The rack's agent deadline in seconds (the registration's, or the default 600).")
+		props["placementPolicy"].(map[string]any)["enum"] = []string{cosmic.PolicyBestFit, cosmic.PolicyFGD}
 	},
 	reflect.TypeFor[cosmic.Status](): func(s map[string]any) {
 		props := s["properties"].(map[string]any)

@@ -140,6 +140,9 @@ type Rack struct {
 	// rack may take until its agent connects (then it fails with
 	// agent_timeout): the registration's, or the default (600).
 	AgentDeadline int `json:"agentDeadline"`
+	// PlacementPolicy is the registration's placement policy for the
+	// rack's location; absent: the ork's default (docs/placement.md).
+	PlacementPolicy string `json:"placementPolicy,omitempty"`
 }
 
 // RackList is every registered rack.
@@ -191,6 +194,10 @@ type RegisterRack struct {
 	// rack may take until its agent connects, 1 to 86400; 0 or absent: the
 	// default, 600 (docs/scheduling.md, "Deadlines").
 	AgentDeadline int `json:"agentDeadline,omitempty"`
+	// PlacementPolicy is how the ork ranks the nodes of the rack's
+	// location: best-fit or fgd; absent: the ork's default. The racks of
+	// one location share one policy (docs/placement.md).
+	PlacementPolicy string `json:"placementPolicy,omitempty"`
 }
 
 // WhoAmI is the caller as the API knows it.

@@ -23,7 +23,8 @@ func rackOut(ri orkapi.RackInfo) apiv1.Rack {
 		ID: ri.ID, Type: ri.Type, Location: ri.Location, GPUModel: ri.GPUModel,
 		WorkerKey: ri.WorkerKey, CreatedAt: ri.CreatedAt, Nodes: nodes,
 		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs, Problem: ri.Problem, Note: ri.Note,
-		AgentDeadline: int(ri.Rack.AgentDeadlineOrDefault() / time.Second),
+		AgentDeadline:   int(ri.Rack.AgentDeadlineOrDefault() / time.Second),
+		PlacementPolicy: ri.Rack.PlacementPolicy,
 	}
 }
 
@@ -104,7 +105,7 @@ func (s *Server) registerRack(w http.ResponseWriter, r *http.Request, _ *caller)
 		in.Type = cosmic.RackTypeServer
 	}
 	rack := cosmic.Rack{ID: in.ID, Type: in.Type, Location: in.Location, GPUModel: in.GPUModel, WorkerKey: in.WorkerKey,
-		AgentDeadline: in.AgentDeadline}
+		AgentDeadline: in.AgentDeadline, PlacementPolicy: in.PlacementPolicy}
 	fes := cosmic.FieldErrors(rack.Validate())
 	for i, a := range in.WorkerAddrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {

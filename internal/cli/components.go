@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
@@ -203,6 +204,10 @@ func (a *app) printNode(n *fabric.Node) {
 
 // ---- wrk-ork
 
+// placementPolicyUsage is the --placement-policy flag's usage.
+var placementPolicyUsage = "how the ork ranks nodes where a location's racks name no policy: " + cosmic.PolicyBestFit + " or " + cosmic.PolicyFGD +
+	" (default " + ork.DefaultPlacementPolicy + "; docs/placement.md)"
+
 type orkFileConfig struct {
 	componentFlags `json:",inline"`
 	Database       string     `json:"database,omitempty"`
@@ -266,6 +271,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	cmd.Flags().StringVar(&cfg.Database, "database", "", "the SQLite database (default DATA_DIR/ork.db)")
 	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
+	cmd.Flags().StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	return cmd
 }
 

@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -76,7 +78,7 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 			}
 			r.AgentDeadline = int(deadline / time.Second)
 			rack := cosmic.Rack{ID: r.ID, Type: cosmic.RackTypeServer, Location: r.Location, GPUModel: r.GPUModel, WorkerKey: r.WorkerKey,
-				AgentDeadline: r.AgentDeadline}
+				AgentDeadline: r.AgentDeadline, PlacementPolicy: r.PlacementPolicy}
 			if err := rack.Validate(); err != nil {
 				return withExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
 			}
@@ -100,6 +102,8 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	f.StringVar(&r.GPUModel, "gpu-model", "", "GPU model of the rack's nodes, e.g. GH100_H100_SXM5_80GB")
 	f.StringVar(&r.WorkerKey, "worker-key", "", "the worker's fabric public key (64 hex digits)")
 	f.StringArrayVar(&addrs, "worker-addr", nil, "HOST:PORT of the worker's fabric listener (repeatable)")
+	f.StringVar(&r.PlacementPolicy, "placement-policy", "", "how the ork ranks the nodes of the rack's location: "+cosmic.PolicyBestFit+" or "+cosmic.PolicyFGD+
+		" (default: the ork's; the racks of a location share one; docs/placement.md)")
 	f.DurationVar(&deadline, "agent-deadline", 0, "how long a replica may take to start until its agent connects, then it fails with agent_timeout (0: the default, "+cosmic.DefaultAgentDeadline.String()+")")
 	out.add(cmd)
 	return cmd
@@ -115,8 +119,8 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 		Aliases: []string{"ls"},
 		Short:   "List racks with their nodes, GPUs, free GPUs and whether their worker answers",
 		Long: "List racks with their nodes, GPUs, free GPUs and whether their worker answers. With --nodes,\n" +
-			"a second table shows each node's GPUs, those jobs use and those free, and whether it is\n" +
-			"schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
+			"a second table shows each node's GPUs, those jobs use and those free, its vCPUs and memory as\n" +
+			"FREE/TOTAL (\"-\": not reported, so not limited), and whether it is schedulable and ready. A rack's free GPUs are its nodes' added up, and a job (or replica) that\n" +
 			"runs on one node needs them on one node: 12 free as 4 on each of 3 nodes take no 8-GPU job.\n" +
 			"-o wide is --nodes.",
 		Example: "  cosmicac racks list\n  cosmicac racks list --nodes\n  cosmicac racks list -o yaml",
@@ -165,13 +169,28 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 // node waits.
 func writeNodesTable(w io.Writer, racks []apiv1.Rack) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RACK\tNODE\tGPUS\tUSED\tFREE\tSCHEDULABLE\tREADY")
+	fmt.Fprintln(tw, "RACK\tNODE\tGPUS\tUSED\tFREE\tCPU\tMEMORY\tSCHEDULABLE\tREADY")
 	for _, r := range racks {
 		for _, n := range r.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.ID, n.Name, n.GPUs, n.UsedGPUs, n.FreeGPUs, yesNo(n.Schedulable), yesNo(n.Ready))
+			cpu, mem := "-", "-" // not reported: not limited
+			if n.CPUMilli > 0 {
+				cpu = fmt.Sprintf("%s/%s", vcpus(n.CPUMilli-n.UsedCPUMilli), vcpus(n.CPUMilli))
+			}
+			if n.MemoryMiB > 0 {
+				mem = fmt.Sprintf("%s/%s", gib(n.MemoryMiB-n.UsedMemoryMiB), gib(n.MemoryMiB))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", r.ID, n.Name, n.GPUs, n.UsedGPUs, n.FreeGPUs, cpu, mem,
+				yesNo(n.Schedulable), yesNo(n.Ready))
 		}
 	}
 	return tw.Flush()
+}
+
+// vcpus writes millicores as vCPUs, gib MiB as GiB: "13.5", "2048Gi".
+func vcpus(m int64) string { return strconv.FormatFloat(float64(m)/1000, 'f', -1, 64) }
+
+func gib(m int64) string {
+	return strconv.FormatFloat(math.Round(float64(m)/1024*10)/10, 'f', -1, 64) + "Gi"
 }
 
 func yesNo(b bool) string {

@@ -39,12 +39,14 @@ func TestRacksListNodesOnThePlatform(t *testing.T) {
 		t.Errorf("racks table:\n%s", racks)
 	}
 	nl := strings.Split(nodes, "\n")
-	if len(nl) != 4 || !slices.Equal(strings.Fields(nl[0]), []string{"RACK", "NODE", "GPUS", "USED", "FREE", "SCHEDULABLE", "READY"}) {
+	if len(nl) != 4 || !slices.Equal(strings.Fields(nl[0]), []string{"RACK", "NODE", "GPUS", "USED", "FREE", "CPU", "MEMORY", "SCHEDULABLE", "READY"}) {
 		t.Fatalf("nodes table:\n%s", nodes)
 	}
 	for _, row := range nl[1:] {
-		if f := strings.Fields(row); len(f) != 7 || !slices.Equal(f[2:], []string{"8", "5", "3", "yes", "yes"}) {
-			t.Errorf("node row %q, want 8 GPUs, 5 used, 3 free, schedulable and ready", row)
+		// A 5-GPU job at the default 8 vCPUs and 64 GiB per GPU, on a
+		// node of 224 vCPUs and 2 TiB.
+		if f := strings.Fields(row); len(f) != 9 || !slices.Equal(f[2:], []string{"8", "5", "3", "184/224", "1728Gi/2048Gi", "yes", "yes"}) {
+			t.Errorf("node row %q, want 8 GPUs, 5 used, 3 free, 184 of 224 vCPUs and 1728 of 2048 GiB free, schedulable and ready", row)
 		}
 	}
 

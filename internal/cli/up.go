@@ -188,9 +188,12 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Sim.Rack, "sim-rack", cfg.Sim.Rack, "the simulated rack's ID")
 	f.IntVar(&cfg.Sim.Nodes, "sim-nodes", cfg.Sim.Nodes, "nodes of the simulated rack")
 	f.IntVar(&cfg.Sim.GPUsPerNode, "sim-gpus-per-node", cfg.Sim.GPUsPerNode, "GPUs per simulated node")
+	f.IntVar(&cfg.Sim.CPUsPerNode, "sim-cpus-per-node", 0, "vCPUs of each simulated node for jobs (default 28 per GPU, a DGX H100's share)")
+	f.IntVar(&cfg.Sim.MemoryGiBPerNode, "sim-memory-per-node", 0, "GiB of memory of each simulated node for jobs (default 256 per GPU)")
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
+	f.StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster (KubeVirt + CDI) instead of the simulated rack")
 	f.StringVar(&rackConfig, "rack-config", "", "with --kubeconfig: the rack's YAML config (docs/k8s-worker.md)")
 	f.StringVar(&location, "location", "", "with --kubeconfig: the rack's location (overrides the rack config)")
@@ -210,6 +213,8 @@ func (a *app) upCommand() *cobra.Command {
 	f.IntVar(&qc.MaxCPUs, "qemu-max-cpus", 0, "with --rack qemu: the most vCPUs a VM gets (default 1 under TCG, 4 under KVM)")
 	f.BoolVar(&qc.DebugSSH, "qemu-debug-ssh", false, "with --rack qemu: forward a loopback port to each VM's port 22 (named in the job's log), to debug an image")
 	f.IntVar(&qc.MaxMemoryMiB, "qemu-max-memory", 0, "with --rack qemu: the most memory a VM gets, MiB (default 512 under TCG, 8192 under KVM)")
+	f.IntVar(&qc.CPUsPerNode, "qemu-cpus-per-node", 0, "with --rack qemu: vCPUs each node declares for placement (default 8 per GPU + 2)")
+	f.IntVar(&qc.MemoryGiBPerNode, "qemu-memory-per-node", 0, "with --rack qemu: GiB each node declares for placement (default 64 per GPU + 2)")
 	return cmd
 }
 

@@ -190,6 +190,10 @@ func impossibleError(spec cosmic.Spec, r cosmic.Reason) error {
 		field = "location"
 	case r.Code == cosmic.ReasonNoSuchGPUModel:
 		field = "resources.gpuModel"
+	case r.Code == cosmic.ReasonExceedsNodeCPU:
+		field = "resources.cpu"
+	case r.Code == cosmic.ReasonExceedsNodeMemory:
+		field = "resources.memory"
 	case spec.Type == cosmic.TypeManagedInference && r.Code == cosmic.ReasonExceedsLocationGPUs:
 		field = "inference.replicas"
 	case spec.Type == cosmic.TypeManagedInference && spec.Inference != nil && spec.Inference.GPUsPerReplica > 0:
@@ -664,6 +668,17 @@ func (o *Ork) RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (or
 		}
 	}
 	o.mu.Lock()
+	// A location has one placement policy: its racks agree on it.
+	if rack.PlacementPolicy != "" {
+		for _, id := range keys(o.racks) {
+			other := o.racks[id].Rack
+			if id != rack.ID && other.Location == rack.Location && other.PlacementPolicy != "" && other.PlacementPolicy != rack.PlacementPolicy {
+				o.mu.Unlock()
+				return orkapi.RackInfo{}, conflictf("rack %s of location %s places by %s: the racks of a location share one placement policy",
+					id, rack.Location, other.PlacementPolicy)
+			}
+		}
+	}
 	old := o.racks[rack.ID]
 	sr := StoredRack{Rack: rack, WorkerAddrs: p.WorkerAddrs}
 	if old != nil {
@@ -673,7 +688,7 @@ func (o *Ork) RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (or
 				return orkapi.RackInfo{}, conflictf("rack %s holds jobs; it cannot change location or worker key", rack.ID)
 			}
 		}
-		sr.Nodes = old.Nodes
+		sr.Nodes, sr.Overhead = old.Nodes, old.Overhead
 		sr.Rack.CreatedAt = old.Rack.CreatedAt
 	} else {
 		sr.Rack.CreatedAt = o.now().UTC().Truncate(time.Second)
@@ -734,6 +749,7 @@ func (o *Ork) ListRacks() orkapi.ListRacksReply {
 					n.FreeGPUs = len(free)
 				}
 			}
+			n.UsedCPUMilli, n.UsedMemoryMiB, _ = o.snap.Used(id, n.Name)
 			ri.GPUs += n.GPUs
 			ri.FreeGPUs += n.FreeGPUs
 			ri.Nodes[i] = n

@@ -65,6 +65,8 @@ type fakeWorker struct {
 	deleteGate chan struct{}
 	// deleted are the jobs Delete succeeded for.
 	deleted []string
+	// overhead is the VM overhead the worker reports.
+	overhead cosmic.VMOverhead
 	// outage: "" (up), "refused" (every call fails at once, as a worker
 	// whose process is gone) or "hung" (every call blocks until its
 	// context ends, as a worker cut off by the network).
@@ -106,7 +108,9 @@ func (w *fakeWorker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err := w.enter(ctx, "capacity"); err != nil {
 		return worker.Capacity{}, err
 	}
-	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now()}, nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now(), Overhead: w.overhead}, nil
 }
 
 func (w *fakeWorker) Apply(ctx context.Context, p worker.ApplyParams) error {

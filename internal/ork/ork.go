@@ -42,7 +42,15 @@ type Config struct {
 	Heartbeat config.Duration `json:"heartbeat"`
 	// WorkerTimeout bounds one call to a worker.
 	WorkerTimeout config.Duration `json:"workerTimeout"`
+	// PlacementPolicy ranks nodes in locations whose racks name no policy
+	// (cosmic.PolicyBestFit or cosmic.PolicyFGD; empty:
+	// placement.DefaultPolicy).
+	PlacementPolicy string `json:"placementPolicy,omitempty"`
 }
+
+// DefaultPlacementPolicy is the placement policy of a location when
+// neither its racks nor Config.PlacementPolicy name one.
+const DefaultPlacementPolicy = placement.DefaultPolicy
 
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
@@ -57,6 +65,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerTimeout <= 0 {
 		errs = append(errs, errors.New("worker timeout must be positive"))
+	}
+	if c.PlacementPolicy != "" && !cosmic.ValidPolicy(c.PlacementPolicy) {
+		errs = append(errs, fmt.Errorf("placement policy %q: want %s or %s", c.PlacementPolicy, cosmic.PolicyBestFit, cosmic.PolicyFGD))
 	}
 	return errors.Join(errs...)
 }
@@ -221,17 +232,20 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 		return fmt.Errorf("load reservations: %w", err)
 	}
 	var (
-		racks []cosmic.Rack
-		nodes []cosmic.Node
+		racks     []cosmic.Rack
+		nodes     []cosmic.Node
+		overheads = map[string]cosmic.VMOverhead{}
 	)
 	for _, r := range o.racks {
 		racks = append(racks, r.Rack)
+		overheads[r.Rack.ID] = r.Overhead
 		for _, n := range r.Nodes {
 			n.Rack = r.Rack.ID
 			nodes = append(nodes, n)
 		}
 	}
-	snap, err := placement.NewSnapshot(racks, nodes, res)
+	snap, err := placement.NewSnapshot(racks, nodes, res, placement.WithOverheads(overheads),
+		placement.WithDefaultPolicy(cmp.Or(o.cfg.PlacementPolicy, placement.DefaultPolicy)))
 	if err != nil {
 		return fmt.Errorf("rebuild placement snapshot: %w", err)
 	}

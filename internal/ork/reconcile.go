@@ -28,7 +28,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 	if rep.Capacity != nil {
 		o.setProblem(rep.Rack, rep.Capacity.Problem)
 		o.setNote(rep.Rack, rep.Capacity.Note)
-		o.updateNodes(ctx, rep.Rack, rep.Capacity.Nodes, rep.Capacity.ObservedAt)
+		o.updateNodes(ctx, rep.Rack, *rep.Capacity)
 	}
 	for _, jr := range rep.Jobs {
 		o.applyReport(ctx, rep.Rack, jr)
@@ -80,7 +80,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 	o.markReachable(id)
 	o.setProblem(id, capacity.Problem)
 	o.setNote(id, capacity.Note)
-	o.updateNodes(ctx, id, capacity.Nodes, capacity.ObservedAt)
+	o.updateNodes(ctx, id, capacity)
 	seen := map[string]bool{}
 	listed := map[worker.ReplicaRef]bool{}
 	for _, jr := range jobs {
@@ -243,7 +243,8 @@ func (o *Ork) markUnreachable(ctx context.Context, id string, cause error) {
 // pushed report and a heartbeat's pull can cross on the way: the one the
 // worker observed earlier (observedAt) never overwrites a later one, so a
 // node lost a moment ago is not placed on again.
-func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node, observedAt time.Time) {
+func (o *Ork) updateNodes(ctx context.Context, id string, c worker.Capacity) {
+	nodes, observedAt := c.Nodes, c.ObservedAt
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.racks[id]
@@ -256,11 +257,12 @@ func (o *Ork) updateNodes(ctx context.Context, id string, nodes []cosmic.Node, o
 		}
 		r.observedAt = observedAt
 	}
-	if slices.EqualFunc(r.Nodes, nodes, func(a, b cosmic.Node) bool { return a == b }) {
+	if r.Overhead == c.Overhead && slices.EqualFunc(r.Nodes, nodes, func(a, b cosmic.Node) bool { return a == b }) {
 		return
 	}
 	next := r.StoredRack
 	next.Nodes = slices.Clone(nodes)
+	next.Overhead = c.Overhead
 	if err := o.st.Update(ctx, func(tx Tx) error { return tx.PutRack(ctx, next) }); err != nil {
 		o.log.Error("store rack nodes", "rack", id, "err", err)
 		return

@@ -69,6 +69,13 @@ type Config struct {
 	// 1 and 512 under TCG, 4 and 8192 under KVM).
 	MaxCPUs      int `json:"maxCPUs,omitempty"`
 	MaxMemoryMiB int `json:"maxMemoryMiB,omitempty"`
+	// CPUsPerNode and MemoryGiBPerNode are the CPU and memory each node
+	// declares for placement, like its GPUs (default: the platform's share
+	// per GPU, cosmic.DefaultCPUPerGPU and cosmic.DefaultMemoryPerGPU, for
+	// each GPU, plus 2 of each for the VMs' overhead). A VM itself gets
+	// its job's share capped by MaxCPUs and MaxMemoryMiB.
+	CPUsPerNode      int `json:"cpusPerNode,omitempty"`
+	MemoryGiBPerNode int `json:"memoryGiBPerNode,omitempty"`
 	// MaxBoots bounds the VMs booting at once (default 2): under TCG a
 	// boot takes a core for about a minute.
 	MaxBoots int `json:"maxBoots,omitempty"`
@@ -184,6 +191,11 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.cfg.MaxMemoryMiB <= 0 {
 		w.cfg.MaxMemoryMiB = map[bool]int{true: 8192, false: 512}[w.accel == "kvm"]
 	}
+	if w.cfg.CPUsPerNode < 0 || w.cfg.MemoryGiBPerNode < 0 {
+		return nil, errors.New("qemuworker: cpusPerNode and memoryGiBPerNode must not be negative")
+	}
+	w.cfg.CPUsPerNode = cmp.Or(w.cfg.CPUsPerNode, cosmic.DefaultCPUPerGPU*cfg.GPUsPerNode+2)
+	w.cfg.MemoryGiBPerNode = cmp.Or(w.cfg.MemoryGiBPerNode, cosmic.DefaultMemoryPerGPU*cfg.GPUsPerNode+2)
 	w.cfg.MaxBoots = cmp.Or(w.cfg.MaxBoots, 2)
 	w.cfg.StopGrace = cmp.Or(w.cfg.StopGrace, config.Duration(20*time.Second))
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
@@ -236,16 +248,28 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 			}
 		}
 	}
-	c := worker.Capacity{Rack: w.cfg.Rack, ObservedAt: time.Now()}
+	c := worker.Capacity{Rack: w.cfg.Rack, ObservedAt: time.Now(), Overhead: w.overhead()}
 	if w.PlacementOnly() {
 		c.Note = fmt.Sprintf("real VMs under QEMU (%s); its %d × %s are declared for placement only: the VMs get no GPU", w.accel, w.cfg.Nodes*w.cfg.GPUsPerNode, w.cfg.GPUModel)
 	}
 	for i := range w.cfg.Nodes {
 		name := w.nodeName(i)
 		c.Nodes = append(c.Nodes, cosmic.Node{Name: name, Rack: w.cfg.Rack, GPUModel: w.cfg.GPUModel, GPUs: w.cfg.GPUsPerNode,
-			Schedulable: true, Ready: true, UsedGPUs: used[name], FreeGPUs: w.cfg.GPUsPerNode - used[name]})
+			Schedulable: true, Ready: true, UsedGPUs: used[name], FreeGPUs: w.cfg.GPUsPerNode - used[name],
+			CPUMilli: int64(w.cfg.CPUsPerNode) * 1000, MemoryMiB: int64(w.cfg.MemoryGiBPerNode) * 1024})
 	}
 	return c, nil
+}
+
+// overhead is a QEMU process's own memory beyond its guest's: about 64 MiB
+// of its own, and under TCG the translation cache (qemu.Config's tb-size,
+// 128 MiB).
+func (w *Worker) overhead() cosmic.VMOverhead {
+	o := cosmic.VMOverhead{MemoryMiB: 64}
+	if w.accel != "kvm" {
+		o.MemoryMiB += 128
+	}
+	return o
 }
 
 func (w *Worker) nodeName(i int) string { return fmt.Sprintf("%s-node-%d", w.cfg.Rack, i) }

@@ -201,6 +201,8 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 			GPUs:        c.cfg.GPUsPerNode,
 			Schedulable: true,
 			Ready:       !n.lost,
+			CPUMilli:    int64(c.cfg.CPUsPerNode) * 1000,
+			MemoryMiB:   int64(c.cfg.MemoryGiBPerNode) * 1024,
 		})
 	}
 	return out

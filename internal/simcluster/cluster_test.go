@@ -234,13 +234,19 @@ func TestCapacity(t *testing.T) {
 	}
 	var want []cosmic.Node
 	for i := range 3 {
-		want = append(want, cosmic.Node{Name: fmt.Sprintf("r1-node-%d", i), Rack: "r1", GPUModel: "A100", GPUs: 4, Schedulable: true, Ready: true})
+		// CPU and memory default to a DGX H100's share per GPU.
+		want = append(want, cosmic.Node{Name: fmt.Sprintf("r1-node-%d", i), Rack: "r1", GPUModel: "A100", GPUs: 4, Schedulable: true, Ready: true,
+			CPUMilli: 4 * 28 * 1000, MemoryMiB: 4 * 256 * 1024})
 	}
 	if capa.Rack != "r1" {
 		t.Errorf("rack = %q", capa.Rack)
 	}
 	if diff := cmp.Diff(want, capa.Nodes); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
+	}
+	c = New(Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 1, GPUsPerNode: 4, CPUsPerNode: 16, MemoryGiBPerNode: 100}, &fakeReporter{}, nil, nil)
+	if capa, err := c.Capacity(context.Background()); err != nil || capa.Nodes[0].CPUMilli != 16000 || capa.Nodes[0].MemoryMiB != 100*1024 {
+		t.Errorf("Capacity with CPU and memory = %+v, %v", capa.Nodes, err)
 	}
 	if got := c.Config().Step; got.D() != DefaultStep {
 		t.Errorf("default step = %s", got)

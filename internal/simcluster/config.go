@@ -21,6 +21,11 @@ type Config struct {
 	// Nodes is the number of nodes; GPUsPerNode the GPUs of each.
 	Nodes       int `json:"nodes"`
 	GPUsPerNode int `json:"gpusPerNode"`
+	// CPUsPerNode and MemoryGiBPerNode are what each node gives jobs; 0:
+	// a DGX H100's share per GPU, 28 vCPUs and 256 GiB (224 and 2048 for
+	// 8 GPUs).
+	CPUsPerNode      int `json:"cpusPerNode,omitempty"`
+	MemoryGiBPerNode int `json:"memoryGiBPerNode,omitempty"`
 	// Step is the time one simulated lifecycle step takes (one import
 	// increment, scheduling, boot, ...). Zero means DefaultStep.
 	Step config.Duration `json:"step"`
@@ -31,13 +36,19 @@ type Config struct {
 
 // Defaults and bounds of a Config.
 const (
-	DefaultStep     = time.Second
-	MaxNodes        = 10000
-	MaxGPUsPerNode  = 64
-	MaxStep         = time.Hour
-	defaultRack     = "sim-us-1"
-	defaultLocation = "us"
-	defaultGPUModel = "GH100_H100_SXM5_80GB"
+	DefaultStep    = time.Second
+	MaxNodes       = 10000
+	MaxGPUsPerNode = 64
+	MaxStep        = time.Hour
+	// DefaultCPUsPerGPU and DefaultMemoryGiBPerGPU size a node's CPU and
+	// memory when the config gives none: a DGX H100's per GPU.
+	DefaultCPUsPerGPU      = 28
+	DefaultMemoryGiBPerGPU = 256
+	MaxCPUsPerNode         = 4096
+	MaxMemoryGiBPerNode    = 64 * 1024
+	defaultRack            = "sim-us-1"
+	defaultLocation        = "us"
+	defaultGPUModel        = "GH100_H100_SXM5_80GB"
 )
 
 // DefaultConfig is the rack of `cosmicac up`: sim-us-1 in us, 2 nodes of
@@ -60,6 +71,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NodePrefix == "" {
 		c.NodePrefix = c.Rack + "-node-"
+	}
+	if c.CPUsPerNode == 0 {
+		c.CPUsPerNode = DefaultCPUsPerGPU * c.GPUsPerNode
+	}
+	if c.MemoryGiBPerNode == 0 {
+		c.MemoryGiBPerNode = DefaultMemoryGiBPerGPU * c.GPUsPerNode
 	}
 	return c
 }
@@ -87,6 +104,12 @@ func (c Config) Validate() error {
 	}
 	if c.GPUsPerNode < 1 || c.GPUsPerNode > MaxGPUsPerNode {
 		bad("gpusPerNode", "%d GPUs per node: want 1 to %d", c.GPUsPerNode, MaxGPUsPerNode)
+	}
+	if c.CPUsPerNode < 0 || c.CPUsPerNode > MaxCPUsPerNode {
+		bad("cpusPerNode", "%d vCPUs per node: want 1 to %d (0 means %d per GPU)", c.CPUsPerNode, MaxCPUsPerNode, DefaultCPUsPerGPU)
+	}
+	if c.MemoryGiBPerNode < 0 || c.MemoryGiBPerNode > MaxMemoryGiBPerNode {
+		bad("memoryGiBPerNode", "%d GiB per node: want 1 to %d (0 means %d per GPU)", c.MemoryGiBPerNode, MaxMemoryGiBPerNode, DefaultMemoryGiBPerGPU)
 	}
 	if c.Step < 0 || c.Step.D() > MaxStep {
 		bad("step", "%s: want a duration above 0 and at most %s (0 means %s)", c.Step, MaxStep, DefaultStep)

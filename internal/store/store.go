@@ -114,6 +114,8 @@ type Rack struct {
 	cosmic.Rack
 	WorkerAddrs []string
 	Nodes       []cosmic.Node
+	// Overhead is the VM overhead the rack's worker last reported.
+	Overhead cosmic.VMOverhead
 }
 
 // AllReplicas makes ReleaseGPUs release every replica of a job.

@@ -2,6 +2,9 @@ import { useState } from "preact/hooks";
 import { call } from "./api.js";
 import { Confirm, ErrorNotice, Notice, Time, useAsync } from "./ui.jsx";
 
+// fmt1 writes a number with at most one decimal: 13.5, 224.
+const fmt1 = (x) => String(Math.round(x * 10) / 10);
+
 // GPUs draws a node's GPUs as squares: filled for used, hollow for free.
 function GPUs({ node }) {
   const cells = [];
@@ -65,13 +68,15 @@ export function RacksPage() {
               </Notice>
             )}
             <table class="nodes">
-              <thead><tr><th scope="col">Node</th><th scope="col">GPUs</th><th scope="col">Used / free</th><th scope="col">State</th></tr></thead>
+              <thead><tr><th scope="col">Node</th><th scope="col">GPUs</th><th scope="col">Used / free</th><th scope="col">vCPUs free</th><th scope="col">Memory free</th><th scope="col">State</th></tr></thead>
               <tbody>
                 {(r.nodes || []).map((n) => (
                   <tr>
                     <td>{n.name}</td>
                     <td><GPUs node={n} /></td>
                     <td>{n.usedGpus} / {n.freeGpus}</td>
+                    <td>{n.cpuMilli ? `${fmt1((n.cpuMilli - (n.usedCpuMilli || 0)) / 1000)} of ${fmt1(n.cpuMilli / 1000)}` : "not limited"}</td>
+                    <td>{n.memoryMiB ? `${fmt1((n.memoryMiB - (n.usedMemoryMiB || 0)) / 1024)} of ${fmt1(n.memoryMiB / 1024)} GiB` : "not limited"}</td>
                     <td>{n.ready ? (n.schedulable ? "ready" : "cordoned") : "not ready"}</td>
                   </tr>
                 ))}

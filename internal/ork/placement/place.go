@@ -81,6 +81,11 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 	}
 	wait := func(note string) Decision {
 		what := describe(spec, g, replicas)
+		if strings.HasPrefix(note, ": waiting for") {
+			// CPU or memory: what it waits for says which.
+			what += note
+			return Wait{Reason: cosmic.NewReason(cosmic.ReasonNoCapacity, what), WaitingFor: what}
+		}
 		return Wait{Reason: cosmic.NewReason(cosmic.ReasonNoCapacity, what+note), WaitingFor: what}
 	}
 	if !anyNodes {

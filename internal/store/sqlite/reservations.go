@@ -61,9 +61,38 @@ func (t *txn) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
 		if err != nil {
 			return fmt.Errorf("claim gpus for job %s: %w", r.JobID, err)
 		}
+		// CPU and memory, node by node: the triggers refuse a node taken
+		// past what it gives.
+		for _, n := range r.Nodes {
+			if n.CPUMilli == 0 && n.MemoryMiB == 0 {
+				continue
+			}
+			_, err := t.q.ExecContext(ctx, "INSERT INTO reservation_nodes (job_id, replica, rack, node, cpu_milli, memory_mib) VALUES (?, ?, ?, ?, ?, ?)",
+				r.JobID, r.Replica, r.Rack, n.Node, n.CPUMilli, n.MemoryMiB)
+			if what, ok := overcommit(err); ok {
+				return fmt.Errorf("claim for job %s replica %d: node %s/%s has not %s free: %w", r.JobID, r.Replica, r.Rack, n.Node, what, cosmic.ErrConflict)
+			}
+			if err != nil {
+				return fmt.Errorf("claim cpu and memory for job %s: %w", r.JobID, err)
+			}
+		}
 		t.writes += r.Count()
 		return nil
 	})
+}
+
+// overcommit reports whether err is a trigger of migration 0007 refusing a
+// claim, and what it lacked.
+func overcommit(err error) (string, bool) {
+	switch {
+	case err == nil:
+		return "", false
+	case strings.Contains(err.Error(), "cosmicac: node cpu exceeded"):
+		return "the CPU asked", true
+	case strings.Contains(err.Error(), "cosmicac: node memory exceeded"):
+		return "the memory asked", true
+	}
+	return "", false
 }
 
 // checkReservation reports what makes r unclaimable: ErrInvalid.
@@ -75,6 +104,9 @@ func checkReservation(r cosmic.Reservation) error {
 	for _, n := range r.Nodes {
 		if n.Node == "" || nodes[n.Node] {
 			return fmt.Errorf("node %q: empty or listed twice: %w", n.Node, cosmic.ErrInvalid)
+		}
+		if n.CPUMilli < 0 || n.MemoryMiB < 0 {
+			return fmt.Errorf("node %q: negative CPU or memory: %w", n.Node, cosmic.ErrInvalid)
 		}
 		nodes[n.Node] = true
 		seen := map[int]bool{}
@@ -145,7 +177,47 @@ func (t *txn) reservations(ctx context.Context, where string, args []any) ([]cos
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list reservations: %w", err)
 	}
+	if err := t.reservationNodes(ctx, out, where, args); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// reservationNodes fills in the CPU and memory of the reservations listed
+// (by job ID, then replica) from reservation_nodes.
+func (t *txn) reservationNodes(ctx context.Context, out []cosmic.Reservation, where string, args []any) error {
+	rows, err := t.q.QueryContext(ctx, "SELECT job_id, replica, node, cpu_milli, memory_mib FROM reservation_nodes"+where+
+		" ORDER BY job_id, replica", args...)
+	if err != nil {
+		return fmt.Errorf("list reservations: %w", err)
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var (
+			job, node string
+			replica   int
+			cpu, mem  int64
+		)
+		if err := rows.Scan(&job, &replica, &node, &cpu, &mem); err != nil {
+			return fmt.Errorf("list reservations: %w", err)
+		}
+		for i < len(out) && (out[i].JobID < job || out[i].JobID == job && out[i].Replica < replica) {
+			i++
+		}
+		if i == len(out) || out[i].JobID != job || out[i].Replica != replica {
+			continue // cannot be: the row goes with its reservation
+		}
+		for k := range out[i].Nodes {
+			if a := &out[i].Nodes[k]; a.Node == node {
+				a.CPUMilli, a.MemoryMiB = cpu, mem
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list reservations: %w", err)
+	}
+	return nil
 }
 
 // ReleaseGPUs implements store.Tx; the GPU rows go with their reservation
@@ -192,16 +264,46 @@ func (t *txn) PutRack(ctx context.Context, r store.Rack) error {
 		r.ID, rack, addrs, nodes); err != nil {
 		return fmt.Errorf("put rack %s: %w", r.ID, err)
 	}
+	overhead, err := json.Marshal(r.Overhead)
+	if err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	if _, err := t.q.ExecContext(ctx, `INSERT INTO rack_overheads (rack, overhead) VALUES (?, ?)
+		ON CONFLICT (rack) DO UPDATE SET overhead = excluded.overhead`, r.ID, overhead); err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	// The nodes' CPU and memory, which the claim triggers check.
+	if _, err := t.q.ExecContext(ctx, "DELETE FROM rack_nodes WHERE rack = ?", r.ID); err != nil {
+		return fmt.Errorf("put rack %s: %w", r.ID, err)
+	}
+	for _, n := range r.Nodes {
+		if n.CPUMilli < 0 || n.MemoryMiB < 0 {
+			return fmt.Errorf("put rack %s: node %s: negative CPU or memory: %w", r.ID, n.Name, cosmic.ErrInvalid)
+		}
+		if n.CPUMilli == 0 && n.MemoryMiB == 0 {
+			continue
+		}
+		if _, err := t.q.ExecContext(ctx, `INSERT INTO rack_nodes (rack, node, cpu_milli, memory_mib) VALUES (?, ?, ?, ?)
+			ON CONFLICT (rack, node) DO UPDATE SET cpu_milli = excluded.cpu_milli, memory_mib = excluded.memory_mib`,
+			r.ID, n.Name, n.CPUMilli, n.MemoryMiB); err != nil {
+			return fmt.Errorf("put rack %s: node %s: %w", r.ID, n.Name, err)
+		}
+	}
 	return nil
 }
 
 func scanRack(s scanner) (store.Rack, error) {
 	var (
-		r                  store.Rack
-		rack, addrs, nodes []byte
+		r                            store.Rack
+		rack, addrs, nodes, overhead []byte
 	)
-	if err := s.Scan(&rack, &addrs, &nodes); err != nil {
+	if err := s.Scan(&rack, &addrs, &nodes, &overhead); err != nil {
 		return store.Rack{}, err
+	}
+	if len(overhead) > 0 {
+		if err := json.Unmarshal(overhead, &r.Overhead); err != nil {
+			return store.Rack{}, fmt.Errorf("decode rack overhead: %w", err)
+		}
 	}
 	if err := json.Unmarshal(rack, &r.Rack); err != nil {
 		return store.Rack{}, fmt.Errorf("decode rack: %w", err)
@@ -217,7 +319,7 @@ func scanRack(s scanner) (store.Rack, error) {
 
 // GetRack implements store.Tx.
 func (t *txn) GetRack(ctx context.Context, id string) (store.Rack, error) {
-	r, err := scanRack(t.q.QueryRowContext(ctx, "SELECT rack, worker_addrs, nodes FROM racks WHERE id = ?", id))
+	r, err := scanRack(t.q.QueryRowContext(ctx, "SELECT rack, worker_addrs, nodes, (SELECT overhead FROM rack_overheads WHERE rack_overheads.rack = racks.id) FROM racks WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Rack{}, fmt.Errorf("rack %s: %w", id, cosmic.ErrNotFound)
 	}
@@ -229,7 +331,7 @@ func (t *txn) GetRack(ctx context.Context, id string) (store.Rack, error) {
 
 // Racks implements store.Tx.
 func (t *txn) Racks(ctx context.Context) ([]store.Rack, error) {
-	rows, err := t.q.QueryContext(ctx, "SELECT rack, worker_addrs, nodes FROM racks ORDER BY id")
+	rows, err := t.q.QueryContext(ctx, "SELECT rack, worker_addrs, nodes, (SELECT overhead FROM rack_overheads WHERE rack_overheads.rack = racks.id) FROM racks ORDER BY id")
 	if err != nil {
 		return nil, fmt.Errorf("list racks: %w", err)
 	}

@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"list totals follow writes", testListTotals},
 		{"labels follow updates", testLabelsFollowUpdates},
 		{"reservations", testReservations},
+		{"cpu and memory", testCPUMemory},
 		{"claim is all or nothing", testClaimAllOrNothing},
 		{"concurrent claims", testConcurrentClaims},
 		{"racks", testRacks},
@@ -667,6 +668,69 @@ func testReservations(t *testing.T, open func(t *testing.T) store.Store) {
 	wantReservations(t, s, nil)
 	if err := s.DeleteRack(ctx, "r1"); err != nil {
 		t.Errorf("DeleteRack(r1 free) = %v", err)
+	}
+}
+
+// testCPUMemory: a claim takes no node past the CPU or memory it gives,
+// all or nothing; a node that does not report them is not limited; a node
+// that shrank keeps what it holds and takes no more.
+func testCPUMemory(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	r := rack("r1")
+	r.Nodes[0].CPUMilli, r.Nodes[0].MemoryMiB = 16000, 64*1024 // n1; n2 reports none
+	r.Overhead = cosmic.VMOverhead{CPUMilli: 100, MemoryMiB: 180, MemoryMiBPerGPU: 1024}
+	if err := s.PutRack(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRack(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Overhead != r.Overhead || got.Nodes[0].CPUMilli != 16000 {
+		t.Errorf("GetRack = overhead %+v, nodes %+v", got.Overhead, got.Nodes)
+	}
+	for _, id := range []string{"j1", "j2", "j3", "j4"} {
+		mustCreate(t, s, job(id, "t1", "u1", cosmic.StatePending, id, nil, 1, 1))
+	}
+	n1 := func(cpu, mem int64, gpus ...int) cosmic.NodeAlloc {
+		return cosmic.NodeAlloc{Node: "n1", GPUs: gpus, CPUMilli: cpu, MemoryMiB: mem}
+	}
+	j1 := res("j1", 0, "r1", n1(10000, 32*1024, 0))
+	if err := s.ClaimGPUs(ctx, j1); err != nil {
+		t.Fatalf("ClaimGPUs(j1) = %v", err)
+	}
+	// 6 vCPUs are left on n1: 8 is refused, and nothing of the claim
+	// stays, its GPU on n2 included.
+	over := res("j2", 0, "r1", n1(8000, 1024, 1), cosmic.NodeAlloc{Node: "n2", GPUs: []int{0}, CPUMilli: 1000})
+	wantErr(t, "ClaimGPUs(past the CPU)", s.ClaimGPUs(ctx, over), cosmic.ErrConflict)
+	wantErr(t, "ClaimGPUs(past the memory)", s.ClaimGPUs(ctx, res("j2", 0, "r1", n1(1000, 33*1024, 1))), cosmic.ErrConflict)
+	wantErr(t, "ClaimGPUs(negative)", s.ClaimGPUs(ctx, res("j2", 0, "r1", n1(-1, 0, 1))), cosmic.ErrInvalid)
+	wantReservations(t, s, []cosmic.Reservation{j1})
+	// Exactly what is left fits; n2 does not limit.
+	j2 := res("j2", 0, "r1", n1(6000, 32*1024, 1), cosmic.NodeAlloc{Node: "n2", GPUs: []int{0}, CPUMilli: 1 << 40, MemoryMiB: 1 << 40})
+	if err := s.ClaimGPUs(ctx, j2); err != nil {
+		t.Fatalf("ClaimGPUs(what is left) = %v", err)
+	}
+	wantReservations(t, s, []cosmic.Reservation{j1, j2})
+	// n1 shrinks to 12 vCPUs: both stay, nothing more fits; released, j1's
+	// room comes back to the new size.
+	r.Nodes[0].CPUMilli = 12000
+	if err := s.PutRack(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	wantReservations(t, s, []cosmic.Reservation{j1, j2})
+	wantErr(t, "ClaimGPUs(shrunk node)", s.ClaimGPUs(ctx, res("j3", 0, "r1", n1(1, 0, 2))), cosmic.ErrConflict)
+	if err := s.ReleaseGPUs(ctx, "j1", store.AllReplicas); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "ClaimGPUs(past the shrunk node)", s.ClaimGPUs(ctx, res("j3", 0, "r1", n1(6001, 0, 2))), cosmic.ErrConflict)
+	j3 := res("j3", 0, "r1", n1(6000, 0, 2))
+	if err := s.ClaimGPUs(ctx, j3); err != nil {
+		t.Fatalf("ClaimGPUs(the shrunk node's room) = %v", err)
+	}
+	if got, err := s.JobReservations(ctx, "j3"); err != nil || len(got) != 1 || got[0].Nodes[0].CPUMilli != 6000 {
+		t.Errorf("JobReservations(j3) = %+v, %v", got, err)
 	}
 }
 
