@@ -23,8 +23,8 @@ import (
 // A node whose CPU is taken by another pod receives no job that needs it:
 // two nodes with free GPUs, one with 100 of its 128 CPUs requested by a pod
 // that is not CosmicAC's. A job of 64 vCPUs lands on the other node (its
-// VMI's node affinity names it); one of 200 vCPUs fits neither and waits,
-// saying it waits for CPU.
+// VMI's node affinity names it); one of 100 vCPUs fits neither now (28
+// free on one, 64 on the other) and waits, saying it waits for CPU.
 func TestUpWithKubeconfigPlacesOnFreeCPU(t *testing.T) {
 	kube := k8stest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -75,16 +75,16 @@ func TestUpWithKubeconfigPlacesOnFreeCPU(t *testing.T) {
 		return nil
 	}, "the job's VMI on the node with free CPU")
 
-	spec = Container("too-much-cpu", 1)
+	spec = Container("waits-for-cpu", 1)
 	spec.Location = "eu"
-	spec.Resources.CPU, spec.Resources.Memory = 200, 8
+	spec.Resources.CPU, spec.Resources.Memory = 100, 8
 	big := e.Create(spec)
 	waittest.NoError(t, func() error {
 		got, err := e.Client.GetJob(e.Ctx, big.ID)
 		if err != nil {
 			return err
 		}
-		msg := got.Status.Message
+		msg := got.Status.Message + " " + got.Status.WaitingFor
 		if got.Status.Reason != nil {
 			msg += " " + got.Status.Reason.Message
 		}
