@@ -29,7 +29,9 @@ func benchFleet() ([]cosmic.Rack, []cosmic.Node) {
 
 // benchJob draws from a realistic mix: 1, 2, 4 and 8-GPU containers and
 // 16-GPU vLLM replicas, in either location, usually naming a model.
-func benchJob(rng *rand.Rand, id string) cosmic.Job {
+func benchJob(rng *rand.Rand, id string) cosmic.Job { return benchJobGPUs(rng, id) }
+
+func benchJobGPUs(rng *rand.Rand, id string) cosmic.Job {
 	loc := []string{"us", "eu"}[rng.IntN(2)]
 	model := []string{h100, "GB200", h100, "GB200", ""}[rng.IntN(5)]
 	switch x := rng.IntN(100); {
@@ -84,17 +86,50 @@ func (st *benchState) trim(rng *rand.Rand, target float64) {
 // iteration places a job of the mix and releases random reservations to
 // stay there. The decisions/s, p50-ns and p99-ns metrics time the
 // decision alone; ns/op also counts drawing the job and releasing.
+//
+// resources=gpus is the fleet and jobs without CPU or memory (the figures
+// before issue 17); resources=cpu+memory gives each node a DGX H100's 224
+// vCPUs and 2 TiB, each rack KubeVirt's VM overhead, and each job its
+// defaults per GPU (8 vCPUs, 64 GiB), one in five CPU-heavy (28 vCPUs and
+// 128 GiB a GPU), for each policy.
 func BenchmarkPlace(b *testing.B) {
-	for _, occ := range []float64{0.70, 0.95} {
-		b.Run(fmt.Sprintf("occupancy=%.0f%%", occ*100), func(b *testing.B) { benchPlace(b, occ) })
+	for _, res := range []string{"gpus", "cpu+memory"} {
+		for _, policy := range []string{cosmic.PolicyBestFit, cosmic.PolicyFGD} {
+			for _, occ := range []float64{0.70, 0.95} {
+				b.Run(fmt.Sprintf("resources=%s/policy=%s/occupancy=%.0f%%", res, policy, occ*100), func(b *testing.B) {
+					benchPlace(b, occ, policy, res == "cpu+memory")
+				})
+			}
+		}
 	}
 }
 
-func benchPlace(b *testing.B, occupancy float64) {
+func benchPlace(b *testing.B, occupancy float64, policy string, withCPU bool) {
 	racks, nodes := benchFleet()
-	s, err := NewSnapshot(racks, nodes, nil)
+	over := map[string]cosmic.VMOverhead{}
+	if withCPU {
+		for i := range nodes {
+			nodes[i].CPUMilli, nodes[i].MemoryMiB = 224000, 2048*1024
+		}
+		for _, r := range racks {
+			over[r.ID] = cosmic.VMOverhead{MemoryMiB: 1284, MemoryMiBPerVCPU: 8, MemoryPerGuestGiBMiB: 2}
+		}
+	}
+	s, err := NewSnapshot(racks, nodes, nil, WithDefaultPolicy(policy), WithOverheads(over))
 	if err != nil {
 		b.Fatal(err)
+	}
+	benchJob := benchJob
+	if withCPU {
+		benchJob = func(rng *rand.Rand, id string) cosmic.Job {
+			j := benchJobGPUs(rng, id)
+			g := j.Spec.GPUsPerReplica()
+			j.Spec.Resources.CPU, j.Spec.Resources.Memory = 8*g, 64*g
+			if rng.IntN(5) == 0 {
+				j.Spec.Resources.CPU, j.Spec.Resources.Memory = 28*g, 128*g
+			}
+			return j
+		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	st := &benchState{s: s, capacity: len(nodes) * 8}

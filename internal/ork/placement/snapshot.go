@@ -80,7 +80,7 @@ func WithDefaultPolicy(p string) Option { return func(opts *options) { opts.poli
 
 // DefaultPolicy is the placement policy when neither the ork nor a rack
 // names one, chosen by the trace replay of docs/benchmarks.md.
-const DefaultPolicy = cosmic.PolicyFGD
+const DefaultPolicy = cosmic.PolicyBestFit
 
 type resKey struct {
 	job     string
