@@ -103,7 +103,7 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 	if multi {
 		capacity, short = s.multiCapacity(groups, spec, g, replicas)
 	} else {
-		capacity, short = s.singleCapacity(groups, spec, g)
+		capacity, short = s.singleCapacity(groups, spec, g, replicas)
 	}
 	if capacity == 0 && short != nil {
 		return Impossible{*short}
@@ -282,8 +282,9 @@ func (s *Snapshot) slots(sh shape, ri int, spec cosmic.Spec, per, g int) (int, c
 }
 
 // singleCapacity is how many one-node replicas of g GPUs the groups' nodes
-// hold when empty and, when none for want of CPU or memory, why.
-func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g int) (int, *cosmic.Reason) {
+// hold when empty (counting stops at want) and, when none for want of CPU
+// or memory, why.
+func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g, want int) (int, *cosmic.Reason) {
 	n := 0
 	var (
 		why              cosmic.ReasonCode
@@ -293,7 +294,9 @@ func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g int) (int, *
 		for _, rg := range s.groups[gi].racks {
 			for _, sh := range rg.shapes {
 				k, w := s.slots(sh, rg.ri, spec, g, g)
-				n += sh.count * k
+				if n += sh.count * k; n >= want {
+					return n, nil
+				}
 				if w != "" {
 					why = cmp.Or(why, w)
 					cpuBest, memBest = max(cpuBest, sh.cpu), max(memBest, sh.mem)
@@ -537,10 +540,21 @@ func (s *Snapshot) pickMulti(groups []int, spec cosmic.Spec, g, k int, spread bo
 		for i := range gr.racks {
 			rg := &gr.racks[i]
 			c, m = s.charge(spec, rg.ri, per, g)
-			var hist [MaxNodeGPUs + 1]int
-			for _, ni := range rg.nodes {
-				if fitting(ni) {
-					hist[bits.OnesCount64(s.nodes[ni].free)]++
+			hist := &rg.freeHist
+			if rg.limited {
+				// Too few nodes with the GPUs: no need to look at CPU.
+				fit := 0
+				for f := per; f <= MaxNodeGPUs; f++ {
+					fit += rg.freeHist[f]
+				}
+				if fit < k {
+					continue
+				}
+				hist = new([MaxNodeGPUs + 1]int)
+				for _, ni := range rg.nodes {
+					if fitting(ni) {
+						hist[bits.OnesCount64(s.nodes[ni].free)]++
+					}
 				}
 			}
 			score, need, fit := 0, k, 0

@@ -136,8 +136,10 @@ type group struct {
 	gpus     int // total GPUs of the group's nodes
 	racks    []rackGroup
 	// states indexes the usable nodes by what fgd scores: free GPUs, CPU
-	// and memory, and rack.
+	// and memory, and rack; nil when the location places by best-fit.
+	// spare are empty sets to reuse.
 	states map[stateKey]*stateSet
+	spare  []*stateSet
 }
 
 type stateKey struct {
@@ -167,6 +169,10 @@ func (st *stateSet) first() int {
 type rackGroup struct {
 	id    string
 	nodes []int // indices of Snapshot.nodes, ascending
+	// freeHist[f]: usable nodes with f free GPUs.
+	freeHist [MaxNodeGPUs + 1]int
+	// limited: some node of the rack reports CPU or memory.
+	limited bool
 	// shapes counts the rack's nodes (usable or not) by size: what could
 	// be placed were they all empty.
 	shapes []shape
@@ -226,10 +232,15 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 	if !cosmic.ValidPolicy(def) {
 		return nil, fmt.Errorf("placement policy %q: want %s or %s", def, cosmic.PolicyBestFit, cosmic.PolicyFGD)
 	}
+	fgd := false
 	for _, r := range racks {
 		if _, set := s.policy[r.Location]; !set {
 			s.policy[r.Location] = def
 		}
+		fgd = fgd || s.policy[r.Location] == cosmic.PolicyFGD
+	}
+	if !fgd {
+		s.mix = nil // only fgd weighs the mix
 	}
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b cosmic.Node) int {
@@ -282,6 +293,7 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 		g.nodes = append(g.nodes, i)
 		rg.nodes = append(rg.nodes, i)
 		rg.addShape(shape{gpus: n.GPUs, cpu: n.CPUMilli, mem: n.MemoryMiB, count: 1})
+		rg.limited = rg.limited || n.CPUMilli > 0 || n.MemoryMiB > 0
 		g.maxTotal = max(g.maxTotal, n.GPUs)
 		g.gpus += n.GPUs
 	}
@@ -290,7 +302,9 @@ func NewSnapshot(racks []cosmic.Rack, nodes []cosmic.Node, reserved []cosmic.Res
 		for f := range g.buckets {
 			g.buckets[f] = make([]uint64, words)
 		}
-		g.states = map[stateKey]*stateSet{}
+		if s.policy[g.location] == cosmic.PolicyFGD {
+			g.states = map[stateKey]*stateSet{}
+		}
 		for _, ni := range g.nodes {
 			if s.nodes[ni].usable {
 				s.track(ni, +1)
@@ -340,10 +354,18 @@ func (s *Snapshot) track(ni, d int) {
 		g.buckets[f][n.pos/64] &^= 1 << uint(n.pos%64)
 	}
 	g.count[f] += d
+	g.racks[n.rackGroup].freeHist[f] += d
+	if g.states == nil {
+		return // best-fit: no state index
+	}
 	k := stateKey{free: f, cpu: n.cpuFree(), mem: n.memFree(), ri: n.ri}
 	st := g.states[k]
 	if st == nil {
-		st = &stateSet{bits: make([]uint64, (len(g.nodes)+63)/64)}
+		if last := len(g.spare) - 1; last >= 0 {
+			st, g.spare = g.spare[last], g.spare[:last]
+		} else {
+			st = &stateSet{bits: make([]uint64, (len(g.nodes)+63)/64)}
+		}
 		g.states[k] = st
 	}
 	if d > 0 {
@@ -353,7 +375,9 @@ func (s *Snapshot) track(ni, d int) {
 	}
 	st.n += d
 	if st.n == 0 {
+		// Empty (so all bits clear): kept for the next state.
 		delete(g.states, k)
+		g.spare = append(g.spare, st)
 	}
 }
 
@@ -384,6 +408,9 @@ type weighted struct {
 // countMix adds (d=+1) or removes (d=-1) r's parts on known nodes from the
 // job-size mix.
 func (s *Snapshot) countMix(r cosmic.Reservation, d int64) {
+	if s.mix == nil {
+		return
+	}
 	for _, a := range r.Nodes {
 		if _, ok := s.byName[nodeKey(r.Rack, a.Node)]; !ok {
 			continue
@@ -577,9 +604,12 @@ func (s *Snapshot) Clone() *Snapshot {
 			ng.buckets[f] = slices.Clone(g.buckets[f])
 		}
 		ng.racks = slices.Clone(g.racks)
-		ng.states = make(map[stateKey]*stateSet, len(g.states))
-		for k, st := range g.states {
-			ng.states[k] = &stateSet{bits: slices.Clone(st.bits), n: st.n}
+		ng.spare = nil
+		if g.states != nil {
+			ng.states = make(map[stateKey]*stateSet, len(g.states))
+			for k, st := range g.states {
+				ng.states[k] = &stateSet{bits: slices.Clone(st.bits), n: st.n}
+			}
 		}
 		c.groups[i] = &ng
 	}
@@ -684,7 +714,7 @@ func (s *Snapshot) check() error {
 			}
 		}
 	}
-	if !maps.Equal(mix, s.mix) {
+	if s.mix != nil && !maps.Equal(mix, s.mix) {
 		return fmt.Errorf("%w: job-size mix %v, reservations say %v", errInvariant, s.mix, mix)
 	}
 	for ni, n := range s.nodes {
@@ -728,7 +758,7 @@ func (s *Snapshot) check() error {
 		for _, c := range hist {
 			usable += c
 		}
-		if states != usable {
+		if g.states != nil && states != usable {
 			return fmt.Errorf("%w: group %s/%s: %d nodes in states, %d usable", errInvariant, g.location, g.model, states, usable)
 		}
 	}
