@@ -102,6 +102,7 @@ var cliElsewhere = map[string]string{
 	"inference chat":       "/inference/v1 with an API key: TestInferenceAccessMatrix",
 	"inference transcribe": "/inference/v1 with an API key: TestInferenceAccessMatrix",
 	"version":              "no API",
+	"ork replay":           "no API: reads two local files (TestOrkReplay)",
 }
 
 // TestCLIAccessMatrix: each CLI command that reaches the API, run by each
