@@ -23,6 +23,7 @@ type proxyMetrics struct {
 	failovers   *prometheus.CounterVec // model
 	rateLimited *prometheus.CounterVec // reason
 	agentConns  *prometheus.CounterVec // transport
+	uploads     *prometheus.CounterVec // mode
 	outstanding *prometheus.Desc       // job, replica, model
 	replicas    *replicaSet
 }
@@ -71,6 +72,10 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 			Name: "cosmicac_inference_agent_connections_total",
 			Help: "Connections opened to inference agents (each carries keep-alive HTTP/1.1), by fabric transport: tcp-direct (a TCP+TLS connection of its own, dialled or parked by the agent), quic or tcp (a stream of a multiplexed connection).",
 		}, []string{"transport"}),
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cosmicac_inference_uploads_total",
+			Help: "Audio uploads forwarded, by mode: streamed (sent on as they arrived) or spooled (read to their end first: the form named its model after its file, and the caller reaches several transcription models).",
+		}, []string{"mode"}),
 		outstanding: prometheus.NewDesc("cosmicac_inference_replica_outstanding_requests",
 			"Requests in flight from this proxy to each announced replica head.", []string{"job", "replica", "model"}, nil),
 		replicas: rs,
@@ -92,6 +97,7 @@ func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.failovers.Describe(ch)
 	m.rateLimited.Describe(ch)
 	m.agentConns.Describe(ch)
+	m.uploads.Describe(ch)
 	ch <- m.outstanding
 }
 
@@ -106,6 +112,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.failovers.Collect(ch)
 	m.rateLimited.Collect(ch)
 	m.agentConns.Collect(ch)
+	m.uploads.Collect(ch)
 	m.replicas.mu.Lock()
 	pools := make([]*pool, 0, len(m.replicas.pools))
 	for _, p := range m.replicas.pools {

@@ -488,23 +488,24 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool
 	return b, true
 }
 
-// forward sends the request to a ready replica of the model, trying
-// another when one fails before any byte reached the client.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody, stream bool) {
+// route finds the jobs serving model to the caller, or answers why there
+// are none (400 no model, 404 unknown or not the key's, 401 without a key,
+// 400 a parakeet model off audio/transcriptions).
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model string) ([]Model, bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
-		return
+		return nil, false
 	}
 	if !c.allows(model) {
 		// A model the key may not use looks like one that does not exist.
 		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
-		return
+		return nil, false
 	}
 	ms, err := p.catalog.Models(r.Context())
 	if err != nil {
 		p.log.Error("list models", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
-		return
+		return nil, false
 	}
 	jobs := resolve(ms, c.team, model)
 	if len(jobs) == 0 {
@@ -516,14 +517,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		if c.team == "" {
 			// Without a key, an unknown model and another team's look alike.
 			writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey)
-			return
+			return nil, false
 		}
 		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
-		return
+		return nil, false
 	}
 	if jobs[0].Runtime == cosmic.RuntimeParakeet && !strings.HasSuffix(r.URL.Path, "/audio/transcriptions") {
 		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
-		return
+		return nil, false
+	}
+	return jobs, true
+}
+
+// forward sends the request to a ready replica of the model, failing over
+// to another before the answer began. It reports whether it stopped because
+// the body could not be read to its end (body.failed), having answered
+// nothing: the caller answers why.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody, stream bool) (bodyFailed bool) {
+	jobs, ok := p.route(w, r, c, model)
+	if !ok {
+		return false
 	}
 	setModel(w, model)
 	ok, retry, why := p.limits.acquire(c.limit, time.Now())
@@ -584,6 +597,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		}
 		attempt++
 		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
+		if errText == errBodyFailed {
+			return true
+		}
 		if done {
 			if failed > 0 {
 				p.metrics.failovers.WithLabelValues(model).Inc()
@@ -617,6 +633,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	}
 	w.Header().Set("Retry-After", "1")
 	writeError(w, http.StatusBadGateway, "replica_failed", msg)
+	return false
 }
 
 // readyWait paces a request's wait for a ready replica: the first look
@@ -722,6 +739,9 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		if r.Context().Err() != nil {
 			return true, false, ""
 		}
+		if body.failed != nil && body.failed() != nil {
+			return false, false, errBodyFailed // the client's upload failed, not the replica
+		}
 		rep.observe(true, 0, err.Error())
 		rep.markDown(p.cfg.DownFor.D())
 		return false, false, err.Error()
@@ -797,6 +817,10 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	clean = true
 	return true, false, ""
 }
+
+// errBodyFailed is try's errText when the request's body could not be
+// read to its end.
+const errBodyFailed = "the request body failed"
 
 // eofReader records whether its reader reached a clean end.
 type eofReader struct {

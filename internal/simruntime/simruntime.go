@@ -80,6 +80,11 @@ type Config struct {
 	// that do not stream, such as the inference agent's probes, are not
 	// held.
 	Hold <-chan struct{}
+	// OnUpload, if set, is called as a transcription's body is read, with
+	// the bytes read so far, and once more when it is answered 200, with
+	// done true: a test's way to see the audio arrive while the client is
+	// still sending it.
+	OnUpload func(read int64, done bool)
 }
 
 // Faults are injected failures.
@@ -831,6 +836,11 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	r.Body = http.MaxBytesReader(w, r.Body, MaxAudioBytes)
+	var up *uploadCounter
+	if s.cfg.OnUpload != nil {
+		up = &uploadCounter{r: r.Body, on: s.cfg.OnUpload}
+		r.Body = up
+	}
 	if err := r.ParseMultipartForm(8 << 20); err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "want a multipart/form-data body with a file: "+err.Error())
 		return
@@ -887,6 +897,9 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	b.WriteString(".")
 	text := b.String()
 	s.finish(start)
+	if up != nil {
+		up.on(up.n, true)
+	}
 	if format == "text" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, text)
@@ -894,6 +907,24 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"text": text})
 }
+
+// uploadCounter is a body that tells Config.OnUpload of each read.
+type uploadCounter struct {
+	r  io.ReadCloser
+	n  int64
+	on func(int64, bool)
+}
+
+func (u *uploadCounter) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	if n > 0 {
+		u.n += int64(n)
+		u.on(u.n, false)
+	}
+	return n, err
+}
+
+func (u *uploadCounter) Close() error { return u.r.Close() }
 
 // ---- metrics
 
