@@ -493,12 +493,28 @@ var smallIngestionRate = lokiLimits{
 	real: []string{"ingestion_rate_strategy: local", "ingestion_rate_mb: 0.05", "ingestion_burst_size_mb: 0.02"},
 }
 
-// Over a tenant's ingestion rate, Loki answers 429 without Retry-After,
-// and refuses a push larger than its burst every time. The monitor backs
-// off with jitter, pushes halves of a push rate limited again and again,
-// and gets every record in once, none dropped; the 429s are counted.
+// A stream's rate, small: the same in the ingester's per-stream bucket.
+var smallStreamRate = lokiLimits{
+	fake: func(l *lokitest.Limits) { l.PerStreamRate, l.PerStreamBurst = 52428, 20971 },
+	real: []string{"per_stream_rate_limit: 52428", "per_stream_rate_limit_burst: 20971"},
+}
+
+// Over a tenant's ingestion rate (the distributor's) or a stream's (the
+// ingester's), Loki answers 429 without Retry-After, and refuses a push
+// larger than the burst every time. The monitor backs off with jitter,
+// pushes halves of a push rate limited again and again, and gets every
+// record in once, none dropped; the 429s are counted.
 func TestRateLimitedGetsEverythingIn(t *testing.T) {
-	eachLokiLimited(t, smallIngestionRate, func(t *testing.T, lk aLoki) {
+	for _, c := range []struct {
+		name string
+		lim  lokiLimits
+	}{{"ingestion-rate", smallIngestionRate}, {"per-stream-rate", smallStreamRate}} {
+		t.Run(c.name, func(t *testing.T) { testRateLimited(t, c.lim) })
+	}
+}
+
+func testRateLimited(t *testing.T, lim lokiLimits) {
+	eachLokiLimited(t, lim, func(t *testing.T, lk aLoki) {
 		dir := t.TempDir()
 		// 200 KiB in the spool: one push of ten bursts.
 		const n = 200
@@ -553,8 +569,10 @@ func TestRateLimitedGetsEverythingIn(t *testing.T) {
 		if len(w) > 1 && slices.Min(w) == slices.Max(w) {
 			t.Errorf("every wait was %v: no jitter", w[0])
 		}
-		if lk.fake != nil && lk.fake.Discarded()["rate_limited"] == 0 {
-			t.Error("the fake rate limited nothing")
+		if lk.fake != nil {
+			if d := lk.fake.Discarded(); d["rate_limited"]+d["per_stream_rate_limit"] == 0 {
+				t.Error("the fake rate limited nothing")
+			}
 		}
 	})
 }
@@ -613,49 +631,75 @@ func TestTooNewIsDroppedAndTheRestStored(t *testing.T) {
 	}
 }
 
+// pushRaw pushes values ([ns, line]) of one stream {job=jobA} to base as
+// JSON, returning Loki's answer and its text.
+func pushRaw(t *testing.T, base string, values ...[2]string) (*http.Response, string) {
+	t.Helper()
+	var vs []string
+	for _, v := range values {
+		vs = append(vs, `["`+v[0]+`","`+v[1]+`"]`)
+	}
+	body := `{"streams":[{"stream":{"job":"` + jobA + `"},"values":[` + strings.Join(vs, ",") + `]}]}`
+	resp, err := http.Post(base+"/loki/api/v1/push", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, strings.TrimSpace(string(b))
+}
+
+// checkAnswer reports unless Loki answered status, a message that starts
+// with prefix and ends with suffix, as plain text, nosniff, no Retry-After.
+func checkAnswer(t *testing.T, name string, resp *http.Response, msg string, status int, prefix, suffix string) {
+	t.Helper()
+	if resp.StatusCode != status || !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, suffix) {
+		t.Errorf("%s: %d %q, want %d %q…%q", name, resp.StatusCode, msg, status, prefix, suffix)
+	}
+	for k, v := range map[string]string{"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff", "Retry-After": ""} {
+		if got := resp.Header.Get(k); got != v {
+			t.Errorf("%s: %s %q, want %q", name, k, got, v)
+		}
+	}
+}
+
+func nsFromNow(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixNano(), 10) }
+
 // Loki's answers to what it refuses, as the fake gives them: status,
-// headers and the start of the message.
+// headers and the message.
 func TestFakeAnswersAsLokiDoes(t *testing.T) {
-	eachLokiLimited(t, smallIngestionRate, func(t *testing.T, lk aLoki) {
-		push := func(values ...[2]string) (*http.Response, string) {
-			t.Helper()
-			var vs []string
-			for _, v := range values {
-				vs = append(vs, `["`+v[0]+`","`+v[1]+`"]`)
+	// Stream labels as Loki prints them: service_name added.
+	stream := `{job="` + jobA + `", service_name="` + jobA + `"}`
+	ns := nsFromNow
+	t.Run("per-stream-rate", func(t *testing.T) {
+		eachLokiLimited(t, smallStreamRate, func(t *testing.T, lk aLoki) {
+			big := strings.Repeat("x", 15000) // two: over the stream's burst
+			resp, msg := pushRaw(t, lk.url, [2]string{ns(0), big}, [2]string{ns(0), big + "y"})
+			checkAnswer(t, "over the stream's burst", resp, msg, http.StatusTooManyRequests,
+				"entry with timestamp ", "ignored, reason: 'Per stream rate limit exceeded (limit: 52428B/sec) while attempting to ingest for stream '"+stream+"' totaling 15001B, consider splitting a stream via additional labels or contact your Loki administrator to see if the limit can be increased',\nuser 'fake', total ignored: 2 out of 2 for stream: "+stream)
+			if got := lokiLines(t, lk.url, jobA); len(got) != 0 {
+				t.Errorf("Loki holds %d lines, want none", len(got))
 			}
-			body := `{"streams":[{"stream":{"job":"` + jobA + `"},"values":[` + strings.Join(vs, ",") + `]}]}`
-			resp, err := http.Post(lk.url+"/loki/api/v1/push", "application/json", strings.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
+		})
+	})
+	t.Run("ingestion-rate", func(t *testing.T) {
+		eachLokiLimited(t, smallIngestionRate, func(t *testing.T, lk aLoki) {
+			push := func(values ...[2]string) (*http.Response, string) { return pushRaw(t, lk.url, values...) }
+			check := func(name string, resp *http.Response, msg string, status int, prefix string) {
+				t.Helper()
+				checkAnswer(t, name, resp, msg, status, prefix, "")
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			return resp, strings.TrimSpace(string(b))
-		}
-		ns := func(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixNano(), 10) }
-		check := func(name string, resp *http.Response, msg string, status int, prefix string) {
-			t.Helper()
-			if resp.StatusCode != status || !strings.HasPrefix(msg, prefix) {
-				t.Errorf("%s: %d %q, want %d %q…", name, resp.StatusCode, msg, status, prefix)
+			resp, msg := push([2]string{ns(20 * time.Minute), "a"})
+			check("one too new", resp, msg, http.StatusBadRequest, "entry for stream '"+stream+"' has timestamp too new: ")
+			later := ns(20 * time.Minute) // one time: Loki's message has it to the second
+			resp, msg = push([2]string{ns(0), "b"}, [2]string{later, "c"}, [2]string{later, "d"})
+			check("two too new", resp, msg, http.StatusBadRequest, "2 errors like: entry for stream '"+stream+"' has timestamp too new: ")
+			big := strings.Repeat("x", 30<<10) // over the burst of 20 KiB
+			resp, msg = push([2]string{ns(0), big})
+			check("over the burst", resp, msg, http.StatusTooManyRequests, "ingestion rate limit exceeded for user fake (limit: 52428 bytes/sec) while attempting to ingest '1' lines totaling '")
+			if got := lokiLines(t, lk.url, jobA); len(got) != 1 || got[0] != "b" {
+				t.Errorf("Loki holds %q, want only b", got)
 			}
-			for k, v := range map[string]string{"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff", "Retry-After": ""} {
-				if got := resp.Header.Get(k); got != v {
-					t.Errorf("%s: %s %q, want %q", name, k, got, v)
-				}
-			}
-		}
-		// Stream labels as Loki prints them: service_name added.
-		stream := `{job="` + jobA + `", service_name="` + jobA + `"}`
-		resp, msg := push([2]string{ns(20 * time.Minute), "a"})
-		check("one too new", resp, msg, http.StatusBadRequest, "entry for stream '"+stream+"' has timestamp too new: ")
-		later := ns(20 * time.Minute) // one time: Loki's message has it to the second
-		resp, msg = push([2]string{ns(0), "b"}, [2]string{later, "c"}, [2]string{later, "d"})
-		check("two too new", resp, msg, http.StatusBadRequest, "2 errors like: entry for stream '"+stream+"' has timestamp too new: ")
-		big := strings.Repeat("x", 30<<10) // over the burst of 20 KiB
-		resp, msg = push([2]string{ns(0), big})
-		check("over the burst", resp, msg, http.StatusTooManyRequests, "ingestion rate limit exceeded for user fake (limit: 52428 bytes/sec) while attempting to ingest '1' lines totaling '")
-		if got := lokiLines(t, lk.url, jobA); len(got) != 1 || got[0] != "b" {
-			t.Errorf("Loki holds %q, want only b", got)
-		}
+		})
 	})
 }
