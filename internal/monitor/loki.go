@@ -557,9 +557,12 @@ const rateLimitedSplitAfter = 3
 // burst on every try, whatever the wait (the distributor's
 // ingestion_burst_size_mb, all or nothing: pkg/distributor/distributor.go
 // PushWithResolver, ingestionRateLimiter.AllowN; the ingester's
-// per_stream_rate_limit_burst, entry by entry, charging again on a retry
-// the entries it already has: pkg/ingester/stream.go validateEntries), so
-// the caller pushes halves. A single record is retried for ever.
+// per_stream_rate_limit_burst, a stream's entries of the push together
+// with shard_streams enabled, Loki's default, else entry by entry,
+// charging a retry again for the entries it already has:
+// pkg/ingester/stream.go validateEntries), so the caller pushes halves.
+// Under a rate limit that a wait would end, halves cost only requests:
+// the buckets count bytes. A single record is retried for ever.
 func (m *Monitor) pushUntilAnswered(ctx context.Context, n int, body pushBody) *pushError {
 	cfg := m.cfg.Loki
 	retry := backoff.Backoff{Min: cfg.MinBackoff.D(), Max: cfg.MaxBackoff.D(), Jitter: true}
