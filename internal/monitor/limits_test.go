@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -32,15 +33,41 @@ type aLoki struct {
 
 // eachLoki runs fn against the fake and against a real Loki.
 func eachLoki(t *testing.T, fn func(t *testing.T, lk aLoki)) {
+	eachLokiLimited(t, lokiLimits{}, fn)
+}
+
+// lokiLimits are limits other than Loki's defaults, for both Lokis.
+type lokiLimits struct {
+	fake func(*lokitest.Limits) // changes the fake's DefaultLimits
+	real []string               // lines of the real one's limits_config
+}
+
+// eachLokiLimited is eachLoki with the Lokis under lim.
+func eachLokiLimited(t *testing.T, lim lokiLimits, fn func(t *testing.T, lk aLoki)) {
 	t.Run("fake", func(t *testing.T) {
 		f := lokitest.New()
 		t.Cleanup(f.Close)
+		if lim.fake != nil {
+			l := lokitest.DefaultLimits()
+			lim.fake(&l)
+			f.SetLimits(l)
+		}
 		fn(t, aLoki{url: f.URL, fake: f})
 	})
 	t.Run("real", func(t *testing.T) {
-		r := lokitest.Start(t)
+		r := lokitest.Start(t, lim.real...)
 		fn(t, aLoki{url: r.URL})
 	})
+}
+
+// waitIn waits until lk holds n records of jobA.
+func waitIn(t testing.TB, lk aLoki, n int) {
+	t.Helper()
+	if lk.fake != nil {
+		waitLoki(t, lk.fake, n)
+		return
+	}
+	waitLines(t, lk.url, jobA, n)
 }
 
 func limitsConfig(lk aLoki, dir string) monitor.Config {
@@ -98,7 +125,7 @@ func queryLoki(t testing.TB, base, job string) []lokiStream {
 	return out
 }
 
-// lokiLines is every line of job in Loki.
+// lokiLines is every line of job in Loki (of the last 720h, up to 5000).
 func lokiLines(t testing.TB, base, job string) []string {
 	t.Helper()
 	var lines []string
@@ -110,6 +137,32 @@ func lokiLines(t testing.TB, base, job string) []string {
 		}
 	}
 	return lines
+}
+
+// lokiEntries is every entry of jobA in lk (for a real Loki: of the last
+// 720h, up to 5000), with its timestamp and line.
+func lokiEntries(t testing.TB, lk aLoki) []lokitest.Entry {
+	t.Helper()
+	if lk.fake != nil {
+		return lk.fake.Entries(map[string]string{"job": jobA})
+	}
+	var out []lokitest.Entry
+	for _, s := range queryLoki(t, lk.url, jobA) {
+		for _, v := range s.Entries {
+			var ts, l string
+			json.Unmarshal(v[0], &ts)
+			json.Unmarshal(v[1], &l)
+			n, err := strconv.ParseInt(ts, 10, 64)
+			if err != nil {
+				t.Fatalf("timestamp %q: %v", ts, err)
+			}
+			out = append(out, lokitest.Entry{TS: n, Line: l, Labels: s.Labels})
+		}
+	}
+	if len(out) >= 5000 {
+		t.Fatal("5000 entries or more: the test reads one page")
+	}
+	return out
 }
 
 // waitLines waits until Loki holds n lines of job, and returns them.
@@ -126,28 +179,23 @@ func waitLines(t testing.TB, base, job string, n int) []string {
 // dropped is cosmicac_monitor_loki_records_dropped_total{reason}.
 func dropped(t testing.TB, m *monitor.Monitor, reason string) float64 {
 	t.Helper()
-	mfs, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "cosmicac_monitor_loki_records_dropped_total" {
-			continue
-		}
-		for _, x := range mf.GetMetric() {
-			for _, l := range x.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return x.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return counter(t, m, "cosmicac_monitor_loki_records_dropped_total", "reason", reason)
 }
 
 // spoolWhileAway appends n records to a monitor on dir numbered by now
 // while Loki is away, and stops it: a spool of that age.
 func spoolWhileAway(t *testing.T, dir string, now time.Time, n int) {
+	t.Helper()
+	var rs []joblog.Record
+	for i := range n {
+		rs = append(rs, rec(i))
+	}
+	spoolRecords(t, dir, now, rs)
+}
+
+// spoolRecords appends rs (in batches of 10) to a monitor on dir whose
+// clock says now, while Loki is away, and stops it.
+func spoolRecords(t *testing.T, dir string, now time.Time, rs []joblog.Record) {
 	t.Helper()
 	cfg := monitor.DefaultConfig(dir)
 	cfg.Loki.URL = "http://127.0.0.1:1" // nothing listens
@@ -157,10 +205,36 @@ func spoolWhileAway(t *testing.T, dir string, now time.Time, n int) {
 		t.Fatal(err)
 	}
 	monitor.SetClock(m, func() time.Time { return now })
-	appendN(t, m, 0, n, 10)
+	for i := 0; i < len(rs); i += 10 {
+		if _, err := m.Append(context.Background(), rs[i:min(i+10, len(rs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// counter is the value of the counter name{label=value}.
+func counter(t testing.TB, m *monitor.Monitor, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // A spool older than Loki takes (after an outage of over a week) is
@@ -284,10 +358,19 @@ func TestTooFarBehindIsDroppedOnce(t *testing.T) {
 }
 
 // Loki adds service_name (the job ID, from its discover_service_name
-// list) and detected_level; the monitor's labels and metadata survive.
+// list) and detected_level; the monitor's labels and metadata survive, in
+// both push formats.
 func TestLokiLabels(t *testing.T) {
+	for _, format := range []string{"protobuf", "json"} {
+		t.Run(format, func(t *testing.T) { testLokiLabels(t, format) })
+	}
+}
+
+func testLokiLabels(t *testing.T, format string) {
 	eachLoki(t, func(t *testing.T, lk aLoki) {
-		e := start(t, limitsConfig(lk, t.TempDir()), false)
+		cfg := limitsConfig(lk, t.TempDir())
+		cfg.Loki.Format = format
+		e := start(t, cfg, false)
 		r := rec(0)
 		r.Line = "ERROR: disk full"
 		if _, err := e.m.Append(context.Background(), []joblog.Record{r}); err != nil {
@@ -374,7 +457,8 @@ func TestHistoryQueriesFitLokisLimits(t *testing.T) {
 }
 
 // Loki answers 429 without Retry-After: the monitor backs off, doubling
-// with jitter, and gets everything in.
+// with jitter, and gets everything in. (One record: a push of more is
+// halved after three 429s in a row; TestRateLimitedGetsEverythingIn.)
 func TestRateLimitedBacksOffWithJitter(t *testing.T) {
 	lk := lokitest.New()
 	defer lk.Close()
@@ -384,8 +468,8 @@ func TestRateLimitedBacksOffWithJitter(t *testing.T) {
 	cfg.Loki.MaxBackoff = config.Duration(time.Second)
 	waits := &retryWaits{}
 	e := startLogged(t, cfg, false, slog.New(waits))
-	appendN(t, e.m, 0, 50, 10)
-	waitLoki(t, lk, 50)
+	appendN(t, e.m, 0, 1, 1)
+	waitLoki(t, lk, 1)
 	w := waits.get()
 	if len(w) != 4 {
 		t.Fatalf("waits %v, want 4", w)
@@ -400,4 +484,222 @@ func TestRateLimitedBacksOffWithJitter(t *testing.T) {
 	if n := metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"); n != 0 {
 		t.Errorf("dropped %v", n)
 	}
+}
+
+// A tenant's ingestion rate, small: 50 KiB/s with a 20 KiB burst (the
+// distributor's token bucket, local strategy).
+var smallIngestionRate = lokiLimits{
+	fake: func(l *lokitest.Limits) { l.IngestionRate, l.IngestionBurst = 0.05*(1<<20), 20971 }, // int(0.02 MiB), as Loki rounds,
+	real: []string{"ingestion_rate_strategy: local", "ingestion_rate_mb: 0.05", "ingestion_burst_size_mb: 0.02"},
+}
+
+// A stream's rate, small: the same in the ingester's per-stream bucket.
+var smallStreamRate = lokiLimits{
+	fake: func(l *lokitest.Limits) { l.PerStreamRate, l.PerStreamBurst = 52428, 20971 },
+	real: []string{"per_stream_rate_limit: 52428", "per_stream_rate_limit_burst: 20971"},
+}
+
+// Over a tenant's ingestion rate (the distributor's) or a stream's (the
+// ingester's), Loki answers 429 without Retry-After, and refuses a push
+// larger than the burst every time. The monitor backs off with jitter,
+// pushes halves of a push rate limited again and again, and gets every
+// record in once, none dropped; the 429s are counted.
+func TestRateLimitedGetsEverythingIn(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lim  lokiLimits
+	}{{"ingestion-rate", smallIngestionRate}, {"per-stream-rate", smallStreamRate}} {
+		t.Run(c.name, func(t *testing.T) { testRateLimited(t, c.lim) })
+	}
+}
+
+func testRateLimited(t *testing.T, lim lokiLimits) {
+	eachLokiLimited(t, lim, func(t *testing.T, lk aLoki) {
+		dir := t.TempDir()
+		// 200 KiB in the spool: one push of ten bursts.
+		const n = 200
+		pad := strings.Repeat("x", 1000)
+		var rs []joblog.Record
+		for i := range n {
+			r := rec(i)
+			r.Line += " " + pad
+			rs = append(rs, r)
+		}
+		spoolRecords(t, dir, time.Now(), rs)
+		cfg := limitsConfig(lk, dir)
+		waits := &retryWaits{}
+		e := startLogged(t, cfg, false, slog.New(waits))
+		lines := waitLines(t, lk.url, jobA, n)
+		seen := map[string]int{}
+		for _, l := range lines {
+			seen[l]++
+		}
+		for _, r := range rs {
+			if seen[r.Line] != 1 {
+				t.Errorf("%.8s… is in Loki %d times, want once", r.Line, seen[r.Line])
+			}
+		}
+		if len(lines) != n {
+			t.Errorf("Loki holds %d lines, want %d", len(lines), n)
+		}
+		if d := metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"); d != 0 {
+			t.Errorf("dropped %v, want none", d)
+		}
+		limited := counter(t, e.m, "cosmicac_monitor_loki_push_errors_total", "code", "429")
+		if limited < 3 {
+			t.Errorf("429s counted: %v, want at least 3 (a push of ten bursts)", limited)
+		}
+		if s := metric(t, e.m, "cosmicac_monitor_loki_rate_limited_splits_total"); s < 1 {
+			t.Errorf("rate-limited pushes split: %v, want at least one", s)
+		}
+		// The waits: jittered, within [minBackoff/2, maxBackoff], and
+		// one per 429 that was retried.
+		w := waits.get()
+		if len(w) == 0 {
+			t.Fatal("no retries logged")
+		}
+		for i, d := range w {
+			if d < cfg.Loki.MinBackoff.D()/2 || d > cfg.Loki.MaxBackoff.D() {
+				t.Errorf("wait %d: %v, want within [%v, %v]", i, d, cfg.Loki.MinBackoff.D()/2, cfg.Loki.MaxBackoff.D())
+			}
+		}
+		if float64(len(w)) > limited {
+			t.Errorf("%d waits for %v 429s", len(w), limited)
+		}
+		if len(w) > 1 && slices.Min(w) == slices.Max(w) {
+			t.Errorf("every wait was %v: no jitter", w[0])
+		}
+		if lk.fake != nil {
+			if d := lk.fake.Discarded(); d["rate_limited"]+d["per_stream_rate_limit"] == 0 {
+				t.Error("the fake rate limited nothing")
+			}
+		}
+	})
+}
+
+// Loki refuses an entry newer than now + creation_grace_period (10m). A
+// spool with a record numbered 20 minutes ahead (its monitor's clock was
+// ahead) ends in Loki without it: dropped, counted, noted, the rest of the
+// batch stored once. The note is numbered after that record, so it is in
+// the future too and Loki refuses it as well (counted, not noted again);
+// the monitor's own history holds it.
+func TestTooNewIsDroppedAndTheRestStored(t *testing.T) {
+	for _, screen := range []bool{true, false} {
+		t.Run("monitor-checks-"+strconv.FormatBool(screen), func(t *testing.T) {
+			eachLoki(t, func(t *testing.T, lk aLoki) {
+				dir := t.TempDir()
+				spoolWhileAway(t, dir, time.Now(), 50)
+				spoolRecords(t, dir, time.Now().Add(20*time.Minute), []joblog.Record{rec(50)})
+				cfg := limitsConfig(lk, dir)
+				if !screen {
+					cfg.Loki.Limits.CreationGracePeriod = -1 // push it: Loki refuses
+				}
+				e := start(t, cfg, false)
+				waittest.Until(t, func() bool { return dropped(t, e.m, "too_new") == 2 }, "the record and its note counted as too new (%v)", dropped(t, e.m, "too_new"))
+				lines := waitLines(t, lk.url, jobA, 50)
+				seen := map[string]int{}
+				for _, l := range lines {
+					seen[l]++
+				}
+				for i := range 50 {
+					if seen["line "+strconv.Itoa(i)] != 1 {
+						t.Errorf("line %d is in Loki %d times, want once", i, seen["line "+strconv.Itoa(i)])
+					}
+				}
+				if len(lines) != 50 {
+					t.Errorf("Loki holds %d lines, want the 50 before the one too new: %q", len(lines), lines)
+				}
+				if d := metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"); d != 2 {
+					t.Errorf("dropped in all: %v, want 2", d)
+				}
+				if lk.fake != nil && !screen && lk.fake.Discarded()["too_far_in_future"] == 0 {
+					t.Error("the fake refused nothing as too new")
+				}
+				recs, _, err := collect(context.Background(), e.c, client.LogOptions{}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(recs) != 51 {
+					t.Fatalf("history holds %d records, want 50 and the note", len(recs))
+				}
+				checkRun(t, recs[:50], 0, 50)
+				if n := recs[50]; n.Step != monitor.StepLokiDropped || !strings.Contains(n.Line, "1 log records not stored in Loki (too_new)") {
+					t.Errorf("history ends with %+v, want the note of 1 record too new", n)
+				}
+			})
+		})
+	}
+}
+
+// pushRaw pushes values ([ns, line]) of one stream {job=jobA} to base as
+// JSON, returning Loki's answer and its text.
+func pushRaw(t *testing.T, base string, values ...[2]string) (*http.Response, string) {
+	t.Helper()
+	var vs []string
+	for _, v := range values {
+		vs = append(vs, `["`+v[0]+`","`+v[1]+`"]`)
+	}
+	body := `{"streams":[{"stream":{"job":"` + jobA + `"},"values":[` + strings.Join(vs, ",") + `]}]}`
+	resp, err := http.Post(base+"/loki/api/v1/push", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, strings.TrimSpace(string(b))
+}
+
+// checkAnswer reports unless Loki answered status, a message that starts
+// with prefix and ends with suffix, as plain text, nosniff, no Retry-After.
+func checkAnswer(t *testing.T, name string, resp *http.Response, msg string, status int, prefix, suffix string) {
+	t.Helper()
+	if resp.StatusCode != status || !strings.HasPrefix(msg, prefix) || !strings.HasSuffix(msg, suffix) {
+		t.Errorf("%s: %d %q, want %d %q…%q", name, resp.StatusCode, msg, status, prefix, suffix)
+	}
+	for k, v := range map[string]string{"Content-Type": "text/plain; charset=utf-8", "X-Content-Type-Options": "nosniff", "Retry-After": ""} {
+		if got := resp.Header.Get(k); got != v {
+			t.Errorf("%s: %s %q, want %q", name, k, got, v)
+		}
+	}
+}
+
+func nsFromNow(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixNano(), 10) }
+
+// Loki's answers to what it refuses, as the fake gives them: status,
+// headers and the message.
+func TestFakeAnswersAsLokiDoes(t *testing.T) {
+	// Stream labels as Loki prints them: service_name added.
+	stream := `{job="` + jobA + `", service_name="` + jobA + `"}`
+	ns := nsFromNow
+	t.Run("per-stream-rate", func(t *testing.T) {
+		eachLokiLimited(t, smallStreamRate, func(t *testing.T, lk aLoki) {
+			big := strings.Repeat("x", 15000) // two: over the stream's burst
+			resp, msg := pushRaw(t, lk.url, [2]string{ns(0), big}, [2]string{ns(0), big + "y"})
+			checkAnswer(t, "over the stream's burst", resp, msg, http.StatusTooManyRequests,
+				"entry with timestamp ", "ignored, reason: 'Per stream rate limit exceeded (limit: 52428B/sec) while attempting to ingest for stream '"+stream+"' totaling 15001B, consider splitting a stream via additional labels or contact your Loki administrator to see if the limit can be increased',\nuser 'fake', total ignored: 2 out of 2 for stream: "+stream)
+			if got := lokiLines(t, lk.url, jobA); len(got) != 0 {
+				t.Errorf("Loki holds %d lines, want none", len(got))
+			}
+		})
+	})
+	t.Run("ingestion-rate", func(t *testing.T) {
+		eachLokiLimited(t, smallIngestionRate, func(t *testing.T, lk aLoki) {
+			push := func(values ...[2]string) (*http.Response, string) { return pushRaw(t, lk.url, values...) }
+			check := func(name string, resp *http.Response, msg string, status int, prefix string) {
+				t.Helper()
+				checkAnswer(t, name, resp, msg, status, prefix, "")
+			}
+			resp, msg := push([2]string{ns(20 * time.Minute), "a"})
+			check("one too new", resp, msg, http.StatusBadRequest, "entry for stream '"+stream+"' has timestamp too new: ")
+			later := ns(20 * time.Minute) // one time: Loki's message has it to the second
+			resp, msg = push([2]string{ns(0), "b"}, [2]string{later, "c"}, [2]string{later, "d"})
+			check("two too new", resp, msg, http.StatusBadRequest, "2 errors like: entry for stream '"+stream+"' has timestamp too new: ")
+			big := strings.Repeat("x", 30<<10) // over the burst of 20 KiB
+			resp, msg = push([2]string{ns(0), big})
+			check("over the burst", resp, msg, http.StatusTooManyRequests, "ingestion rate limit exceeded for user fake (limit: 52428 bytes/sec) while attempting to ingest '1' lines totaling '")
+			if got := lokiLines(t, lk.url, jobA); len(got) != 1 || got[0] != "b" {
+				t.Errorf("Loki holds %q, want only b", got)
+			}
+		})
+	})
 }

@@ -517,8 +517,12 @@ func (m *Monitor) pushNarrowing(ctx context.Context, part []Entry, body pushBody
 	if ctx.Err() != nil {
 		return false
 	}
-	reason, n := refusal(pe.msg)
-	if len(part) == 1 || (reason != dropRefused && n >= len(part)) {
+	if pe.status == http.StatusTooManyRequests {
+		// Rate limited again and again: perhaps more than Loki's burst,
+		// which it refuses every time (see pushUntilAnswered). Halves,
+		// dropping nothing.
+		m.met.lokiSplits.Inc()
+	} else if reason, n := refusal(pe.msg); len(part) == 1 || (reason != dropRefused && n >= len(part)) {
 		m.dropped(reason, part, pe.Error())
 		return true
 	}
@@ -536,6 +540,10 @@ func (m *Monitor) pushNarrowing(ctx context.Context, part []Entry, body pushBody
 	return true
 }
 
+// rateLimitedSplitAfter is how many 429s in a row a push of more than one
+// record gets before it is pushed as two halves.
+const rateLimitedSplitAfter = 3
+
 // pushUntilAnswered pushes body (of n records) until Loki takes it (nil)
 // or refuses entries of it (a refusal), retrying everything else with
 // exponential backoff and jitter: no answer, 429 (which Loki sends
@@ -543,9 +551,22 @@ func (m *Monitor) pushNarrowing(ctx context.Context, part []Entry, body pushBody
 // 4xx that no record causes (401, 403, 404: the monitor's configuration,
 // logged as errors; the records wait in the spool). It returns ctx's end
 // as a pushError too.
+//
+// After rateLimitedSplitAfter 429s in a row it returns the 429 (for more
+// than one record): Loki's token buckets refuse a push larger than their
+// burst on every try, whatever the wait (the distributor's
+// ingestion_burst_size_mb, all or nothing: pkg/distributor/distributor.go
+// PushWithResolver, ingestionRateLimiter.AllowN; the ingester's
+// per_stream_rate_limit_burst, a stream's entries of the push together
+// with shard_streams enabled, Loki's default, else entry by entry,
+// charging a retry again for the entries it already has:
+// pkg/ingester/stream.go validateEntries), so the caller pushes halves.
+// Under a rate limit that a wait would end, halves cost only requests:
+// the buckets count bytes. A single record is retried for ever.
 func (m *Monitor) pushUntilAnswered(ctx context.Context, n int, body pushBody) *pushError {
 	cfg := m.cfg.Loki
 	retry := backoff.Backoff{Min: cfg.MinBackoff.D(), Max: cfg.MaxBackoff.D(), Jitter: true}
+	limited := 0
 	for {
 		start := time.Now()
 		pe := m.loki.push(ctx, body)
@@ -564,6 +585,12 @@ func (m *Monitor) pushUntilAnswered(ctx context.Context, n int, body pushBody) *
 		}
 		m.met.lokiErrors.WithLabelValues(code).Inc()
 		if pe.refused() {
+			return pe
+		}
+		if pe.status != http.StatusTooManyRequests {
+			limited = 0
+		} else if limited++; n > 1 && limited >= rateLimitedSplitAfter {
+			m.log.Warn("push to loki rate limited; pushing halves", "err", pe, "records", n)
 			return pe
 		}
 		wait := retry.Next()

@@ -24,6 +24,7 @@ type metrics struct {
 	lokiRecords prometheus.Counter
 	lokiBytes   prometheus.Counter
 	lokiDropped *prometheus.CounterVec
+	lokiSplits  prometheus.Counter
 	spoolBytes  prometheus.Gauge
 	history     *prometheus.CounterVec
 }
@@ -46,11 +47,13 @@ func newMetrics(m *Monitor) *metrics {
 		lokiBytes:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "loki_bytes_sent_total", Help: "Compressed push bytes Loki took."}),
 		lokiDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "loki_records_dropped_total",
 			Help: "Records not stored in Loki, by reason (too_old, too_new, line_too_long: beyond Loki's limits, not pushed or refused; too_far_behind: refused, over 1h behind the stream's newest; refused: any other 400; encode)."}, []string{"reason"}),
+		lokiSplits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "loki_rate_limited_splits_total",
+			Help: "Pushes rate limited (429) several times in a row and pushed again as two halves."}),
 		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "spool_bytes", Help: "Bytes in the spool not yet in Loki."}),
 		history:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "history_reads_total", Help: "History reads, by source (loki, buffer) and result."}, []string{"source", "result"}),
 	}
 	x.reg.MustRegister(x.recordsIn, x.recordsOut, x.rejected, x.viewers, x.cutOff, x.lag, x.jobs,
-		x.lokiLatency, x.lokiErrors, x.lokiRecords, x.lokiBytes, x.lokiDropped, x.spoolBytes, x.history,
+		x.lokiLatency, x.lokiErrors, x.lokiRecords, x.lokiBytes, x.lokiDropped, x.lokiSplits, x.spoolBytes, x.history,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x
 }

@@ -188,8 +188,11 @@ func (m *Monitor) Append(ctx context.Context, recs []joblog.Record) (joblog.Appe
 			return joblog.AppendReply{}, err
 		}
 	}
-	m.lastSeq.Store(last)
+	// publish first: a job's buffer made for this batch has its floor
+	// below it (else its first records would count as older than the
+	// buffer, and history would look for them in Loki only).
 	m.publish(es)
+	m.lastSeq.Store(last)
 	m.mu.Unlock()
 	if m.spool != nil {
 		if err := m.spool.sync(gen); err != nil {

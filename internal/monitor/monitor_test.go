@@ -404,6 +404,24 @@ func TestFilters(t *testing.T) {
 	}
 }
 
+// A job's first records are in its buffer, not "older than the buffer":
+// without Loki its whole history is the buffer, and the answer does not
+// say partial. (The buffer made for a batch once had its floor at the
+// batch's last number, so history looked for the batch in Loki only,
+// and missed records that Loki refused.)
+func TestNewJobsFirstRecordsAreInTheBuffer(t *testing.T) {
+	e := start(t, monitor.DefaultConfig(""), false)
+	appendN(t, e.m, 0, 5, 5)
+	recs, evs, err := collect(context.Background(), e.c, client.LogOptions{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, recs, 0, 5)
+	if len(evs) == 0 || evs[0].Meta == nil || evs[0].Meta.Partial {
+		t.Fatalf("first event %+v: want meta, not partial", evs)
+	}
+}
+
 func TestBufferOnlySaysSo(t *testing.T) {
 	cfg := monitor.DefaultConfig("")
 	cfg.BufferPerJob, cfg.ViewerMaxLag = 10, 10

@@ -48,8 +48,15 @@
 //   - query_range refuses a limit over MaxEntriesLimitPerQuery (5000:
 //     pkg/querier/http.go) and end - start over MaxQueryLength (721h:
 //     pkg/querier/limits/validation.go), with 400;
+//   - with Limits.IngestionRate set, a push beyond the distributor's token
+//     bucket is refused whole with 429 "ingestion rate limit exceeded …"
+//     (pkg/distributor/distributor.go PushWithResolver), every time when
+//     it is larger than the burst;
+//   - with Limits.PerStreamRate set, a stream's entries of a push beyond
+//     its token bucket are refused together: 429 listing them, "total
+//     ignored: N out of N" (pkg/ingester/stream.go, shard_streams enabled);
 //   - errors carry no Retry-After, a 429 neither (pkg/util/server/error.go
-//     WriteError): RateLimitNext answers pushes with Loki's 429.
+//     WriteError): RateLimitNext answers pushes with a 429 too.
 //
 // Faults: FailNext answers the next pushes with a status (and Retry-After),
 // SetDelay slows every request.
@@ -73,6 +80,7 @@ import (
 	"time"
 
 	"github.com/golang/snappy"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -89,6 +97,7 @@ type stream struct {
 	entries []Entry
 	seen    map[string]struct{} // ts+line, for Loki's duplicate drop
 	highest int64               // the newest entry's timestamp
+	rate    *rate.Limiter       // of Limits.PerStreamRate; nil: none
 }
 
 // Limits are the Loki limits the fake applies (zero: none).
@@ -99,6 +108,20 @@ type Limits struct {
 	OutOfOrderWindow        time.Duration // ingester.max-chunk-age / 2
 	MaxEntriesLimitPerQuery int           // validation.max-entries-limit
 	MaxQueryLength          time.Duration // querier.max-query-length
+	// IngestionRate and IngestionBurst (bytes a second, bytes) are the
+	// distributor's token bucket (distributor.ingestion-rate-limit-mb,
+	// distributor.ingestion-burst-size-mb; local strategy). Zero: none,
+	// unlike Loki (4 MB/s, 6 MB), so that benchmarks measure the monitor.
+	IngestionRate  float64
+	IngestionBurst int
+	// PerStreamRate and PerStreamBurst (bytes a second, bytes) are each
+	// stream's (ingester.per-stream-rate-limit, -burst; Loki: 3 MB, 15
+	// MB), applied to a stream's entries of a push as a whole, as Loki does
+	// with shard_streams enabled (its default): 429, nothing stored
+	// (pkg/ingester/stream.go validateEntries, errorForFailedEntries). Zero:
+	// none. Streams made before SetLimits keep their limiter.
+	PerStreamRate  float64
+	PerStreamBurst int
 	// Now is Loki's clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -137,6 +160,7 @@ type Server struct {
 	limits    Limits
 	discarded map[string]int
 	queries   int
+	rate      *rate.Limiter // of limits.IngestionRate; nil: none
 }
 
 type fault struct {
@@ -173,6 +197,10 @@ func (s *Server) RateLimitNext(n int) { s.FailNext(n, http.StatusTooManyRequests
 func (s *Server) SetLimits(l Limits) {
 	s.mu.Lock()
 	s.limits = l
+	s.rate = nil
+	if l.IngestionRate > 0 {
+		s.rate = rate.NewLimiter(rate.Limit(l.IngestionRate), l.IngestionBurst)
+	}
 	s.mu.Unlock()
 }
 
@@ -262,8 +290,11 @@ func matches(labels, match map[string]string) bool {
 	return true
 }
 
+// httpError answers as Loki's server does (pkg/util/server/error.go
+// WriteError, through http.Error): plain text, nosniff, no Retry-After.
 func httpError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	io.WriteString(w, msg+"\n")
 }
@@ -385,26 +416,72 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		}
 		in.entries = append(in.entries, e)
 	}
+	// The distributor's rate limit, all or nothing, after validation:
+	// 429 with RateLimitedErrorMsg (pkg/validation/validate.go), which
+	// drops the validation errors (pkg/distributor/distributor.go
+	// PushWithResolver).
+	if len(order) > 0 && s.rate != nil {
+		size, lines := 0, 0
+		for _, in := range byStream {
+			for _, e := range in.entries {
+				size += entrySize(e)
+				lines++
+			}
+		}
+		if !s.rate.AllowN(now, size) {
+			s.discarded["rate_limited"] += lines
+			httpError(w, http.StatusTooManyRequests, fmt.Sprintf("ingestion rate limit exceeded for user fake (limit: %d bytes/sec) while attempting to ingest '%d' lines totaling '%d' bytes, reduce log volume or contact your Loki administrator to see if the limit can be increased",
+				int(lim.IngestionRate), lines, size))
+			return
+		}
+	}
 	var ingErr string // the ingester's: the first stream's
+	ingStatus := http.StatusBadRequest
 	for _, key := range order {
 		in := byStream[key]
 		st := s.streams[key]
 		if st == nil {
 			st = &stream{labels: in.entries[0].Labels, seen: map[string]struct{}{}}
+			if lim.PerStreamRate > 0 {
+				st.rate = rate.NewLimiter(rate.Limit(lim.PerStreamRate), lim.PerStreamBurst)
+			}
 			s.streams[key] = st
 		}
 		var ignored []string
-		total := 0
+		failed := 0
+		ignore := func(e Entry, reason string) {
+			failed++
+			if len(ignored) < 10 {
+				ignored = append(ignored, fmt.Sprintf("entry with timestamp %s ignored, reason: '%s',\n", time.Unix(0, e.TS).UTC(), reason))
+			}
+		}
+		highest, size := st.highest, 0
+		var keep []Entry
 		for _, e := range in.entries {
-			if cutoff := st.highest - int64(lim.OutOfOrderWindow); lim.OutOfOrderWindow > 0 && st.highest != 0 && e.TS < cutoff {
+			if cutoff := highest - int64(lim.OutOfOrderWindow); lim.OutOfOrderWindow > 0 && highest != 0 && e.TS < cutoff {
 				s.discarded["too_far_behind"]++
-				total++
-				if len(ignored) < 10 {
-					ignored = append(ignored, fmt.Sprintf("entry with timestamp %s ignored, reason: 'entry too far behind, entry timestamp is: %s, oldest acceptable timestamp is: %s',\n",
-						time.Unix(0, e.TS).UTC(), time.Unix(0, e.TS).UTC().Format(time.RFC3339), time.Unix(0, cutoff).UTC().Format(time.RFC3339)))
-				}
+				ignore(e, fmt.Sprintf("entry too far behind, entry timestamp is: %s, oldest acceptable timestamp is: %s",
+					time.Unix(0, e.TS).UTC().Format(time.RFC3339), time.Unix(0, cutoff).UTC().Format(time.RFC3339)))
 				continue
 			}
+			highest = max(highest, e.TS)
+			size += entrySize(e)
+			keep = append(keep, e)
+		}
+		// The per-stream rate limit, for the stream's entries of the push
+		// as a whole (shard_streams.enabled, Loki's default): none stored.
+		if st.rate != nil && len(keep) > 0 && !st.rate.AllowN(now, size) {
+			for _, e := range keep {
+				s.discarded["per_stream_rate_limit"]++
+				ignore(e, fmt.Sprintf("Per stream rate limit exceeded (limit: %dB/sec) while attempting to ingest for stream '%s' totaling %dB, consider splitting a stream via additional labels or contact your Loki administrator to see if the limit can be increased",
+					int(lim.PerStreamRate), in.labels, entrySize(e)))
+			}
+			keep = nil
+			if ingErr == "" {
+				ingStatus = http.StatusTooManyRequests
+			}
+		}
+		for _, e := range keep {
 			st.highest = max(st.highest, e.TS)
 			dk := strconv.FormatInt(e.TS, 10) + "\x00" + e.Line
 			if _, dup := st.seen[dk]; dup {
@@ -413,14 +490,14 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 			st.seen[dk] = struct{}{}
 			st.entries = append(st.entries, e)
 		}
-		if total > 0 && ingErr == "" {
-			ingErr = strings.Join(ignored, "") + fmt.Sprintf("user 'fake', total ignored: %d out of %d for stream: %s", total, len(in.entries), in.labels)
+		if failed > 0 && ingErr == "" {
+			ingErr = strings.Join(ignored, "") + fmt.Sprintf("user 'fake', total ignored: %d out of %d for stream: %s", failed, len(in.entries), in.labels)
 		}
 	}
 	s.auth = append(s.auth, r.Header.Get("Authorization"))
 	switch {
 	case ingErr != "":
-		httpError(w, http.StatusBadRequest, ingErr)
+		httpError(w, ingStatus, ingErr)
 	case len(distErrs) > 0:
 		httpError(w, http.StatusBadRequest, groupErrors(distErrs))
 	default:
@@ -428,6 +505,19 @@ func (s *Server) push(w http.ResponseWriter, r *http.Request) {
 		s.pushBytes += int64(len(body))
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// entrySize is what an entry costs against the rate limits: its line and
+// structured metadata but detected_level (pkg/util/entry_size.go
+// EntryTotalSize, ExcludedStructuredMetadataLabels).
+func entrySize(e Entry) int {
+	n := len(e.Line)
+	for k, v := range e.Metadata {
+		if k != "detected_level" {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // validate is the distributor's check of one entry: Loki's reason and

@@ -85,11 +85,20 @@ schema_config:
 limits_config:
   allow_structured_metadata: true
 %s
+frontend:
+  scheduler_dns_lookup_period: 200ms
+frontend_worker:
+  dns_lookup_duration: 200ms
 analytics:
   reporting_enabled: false
 pattern_ingester:
   enabled: false
 `, httpPort, grpcPort, dir, lim.String())
+	// The query frontend and the querier's worker find the scheduler by
+	// polling (every 10s and 3s by default: frontend.scheduler-dns-lookup-period
+	// in pkg/lokifrontend/frontend/v2/frontend.go, querier.dns-lookup-period
+	// in pkg/querier/worker/worker.go), and Loki is not ready before they
+	// have: 200ms makes it ready in about a second, not ten.
 	cfgPath := filepath.Join(dir, "loki.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
