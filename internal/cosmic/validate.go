@@ -389,6 +389,10 @@ func checkInference(p *problems, s Spec) {
 				p.add(fmt.Sprintf("envVars[%d].name", i), "NGC_API_KEY is not set in a spec: the parakeet runtime's NGC key is the rack's, read from a file on the node")
 			case strings.HasPrefix(name, "NIM_"):
 				p.add(fmt.Sprintf("envVars[%d].name", i), "%q: the agent sets the parakeet runtime's NIM_ variables", e.Name)
+			case strings.ContainsAny(e.Value, "\r\n"):
+				// They reach the NIM's container through docker run
+				// --env-file, one NAME=value a line.
+				p.add(fmt.Sprintf("envVars[%d].value", i), "the parakeet runtime's variables are one line each: %q has a line break", e.Name)
 			}
 		}
 		return

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,11 +329,11 @@ func (a *Agent) supervise(ctx context.Context) {
 		started := time.Now()
 		stdout := &lineWriter{emit: a.appLine("stdout")}
 		stderr := &lineWriter{emit: a.appLine("stderr")}
-		env, err := a.runtimeEnv()
+		env, files, err := a.runtimeEnv()
 		var p Process
 		if err == nil {
 			p, err = a.cfg.Launcher.Start(ctx, Launch{Command: a.cmd, Inference: a.cfg.Inference, Placement: a.cfg.Placement,
-				Role: a.cfg.Placement.Role(), Env: env, Stdout: stdout, Stderr: stderr})
+				Role: a.cfg.Placement.Role(), Env: env, Files: files, Stdout: stdout, Stderr: stderr})
 		}
 		if err != nil {
 			a.record("runtime_start", false, "start the runtime: %v", err)
@@ -466,27 +465,49 @@ func (a *Agent) healthPath() string {
 	return "/health"
 }
 
-// runtimeEnv is the runtime's environment on top of the agent's: the
-// bootstrap's, and for the parakeet runtime the NGC key read from
-// NGCKeyFile (the value goes to the runtime's environment only: never to a
-// log, a record, the status or the command line).
-func (a *Agent) runtimeEnv() ([]string, error) {
-	env := a.cfg.Env
-	if a.cfg.Inference.Runtime != cosmic.RuntimeParakeet || a.cfg.NGCKeyFile == "" {
-		return env, nil
+// runtimeEnv is the runtime's environment on top of the agent's, and the
+// files it reads at its start. vLLM gets the bootstrap's environment (the
+// job's variables). The parakeet runtime's Docker client gets only the NGC
+// key read from NGCKeyFile (the value goes to the runtime's environment
+// only: never to a log, a record, the status or the command line), and the
+// job's variables reach the container through ParakeetEnvFile, so that
+// none can redirect the client (DOCKER_HOST, DOCKER_CONTEXT, …) and the key
+// with it.
+func (a *Agent) runtimeEnv() ([]string, []File, error) {
+	if a.cfg.Inference.Runtime != cosmic.RuntimeParakeet {
+		return a.cfg.Env, nil, nil
+	}
+	files := []File{{Path: ParakeetEnvFile, Content: dockerEnvFile(a.cfg.Env)}}
+	if a.cfg.NGCKeyFile == "" {
+		return nil, files, nil
 	}
 	b, err := os.ReadFile(a.cfg.NGCKeyFile)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return env, nil // a NIM whose model is in its cache needs no key
+			return nil, files, nil // a NIM whose model is in its cache needs no key
 		}
-		return nil, fmt.Errorf("read the NGC key file %s: %w", a.cfg.NGCKeyFile, errors.Unwrap(err))
+		return nil, nil, fmt.Errorf("read the NGC key file %s: %w", a.cfg.NGCKeyFile, errors.Unwrap(err))
 	}
 	key := strings.TrimSpace(string(b))
 	if key == "" {
-		return env, nil
+		return nil, files, nil
 	}
-	return append(slices.Clip(env), NGCAPIKeyEnv+"="+key), nil
+	return []string{NGCAPIKeyEnv + "=" + key}, files, nil
+}
+
+// dockerEnvFile is env in docker run --env-file's format: NAME=value a
+// line, the value as it is (no quoting; cosmic.Validate refuses a parakeet
+// spec's value with a line break).
+func dockerEnvFile(env []string) []byte {
+	var b bytes.Buffer
+	for _, kv := range env {
+		if strings.ContainsAny(kv, "\r\n") {
+			continue
+		}
+		b.WriteString(kv)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
 }
 
 // probeWAV is the audio of the parakeet probe: half a second.

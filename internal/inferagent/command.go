@@ -31,6 +31,13 @@ const (
 	// (NIM_CACHE_PATH, /opt/nim/.cache): a restart does not download the
 	// model again.
 	ParakeetCache = "/var/lib/cosmicac/nim-cache"
+	// ParakeetEnvFile is the file (root, 0600) the job's environment
+	// variables reach the NIM's container through (docker run --env-file):
+	// the Docker client itself runs with the agent's environment and the
+	// NGC key only, so that no variable of a spec (DOCKER_HOST, say) can
+	// steer where the client sends the container's environment, key
+	// included.
+	ParakeetEnvFile = "/var/lib/cosmicac/nim.env"
 	// ParakeetReadyPath is the NIM's readiness route (200 once the model
 	// is loaded).
 	ParakeetReadyPath = "/v1/health/ready"
@@ -213,12 +220,13 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 // Docker client forwards the agent's SIGTERM to the container (--sig-proxy,
 // on by default without a TTY). The NGC key is passed by name: its value is
 // in the environment, never in the command line (which the agent logs and
-// reports).
+// reports); the job's own variables go through ParakeetEnvFile.
 func parakeetCommand(port int) Command {
 	p := strconv.Itoa(port)
 	return Command{Path: "sh", Args: []string{"-c", `docker rm -f "$0" >/dev/null 2>&1; exec docker run --name "$0" "$@"`, ParakeetContainer,
 		"--rm", "--gpus", "all", "--shm-size=8GB",
 		"-p", "127.0.0.1:" + p + ":" + p,
+		"--env-file", ParakeetEnvFile,
 		"-e", NGCAPIKeyEnv, "-e", "NIM_HTTP_API_PORT=" + p, "-e", "NIM_TAGS_SELECTOR=" + ParakeetTags,
 		"-v", ParakeetCache + ":/opt/nim/.cache",
 		ParakeetImage}}

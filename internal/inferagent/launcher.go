@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -22,8 +23,16 @@ type Launch struct {
 	Role      string
 	// Env is added to the agent's environment (NAME=value each).
 	Env []string
+	// Files are written (0600, their directories 0700) before the start.
+	Files []File
 	// Stdout and Stderr receive the runtime's output.
 	Stdout, Stderr io.Writer
+}
+
+// File is a file a runtime reads at its start.
+type File struct {
+	Path    string
+	Content []byte
 }
 
 // Process is a started runtime.
@@ -50,6 +59,17 @@ type ExecLauncher struct{}
 
 // Start implements Launcher.
 func (ExecLauncher) Start(ctx context.Context, l Launch) (Process, error) {
+	for _, f := range l.Files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(f.Path, f.Content, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(f.Path, 0o600); err != nil { // an older file keeps its mode through WriteFile
+			return nil, err
+		}
+	}
 	cmd := exec.Command(l.Command.Path, l.Command.Args...)
 	cmd.Env = append(os.Environ(), l.Env...)
 	cmd.Stdout, cmd.Stderr = l.Stdout, l.Stderr

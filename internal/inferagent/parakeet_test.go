@@ -22,11 +22,12 @@ type envLauncher struct {
 	inner *simlaunch.Launcher
 	mu    sync.Mutex
 	env   []string
+	files []inferagent.File
 }
 
 func (l *envLauncher) Start(ctx context.Context, la inferagent.Launch) (inferagent.Process, error) {
 	l.mu.Lock()
-	l.env = la.Env
+	l.env, l.files = la.Env, la.Files
 	l.mu.Unlock()
 	return l.inner.Start(ctx, la)
 }
@@ -48,7 +49,7 @@ func TestParakeetAgent(t *testing.T) {
 	a := inferagent.New(inferagent.Config{JobID: "job1", Team: "t", Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet, Model: cosmic.ParakeetModel},
 		Identity:  id, Logs: logs, HealthPoll: 10 * time.Millisecond, Launcher: l, NGCKeyFile: keyFile,
-		Env: []string{"COSMICAC_JOB_ID=job1"}}, nil)
+		Env: []string{"COSMICAC_JOB_ID=job1", "DOCKER_HOST=tcp://attacker.example:2375"}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()
@@ -60,12 +61,21 @@ func TestParakeetAgent(t *testing.T) {
 	}
 	l.mu.Lock()
 	env := l.env
+	files := l.files
 	l.mu.Unlock()
-	if !slices.Contains(env, "NGC_API_KEY="+secret) || !slices.Contains(env, "COSMICAC_JOB_ID=job1") {
-		t.Errorf("runtime environment %q lacks the key or the bootstrap's", env)
+	// The Docker client gets the key and nothing of the job's: a spec's
+	// DOCKER_HOST would send the container's environment, key included,
+	// to another daemon. The job's variables reach the container through
+	// --env-file.
+	if !slices.Equal(env, []string{"NGC_API_KEY=" + secret}) {
+		t.Errorf("the Docker client's added environment is %q, want the key only", env)
+	}
+	if len(files) != 1 || files[0].Path != inferagent.ParakeetEnvFile ||
+		string(files[0].Content) != "COSMICAC_JOB_ID=job1\nDOCKER_HOST=tcp://attacker.example:2375\n" {
+		t.Errorf("files %+v, want the job's variables in %s", files, inferagent.ParakeetEnvFile)
 	}
 	st := a.Status()
-	if !strings.Contains(st.Command, "-e NGC_API_KEY ") || !strings.Contains(st.Command, inferagent.ParakeetImage) ||
+	if !strings.Contains(st.Command, "-e NGC_API_KEY ") || !strings.Contains(st.Command, "--env-file "+inferagent.ParakeetEnvFile) || !strings.Contains(st.Command, inferagent.ParakeetImage) ||
 		!strings.Contains(st.Command, "NIM_HTTP_API_PORT=8000") {
 		t.Errorf("command line %q", st.Command)
 	}
@@ -76,5 +86,33 @@ func TestParakeetAgent(t *testing.T) {
 		if strings.Contains(r.Line, secret) {
 			t.Errorf("a record holds the key: %q", r.Line)
 		}
+	}
+}
+
+// TestExecLauncherWritesFiles: the real launcher writes a launch's files
+// (0600, an older file's mode tightened) before the runtime starts.
+func TestExecLauncherWritesFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "nim.env")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("OLD=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	p, err := inferagent.ExecLauncher{}.Start(context.Background(), inferagent.Launch{
+		Command: inferagent.Command{Path: "cat", Args: []string{path}},
+		Files:   []inferagent.File{{Path: path, Content: []byte("A=1\nB=two words\n")}},
+		Stdout:  &out, Stderr: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if p.Err() != nil || out.String() != "A=1\nB=two words\n" {
+		t.Fatalf("cat: %v %q", p.Err(), out.String())
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v %v, want 0600", fi.Mode(), err)
 	}
 }

@@ -71,6 +71,7 @@ const (
 	rootDisk      = "rootdisk"
 	cloudInitDisk = "cloudinitdisk"
 	agentDisk     = "agentdisk"
+	ngcKeyDisk    = "ngckey"
 	podNetwork    = "default"
 	overlayNet    = "overlay"
 )
@@ -503,6 +504,14 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 		disks = append(disks, virtv1.Disk{Name: agentDisk, DiskDevice: virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA, ReadOnly: new(true)}}})
 		volumes = append(volumes, virtv1.Volume{Name: agentDisk, VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: cfg.Images.AgentDisk}}})
 	}
+	if needsNGCKey(cfg, job) {
+		// The rack's NGC key, for the NIM only: a config disk KubeVirt
+		// makes from the Secret (an ISO with a file per data key), found by
+		// its label (vmboot.NGCKeyDisk).
+		disks = append(disks, virtv1.Disk{Name: ngcKeyDisk, DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusVirtio, ReadOnly: true}}})
+		volumes = append(volumes, virtv1.Volume{Name: ngcKeyDisk, VolumeSource: virtv1.VolumeSource{Secret: &virtv1.SecretVolumeSource{
+			SecretName: cfg.NGCKeySecret, VolumeLabel: vmboot.NGCKeyLabel}}})
+	}
 	spec := virtv1.VirtualMachineInstanceSpec{
 		Domain: virtv1.DomainSpec{
 			CPU:    &virtv1.CPU{Sockets: 1, Cores: uint32(p.cpu), Threads: 1},
@@ -607,8 +616,15 @@ func UserData(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, h
 func bootVM(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, hosts []string, boot Bootstrap) vmboot.VM {
 	return vmboot.VM{
 		Job: job, Replica: replica, Index: index, Count: count, GPUs: gpus, Hosts: hosts, Boot: boot,
-		Agent: cfg.agent(),
+		Agent: cfg.agent(), NGCKey: needsNGCKey(cfg, job),
 	}
+}
+
+// needsNGCKey says whether the job's VMIs get the rack's NGC key: those of
+// a parakeet job, on a rack that has one.
+func needsNGCKey(cfg RackConfig, job cosmic.Job) bool {
+	in := job.Spec.Inference
+	return cfg.NGCKeySecret != "" && job.Spec.Type == cosmic.TypeManagedInference && in != nil && in.Runtime == cosmic.RuntimeParakeet
 }
 
 func joinInts(xs []int) string {

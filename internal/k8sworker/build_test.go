@@ -114,6 +114,46 @@ func buildCases() map[string]buildCase {
 			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-3", GPUs: []int{2}}}},
 			boot: testBootstrap(1),
 		},
+		"parakeet-ngc-key": {
+			cfg: func() RackConfig {
+				c := DefaultRackConfig()
+				c.NGCKeySecret = "nvaie-ngc"
+				return c
+			}(),
+			job: testJob("speech", cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "us",
+				Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet}}),
+			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-3", GPUs: []int{2}}}},
+			boot: testBootstrap(1),
+		},
+	}
+}
+
+// TestNGCKeyOnlyForParakeet: on a rack with an NGC key, only a parakeet
+// job's VMIs get its disk (and the copy before the agent).
+func TestNGCKeyOnlyForParakeet(t *testing.T) {
+	for name, tc := range buildCases() {
+		tc.cfg.NGCKeySecret = "nvaie-ngc"
+		g, err := BuildReplica(tc.cfg, tc.job, tc.res, tc.boot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tc.job.Spec.Inference != nil && tc.job.Spec.Inference.Runtime == cosmic.RuntimeParakeet
+		for _, vmi := range g.VMIs {
+			got := false
+			for _, v := range vmi.Spec.Volumes {
+				if v.Secret != nil {
+					got = v.Name == "ngckey" && v.Secret.SecretName == "nvaie-ngc" && v.Secret.VolumeLabel == vmboot.NGCKeyLabel
+				}
+			}
+			if got != want {
+				t.Errorf("%s: NGC key disk %v, want %v", name, got, want)
+			}
+		}
+		for _, s := range g.Secrets {
+			if got := bytes.Contains(s.Data[UserDataKey], []byte(vmboot.NGCKeyScriptPath)); got != want {
+				t.Errorf("%s: user data copies the NGC key: %v, want %v", name, got, want)
+			}
+		}
 	}
 }
 
@@ -221,6 +261,7 @@ func TestUserDataIsVMBoot(t *testing.T) {
 				want, err := vmboot.UserData(vmboot.VM{
 					Job: tc.job, Replica: tc.res.Replica, Index: i, Count: len(tc.res.Nodes), GPUs: len(tc.res.Nodes[i].GPUs),
 					Hosts: hosts, Boot: tc.boot, Agent: vmboot.Agent{Delivery: tc.cfg.AgentDelivery, Path: tc.cfg.AgentPath},
+					NGCKey: tc.cfg.NGCKeySecret != "", // only parakeet cases set it
 				})
 				if err != nil {
 					t.Fatal(err)

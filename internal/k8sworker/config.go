@@ -72,6 +72,13 @@ type RackConfig struct {
 	// AgentPath is the path of the cosmicac binary inside the VM images
 	// (AgentDelivery image).
 	AgentPath string `json:"agentPath"`
+	// NGCKeySecret names a Secret in the rack's namespace holding the NGC
+	// API key the parakeet runtime (NVIDIA's ASR NIM) needs to download its
+	// model, under data "ngc-api-key". Each parakeet VMI gets it as a
+	// config disk (vmboot.NGCKeyDisk), copied to a root-only file on /run
+	// before the agent starts; no other job's VMI sees it. "": none (a NIM
+	// whose cache holds its model).
+	NGCKeySecret string `json:"ngcKeySecret,omitempty"`
 	// Firmware is how the VMIs boot: UEFI, and the 64-bit PCI MMIO window
 	// large-BAR GPUs need.
 	Firmware Firmware `json:"firmware"`
@@ -302,6 +309,11 @@ func (c RackConfig) Validate() error {
 	}
 	if (len(c.Networks.InfiniBand) == 0) != (c.Networks.Overlay == "") {
 		bad("networks", "set both infiniband and overlay (multi-node vLLM replicas need both) or neither")
+	}
+	if c.NGCKeySecret != "" {
+		for _, m := range validation.IsDNS1123Subdomain(c.NGCKeySecret) {
+			bad("ngcKeySecret", "%q: %s", c.NGCKeySecret, m)
+		}
 	}
 	images := []struct{ field, ref string }{{"images.vllm", c.Images.VLLM}, {"images.parakeet", c.Images.Parakeet}}
 	if c.AgentDelivery == vmboot.DeliveryDisk {

@@ -40,6 +40,57 @@ const (
 	AgentDiskWait = 120
 )
 
+// NGCKeyDisk is the disk of the rack's NGC API key, which the parakeet
+// runtime (NVIDIA's ASR NIM) needs to download its model: on Kubernetes, a
+// Secret in the rack's namespace with the key under data "ngc-api-key",
+// attached by KubeVirt as a config disk labelled CACNGC (secret volume,
+// volumeLabel: kubevirt.io/api core/v1 SecretVolumeSource). NGCKeyScript
+// copies the key to NGCKeyFile, on a tmpfs in a directory only root
+// enters, and unmounts the disk.
+var NGCKeyDisk = DiskSpec{Label: NGCKeyLabel, Files: []string{NGCKeyName}}
+
+// The NGC key disk's label and file, and where the VM keeps the key.
+const (
+	NGCKeyLabel = "CACNGC"
+	NGCKeyName  = "ngc-api-key"
+	NGCKeyDir   = "/run/cosmicac-ngc"
+	NGCKeyFile  = NGCKeyDir + "/" + NGCKeyName
+)
+
+// NGCKeyScript is the script at NGCKeyScriptPath the unit runs before an
+// inference agent whose rack gives the NGC key: it waits up to
+// AgentDiskWait seconds for the disk labelled NGCKeyLabel, mounts it
+// read-only in a fresh root-only directory, copies the key to NGCKeyFile
+// (root, 0600, in NGCKeyDir, 0700, under /run: never on the VM's disk),
+// and unmounts it.
+func NGCKeyScript() string {
+	return strings.Join([]string{
+		"#!/bin/sh",
+		"# Copy the rack's NGC API key (disk label " + NGCKeyLabel + ") to " + NGCKeyFile + ".",
+		"set -eu",
+		"dev=/dev/disk/by-label/" + NGCKeyLabel,
+		"i=0",
+		`while [ ! -e "$dev" ]; do`,
+		"  i=$((i + 1))",
+		"  if [ \"$i\" -gt " + strconv.Itoa(AgentDiskWait) + " ]; then",
+		`    echo "cosmicac: no NGC key disk: $dev did not appear in ` + strconv.Itoa(AgentDiskWait) + ` s (the rack's ngcKeySecret; see docs/k8s-worker.md)" >&2`,
+		"    exit 1",
+		"  fi",
+		"  sleep 1",
+		"done",
+		"umask 077",
+		"mkdir -p " + NGCKeyDir,
+		"chmod 0700 " + NGCKeyDir,
+		`m=$(mktemp -d)`,
+		`mount -o ro "$dev" "$m"`,
+		`trap 'umount "$m"; rmdir "$m"' EXIT`,
+		`cp "$m/` + NGCKeyName + `" ` + NGCKeyFile + ".new",
+		"chmod 0600 " + NGCKeyFile + ".new",
+		"mv " + NGCKeyFile + ".new " + NGCKeyFile,
+		"",
+	}, "\n")
+}
+
 // Seed is the cloud-init NoCloud seed disk (the "cidata" volume cloud-init
 // looks for) a rack without KubeVirt's cloudInitNoCloud builds: user-data
 // (UserData), meta-data (MetaData). No network-config: both racks give the

@@ -20,6 +20,8 @@ const (
 	AgentUnitPath   = "/etc/systemd/system/" + AgentUnitName
 	// MountScriptPath mounts the agent disk (DeliveryDisk only).
 	MountScriptPath = "/etc/cosmicac/mount-agent-disk"
+	// NGCKeyScriptPath copies the rack's NGC key from its disk (VM.NGCKey).
+	NGCKeyScriptPath = "/etc/cosmicac/copy-ngc-key"
 	// DefaultAgentPath is where an image that carries the agent has it
 	// (DeliveryImage).
 	DefaultAgentPath = "/usr/local/bin/cosmicac"
@@ -130,6 +132,8 @@ type AgentConfig struct {
 	GRPCPort int      `json:"grpcPort,omitempty"`
 	// Inference is the model to serve (managed-inference).
 	Inference *cosmic.InferenceSpec `json:"inference,omitempty"`
+	// NGCKeyFile holds the parakeet runtime's NGC key (VM.NGCKey).
+	NGCKeyFile string `json:"ngcKeyFile,omitempty"`
 }
 
 // VM is one VM of a replica of a job: everything its user data depends on.
@@ -145,6 +149,10 @@ type VM struct {
 	Hosts []string
 	Boot  Bootstrap
 	Agent Agent
+	// NGCKey says the rack attaches NGCKeyDisk (a parakeet job on a rack
+	// with the NGC key): the unit copies the key before the agent starts,
+	// and the agent reads it from NGCKeyFile.
+	NGCKey bool
 }
 
 // Mode is the agent's subcommand for a job type: "inference" for
@@ -190,6 +198,9 @@ func Config(vm VM) AgentConfig {
 	if s.Type == cosmic.TypeManagedInference {
 		ac.Inference = s.Inference
 	}
+	if vm.NGCKey {
+		ac.NGCKeyFile = NGCKeyFile
+	}
 	return ac
 }
 
@@ -229,7 +240,15 @@ func UserData(vm VM) ([]byte, error) {
 	if vm.Agent.delivery() == DeliveryDisk {
 		files = append(files, cloudFile{Path: MountScriptPath, Owner: "root:root", Permissions: "0755", Content: MountScript()})
 	}
-	files = append(files, cloudFile{Path: AgentUnitPath, Owner: "root:root", Permissions: "0644", Content: Unit(vm.Job.Spec.Type, vm.Agent)})
+	unit := Unit(vm.Job.Spec.Type, vm.Agent)
+	if vm.NGCKey {
+		files = append(files, cloudFile{Path: NGCKeyScriptPath, Owner: "root:root", Permissions: "0755", Content: NGCKeyScript()})
+		unit = strings.Replace(unit, "ExecStart=", "ExecStartPre="+NGCKeyScriptPath+"\nExecStart=", 1)
+		if !strings.Contains(unit, "TimeoutStartSec=") {
+			unit = strings.Replace(unit, "ExecStart=", "TimeoutStartSec="+strconv.Itoa(AgentDiskWait+30)+"\nExecStart=", 1)
+		}
+	}
+	files = append(files, cloudFile{Path: AgentUnitPath, Owner: "root:root", Permissions: "0644", Content: unit})
 	cc := cloudConfig{
 		Users:             []string{"default"},
 		SSHAuthorizedKeys: vm.Job.Spec.SSHPublicKeys,

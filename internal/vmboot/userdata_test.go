@@ -225,3 +225,49 @@ func TestDisks(t *testing.T) {
 		t.Errorf("meta-data %v, %v", md, err)
 	}
 }
+
+// TestNGCKey: a VM given the rack's NGC key disk copies the key before the
+// agent starts (after the agent disk is mounted), and the agent is told
+// where; without it, none of that is there. The script is valid sh and
+// keeps the key on /run, root only.
+func TestNGCKey(t *testing.T) {
+	for _, ngc := range []bool{false, true} {
+		vm := testVM(DeliveryDisk)
+		vm.NGCKey = ngc
+		ud, err := UserData(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := files(t, ud)
+		unit := fs[AgentUnitPath].Content
+		pre := strings.Index(unit, "ExecStartPre="+NGCKeyScriptPath+"\n")
+		if (pre >= 0) != ngc || ngc && pre < strings.Index(unit, "ExecStartPre="+MountScriptPath+"\n") {
+			t.Errorf("NGCKey %v: unit\n%s", ngc, unit)
+		}
+		script, ok := fs[NGCKeyScriptPath]
+		if ok != ngc || ok && (script.Permissions != "0755" || script.Content != NGCKeyScript()) {
+			t.Errorf("NGCKey %v: script %+v", ngc, script)
+		}
+		var ac AgentConfig
+		if err := yaml.Unmarshal([]byte(fs[AgentConfigPath].Content), &ac); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: NGCKeyFile}[ngc]; ac.NGCKeyFile != want {
+			t.Errorf("NGCKey %v: agent ngcKeyFile %q, want %q", ngc, ac.NGCKeyFile, want)
+		}
+	}
+	s := NGCKeyScript()
+	for _, want := range []string{"/dev/disk/by-label/CACNGC", "umask 077", "chmod 0700 /run/cosmicac-ngc", `mount -o ro "$dev" "$m"`,
+		`cp "$m/ngc-api-key" /run/cosmicac-ngc/ngc-api-key.new`, "mv /run/cosmicac-ngc/ngc-api-key.new /run/cosmicac-ngc/ngc-api-key"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("NGC key script lacks %q:\n%s", want, s)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "copy-ngc-key")
+	if err := os.WriteFile(path, []byte(s), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+}
