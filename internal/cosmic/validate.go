@@ -453,8 +453,10 @@ func vllmArgProblem(k, v string) string {
 		return oneOf(kvCacheDtypes)
 	case "runner": // vllm/config/model.py, RunnerOption
 		return oneOf([]string{"auto", "generate", "pooling"})
-	case "convert": // vllm/config/model.py, ConvertOption
-		return oneOf([]string{"auto", "none", "embed", "classify", "reward"})
+	case "convert": // vllm/config/model.py, ConvertOption; "reward" is gone by 0.18
+		// (docs.vllm.ai/en/v0.18.0/models/pooling_models/: reward models
+		// take --convert embed)
+		return oneOf([]string{"auto", "none", "embed", "classify"})
 	case "gpu-memory-utilization":
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(f > 0 && f <= 1) {
