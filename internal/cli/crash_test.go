@@ -15,6 +15,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("COSMICAC_TEST_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m)) // stops the PostgreSQL of the tests that start one
 }
 
 // upProcess is `cosmicac up` running as a child process.

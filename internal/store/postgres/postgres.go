@@ -79,6 +79,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return &Store{pool: pool}, nil
 }
 
+// ParseDSN checks that dsn parses as Open needs, without connecting; its
+// error wraps ErrInvalid (pgx's message masks the password).
+func ParseDSN(dsn string) error {
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("postgres: %w: %w", err, cosmic.ErrInvalid)
+	}
+	return nil
+}
+
 // Close closes the connections. Closing twice is harmless; calls after
 // Close fail.
 func (s *Store) Close() error {
