@@ -158,13 +158,24 @@ var sortColumns = map[string]string{
 	store.SortState:     "state",
 }
 
-// ListJobs implements store.Tx, with SQLite's plan: the total from
-// job_counts when the filter allows, the page's IDs from indexes, a page
-// in the back half read from the end.
-func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+// listing is a ListJobs query made SQL, with SQLite's plan: the total
+// from job_counts when the filter allows (countable), so that a page past
+// the end costs no query and a page in the back half is read from the
+// end; the page's IDs from indexes, then only its rows.
+type listing struct {
+	q       store.ListJobsQuery
+	from    string // " FROM jobs … WHERE …" of the matches
+	args    params // from's
+	order   string
+	reverse string
+	offset  int
+	counted bool
+}
+
+func newListing(q store.ListJobsQuery) (listing, error) {
 	q, err := q.Normalize()
 	if err != nil {
-		return nil, 0, fmt.Errorf("list jobs: %w", err)
+		return listing{}, fmt.Errorf("list jobs: %w", err)
 	}
 	var (
 		where []string
@@ -203,65 +214,118 @@ func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	from := " FROM jobs" + joins.String() + cond
 	orderBy := func(dir string) string {
 		return " ORDER BY jobs." + sortColumns[q.Sort] + " " + dir + ", jobs.id " + dir
 	}
-	order, reverse := orderBy("DESC"), orderBy("ASC")
+	l := listing{q: q, from: " FROM jobs" + joins.String() + cond, args: p, offset: q.Page * q.Size, counted: countable(q)}
+	l.order, l.reverse = orderBy("DESC"), orderBy("ASC")
 	if q.Order == store.OrderAsc {
-		order, reverse = reverse, order
+		l.order, l.reverse = l.reverse, l.order
 	}
-	offset := q.Page * q.Size
+	return l, nil
+}
 
-	counted := countable(q)
-	total, limit, skip, inner := 0, q.Size, offset, order
-	if counted {
-		if total, err = t.countJobs(ctx, q); err != nil {
-			return nil, 0, fmt.Errorf("list jobs: count: %w", err)
+// countSQL counts the matches: a sum over job_counts when counted (the
+// counters that triggers keep per team, user and state, migration 0002),
+// else a COUNT(*).
+func (l listing) countSQL() (string, []any) {
+	if !l.counted {
+		return "SELECT count(*)" + l.from, l.args
+	}
+	var (
+		where []string
+		p     params
+	)
+	if l.q.Team != "" {
+		where = append(where, "team = "+p.add(l.q.Team))
+	}
+	if l.q.User != "" {
+		where = append(where, "user_name = "+p.add(l.q.User))
+	}
+	if len(l.q.States) > 0 {
+		where = append(where, "state = ANY("+p.add(statesArg(l.q.States))+"::text[])")
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	return "SELECT coalesce(sum(n), 0)::bigint FROM job_counts" + cond, p
+}
+
+// pageSQL reads the page. For a counted listing, total is known: a page
+// past the end is none (empty), and one in the back half is read from the
+// end in reverse order, so the skipped entries are never more than half.
+func (l listing) pageSQL(total int64) (sql string, args []any, empty bool) {
+	limit, skip, inner := l.q.Size, l.offset, l.order
+	if l.counted {
+		if int64(l.offset) >= total {
+			return "", nil, true
 		}
-		if offset >= total {
-			return []cosmic.Job{}, total, nil
-		}
-		end := min(offset+q.Size, total)
-		if back := total - end; back < offset {
-			limit, skip, inner = end-offset, back, reverse
+		end := min(int64(l.offset+l.q.Size), total)
+		if back := total - end; back < int64(l.offset) {
+			limit, skip, inner = int(end)-l.offset, int(back), l.reverse
 		}
 	}
-	filterArgs := append(params(nil), p...)
-	page := "SELECT " + jobColumns + " FROM jobs WHERE id IN (SELECT jobs.id" + from + inner +
-		" LIMIT " + p.add(limit) + " OFFSET " + p.add(skip) + ")" + order
-	rows, err := t.q.Query(ctx, page, p...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	p := append(params(nil), l.args...)
+	return "SELECT " + jobColumns + " FROM jobs WHERE id IN (SELECT jobs.id" + l.from + inner +
+		" LIMIT " + p.add(limit) + " OFFSET " + p.add(skip) + ")" + l.order, p, false
+}
+
+// total is the total of an uncounted listing whose page holds n jobs, when
+// the page says it: a short, non-empty page (or an empty first page) ends
+// the list.
+func (l listing) total(n int) (int, bool) {
+	if (n > 0 || l.offset == 0) && n < l.q.Size {
+		return l.offset + n, true
 	}
+	return 0, false
+}
+
+func collectJobs(rows pgx.Rows) ([]cosmic.Job, error) {
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cosmic.Job, error) { return scanJob(r) })
-	if err != nil {
-		if unstorable(err) {
-			return []cosmic.Job{}, 0, nil // a filter of text no job can hold matches none
-		}
-		return nil, 0, fmt.Errorf("list jobs: %w", err)
-	}
 	if jobs == nil {
 		jobs = []cosmic.Job{}
 	}
-	if counted {
-		return jobs, total, nil
-	}
-	if (len(jobs) > 0 || offset == 0) && len(jobs) < q.Size {
-		return jobs, offset + len(jobs), nil
-	}
-	if err := t.q.QueryRow(ctx, "SELECT count(*)"+from, filterArgs...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("list jobs: count: %w", err)
-	}
-	return jobs, total, nil
+	return jobs, err
 }
 
-func statesArg(states []cosmic.State) []string {
-	out := make([]string, len(states))
-	for i, s := range states {
-		out[i] = string(s)
+// ListJobs implements store.Tx, statement after statement in the
+// transaction (Store.ListJobs batches the same statements).
+func (t *txn) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+	l, err := newListing(q)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out
+	var total int64
+	if l.counted {
+		sql, args := l.countSQL()
+		if err := t.q.QueryRow(ctx, sql, args...).Scan(&total); err != nil {
+			return nil, 0, fmt.Errorf("list jobs: count: %w", wrap(err))
+		}
+	}
+	sql, args, empty := l.pageSQL(total)
+	if empty {
+		return []cosmic.Job{}, int(total), nil
+	}
+	rows, err := t.q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", wrap(err))
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", wrap(err))
+	}
+	if l.counted {
+		return jobs, int(total), nil
+	}
+	if n, ok := l.total(len(jobs)); ok {
+		return jobs, n, nil
+	}
+	sql, args = l.countSQL()
+	if err := t.q.QueryRow(ctx, sql, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("list jobs: count: %w", wrap(err))
+	}
+	return jobs, int(total), nil
 }
 
 // countable says whether the total of q can come from the counters:
@@ -270,30 +334,10 @@ func countable(q store.ListJobsQuery) bool {
 	return len(q.Labels) == 0 && q.Name == "" && q.UpdatedAfter.IsZero() && q.UpdatedBefore.IsZero()
 }
 
-// countJobs returns how many jobs match a countable q: the sum of the
-// counters that triggers keep per (team, user, state) (migration 0002).
-func (t *txn) countJobs(ctx context.Context, q store.ListJobsQuery) (int, error) {
-	var (
-		where []string
-		p     params
-	)
-	if q.Team != "" {
-		where = append(where, "team = "+p.add(q.Team))
+func statesArg(states []cosmic.State) []string {
+	out := make([]string, len(states))
+	for i, s := range states {
+		out[i] = string(s)
 	}
-	if q.User != "" {
-		where = append(where, "user_name = "+p.add(q.User))
-	}
-	if len(q.States) > 0 {
-		where = append(where, "state = ANY("+p.add(statesArg(q.States))+"::text[])")
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	var total int64
-	err := t.q.QueryRow(ctx, "SELECT coalesce(sum(n), 0)::bigint FROM job_counts"+cond, p...).Scan(&total)
-	if unstorable(err) {
-		return 0, nil
-	}
-	return int(total), err
+	return out
 }

@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,9 @@ import (
 // connections' search_path).
 type Store struct {
 	pool *pgxpool.Pool
+	// retries counts the transactions run again after a serialization
+	// failure or a deadlock.
+	retries atomic.Int64
 }
 
 var (
@@ -88,6 +92,10 @@ func ParseDSN(dsn string) error {
 	return nil
 }
 
+// Retries says how many write transactions were run again after a
+// serialization failure or a deadlock since Open: a measure of contention.
+func (s *Store) Retries() int64 { return s.retries.Load() }
+
 // Close closes the connections. Closing twice is harmless; calls after
 // Close fail.
 func (s *Store) Close() error {
@@ -124,6 +132,7 @@ func (s *Store) retry(ctx context.Context, fn func(tx pgx.Tx, t *txn) error) err
 			// rests on a snapshot the database gave up; never commit it.
 			err = errors.Join(err, t.failure)
 		}
+		s.retries.Add(1)
 		if attempt == maxAttempts {
 			return fmt.Errorf("transaction aborted %d times by concurrent ones: %w", attempt, err)
 		}
@@ -221,13 +230,60 @@ func (s *Store) PutJob(ctx context.Context, j cosmic.Job) error {
 }
 
 // ListJobs implements store.Tx; the page and the total come from one
-// snapshot.
-func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) (jobs []cosmic.Job, total int, err error) {
-	err = s.snapshot(ctx, func(t *txn) error {
-		jobs, total, err = t.ListJobs(ctx, q)
-		return err
-	})
-	return jobs, total, err
+// REPEATABLE READ snapshot, in two round trips: BEGIN with the first
+// statement (the count, or the page when the count is not from the
+// counters), then the other with COMMIT.
+func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+	l, err := newListing(q)
+	if err != nil {
+		return nil, 0, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", err)
+	}
+	// A connection released inside the transaction (an error) is closed
+	// by the pool, not reused.
+	defer conn.Release()
+	const begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+	var (
+		total int64
+		jobs  []cosmic.Job
+		b     pgx.Batch
+	)
+	b.Queue(begin)
+	if l.counted {
+		sql, args := l.countSQL()
+		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
+	} else {
+		sql, args, _ := l.pageSQL(0)
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) { jobs, err = collectJobs(rows); return err })
+	}
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", wrap(err))
+	}
+	b = pgx.Batch{}
+	switch {
+	case l.counted:
+		sql, args, empty := l.pageSQL(total)
+		if !empty {
+			b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) { jobs, err = collectJobs(rows); return err })
+		} else {
+			jobs = []cosmic.Job{}
+		}
+	default:
+		if n, ok := l.total(len(jobs)); ok {
+			total = int64(n)
+			break
+		}
+		sql, args := l.countSQL()
+		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, 0, fmt.Errorf("list jobs: %w", wrap(err))
+	}
+	return jobs, int(total), nil
 }
 
 // DeleteJob implements store.Tx in a transaction of its own.
