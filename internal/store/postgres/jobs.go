@@ -266,9 +266,54 @@ func (l listing) pageSQL(total int64) (sql string, args []any, empty bool) {
 			limit, skip, inner = int(end)-l.offset, int(back), l.reverse
 		}
 	}
+	if l.merged() {
+		sql, args := l.mergedSQL(limit, skip, inner == l.reverse)
+		return sql, args, false
+	}
 	p := append(params(nil), l.args...)
 	return "SELECT " + jobColumns + " FROM jobs WHERE id IN (SELECT jobs.id" + l.from + inner +
 		" LIMIT " + p.add(limit) + " OFFSET " + p.add(skip) + ")" + l.order, p, false
+}
+
+// merged says whether the page is read as a merge of one ordered scan per
+// state: a list by createdAt of several states, and perhaps a team, which
+// the (team, state, created_at, id) and (state, created_at, id) indexes
+// give state by state in order. PostgreSQL reads "state = ANY(…)" there
+// whole and sorts it (O(matches)); the merge of per-state scans with
+// LIMIT stops each after offset + size entries (what SQLite's planner
+// does by itself).
+func (l listing) merged() bool {
+	q := l.q
+	return len(q.States) >= 2 && q.Sort == store.SortCreatedAt && q.User == "" && q.Name == "" &&
+		len(q.Labels) == 0 && q.UpdatedAfter.IsZero() && q.UpdatedBefore.IsZero()
+}
+
+// mergedSQL is the page of a merged listing, and its arguments: skip and
+// limit over the merge of each state's first skip + limit, in the list's
+// order (reversed: the other way).
+func (l listing) mergedSQL(limit, skip int, reversed bool) (string, []any) {
+	dir := "DESC"
+	if (l.q.Order == store.OrderAsc) != reversed {
+		dir = "ASC"
+	}
+	order := " ORDER BY created_at " + dir + ", id " + dir
+	var p params
+	team := ""
+	if l.q.Team != "" {
+		team = "team = " + p.add(l.q.Team) + " AND "
+	}
+	n := p.add(limit + skip)
+	seen := map[cosmic.State]bool{}
+	var branches []string
+	for _, st := range l.q.States {
+		if seen[st] {
+			continue
+		}
+		seen[st] = true
+		branches = append(branches, "(SELECT id, created_at FROM jobs WHERE "+team+"state = "+p.add(string(st))+order+" LIMIT "+n+")")
+	}
+	return "SELECT " + jobColumns + " FROM jobs WHERE id IN (SELECT id FROM (" + strings.Join(branches, " UNION ALL ") + ") m" +
+		order + " LIMIT " + p.add(limit) + " OFFSET " + p.add(skip) + ")" + l.order, p
 }
 
 // total is the total of an uncounted listing whose page holds n jobs, when

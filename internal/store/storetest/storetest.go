@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"list filters", testListFilters},
 		{"list sort and pages", testListSortPages},
 		{"list invalid", testListInvalid},
+		{"list pages of several states", testListStatesPages},
 		{"list totals follow writes", testListTotals},
 		{"labels follow updates", testLabelsFollowUpdates},
 		{"reservations", testReservations},
@@ -466,6 +467,57 @@ func testListTotals(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	s = open(t)
 	check("reopened")
+}
+
+// testListStatesPages: every page of a list of several states (a state
+// named twice too), with and without a team, in both orders, is the slice
+// of the whole ordered list, and the totals agree: the pages a store reads
+// state by state, or from the end, are the same.
+func testListStatesPages(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	states := []cosmic.State{cosmic.StateRunning, cosmic.StatePending, cosmic.StateStopped, cosmic.StateQueued}
+	var all []cosmic.Job
+	for i := range 37 {
+		team := []string{"t1", "t2"}[i%2]
+		// Equal creation times in pairs: ties break by ID.
+		j := job(fmt.Sprintf("s%02d", (i*7)%37), team, "u1", states[i%len(states)], "x", nil, i/2, i)
+		all = append(all, j)
+	}
+	mustCreate(t, s, all...)
+	want := func(team, order string, pick []cosmic.State) []string {
+		var out []cosmic.Job
+		for _, j := range all {
+			if (team == "" || j.Team == team) && slices.Contains(pick, j.Status.State) {
+				out = append(out, j)
+			}
+		}
+		sort.Slice(out, func(a, b int) bool {
+			x, y := out[a], out[b]
+			if !x.CreatedAt.Equal(y.CreatedAt) {
+				return x.CreatedAt.Before(y.CreatedAt) == (order == store.OrderAsc)
+			}
+			return (x.ID < y.ID) == (order == store.OrderAsc)
+		})
+		return ids(out)
+	}
+	pick := []cosmic.State{cosmic.StateRunning, cosmic.StatePending, cosmic.StateRunning}
+	for _, team := range []string{"", "t1"} {
+		for _, order := range []string{store.OrderAsc, store.OrderDesc} {
+			w := want(team, order, pick)
+			for page := range len(w)/4 + 2 {
+				q := store.ListJobsQuery{Team: team, States: pick, Order: order, Page: page, Size: 4}
+				got, total, err := s.ListJobs(ctx, q)
+				if err != nil {
+					t.Fatalf("ListJobs(%+v) = %v", q, err)
+				}
+				lo, hi := min(page*4, len(w)), min(page*4+4, len(w))
+				if diff := cmp.Diff(w[lo:hi], ids(got), cmpopts.EquateEmpty()); diff != "" || total != len(w) {
+					t.Errorf("team %q %s page %d: total %d, want %d; ids (-want +got):\n%s", team, order, page, total, len(w), diff)
+				}
+			}
+		}
+	}
 }
 
 func testListInvalid(t *testing.T, open func(t *testing.T) store.Store) {
