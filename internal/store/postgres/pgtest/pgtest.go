@@ -133,7 +133,7 @@ func binDir() (string, string) {
 // binaries of bin, and waits until it accepts connections. The server is
 // tuned for tests: fsync off (a crash of the machine loses it anyway).
 func Start(bin string) (*Server, error) {
-	dir, err := os.MkdirTemp("", "cosmicac-pg-")
+	dir, err := os.MkdirTemp(tempRoot(), "cosmicac-pg-")
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +219,25 @@ func credential(dir string) (*syscall.Credential, error) {
 		return nil, err
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// tempRoot is where the server's dir is made: the usual temp dir, unless
+// we are root and the user nobody could not reach it (a TMPDIR under
+// /root), then /tmp.
+func tempRoot() string {
+	d := os.TempDir()
+	if os.Geteuid() != 0 {
+		return d
+	}
+	for p := d; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return "/tmp"
+		}
+		if p == filepath.Dir(p) {
+			return d
+		}
+	}
 }
 
 func freePort() (int, error) {
