@@ -3,9 +3,10 @@
 // the app-node.
 //
 // The embedded implementation is SQLite (package store/sqlite, no server to
-// install); another implementation (PostgreSQL, for several app-nodes or
-// orks sharing state) can be added beside it and pass the same conformance
-// suite (package store/storetest) without changing any caller.
+// install); PostgreSQL (package store/postgres, for state several processes
+// share) is the other, passing the same conformance suite (package
+// store/storetest); package store/database picks one from a --database
+// value, so no caller changes.
 //
 // Importers: internal/ork (jobs, reservations, racks), internal/appnode
 // (accounts) and the CLI wiring, which opens the implementation. It imports

@@ -26,7 +26,7 @@ import (
 //	go test -run '^$' -bench BenchmarkStore$ -benchtime 2000x ./internal/store/sqlite/ ./internal/store/postgres/
 //
 // The server is pgtest's (fsync off: the figures are the database's CPU
-// and the round trips, not the disk's), or the database of
+// and the round trips, not the disk's; COSMICAC_PG_FSYNC=1 turns it on), or the database of
 // $COSMICAC_BENCH_POSTGRES (a DSN) when set: one that already holds the
 // 100,000 jobs is used as it is, an empty one is filled.
 // parallelIDs numbers the jobs of create-parallel-8 across its runs.

@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite of store.Store: every
 // implementation's tests call Run, so that they all behave alike.
 //
-// Importers: the tests of store implementations (store/sqlite, and a future
-// PostgreSQL one).
+// Importers: the tests of store implementations (store/sqlite,
+// store/postgres).
 package storetest
 
 import (

@@ -38,6 +38,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// FsyncEnv set to 1 runs the server durably (fsync, synchronous_commit and
+// full_page_writes on, PostgreSQL's defaults), for benchmarks that count
+// the disk; otherwise they are off, for speed.
+const FsyncEnv = "COSMICAC_PG_FSYNC"
+
 // BinDirEnv names a directory holding initdb and postgres, to use instead
 // of PATH.
 const BinDirEnv = "COSMICAC_PG_BIN"
@@ -131,7 +136,8 @@ func binDir() (string, string) {
 
 // Start runs initdb in a new temp dir and a postgres on it, with the
 // binaries of bin, and waits until it accepts connections. The server is
-// tuned for tests: fsync off (a crash of the machine loses it anyway).
+// tuned for tests: fsync off (a crash of the machine loses it anyway),
+// unless $COSMICAC_PG_FSYNC is 1.
 func Start(bin string) (*Server, error) {
 	dir, err := os.MkdirTemp(tempRoot(), "cosmicac-pg-")
 	if err != nil {
@@ -170,9 +176,13 @@ func (s *Server) run(bin, data string, cred *syscall.Credential) error {
 		return err
 	}
 	s.log.Reset()
+	durable := "off"
+	if os.Getenv(FsyncEnv) == "1" {
+		durable = "on"
+	}
 	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
 		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(port), "-c", "unix_socket_directories="+s.Dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "fsync="+durable, "-c", "synchronous_commit="+durable, "-c", "full_page_writes="+durable,
 		"-c", "max_connections=300", "-c", "shared_buffers=128MB", "-c", "max_pred_locks_per_transaction=256")
 	s.cmd.Dir = s.Dir
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
