@@ -44,6 +44,10 @@ type Store interface {
 	// Update runs fn in one write transaction: it commits when fn returns
 	// nil and rolls back every change when fn returns an error (which Update
 	// returns) or panics. The Tx must not be used after fn returns.
+	// fn may run more than once (PostgreSQL retries a transaction that a
+	// concurrent one made unserializable): it must compute only from what
+	// it reads through tx, and reset whatever it sets outside before it
+	// returns.
 	Update(ctx context.Context, fn func(tx Tx) error) error
 
 	// UpdateJob reads job id, lets fn change it and writes it back, in one
