@@ -297,3 +297,66 @@ func TestRetryNoLostUpdate(t *testing.T) {
 		t.Errorf("the functions ran %v times: no transaction was retried", calls)
 	}
 }
+
+// TestRetryWhenTheFunctionSwallowsTheFailure: a function that ignores the
+// error of its write (here PutJob, whose savepoint rolls the failed update
+// back and lets the transaction go on) is still run again when that error
+// was a serialization failure: committing its transaction would lose the
+// other's update.
+func TestRetryWhenTheFunctionSwallowsTheFailure(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CreateJob(ctx, cosmic.Job{ID: "j1", Team: "t", User: "u", Spec: cosmic.Spec{Name: "x"}, Status: cosmic.Status{State: cosmic.StateQueued}}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		calls int
+		read  sync.WaitGroup
+		wg    sync.WaitGroup
+	)
+	read.Add(2)
+	for _, k := range []string{"a", "b"} {
+		wg.Go(func() {
+			first := true
+			err := s.Update(ctx, func(tx store.Tx) error {
+				mu.Lock()
+				calls++
+				mu.Unlock()
+				j, err := tx.GetJob(ctx, "j1")
+				if err != nil {
+					return err
+				}
+				if first { // both have read before either writes
+					first = false
+					read.Done()
+					read.Wait()
+				}
+				if j.Spec.Labels == nil {
+					j.Spec.Labels = map[string]string{}
+				}
+				j.Spec.Labels[k] = "1"
+				_ = tx.PutJob(ctx, j) // swallowed on purpose
+				return nil
+			})
+			if err != nil {
+				t.Errorf("Update(%s) = %v", k, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.GetJob(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Labels["a"] != "1" || got.Spec.Labels["b"] != "1" {
+		t.Errorf("labels = %v, want both a and b (a swallowed serialization failure committed)", got.Spec.Labels)
+	}
+	if calls < 3 || s.Retries() < 1 {
+		t.Errorf("%d calls, %d retries: no transaction was retried", calls, s.Retries())
+	}
+}
