@@ -55,6 +55,9 @@ var (
 	_ store.Quotas  = (*Store)(nil)
 )
 
+// connectTimeout bounds each new connection unless the DSN sets one.
+const connectTimeout = 15 * time.Second
+
 // maxAttempts is how many times a write transaction is tried before its
 // serialization failure is returned.
 const maxAttempts = 30
@@ -67,6 +70,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w: %w", err, cosmic.ErrInvalid)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A database that does not answer fails the start, instead of
+		// the OS's TCP timeout (minutes); connect_timeout= overrides it.
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
