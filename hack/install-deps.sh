@@ -26,6 +26,7 @@ command -v qemu-img >/dev/null 2>&1 || need+=(qemu-utils)
 command -v cloud-localds >/dev/null 2>&1 || need+=(cloud-image-utils)
 command -v genisoimage >/dev/null 2>&1 || need+=(genisoimage)
 command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql-15)
 [[ -f /usr/lib/grub/i386-pc/boot.img ]] && command -v grub-mkimage >/dev/null 2>&1 || need+=(grub-pc-bin)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then

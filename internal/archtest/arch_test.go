@@ -49,7 +49,9 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 	}
 }
 
-// TestBoundaries: the domain does no I/O and knows no Kubernetes; the agents,
+// TestBoundaries: the ork and the app-node know store.Store, not its
+// implementations (the wiring opens one through store/database), and the
+// implementations know not each other; the domain does no I/O and knows no Kubernetes; the agents,
 // which run inside the VMs, know no Kubernetes either; only the Kubernetes
 // worker and its test harness (and the wiring) import client-go; the leaves
 // (the config file types, the backoff, the WAV helpers, the HTTP hop and the
@@ -63,12 +65,16 @@ func TestBoundaries(t *testing.T) {
 		mod + "agent":      kube,
 		mod + "inferagent": kube,
 		mod + "fabric":     append([]string{mod + "store", mod + "ork", mod + "cosmic"}, kube...),
-		mod + "ork":        append([]string{mod + "store/sqlite", mod + "appnode"}, kube...),
-		mod + "appnode":    append([]string{mod + "ork$", mod + "ork/placement", mod + "store/sqlite"}, kube...),
-		mod + "config":     append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
-		mod + "hop":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
-		mod + "backoff":    append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
-		mod + "wav":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "ork":        append([]string{mod + "store/", mod + "appnode", "github.com/jackc/"}, kube...),
+		mod + "appnode":    append([]string{mod + "ork$", mod + "ork/placement", mod + "store/", "github.com/jackc/"}, kube...),
+		// The implementations of store.Store know the interface and the
+		// domain, not each other: only store/database picks between them.
+		mod + "store/sqlite":   {mod + "store/postgres", mod + "store/database", "github.com/jackc/"},
+		mod + "store/postgres": {mod + "store/sqlite", mod + "store/database", "modernc.org/"},
+		mod + "config":         append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "hop":            append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "backoff":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
+		mod + "wav":            append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		// The trust graph is what every component imports: it knows the
 		// fabric, the domain and the backoff only.
 		mod + "trust$": {mod + "ork", mod + "appnode", mod + "agent", mod + "inferagent", mod + "inferproxy", mod + "monitor",

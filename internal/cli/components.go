@@ -30,7 +30,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
-	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -237,11 +236,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			db := cfg.Database
-			if db == "" {
-				db = filepath.Join(cfg.DataDir, "ork.db")
-			}
-			st, err := sqlite.Open(db)
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"))
 			if err != nil {
 				return err
 			}
@@ -269,7 +264,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7420", trust.Ork)
 	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	cmd.Flags().StringVar(&cfg.Database, "database", "", "the SQLite database (default DATA_DIR/ork.db)")
+	cmd.Flags().StringVar(&cfg.Database, "database", "", "the database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/ork.db)")
 	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
 	cmd.Flags().StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	return cmd
@@ -329,11 +324,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
 			}
-			db := cfg.Database
-			if db == "" {
-				db = filepath.Join(cfg.DataDir, "app.db")
-			}
-			st, err := sqlite.Open(db)
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"))
 			if err != nil {
 				return err
 			}
@@ -397,7 +388,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT")
-	f.StringVar(&cfg.Database, "database", "", "the accounts database (default DATA_DIR/app.db)")
+	f.StringVar(&cfg.Database, "database", "", "the accounts database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
 	return cmd

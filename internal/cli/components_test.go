@@ -21,6 +21,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/store/postgres"
+	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -102,7 +104,57 @@ func freePort(t *testing.T) string {
 // TestComponentsAsProcesses runs wrk-ork, a simulated rack worker and the
 // app-node as three processes that talk over the fabric, registers the rack
 // through the API, and runs a job on it.
-func TestComponentsAsProcesses(t *testing.T) {
+func TestComponentsAsProcesses(t *testing.T) { componentsAsProcesses(t, nil) }
+
+// TestComponentsAsProcessesOnPostgres is TestComponentsAsProcesses with the
+// ork and the app-node on one PostgreSQL database (--database
+// postgres://…): both migrate it at once, the job and its GPUs survive the
+// ork's SIGKILL there, and nothing is written to a SQLite file.
+func TestComponentsAsProcessesOnPostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dirs := componentsAsProcesses(t, []string{"--database", dsn})
+	for _, d := range dirs {
+		if dbs, _ := filepath.Glob(filepath.Join(d, "*.db")); len(dbs) > 0 {
+			t.Errorf("SQLite files written with --database postgres://: %v", dbs)
+		}
+	}
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	res, err := st.Reservations(ctx)
+	if err != nil || len(res) != 2 {
+		t.Errorf("reservations in PostgreSQL = %+v (%v), want the two jobs'", res, err)
+	}
+	if teams, err := st.ListTeams(ctx); err != nil || len(teams) == 0 {
+		t.Errorf("teams in PostgreSQL = %v (%v), want the app-node's", teams, err)
+	}
+}
+
+// TestDatabaseFlagRefusesBadValues: a --database that names no database
+// (a URL of another scheme, a postgres:// URL that does not parse) is a
+// usage error of every command that takes one, and the password of a URL
+// is not repeated.
+func TestDatabaseFlagRefusesBadValues(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"wrk-ork", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"},
+		{"app-node", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--ork", fabric.PublicKey{}.String() + "@127.0.0.1:1", "--api-listen", "127.0.0.1:0"},
+		{"up", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+	} {
+		for _, db := range []string{"mysql://u:hunter2@h/db", "postgres://u:hunter2@h:port/db"} {
+			code, _, errs := runCLI(t, map[string]string{"HOME": t.TempDir()}, append(cmd, "--database", db)...)
+			if code != ExitUsage || !strings.Contains(errs, "--database") || strings.Contains(errs, "hunter2") {
+				t.Errorf("%s --database %s: exit %d, %q; want a usage error without the password", cmd[0], db, code, errs)
+			}
+		}
+	}
+}
+
+// componentsAsProcesses is TestComponentsAsProcesses, with extra flags
+// for the ork and the app-node; it returns the components' data dirs.
+func componentsAsProcesses(t *testing.T, dbFlags []string) map[string]string {
 	base := t.TempDir()
 	dirs := map[string]string{}
 	keys := map[string]fabric.PublicKey{}
@@ -114,8 +166,8 @@ func TestComponentsAsProcesses(t *testing.T) {
 		}
 		keys[c] = id.PublicKey()
 	}
-	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--app-node-key", keys["app"].String(),
-		"--monitor-key", keys["mon"].String(), "--heartbeat", "50ms"}
+	orkArgs := append([]string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--app-node-key", keys["app"].String(),
+		"--monitor-key", keys["mon"].String(), "--heartbeat", "50ms"}, dbFlags...)
 	orkCmd, orkOut := componentCmd(t, []string{"fabric"}, orkArgs...)
 	ork := orkOut["fabric"]
 	apiAddr := freePort(t)
@@ -123,8 +175,8 @@ func TestComponentsAsProcesses(t *testing.T) {
 		"--ork", ork, "--http-listen", "127.0.0.1:0", "--app-node-url", "http://"+apiAddr)
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
 		"--ork", ork, "--monitor", mon["fabric"], "--step", "5ms", "--rack", "r1", "--location", "eu")["fabric"]
-	api := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--api-listen", apiAddr)["api"]
+	api := component(t, []string{"fabric", "api"}, append([]string{"app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
+		"--ork", ork, "--api-listen", apiAddr}, dbFlags...)...)["api"]
 
 	tok, err := os.ReadFile(filepath.Join(dirs["app"], "admin.token"))
 	if err != nil {
@@ -185,6 +237,7 @@ func TestComponentsAsProcesses(t *testing.T) {
 	if err != nil || len(racks) != 1 || racks[0].FreeGPUs != 6 {
 		t.Fatalf("racks after ork restart = %+v (%v), want 6 GPUs free", racks, err)
 	}
+	return dirs
 }
 
 func TestConfigFileAndFlags(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("COSMICAC_TEST_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m)) // stops the PostgreSQL of the tests that start one
 }
 
 // upProcess is `cosmicac up` running as a child process.
@@ -33,10 +34,10 @@ type upProcess struct {
 	url string
 }
 
-func startUp(t *testing.T, home, dataDir string) *upProcess {
+func startUp(t *testing.T, home, dataDir string, extra ...string) *upProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--sim-step", "5ms", "--heartbeat", "50ms")
+	cmd := exec.Command(os.Args[0], append([]string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--sim-step", "5ms", "--heartbeat", "50ms"}, extra...)...)
 	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -62,6 +63,45 @@ func startUp(t *testing.T, home, dataDir string) *upProcess {
 	case <-time.After(60 * time.Second):
 		t.Fatal("cosmicac up did not print its API address")
 		return nil
+	}
+}
+
+// TestUpOnPostgres runs `cosmicac up --database postgres://…`: a job runs,
+// and after a SIGKILL and a restart it is there with its GPUs, kept in
+// PostgreSQL (no SQLite file in the data dir).
+func TestUpOnPostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	home, dataDir := t.TempDir(), t.TempDir()
+	up := startUp(t, home, dataDir, "--database", dsn)
+	tok, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(tok))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := client.New(up.url, token)
+	j, err := c.CreateJob(ctx, cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "pg", Location: "us", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = c.WaitJob(ctx, j.ID, client.Settled, nil); err != nil || j.Status.State != cosmic.StateRunning {
+		t.Fatalf("job on PostgreSQL: %s (%v)", j.Status.State, err)
+	}
+	up.cmd.Process.Signal(syscall.SIGKILL)
+	up.cmd.Wait()
+	up2 := startUp(t, home, dataDir, "--database", dsn)
+	c2 := client.New(up2.url, token)
+	// The new simulated rack has no VMs: the ork restarts the job's.
+	if got, err := c2.WaitJob(ctx, j.ID, client.Settled, nil); err != nil || got.Status.State != cosmic.StateRunning {
+		t.Fatalf("after restart: %s (%v)", got.Status.State, err)
+	}
+	racks, err := c2.ListRacks(ctx)
+	if err != nil || len(racks) != 1 || racks[0].FreeGPUs != racks[0].GPUs-3 {
+		t.Fatalf("racks after restart = %+v (%v), want 3 GPUs held", racks, err)
+	}
+	if dbs, _ := filepath.Glob(filepath.Join(dataDir, "*.db")); len(dbs) > 0 {
+		t.Errorf("SQLite files written with --database postgres://: %v", dbs)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
+	"github.com/cosmicac/cosmicac/internal/store/database"
 )
 
 func init() { register((*app).upCommand) }
@@ -95,6 +96,11 @@ func (a *app) upCommand() *cobra.Command {
 			if cfg.DataDir == "" {
 				cfg.DataDir = defaultDataDir(a.getenv)
 			}
+			if cmd.Flags().Changed("database") {
+				if err := database.Check(cfg.Database); err != nil {
+					return usageErrorf("--database: %v", err)
+				}
+			}
 			switch rack {
 			case "sim":
 				if len(images) > 0 || agentBinary != "" {
@@ -145,6 +151,9 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "  admin token  %s\n", p.TokenFile)
 			fmt.Fprintf(a.stdout, "  data         %s\n", cfg.DataDir)
+			if cfg.Database != "" {
+				fmt.Fprintf(a.stdout, "  database     %s\n", database.Kind(cfg.Database))
+			}
 			if k := cfg.Kube; k != nil {
 				fmt.Fprintf(a.stdout, "  rack         %s in %s: the cluster of %s, namespace %s\n\n", k.Rack.Rack, k.Rack.Location, k.Kubeconfig, k.Rack.Namespace)
 			} else if q := cfg.QEMU; q != nil {
@@ -180,6 +189,7 @@ func (a *app) upCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where state is kept (default $XDG_DATA_HOME/cosmicac or ~/.local/share/cosmicac)")
+	f.StringVar(&cfg.Database, "database", "", "the database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/cosmicac.db)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "the gateway's address: the web interface, /api, /inference and /monitor (with --domain, default :443)")
 	f.StringVar(&domain, "domain", "", "serve HTTPS for this domain with a certificate Caddy obtains and renews (ACME), HTTP on :80 redirected to it")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "the address of the Prometheus metrics (/metrics, /monitor/metrics), apart from the API; \"\" serves none")

@@ -37,7 +37,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
-	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/store/database"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -48,6 +48,10 @@ type Config struct {
 	// DataDir holds the database, each component's identity and the admin
 	// token.
 	DataDir string
+	// Database, when set, is where the state is kept instead of
+	// DataDir/cosmicac.db: another SQLite file, or a postgres:// URL for
+	// PostgreSQL (store/database picks).
+	Database string
 	// Listen is the HTTP API's address; port 0 picks a free one.
 	Listen string
 	// MetricsListen serves /metrics and /monitor/metrics, apart from the
@@ -132,7 +136,7 @@ type Platform struct {
 	cfg Config
 	log *slog.Logger
 
-	Store   *sqlite.Store
+	Store   database.DB
 	OrkNode *fabric.Node
 	Ork     *ork.Ork
 	Sim     *simcluster.Cluster
@@ -216,7 +220,11 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 
-	if p.Store, err = sqlite.Open(filepath.Join(cfg.DataDir, "cosmicac.db")); err != nil {
+	db := cfg.Database
+	if db == "" {
+		db = filepath.Join(cfg.DataDir, "cosmicac.db")
+	}
+	if p.Store, err = database.Open(ctx, db); err != nil {
 		return nil, err
 	}
 	orkID, err := identity(cfg.DataDir, "wrk-ork")

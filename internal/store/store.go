@@ -3,9 +3,10 @@
 // the app-node.
 //
 // The embedded implementation is SQLite (package store/sqlite, no server to
-// install); another implementation (PostgreSQL, for several app-nodes or
-// orks sharing state) can be added beside it and pass the same conformance
-// suite (package store/storetest) without changing any caller.
+// install); PostgreSQL (package store/postgres, for state several processes
+// share) is the other, passing the same conformance suite (package
+// store/storetest); package store/database picks one from a --database
+// value, so no caller changes.
 //
 // Importers: internal/ork (jobs, reservations, racks), internal/appnode
 // (accounts) and the CLI wiring, which opens the implementation. It imports
@@ -43,6 +44,10 @@ type Store interface {
 	// Update runs fn in one write transaction: it commits when fn returns
 	// nil and rolls back every change when fn returns an error (which Update
 	// returns) or panics. The Tx must not be used after fn returns.
+	// fn may run more than once (PostgreSQL retries a transaction that a
+	// concurrent one made unserializable): it must compute only from what
+	// it reads through tx, and reset whatever it sets outside before it
+	// returns.
 	Update(ctx context.Context, fn func(tx Tx) error) error
 
 	// UpdateJob reads job id, lets fn change it and writes it back, in one

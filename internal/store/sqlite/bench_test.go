@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,9 @@ type benchDB struct {
 	build time.Duration
 	err   error
 }
+
+// parallelIDs numbers the jobs of create-parallel-8 across its runs.
+var parallelIDs atomic.Int64
 
 // bench is the mixed database of BenchmarkStore; broad holds benchJobs
 // settled jobs of one team (BenchmarkStoreBroad).
@@ -155,6 +160,34 @@ func BenchmarkStore(b *testing.B) {
 			}
 			ds = append(ds, time.Since(start))
 		}
+		reportLatency(b, ds)
+	})
+	// Creates from 8 goroutines at once (PostgreSQL's benchmark has the
+	// same): here they queue for the one writer.
+	b.Run("create-parallel-8", func(b *testing.B) {
+		var (
+			mu sync.Mutex
+			ds []time.Duration
+		)
+		b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			r := rand.New(rand.NewPCG(uint64(parallelIDs.Add(1)), 9))
+			var mine []time.Duration
+			for pb.Next() {
+				j := benchJob(r, 1<<31+int(parallelIDs.Add(1)), t0)
+				t := time.Now()
+				if err := s.CreateJob(ctx, j); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			ds = append(ds, mine...)
+			mu.Unlock()
+		})
+		b.ReportMetric(float64(len(ds))/time.Since(start).Seconds(), "creates/s")
 		reportLatency(b, ds)
 	})
 	b.Run("get", func(b *testing.B) {

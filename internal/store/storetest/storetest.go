@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite of store.Store: every
 // implementation's tests call Run, so that they all behave alike.
 //
-// Importers: the tests of store implementations (store/sqlite, and a future
-// PostgreSQL one).
+// Importers: the tests of store implementations (store/sqlite,
+// store/postgres).
 package storetest
 
 import (
@@ -37,12 +37,15 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"list filters", testListFilters},
 		{"list sort and pages", testListSortPages},
 		{"list invalid", testListInvalid},
+		{"list pages of several states", testListStatesPages},
 		{"list totals follow writes", testListTotals},
 		{"labels follow updates", testLabelsFollowUpdates},
 		{"reservations", testReservations},
 		{"cpu and memory", testCPUMemory},
 		{"claim is all or nothing", testClaimAllOrNothing},
 		{"concurrent claims", testConcurrentClaims},
+		{"concurrent cpu claims", testConcurrentCPUClaims},
+		{"concurrent job updates", testConcurrentJobUpdates},
 		{"racks", testRacks},
 		{"update commits", testUpdateCommits},
 		{"update rolls back", testUpdateRollsBack},
@@ -466,6 +469,57 @@ func testListTotals(t *testing.T, open func(t *testing.T) store.Store) {
 	check("reopened")
 }
 
+// testListStatesPages: every page of a list of several states (a state
+// named twice too), with and without a team, in both orders, is the slice
+// of the whole ordered list, and the totals agree: the pages a store reads
+// state by state, or from the end, are the same.
+func testListStatesPages(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	states := []cosmic.State{cosmic.StateRunning, cosmic.StatePending, cosmic.StateStopped, cosmic.StateQueued}
+	var all []cosmic.Job
+	for i := range 37 {
+		team := []string{"t1", "t2"}[i%2]
+		// Equal creation times in pairs: ties break by ID.
+		j := job(fmt.Sprintf("s%02d", (i*7)%37), team, "u1", states[i%len(states)], "x", nil, i/2, i)
+		all = append(all, j)
+	}
+	mustCreate(t, s, all...)
+	want := func(team, order string, pick []cosmic.State) []string {
+		var out []cosmic.Job
+		for _, j := range all {
+			if (team == "" || j.Team == team) && slices.Contains(pick, j.Status.State) {
+				out = append(out, j)
+			}
+		}
+		sort.Slice(out, func(a, b int) bool {
+			x, y := out[a], out[b]
+			if !x.CreatedAt.Equal(y.CreatedAt) {
+				return x.CreatedAt.Before(y.CreatedAt) == (order == store.OrderAsc)
+			}
+			return (x.ID < y.ID) == (order == store.OrderAsc)
+		})
+		return ids(out)
+	}
+	pick := []cosmic.State{cosmic.StateRunning, cosmic.StatePending, cosmic.StateRunning}
+	for _, team := range []string{"", "t1"} {
+		for _, order := range []string{store.OrderAsc, store.OrderDesc} {
+			w := want(team, order, pick)
+			for page := range len(w)/4 + 2 {
+				q := store.ListJobsQuery{Team: team, States: pick, Order: order, Page: page, Size: 4}
+				got, total, err := s.ListJobs(ctx, q)
+				if err != nil {
+					t.Fatalf("ListJobs(%+v) = %v", q, err)
+				}
+				lo, hi := min(page*4, len(w)), min(page*4+4, len(w))
+				if diff := cmp.Diff(w[lo:hi], ids(got), cmpopts.EquateEmpty()); diff != "" || total != len(w) {
+					t.Errorf("team %q %s page %d: total %d, want %d; ids (-want +got):\n%s", team, order, page, total, len(w), diff)
+				}
+			}
+		}
+	}
+}
+
 func testListInvalid(t *testing.T, open func(t *testing.T) store.Store) {
 	s := open(t)
 	for name, q := range map[string]store.ListJobsQuery{
@@ -802,6 +856,91 @@ func testConcurrentClaims(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	if len(all) != 1 || all[0].Count() != 2 {
 		t.Errorf("Reservations = %+v, want the winner's two GPUs", all)
+	}
+}
+
+// testConcurrentCPUClaims: claims of distinct GPUs race for one node's
+// CPU, which has room for three of them: exactly three win, the others are
+// conflicts, and the node is never taken past what it gives.
+func testConcurrentCPUClaims(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	r := rack("r1")
+	r.Nodes[0].CPUMilli, r.Nodes[0].MemoryMiB = 3000, 0
+	if err := s.PutRack(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		mustCreate(t, s, job(fmt.Sprintf("c%d", i), "t1", "u1", cosmic.StateQueued, "c", nil, i, i))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs[i] = s.ClaimGPUs(ctx, res(fmt.Sprintf("c%d", i), 0, "r1", cosmic.NodeAlloc{Node: "n1", GPUs: []int{i}, CPUMilli: 1000}))
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, cosmic.ErrConflict):
+			t.Errorf("claim %d = %v, want nil or a conflict", i, err)
+		}
+	}
+	if won != 3 {
+		t.Errorf("%d claims of 1 CPU each won on a node of 3 CPUs, want 3", won)
+	}
+	all, err := s.Reservations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpu int64
+	for _, r := range all {
+		for _, a := range r.Nodes {
+			cpu += a.CPUMilli
+		}
+	}
+	if len(all) != 3 || cpu != 3000 {
+		t.Errorf("Reservations = %d holding %d mCPU, want 3 holding 3000", len(all), cpu)
+	}
+}
+
+// testConcurrentJobUpdates: UpdateJob calls on one job at once each add a
+// label; none is lost (read-modify-write is one transaction).
+func testConcurrentJobUpdates(t *testing.T, open func(t *testing.T) store.Store) {
+	ctx := context.Background()
+	s := open(t)
+	mustCreate(t, s, job("j1", "t1", "u1", cosmic.StateQueued, "x", nil, 1, 1))
+	const n = 6
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.UpdateJob(ctx, "j1", func(j *cosmic.Job) error {
+				if j.Spec.Labels == nil {
+					j.Spec.Labels = map[string]string{}
+				}
+				j.Spec.Labels[fmt.Sprintf("k%d", i)] = "v"
+				return nil
+			})
+			if err != nil {
+				t.Errorf("UpdateJob %d = %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.GetJob(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Labels) != n {
+		t.Errorf("labels = %v, want %d (an update was lost)", got.Spec.Labels, n)
+	}
+	if _, total, err := s.ListJobs(ctx, store.ListJobsQuery{Labels: map[string]string{"k0": "v", fmt.Sprintf("k%d", n-1): "v"}}); err != nil || total != 1 {
+		t.Errorf("ListJobs(by labels) = %d, %v; want 1", total, err)
 	}
 }
 

@@ -1,0 +1,21 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/cosmicac/cosmicac/internal/store/database"
+)
+
+// openDatabase opens the --database of a component that holds state: a
+// postgres:// (or postgresql://) URL selects PostgreSQL, anything else is
+// a SQLite file, def when the flag is empty. A value that cannot name a
+// database is a usage error (exit 2).
+func openDatabase(ctx context.Context, flag, def string) (database.DB, error) {
+	if flag == "" {
+		flag = def
+	}
+	if err := database.Check(flag); err != nil {
+		return nil, usageErrorf("--database: %v", err)
+	}
+	return database.Open(ctx, flag)
+}
