@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -74,6 +75,11 @@ func TestBenchInference(t *testing.T) {
 		paths = append(paths, benchPath{name: "nginx " + nginxVersion(), url: ng + "/v1"})
 	}
 	paths = append(paths, benchPath{name: "CosmicAC (proxy → fabric → agent)", url: h.srv.URL + Prefix, key: key})
+	// COSMICAC_BENCH_ONLY keeps the direct path and those whose name
+	// contains it (to profile one path); the table is then partial.
+	if only := os.Getenv("COSMICAC_BENCH_ONLY"); only != "" {
+		paths = slices.DeleteFunc(paths, func(p benchPath) bool { return p.name != "direct (runtime)" && !strings.Contains(p.name, only) })
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	body := []byte(`{"model":"m","prompt":"hello","max_tokens":1}`)
@@ -86,6 +92,7 @@ func TestBenchInference(t *testing.T) {
 		}
 		return client.Do(req)
 	}
+	loadBefore := loadAverage()
 	// Warm up every path (connections, pools).
 	for i := range paths {
 		for range 200 {
@@ -169,7 +176,8 @@ func TestBenchInference(t *testing.T) {
 	drps := median(direct.rps)
 	de50 := pct(direct.event, 50)
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nruntime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
+	fmt.Fprintf(&b, "\nCPU: %s, %d cores (GOMAXPROCS %d); load average before: %s, after: %s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadBefore, loadAverage())
+	fmt.Fprintf(&b, "runtime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
 	fmt.Fprintf(&b, "| path | p50 | p99 | added p50 | added p99 | req/s (8 clients) | vs direct | SSE event p50 | added per event p50 |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range paths {
 		p50, p99 := pct(p.lat, 50), pct(p.lat, 99)
@@ -207,6 +215,26 @@ func (e *eventTimes) get(i int) (time.Time, bool) {
 		return e.t[i], true
 	}
 	return time.Time{}, false
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo ("unknown" elsewhere).
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAverage is /proc/loadavg's three load averages ("unknown" elsewhere).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func pct(d []time.Duration, p int) time.Duration {
