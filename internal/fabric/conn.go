@@ -43,8 +43,9 @@ type rawStream interface {
 	shutdown()
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
-	// callParent is the context a call served on the stream derives from,
-	// given the connection's (which ends with the connection and the node).
+	// callParent is the context a call (not a stream) served on the stream
+	// derives from, given the connection's (which ends with the connection
+	// and the node).
 	callParent(conn context.Context) context.Context
 	// watchCaller arranges for cancel to run if the caller gives up (aborts
 	// the stream) while its call is being served; unwatchCaller ends the

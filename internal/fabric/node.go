@@ -565,7 +565,13 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body []byte, st *servedSt
 		return n.reply(s, st, nil, refusal)
 	}
 
-	ctx, cancel := context.WithCancel(s.callParent(pc.ctx))
+	parent := pc.ctx
+	if req.kind == kindCall {
+		// Not for streams: on QUIC the stream's context also ends when its
+		// handler closes its sending half, and it may read on.
+		parent = s.callParent(pc.ctx)
+	}
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if grant != nil {
 		ctx = WithGrant(ctx, grant)

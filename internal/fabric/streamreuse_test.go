@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -188,6 +189,51 @@ func TestServedStreamState(t *testing.T) {
 			var b [1]byte
 			if _, err := first.Read(b[:]); err == nil || isTimeout(err) {
 				t.Fatalf("read of an idle stream = %v, want it cut by the server", err)
+			}
+		})
+	}
+}
+
+// TestStreamContextOutlivesCloseWrite: a stream handler that has closed
+// its sending half reads on under a live context (on QUIC, the stream's own
+// context ends with its sending half; only calls derive from it).
+func TestStreamContextOutlivesCloseWrite(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			srv, cli := pair(t, withTransports(tr))
+			type result struct {
+				read string
+				err  error
+			}
+			got := make(chan result, 1)
+			srv.HandleStream("half", func(ctx context.Context, r *StreamRequest) error {
+				s, err := r.Accept(nil)
+				if err != nil {
+					return err
+				}
+				s.Write([]byte("x"))
+				s.CloseWrite()
+				b, _ := io.ReadAll(s)
+				got <- result{string(b), ctx.Err()}
+				return nil
+			})
+			s, err := cli.OpenStream(ctxT(t), srv.PublicKey(), "half", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if b, err := io.ReadAll(s); err != nil || string(b) != "x" {
+				t.Fatalf("read %q, %v; want x", b, err)
+			}
+			s.Write([]byte("hello"))
+			s.CloseWrite()
+			select {
+			case r := <-got:
+				if r.read != "hello" || r.err != nil {
+					t.Fatalf("handler read %q with its context ended by %v; want hello, live", r.read, r.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler did not finish")
 			}
 		})
 	}
