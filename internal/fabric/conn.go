@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -42,11 +43,16 @@ type rawStream interface {
 	shutdown()
 	SetReadDeadline(time.Time) error
 	SetWriteDeadline(time.Time) error
+	// callParent is the context a call (not a stream) served on the stream
+	// derives from, given the connection's (which ends with the connection
+	// and the node).
+	callParent(conn context.Context) context.Context
 	// watchCaller arranges for cancel to run if the caller gives up (aborts
-	// the stream) while its call is being served; stop ends the watch and
-	// reports whether the caller gave up. No frame may be read between the
-	// two.
-	watchCaller(cancel context.CancelFunc) (stop func() (gone bool))
+	// the stream) while its call is being served; unwatchCaller ends the
+	// watch and reports whether the caller gave up. No frame may be read
+	// between the two. They cost no allocation per call.
+	watchCaller(cancel context.CancelFunc)
+	unwatchCaller() (gone bool)
 }
 
 // ---- QUIC
@@ -98,17 +104,13 @@ func (s quicStream) shutdown() {
 	s.s.CancelRead(streamAborted)
 }
 
-// watchCaller: the context of the stream's sending half ends when the peer
-// stops reading (the STOP_SENDING of its abort) or the connection ends; it
-// costs no goroutine and no packet.
-func (s quicStream) watchCaller(cancel context.CancelFunc) func() bool {
-	ctx := s.s.Context()
-	stop := context.AfterFunc(ctx, cancel)
-	return func() bool {
-		stop()
-		return ctx.Err() != nil
-	}
-}
+// callParent: the context of the stream's sending half ends when the peer
+// stops reading (the STOP_SENDING of its abort) or the connection ends
+// (which the node's Close and Revoke do), so a call's context derived from
+// it needs no watch of its own: no goroutine, no packet, no registration.
+func (s quicStream) callParent(context.Context) context.Context { return s.s.Context() }
+func (s quicStream) watchCaller(context.CancelFunc)             {}
+func (s quicStream) unwatchCaller() bool                        { return s.s.Context().Err() != nil }
 
 // ---- TCP + TLS + yamux
 
@@ -123,7 +125,7 @@ func (y yamuxConn) openStream(ctx context.Context) (rawStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return yamuxStream{s}, nil
+	return newYamuxStream(s), nil
 }
 
 func (y yamuxConn) acceptStream(ctx context.Context) (rawStream, error) {
@@ -131,7 +133,7 @@ func (y yamuxConn) acceptStream(ctx context.Context) (rawStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return yamuxStream{s}, nil
+	return newYamuxStream(s), nil
 }
 
 func (y yamuxConn) close() error          { return y.s.Close() }
@@ -139,43 +141,98 @@ func (y yamuxConn) done() <-chan struct{} { return y.s.CloseChan() }
 func (y yamuxConn) remoteAddr() net.Addr  { return y.under.RemoteAddr() }
 func (y yamuxConn) transport() string     { return TransportTCP }
 
-type yamuxStream struct{ s *yamux.Stream }
+type yamuxStream struct {
+	s *yamux.Stream
+	w *yamuxWatch // made on the first served call
+}
 
-func (s yamuxStream) Read(p []byte) (int, error)         { return s.s.Read(p) }
-func (s yamuxStream) Write(p []byte) (int, error)        { return s.s.Write(p) }
-func (s yamuxStream) closeWrite() error                  { return s.s.Close() }
-func (s yamuxStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
-func (s yamuxStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+func newYamuxStream(s *yamux.Stream) *yamuxStream { return &yamuxStream{s: s} }
 
-// watchCaller: a caller sends nothing while it waits for its answer, so
-// anything read meanwhile (its abort arrives as end-of-stream, yamux having
-// no reset) means it gave up. A goroutine reads until stop interrupts it with
-// a past read deadline.
-func (s yamuxStream) watchCaller(cancel context.CancelFunc) func() bool {
-	done := make(chan bool, 1)
-	go func() {
-		var b [1]byte
-		n, err := s.s.Read(b[:])
-		gone := n > 0 || !isTimeout(err)
-		if gone {
-			cancel()
-		}
-		done <- gone
-	}()
-	return func() bool {
-		s.s.SetReadDeadline(time.Unix(1, 0))
-		gone := <-done
-		s.s.SetReadDeadline(time.Time{})
-		return gone
+func (s *yamuxStream) Read(p []byte) (int, error)         { return s.s.Read(p) }
+func (s *yamuxStream) Write(p []byte) (int, error)        { return s.s.Write(p) }
+func (s *yamuxStream) closeWrite() error                  { return s.s.Close() }
+func (s *yamuxStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
+func (s *yamuxStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+func (s *yamuxStream) callParent(conn context.Context) context.Context { return conn }
+
+// watchAfter is how long a call served on a yamux stream runs before a
+// goroutine starts watching for the caller giving up. Most calls answer
+// sooner, so they cost no goroutine; a cancelled call's handler learns of
+// it at most this late.
+const watchAfter = time.Millisecond
+
+// yamuxWatch watches a yamux stream's caller during long calls: a caller
+// sends nothing while it waits for its answer, so anything read meanwhile
+// (its abort arrives as end-of-stream, yamux having no reset) means it gave
+// up. Once a call has run watchAfter, a timer (one per stream, reset for
+// each call) starts the read; unwatchCaller interrupts it with a past read
+// deadline.
+type yamuxWatch struct {
+	s    *yamux.Stream
+	t    *time.Timer
+	done chan bool // the watching read's verdict: the caller gave up
+
+	mu       sync.Mutex
+	cancel   context.CancelFunc // the call being watched; nil between calls
+	watching bool               // a read is watching it
+}
+
+// watch runs on the timer's goroutine once a call has run watchAfter.
+func (w *yamuxWatch) watch() {
+	w.mu.Lock()
+	cancel := w.cancel
+	if cancel == nil || w.watching { // the call ended first
+		w.mu.Unlock()
+		return
 	}
+	w.watching = true
+	w.mu.Unlock()
+	var b [1]byte
+	n, err := w.s.Read(b[:])
+	gone := n > 0 || !isTimeout(err)
+	if gone {
+		cancel()
+	}
+	w.done <- gone
+}
+
+func (s *yamuxStream) watchCaller(cancel context.CancelFunc) {
+	w := s.w
+	if w == nil {
+		w = &yamuxWatch{s: s.s, done: make(chan bool, 1)}
+		w.t = time.AfterFunc(time.Hour, w.watch)
+		w.t.Stop()
+		s.w = w
+	}
+	w.mu.Lock()
+	w.cancel, w.watching = cancel, false
+	w.mu.Unlock()
+	w.t.Reset(watchAfter)
+}
+
+func (s *yamuxStream) unwatchCaller() bool {
+	w := s.w
+	w.t.Stop()
+	w.mu.Lock()
+	watching := w.watching
+	w.cancel, w.watching = nil, false
+	w.mu.Unlock()
+	if !watching {
+		return false
+	}
+	s.s.SetReadDeadline(time.Unix(1, 0))
+	gone := <-w.done
+	s.s.SetReadDeadline(time.Time{})
+	return gone
 }
 
 // shutdown half-closes; yamux delivers what was written first.
-func (s yamuxStream) shutdown() { s.s.Close() }
+func (s *yamuxStream) shutdown() { s.s.Close() }
 
 // abort half-closes (yamux has no reset) and unblocks local readers and
 // writers; the peer sees end-of-stream.
-func (s yamuxStream) abort() {
+func (s *yamuxStream) abort() {
 	s.s.Close()
 	past := time.Unix(1, 0)
 	s.s.SetDeadline(past)

@@ -447,7 +447,12 @@ func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, 
 		return nil, err
 	}
 	cs.buf = appendRequest(cs.buf[:0], request{kind: k, timeout: timeoutOf(ctx), method: method, params: params})
-	stop := context.AfterFunc(ctx, cs.s.abort)
+	// A context that can end aborts the stream when it does; one that
+	// cannot (context.Background) needs no watch.
+	stop := noWatch
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, cs.s.abort)
+	}
 	_, err = cs.s.Write(cs.buf)
 	var body []byte
 	if err == nil {
@@ -473,6 +478,9 @@ func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, 
 	}
 	return res, nil
 }
+
+// noWatch is the stop of a context that cannot end.
+func noWatch() bool { return true }
 
 // Call streams are reused: a call takes an idle stream of the connection
 // (or opens one), and puts it back once its answer is read. A stream is one

@@ -90,9 +90,9 @@ func (d *directConn) shutdown() {
 
 // watchCaller: the direct opener only opens streams; a call sent on a direct
 // connection is served to completion.
-func (d *directConn) watchCaller(context.CancelFunc) func() bool {
-	return func() bool { return false }
-}
+func (d *directConn) watchCaller(context.CancelFunc)                  {}
+func (d *directConn) unwatchCaller() bool                             { return false }
+func (d *directConn) callParent(conn context.Context) context.Context { return conn }
 
 func (d *directConn) close() error {
 	var err error

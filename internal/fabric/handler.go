@@ -14,6 +14,8 @@ type Request struct {
 	// Access is what the caller's key is granted.
 	Access Access
 	Method string
+	// Params are valid until the handler returns: the stream's next
+	// request is read into the same buffer (Decode copies what it keeps).
 	Params json.RawMessage
 }
 

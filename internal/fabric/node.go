@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -44,6 +45,10 @@ type Config struct {
 	MaxMessage int
 	// Logger receives connection-level events. Default: discard.
 	Logger *slog.Logger
+
+	// requestWait is how long a served call stream waits for its next
+	// request. Default requestReadTimeout; tests shorten it.
+	requestWait time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -55,6 +60,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 10 * time.Second
+	}
+	if c.requestWait == 0 {
+		c.requestWait = requestReadTimeout
 	}
 	if c.MaxMessage == 0 {
 		c.MaxMessage = DefaultMaxMessage
@@ -464,20 +472,27 @@ const requestReadTimeout = 30 * time.Second
 // reused: after answering, the server waits for the caller's next call on it
 // (see idleStreamTTL); events and streams end it.
 func (n *Node) serveStream(pc *peerConn, s rawStream) {
-	n.serveStreamWait(pc, s, requestReadTimeout)
+	n.serveStreamWait(pc, s, n.cfg.requestWait)
 }
 
 // serveStreamWait is serveStream waiting up to firstWait for the first
 // request.
 func (n *Node) serveStreamWait(pc *peerConn, s rawStream, firstWait time.Duration) {
-	var buf []byte // the last response frame, reused for the next
+	// The wait for a request is bounded by a timer of the stream's, reset
+	// for each wait, that cuts the read with a past deadline: a read
+	// deadline set for each wait would cost QUIC and yamux a timer of their
+	// own per call.
+	idle := time.AfterFunc(firstWait, func() { s.SetReadDeadline(time.Unix(1, 0)) })
+	defer idle.Stop()
+	var st servedStream
 	for first := true; ; first = false {
-		wait := requestReadTimeout
-		if first {
-			wait = firstWait
+		if !first {
+			idle.Reset(n.cfg.requestWait)
 		}
-		s.SetReadDeadline(time.Now().Add(wait))
-		body, err := readFrame(s, n.cfg.MaxMessage, nil)
+		body, err := readFrame(s, n.cfg.MaxMessage, st.req)
+		if !idle.Stop() && err == nil {
+			err = os.ErrDeadlineExceeded // it came as the wait ended
+		}
 		if err != nil {
 			if err == io.EOF && !first {
 				s.closeWrite() // the caller retired the stream
@@ -486,19 +501,32 @@ func (n *Node) serveStreamWait(pc *peerConn, s rawStream, firstWait time.Duratio
 			}
 			return
 		}
-		s.SetReadDeadline(time.Time{})
-		var again bool
-		if again, buf = n.serveRequest(pc, s, body, buf); !again {
+		if cap(body) <= maxKeptBuffer {
+			st.req = body[:0]
+		}
+		if !n.serveRequest(pc, s, body, &st) {
 			return
 		}
 	}
 }
 
+// servedStream is what a served stream keeps between its calls: the frame
+// buffers, reused, and its write deadline.
+type servedStream struct {
+	req, resp []byte // the last request and response frames
+	// writeBy is the write deadline set on the stream (zero: none). A reply
+	// re-arms it only when less than half of requestReadTimeout is left, so
+	// that most replies set none (yamux allocates for each).
+	writeBy time.Time
+}
+
 // serveRequest serves one request frame and reports whether s carries on.
-func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, []byte) {
+// The request's params are in st.req, reused for the next request: a
+// handler must not keep them after it returns.
+func (n *Node) serveRequest(pc *peerConn, s rawStream, body []byte, st *servedStream) bool {
 	req, err := decodeRequest(body)
 	if err != nil {
-		return n.reply(s, buf, nil, Errorf(CodeBadRequest, "%v", err))
+		return n.reply(s, st, nil, Errorf(CodeBadRequest, "%v", err))
 	}
 	access := n.cfg.Policy.Access(pc.key)
 	rt := n.lookup(req.method)
@@ -528,16 +556,22 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, 
 		switch req.kind {
 		case kindEvent:
 			s.abort()
-			return false, buf
+			return false
 		case kindStream:
-			n.reply(s, buf, nil, refusal)
+			n.reply(s, st, nil, refusal)
 			s.closeWrite()
-			return false, buf
+			return false
 		}
-		return n.reply(s, buf, nil, refusal)
+		return n.reply(s, st, nil, refusal)
 	}
 
-	ctx, cancel := context.WithCancel(pc.ctx)
+	parent := pc.ctx
+	if req.kind == kindCall {
+		// Not for streams: on QUIC the stream's context also ends when its
+		// handler closes its sending half, and it may read on.
+		parent = s.callParent(pc.ctx)
+	}
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if grant != nil {
 		ctx = WithGrant(ctx, grant)
@@ -548,44 +582,48 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body, buf []byte) (bool, 
 	}
 	switch req.kind {
 	case kindCall:
-		stop := s.watchCaller(cancel)
+		s.watchCaller(cancel)
 		res, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params})
-		if stop() {
+		if s.unwatchCaller() {
 			s.abort() // the caller gave up: nobody reads an answer
-			return false, buf
+			return false
 		}
 		if err != nil {
-			return n.reply(s, buf, nil, asWireError(err))
+			return n.reply(s, st, nil, asWireError(err))
 		}
-		return n.reply(s, buf, res, nil)
+		return n.reply(s, st, res, nil)
 	case kindEvent:
 		s.abort()
 		if _, err := rt.call(ctx, &Request{Peer: pc.key, Access: access, Method: req.method, Params: req.params}); err != nil {
 			n.log.Warn("event handler failed", "method", req.method, "peer", pc.key.Short(), "err", err)
 		}
 	case kindStream:
+		if !st.writeBy.IsZero() {
+			s.SetWriteDeadline(time.Time{}) // the stream's own writes are unbounded
+		}
 		sr := &StreamRequest{Peer: pc.key, Access: access, Method: req.method, Params: req.params, s: s, transport: pc.c.transport()}
 		err := rt.stream(ctx, sr)
 		if !sr.accepted {
 			if err == nil {
 				err = Errorf(CodeInternal, "stream handler for %q returned without accepting", req.method)
 			}
-			n.reply(s, buf, nil, asWireError(err))
+			n.reply(s, st, nil, asWireError(err))
 			s.closeWrite()
-			return false, buf
+			return false
 		}
 		if err != nil {
 			s.abort()
-			return false, buf
+			return false
 		}
 		s.closeWrite()
 	}
-	return false, buf
+	return false
 }
 
-// reply writes one response frame, encoded in buf (grown as needed), and
-// reports whether it went out; the stream stays open for the next request.
-func (n *Node) reply(s rawStream, buf []byte, res any, e *Error) (bool, []byte) {
+// reply writes one response frame, encoded in st.resp (grown as needed),
+// and reports whether it went out; the stream stays open for the next
+// request.
+func (n *Node) reply(s rawStream, st *servedStream, res any, e *Error) bool {
 	var (
 		payload []byte
 		status  = statusOK
@@ -606,18 +644,22 @@ func (n *Node) reply(s rawStream, buf []byte, res any, e *Error) (bool, []byte) 
 		status = statusError
 		payload, _ = json.Marshal(Errorf(CodeInternal, "result of %d bytes exceeds the %d-byte message limit", len(payload), n.cfg.MaxMessage))
 	}
-	buf = appendResponse(buf[:0], status, payload)
-	s.SetWriteDeadline(time.Now().Add(requestReadTimeout))
-	_, err = s.Write(buf)
-	if cap(buf) > maxKeptBuffer {
-		buf = nil
+	st.resp = appendResponse(st.resp[:0], status, payload)
+	// A reply that does not go out within [requestReadTimeout/2,
+	// requestReadTimeout] (the peer stopped reading) aborts the stream.
+	if now := time.Now(); st.writeBy.Sub(now) < requestReadTimeout/2 {
+		st.writeBy = now.Add(requestReadTimeout)
+		s.SetWriteDeadline(st.writeBy)
+	}
+	_, err = s.Write(st.resp)
+	if cap(st.resp) > maxKeptBuffer {
+		st.resp = nil
 	}
 	if err != nil {
 		s.abort()
-		return false, buf
+		return false
 	}
-	s.SetWriteDeadline(time.Time{})
-	return true, buf
+	return true
 }
 
 // maxKeptBuffer bounds the frame buffers kept for reuse between calls.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -70,10 +71,15 @@ func TestBenchInference(t *testing.T) {
 		{name: "direct (runtime)", url: rt.URL() + "/v1"},
 		{name: "httputil.ReverseProxy", url: rpSrv.URL + "/v1"},
 	}
-	if ng := startNginx(t, rt.Addr()); ng != "" {
-		paths = append(paths, benchPath{name: "nginx " + nginxVersion(), url: ng + "/v1"})
+	if ng, pid := startNginx(t, rt.Addr()); ng != "" {
+		paths = append(paths, benchPath{name: "nginx " + nginxVersion(), url: ng + "/v1", pid: pid})
 	}
 	paths = append(paths, benchPath{name: "CosmicAC (proxy → fabric → agent)", url: h.srv.URL + Prefix, key: key})
+	// COSMICAC_BENCH_ONLY keeps the direct path and those whose name
+	// contains it (to profile one path); the table is then partial.
+	if only := os.Getenv("COSMICAC_BENCH_ONLY"); only != "" {
+		paths = slices.DeleteFunc(paths, func(p benchPath) bool { return p.name != "direct (runtime)" && !strings.Contains(p.name, only) })
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	body := []byte(`{"model":"m","prompt":"hello","max_tokens":1}`)
@@ -86,6 +92,7 @@ func TestBenchInference(t *testing.T) {
 		}
 		return client.Do(req)
 	}
+	loadBefore := loadAverage()
 	// Warm up every path (connections, pools).
 	for i := range paths {
 		for range 200 {
@@ -116,6 +123,7 @@ func TestBenchInference(t *testing.T) {
 			}
 			// Throughput: 8 clients for parDur.
 			var n atomic.Int64
+			cpu0 := cpuTime(os.Getpid()) + cpuTime(p.pid)
 			stop := time.Now().Add(parDur)
 			var wg sync.WaitGroup
 			for range 8 {
@@ -133,6 +141,9 @@ func TestBenchInference(t *testing.T) {
 			}
 			wg.Wait()
 			p.rps = append(p.rps, float64(n.Load())/parDur.Seconds())
+			if cpu := cpuTime(os.Getpid()) + cpuTime(p.pid) - cpu0; cpu > 0 && n.Load() > 0 {
+				p.cpu = append(p.cpu, float64(cpu.Microseconds())/float64(n.Load()))
+			}
 			// SSE: the delay from the runtime writing each event to the
 			// client reading it.
 			for range streams {
@@ -169,13 +180,14 @@ func TestBenchInference(t *testing.T) {
 	drps := median(direct.rps)
 	de50 := pct(direct.event, 50)
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nruntime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
-	fmt.Fprintf(&b, "| path | p50 | p99 | added p50 | added p99 | req/s (8 clients) | vs direct | SSE event p50 | added per event p50 |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\nCPU: %s, %d cores (GOMAXPROCS %d); load average before: %s, after: %s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadBefore, loadAverage())
+	fmt.Fprintf(&b, "runtime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
+	fmt.Fprintf(&b, "| path | p50 | p99 | added p50 | added p99 | req/s (8 clients) | vs direct | CPU µs/request (8 clients) | added CPU µs/request | SSE event p50 | added per event p50 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range paths {
 		p50, p99 := pct(p.lat, 50), pct(p.lat, 99)
 		e50 := pct(p.event, 50)
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %.2f | %s | %s |\n", p.name, us(p50), us(p99), us(p50-dp50), us(p99-dp99),
-			median(p.rps), median(p.rps)/drps, us(e50), us(e50-de50))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %.2f | %.0f | %.0f | %s | %s |\n", p.name, us(p50), us(p99), us(p50-dp50), us(p99-dp99),
+			median(p.rps), median(p.rps)/drps, median(p.cpu), median(p.cpu)-median(direct.cpu), us(e50), us(e50-de50))
 	}
 	t.Log(b.String())
 }
@@ -183,7 +195,9 @@ func TestBenchInference(t *testing.T) {
 type benchPath struct {
 	name, url, key string
 	lat, event     []time.Duration
+	pid            int // a process of the path's own (nginx), whose CPU counts too
 	rps            []float64
+	cpu            []float64 // CPU µs per request while 8 clients ran (this process and pid)
 }
 
 type eventTimes struct {
@@ -209,6 +223,26 @@ func (e *eventTimes) get(i int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// cpuModel is the first "model name" of /proc/cpuinfo ("unknown" elsewhere).
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAverage is /proc/loadavg's three load averages ("unknown" elsewhere).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
 func pct(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -219,6 +253,9 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
@@ -237,11 +274,11 @@ func envInt(name string, def int) int {
 // startNginx runs nginx (Debian's, when installed) on loopback in front of
 // upstream, with its config in a temp dir; it returns its base URL ("" when
 // nginx is not installed).
-func startNginx(t *testing.T, upstream string) string {
+func startNginx(t *testing.T, upstream string) (string, int) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		t.Log("nginx not installed: skipping its path")
-		return ""
+		return "", 0
 	}
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -292,7 +329,45 @@ http {
 		}
 		return err
 	}, "nginx to listen on %s", addr)
-	return "http://" + addr
+	return "http://" + addr, cmd.Process.Pid
+}
+
+// cpuTime is the user and system CPU time pid and its waited-for children
+// have used (/proc/PID/stat; 0 for pid 0 or without /proc). With one
+// worker, nginx's master forks the worker, so its children's time counts.
+func cpuTime(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	var total time.Duration
+	pids := []int{pid}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			var c int
+			if _, err := fmt.Sscan(f, &c); err == nil {
+				pids = append(pids, c)
+			}
+		}
+	}
+	for _, p := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces): state is
+		// field 3, utime and stime fields 14 and 15, in clock ticks
+		// (USER_HZ, 100 on Linux).
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 13 {
+			continue
+		}
+		var ut, st int64
+		fmt.Sscan(f[11], &ut)
+		fmt.Sscan(f[12], &st)
+		total += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return total
 }
 
 func nginxVersion() string {
@@ -348,6 +423,53 @@ func BenchmarkKeyCheck(b *testing.B) {
 				if !ok || !c.allows("qwen") {
 					b.Fatalf("refused: %d %s", w.Code, w.Body)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkRequest is one sequential completion through the whole path
+// (client → proxy → fabric → agent → runtime) and, in the same run,
+// straight to the runtime: the difference in allocs/op and B/op is what the
+// two hops allocate per request (client and runtime are in both).
+// docs/benchmarks.md, "Inference".
+//
+//	go test -run '^$' -bench BenchmarkRequest -benchtime 2000x ./internal/inferproxy/
+func BenchmarkRequest(b *testing.B) {
+	h := newHarness(b, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1})
+	h.addJob("job-bench", "team-a", "m", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
+	h.waitReady("job-bench", 1)
+	rt := h.agents["job-bench"][0].sim.Runtime()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
+	body := []byte(`{"model":"m","prompt":"hello","max_tokens":1}`)
+	for _, p := range []benchPath{
+		{name: "direct", url: rt.URL() + "/v1"},
+		{name: "cosmicac", url: h.srv.URL + Prefix, key: h.keys["team-a"]},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			do := func() {
+				req, _ := http.NewRequest("POST", p.url+"/completions", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if p.key != "" {
+					req.Header.Set("Authorization", "Bearer "+p.key)
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("%s: %s", p.name, resp.Status)
+				}
+			}
+			for range 100 {
+				do() // warm the pools
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				do()
 			}
 		})
 	}
