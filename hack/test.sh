@@ -78,7 +78,7 @@ else
   log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
 fi
 log "go test -race ./..."
-go test -race -count=1 -timeout 25m ./... 2>&1 | tee /tmp/cosmicac-test.log
+go test -race -count=1 -timeout 40m ./... 2>&1 | tee /tmp/cosmicac-test.log
 
 # The web interface: its committed build is what web/ builds (reproducible
 # from the lock file), and the browser tests in Chromium against a real
