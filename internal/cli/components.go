@@ -328,6 +328,9 @@ func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, l
 	g.Go(func() error { return o.Run(gctx) })
 	g.Go(func() error {
 		if err := lease.Hold(gctx); err != nil {
+			// Off the fabric at once: no call is served, and the calls
+			// in flight end (their writes are fenced anyway).
+			n.Close()
 			return fmt.Errorf("stepping down: %w", err)
 		}
 		return nil
