@@ -29,12 +29,12 @@ var ErrLeaseLost = errors.New("ork lease lost")
 // start of its last successful renewal. So a follower leads within
 // TTL + Renew of the leader's end (docs/store.md).
 type LeaseConfig struct {
-	TTL   config.Duration `json:"leaseTTL"`
-	Renew config.Duration `json:"leaseRenew"`
+	TTL   config.Duration `json:"ttl"`
+	Renew config.Duration `json:"renew"`
 	// Holder names this ork in the lease; it must be unique among the
 	// orks and the same across restarts of one (the CLI makes it from the
 	// host name and the data dir).
-	Holder string `json:"leaseHolder,omitempty"`
+	Holder string `json:"holder,omitempty"`
 }
 
 // DefaultLeaseConfig: a 10 s lease renewed every 3 s.
