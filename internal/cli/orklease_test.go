@@ -205,8 +205,10 @@ func orkTakeover(t *testing.T, cut bool) {
 			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 				t.Errorf("the cut-off leader ended with %v; want a failure exit", err)
 			}
-		case <-time.After(faultLeaseTTL + takeoverMargin):
-			t.Errorf("the cut-off leader did not step down")
+		case <-time.After(time.Minute):
+			// It left the fabric when it stepped down (the follower
+			// leads); its process ends once its calls in flight do.
+			t.Errorf("the cut-off leader's process did not end")
 		}
 	}
 	wg.Wait()
