@@ -93,7 +93,7 @@ func orkTakeover(t *testing.T, cut bool) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first ork does not lead")
 	}
-	ork2, led2 := startOrk(t, orkArgs(dirs["ork2"], addr2, dsn)...)
+	_, led2 := startOrk(t, orkArgs(dirs["ork2"], addr2, dsn)...)
 
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
 		"--ork", orkPeer, "--step", "5ms", "--rack", "r1", "--location", "eu", "--nodes", "4", "--gpus-per-node", "8")["fabric"]
@@ -252,7 +252,6 @@ func orkTakeover(t *testing.T, cut bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	checkAfterTakeover(t, acked, jobs, res, rack.GPUs)
-	_ = ork2
 }
 
 // checkAfterTakeover: every acknowledged job is stored; no GPU is
