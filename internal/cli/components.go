@@ -328,10 +328,19 @@ func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, l
 	g.Go(func() error { return o.Run(gctx) })
 	g.Go(func() error {
 		if err := lease.Hold(gctx); err != nil {
-			// Off the fabric at once: no call is served, and the calls
-			// in flight end (their writes are fenced anyway).
-			n.Close()
-			return fmt.Errorf("stepping down: %w", err)
+			err = fmt.Errorf("stepping down: %w", err)
+			// Off the fabric at once: the listeners and connections close
+			// first, so no call is served and nothing is sent; Close then
+			// waits for the calls in flight (their writes are fenced).
+			go n.Close()
+			// A deposed leader fails stop: if what is in flight does not
+			// end within a TTL (a database that does not answer), the
+			// process ends anyway.
+			time.AfterFunc(cfg.Lease.TTL.D(), func() {
+				fmt.Fprintln(a.stderr, "error:", err)
+				os.Exit(1)
+			})
+			return err
 		}
 		return nil
 	})
