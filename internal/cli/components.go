@@ -30,6 +30,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -209,12 +210,13 @@ var placementPolicyUsage = "how the ork ranks nodes where a location's racks nam
 
 type orkFileConfig struct {
 	componentFlags `json:",inline"`
-	Database       string     `json:"database,omitempty"`
-	Ork            ork.Config `json:"ork"`
+	Database       string          `json:"database,omitempty"`
+	Ork            ork.Config      `json:"ork"`
+	Lease          ork.LeaseConfig `json:"lease"`
 }
 
 func (a *app) wrkOrkCommand() *cobra.Command {
-	cfg := orkFileConfig{Ork: ork.DefaultConfig()}
+	cfg := orkFileConfig{Ork: ork.DefaultConfig(), Lease: ork.DefaultLeaseConfig()}
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-ork",
@@ -225,40 +227,39 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			// The racks' workers are bound as the ork registers them.
-			ring, err := cfg.keyring(nil)
-			if err != nil {
+			if cfg.Lease.Holder == "" {
+				cfg.Lease.Holder = leaseHolder(cfg.DataDir)
+			}
+			if err := cfg.Lease.Validate(); err != nil {
+				return usageErrorf("%v", err)
+			}
+			if err := cfg.Ork.Validate(); err != nil {
+				return usageErrorf("ork config: %v", err)
+			}
+			// The data dir is locked first: it names the ork in the lease,
+			// and two processes of one name would both lead.
+			if err := cfg.lockDataDir("wrk-ork", log); err != nil {
 				return err
 			}
-			n, err := cfg.trustNode("wrk-ork", ring, log)
-			if err != nil {
-				return err
-			}
-			defer cfg.unlock() // after the node: the data dir is free once all is closed
-			defer n.Close()
+			defer cfg.unlock() // after the node and the store: the data dir is free once all is closed
 			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"))
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			o, err := ork.New(cfg.Ork, st, ork.FabricDialer(n), log.With("component", "wrk-ork"))
+			lease, err := ork.NewLease(cfg.Lease, st, log.With("component", "wrk-ork"))
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
-			o.SetKeyring(ring)
-			o.Serve(n)
-			ctx := cmd.Context()
-			if err := o.Start(ctx); err != nil {
-				return err
-			}
-			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(o.Collector()))
+			reg := metrics.NewRegistry(lease.Collector())
+			serveMetrics, err := cfg.listenMetrics(reg)
 			if err != nil {
 				return err
 			}
-			a.printNode(n)
+			ctx := cmd.Context()
 			g, ctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return serveMetrics(ctx) })
-			g.Go(func() error { return o.Run(ctx) })
+			g.Go(func() error { return a.leadOrk(ctx, &cfg, st, lease, reg, log) })
 			return g.Wait()
 		},
 	}
@@ -267,7 +268,83 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	cmd.Flags().StringVar(&cfg.Database, "database", "", "the database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/ork.db)")
 	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
 	cmd.Flags().StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
+	cmd.Flags().Var(&cfg.Lease.TTL, "lease-ttl", "how long the leader's lease lasts unless renewed (orks sharing a database elect one leader; docs/store.md)")
+	cmd.Flags().Var(&cfg.Lease.Renew, "lease-renew", "how often the leader renews its lease and a follower tries to take it (at most half the ttl)")
+	cmd.Flags().StringVar(&cfg.Lease.Holder, "lease-holder", "", "this ork's name in the lease, unique among the orks (default HOST:DATA_DIR)")
 	return cmd
+}
+
+// leaseHolder names an ork in the lease: its host and data dir, the same
+// across its restarts (so that a restarted leader takes its lease back at
+// once) and unique among orks, one per data dir (the data dir's lock).
+func leaseHolder(dataDir string) string {
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return host + ":" + dataDir
+}
+
+// leadOrk waits for the ork lease, then runs the ork, fenced by its term,
+// until ctx ends (it releases the lease) or the lease is lost (an error:
+// the process ends, and its supervisor starts it again as a follower). A
+// follower does not listen on the fabric: the orks share one identity and
+// peers are given every ork's address, so they reach whichever leads.
+func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, lease *ork.Lease, reg *prometheus.Registry, log *slog.Logger) error {
+	if _, err := lease.Acquire(ctx); err != nil {
+		return nil // ctx ended while following
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			log.Warn("release lease", "err", err)
+		}
+	}()
+	// The racks' workers are bound as the ork registers them.
+	ring, err := cfg.keyring(nil)
+	if err != nil {
+		return err
+	}
+	n, err := cfg.trustNode("wrk-ork", ring, log)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	o, err := ork.New(cfg.Ork, lease.Fenced(st), ork.FabricDialer(n), log.With("component", "wrk-ork"))
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	o.SetKeyring(ring)
+	o.Serve(n)
+	if err := o.Start(ctx); err != nil {
+		return err
+	}
+	if err := reg.Register(o.Collector()); err != nil {
+		return err
+	}
+	a.printNode(n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return o.Run(gctx) })
+	g.Go(func() error {
+		if err := lease.Hold(gctx); err != nil {
+			err = fmt.Errorf("stepping down: %w", err)
+			// Off the fabric at once: the listeners and connections close
+			// first, so no call is served and nothing is sent; Close then
+			// waits for the calls in flight (their writes are fenced).
+			go n.Close()
+			// A deposed leader fails stop: if what is in flight does not
+			// end within a TTL (a database that does not answer), the
+			// process ends anyway.
+			time.AfterFunc(cfg.Lease.TTL.D(), func() {
+				fmt.Fprintln(a.stderr, "error:", err)
+				os.Exit(1)
+			})
+			return err
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 // ---- app-node

@@ -105,10 +105,12 @@ func (c *componentFlags) keyring(dialled map[trust.Role][]fabric.PublicKey) (*tr
 // its identity (from its data dir) and the trust policy of its role over
 // ring; keys ring revokes have their connections closed.
 func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *slog.Logger, opts ...trust.PolicyOption) (_ *fabric.Node, err error) {
-	if err := c.lockDataDir(component, log); err != nil { // held until the caller's unlock
-		return nil, err
+	if c.lock == nil { // else the caller locked it first (wrk-ork)
+		if err := c.lockDataDir(component, log); err != nil { // held until the caller's unlock
+			return nil, err
+		}
+		defer c.unlockIf(&err)
 	}
-	defer c.unlockIf(&err)
 	id, err := fabric.LoadOrCreateIdentity(c.DataDir)
 	if err != nil {
 		return nil, err

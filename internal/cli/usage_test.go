@@ -23,6 +23,7 @@ func TestWrongCommandLinesExit2(t *testing.T) {
 		{[]string{"jobs", "list", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"jobs", "list", "--url", "127.0.0.1:8080"}, `"127.0.0.1:8080" must be http:// or https://`},
 		{[]string{"jobs", "create", "--location", "us", "--image", "x", "--gpus", "0"}, "--gpus: 0: give at least 1"},
+		{[]string{"wrk-ork", "--data-dir", t.TempDir(), "--lease-ttl", "2s", "--lease-renew", "1500ms"}, "must be positive and at most half the ttl 2s"},
 	} {
 		code, out, errs := runCLI(t, nil, tc.args...)
 		if code != ExitUsage || !strings.Contains(errs, tc.want) || out != "" {

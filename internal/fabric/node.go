@@ -184,11 +184,20 @@ func statelessResetKey(id *Identity) (*quic.StatelessResetKey, error) {
 	return &k, nil
 }
 
+// quicIdleTimeout is how long a QUIC connection may go without a packet
+// from its peer before it is closed.
+const quicIdleTimeout = 6 * time.Second
+
 func (n *Node) quicConfig() *quic.Config {
 	return &quic.Config{
-		HandshakeIdleTimeout:  n.cfg.DialTimeout,
-		MaxIdleTimeout:        30 * time.Second,
-		KeepAlivePeriod:       10 * time.Second,
+		HandshakeIdleTimeout: n.cfg.DialTimeout,
+		// A peer that vanished without closing (killed, its host gone)
+		// is noticed within the idle timeout: keep-alives every
+		// KeepAlivePeriod keep a live connection busy. Short, so that a
+		// peer given several addresses (the orks, of which only the
+		// leader listens) moves to the next soon after the leader dies.
+		MaxIdleTimeout:        quicIdleTimeout,
+		KeepAlivePeriod:       quicIdleTimeout / 3,
 		MaxIncomingStreams:    1 << 14,
 		MaxIncomingUniStreams: 16,
 	}

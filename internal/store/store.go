@@ -58,6 +58,7 @@ type Store interface {
 
 	Accounts
 	Quotas
+	Leases
 
 	// Close releases the database. Calls after Close fail.
 	Close() error
@@ -110,6 +111,12 @@ type Tx interface {
 	// GPUs are still claimed is ErrConflict: release them first (in the
 	// same transaction, to force).
 	DeleteRack(ctx context.Context, id string) error
+
+	// CheckLease fails with ErrNotLeader unless lease name's epoch is
+	// epoch (a lease never taken fails too). Called first in a write
+	// transaction, it fences the transaction: a deposed leader's writes
+	// never commit after its successor's term began (docs/store.md).
+	CheckLease(ctx context.Context, name string, epoch int64) error
 }
 
 // Rack is a registered rack as the ork keeps it: the registration, where

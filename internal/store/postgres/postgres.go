@@ -58,6 +58,14 @@ var (
 // connectTimeout bounds each new connection unless the DSN sets one.
 const connectTimeout = 15 * time.Second
 
+// idleInTxTimeout is how long the server lets a transaction of the store
+// wait for its client: the store's transactions never wait on anything but
+// the database, so longer means the client is gone.
+const (
+	idleInTxParam   = "idle_in_transaction_session_timeout"
+	idleInTxTimeout = "5s"
+)
+
 // maxAttempts is how many times a write transaction is tried before its
 // serialization failure is returned.
 const maxAttempts = 30
@@ -75,6 +83,14 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// A database that does not answer fails the start, instead of
 		// the OS's TCP timeout (minutes); connect_timeout= overrides it.
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams[idleInTxParam]; !ok {
+		// A client that vanished mid-transaction (its host gone, its
+		// network cut) would hold its row locks for as long as the
+		// server keeps its connection: the lease row, so that no other
+		// ork could take over. The server ends such a transaction after
+		// idleInTxTimeout; the DSN may set another (?idle_in_transaction_session_timeout=30s).
+		cfg.ConnConfig.RuntimeParams[idleInTxParam] = idleInTxTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

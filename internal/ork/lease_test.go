@@ -1,0 +1,140 @@
+package ork_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+)
+
+func leaseOn(t *testing.T, st ork.LeaseStore, holder string) *ork.Lease {
+	t.Helper()
+	l, err := ork.NewLease(ork.LeaseConfig{TTL: config.Duration(400 * time.Millisecond), Renew: config.Duration(50 * time.Millisecond), Holder: holder}, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func openSQLite(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestLeaseElectsOne: of two orks, one leads; the other follows until the
+// leader releases the lease, then leads with the next epoch; the deposed
+// leader's fenced writes are refused, which ends its Hold.
+func TestLeaseElectsOne(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+	a, b := leaseOn(t, st, "a"), leaseOn(t, st, "b")
+	ta, err := a.Acquire(ctx)
+	if err != nil || ta.Epoch != 1 {
+		t.Fatalf("a.Acquire = %+v, %v", ta, err)
+	}
+	wantGauges(t, a, 1, 1)
+	wantGauges(t, b, 0, 0)
+	fencedA := a.Fenced(st)
+	holdCtx, stopHold := context.WithCancel(ctx)
+	held := make(chan error, 1)
+	go func() { held <- a.Hold(holdCtx) }()
+	got := make(chan store.Lease, 1)
+	go func() {
+		tb, err := b.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- tb
+	}()
+	// a renews well past its TTL while b waits.
+	time.Sleep(time.Second)
+	select {
+	case tb := <-got:
+		t.Fatalf("b acquired %+v while a held the lease", tb)
+	default:
+	}
+	if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); err != nil {
+		t.Fatalf("a's fenced write while leading = %v", err)
+	}
+	stopHold()
+	if err := <-held; err != nil {
+		t.Fatalf("a.Hold after cancel = %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb := <-got
+	if tb.Epoch != 2 || tb.Holder != "b" {
+		t.Fatalf("b's term = %+v; want epoch 2", tb)
+	}
+	wantGauges(t, a, 0, 0)
+	wantGauges(t, b, 1, 2)
+	if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("a's fenced write after b took over = %v; want ErrNotLeader", err)
+	}
+	// The refusal ends a Hold of the deposed term at once.
+	if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
+		t.Fatalf("a.Hold after a refused fenced write = %v; want ErrLeaseLost", err)
+	}
+}
+
+// TestLeaseStepsDownWithoutItsDatabase: a leader whose renewals fail
+// steps down, at TTL less Renew after its last renewal began (before the
+// term ends by construction; only the lower bound is checked, which no
+// slow machine can break).
+func TestLeaseStepsDownWithoutItsDatabase(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+	a := leaseOn(t, st, "a")
+	start := time.Now()
+	if _, err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.Close() // every renewal fails from now on
+	if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
+		t.Fatalf("Hold without a database = %v; want ErrLeaseLost", err)
+	}
+	if held, min := time.Since(start), 350*time.Millisecond; held < min {
+		t.Errorf("stepped down after %s, before TTL less Renew (%s)", held, min)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Errorf("Release after stepping down = %v; want nothing to release", err)
+	}
+}
+
+// wantGauges checks the lease's metrics: leading or not, the epoch, and a
+// last renewal only while leading.
+func wantGauges(t *testing.T, l *ork.Lease, leader, epoch float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(l.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if g := m.GetGauge(); g != nil {
+				got[mf.GetName()] = g.GetValue()
+			}
+		}
+	}
+	renewed := got["cosmicac_ork_lease_last_renewal_timestamp_seconds"]
+	if got["cosmicac_ork_leader"] != leader || got["cosmicac_ork_lease_epoch"] != epoch || (renewed > 0) != (leader == 1) {
+		t.Errorf("lease metrics = %v; want leader %v, epoch %v, a renewal time only while leading", got, leader, epoch)
+	}
+}
