@@ -18,11 +18,12 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 )
 
-// DB is what every implementation gives: the store and the inference API
-// keys.
+// DB is what every implementation gives: the store, the inference API
+// keys and the shared sign-in limits.
 type DB interface {
 	store.Store
 	store.APIKeys
+	store.SignInLimits
 }
 
 var (
