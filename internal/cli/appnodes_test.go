@@ -41,8 +41,8 @@ func TestTwoAppNodesOnPostgres(t *testing.T) {
 	}
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t),
 		"--app-node-key", keys["app1"].String(), "--app-node-key", keys["app2"].String(), "--database", dsn)["fabric"]
-	app := map[string]string{}     // the API's base URL
-	metrics := map[string]string{} // the metrics address
+	app := map[string]string{}                   // the API's base URL
+	metrics := map[string]string{}               // the metrics address
 	for _, c := range []string{"app1", "app2"} { // one after the other: the first makes the admin
 		metrics[c] = freePort(t)
 		app[c] = strings.TrimSuffix(component(t, []string{"api"}, "app-node", "--data-dir", dirs[c], "--listen", "127.0.0.1:0",
