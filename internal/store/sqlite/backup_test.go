@@ -100,6 +100,7 @@ func TestBackupWhileWriting(t *testing.T) {
 		}
 	}
 	storetest.Same(t, s, b)
+	storetest.Writable(t, s, b)
 
 	if err := Backup(ctx, filepath.Join(dir, "live.db"), out); err == nil {
 		t.Error("a backup onto an existing file succeeded")

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -140,4 +141,28 @@ func Same(t *testing.T, a, b store.Store) {
 	if diff := cmp.Diff(ca, cb, jobOpts); diff != "" {
 		t.Errorf("contents differ (-source +copy):\n%s", diff)
 	}
+}
+
+// Writable fails t unless b, a copy of a (Fill'ed), takes the same new
+// writes as a: a job, a GPU claim next to the copied ones and one refused
+// on a copied one, an audit record after the copied ones.
+func Writable(t *testing.T, a, b store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range []store.Store{a, b} {
+		j := job("new", "ml", "ana", cosmic.StateQueued, "new", nil, 1, 1)
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatalf("CreateJob(new) = %v", err)
+		}
+		if err := s.ClaimGPUs(ctx, res("new", 0, "r1", on("n1", 1))); !errors.Is(err, cosmic.ErrConflict) {
+			t.Errorf("claiming a GPU the copy holds = %v, want ErrConflict", err)
+		}
+		if err := s.ClaimGPUs(ctx, res("new", 0, "r1", on("n2", 7))); err != nil {
+			t.Errorf("ClaimGPUs(new) = %v", err)
+		}
+		if err := s.AppendAudit(ctx, store.AuditRecord{At: at(100), User: "ana", Action: "x", Status: 200}); err != nil {
+			t.Errorf("AppendAudit = %v", err)
+		}
+	}
+	Same(t, a, b)
 }
