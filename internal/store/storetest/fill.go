@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -166,3 +167,6 @@ func Writable(t *testing.T, a, b store.Store) {
 	}
 	Same(t, a, b)
 }
+
+// Base is the time of the fixtures.
+func Base() time.Time { return base }
