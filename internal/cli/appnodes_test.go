@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -171,7 +172,26 @@ func TestTwoAppNodesOnPostgres(t *testing.T) {
 		if got := apiRequests(t, addr) - before[c]; got != n/2 {
 			t.Errorf("%s answered %d of %d requests through the gateway; want %d", c, got, n, n/2)
 		}
+		// Each app-node's /metrics times its store's operations.
+		if m := scrape(t, addr); !strings.Contains(m, `cosmicac_store_op_duration_seconds_count{op="credential",store="postgres"}`) {
+			t.Errorf("%s's metrics have no store timings of credential on postgres", c)
+		}
 	}
+}
+
+// scrape returns the metrics at addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // apiRequests is the number of API requests an app-node has answered, from

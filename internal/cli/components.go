@@ -30,6 +30,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -236,7 +237,8 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"))
+			storeMetrics := store.NewMetrics()
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"), storeMetrics)
 			if err != nil {
 				return err
 			}
@@ -251,7 +253,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			if err := o.Start(ctx); err != nil {
 				return err
 			}
-			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(o.Collector()))
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(o.Collector(), storeMetrics))
 			if err != nil {
 				return err
 			}
@@ -324,7 +326,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
 			}
-			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"))
+			storeMetrics := store.NewMetrics()
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"), storeMetrics)
 			if err != nil {
 				return err
 			}
@@ -363,7 +366,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
-			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs))
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err
 			}

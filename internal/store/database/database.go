@@ -31,6 +31,17 @@ var (
 	_ DB = (*postgres.Store)(nil)
 )
 
+// Observe wraps db, opened from value, so that its every operation is
+// timed and its failures counted in m, labelled store="sqlite" or
+// store="postgres" (store.Metrics).
+func Observe(db DB, value string, m *store.Metrics) DB {
+	name := "sqlite"
+	if IsPostgres(value) {
+		name = "postgres"
+	}
+	return store.Observe(db, name, m)
+}
+
 // IsPostgres reports whether value names a PostgreSQL database: a URL
 // whose scheme is postgres or postgresql (any case).
 func IsPostgres(value string) bool {
