@@ -43,7 +43,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request, in apiv1.Login) 
 	if in.User == "" || in.Password == "" {
 		return cosmic.User{}, invalid(&cosmic.FieldError{Field: "user", Message: "user and password are required"})
 	}
-	if ok, wait := s.logins.allow(in.User, s.clientAddr(r), s.now()); !ok {
+	ok, wait, err := s.logins.allow(r.Context(), in.User, s.clientAddr(r), s.now())
+	if err != nil {
+		return cosmic.User{}, fmt.Errorf("sign-in limit: %w", err)
+	}
+	if !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
 		return cosmic.User{}, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyRequests, "too many sign-in attempts; retry in %v", wait.Round(time.Second))
 	}

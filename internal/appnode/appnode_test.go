@@ -614,6 +614,30 @@ func TestBootstrap(t *testing.T) {
 			t.Errorf("pending token not stored: %v", err)
 		}
 	})
+
+	// Two app-nodes on one database bootstrapping at once: the second
+	// read no users, wrote its pending token, then found the first's
+	// bootstrap token stored. It writes no admin.token of a secret the
+	// database does not hold.
+	t.Run("another app-node won", func(t *testing.T) {
+		acc := appnodetest.NewAccounts(t)
+		first, second := t.TempDir(), t.TempDir()
+		if _, created, err := appnode.Bootstrap(ctx, acc, first); err != nil || !created {
+			t.Fatalf("first: %v %v", created, err)
+		}
+		pending, _, _ := appnode.NewToken()
+		if err := os.WriteFile(filepath.Join(second, "admin.token.new"), []byte(pending+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, created, err := appnode.Bootstrap(ctx, acc, second); err != nil || created {
+			t.Fatalf("second: created %v, %v; want neither", created, err)
+		}
+		for _, f := range []string{"admin.token", "admin.token.new"} {
+			if _, err := os.Stat(filepath.Join(second, f)); !os.IsNotExist(err) {
+				t.Errorf("the second app-node has %s (%v)", f, err)
+			}
+		}
+	})
 }
 
 func TestConfig(t *testing.T) {

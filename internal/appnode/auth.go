@@ -403,6 +403,18 @@ func Bootstrap(ctx context.Context, acc Accounts, dataDir string) (path string, 
 	tok := store.Token{ID: bootstrapToken, Kind: store.KindToken, Name: "bootstrap admin token", UserName: BootstrapUser, Hash: HashToken(secret), CreatedAt: now}
 	if err := acc.CreateToken(ctx, tok); err != nil && !errors.Is(err, cosmic.ErrConflict) {
 		return path, false, fmt.Errorf("bootstrap: create token: %w", err)
+	} else if err != nil {
+		// The bootstrap token exists: this start's own, stored before an
+		// interruption, or another app-node's on the same database that
+		// bootstrapped at the same moment. Only the first is this token.
+		if _, _, err := acc.TokenByHash(ctx, tok.Hash, now); errors.Is(err, cosmic.ErrNotFound) {
+			if err := os.Remove(pending); err != nil {
+				return path, false, fmt.Errorf("bootstrap: %w", err)
+			}
+			return path, false, nil
+		} else if err != nil {
+			return path, false, fmt.Errorf("bootstrap: %w", err)
+		}
 	}
 	if err := os.Rename(pending, path); err != nil {
 		return path, false, fmt.Errorf("bootstrap: %w", err)

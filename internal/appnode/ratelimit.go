@@ -1,11 +1,16 @@
 package appnode
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/cosmicac/cosmicac/internal/store"
 )
 
 // Sign-in attempts are rate limited per user name and per client address
@@ -65,9 +70,12 @@ func (t *limiterTable) reserve(key string, now time.Time) (ok bool, wait time.Du
 	return true, 0
 }
 
-// loginLimiter limits sign-in attempts.
+// loginLimiter limits sign-in attempts: in the database when the store
+// keeps them (store.SignInLimits: every app-node on it counts the same
+// attempts), else in this process.
 type loginLimiter struct {
 	users, addrs *limiterTable
+	shared       store.SignInLimits // nil: the tables above
 }
 
 func newLoginLimiter() *loginLimiter {
@@ -75,13 +83,28 @@ func newLoginLimiter() *loginLimiter {
 }
 
 // allow takes an attempt of user from remote (host:port) at now.
-func (l *loginLimiter) allow(user, remote string, now time.Time) (bool, time.Duration) {
+func (l *loginLimiter) allow(ctx context.Context, user, remote string, now time.Time) (bool, time.Duration, error) {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		host = remote
 	}
-	if ok, wait := l.addrs.reserve(host, now); !ok {
-		return false, wait
+	if l.shared != nil {
+		// Keys are hashed: a name of any bytes and length is one short row.
+		if ok, wait, err := l.shared.TakeSignInAttempt(ctx, signInKey("addr", host), now, loginPerAddrEvery, loginPerAddrBurst); err != nil || !ok {
+			return false, wait, err
+		}
+		return l.shared.TakeSignInAttempt(ctx, signInKey("user", user), now, loginPerUserEvery, loginPerUserBurst)
 	}
-	return l.users.reserve(user, now)
+	if ok, wait := l.addrs.reserve(host, now); !ok {
+		return false, wait, nil
+	}
+	ok, wait := l.users.reserve(user, now)
+	return ok, wait, nil
+}
+
+// signInKey is the key of a shared sign-in limit: kind and the sha256 of
+// the name.
+func signInKey(kind, name string) string {
+	h := sha256.Sum256([]byte(name))
+	return kind + ":" + hex.EncodeToString(h[:])
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
 
@@ -87,6 +88,9 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
 	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter()}
+	if l, ok := acc.(store.SignInLimits); ok {
+		s.logins.shared = l
+	}
 	s.proxies, _ = parsePrefixes(cfg.TrustedProxies) // Validate checked them
 	handlers := s.handlers()
 	for _, rt := range routes {

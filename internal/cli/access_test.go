@@ -103,6 +103,8 @@ var cliElsewhere = map[string]string{
 	"inference transcribe": "/inference/v1 with an API key: TestInferenceAccessMatrix",
 	"version":              "no API",
 	"ork replay":           "no API: reads two local files (TestOrkReplay)",
+	"backup":               "no API: copies a local SQLite file (TestUpBackupThenCopyToPostgres)",
+	"store copy":           "no API: copies a local SQLite file into PostgreSQL (TestUpBackupThenCopyToPostgres)",
 }
 
 // TestCLIAccessMatrix: each CLI command that reaches the API, run by each

@@ -242,7 +242,8 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			defer cfg.unlock() // after the node and the store: the data dir is free once all is closed
-			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"))
+			storeMetrics := store.NewMetrics()
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"), storeMetrics)
 			if err != nil {
 				return err
 			}
@@ -251,7 +252,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
-			reg := metrics.NewRegistry(lease.Collector())
+			reg := metrics.NewRegistry(lease.Collector(), storeMetrics)
 			serveMetrics, err := cfg.listenMetrics(reg)
 			if err != nil {
 				return err
@@ -401,7 +402,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
 			}
-			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"))
+			storeMetrics := store.NewMetrics()
+			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"), storeMetrics)
 			if err != nil {
 				return err
 			}
@@ -440,7 +442,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			obs := metrics.NewAPIObserver()
 			s.SetObserver(obs)
-			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs))
+			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err
 			}

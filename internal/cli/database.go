@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/database"
 )
 
@@ -10,12 +11,19 @@ import (
 // postgres:// (or postgresql://) URL selects PostgreSQL, anything else is
 // a SQLite file, def when the flag is empty. A value that cannot name a
 // database is a usage error (exit 2).
-func openDatabase(ctx context.Context, flag, def string) (database.DB, error) {
+//
+// Its operations are observed in m (register m on the component's
+// /metrics).
+func openDatabase(ctx context.Context, flag, def string, m *store.Metrics) (database.DB, error) {
 	if flag == "" {
 		flag = def
 	}
 	if err := database.Check(flag); err != nil {
 		return nil, usageErrorf("--database: %v", err)
 	}
-	return database.Open(ctx, flag)
+	db, err := database.Open(ctx, flag)
+	if err != nil {
+		return nil, err
+	}
+	return database.Observe(db, flag, m), nil
 }

@@ -18,7 +18,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	_ "github.com/caddyserver/caddy/v2/modules/caddyhttp"              // the http app
@@ -77,7 +79,7 @@ func (c Config) Validate() error {
 		if u.v == "" && u.name == "ui" {
 			continue
 		}
-		if _, err := upstream(u.v); err != nil {
+		if _, err := parseUpstreams(u.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
 		}
 	}
@@ -92,10 +94,28 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// proxy is a reverse_proxy handler to one upstream.
+// proxy is a reverse_proxy handler to one upstream, or to several of one
+// component (several app-nodes on one database) taken in turn.
 type proxy struct {
-	dial string
-	tls  bool
+	dials []string
+	tls   bool
+}
+
+// parseUpstreams parses a component's base URL, or several separated by
+// commas, all http:// or all https://.
+func parseUpstreams(raw string) (proxy, error) {
+	var all proxy
+	for i, part := range strings.Split(raw, ",") {
+		p, err := upstream(strings.TrimSpace(part))
+		if err != nil {
+			return proxy{}, err
+		}
+		if i > 0 && p.tls != all.tls {
+			return proxy{}, fmt.Errorf("%q: mixes http:// and https://", raw)
+		}
+		all.dials, all.tls = append(all.dials, p.dials...), p.tls
+	}
+	return all, nil
 }
 
 // upstream parses a component's base URL.
@@ -114,7 +134,7 @@ func upstream(raw string) (proxy, error) {
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	return proxy{dial: net.JoinHostPort(u.Hostname(), port), tls: u.Scheme == "https"}, nil
+	return proxy{dials: []string{net.JoinHostPort(u.Hostname(), port)}, tls: u.Scheme == "https"}, nil
 }
 
 // handler is the reverse_proxy handler's JSON: every answer flushed as
@@ -122,17 +142,38 @@ func upstream(raw string) (proxy, error) {
 // answers), no request buffering (uploads stream; Caddy's default), and
 // Upgrade (WebSocket) relayed as Caddy does by default. Caddy sets
 // X-Forwarded-For, -Proto and -Host, replacing what the client sent.
+//
+// Several upstreams are taken round robin, request by request (any
+// app-node answers any request: docs/architecture.md). One that refuses
+// a connection is marked down for failDuration (Caddy's passive health
+// check) and the request tried on the next: Caddy retries only what
+// failed before it was sent, so no request runs twice.
 func (p proxy) handler() map[string]any {
+	var ups []any
+	for _, d := range p.dials {
+		ups = append(ups, map[string]any{"dial": d})
+	}
 	h := map[string]any{
 		"handler":        "reverse_proxy",
-		"upstreams":      []any{map[string]any{"dial": p.dial}},
+		"upstreams":      ups,
 		"flush_interval": -1,
+	}
+	if len(p.dials) > 1 {
+		h["load_balancing"] = map[string]any{
+			"selection_policy": map[string]any{"policy": "round_robin"},
+			"retries":          len(p.dials) - 1,
+		}
+		h["health_checks"] = map[string]any{"passive": map[string]any{"fail_duration": failDuration.String()}}
 	}
 	if p.tls {
 		h["transport"] = map[string]any{"protocol": "http", "tls": map[string]any{}}
 	}
 	return h
 }
+
+// failDuration is how long an upstream that refused a connection is left
+// out of the rotation.
+const failDuration = 10 * time.Second
 
 // accessLogger is the name of the server's access logs.
 const accessLogger = "http.log.access.gateway"
@@ -159,7 +200,7 @@ func (c Config) CaddyJSON() ([]byte, error) {
 		{[]string{"/monitor", "/monitor/*"}, c.Monitor},
 		{nil, ui},
 	} {
-		p, _ := upstream(r.to) // Validate checked it
+		p, _ := parseUpstreams(r.to) // Validate checked it
 		route := map[string]any{"handle": []any{p.handler()}, "terminal": true}
 		if r.paths != nil {
 			route["match"] = []any{map[string]any{"path": r.paths}}

@@ -341,3 +341,47 @@ func TestLargeUploadStreams(t *testing.T) {
 		t.Errorf("upload: %d %q, want 200 %q", resp.StatusCode, got, want)
 	}
 }
+
+// TestSeveralAppNodesTakenInTurn: with two app-node URLs the gateway
+// sends /api requests to each in turn; when one stops, every request goes
+// to the other and none fails.
+func TestSeveralAppNodesTakenInTurn(t *testing.T) {
+	u := newUpstreams(t)
+	second := newComponent(t, "app-node-2")
+	cfg := Config{Listen: freeAddr(t), AppNode: u.appNode.srv.URL + ", " + second.srv.URL, Inference: u.inference.srv.URL,
+		Monitor: u.monitor.srv.URL, UI: u.ui.srv.URL, Storage: t.TempDir()}
+	g, err := Start(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	get := func() string {
+		t.Helper()
+		resp, err := http.Get("http://" + g.Addr() + "/api/v1/jobs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /api/v1/jobs: %d %s", resp.StatusCode, b)
+		}
+		name, _, _ := strings.Cut(string(b), " ")
+		return name
+	}
+	var got []string
+	for range 6 {
+		got = append(got, get())
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] == got[i-1] {
+			t.Fatalf("answers %v: want the two app-nodes in turn", got)
+		}
+	}
+	second.srv.Close()
+	for range 4 {
+		if name := get(); name != "app-node" {
+			t.Fatalf("with app-node-2 stopped, %s answered", name)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/database"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
@@ -227,6 +228,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.Store, err = database.Open(ctx, db); err != nil {
 		return nil, err
 	}
+	storeMetrics := store.NewMetrics()
+	p.Store = database.Observe(p.Store, db, storeMetrics)
 	orkID, err := identity(cfg.DataDir, "wrk-ork")
 	if err != nil {
 		return nil, err
@@ -437,7 +440,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	api.SetModelHealth(proxyHealth{p.Proxy})
 	apiObs := metrics.NewAPIObserver()
 	api.SetObserver(apiObs)
-	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory))
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
 		return nil, err

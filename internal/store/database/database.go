@@ -18,17 +18,29 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 )
 
-// DB is what every implementation gives: the store and the inference API
-// keys.
+// DB is what every implementation gives: the store, the inference API
+// keys and the shared sign-in limits.
 type DB interface {
 	store.Store
 	store.APIKeys
+	store.SignInLimits
 }
 
 var (
 	_ DB = (*sqlite.Store)(nil)
 	_ DB = (*postgres.Store)(nil)
 )
+
+// Observe wraps db, opened from value, so that its every operation is
+// timed and its failures counted in m, labelled store="sqlite" or
+// store="postgres" (store.Metrics).
+func Observe(db DB, value string, m *store.Metrics) DB {
+	name := "sqlite"
+	if IsPostgres(value) {
+		name = "postgres"
+	}
+	return store.Observe(db, name, m)
+}
 
 // IsPostgres reports whether value names a PostgreSQL database: a URL
 // whose scheme is postgres or postgresql (any case).

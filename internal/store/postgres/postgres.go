@@ -47,6 +47,8 @@ type Store struct {
 	// retries counts the transactions run again after a serialization
 	// failure or a deadlock.
 	retries atomic.Int64
+	// signIns counts TakeSignInAttempt's calls, to prune now and then.
+	signIns atomic.Int64
 }
 
 var (

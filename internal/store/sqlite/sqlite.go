@@ -49,6 +49,9 @@ type Store struct {
 	// unanalyzed counts the rows written since the planner's statistics
 	// were last refreshed.
 	unanalyzed atomic.Int64
+
+	// signIns counts TakeSignInAttempt's calls, to prune now and then.
+	signIns atomic.Int64
 }
 
 // analyzeEvery is how many written rows (jobs and claims) make the store

@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"concurrent writes", testConcurrentWrites},
 		{"api keys", testAPIKeys},
 		{"api key limits and rotation", testAPIKeyRotation},
+		{"sign-in limits", testSignInLimits},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -53,6 +53,9 @@ type Server struct {
 	Dir string
 	// Port is its TCP port on 127.0.0.1.
 	Port int
+	// Bin is the directory of the server's binaries (pg_dump and
+	// pg_restore are there too).
+	Bin  string
 	cmd  *exec.Cmd
 	done chan error
 	log  *bytes.Buffer
@@ -143,7 +146,7 @@ func Start(bin string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s := &Server{Dir: dir, Bin: bin, log: &bytes.Buffer{}, done: make(chan error, 1)}
 	cred, err := credential(dir)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -332,4 +335,28 @@ func (s *Server) Stop() error {
 		}
 	}
 	return errors.Join(err, os.RemoveAll(s.Dir))
+}
+
+// Tool returns the path of one of PostgreSQL's programs (pg_dump,
+// pg_restore, …) of the server's version: beside the server's binaries
+// (following a link to where they really are), on PATH, or in Debian's
+// /usr/lib/postgresql/*/bin. Without it t fails.
+func (s *Server) Tool(t testing.TB, name string) string {
+	t.Helper()
+	dirs := []string{s.Bin}
+	if real, err := filepath.EvalSymlinks(filepath.Join(s.Bin, "postgres")); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(found)))
+	for _, d := range append(dirs, found...) {
+		if _, err := os.Stat(filepath.Join(d, name)); err == nil {
+			return filepath.Join(d, name)
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	t.Fatalf("pgtest: %s is not beside %s, in /usr/lib/postgresql/*/bin nor on PATH", name, s.Bin)
+	return ""
 }
