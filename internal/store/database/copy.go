@@ -20,9 +20,11 @@ var copyOrder = []string{
 	"quotas", "audit", "signin_limits",
 }
 
-// derived are the tables the target's triggers fill as the others are
-// copied.
-var derived = []string{"job_counts"}
+// derived are the tables Copy leaves out: job_counts, which the target's
+// triggers fill as the others are copied, and leases, whose terms belong
+// to the database they were taken on (the target's first ork takes a
+// fresh one).
+var derived = []string{"job_counts", "leases"}
 
 // Copy copies every row of the SQLite database file from (a `cosmicac up`
 // database, stopped) into the empty PostgreSQL database to, in one
