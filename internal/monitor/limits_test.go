@@ -165,15 +165,23 @@ func lokiEntries(t testing.TB, lk aLoki) []lokitest.Entry {
 	return out
 }
 
-// waitLines waits until Loki holds n lines of job, and returns them.
+// waitLines waits until Loki holds n lines of job, and returns them. It
+// fails when Loki takes no new line within waittest.Timeout, not when the
+// whole drain takes longer: under a rate limit the drain takes as long as
+// the limit makes it, and a loaded machine (CI runs packages side by side)
+// slows Loki too.
 func waitLines(t testing.TB, base, job string, n int) []string {
 	t.Helper()
 	var lines []string
-	waittest.Until(t, func() bool {
-		lines = lokiLines(t, base, job)
-		return len(lines) >= n
-	}, "Loki to hold %d lines of the job", n)
-	return lines
+	for have := 0; ; have = len(lines) {
+		waittest.Until(t, func() bool {
+			lines = lokiLines(t, base, job)
+			return len(lines) >= n || len(lines) > have
+		}, "Loki to hold %d lines of the job (it held %d, and took none since)", n, have)
+		if len(lines) >= n {
+			return lines
+		}
+	}
 }
 
 // dropped is cosmicac_monitor_loki_records_dropped_total{reason}.
