@@ -101,6 +101,12 @@ func wireError(err error) error {
 	if code := cosmic.CodeOf(err); code != "" {
 		return fabric.Errorf(code, "%s", cosmic.MessageOf(err)) // the domain's code is the wire's
 	}
+	if errors.Is(err, store.ErrNotLeader) {
+		// A deposed ork (its term ended; it stops at once): nothing was
+		// written, and the app-node answers 503, try again, by when the
+		// new leader serves.
+		return fabric.Errorf(fabric.CodeUnavailable, "this ork no longer leads (another took the lease); nothing was changed, try again")
+	}
 	return err
 }
 

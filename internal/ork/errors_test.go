@@ -7,6 +7,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/store"
 )
 
 // The ork answers each kind of domain error with its code on the wire.
@@ -21,6 +22,11 @@ func TestWireErrorKeepsTheCode(t *testing.T) {
 	var e *fabric.Error
 	if fabric.ErrorCode(fe) != orkapi.CodeInvalid || !asFabric(fe, &e) || len(e.Details) == 0 {
 		t.Errorf("a field error: %v, want invalid with details", fe)
+	}
+	// A deposed ork's refused write is unavailable (503, try again), not
+	// an internal error.
+	if err := wireError(fmt.Errorf("set quota: %w", store.ErrNotLeader)); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+		t.Errorf("not the leader: the wire says %q, want %q", fabric.ErrorCode(err), fabric.CodeUnavailable)
 	}
 }
 

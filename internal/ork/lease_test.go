@@ -10,9 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cosmicac/cosmicac/internal/config"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 func leaseOn(t *testing.T, st ork.LeaseStore, holder string) *ork.Lease {
@@ -136,5 +139,47 @@ func wantGauges(t *testing.T, l *ork.Lease, leader, epoch float64) {
 	renewed := got["cosmicac_ork_lease_last_renewal_timestamp_seconds"]
 	if got["cosmicac_ork_leader"] != leader || got["cosmicac_ork_lease_epoch"] != epoch || (renewed > 0) != (leader == 1) {
 		t.Errorf("lease metrics = %v; want leader %v, epoch %v, a renewal time only while leading", got, leader, epoch)
+	}
+}
+
+// TestDeposedOrkWritesNoQuota: quota changes go through the fenced store
+// as placements do, so an ork whose term ended cannot set or remove one
+// (the new leader would not see it until it reloads its quotas).
+func TestDeposedOrkWritesNoQuota(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+	a, b := leaseOn(t, st, "a"), leaseOn(t, st, "b")
+	if _, err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o, err := ork.New(ork.DefaultConfig(), a.Fenced(st), func(fabric.PublicKey, []string) worker.Worker { return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(gpus int) error {
+		_, err := o.SetQuota(ctx, orkapi.SetQuotaParams{Team: "ml", Location: "eu", GPUs: gpus, By: "admin"})
+		return err
+	}
+	if err := set(8); err != nil {
+		t.Fatalf("SetQuota while leading = %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := set(16); !errors.Is(err, store.ErrNotLeader) {
+		t.Errorf("SetQuota after b took over = %v; want ErrNotLeader", err)
+	}
+	if err := o.DeleteQuota(ctx, orkapi.QuotaRef{Team: "ml", Location: "eu"}); !errors.Is(err, store.ErrNotLeader) {
+		t.Errorf("DeleteQuota after b took over = %v; want ErrNotLeader", err)
+	}
+	qs, err := st.ListQuotas(ctx, "ml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 1 || qs[0].GPUs != 8 {
+		t.Errorf("quotas after the deposed ork's writes = %+v; want ml's 8 GPUs as the leader set them", qs)
 	}
 }

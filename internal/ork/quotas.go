@@ -33,7 +33,7 @@ func (o *Ork) SetQuota(ctx context.Context, p orkapi.SetQuotaParams) (orkapi.Quo
 		return orkapi.Quota{}, err
 	}
 	o.mu.Lock()
-	if err := o.st.PutQuota(ctx, q); err != nil {
+	if err := o.st.Update(ctx, func(tx Tx) error { return tx.PutQuota(ctx, q) }); err != nil {
 		o.mu.Unlock()
 		return orkapi.Quota{}, err
 	}
@@ -49,7 +49,7 @@ func (o *Ork) SetQuota(ctx context.Context, p orkapi.SetQuotaParams) (orkapi.Quo
 func (o *Ork) DeleteQuota(ctx context.Context, p orkapi.QuotaRef) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err := o.st.DeleteQuota(ctx, p.Team, p.Location, p.GPUModel); err != nil {
+	if err := o.st.Update(ctx, func(tx Tx) error { return tx.DeleteQuota(ctx, p.Team, p.Location, p.GPUModel) }); err != nil {
 		return err
 	}
 	o.fq.SetQuota(fairq.QuotaKey{Team: p.Team, Location: p.Location, GPUModel: p.GPUModel}, -1)

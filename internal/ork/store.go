@@ -17,7 +17,9 @@ type Store interface {
 	Racks(ctx context.Context) ([]store.Rack, error)
 	// Update runs fn in one transaction: all its writes land, or none.
 	Update(ctx context.Context, fn func(tx store.Tx) error) error
-	store.Quotas
+	// ListQuotas is store.Quotas' read; the ork writes quotas in Update
+	// (Tx.PutQuota, Tx.DeleteQuota), fenced by its lease as every write.
+	ListQuotas(ctx context.Context, team string) ([]store.Quota, error)
 }
 
 // Tx is the store's transaction.

@@ -112,6 +112,11 @@ type Tx interface {
 	// same transaction, to force).
 	DeleteRack(ctx context.Context, id string) error
 
+	// PutQuota and DeleteQuota are Quotas' writes within the transaction,
+	// so that a fenced ork's quota changes are fenced too (CheckLease).
+	PutQuota(ctx context.Context, q Quota) error
+	DeleteQuota(ctx context.Context, team, location, gpuModel string) error
+
 	// CheckLease fails with ErrNotLeader unless lease name's epoch is
 	// epoch (a lease never taken fails too). Called first in a write
 	// transaction, it fences the transaction: a deposed leader's writes
