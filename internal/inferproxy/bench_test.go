@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/benchtest"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -92,7 +92,7 @@ func TestBenchInference(t *testing.T) {
 		}
 		return client.Do(req)
 	}
-	loadBefore := loadAverage()
+	loadBefore := benchtest.LoadAverage()
 	// Warm up every path (connections, pools).
 	for i := range paths {
 		for range 200 {
@@ -180,7 +180,7 @@ func TestBenchInference(t *testing.T) {
 	drps := median(direct.rps)
 	de50 := pct(direct.event, 50)
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nCPU: %s, %d cores (GOMAXPROCS %d); load average before: %s, after: %s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadBefore, loadAverage())
+	fmt.Fprintf(&b, "\n%s\n", benchtest.Machine(loadBefore))
 	fmt.Fprintf(&b, "runtime time to first token %v; %d interleaved rounds; per round and path: %d sequential requests, 8 clients for %v, %d streams of 20 events\n\n", ttft, rounds, seqN, parDur, streams)
 	fmt.Fprintf(&b, "| path | p50 | p99 | added p50 | added p99 | req/s (8 clients) | vs direct | CPU µs/request (8 clients) | added CPU µs/request | SSE event p50 | added per event p50 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range paths {
@@ -221,26 +221,6 @@ func (e *eventTimes) get(i int) (time.Time, bool) {
 		return e.t[i], true
 	}
 	return time.Time{}, false
-}
-
-// cpuModel is the first "model name" of /proc/cpuinfo ("unknown" elsewhere).
-func cpuModel() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for line := range strings.Lines(string(b)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
-}
-
-// loadAverage is /proc/loadavg's three load averages ("unknown" elsewhere).
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
 }
 
 func pct(d []time.Duration, p int) time.Duration {
