@@ -227,6 +227,31 @@ func TestCancelStopsCall(t *testing.T) {
 	}
 }
 
+// A call handler's context ends once the handler returned, on every
+// transport, as net/http's does: a goroutine the handler started on it
+// stops (on QUIC the context is the stream's, which ends once the answer
+// is sent).
+func TestHandlerContextEndsAfterReturn(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			srv, cli := pair(t, withTransports(tr))
+			ended := make(chan struct{})
+			srv.Handle("spawn", func(ctx context.Context, _ *Request) (any, error) {
+				go func() { <-ctx.Done(); close(ended) }()
+				return "ok", nil
+			})
+			if err := cli.Call(ctxT(t), srv.PublicKey(), "spawn", nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler's context did not end after it returned")
+			}
+		})
+	}
+}
+
 func TestDeadlineReachesServer(t *testing.T) {
 	srv, cli := pair(t)
 	got := make(chan time.Duration, 1)

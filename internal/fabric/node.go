@@ -248,7 +248,7 @@ func (n *Node) bind(addr string, serve bool) error {
 		udp.Close()
 		return err
 	}
-	tr := &quic.Transport{Conn: udp, StatelessResetKey: rk}
+	tr := &quic.Transport{Conn: udpConn{udp}, StatelessResetKey: rk}
 	if !serve {
 		n.udp, n.qtr = udp, tr
 		return nil
@@ -580,14 +580,21 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body []byte, st *servedSt
 		// handler closes its sending half, and it may read on.
 		parent = s.callParent(pc.ctx)
 	}
-	ctx, cancel := context.WithCancel(parent)
+	// ctx ends when the handler returns (as net/http's does), when the
+	// caller gives up, and at the request's timeout. A call's parent on
+	// QUIC is its stream's context, which already ends when the caller
+	// gives up and once the answer is sent: without a timeout it needs no
+	// context of its own (two allocations a call less).
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	switch {
+	case req.timeout > 0:
+		ctx, cancel = context.WithTimeout(parent, req.timeout)
+	case parent == pc.ctx:
+		ctx, cancel = context.WithCancel(parent)
+	}
 	defer cancel()
 	if grant != nil {
 		ctx = WithGrant(ctx, grant)
-	}
-	if req.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, req.timeout)
-		defer cancel()
 	}
 	switch req.kind {
 	case kindCall:
