@@ -52,6 +52,11 @@ func TestLosingDialLeavesTheWinnerServing(t *testing.T) {
 			if !agent.Connected(srv.PublicKey()) {
 				t.Fatal("the agent's connection did not carry the call")
 			}
+			// The agent dialled and served its one connection: it holds it
+			// once.
+			if k := registered(agent, srv.PublicKey()); k != 1 {
+				t.Fatalf("the agent holds %d connections to the server, want 1", k)
+			}
 		})
 	}
 }
@@ -67,4 +72,11 @@ func connsFrom(n *Node, key PublicKey) int {
 		}
 	}
 	return k
+}
+
+// registered counts the connections to key that serve n's calls.
+func registered(n *Node, key PublicKey) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.conns[key])
 }

@@ -428,8 +428,10 @@ func (n *Node) register(pc *peerConn) bool {
 	if n.closed {
 		return false
 	}
-	n.conns[pc.key] = append(n.conns[pc.key], pc)
-	n.all[pc] = struct{}{}
+	if _, ok := n.all[pc]; !ok { // a dialled one is registered twice: by the dial, then by serve
+		n.conns[pc.key] = append(n.conns[pc.key], pc)
+		n.all[pc] = struct{}{}
+	}
 	return true
 }
 
