@@ -63,8 +63,7 @@ func (n *Node) AddAddrs(key PublicKey, addrs ...string) {
 func (n *Node) Connected(key PublicKey) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	pc := n.conns[key]
-	return pc != nil && pc.ctx.Err() == nil
+	return n.liveConn(key) != nil
 }
 
 // conn returns a live connection to key, dialling if needed. fresh reports
@@ -78,7 +77,7 @@ func (n *Node) conn(ctx context.Context, key PublicKey) (pc *peerConn, fresh boo
 		n.mu.Unlock()
 		return nil, false, Errorf(CodeUnavailable, "node closed")
 	}
-	if pc := n.conns[key]; pc != nil && pc.ctx.Err() == nil {
+	if pc := n.liveConn(key); pc != nil {
 		n.mu.Unlock()
 		return pc, false, nil
 	}
@@ -394,9 +393,7 @@ func (n *Node) Notify(ctx context.Context, key PublicKey, method string, params 
 
 func (n *Node) drop(pc *peerConn) {
 	n.mu.Lock()
-	if n.conns[pc.key] == pc {
-		delete(n.conns, pc.key)
-	}
+	n.forget(pc)
 	n.mu.Unlock()
 	pc.c.close()
 }
@@ -666,7 +663,7 @@ func (n *Node) ping(ctx context.Context, req *Request) (any, error) {
 		Access:        req.Access.String(),
 	}
 	n.mu.Lock()
-	if pc := n.conns[req.Peer]; pc != nil {
+	if pc := n.liveConn(req.Peer); pc != nil {
 		r.Transport = pc.c.transport()
 	}
 	n.mu.Unlock()

@@ -351,8 +351,7 @@ func (n *Node) takeParked(ctx context.Context, key PublicKey) *directConn {
 				stale = append(stale, c.d)
 			}
 		}
-		pc := n.conns[key]
-		canAsk := !pp.asking && now.After(pp.failUntil) && pc != nil && pc.ctx.Err() == nil
+		canAsk := !pp.asking && now.After(pp.failUntil) && n.liveConn(key) != nil
 		if canAsk && len(pp.conns) < parkLow && !n.closed {
 			pp.asking, pp.askedAt = true, now
 			n.wg.Add(1) // under n.mu, the node not closed: Close waits for it

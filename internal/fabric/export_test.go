@@ -22,7 +22,7 @@ func (n *Node) crash() {
 // idleStreams returns the idle call streams of the pooled connection to key.
 func (n *Node) idleStreams(key PublicKey) []callStream {
 	n.mu.Lock()
-	pc := n.conns[key]
+	pc := n.liveConn(key)
 	n.mu.Unlock()
 	if pc == nil {
 		return nil
@@ -35,7 +35,7 @@ func (n *Node) idleStreams(key PublicKey) []callStream {
 // ageIdleStreams makes every idle call stream to key look idle for d longer.
 func (n *Node) ageIdleStreams(key PublicKey, d time.Duration) {
 	n.mu.Lock()
-	pc := n.conns[key]
+	pc := n.liveConn(key)
 	n.mu.Unlock()
 	pc.idleMu.Lock()
 	defer pc.idleMu.Unlock()

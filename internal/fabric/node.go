@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -99,8 +100,10 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	conns   map[PublicKey]*peerConn
+	mu sync.Mutex
+	// conns holds the multiplexed connections serving calls, by key,
+	// newest last (see liveConn).
+	conns   map[PublicKey][]*peerConn
 	all     map[*peerConn]struct{}
 	dialing map[PublicKey]*dialCall
 	book    map[PublicKey][]string
@@ -147,7 +150,7 @@ func New(cfg Config) (*Node, error) {
 		cert:    cert,
 		log:     cfg.Logger.With("component", cfg.Component),
 		started: time.Now(),
-		conns:   make(map[PublicKey]*peerConn),
+		conns:   make(map[PublicKey][]*peerConn),
 		all:     make(map[*peerConn]struct{}),
 		dialing: make(map[PublicKey]*dialCall),
 		book:    make(map[PublicKey][]string),
@@ -425,19 +428,54 @@ func (n *Node) register(pc *peerConn) bool {
 	if n.closed {
 		return false
 	}
-	n.conns[pc.key] = pc // the newest connection to a key serves new calls
-	n.all[pc] = struct{}{}
+	if _, ok := n.all[pc]; !ok { // a dialled one is registered twice: by the dial, then by serve
+		n.conns[pc.key] = append(n.conns[pc.key], pc)
+		n.all[pc] = struct{}{}
+	}
 	return true
 }
 
 func (n *Node) unregister(pc *peerConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.conns[pc.key] == pc {
-		delete(n.conns, pc.key)
-	}
+	n.forget(pc)
 	delete(n.all, pc)
 	pc.c.close()
+}
+
+// liveConn returns the newest live connection to key, or nil. Callers hold
+// n.mu.
+//
+// The newest serves new calls (a peer that restarted has dialled a new
+// one), but every live one is kept, not only the newest: when it ends, the
+// next newest takes over. A peer may hold several at once: a dial races
+// QUIC against TCP and closes the loser once the winner is in, after both
+// reached us, in either order. Had the loser ended as the only one kept,
+// a dial-only peer (an agent in a VM) would be unreachable over the
+// winner, and it would not dial again while the winner is up.
+func (n *Node) liveConn(key PublicKey) *peerConn {
+	cs := n.conns[key]
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].ctx.Err() == nil {
+			return cs[i]
+		}
+	}
+	return nil
+}
+
+// forget takes pc out of the connections serving calls. Callers hold n.mu.
+func (n *Node) forget(pc *peerConn) {
+	cs := n.conns[pc.key]
+	i := slices.Index(cs, pc)
+	if i < 0 {
+		return
+	}
+	cs = slices.Delete(cs, i, i+1)
+	if len(cs) == 0 {
+		delete(n.conns, pc.key)
+		return
+	}
+	n.conns[pc.key] = cs
 }
 
 // goTracked runs f on a goroutine that Close waits for, unless the node is
