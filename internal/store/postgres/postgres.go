@@ -24,12 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -465,41 +460,9 @@ func wrap(err error) error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations, NNNN_name.sql, by version: the
-// same numbers and names as SQLite's (TestMigrationsMatch).
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migration %d_%s: version %d is also %s's", ms[i].version, ms[i].name, ms[i].version, ms[i-1].name)
-		}
-	}
-	return ms, nil
-}
+// migrations lists the embedded migrations (sqlstore.Migrations): the same
+// numbers and names as SQLite's (TestMigrationsMatch).
+func migrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }
 
 // migrate applies, in one transaction and in order, the migrations the
 // database has not recorded. An advisory lock (per schema) makes processes
@@ -511,7 +474,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	latest := 0
 	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
+		latest = ms[len(ms)-1].Version
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -557,15 +520,15 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-			m.version, m.name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
+			m.Version, m.Name, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

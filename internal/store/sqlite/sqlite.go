@@ -23,10 +23,8 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"path"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -363,45 +361,8 @@ func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CON
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations, NNNN_name.sql, by version.
-// Versions are unique but may have gaps while migrations written on
-// parallel branches land (0005 before 0004): migrate applies every one a
-// database has not recorded, so one that lands later with a lower number
-// is still applied. Each migration therefore stands on its own (IF NOT
-// EXISTS, no dependence on a higher-numbered one).
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migration %d_%s: version %d is also %s's", ms[i].version, ms[i].name, ms[i].version, ms[i-1].name)
-		}
-	}
-	return ms, nil
-}
+// migrations lists the embedded migrations (sqlstore.Migrations).
+func migrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }
 
 // migrate applies, in one transaction and in order, the migrations the
 // database has not recorded.
@@ -412,7 +373,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	}
 	latest := 0
 	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
+		latest = ms[len(ms)-1].Version
 	}
 	// Foreign keys are off while migrating, so that a migration may rebuild
 	// a table that others refer to (SQLite's documented procedure: dropping
@@ -464,15 +425,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-			m.version, m.name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
+			m.Version, m.Name, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
 		}
 	}
 	if err := foreignKeyCheck(ctx, tx); err != nil {
