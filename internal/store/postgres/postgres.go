@@ -472,10 +472,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].Version
-	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: begin: %w", err)
@@ -497,39 +493,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		applied_at bigint NOT NULL)`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	applied := map[int]bool{}
-	cur := 0
-	rows, err := tx.Query(ctx, "SELECT version FROM schema_migrations")
-	if err != nil {
+	if err := sqlstore.Apply(ctx, adapter{tx}, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: %w", err)
-		}
-		applied[v] = true
-		cur = max(cur, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if cur > latest {
-		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
-	}
-	for _, m := range ms {
-		if applied[m.Version] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.SQL); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-			m.Version, m.Name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
-		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate: commit: %w", err)

@@ -371,10 +371,6 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].Version
-	}
 	// Foreign keys are off while migrating, so that a migration may rebuild
 	// a table that others refer to (SQLite's documented procedure: dropping
 	// the old table would otherwise cascade); they are checked before the
@@ -400,41 +396,8 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	var cur int
-	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&cur); err != nil {
+	if err := sqlstore.Apply(ctx, querier{tx}, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	if cur > latest {
-		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
-	}
-	applied := map[int]bool{}
-	rows, err := tx.QueryContext(ctx, "SELECT version FROM schema_migrations")
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: %w", err)
-		}
-		applied[v] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	for _, m := range ms {
-		if applied[m.Version] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-			m.Version, m.Name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.Version, m.Name, err)
-		}
 	}
 	if err := foreignKeyCheck(ctx, tx); err != nil {
 		return fmt.Errorf("migrate: %w", err)

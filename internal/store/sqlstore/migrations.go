@@ -1,12 +1,16 @@
 package sqlstore
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/store"
 )
 
 // Migration is one schema migration, the file migrations/NNNN_name.sql.
@@ -49,4 +53,50 @@ func Migrations(fsys fs.FS) ([]Migration, error) {
 		}
 	}
 	return ms, nil
+}
+
+// Apply applies to the transaction q, in order, the migrations of ms that
+// its schema_migrations table (which the store has made sure of) has not
+// recorded, and records them. A database at a version higher than ms know
+// is refused with store.ErrSchemaTooNew.
+func Apply(ctx context.Context, q Querier, ms []Migration) error {
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].Version
+	}
+	applied := map[int]bool{}
+	cur := 0
+	rows, err := q.Query(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return err
+		}
+		applied[v] = true
+		cur = max(cur, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if cur > latest {
+		return fmt.Errorf("database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
+	}
+	for _, m := range ms {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := q.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("apply %04d_%s: %w", m.Version, m.Name, err)
+		}
+		if _, err := q.Exec(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+			m.Version, m.Name, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("record %04d_%s: %w", m.Version, m.Name, err)
+		}
+	}
+	return nil
 }
