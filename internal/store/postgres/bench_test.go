@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 	"github.com/cosmicac/cosmicac/internal/store/storetest"
 )
@@ -43,20 +41,7 @@ func benchStore(b *testing.B) *Store {
 		}
 		bench.ids = nil
 		start := time.Now()
-		r := rand.New(rand.NewPCG(1, 2))
-		t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-		for i := 0; i < storetest.BenchJobs && bench.err == nil; i += 1000 {
-			bench.err = bench.s.Update(ctx, func(tx store.Tx) error {
-				for k := i; k < i+1000; k++ {
-					j := storetest.BenchJob(r, k, t0)
-					if err := tx.CreateJob(ctx, j); err != nil {
-						return err
-					}
-					bench.ids = append(bench.ids, j.ID)
-				}
-				return nil
-			})
-		}
+		bench.ids, bench.err = storetest.BenchFill(ctx, bench.s, storetest.BenchJob, 1000)
 		// What autovacuum would do after a bulk load, at once.
 		if bench.err == nil {
 			_, bench.err = bench.s.pool.Exec(ctx, "VACUUM ANALYZE")

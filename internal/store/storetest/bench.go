@@ -55,6 +55,32 @@ func BenchJob(r *rand.Rand, i int, t0 time.Time) cosmic.Job {
 	}
 }
 
+// BenchFill writes the benchmark database into s: job(r, i, t0) for every
+// i < BenchJobs, with r from rand.NewPCG(1, 2) and t0 = 2025-01-01 UTC
+// (job is BenchJob, or a variant of it), batch jobs a transaction. It
+// returns their IDs.
+func BenchFill(ctx context.Context, s store.Store, job func(r *rand.Rand, i int, t0 time.Time) cosmic.Job, batch int) ([]string, error) {
+	var ids []string
+	r := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < BenchJobs; i += batch {
+		err := s.Update(ctx, func(tx store.Tx) error {
+			for k := i; k < min(i+batch, BenchJobs); k++ {
+				j := job(r, k, t0)
+				if err := tx.CreateJob(ctx, j); err != nil {
+					return err
+				}
+				ids = append(ids, j.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
 // ReportLatency reports the median and the 99th percentile of ds.
 func ReportLatency(b *testing.B, ds []time.Duration) {
 	slices.Sort(ds)
