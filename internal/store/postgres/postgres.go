@@ -38,7 +38,9 @@ import (
 )
 
 // Store is a store.Store on a PostgreSQL database (the schema first in the
-// connections' search_path).
+// connections' search_path). Its statements are sqlstore's; its own are the
+// pool, the SERIALIZABLE transactions and their retries, the batched
+// ListJobs and the migrations.
 type Store struct {
 	*sqlstore.Store
 
