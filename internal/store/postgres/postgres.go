@@ -21,14 +21,10 @@ package postgres
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,23 +34,27 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/store/sqlstore"
 )
 
 // Store is a store.Store on a PostgreSQL database (the schema first in the
-// connections' search_path).
+// connections' search_path). Its statements are sqlstore's; its own are the
+// pool, the SERIALIZABLE transactions and their retries, the batched
+// ListJobs and the migrations.
 type Store struct {
+	*sqlstore.Store
+
 	pool *pgxpool.Pool
 	// retries counts the transactions run again after a serialization
 	// failure or a deadlock.
 	retries atomic.Int64
-	// signIns counts TakeSignInAttempt's calls, to prune now and then.
-	signIns atomic.Int64
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.APIKeys = (*Store)(nil)
-	_ store.Quotas  = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.APIKeys      = (*Store)(nil)
+	_ store.Quotas       = (*Store)(nil)
+	_ store.SignInLimits = (*Store)(nil)
 )
 
 // connectTimeout bounds each new connection unless the DSN sets one.
@@ -106,7 +106,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	s := &Store{pool: pool}
+	s.Store = sqlstore.New(sqlstore.Config{Dialect: dialect, Read: adapter{pool}, Write: s.write, Snapshot: s.snapshot})
+	return s, nil
 }
 
 // ParseDSN checks that dsn parses as Open needs, without connecting; its
@@ -129,34 +131,21 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Update runs fn in one SERIALIZABLE transaction (store.Store), again
-// from the start when the database aborts it for a serialization failure
-// or a deadlock, up to maxAttempts times. fn's own error is never retried.
-func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	return s.retry(ctx, func(tx pgx.Tx, t *txn) error {
-		t.q = &recorder{q: tx, t: t}
-		return fn(t)
-	})
-}
-
-// write runs fn in a SERIALIZABLE transaction, retried as Update's.
-func (s *Store) write(ctx context.Context, fn func(tx querier) error) error {
-	return s.retry(ctx, func(tx pgx.Tx, t *txn) error {
-		return fn(&recorder{q: tx, t: t})
-	})
-}
-
-func (s *Store) retry(ctx context.Context, fn func(tx pgx.Tx, t *txn) error) error {
+// write runs fn in one SERIALIZABLE transaction (sqlstore.Config.Write,
+// and so Update), again from the start when the database aborts it for a
+// serialization failure or a deadlock, up to maxAttempts times. fn's own
+// error is never retried.
+func (s *Store) write(ctx context.Context, fn func(t *sqlstore.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		t := &txn{}
-		err := s.attempt(ctx, t, fn)
-		if err == nil || !t.mustRetry && !retryable(err) {
+		m := &retryMark{}
+		err := s.attempt(ctx, m, fn)
+		if err == nil || !m.mustRetry && !retryable(err) {
 			return err
 		}
-		if t.mustRetry && !retryable(err) {
+		if m.mustRetry && !retryable(err) {
 			// fn saw a serialization failure and went on: its result
 			// rests on a snapshot the database gave up; never commit it.
-			err = errors.Join(err, t.failure)
+			err = errors.Join(err, m.failure)
 		}
 		s.retries.Add(1)
 		if attempt == maxAttempts {
@@ -173,7 +162,7 @@ func (s *Store) retry(ctx context.Context, fn func(tx pgx.Tx, t *txn) error) err
 }
 
 // attempt is one try of a write transaction.
-func (s *Store) attempt(ctx context.Context, t *txn, fn func(tx pgx.Tx, t *txn) error) error {
+func (s *Store) attempt(ctx context.Context, m *retryMark, fn func(t *sqlstore.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -184,11 +173,11 @@ func (s *Store) attempt(ctx context.Context, t *txn, fn func(tx pgx.Tx, t *txn) 
 			_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that got us here is the one to report
 		}
 	}()
-	if err := fn(tx, t); err != nil {
+	if err := fn(sqlstore.NewTx(adapter{&recorder{q: tx, m: m}}, dialect)); err != nil {
 		return err
 	}
-	if t.mustRetry {
-		return t.failure
+	if m.mustRetry {
+		return m.failure
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -198,61 +187,14 @@ func (s *Store) attempt(ctx context.Context, t *txn, fn func(tx pgx.Tx, t *txn) 
 }
 
 // snapshot runs fn in a read-only REPEATABLE READ transaction: every read
-// of it sees one snapshot.
-func (s *Store) snapshot(ctx context.Context, fn func(t *txn) error) error {
+// of it sees one snapshot (sqlstore.Config.Snapshot).
+func (s *Store) snapshot(ctx context.Context, fn func(t *sqlstore.Tx) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	t := &txn{}
-	t.q = &recorder{q: tx, t: t}
-	return fn(t)
-}
-
-// read is the Tx of the pool: each call a transaction of its own.
-func (s *Store) read() *txn {
-	t := &txn{}
-	t.q = &recorder{q: s.pool, t: t}
-	return t
-}
-
-// UpdateJob reads, changes and writes one job in one transaction.
-func (s *Store) UpdateJob(ctx context.Context, id string, fn func(j *cosmic.Job) error) (cosmic.Job, error) {
-	var out cosmic.Job
-	err := s.Update(ctx, func(tx store.Tx) error {
-		j, err := tx.GetJob(ctx, id)
-		if err != nil {
-			return err
-		}
-		if err := fn(&j); err != nil {
-			return err
-		}
-		if j.ID != id {
-			return fmt.Errorf("update job %s: the function changed its ID to %q: %w", id, j.ID, cosmic.ErrInvalid)
-		}
-		if err := tx.PutJob(ctx, j); err != nil {
-			return err
-		}
-		out = j
-		return nil
-	})
-	return out, err
-}
-
-// CreateJob implements store.Tx in a transaction of its own.
-func (s *Store) CreateJob(ctx context.Context, j cosmic.Job) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.CreateJob(ctx, j) })
-}
-
-// GetJob implements store.Tx.
-func (s *Store) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
-	return s.read().GetJob(ctx, id)
-}
-
-// PutJob implements store.Tx in a transaction of its own.
-func (s *Store) PutJob(ctx context.Context, j cosmic.Job) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.PutJob(ctx, j) })
+	return fn(sqlstore.NewTx(adapter{tx}, dialect))
 }
 
 // ListJobs implements store.Tx; the page and the total come from one
@@ -260,7 +202,7 @@ func (s *Store) PutJob(ctx context.Context, j cosmic.Job) error {
 // statement (the count, or the page when the count is not from the
 // counters), then the other with COMMIT.
 func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
-	l, err := newListing(q)
+	l, err := sqlstore.NewListing(dialect, q)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -278,11 +220,11 @@ func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.J
 		b     pgx.Batch
 	)
 	b.Queue(begin)
-	if l.counted {
-		sql, args := l.countSQL()
+	if l.Counted() {
+		sql, args := l.CountSQL()
 		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
 	} else {
-		sql, args, _ := l.pageSQL(0)
+		sql, args, _ := l.PageSQL(0)
 		b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) { jobs, err = collectJobs(rows); return err })
 	}
 	if err := conn.SendBatch(ctx, &b).Close(); err != nil {
@@ -290,19 +232,19 @@ func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.J
 	}
 	b = pgx.Batch{}
 	switch {
-	case l.counted:
-		sql, args, empty := l.pageSQL(total)
+	case l.Counted():
+		sql, args, empty := l.PageSQL(total)
 		if !empty {
 			b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) { jobs, err = collectJobs(rows); return err })
 		} else {
 			jobs = []cosmic.Job{}
 		}
 	default:
-		if n, ok := l.total(len(jobs)); ok {
+		if n, ok := l.Total(len(jobs)); ok {
 			total = int64(n)
 			break
 		}
-		sql, args := l.countSQL()
+		sql, args := l.CountSQL()
 		b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
 	}
 	b.Queue("COMMIT")
@@ -312,19 +254,17 @@ func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.J
 	return jobs, int(total), nil
 }
 
-// DeleteJob implements store.Tx in a transaction of its own.
-func (s *Store) DeleteJob(ctx context.Context, id string) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteJob(ctx, id) })
-}
-
-// ClaimGPUs implements store.Tx in a transaction of its own.
-func (s *Store) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.ClaimGPUs(ctx, r) })
+func collectJobs(rows pgx.Rows) ([]cosmic.Job, error) {
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cosmic.Job, error) { return sqlstore.ScanJob(r) })
+	if jobs == nil {
+		jobs = []cosmic.Job{}
+	}
+	return jobs, err
 }
 
 // Reservations implements store.Tx, from one snapshot.
 func (s *Store) Reservations(ctx context.Context) (out []cosmic.Reservation, err error) {
-	err = s.snapshot(ctx, func(t *txn) error {
+	err = s.snapshot(ctx, func(t *sqlstore.Tx) error {
 		out, err = t.Reservations(ctx)
 		return err
 	})
@@ -333,34 +273,49 @@ func (s *Store) Reservations(ctx context.Context) (out []cosmic.Reservation, err
 
 // JobReservations implements store.Tx, from one snapshot.
 func (s *Store) JobReservations(ctx context.Context, jobID string) (out []cosmic.Reservation, err error) {
-	err = s.snapshot(ctx, func(t *txn) error {
+	err = s.snapshot(ctx, func(t *sqlstore.Tx) error {
 		out, err = t.JobReservations(ctx, jobID)
 		return err
 	})
 	return out, err
 }
 
-// ReleaseGPUs implements store.Tx in a transaction of its own.
-func (s *Store) ReleaseGPUs(ctx context.Context, jobID string, replica int) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.ReleaseGPUs(ctx, jobID, replica) })
+// dialect is PostgreSQL's: its SQLSTATEs, text for JSON, row locks, the
+// server's clock, and labels and states as one parameter each.
+var dialect = &sqlstore.Dialect{
+	IsUnique:     isUnique,
+	IsForeignKey: isForeignKey,
+	Unstorable:   unstorable,
+	Raised:       func(err error) bool { return pgCode(err) == codeRaiseException },
+	JSON:         func(b []byte) any { return string(b) },
+	StringAgg:    "string_agg",
+	ForShare:     " FOR SHARE",
+	ForUpdate:    " FOR UPDATE",
+	Bigint:       "::bigint",
+	// The server's clock in Unix nanoseconds.
+	NowSQL:  "(extract(epoch from clock_timestamp()) * 1000000000)::bigint",
+	Listing: sqlstore.ListingDialect{Labels: labelsContain, States: stateAny, MergeStates: true},
 }
 
-// PutRack implements store.Tx in a transaction of its own.
-func (s *Store) PutRack(ctx context.Context, r store.Rack) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.PutRack(ctx, r) })
+// labelsContain filters by labels with one containment test on the spec's
+// labels, which the GIN index jobs_labels (migration 0008) answers;
+// job_labels, SQLite's way, is kept in step but a join there is a hash join
+// over every job of a common label (docs/benchmarks.md).
+func labelsContain(p *sqlstore.Params, labels map[string]string) (join, cond string, err error) {
+	b, err := json.Marshal(labels)
+	if err != nil {
+		return "", "", err
+	}
+	return "", "jobs.spec->'labels' @> " + p.Add(string(b)) + "::jsonb", nil
 }
 
-// GetRack implements store.Tx.
-func (s *Store) GetRack(ctx context.Context, id string) (store.Rack, error) {
-	return s.read().GetRack(ctx, id)
-}
-
-// Racks implements store.Tx.
-func (s *Store) Racks(ctx context.Context) ([]store.Rack, error) { return s.read().Racks(ctx) }
-
-// DeleteRack implements store.Tx in a transaction of its own.
-func (s *Store) DeleteRack(ctx context.Context, id string) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteRack(ctx, id) })
+// stateAny is "col = ANY($N::text[])".
+func stateAny(p *sqlstore.Params, col string, states []cosmic.State) string {
+	arg := make([]string, len(states))
+	for i, s := range states {
+		arg[i] = string(s)
+	}
+	return col + " = ANY(" + p.Add(arg) + "::text[])"
 }
 
 // querier is what *pgxpool.Pool and pgx.Tx share.
@@ -370,88 +325,90 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// recorder is a querier that notes in its txn any serialization failure a
-// statement meets, so that the transaction is retried even when the
-// caller's function handles the error and goes on.
+// adapter is a querier as a sqlstore.Querier.
+type adapter struct{ q querier }
+
+func (a adapter) Exec(ctx context.Context, sql string, args ...any) (sqlstore.Result, error) {
+	tag, err := a.q.Exec(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return commandTag{tag}, nil
+}
+
+func (a adapter) Query(ctx context.Context, sql string, args ...any) (sqlstore.Rows, error) {
+	return a.q.Query(ctx, sql, args...)
+}
+
+func (a adapter) QueryRow(ctx context.Context, sql string, args ...any) sqlstore.Row {
+	return a.q.QueryRow(ctx, sql, args...)
+}
+
+// commandTag is a pgconn.CommandTag as a sqlstore.Result.
+type commandTag struct{ pgconn.CommandTag }
+
+func (t commandTag) RowsAffected() (int64, error) { return t.CommandTag.RowsAffected(), nil }
+
+// recorder is a querier that notes in its retryMark any serialization
+// failure a statement meets, so that the transaction is retried even when
+// the caller's function handles the error and goes on.
 type recorder struct {
 	q querier
-	t *txn
+	m *retryMark
 }
 
 func (r *recorder) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	tag, err := r.q.Exec(ctx, sql, args...)
-	r.t.note(err)
+	r.m.note(err)
 	return tag, err
 }
 
 func (r *recorder) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	rows, err := r.q.Query(ctx, sql, args...)
-	r.t.note(err)
+	r.m.note(err)
 	if err != nil {
 		return rows, err
 	}
-	return &recordedRows{Rows: rows, t: r.t}, nil
+	return &recordedRows{Rows: rows, m: r.m}, nil
 }
 
 func (r *recorder) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return recordedRow{row: r.q.QueryRow(ctx, sql, args...), t: r.t}
+	return recordedRow{row: r.q.QueryRow(ctx, sql, args...), m: r.m}
 }
 
 type recordedRows struct {
 	pgx.Rows
-	t *txn
+	m *retryMark
 }
 
 func (r *recordedRows) Err() error {
 	err := r.Rows.Err()
-	r.t.note(err)
+	r.m.note(err)
 	return err
 }
 
 type recordedRow struct {
 	row pgx.Row
-	t   *txn
+	m   *retryMark
 }
 
 func (r recordedRow) Scan(dest ...any) error {
 	err := r.row.Scan(dest...)
-	r.t.note(err)
+	r.m.note(err)
 	return err
 }
 
-// txn implements store.Tx on a querier: a write transaction, a read
-// snapshot, or the pool.
-type txn struct {
-	q querier
-	// mustRetry: a statement met a serialization failure (failure).
+// retryMark notes that a statement of a write transaction met a
+// serialization failure (failure): the transaction must be retried.
+type retryMark struct {
 	mustRetry bool
 	failure   error
 }
 
-func (t *txn) note(err error) {
-	if retryable(err) && !t.mustRetry {
-		t.mustRetry, t.failure = true, err
+func (m *retryMark) note(err error) {
+	if retryable(err) && !m.mustRetry {
+		m.mustRetry, m.failure = true, err
 	}
-}
-
-// savepoint runs fn so that its writes all happen or none does, also
-// inside a larger transaction that goes on after fn fails (PostgreSQL
-// aborts a transaction at its first error unless it rolls back to a
-// savepoint).
-func (t *txn) savepoint(ctx context.Context, fn func() error) error {
-	if _, err := t.q.Exec(ctx, "SAVEPOINT sp"); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
-	}
-	if err := fn(); err != nil {
-		if _, rerr := t.q.Exec(ctx, "ROLLBACK TO SAVEPOINT sp; RELEASE SAVEPOINT sp"); rerr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
-		}
-		return err
-	}
-	if _, err := t.q.Exec(ctx, "RELEASE SAVEPOINT sp"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
-	}
-	return nil
 }
 
 // SQLSTATEs the store maps (PostgreSQL's appendix A).
@@ -502,59 +459,12 @@ func wrap(err error) error {
 	return err
 }
 
-// nanos and fromNanos store times as Unix nanoseconds, the zero time as 0.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations, NNNN_name.sql, by version: the
-// same numbers and names as SQLite's (TestMigrationsMatch).
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migration %d_%s: version %d is also %s's", ms[i].version, ms[i].name, ms[i].version, ms[i-1].name)
-		}
-	}
-	return ms, nil
-}
+// migrations lists the embedded migrations (sqlstore.Migrations): the same
+// numbers and names as SQLite's (TestMigrationsMatch).
+func migrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }
 
 // migrate applies, in one transaction and in order, the migrations the
 // database has not recorded. An advisory lock (per schema) makes processes
@@ -563,10 +473,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	ms, err := migrations()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -589,39 +495,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		applied_at bigint NOT NULL)`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	applied := map[int]bool{}
-	cur := 0
-	rows, err := tx.Query(ctx, "SELECT version FROM schema_migrations")
-	if err != nil {
+	if err := sqlstore.Apply(ctx, adapter{tx}, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: %w", err)
-		}
-		applied[v] = true
-		cur = max(cur, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	if cur > latest {
-		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
-	}
-	for _, m := range ms {
-		if applied[m.version] {
-			continue
-		}
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
-			m.version, m.name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
-		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate: commit: %w", err)

@@ -30,7 +30,7 @@ func TestMigrationsMatch(t *testing.T) {
 	}
 	var pg []string
 	for _, m := range ms {
-		pg = append(pg, filepath.Base(m.name))
+		pg = append(pg, filepath.Base(m.Name))
 	}
 	files, err := filepath.Glob("../sqlite/migrations/*.sql")
 	if err != nil || len(files) == 0 {
@@ -183,7 +183,7 @@ func TestSchemaTooNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms, _ := migrations()
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	var n, top int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &top); err != nil {
 		t.Fatal(err)

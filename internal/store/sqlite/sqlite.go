@@ -23,10 +23,8 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"path"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -36,10 +34,15 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/store/sqlstore"
 )
 
-// Store is a store.Store on one SQLite file.
+// Store is a store.Store on one SQLite file. Its statements are
+// sqlstore's; its own are the connections, the transactions and the
+// migrations.
 type Store struct {
+	*sqlstore.Store
+
 	w *sql.DB // writer: one connection, BEGIN IMMEDIATE
 	r *sql.DB // readers: query_only connections
 
@@ -49,9 +52,6 @@ type Store struct {
 	// unanalyzed counts the rows written since the planner's statistics
 	// were last refreshed.
 	unanalyzed atomic.Int64
-
-	// signIns counts TakeSignInAttempt's calls, to prune now and then.
-	signIns atomic.Int64
 }
 
 // analyzeEvery is how many written rows (jobs and claims) make the store
@@ -62,7 +62,12 @@ const (
 	analysisLimit = 1000
 )
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store        = (*Store)(nil)
+	_ store.APIKeys      = (*Store)(nil)
+	_ store.Quotas       = (*Store)(nil)
+	_ store.SignInLimits = (*Store)(nil)
+)
 
 // busyTimeout is how long a connection waits for a lock held by another
 // process (or the WAL checkpointer) before SQLITE_BUSY.
@@ -127,11 +132,20 @@ func Open(path string) (*Store, error) {
 	}
 	s := &Store{w: w, r: r}
 	// The credential read runs on every API request: parsed once.
-	if s.credential, err = r.PrepareContext(ctx, credentialQuery); err != nil {
+	if s.credential, err = r.PrepareContext(ctx, dialect.CredentialQuery()); err != nil {
 		r.Close()
 		w.Close()
 		return nil, fmt.Errorf("open sqlite %s: prepare: %w", path, err)
 	}
+	s.Store = sqlstore.New(sqlstore.Config{
+		Dialect:  dialect,
+		Read:     querier{r},
+		Write:    s.write,
+		Snapshot: s.snapshot,
+		Credential: func(ctx context.Context, hash []byte) sqlstore.Row {
+			return s.credential.QueryRowContext(ctx, hash)
+		},
+	})
 	s.analyze(ctx)
 	return s, nil
 }
@@ -213,21 +227,10 @@ func (s *Store) IntegrityCheck(ctx context.Context) error {
 	return nil
 }
 
-// Update runs fn in one write transaction (store.Store).
-func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	t := &txn{}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		t.q = tx
-		return fn(t)
-	})
-	if err == nil && s.unanalyzed.Add(int64(t.writes)) >= analyzeEvery {
-		s.analyze(ctx)
-	}
-	return err
-}
-
-// write runs fn in a write transaction on the single writer connection.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+// write runs fn in a write transaction on the single writer connection
+// (sqlstore.Config.Write), and refreshes the planner's statistics after
+// every analyzeEvery rows of jobs and claims written.
+func (s *Store) write(ctx context.Context, fn func(t *sqlstore.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin write: %w", err)
@@ -238,142 +241,106 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 			_ = tx.Rollback() // the error that got us here is the one to report
 		}
 	}()
-	if err := fn(tx); err != nil {
+	t := sqlstore.NewTx(querier{tx}, dialect)
+	if err := fn(t); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	committed = true
+	if s.unanalyzed.Add(int64(t.Writes())) >= analyzeEvery {
+		s.analyze(ctx)
+	}
 	return nil
 }
 
-// read is the Tx of the read pool: each call is a transaction of its own.
-func (s *Store) read() *txn { return &txn{q: s.r} }
-
-// UpdateJob reads, changes and writes one job in one transaction.
-func (s *Store) UpdateJob(ctx context.Context, id string, fn func(j *cosmic.Job) error) (cosmic.Job, error) {
-	var out cosmic.Job
-	err := s.Update(ctx, func(tx store.Tx) error {
-		j, err := tx.GetJob(ctx, id)
-		if err != nil {
-			return err
-		}
-		if err := fn(&j); err != nil {
-			return err
-		}
-		if j.ID != id {
-			return fmt.Errorf("update job %s: the function changed its ID to %q: %w", id, j.ID, cosmic.ErrInvalid)
-		}
-		if err := tx.PutJob(ctx, j); err != nil {
-			return err
-		}
-		out = j
-		return nil
-	})
-	return out, err
-}
-
-// CreateJob implements store.Tx in a transaction of its own.
-func (s *Store) CreateJob(ctx context.Context, j cosmic.Job) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.CreateJob(ctx, j) })
-}
-
-// GetJob implements store.Tx.
-func (s *Store) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
-	return s.read().GetJob(ctx, id)
-}
-
-// PutJob implements store.Tx in a transaction of its own.
-func (s *Store) PutJob(ctx context.Context, j cosmic.Job) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.PutJob(ctx, j) })
-}
-
-// ListJobs implements store.Tx; the page and the total come from one
-// snapshot.
-func (s *Store) ListJobs(ctx context.Context, q store.ListJobsQuery) ([]cosmic.Job, int, error) {
+// snapshot runs fn in one read transaction of the read pool
+// (sqlstore.Config.Snapshot).
+func (s *Store) snapshot(ctx context.Context, fn func(t *sqlstore.Tx) error) error {
 	tx, err := s.r.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list jobs: begin: %w", err)
+		return fmt.Errorf("begin read: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	return (&txn{q: tx}).ListJobs(ctx, q)
+	return fn(sqlstore.NewTx(querier{tx}, dialect))
 }
 
-// DeleteJob implements store.Tx in a transaction of its own.
-func (s *Store) DeleteJob(ctx context.Context, id string) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteJob(ctx, id) })
+// dialect is SQLite's: its constraint codes, bytes for JSON, and a join on
+// job_labels per label filter.
+var dialect = &sqlstore.Dialect{
+	IsUnique:     isUnique,
+	IsForeignKey: isForeignKey,
+	JSON:         func(b []byte) any { return b },
+	StringAgg:    "group_concat",
+	Listing:      sqlstore.ListingDialect{Labels: labelJoins, States: statesIn},
 }
 
-// ClaimGPUs implements store.Tx in a transaction of its own.
-func (s *Store) ClaimGPUs(ctx context.Context, r cosmic.Reservation) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.ClaimGPUs(ctx, r) })
-}
-
-// Reservations implements store.Tx.
-func (s *Store) Reservations(ctx context.Context) ([]cosmic.Reservation, error) {
-	return s.read().Reservations(ctx)
-}
-
-// JobReservations implements store.Tx.
-func (s *Store) JobReservations(ctx context.Context, jobID string) ([]cosmic.Reservation, error) {
-	return s.read().JobReservations(ctx, jobID)
-}
-
-// ReleaseGPUs implements store.Tx in a transaction of its own.
-func (s *Store) ReleaseGPUs(ctx context.Context, jobID string, replica int) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.ReleaseGPUs(ctx, jobID, replica) })
-}
-
-// PutRack implements store.Tx in a transaction of its own.
-func (s *Store) PutRack(ctx context.Context, r store.Rack) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.PutRack(ctx, r) })
-}
-
-// GetRack implements store.Tx.
-func (s *Store) GetRack(ctx context.Context, id string) (store.Rack, error) {
-	return s.read().GetRack(ctx, id)
-}
-
-// Racks implements store.Tx.
-func (s *Store) Racks(ctx context.Context) ([]store.Rack, error) { return s.read().Racks(ctx) }
-
-// DeleteRack implements store.Tx in a transaction of its own.
-func (s *Store) DeleteRack(ctx context.Context, id string) error {
-	return s.Update(ctx, func(tx store.Tx) error { return tx.DeleteRack(ctx, id) })
-}
-
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// txn implements store.Tx on a querier: a write transaction, a read
-// transaction, or the read pool.
-type txn struct {
-	q      querier
-	writes int // rows of jobs and claims written
-}
-
-// savepoint runs fn so that its writes all happen or none does, also
-// inside a larger transaction that goes on after fn fails.
-func (t *txn) savepoint(ctx context.Context, fn func() error) error {
-	if _, err := t.q.ExecContext(ctx, "SAVEPOINT sp"); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+// labelJoins filters by labels with a join on job_labels' primary key
+// (job_id, key) each: at most one row per job, so no duplicates; the
+// planner starts from the label's (key, value) index or from the jobs'
+// when that is narrower.
+func labelJoins(p *sqlstore.Params, labels map[string]string) (join, cond string, err error) {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
 	}
-	if err := fn(); err != nil {
-		if _, rerr := t.q.ExecContext(ctx, "ROLLBACK TO sp; RELEASE sp"); rerr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		fmt.Fprintf(&b, " JOIN job_labels l%d ON l%d.job_id = jobs.id AND l%d.key = %s AND l%d.value = %s", i, i, i, p.Add(k), i, p.Add(labels[k]))
+	}
+	return b.String(), "", nil
+}
+
+// statesIn is "col IN (…)".
+func statesIn(p *sqlstore.Params, col string, states []cosmic.State) string {
+	var b strings.Builder
+	b.WriteString(col + " IN (")
+	for i, st := range states {
+		if i > 0 {
+			b.WriteString(", ")
 		}
-		return err
+		b.WriteString(p.Add(string(st)))
 	}
-	if _, err := t.q.ExecContext(ctx, "RELEASE sp"); err != nil {
-		return fmt.Errorf("release savepoint: %w", err)
-	}
-	return nil
+	b.WriteString(")")
+	return b.String()
 }
+
+// querier is a sqlstore.Querier on *sql.DB or *sql.Tx.
+type querier struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
+	res, err := q.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	rows, err := q.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (q querier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	return q.q.QueryRowContext(ctx, query, args...)
+}
+
+// sqlRows is *sql.Rows as sqlstore.Rows (whose Close returns nothing: its
+// error is Err's).
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
 
 // sqliteCode is the extended result code of a driver error, or 0.
 func sqliteCode(err error) int {
@@ -391,63 +358,11 @@ func isUnique(err error) bool {
 
 func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY }
 
-// nanos and fromNanos store times as Unix nanoseconds, the zero time as 0.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations, NNNN_name.sql, by version.
-// Versions are unique but may have gaps while migrations written on
-// parallel branches land (0005 before 0004): migrate applies every one a
-// database has not recorded, so one that lands later with a lower number
-// is still applied. Each migration therefore stands on its own (IF NOT
-// EXISTS, no dependence on a higher-numbered one).
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", base)
-		}
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migration %d_%s: version %d is also %s's", ms[i].version, ms[i].name, ms[i].version, ms[i-1].name)
-		}
-	}
-	return ms, nil
-}
+// migrations lists the embedded migrations (sqlstore.Migrations).
+func migrations() ([]sqlstore.Migration, error) { return sqlstore.Migrations(migrationFiles) }
 
 // migrate applies, in one transaction and in order, the migrations the
 // database has not recorded.
@@ -455,10 +370,6 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	ms, err := migrations()
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	latest := 0
-	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
 	}
 	// Foreign keys are off while migrating, so that a migration may rebuild
 	// a table that others refer to (SQLite's documented procedure: dropping
@@ -485,41 +396,8 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	var cur int
-	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&cur); err != nil {
+	if err := sqlstore.Apply(ctx, querier{tx}, ms); err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	}
-	if cur > latest {
-		return fmt.Errorf("migrate: database at version %d, this binary knows up to %d: %w", cur, latest, store.ErrSchemaTooNew)
-	}
-	applied := map[int]bool{}
-	rows, err := tx.QueryContext(ctx, "SELECT version FROM schema_migrations")
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return fmt.Errorf("migrate: %w", err)
-		}
-		applied[v] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	for _, m := range ms {
-		if applied[m.version] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migrate: apply %04d_%s: %w", m.version, m.name, err)
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-			m.version, m.name, time.Now().UnixNano()); err != nil {
-			return fmt.Errorf("migrate: record %04d_%s: %w", m.version, m.name, err)
-		}
 	}
 	if err := foreignKeyCheck(ctx, tx); err != nil {
 		return fmt.Errorf("migrate: %w", err)

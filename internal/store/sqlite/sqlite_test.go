@@ -91,7 +91,7 @@ func TestMigrations(t *testing.T) {
 	if err := s.w.QueryRowContext(ctx, "SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &max); err != nil {
 		t.Fatal(err)
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	if n != len(ms) || max != latest {
 		t.Errorf("schema_migrations: %d rows up to %d, want %d up to %d", n, max, len(ms), latest)
 	}
@@ -222,10 +222,10 @@ func openAt(t *testing.T, path string, version int) *sql.DB {
 		t.Fatal(err)
 	}
 	for _, m := range ms[:version] {
-		if _, err := db.ExecContext(ctx, m.sql); err != nil {
-			t.Fatalf("apply %d: %v", m.version, err)
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("apply %d: %v", m.Version, err)
 		}
-		if _, err := db.ExecContext(ctx, "INSERT INTO schema_migrations VALUES (?, ?, 0)", m.version, m.name); err != nil {
+		if _, err := db.ExecContext(ctx, "INSERT INTO schema_migrations VALUES (?, ?, 0)", m.Version, m.Name); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,27 +1,25 @@
-package postgres
+package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
-// Lease expiry is by the database server's clock, so that the orks' clocks
-// need not agree. CheckLease locks the lease row FOR SHARE: a takeover's
-// UPDATE of it waits for every fenced transaction holding the old epoch
-// to end, and a fenced transaction whose snapshot predates a takeover's
-// commit fails serialization and is retried, then sees the new epoch.
+// The leases go by Dialect.NowSQL, the database server's clock where
+// there is one (PostgreSQL), so that the orks' clocks need not agree, else
+// by this process's. CheckLease locks the lease row (Dialect.ForShare): a
+// takeover's UPDATE of it waits for every fenced transaction holding the
+// old epoch to end. Where there are no row locks (SQLite), a write
+// transaction begins IMMEDIATE, so CheckLease and a takeover never
+// interleave, also between processes sharing the file.
 
 var _ store.Leases = (*Store)(nil)
-
-// nowSQL is the server's clock in Unix nanoseconds.
-const nowSQL = "(extract(epoch from clock_timestamp()) * 1000000000)::bigint"
 
 // AcquireLease implements store.Leases.
 func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error) {
@@ -29,12 +27,12 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		return store.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	var out store.Lease
-	err := s.write(ctx, func(tx querier) error {
-		var now int64
-		if err := tx.QueryRow(ctx, "SELECT "+nowSQL).Scan(&now); err != nil {
+	err := s.c.Write(ctx, func(tx *Tx) error {
+		now, err := s.d.now(ctx, tx.q)
+		if err != nil {
 			return fmt.Errorf("acquire lease %s: read clock: %w", name, err)
 		}
-		cur, err := getLease(ctx, tx, name, " FOR UPDATE")
+		cur, err := tx.getLease(ctx, name, s.d.ForUpdate)
 		if err != nil && !errors.Is(err, cosmic.ErrNotFound) {
 			return err
 		}
@@ -42,13 +40,13 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		if err == nil {
 			curp = &cur
 		}
-		next, err := store.NextTerm(curp, name, holder, fromNanos(now), ttl)
+		next, err := store.NextTerm(curp, name, holder, now, ttl)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES ($1, $2, $3, $4)
+		if _, err := tx.q.Exec(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-			name, holder, next.Epoch, nanos(next.ExpiresAt)); err != nil {
+			name, holder, next.Epoch, Nanos(next.ExpiresAt)); err != nil {
 			return fmt.Errorf("acquire lease %s: %w", name, err)
 		}
 		out = next
@@ -62,18 +60,23 @@ func (s *Store) RenewLease(ctx context.Context, name, holder string, epoch int64
 	if err := store.ValidLease(name, holder, ttl); err != nil {
 		return store.Lease{}, fmt.Errorf("renew lease: %w", err)
 	}
+	// The new expiry: the server's clock plus ttl, or this process's.
+	expires, arg := "$4", any(time.Now().Add(ttl).UnixNano())
+	if s.d.NowSQL != "" {
+		expires, arg = s.d.NowSQL+" + $4", ttl.Nanoseconds()
+	}
 	out := store.Lease{Name: name, Holder: holder, Epoch: epoch}
-	err := s.write(ctx, func(tx querier) error {
+	err := s.c.Write(ctx, func(tx *Tx) error {
 		var exp int64
-		err := tx.QueryRow(ctx, "UPDATE leases SET expires_at = "+nowSQL+" + $4 WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at <> 0 RETURNING expires_at",
-			name, holder, epoch, ttl.Nanoseconds()).Scan(&exp)
-		if errors.Is(err, pgx.ErrNoRows) {
+		err := tx.q.QueryRow(ctx, "UPDATE leases SET expires_at = "+expires+" WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at <> 0 RETURNING expires_at",
+			name, holder, epoch, arg).Scan(&exp)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("renew lease %s: %s no longer holds epoch %d: %w", name, holder, epoch, store.ErrNotLeader)
 		}
 		if err != nil {
 			return fmt.Errorf("renew lease %s: %w", name, err)
 		}
-		out.ExpiresAt = fromNanos(exp)
+		out.ExpiresAt = FromNanos(exp)
 		return nil
 	})
 	return out, err
@@ -81,8 +84,8 @@ func (s *Store) RenewLease(ctx context.Context, name, holder string, epoch int64
 
 // ReleaseLease implements store.Leases.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string, epoch int64) error {
-	return s.write(ctx, func(tx querier) error {
-		if _, err := tx.Exec(ctx, "UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2 AND epoch = $3", name, holder, epoch); err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.q.Exec(ctx, "UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2 AND epoch = $3", name, holder, epoch); err != nil {
 			return fmt.Errorf("release lease %s: %w", name, err)
 		}
 		return nil
@@ -91,20 +94,15 @@ func (s *Store) ReleaseLease(ctx context.Context, name, holder string, epoch int
 
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, name string) (store.Lease, error) {
-	return getLease(ctx, s.read().q, name, "")
+	return s.read.getLease(ctx, name, "")
 }
 
 // CheckLease implements store.Tx.
-func (s *Store) CheckLease(ctx context.Context, name string, epoch int64) error {
-	return s.read().CheckLease(ctx, name, epoch)
-}
-
-// CheckLease implements store.Tx.
-func (t *txn) CheckLease(ctx context.Context, name string, epoch int64) error {
+func (t *Tx) CheckLease(ctx context.Context, name string, epoch int64) error {
 	var cur int64
-	err := t.q.QueryRow(ctx, "SELECT epoch FROM leases WHERE name = $1 FOR SHARE", name).Scan(&cur)
+	err := t.q.QueryRow(ctx, "SELECT epoch FROM leases WHERE name = $1"+t.d.ForShare, name).Scan(&cur)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("lease %s was never taken: %w", name, store.ErrNotLeader)
 	case err != nil:
 		return fmt.Errorf("check lease %s: %w", name, err)
@@ -114,16 +112,17 @@ func (t *txn) CheckLease(ctx context.Context, name string, epoch int64) error {
 	return nil
 }
 
-func getLease(ctx context.Context, q querier, name, lock string) (store.Lease, error) {
+// getLease reads the lease name, locked by lock (Dialect.ForUpdate) or not.
+func (t *Tx) getLease(ctx context.Context, name, lock string) (store.Lease, error) {
 	l := store.Lease{Name: name}
 	var exp int64
-	err := q.QueryRow(ctx, "SELECT holder, epoch, expires_at FROM leases WHERE name = $1"+lock, name).Scan(&l.Holder, &l.Epoch, &exp)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := t.q.QueryRow(ctx, "SELECT holder, epoch, expires_at FROM leases WHERE name = $1"+lock, name).Scan(&l.Holder, &l.Epoch, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
 		return l, fmt.Errorf("lease %s: %w", name, cosmic.ErrNotFound)
 	}
 	if err != nil {
-		return l, fmt.Errorf("get lease %s: %w", name, wrap(err))
+		return l, fmt.Errorf("get lease %s: %w", name, t.d.wrap(err))
 	}
-	l.ExpiresAt = fromNanos(exp)
+	l.ExpiresAt = FromNanos(exp)
 	return l, nil
 }

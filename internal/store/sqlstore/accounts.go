@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -14,34 +14,18 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
-// notFound reports a missing row of what, named name.
-func notFound(what, name string) error {
-	return fmt.Errorf("%s %s: %w", what, name, cosmic.ErrNotFound)
-}
-
-// affected fails with notFound when res changed no row.
-func affected(res sql.Result, err error, what, name string) error {
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, name, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return errors.Join(notFound(what, name), err)
-	}
-	return nil
-}
-
 // CreateTeam implements store.Accounts.
 func (s *Store) CreateTeam(ctx context.Context, t cosmic.Team) error {
 	if !cosmic.ValidAccountName(t.Name) {
 		return fmt.Errorf("create team %q: not a valid name: %w", t.Name, cosmic.ErrInvalid)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO teams (name, created_at) VALUES (?, ?)", t.Name, nanos(t.CreatedAt))
-		if isUnique(err) {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		_, err := tx.q.Exec(ctx, "INSERT INTO teams (name, created_at) VALUES ($1, $2)", t.Name, Nanos(t.CreatedAt))
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("create team %s: already exists: %w", t.Name, cosmic.ErrConflict)
 		}
 		if err != nil {
-			return fmt.Errorf("create team %s: %w", t.Name, err)
+			return fmt.Errorf("create team %s: %w", t.Name, s.d.wrap(err))
 		}
 		return nil
 	})
@@ -53,45 +37,45 @@ func (s *Store) GetTeam(ctx context.Context, name string) (cosmic.Team, error) {
 		t       cosmic.Team
 		created int64
 	)
-	err := s.r.QueryRowContext(ctx, "SELECT name, created_at FROM teams WHERE name = ?", name).Scan(&t.Name, &created)
-	if errors.Is(err, sql.ErrNoRows) {
+	err := s.read.q.QueryRow(ctx, "SELECT name, created_at FROM teams WHERE name = $1", name).Scan(&t.Name, &created)
+	if errors.Is(err, sql.ErrNoRows) || s.d.unstorable(err) {
 		return cosmic.Team{}, notFound("team", name)
 	}
 	if err != nil {
 		return cosmic.Team{}, fmt.Errorf("get team %s: %w", name, err)
 	}
-	t.CreatedAt = fromNanos(created)
+	t.CreatedAt = FromNanos(created)
 	return t, nil
 }
 
 // ListTeams implements store.Accounts.
 func (s *Store) ListTeams(ctx context.Context) ([]cosmic.Team, error) {
-	return query(ctx, s.r, "list teams", "SELECT name, created_at FROM teams ORDER BY name", nil, func(rows *sql.Rows) (cosmic.Team, error) {
+	return query(ctx, s.read.q, s.d, "list teams", "SELECT name, created_at FROM teams ORDER BY name", nil, func(rows Rows) (cosmic.Team, error) {
 		var (
 			t       cosmic.Team
 			created int64
 		)
 		err := rows.Scan(&t.Name, &created)
-		t.CreatedAt = fromNanos(created)
+		t.CreatedAt = FromNanos(created)
 		return t, err
 	})
 }
 
 // DeleteTeam implements store.Accounts.
 func (s *Store) DeleteTeam(ctx context.Context, name string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE team = ? LIMIT 1)", name).Scan(&n); err != nil {
-			return fmt.Errorf("delete team %s: %w", name, err)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		var has bool
+		if err := tx.q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM jobs WHERE team = $1)", name).Scan(&has); err != nil {
+			return fmt.Errorf("delete team %s: %w", name, s.d.wrap(err))
 		}
-		if n > 0 {
+		if has {
 			return fmt.Errorf("delete team %s: it still has jobs; delete them first: %w", name, cosmic.ErrConflict)
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE team = ?", name); err != nil {
+		if _, err := tx.q.Exec(ctx, "DELETE FROM tokens WHERE team = $1", name); err != nil {
 			return fmt.Errorf("delete team %s: %w", name, err)
 		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM teams WHERE name = ?", name)
-		return affected(res, err, "team", name)
+		res, err := tx.q.Exec(ctx, "DELETE FROM teams WHERE name = $1", name)
+		return affected(res, err, "team", name, s.d)
 	})
 }
 
@@ -100,35 +84,35 @@ func (s *Store) CreateUser(ctx context.Context, u cosmic.User, passwordHash stri
 	if !cosmic.ValidAccountName(u.Name) {
 		return fmt.Errorf("create user %q: not a valid name: %w", u.Name, cosmic.ErrInvalid)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO users (name, platform_admin, password, created_at) VALUES (?, ?, ?, ?)",
-			u.Name, u.PlatformAdmin, passwordHash, nanos(u.CreatedAt))
+	return s.c.Write(ctx, func(tx *Tx) error {
+		_, err := tx.q.Exec(ctx, "INSERT INTO users (name, platform_admin, password, created_at) VALUES ($1, $2, $3, $4)",
+			u.Name, u.PlatformAdmin, passwordHash, Nanos(u.CreatedAt))
 		switch {
-		case isUnique(err):
+		case s.d.IsUnique(err):
 			return fmt.Errorf("create user %s: already exists: %w", u.Name, cosmic.ErrConflict)
 		case err != nil:
-			return fmt.Errorf("create user %s: %w", u.Name, err)
+			return fmt.Errorf("create user %s: %w", u.Name, s.d.wrap(err))
 		}
 		return nil
 	})
 }
 
-const userCols = "name, platform_admin, password != '', created_at"
+const userCols = "name, platform_admin, password <> '', created_at"
 
-func scanUser(sc interface{ Scan(...any) error }) (cosmic.User, error) {
+func scanUser(sc Row) (cosmic.User, error) {
 	var (
 		u       cosmic.User
 		created int64
 	)
 	err := sc.Scan(&u.Name, &u.PlatformAdmin, &u.HasPassword, &created)
-	u.CreatedAt = fromNanos(created)
+	u.CreatedAt = FromNanos(created)
 	return u, err
 }
 
 // GetUser implements store.Accounts.
 func (s *Store) GetUser(ctx context.Context, name string) (cosmic.User, error) {
-	u, err := scanUser(s.r.QueryRowContext(ctx, "SELECT "+userCols+" FROM users WHERE name = ?", name))
-	if errors.Is(err, sql.ErrNoRows) {
+	u, err := scanUser(s.read.q.QueryRow(ctx, "SELECT "+userCols+" FROM users WHERE name = $1", name))
+	if errors.Is(err, sql.ErrNoRows) || s.d.unstorable(err) {
 		return cosmic.User{}, notFound("user", name)
 	}
 	if err != nil {
@@ -139,45 +123,47 @@ func (s *Store) GetUser(ctx context.Context, name string) (cosmic.User, error) {
 
 // ListUsers implements store.Accounts.
 func (s *Store) ListUsers(ctx context.Context) ([]cosmic.User, error) {
-	return query(ctx, s.r, "list users", "SELECT "+userCols+" FROM users ORDER BY name", nil, func(rows *sql.Rows) (cosmic.User, error) {
+	return query(ctx, s.read.q, s.d, "list users", "SELECT "+userCols+" FROM users ORDER BY name", nil, func(rows Rows) (cosmic.User, error) {
 		return scanUser(rows)
 	})
 }
 
 // DeleteUser implements store.Accounts.
 func (s *Store) DeleteUser(ctx context.Context, name string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM users WHERE name = ?", name)
-		return affected(res, err, "user", name)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "DELETE FROM users WHERE name = $1", name)
+		return affected(res, err, "user", name, s.d)
 	})
 }
 
-// SetPlatformAdmin implements store.Accounts.
+// SetPlatformAdmin implements store.Accounts. Two transactions taking the
+// flag from the last two admins at once cannot both commit (SQLite's single
+// writer, PostgreSQL's SERIALIZABLE).
 func (s *Store) SetPlatformAdmin(ctx context.Context, name string, admin bool) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.c.Write(ctx, func(tx *Tx) error {
 		if !admin {
 			var others int
-			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM users WHERE platform_admin AND name != ?", name).Scan(&others); err != nil {
-				return fmt.Errorf("set platform admin %s: %w", name, err)
+			if err := tx.q.QueryRow(ctx, "SELECT count(*) FROM users WHERE platform_admin AND name <> $1", name).Scan(&others); err != nil {
+				return fmt.Errorf("set platform admin %s: %w", name, s.d.wrap(err))
 			}
 			if others == 0 {
 				var is bool
-				err := tx.QueryRowContext(ctx, "SELECT platform_admin FROM users WHERE name = ?", name).Scan(&is)
+				err := tx.q.QueryRow(ctx, "SELECT platform_admin FROM users WHERE name = $1", name).Scan(&is)
 				if err == nil && is {
 					return fmt.Errorf("user %s is the last platform admin: make another first: %w", name, cosmic.ErrConflict)
 				}
 			}
 		}
-		res, err := tx.ExecContext(ctx, "UPDATE users SET platform_admin = ? WHERE name = ?", admin, name)
-		return affected(res, err, "user", name)
+		res, err := tx.q.Exec(ctx, "UPDATE users SET platform_admin = $1 WHERE name = $2", admin, name)
+		return affected(res, err, "user", name, s.d)
 	})
 }
 
 // PasswordHash implements store.Accounts.
 func (s *Store) PasswordHash(ctx context.Context, name string) (string, error) {
 	var h string
-	err := s.r.QueryRowContext(ctx, "SELECT password FROM users WHERE name = ?", name).Scan(&h)
-	if errors.Is(err, sql.ErrNoRows) {
+	err := s.read.q.QueryRow(ctx, "SELECT password FROM users WHERE name = $1", name).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) || s.d.unstorable(err) {
 		return "", notFound("user", name)
 	}
 	if err != nil {
@@ -188,12 +174,12 @@ func (s *Store) PasswordHash(ctx context.Context, name string) (string, error) {
 
 // SetPassword implements store.Accounts.
 func (s *Store) SetPassword(ctx context.Context, name, hash string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "UPDATE users SET password = ? WHERE name = ?", hash, name)
-		if err := affected(res, err, "user", name); err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "UPDATE users SET password = $1 WHERE name = $2", hash, name)
+		if err := affected(res, err, "user", name, s.d); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE user_name = ? AND kind = ?", name, store.KindSession); err != nil {
+		if _, err := tx.q.Exec(ctx, "DELETE FROM tokens WHERE user_name = $1 AND kind = $2", name, string(store.KindSession)); err != nil {
 			return fmt.Errorf("end sessions of %s: %w", name, err)
 		}
 		return nil
@@ -205,14 +191,14 @@ func (s *Store) PutMember(ctx context.Context, m cosmic.Member) error {
 	if !m.Role.Valid() {
 		return fmt.Errorf("member %s of %s: role %q is not owner, admin, member or viewer: %w", m.User, m.Team, m.Role, cosmic.ErrInvalid)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO members (team, user_name, role) VALUES (?, ?, ?)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		_, err := tx.q.Exec(ctx, `INSERT INTO members (team, user_name, role) VALUES ($1, $2, $3)
 			ON CONFLICT (team, user_name) DO UPDATE SET role = excluded.role`, m.Team, m.User, string(m.Role))
 		switch {
-		case isForeignKey(err):
+		case s.d.IsForeignKey(err):
 			return fmt.Errorf("member %s of %s: no such user or team: %w", m.User, m.Team, cosmic.ErrInvalid)
 		case err != nil:
-			return fmt.Errorf("member %s of %s: %w", m.User, m.Team, err)
+			return fmt.Errorf("member %s of %s: %w", m.User, m.Team, s.d.wrap(err))
 		}
 		return nil
 	})
@@ -220,32 +206,34 @@ func (s *Store) PutMember(ctx context.Context, m cosmic.Member) error {
 
 // DeleteMember implements store.Accounts.
 func (s *Store) DeleteMember(ctx context.Context, team, user string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM members WHERE team = ? AND user_name = ?", team, user)
-		if err := affected(res, err, "member", user+" of team "+team); err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "DELETE FROM members WHERE team = $1 AND user_name = $2", team, user)
+		if err := affected(res, err, "member", user+" of team "+team, s.d); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE team = ? AND user_name = ?", team, user); err != nil {
+		if _, err := tx.q.Exec(ctx, "DELETE FROM tokens WHERE team = $1 AND user_name = $2", team, user); err != nil {
 			return fmt.Errorf("remove %s from %s: %w", user, team, err)
 		}
 		return nil
 	})
 }
 
-func scanMember(rows *sql.Rows) (cosmic.Member, error) {
+func scanMember(rows Rows) (cosmic.Member, error) {
 	var m cosmic.Member
-	err := rows.Scan(&m.Team, &m.User, &m.Role)
+	var role string
+	err := rows.Scan(&m.Team, &m.User, &role)
+	m.Role = cosmic.Role(role)
 	return m, err
 }
 
 // Members implements store.Accounts.
 func (s *Store) Members(ctx context.Context, team string) ([]cosmic.Member, error) {
-	return query(ctx, s.r, "members of "+team, "SELECT team, user_name, role FROM members WHERE team = ? ORDER BY user_name", []any{team}, scanMember)
+	return query(ctx, s.read.q, s.d, "members of "+team, "SELECT team, user_name, role FROM members WHERE team = $1 ORDER BY user_name", []any{team}, scanMember)
 }
 
 // Memberships implements store.Accounts.
 func (s *Store) Memberships(ctx context.Context, user string) ([]cosmic.Member, error) {
-	return query(ctx, s.r, "teams of "+user, "SELECT team, user_name, role FROM members WHERE user_name = ? ORDER BY team", []any{user}, scanMember)
+	return query(ctx, s.read.q, s.d, "teams of "+user, "SELECT team, user_name, role FROM members WHERE user_name = $1 ORDER BY team", []any{user}, scanMember)
 }
 
 // CreateToken implements store.Accounts.
@@ -264,17 +252,17 @@ func (s *Store) CreateToken(ctx context.Context, t store.Token) error {
 		}
 		sel = string(b)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, kind, name, user_name, hash, team, scope, selector, csrf, created_at, expires_at, last_used_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			t.ID, string(t.Kind), t.Name, t.UserName, t.Hash, t.Team, t.Scope, sel, t.CSRF, nanos(t.CreatedAt), nanos(t.ExpiresAt), nanos(t.LastUsedAt))
+	return s.c.Write(ctx, func(tx *Tx) error {
+		_, err := tx.q.Exec(ctx, `INSERT INTO tokens (id, kind, name, user_name, hash, team, scope, selector, csrf, created_at, expires_at, last_used_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			t.ID, string(t.Kind), t.Name, t.UserName, t.Hash, t.Team, t.Scope, sel, t.CSRF, Nanos(t.CreatedAt), Nanos(t.ExpiresAt), Nanos(t.LastUsedAt))
 		switch {
-		case isUnique(err):
+		case s.d.IsUnique(err):
 			return fmt.Errorf("create token %s: its ID or secret already exists: %w", t.ID, cosmic.ErrConflict)
-		case isForeignKey(err):
+		case s.d.IsForeignKey(err):
 			return fmt.Errorf("create token %s: user %q does not exist: %w", t.ID, t.UserName, cosmic.ErrInvalid)
 		case err != nil:
-			return fmt.Errorf("create token %s: %w", t.ID, err)
+			return fmt.Errorf("create token %s: %w", t.ID, s.d.wrap(err))
 		}
 		return nil
 	})
@@ -291,7 +279,7 @@ func scanToken(dst []any) (func() (store.Token, error), []any) {
 	ptrs := append([]any{&t.ID, &kind, &t.Name, &t.UserName, &t.Hash, &t.Team, &t.Scope, &sel, &t.CSRF, &created, &expires, &used}, dst...)
 	return func() (store.Token, error) {
 		t.Kind = store.TokenKind(kind)
-		t.CreatedAt, t.ExpiresAt, t.LastUsedAt = fromNanos(created), fromNanos(expires), fromNanos(used)
+		t.CreatedAt, t.ExpiresAt, t.LastUsedAt = FromNanos(created), FromNanos(expires), FromNanos(used)
 		if sel != "" {
 			if err := json.Unmarshal([]byte(sel), &t.Selector); err != nil {
 				return store.Token{}, fmt.Errorf("token %s: selector: %w", t.ID, err)
@@ -307,10 +295,12 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte, now time.Time) (st
 	return t, u, err
 }
 
-// credentialQuery reads a token, its user and the user's teams.
-const credentialQuery = "SELECT " + tokenCols + ", u.name, u.platform_admin, u.password != '', u.created_at, " +
-	"(SELECT group_concat(m.team || '=' || m.role, ',') FROM members m WHERE m.user_name = u.name) " +
-	"FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = ?"
+// CredentialQuery reads a token, its user and the user's teams.
+func (d *Dialect) CredentialQuery() string {
+	return "SELECT " + tokenCols + ", u.name, u.platform_admin, u.password <> '', u.created_at, " +
+		"(SELECT " + d.StringAgg + "(m.team || '=' || m.role, ',') FROM members m WHERE m.user_name = u.name) " +
+		"FROM tokens t JOIN users u ON u.name = t.user_name WHERE t.hash = $1"
+}
 
 // Credential implements store.Accounts: one read, the memberships folded
 // into the token's row (team and user names hold no ',' nor '=').
@@ -318,10 +308,16 @@ func (s *Store) Credential(ctx context.Context, hash []byte, now time.Time) (sto
 	var (
 		u       cosmic.User
 		ucreate int64
-		teams   sql.NullString
+		teams   *string
 	)
 	finish, ptrs := scanToken([]any{&u.Name, &u.PlatformAdmin, &u.HasPassword, &ucreate, &teams})
-	err := s.credential.QueryRowContext(ctx, hash).Scan(ptrs...)
+	var row Row
+	if s.c.Credential != nil {
+		row = s.c.Credential(ctx, hash)
+	} else {
+		row = s.read.q.QueryRow(ctx, s.d.CredentialQuery(), hash)
+	}
+	err := row.Scan(ptrs...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Token{}, cosmic.User{}, nil, fmt.Errorf("token: %w", cosmic.ErrNotFound)
 	}
@@ -332,13 +328,13 @@ func (s *Store) Credential(ctx context.Context, hash []byte, now time.Time) (sto
 	if err != nil {
 		return store.Token{}, cosmic.User{}, nil, err
 	}
-	u.CreatedAt = fromNanos(ucreate)
+	u.CreatedAt = FromNanos(ucreate)
 	if !t.ExpiresAt.IsZero() && !now.Before(t.ExpiresAt) {
 		return store.Token{}, cosmic.User{}, nil, fmt.Errorf("token %s expired: %w", t.ID, cosmic.ErrNotFound)
 	}
 	var ms []cosmic.Member
-	if teams.String != "" {
-		for _, tr := range strings.Split(teams.String, ",") {
+	if teams != nil && *teams != "" {
+		for _, tr := range strings.Split(*teams, ",") {
 			team, role, _ := strings.Cut(tr, "=")
 			ms = append(ms, cosmic.Member{Team: team, User: u.Name, Role: cosmic.Role(role)})
 		}
@@ -349,8 +345,8 @@ func (s *Store) Credential(ctx context.Context, hash []byte, now time.Time) (sto
 
 // ListTokens implements store.Accounts.
 func (s *Store) ListTokens(ctx context.Context, user string, kind store.TokenKind) ([]store.Token, error) {
-	return query(ctx, s.r, "tokens of "+user, "SELECT "+tokenCols+" FROM tokens t WHERE t.user_name = ? AND t.kind = ? ORDER BY t.created_at, t.id",
-		[]any{user, string(kind)}, func(rows *sql.Rows) (store.Token, error) {
+	return query(ctx, s.read.q, s.d, "tokens of "+user, "SELECT "+tokenCols+" FROM tokens t WHERE t.user_name = $1 AND t.kind = $2 ORDER BY t.created_at, t.id",
+		[]any{user, string(kind)}, func(rows Rows) (store.Token, error) {
 			finish, ptrs := scanToken(nil)
 			if err := rows.Scan(ptrs...); err != nil {
 				return store.Token{}, err
@@ -362,8 +358,8 @@ func (s *Store) ListTokens(ctx context.Context, user string, kind store.TokenKin
 // GetToken implements store.Accounts.
 func (s *Store) GetToken(ctx context.Context, id string) (store.Token, error) {
 	finish, ptrs := scanToken(nil)
-	err := s.r.QueryRowContext(ctx, "SELECT "+tokenCols+" FROM tokens t WHERE t.id = ?", id).Scan(ptrs...)
-	if errors.Is(err, sql.ErrNoRows) {
+	err := s.read.q.QueryRow(ctx, "SELECT "+tokenCols+" FROM tokens t WHERE t.id = $1", id).Scan(ptrs...)
+	if errors.Is(err, sql.ErrNoRows) || s.d.unstorable(err) {
 		return store.Token{}, notFound("token", id)
 	}
 	if err != nil {
@@ -374,9 +370,9 @@ func (s *Store) GetToken(ctx context.Context, id string) (store.Token, error) {
 
 // TouchToken implements store.Accounts.
 func (s *Store) TouchToken(ctx context.Context, id string, t time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, "UPDATE tokens SET last_used_at = ? WHERE id = ? AND last_used_at < ?", nanos(t), id, nanos(t)); err != nil {
-			return fmt.Errorf("touch token %s: %w", id, err)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.q.Exec(ctx, "UPDATE tokens SET last_used_at = $1 WHERE id = $2 AND last_used_at < $1", Nanos(t), id); err != nil {
+			return fmt.Errorf("touch token %s: %w", id, s.d.wrap(err))
 		}
 		return nil
 	})
@@ -384,19 +380,19 @@ func (s *Store) TouchToken(ctx context.Context, id string, t time.Time) error {
 
 // DeleteToken implements store.Accounts.
 func (s *Store) DeleteToken(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM tokens WHERE id = ?", id)
-		return affected(res, err, "token", id)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "DELETE FROM tokens WHERE id = $1", id)
+		return affected(res, err, "token", id, s.d)
 	})
 }
 
 // AppendAudit implements store.Accounts.
 func (s *Store) AppendAudit(ctx context.Context, r store.AuditRecord) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO audit (at, user_name, team, action, target, remote, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-			nanos(r.At), r.User, r.Team, r.Action, r.Target, r.Remote, r.Status, r.Detail)
+	return s.c.Write(ctx, func(tx *Tx) error {
+		_, err := tx.q.Exec(ctx, "INSERT INTO audit (at, user_name, team, action, target, remote, status, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+			Nanos(r.At), r.User, r.Team, r.Action, r.Target, r.Remote, r.Status, r.Detail)
 		if err != nil {
-			return fmt.Errorf("append audit: %w", err)
+			return fmt.Errorf("append audit: %w", s.d.wrap(err))
 		}
 		return nil
 	})
@@ -412,40 +408,38 @@ func (s *Store) ListAudit(ctx context.Context, q store.AuditQuery) ([]store.Audi
 	}
 	var (
 		where []string
-		args  []any
+		p     Params
 	)
-	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
 	if q.User != "" {
-		add("user_name = ?", q.User)
+		where = append(where, "user_name = "+p.Add(q.User))
 	}
 	if q.Team != "" {
-		add("team = ?", q.Team)
+		where = append(where, "team = "+p.Add(q.Team))
 	}
 	if q.Action != "" {
-		add("action = ?", q.Action)
+		where = append(where, "action = "+p.Add(q.Action))
 	}
 	if !q.Since.IsZero() {
-		add("at >= ?", nanos(q.Since))
+		where = append(where, "at >= "+p.Add(Nanos(q.Since)))
 	}
 	if !q.Until.IsZero() {
-		add("at < ?", nanos(q.Until))
+		where = append(where, "at < "+p.Add(Nanos(q.Until)))
 	}
 	if q.Before > 0 {
-		add("id < ?", q.Before)
+		where = append(where, "id < "+p.Add(q.Before))
 	}
 	sqlq := "SELECT id, at, user_name, team, action, target, remote, status, detail FROM audit"
 	if len(where) > 0 {
 		sqlq += " WHERE " + strings.Join(where, " AND ")
 	}
-	sqlq += " ORDER BY id DESC LIMIT ?"
-	args = append(args, q.Limit+1)
-	out, err := query(ctx, s.r, "list audit", sqlq, args, func(rows *sql.Rows) (store.AuditRecord, error) {
+	sqlq += " ORDER BY id DESC LIMIT " + p.Add(q.Limit+1)
+	out, err := query(ctx, s.read.q, s.d, "list audit", sqlq, p, func(rows Rows) (store.AuditRecord, error) {
 		var (
 			r  store.AuditRecord
 			at int64
 		)
 		err := rows.Scan(&r.ID, &at, &r.User, &r.Team, &r.Action, &r.Target, &r.Remote, &r.Status, &r.Detail)
-		r.At = fromNanos(at)
+		r.At = FromNanos(at)
 		return r, err
 	})
 	if err != nil {
@@ -461,8 +455,8 @@ func (s *Store) ListAudit(ctx context.Context, q store.AuditQuery) ([]store.Audi
 // PruneAudit implements store.Accounts.
 func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM audit WHERE at < ?", nanos(before))
+	err := s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "DELETE FROM audit WHERE at < $1", Nanos(before))
 		if err != nil {
 			return fmt.Errorf("prune audit: %w", err)
 		}
@@ -470,25 +464,4 @@ func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int, error) {
 		return err
 	})
 	return int(n), err
-}
-
-// query runs a read and scans every row with scan.
-func query[T any](ctx context.Context, db *sql.DB, what, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return out, nil
 }

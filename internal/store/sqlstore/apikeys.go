@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
-var _ store.APIKeys = (*Store)(nil)
-
 // CreateAPIKey implements store.APIKeys.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if k.ID == "" || k.Name == "" || len(k.Hash) == 0 {
@@ -23,24 +21,22 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if err != nil {
 		return fmt.Errorf("create API key %s: %w", k.ID, err)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		// A hash that is another key's previous secret is as taken as a
-		// current one (the unique indexes cover one column each).
-		if err := hashTaken(ctx, tx, k.Hash); err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		if err := tx.hashTaken(ctx, k.Hash); err != nil {
 			return fmt.Errorf("create API key %s: %w", k.ID, err)
 		}
-		_, err := tx.ExecContext(ctx, "INSERT INTO api_keys (id, name, team, created_by, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-			k.ID, k.Name, k.Team, k.CreatedBy, k.Prefix, k.Hash, nanos(k.CreatedAt))
+		_, err := tx.q.Exec(ctx, "INSERT INTO api_keys (id, name, team, created_by, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+			k.ID, k.Name, k.Team, k.CreatedBy, k.Prefix, k.Hash, Nanos(k.CreatedAt))
 		if err == nil {
-			_, err = tx.ExecContext(ctx, "INSERT INTO api_key_limits (id, models, expires_at) VALUES (?, ?, ?)", k.ID, models, nanos(k.ExpiresAt))
+			_, err = tx.q.Exec(ctx, "INSERT INTO api_key_limits (id, models, expires_at) VALUES ($1, $2, $3)", k.ID, models, Nanos(k.ExpiresAt))
 		}
 		switch {
-		case isUnique(err):
+		case s.d.IsUnique(err):
 			return fmt.Errorf("create API key %s: its ID or secret already exists: %w", k.ID, cosmic.ErrConflict)
-		case isForeignKey(err):
+		case s.d.IsForeignKey(err):
 			return fmt.Errorf("create API key %s: team %q does not exist: %w", k.ID, k.Team, cosmic.ErrInvalid)
 		case err != nil:
-			return fmt.Errorf("create API key %s: %w", k.ID, err)
+			return fmt.Errorf("create API key %s: %w", k.ID, s.d.wrap(err))
 		}
 		return nil
 	})
@@ -48,12 +44,12 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 // hashTaken refuses a hash that is another key's previous secret: it is as
 // taken as a current one (each unique index covers one column).
-func hashTaken(ctx context.Context, tx *sql.Tx, hash []byte) error {
-	var n int
-	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM api_key_limits WHERE previous_hash = ?", hash).Scan(&n); err != nil {
+func (tx *Tx) hashTaken(ctx context.Context, hash []byte) error {
+	var taken bool
+	if err := tx.q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM api_key_limits WHERE previous_hash = $1)", hash).Scan(&taken); err != nil {
 		return err
 	}
-	if n > 0 {
+	if taken {
 		return fmt.Errorf("the secret already exists: %w", cosmic.ErrConflict)
 	}
 	return nil
@@ -68,14 +64,14 @@ func modelsJSON(models []string) (string, error) {
 	return string(b), err
 }
 
-// selectAPIKeys reads keys with their limits (a key made before migration
-// 0006 has none: coalesce).
+// selectAPIKeys reads keys with their limits (a key without a limits row
+// has none: coalesce).
 const selectAPIKeys = `SELECT k.id, k.name, k.team, k.created_by, k.prefix, k.hash, k.created_at,
 	coalesce(l.models, '[]'), coalesce(l.expires_at, 0), l.previous_hash, coalesce(l.previous_expires_at, 0),
 	coalesce(l.rotated_at, 0), coalesce(l.last_used_at, 0)
 	FROM api_keys k LEFT JOIN api_key_limits l ON l.id = k.id `
 
-func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
+func scanAPIKey(sc Row) (store.APIKey, error) {
 	var k store.APIKey
 	var created, expires, prevExpires, rotated, used int64
 	var models string
@@ -88,48 +84,30 @@ func scanAPIKey(sc interface{ Scan(...any) error }) (store.APIKey, error) {
 			return store.APIKey{}, fmt.Errorf("API key %s: models: %w", k.ID, err)
 		}
 	}
-	k.CreatedAt, k.ExpiresAt, k.PreviousExpiresAt = fromNanos(created), fromNanos(expires), fromNanos(prevExpires)
-	k.RotatedAt, k.LastUsedAt = fromNanos(rotated), fromNanos(used)
+	k.CreatedAt, k.ExpiresAt, k.PreviousExpiresAt = FromNanos(created), FromNanos(expires), FromNanos(prevExpires)
+	k.RotatedAt, k.LastUsedAt = FromNanos(rotated), FromNanos(used)
 	return k, nil
 }
 
 // ListAPIKeys implements store.APIKeys.
 func (s *Store) ListAPIKeys(ctx context.Context, team string) ([]store.APIKey, error) {
 	q := selectAPIKeys + "ORDER BY k.created_at, k.id"
-	args := []any{}
+	var args []any
 	if team != "" {
-		q = selectAPIKeys + "WHERE k.team = ? ORDER BY k.created_at, k.id"
+		q = selectAPIKeys + "WHERE k.team = $1 ORDER BY k.created_at, k.id"
 		args = append(args, team)
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list API keys: %w", err)
-	}
-	defer rows.Close()
-	out := []store.APIKey{}
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list API keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list API keys: %w", err)
-	}
-	return out, nil
+	return query(ctx, s.read.q, s.d, "list API keys", q, args, func(rows Rows) (store.APIKey, error) { return scanAPIKey(rows) })
 }
 
 // GetAPIKey implements store.APIKeys.
 func (s *Store) GetAPIKey(ctx context.Context, id string) (store.APIKey, error) {
-	return getAPIKey(ctx, s.r, id)
+	return s.read.getAPIKey(ctx, id)
 }
 
-func getAPIKey(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, id string) (store.APIKey, error) {
-	k, err := scanAPIKey(q.QueryRowContext(ctx, selectAPIKeys+"WHERE k.id = ?", id))
-	if errors.Is(err, sql.ErrNoRows) {
+func (t *Tx) getAPIKey(ctx context.Context, id string) (store.APIKey, error) {
+	k, err := scanAPIKey(t.q.QueryRow(ctx, selectAPIKeys+"WHERE k.id = $1", id))
+	if errors.Is(err, sql.ErrNoRows) || t.d.unstorable(err) {
 		return store.APIKey{}, fmt.Errorf("API key %s: %w", id, cosmic.ErrNotFound)
 	}
 	if err != nil {
@@ -141,9 +119,9 @@ func getAPIKey(ctx context.Context, q interface {
 // APIKeyByHash implements store.APIKeys.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
 	// Two lookups, each on its own unique index; the current hash first.
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, selectAPIKeys+"WHERE k.hash = ?", hash))
+	k, err := scanAPIKey(s.read.q.QueryRow(ctx, selectAPIKeys+"WHERE k.hash = $1", hash))
 	if errors.Is(err, sql.ErrNoRows) {
-		k, err = scanAPIKey(s.r.QueryRowContext(ctx, selectAPIKeys+"WHERE l.previous_hash = ?", hash))
+		k, err = scanAPIKey(s.read.q.QueryRow(ctx, selectAPIKeys+"WHERE l.previous_hash = $1", hash))
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.APIKey{}, fmt.Errorf("API key: %w", cosmic.ErrNotFound)
@@ -160,28 +138,28 @@ func (s *Store) RotateAPIKey(ctx context.Context, id string, r store.APIKeyRotat
 		return store.APIKey{}, fmt.Errorf("rotate API key %s: needs a hash: %w", id, cosmic.ErrInvalid)
 	}
 	var out store.APIKey
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		old, err := getAPIKey(ctx, tx, id)
+	err := s.c.Write(ctx, func(tx *Tx) error {
+		old, err := tx.getAPIKey(ctx, id)
 		if err != nil {
 			return err
 		}
-		if err := hashTaken(ctx, tx, r.Hash); err != nil {
+		if err := tx.hashTaken(ctx, r.Hash); err != nil {
 			return fmt.Errorf("rotate API key %s: %w", id, err)
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET hash = ?, prefix = ? WHERE id = ?", r.Hash, r.Prefix, id)
+		_, err = tx.q.Exec(ctx, "UPDATE api_keys SET hash = $1, prefix = $2 WHERE id = $3", r.Hash, r.Prefix, id)
 		if err == nil {
-			_, err = tx.ExecContext(ctx, `INSERT INTO api_key_limits (id, previous_hash, previous_expires_at, rotated_at) VALUES (?, ?, ?, ?)
+			_, err = tx.q.Exec(ctx, `INSERT INTO api_key_limits (id, previous_hash, previous_expires_at, rotated_at) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (id) DO UPDATE SET previous_hash = excluded.previous_hash,
 					previous_expires_at = excluded.previous_expires_at, rotated_at = excluded.rotated_at`,
-				id, old.Hash, nanos(r.PreviousExpiresAt), nanos(r.At))
+				id, old.Hash, Nanos(r.PreviousExpiresAt), Nanos(r.At))
 		}
-		if isUnique(err) {
+		if s.d.IsUnique(err) {
 			return fmt.Errorf("rotate API key %s: the new secret already exists: %w", id, cosmic.ErrConflict)
 		}
 		if err != nil {
-			return fmt.Errorf("rotate API key %s: %w", id, err)
+			return fmt.Errorf("rotate API key %s: %w", id, s.d.wrap(err))
 		}
-		out, err = getAPIKey(ctx, tx, id)
+		out, err = tx.getAPIKey(ctx, id)
 		return err
 	})
 	return out, err
@@ -189,10 +167,10 @@ func (s *Store) RotateAPIKey(ctx context.Context, id string, r store.APIKeyRotat
 
 // TouchAPIKey implements store.APIKeys.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO api_key_limits (id, last_used_at) SELECT id, ? FROM api_keys WHERE id = ?
-			ON CONFLICT (id) DO UPDATE SET last_used_at = excluded.last_used_at WHERE last_used_at <= ?`,
-			nanos(at), id, nanos(at.Add(-store.TouchEvery))); err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		if _, err := tx.q.Exec(ctx, `INSERT INTO api_key_limits (id, last_used_at) SELECT id, $1`+s.d.Bigint+` FROM api_keys WHERE id = $2
+			ON CONFLICT (id) DO UPDATE SET last_used_at = excluded.last_used_at WHERE api_key_limits.last_used_at <= $3`+s.d.Bigint,
+			Nanos(at), id, Nanos(at.Add(-store.TouchEvery))); err != nil && !s.d.unstorable(err) {
 			return fmt.Errorf("touch API key %s: %w", id, err)
 		}
 		return nil
@@ -201,13 +179,17 @@ func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error 
 
 // DeleteAPIKey implements store.APIKeys.
 func (s *Store) DeleteAPIKey(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, "DELETE FROM api_keys WHERE id = ?", id)
-		if err != nil {
+	return s.c.Write(ctx, func(tx *Tx) error {
+		res, err := tx.q.Exec(ctx, "DELETE FROM api_keys WHERE id = $1", id)
+		if err != nil && !s.d.unstorable(err) {
 			return fmt.Errorf("delete API key %s: %w", id, err)
 		}
+		missing := fmt.Errorf("API key %s: %w", id, cosmic.ErrNotFound)
+		if err != nil {
+			return missing
+		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(fmt.Errorf("API key %s: %w", id, cosmic.ErrNotFound), err)
+			return errors.Join(missing, err)
 		}
 		return nil
 	})
