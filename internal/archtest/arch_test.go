@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,7 @@ type pkg struct {
 	ImportPath string
 	Doc        string
 	Deps       []string
+	Imports    []string
 	Name       string
 }
 
@@ -71,6 +73,8 @@ func TestBoundaries(t *testing.T) {
 		// domain, not each other: only store/database picks between them.
 		mod + "store/sqlite":   {mod + "store/postgres", mod + "store/database", "github.com/jackc/"},
 		mod + "store/postgres": {mod + "store/sqlite", mod + "store/database", "modernc.org/"},
+		// Their shared statements know neither driver.
+		mod + "store/sqlstore": {mod + "store/sqlite", mod + "store/postgres", mod + "store/database", "modernc.org/", "github.com/jackc/"},
 		mod + "config":         append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		mod + "hop":            append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		mod + "backoff":        append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
@@ -85,7 +89,15 @@ func TestBoundaries(t *testing.T) {
 		mod + "webui": append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 	}
 	leaves := map[string]bool{mod + "config": true, mod + "backoff": true, mod + "wav": true, mod + "hop": true, mod + "httpserve": true, mod + "webui": true}
-	for _, p := range list(t) {
+	pkgs := list(t)
+	for _, p := range pkgs {
+		// sqlstore is the two SQL stores' own.
+		if p.ImportPath != mod+"store/sqlite" && p.ImportPath != mod+"store/postgres" && slices.Contains(p.Imports, mod+"store/sqlstore") &&
+			!strings.HasPrefix(p.ImportPath, mod+"store/sqlstore") {
+			t.Errorf("%s imports store/sqlstore (only the SQLite and PostgreSQL stores may)", p.ImportPath)
+		}
+	}
+	for _, p := range pkgs {
 		banned, ok := rules[p.ImportPath]
 		if !ok {
 			continue
