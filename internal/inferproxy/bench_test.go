@@ -31,9 +31,14 @@ import (
 
 // TestBenchInference measures the whole path (client → proxy → fabric →
 // agent → runtime) against calling the runtime directly, next to a plain
-// httputil.ReverseProxy and nginx (when installed) in front of the same
-// runtime, in interleaved rounds in one run. It prints the table of
-// docs/benchmarks.md, "Inference". Run it with
+// httputil.ReverseProxy, nginx (when installed) with one hop and with two
+// (a second nginx in front of the first), and two chained Go byte relays
+// (the least two Go hops cost), all in front of the same runtime, in
+// interleaved rounds in one run. CosmicAC's path runs twice: its proxy and
+// agent in the test process, and each in a process of its own (hops_test.go),
+// as nginx runs. The client and the runtime are in the test process for
+// every path. It prints the table of docs/benchmarks.md, "Inference". Run
+// it with
 //
 //	COSMICAC_BENCH=1 go test -run TestBenchInference -v ./internal/inferproxy/
 func TestBenchInference(t *testing.T) {
@@ -54,11 +59,18 @@ func TestBenchInference(t *testing.T) {
 		v, _ := emitted.LoadOrStore(id, &eventTimes{})
 		v.(*eventTimes).add(i, at)
 	}}
+	in := benchInference()
+	sim.Runtime, sim.Model, sim.ServedModelName = string(in.Runtime), in.Model, in.ServedModelName
+	rt, err := simruntime.Start("127.0.0.1:0", simruntime.New(sim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
 	h := newHarness(t, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1})
-	h.addJob("job-bench", "team-a", "m", cosmic.RuntimeVLLM, 1, 1, true, sim)
-	h.waitReady("job-bench", 1)
-	rt := h.agents["job-bench"][0].sim.Runtime()
-	key := h.keys["team-a"]
+	h.launcher = runtimeAt(rt.Addr())
+	h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim)
+	h.waitReady(benchJob, 1)
+	key := h.keys[benchTeam]
 
 	target, _ := url.Parse(rt.URL())
 	rp := httputil.NewSingleHostReverseProxy(target)
@@ -72,9 +84,20 @@ func TestBenchInference(t *testing.T) {
 		{name: "httputil.ReverseProxy", url: rpSrv.URL + "/v1"},
 	}
 	if ng, pid := startNginx(t, rt.Addr()); ng != "" {
-		paths = append(paths, benchPath{name: "nginx " + nginxVersion(), url: ng + "/v1", pid: pid})
+		name := "nginx " + nginxVersion()
+		paths = append(paths, benchPath{name: name, url: ng + "/v1", pids: []int{pid}})
+		// CosmicAC's path has two hops: so has this one, a second nginx in
+		// front of the first.
+		ng2, pid2 := startNginx(t, strings.TrimPrefix(ng, "http://"))
+		paths = append(paths, benchPath{name: name + ", two hops (nginx → nginx)", url: ng2 + "/v1", pids: []int{pid, pid2}})
 	}
-	paths = append(paths, benchPath{name: "CosmicAC (proxy → fabric → agent)", url: h.srv.URL + Prefix, key: key})
+	// The least two Go hops can cost: byte relays with no TLS and no HTTP.
+	relays := startRelay(t, startRelay(t, rt.Addr()))
+	paths = append(paths, benchPath{name: "two Go TCP relays (io.Copy → io.Copy)", url: "http://" + relays + "/v1"})
+	hopsURL, hopsKey, hopPIDs := startHops(t, rt.Addr())
+	paths = append(paths,
+		benchPath{name: "CosmicAC (proxy → fabric → agent), in the test process", url: h.srv.URL + Prefix, key: key},
+		benchPath{name: "CosmicAC, proxy and agent each in a process of its own", url: hopsURL, key: hopsKey, pids: hopPIDs})
 	// COSMICAC_BENCH_ONLY keeps the direct path and those whose name
 	// contains it (to profile one path); the table is then partial.
 	if only := os.Getenv("COSMICAC_BENCH_ONLY"); only != "" {
@@ -123,7 +146,7 @@ func TestBenchInference(t *testing.T) {
 			}
 			// Throughput: 8 clients for parDur.
 			var n atomic.Int64
-			cpu0 := cpuTime(os.Getpid()) + cpuTime(p.pid)
+			cpu0 := p.cpuTime()
 			stop := time.Now().Add(parDur)
 			var wg sync.WaitGroup
 			for range 8 {
@@ -141,7 +164,7 @@ func TestBenchInference(t *testing.T) {
 			}
 			wg.Wait()
 			p.rps = append(p.rps, float64(n.Load())/parDur.Seconds())
-			if cpu := cpuTime(os.Getpid()) + cpuTime(p.pid) - cpu0; cpu > 0 && n.Load() > 0 {
+			if cpu := p.cpuTime() - cpu0; cpu > 0 && n.Load() > 0 {
 				p.cpu = append(p.cpu, float64(cpu.Microseconds())/float64(n.Load()))
 			}
 			// SSE: the delay from the runtime writing each event to the
@@ -195,9 +218,19 @@ func TestBenchInference(t *testing.T) {
 type benchPath struct {
 	name, url, key string
 	lat, event     []time.Duration
-	pid            int // a process of the path's own (nginx), whose CPU counts too
+	pids           []int // processes of the path's own (nginx; CosmicAC's hops), whose CPU counts too
 	rps            []float64
-	cpu            []float64 // CPU µs per request while 8 clients ran (this process and pid)
+	cpu            []float64 // CPU µs per request while 8 clients ran (this process and pids)
+}
+
+// cpuTime is the CPU time the test process and the path's own processes
+// have used.
+func (p *benchPath) cpuTime() time.Duration {
+	d := cpuTime(os.Getpid(), false)
+	for _, pid := range p.pids {
+		d += cpuTime(pid, true)
+	}
+	return d
 }
 
 type eventTimes struct {
@@ -249,6 +282,39 @@ func envInt(name string, def int) int {
 		return def
 	}
 	return v
+}
+
+// startRelay listens on loopback and relays each connection to upstream
+// byte for byte, a goroutine per direction (io.Copy): the least a hop
+// written in Go does. It returns its address.
+func startRelay(t *testing.T, upstream string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() {
+					io.Copy(u, c)
+					u.(*net.TCPConn).CloseWrite()
+				}()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // startNginx runs nginx (Debian's, when installed) on loopback in front of
@@ -312,16 +378,18 @@ http {
 	return "http://" + addr, cmd.Process.Pid
 }
 
-// cpuTime is the user and system CPU time pid and its waited-for children
-// have used (/proc/PID/stat; 0 for pid 0 or without /proc). With one
-// worker, nginx's master forks the worker, so its children's time counts.
-func cpuTime(pid int) time.Duration {
+// cpuTime is the user and system CPU time pid has used, and with children
+// that of the children its main thread started (/proc/PID/stat; 0 for pid
+// 0 or without /proc). With one worker, nginx's master forks the worker, so
+// its children's time counts; the test process's children are paths of
+// their own, counted there.
+func cpuTime(pid int, children bool) time.Duration {
 	if pid == 0 {
 		return 0
 	}
 	var total time.Duration
 	pids := []int{pid}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil && children {
 		for _, f := range strings.Fields(string(b)) {
 			var c int
 			if _, err := fmt.Sscan(f, &c); err == nil {
@@ -412,12 +480,13 @@ func BenchmarkKeyCheck(b *testing.B) {
 // (client → proxy → fabric → agent → runtime) and, in the same run,
 // straight to the runtime: the difference in allocs/op and B/op is what the
 // two hops allocate per request (client and runtime are in both).
-// docs/benchmarks.md, "Inference".
+// docs/benchmarks.md, "Inference". COSMICAC_BENCH_TTFT_US sets the
+// runtime's time to first token, as for TestBenchInference.
 //
 //	go test -run '^$' -bench BenchmarkRequest -benchtime 2000x ./internal/inferproxy/
 func BenchmarkRequest(b *testing.B) {
 	h := newHarness(b, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1})
-	h.addJob("job-bench", "team-a", "m", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
+	h.addJob("job-bench", "team-a", "m", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{TTFT: time.Duration(envInt("COSMICAC_BENCH_TTFT_US", 0)) * time.Microsecond})
 	h.waitReady("job-bench", 1)
 	rt := h.agents["job-bench"][0].sim.Runtime()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}

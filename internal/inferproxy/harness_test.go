@@ -35,6 +35,9 @@ type harness struct {
 	models  []Model
 	agents  map[string][]*agentHandle
 	baseCfg inferagent.Config
+	// launcher, if set, starts the agents' runtimes in place of a
+	// simlaunch.Launcher of the job's simruntime.Config.
+	launcher inferagent.Launcher
 }
 
 type agentHandle struct {
@@ -43,6 +46,25 @@ type agentHandle struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
+
+// runtimeAt is a launcher whose runtime already serves at its address:
+// the benchmark's, which every path shares.
+type runtimeAt string
+
+func (a runtimeAt) Start(context.Context, inferagent.Launch) (inferagent.Process, error) {
+	return &runningAt{addr: string(a), done: make(chan struct{})}, nil
+}
+
+type runningAt struct {
+	addr string
+	once sync.Once
+	done chan struct{}
+}
+
+func (r *runningAt) Addr() string          { return r.addr }
+func (r *runningAt) Done() <-chan struct{} { return r.done }
+func (r *runningAt) Err() error            { return nil }
+func (r *runningAt) Stop(time.Duration)    { r.once.Do(func() { close(r.done) }) }
 
 type catalogFunc func() []Model
 
@@ -147,6 +169,9 @@ func (h *harness) addJobSpec(jobID, team string, in cosmic.InferenceSpec, replic
 			}
 			sl := &simlaunch.Launcher{Config: sim}
 			cfg.Launcher = sl
+			if h.launcher != nil {
+				cfg.Launcher, sl = h.launcher, nil
+			}
 			cfg.Peers = []inferagent.Peer{
 				{Role: inferagent.RoleDirectory, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
 				{Role: inferagent.RoleProxy, Key: h.pnode.PublicKey(), Addrs: []string{h.pnode.Addr()}},
