@@ -25,6 +25,10 @@ type muxConn interface {
 	openStream(ctx context.Context) (rawStream, error)
 	acceptStream(ctx context.Context) (rawStream, error)
 	close() error
+	// closeUnserved closes a connection this node never served (a dial
+	// race's loser), telling the peer so: the calls it sent on it were
+	// never read, and may go again on another connection (notProcessed).
+	closeUnserved()
 	done() <-chan struct{}
 	remoteAddr() net.Addr
 	transport() string
@@ -76,6 +80,7 @@ func (q quicConn) acceptStream(ctx context.Context) (rawStream, error) {
 }
 
 func (q quicConn) close() error                         { return q.c.CloseWithError(0, "closed") }
+func (q quicConn) closeUnserved()                       { q.c.CloseWithError(codeUnserved, "lost the dial race") }
 func (q quicConn) done() <-chan struct{}                { return q.c.Context().Done() }
 func (q quicConn) remoteAddr() net.Addr                 { return q.c.RemoteAddr() }
 func (q quicConn) transport() string                    { return TransportQUIC }
@@ -86,6 +91,10 @@ func (s quicStream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDead
 func (s quicStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
 
 type quicStream struct{ s *quic.Stream }
+
+// codeUnserved is the QUIC application error code that closes a
+// connection its dialler never served (closeUnserved).
+const codeUnserved quic.ApplicationErrorCode = 2
 
 // streamAborted is the QUIC application error code of an aborted stream.
 const streamAborted quic.StreamErrorCode = 1
@@ -137,6 +146,7 @@ func (y yamuxConn) acceptStream(ctx context.Context) (rawStream, error) {
 }
 
 func (y yamuxConn) close() error          { return y.s.Close() }
+func (y yamuxConn) closeUnserved()        { y.s.Close() }
 func (y yamuxConn) done() <-chan struct{} { return y.s.CloseChan() }
 func (y yamuxConn) remoteAddr() net.Addr  { return y.under.RemoteAddr() }
 func (y yamuxConn) transport() string     { return TransportTCP }
@@ -294,7 +304,9 @@ func yamuxConfig() *yamux.Config {
 // already shut down before the stream was opened carried nothing.
 func notProcessed(err error) bool {
 	var sr *quic.StatelessResetError
-	return errors.As(err, &sr) || errors.Is(err, yamux.ErrSessionShutdown)
+	var ae *quic.ApplicationError
+	return errors.As(err, &sr) || errors.Is(err, yamux.ErrSessionShutdown) ||
+		errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeUnserved
 }
 
 // isRemoteRefusal reports whether a handshake-time error is the peer's TLS

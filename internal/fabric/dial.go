@@ -192,7 +192,7 @@ func (n *Node) dialAddr(ctx context.Context, key PublicKey, addr string) (*peerC
 				go func(left int) {
 					for ; left > 0; left-- {
 						if l := <-results; l.err == nil {
-							l.pc.c.close()
+							l.pc.c.closeUnserved() // never served: the peer may send its calls again
 						}
 					}
 				}(pending)

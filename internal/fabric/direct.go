@@ -106,6 +106,7 @@ func (d *directConn) close() error {
 	return err
 }
 
+func (d *directConn) closeUnserved()                                  { d.close() }
 func (d *directConn) openStream(context.Context) (rawStream, error)   { return nil, errDirect }
 func (d *directConn) acceptStream(context.Context) (rawStream, error) { return nil, errDirect }
 func (d *directConn) done() <-chan struct{}                           { return d.closed }
