@@ -523,3 +523,40 @@ func BenchmarkRequest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRequestHead reads a chat body's model and stream, as the proxy
+// does for every JSON request, with parseHead and, in the same run, with
+// encoding/json into a two-field struct (what it did before), for a short
+// chat, a few turns and a long retrieved context. docs/benchmarks.md,
+// "Reading the request's head".
+//
+//	go test -run '^$' -bench BenchmarkRequestHead ./internal/inferproxy/
+func BenchmarkRequestHead(b *testing.B) {
+	for _, size := range []int{300, 4 << 10, 128 << 10} {
+		content := strings.Repeat(`a "quoted" passage, \u00e9, `, size/30)
+		body, _ := json.Marshal(map[string]any{"model": "m", "stream": true, "max_tokens": 100,
+			"messages": []map[string]string{{"role": "system", "content": "be brief"}, {"role": "user", "content": content}}})
+		b.Run(fmt.Sprintf("parseHead/%dB", len(body)), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if h, err := parseHead(body); err != nil || h.Model != "m" || !h.Stream {
+					b.Fatal(h, err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("encoding-json/%dB", len(body)), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var h struct {
+					Model  string `json:"model"`
+					Stream bool   `json:"stream"`
+				}
+				if err := json.Unmarshal(body, &h); err != nil || h.Model != "m" || !h.Stream {
+					b.Fatal(h, err)
+				}
+			}
+		})
+	}
+}

@@ -456,12 +456,9 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var head struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_json", "the body is not valid JSON: "+err.Error())
+	head, err := parseHead(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 		return
 	}
 	p.forward(w, r, c, head.Model, bytesBody(body), head.Stream)

@@ -1,0 +1,66 @@
+package inferproxy
+
+import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// requestHead is what the proxy reads of a JSON request body: the model it
+// routes by, and whether the answer streams. The body goes on to the
+// runtime as it came.
+type requestHead struct {
+	Model  string
+	Stream bool
+}
+
+// parseHead checks that body is JSON and reads its top-level "model" and
+// "stream". It does not decode the rest: a chat's messages are most of a
+// body, and decoding them with encoding/json cost about 1 ms for a 140 KB
+// prompt (docs/benchmarks.md, "Reading the request's head"). Keys match
+// exactly, as the runtime's (vLLM's pydantic models) do, and of a key given
+// twice the last counts, as for Python's json and Go's encoding/json.
+func parseHead(body []byte) (requestHead, error) {
+	var h requestHead
+	if !gjson.ValidBytes(body) {
+		return h, errors.New("the body is not valid JSON")
+	}
+	// gjson.ParseBytes copies the body into a string; nothing writes to
+	// body while it is read here, and what is kept of it (the model) is
+	// cloned.
+	root := gjson.Parse(unsafe.String(unsafe.SliceData(body), len(body)))
+	if !root.IsObject() {
+		return h, errors.New("the body is not a JSON object")
+	}
+	var err error
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "model":
+			switch v.Type {
+			case gjson.String:
+				h.Model = strings.Clone(v.Str)
+				if !utf8.ValidString(h.Model) {
+					err = errors.New("model: not valid UTF-8")
+				}
+			case gjson.Null:
+				h.Model = ""
+			default:
+				err = errors.New("model: want a string")
+			}
+		case "stream":
+			switch v.Type {
+			case gjson.True, gjson.False:
+				h.Stream = v.Bool()
+			case gjson.Null:
+				h.Stream = false
+			default:
+				err = errors.New("stream: want true or false")
+			}
+		}
+		return err == nil
+	})
+	return h, err
+}
