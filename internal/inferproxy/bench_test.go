@@ -560,3 +560,20 @@ func BenchmarkRequestHead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadBody reads a 136 KB JSON body as the proxy does for every
+// JSON request (readBody). docs/benchmarks.md, "Reading the request's head".
+//
+//	go test -run '^$' -bench BenchmarkReadBody ./internal/inferproxy/
+func BenchmarkReadBody(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 136<<10)
+	w := httptest.NewRecorder()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, Prefix+"/chat/completions", bytes.NewReader(body))
+		if got, ok := readBody(w, r, 1<<20); !ok || len(got) != len(body) {
+			b.Fatal(ok, len(got))
+		}
+	}
+}

@@ -3,9 +3,11 @@ package inferproxy
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -120,4 +122,31 @@ func TestRequestHeadThroughTheProxy(t *testing.T) {
 	wantAPIError(t, "stream as a string", err, http.StatusBadRequest, "invalid_json")
 	_, err = a.Chat.Completions.New(ctx, params, option.WithRequestBody("application/json", []byte(`{"Model":"qwen","messages":[]}`)))
 	wantAPIError(t, "Model capitalized", err, http.StatusBadRequest, "model_required")
+}
+
+func TestReadAll(t *testing.T) {
+	body := strings.Repeat("0123456789", 300_000) // 3 MB: past maxPresize
+	for _, c := range []struct {
+		name     string
+		n        int
+		declared int64
+	}{
+		{"chunked", 100_000, -1},
+		{"empty", 0, 0},
+		{"declared", 100_000, 100_000},
+		{"declared, fewer sent", 1000, 100_000},
+		{"past the presize", len(body), int64(len(body))},
+		{"declared less than sent", 5000, 10},
+	} {
+		got, err := readAll(iotest.OneByteReader(strings.NewReader(body[:c.n])), c.declared)
+		if err != nil || string(got) != body[:c.n] {
+			t.Errorf("%s: %d bytes, %v; want %d", c.name, len(got), err, c.n)
+		}
+		if c.declared > 0 && c.declared <= maxPresize && cap(got) > int(c.declared)+1 && c.n <= int(c.declared) {
+			t.Errorf("%s: grew to %d for %d declared", c.name, cap(got), c.declared)
+		}
+	}
+	if _, err := readAll(iotest.ErrReader(io.ErrUnexpectedEOF), 10); err != io.ErrUnexpectedEOF {
+		t.Errorf("a failing reader: %v", err)
+	}
 }
