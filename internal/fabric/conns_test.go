@@ -19,27 +19,9 @@ func TestLosingDialLeavesTheWinnerServing(t *testing.T) {
 		{"tcp won, quic lost", TransportTCP, TransportQUIC},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			allow := NewAllowList()
-			srv := newNode(t, "server", withPolicy(allow))
-			agent := newNode(t, "agent", withListen(""), withTransports(c.winner), withPolicy(NewAllowList(srv.PublicKey())))
-			allow.Allow(agent.PublicKey())
-			agent.AddAddrs(srv.PublicKey(), srv.Addr())
+			srv, agent, loser := racedDial(t, c.winner, c.loser)
 			HandleFunc(agent, "whoami", func(context.Context, PublicKey, struct{}) (string, error) { return "agent", nil })
 			ctx := ctxT(t)
-			if err := agent.Call(ctx, srv.PublicKey(), MethodPing, nil, nil); err != nil {
-				t.Fatal(err)
-			}
-			// The race's loser, dialled after the winner (so registered
-			// after it), closed by the dialler.
-			dial := agent.dialTCP
-			if c.loser == TransportQUIC {
-				dial = agent.dialQUIC
-			}
-			loser, err := dial(ctx, srv.PublicKey(), srv.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			waittest.Until(t, func() bool { return connsFrom(srv, agent.PublicKey()) == 2 }, "the server holding both connections")
 			loser.c.close()
 			waittest.Until(t, func() bool { return connsFrom(srv, agent.PublicKey()) == 1 }, "the server dropping the loser")
 
@@ -60,6 +42,33 @@ func TestLosingDialLeavesTheWinnerServing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// racedDial sets up a dial race's end: a dial-only agent connected to a
+// server over winner (which it serves), then a second connection over
+// loser, dialled after the winner and so registered after it at the
+// server, which the agent does not serve, as dialAddr leaves a loser.
+func racedDial(t *testing.T, winner, loser string) (srv, agent *Node, lost *peerConn) {
+	t.Helper()
+	allow := NewAllowList()
+	srv = newNode(t, "server", withPolicy(allow))
+	agent = newNode(t, "agent", withListen(""), withTransports(winner), withPolicy(NewAllowList(srv.PublicKey())))
+	allow.Allow(agent.PublicKey())
+	agent.AddAddrs(srv.PublicKey(), srv.Addr())
+	ctx := ctxT(t)
+	if err := agent.Call(ctx, srv.PublicKey(), MethodPing, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	dial := agent.dialTCP
+	if loser == TransportQUIC {
+		dial = agent.dialQUIC
+	}
+	lost, err := dial(ctx, srv.PublicKey(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, func() bool { return connsFrom(srv, agent.PublicKey()) == 2 }, "the server holding both connections")
+	return srv, agent, lost
 }
 
 // connsFrom counts the connections n holds from key.
@@ -93,29 +102,13 @@ func TestCallOnTheLosingDialGoesToTheWinner(t *testing.T) {
 		{"quic lost", TransportTCP, TransportQUIC},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			allow := NewAllowList()
-			srv := newNode(t, "server", withPolicy(allow))
-			agent := newNode(t, "agent", withListen(""), withTransports(c.winner), withPolicy(NewAllowList(srv.PublicKey())))
-			allow.Allow(agent.PublicKey())
-			agent.AddAddrs(srv.PublicKey(), srv.Addr())
+			srv, agent, loser := racedDial(t, c.winner, c.loser)
 			var served atomic.Int32
 			HandleFunc(agent, "whoami", func(context.Context, PublicKey, struct{}) (string, error) {
 				served.Add(1)
 				return "agent", nil
 			})
 			ctx := ctxT(t)
-			if err := agent.Call(ctx, srv.PublicKey(), MethodPing, nil, nil); err != nil {
-				t.Fatal(err)
-			}
-			dial := agent.dialTCP
-			if c.loser == TransportQUIC {
-				dial = agent.dialQUIC
-			}
-			loser, err := dial(ctx, srv.PublicKey(), srv.Addr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			waittest.Until(t, func() bool { return connsFrom(srv, agent.PublicKey()) == 2 }, "the server holding both connections")
 
 			type answer struct {
 				who string
