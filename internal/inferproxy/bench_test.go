@@ -3,6 +3,7 @@ package inferproxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -61,14 +63,17 @@ func TestBenchInference(t *testing.T) {
 	}}
 	in := benchInference()
 	sim.Runtime, sim.Model, sim.ServedModelName = string(in.Runtime), in.Model, in.ServedModelName
-	rt, err := simruntime.Start("127.0.0.1:0", simruntime.New(sim))
+	var rt *simruntime.Running
+	var err error
+	hopLabel("runtime", func() { rt, err = simruntime.Start("127.0.0.1:0", simruntime.New(sim)) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	h := newHarness(t, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1})
+	var h *harness
+	hopLabel("proxy", func() { h = newHarness(t, Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1}) })
 	h.launcher = runtimeAt(rt.Addr())
-	h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim)
+	hopLabel("agent", func() { h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim) })
 	h.waitReady(benchJob, 1)
 	key := h.keys[benchTeam]
 
@@ -116,6 +121,9 @@ func TestBenchInference(t *testing.T) {
 		return client.Do(req)
 	}
 	loadBefore := benchtest.LoadAverage()
+	// The client's goroutines (this one, the 8 below, its transport's).
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("hop", "client")))
+	defer pprof.SetGoroutineLabels(context.Background())
 	// Warm up every path (connections, pools).
 	for i := range paths {
 		for range 200 {
@@ -275,6 +283,17 @@ func median(v []float64) float64 {
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1000) }
+
+// hopLabel runs f with the profiler label hop=name, which every goroutine
+// f starts inherits: a CPU profile of TestBenchInference (-cpuprofile) then
+// splits by where the time went (go tool pprof -tags; -tagfocus
+// hop=proxy). The hops of the in-process path are "proxy" (its HTTP server,
+// its fabric node, the handler's writes and reads on the stream) and
+// "agent" (its fabric node and relay); "runtime" and "client" are common to
+// every path.
+func hopLabel(name string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels("hop", name), func(context.Context) { f() })
+}
 
 func envInt(name string, def int) int {
 	var v int
