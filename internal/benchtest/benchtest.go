@@ -11,16 +11,39 @@ import (
 	"strings"
 )
 
-// CPUModel is the first "model name" of /proc/cpuinfo ("unknown"
-// elsewhere).
+// CPUModel is the first CPU's "model name" of /proc/cpuinfo, with its
+// family, model and stepping: under a hypervisor the name is often only
+// "AMD EPYC", and those numbers tell the generation (family 25, model 1
+// is Zen 3, Milan). "unknown" elsewhere.
 func CPUModel() string {
 	b, _ := os.ReadFile("/proc/cpuinfo")
-	for line := range strings.Lines(string(b)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
+	return cpuModel(string(b))
+}
+
+func cpuModel(cpuinfo string) string {
+	f := map[string]string{}
+	for line := range strings.Lines(cpuinfo) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			if strings.TrimSpace(line) == "" && len(f) > 0 {
+				break // the end of the first CPU's block
+			}
+			continue
 		}
+		f[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
-	return "unknown"
+	name := f["model name"]
+	if name == "" {
+		return "unknown"
+	}
+	if f["cpu family"] == "" || f["model"] == "" {
+		return name
+	}
+	id := fmt.Sprintf("family %s, model %s", f["cpu family"], f["model"])
+	if st := f["stepping"]; st != "" {
+		id += ", stepping " + st
+	}
+	return name + " (" + id + ")"
 }
 
 // LoadAverage is /proc/loadavg's three load averages ("unknown"
