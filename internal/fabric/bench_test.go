@@ -12,11 +12,13 @@ package fabric
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -47,7 +49,11 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 // ---- plain TCP
 
 // plainEchoServer answers length-prefixed frames with the same frame.
-func plainEchoServer(tb testing.TB) string {
+func plainEchoServer(tb testing.TB) string { return echoServer(tb, nil) }
+
+// echoServer is plainEchoServer with each accepted connection wrapped
+// (in TLS, for the plain-tls baseline) when wrap is set.
+func echoServer(tb testing.TB, wrap func(net.Conn) net.Conn) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,6 +76,9 @@ func plainEchoServer(tb testing.TB) string {
 				return
 			}
 			conns = append(conns, c)
+			if wrap != nil {
+				c = wrap(c)
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -171,13 +180,16 @@ func benchPair(b *testing.B, tr string) (srv, cli *Node) {
 	return srv, cli
 }
 
+// BenchmarkRoundTrip1KiB is one call answered with its 1 KiB, on each
+// transport, next to three baselines in the same run: plain-tcp; plain-tls,
+// the same echo inside TLS 1.3 with the fabric's certificates and AES-GCM
+// (what the TCP fallback costs before yamux); and chan-pingpong, a round
+// trip between two goroutines, each locked to an OS thread, over
+// unbuffered channels: two wake-ups of a sleeping thread and nothing else,
+// the unit that quic-go's and yamux's goroutine hand-offs are paid in (docs/benchmarks.md,
+// "Fabric").
 func BenchmarkRoundTrip1KiB(b *testing.B) {
-	b.Run("plain-tcp", func(b *testing.B) {
-		c, err := net.Dial("tcp", plainEchoServer(b))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
+	plain := func(b *testing.B, c net.Conn) {
 		req, resp := plainRequest(), make([]byte, 4+benchPayload)
 		lat := make([]time.Duration, 0, b.N)
 		b.ReportAllocs()
@@ -187,6 +199,64 @@ func BenchmarkRoundTrip1KiB(b *testing.B) {
 			if err := plainRoundTrip(c, req, resp); err != nil {
 				b.Fatal(err)
 			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.StopTimer()
+		recordLatencies(b, lat)
+	}
+	b.Run("plain-tcp", func(b *testing.B) {
+		c, err := net.Dial("tcp", plainEchoServer(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		plain(b, c)
+	})
+	b.Run("plain-tls", func(b *testing.B) {
+		certs := make([]tls.Certificate, 2)
+		keys := make([]PublicKey, 2)
+		for i := range certs {
+			id, err := GenerateIdentity()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if certs[i], err = certificate(id); err != nil {
+				b.Fatal(err)
+			}
+			keys[i] = id.PublicKey()
+		}
+		anyone := PolicyFunc(func(PublicKey) Access { return AccessFull })
+		addr := echoServer(b, func(c net.Conn) net.Conn { return tls.Server(c, serverTLS(certs[0], anyone, "bench")) })
+		c, err := tls.Dial("tcp", addr, clientTLS(certs[1], keys[0], "bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		plain(b, c)
+	})
+	b.Run("chan-pingpong", func(b *testing.B) {
+		ping, pong := make(chan []byte), make(chan []byte)
+		// Each end on an OS thread of its own: a hand-off wakes the other
+		// thread (a futex wake, on a VM an interrupt to the other vCPU),
+		// as a hand-off between the fabric's goroutines does whenever the
+		// woken one is not run on the waker's own P.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		go func() {
+			runtime.LockOSThread()
+			for m := range ping {
+				pong <- m
+			}
+		}()
+		defer close(ping)
+		msg := make([]byte, benchPayload)
+		lat := make([]time.Duration, 0, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			ping <- msg
+			<-pong
 			lat = append(lat, time.Since(t0))
 		}
 		b.StopTimer()
