@@ -288,9 +288,10 @@ func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Nanos
 // f starts inherits: a CPU profile of TestBenchInference (-cpuprofile) then
 // splits by where the time went (go tool pprof -tags; -tagfocus
 // hop=proxy). The hops of the in-process path are "proxy" (its HTTP server,
-// its fabric node, the handler's writes and reads on the stream) and
-// "agent" (its fabric node and relay); "runtime" and "client" are common to
-// every path.
+// its fabric node, the handler's writes and reads on the stream; also the
+// harness's directory node, idle once the replica is found) and "agent"
+// (its fabric node and relay); "runtime" and "client" are common to every
+// path, and the other paths' hops carry no label.
 func hopLabel(name string, f func()) {
 	pprof.Do(context.Background(), pprof.Labels("hop", name), func(context.Context) { f() })
 }
