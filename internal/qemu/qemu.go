@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"os"
 	"os/exec"
@@ -49,6 +50,39 @@ const (
 // reconnects.
 type Forward struct {
 	GuestAddr, HostAddr string
+}
+
+// CheckForwards says whether QEMU will accept fwd as guestfwd rules: each
+// guest address is host:port, no two share one, and no guest port is
+// another's with its two bytes swapped. libslirp (4.7.0, Debian 12's)
+// compares a new rule's port, in host order, with the ports of the rules
+// before it, which it keeps in network order (check_guestfwd in
+// libslirp's src/slirp.c), so rules on ports 45016 and 55471
+// (0xAFD8, 0xD8AF) make QEMU exit with "Conflicting/invalid host:port in
+// guest forwarding rule". Ports picked from a small range (7001, 7002, …)
+// never meet it.
+func CheckForwards(fwd []Forward) error {
+	seen := map[string]bool{}
+	swapped := map[string]string{} // host:swapped port -> the rule's guest address
+	for _, f := range fwd {
+		host, p, err := net.SplitHostPort(f.GuestAddr)
+		if err != nil {
+			return fmt.Errorf("qemu: forward guest address %q: %w", f.GuestAddr, err)
+		}
+		port, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || port == 0 || net.ParseIP(host).To4() == nil {
+			return fmt.Errorf("qemu: forward guest address %q: want IPv4:port", f.GuestAddr)
+		}
+		if seen[f.GuestAddr] {
+			return fmt.Errorf("qemu: two forwards at guest address %s", f.GuestAddr)
+		}
+		seen[f.GuestAddr] = true
+		if other, ok := swapped[f.GuestAddr]; ok {
+			return fmt.Errorf("qemu: forwards at %s and %s: libslirp takes two ports whose bytes are swapped for the same port", other, f.GuestAddr)
+		}
+		swapped[net.JoinHostPort(host, strconv.Itoa(int(bits.ReverseBytes16(uint16(port)))))] = f.GuestAddr
+	}
+	return nil
 }
 
 // Config is one VM.
@@ -253,6 +287,9 @@ type VM struct {
 func Start(c Config) (*VM, error) {
 	if len(c.Forwards) > 0 && len(c.Relay) == 0 {
 		return nil, errors.New("qemu: forwards need a relay program")
+	}
+	if err := CheckForwards(c.Forwards); err != nil {
+		return nil, err
 	}
 	bin := c.QEMU
 	if bin == "" {

@@ -43,9 +43,12 @@ import (
 )
 
 // GuestIP is the address in a VM's user network at which the guest reaches
-// the platform's peers: each peer's port is forwarded from there to the
-// host (qemu.Forward), and nothing else is reachable.
+// the platform's peers: each peer address is forwarded from a port there
+// to the host (qemu.Forward), and nothing else is reachable.
 const GuestIP = "10.0.2.100"
+
+// GuestPortBase is the first guest port of the forwards (guestPeers).
+const GuestPortBase = 7001
 
 // Config is a QEMU rack.
 type Config struct {
@@ -108,8 +111,8 @@ type Options struct {
 	Node *fabric.Node
 	Keys *trust.Keyring
 	// Peers are the platform's peers the agents dial (directory, app-node,
-	// monitor, proxy-inference), with their host addresses: each port is
-	// forwarded into the VM at GuestIP.
+	// monitor, proxy-inference), with their host addresses: each is
+	// forwarded into the VM at a port of GuestIP's (guestPeers).
 	Peers    []vmboot.Peer
 	Reporter worker.Reporter
 	Logs     joblog.Sink
@@ -505,14 +508,17 @@ func (w *Worker) identity(dir string) (*fabric.Identity, error) {
 	return id, os.WriteFile(path, b, 0o600)
 }
 
-// guestPeers are the platform's peers as a VM reaches them (each address
-// at GuestIP, same port), and the forwards that make it so. A peer address
-// is host:port on the worker's host.
+// guestPeers are the platform's peers as a VM reaches them, and the
+// forwards that make it so: each distinct host address (host:port on the
+// worker's host) is forwarded from GuestIP at a port of its own, counted
+// from GuestPortBase in the order the peers list them. The guest ports are
+// not the host ports: those are the host's to pick, and two of them can
+// be a pair libslirp refuses (qemu.CheckForwards).
 func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
 	self := vmboot.Peer{Role: agent.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
 	var peers []vmboot.Peer
 	var fwd []qemu.Forward
-	seen := map[string]bool{}
+	guest := map[string]string{} // host address -> guest address
 	for _, p := range append(slices.Clone(w.opts.Peers), self) {
 		q := vmboot.Peer{Role: p.Role, Key: p.Key}
 		for _, a := range p.Addrs {
@@ -523,16 +529,18 @@ func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
 			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 				host = "127.0.0.1"
 			}
-			g := net.JoinHostPort(GuestIP, port)
-			q.Addrs = append(q.Addrs, g)
-			if !seen[g] {
-				seen[g] = true
-				fwd = append(fwd, qemu.Forward{GuestAddr: g, HostAddr: net.JoinHostPort(host, port)})
+			h := net.JoinHostPort(host, port)
+			g, ok := guest[h]
+			if !ok {
+				g = net.JoinHostPort(GuestIP, strconv.Itoa(GuestPortBase+len(fwd)))
+				guest[h] = g
+				fwd = append(fwd, qemu.Forward{GuestAddr: g, HostAddr: h})
 			}
+			q.Addrs = append(q.Addrs, g)
 		}
 		peers = append(peers, q)
 	}
-	return peers, fwd, nil
+	return peers, fwd, qemu.CheckForwards(fwd)
 }
 
 func (w *Worker) vfio(res cosmic.Reservation) []string {

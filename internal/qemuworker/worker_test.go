@@ -1,0 +1,68 @@
+package qemuworker
+
+import (
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
+)
+
+// TestGuestPeersPortsOfTheirOwn: each distinct host address gets a guest
+// port of its own from GuestPortBase, whatever the host ports are: host
+// ports 45016 and 55471 (whose bytes are each other's swapped, a pair
+// libslirp refuses) become 7001 and 7002; an address two peers share, and
+// 0.0.0.0, are forwarded once; the worker itself comes last.
+func TestGuestPeersPortsOfTheirOwn(t *testing.T) {
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fabric.New(fabric.Config{Component: "wrk-qemu", Identity: id, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	w := &Worker{opts: Options{Node: n, Peers: []vmboot.Peer{
+		{Role: agent.RoleDirectory, Key: "d", Addrs: []string{"127.0.0.1:45016"}},
+		{Role: agent.RoleAppNode, Key: "a", Addrs: []string{"0.0.0.0:55471", "127.0.0.1:45016"}},
+		{Role: agent.RoleMonitor, Key: "m", Addrs: []string{"[::1]:45016"}},
+	}}}
+	peers, fwd, err := w.guestPeers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []qemu.Forward{
+		{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:45016"},
+		{GuestAddr: "10.0.2.100:7002", HostAddr: "127.0.0.1:55471"},
+		{GuestAddr: "10.0.2.100:7003", HostAddr: "[::1]:45016"},
+		{GuestAddr: "10.0.2.100:7004", HostAddr: n.Addr()},
+	}
+	if len(fwd) != len(want) {
+		t.Fatalf("forwards %v, want %v", fwd, want)
+	}
+	for i := range want {
+		if fwd[i] != want[i] {
+			t.Errorf("forward %d: %v, want %v", i, fwd[i], want[i])
+		}
+	}
+	wantAddrs := [][]string{{"10.0.2.100:7001"}, {"10.0.2.100:7002", "10.0.2.100:7001"}, {"10.0.2.100:7003"}, {"10.0.2.100:7004"}}
+	if len(peers) != len(wantAddrs) || peers[3].Role != agent.RoleWorker || peers[3].Key != n.PublicKey().String() {
+		t.Fatalf("peers %+v", peers)
+	}
+	for i, p := range peers {
+		if len(p.Addrs) != len(wantAddrs[i]) {
+			t.Errorf("peer %s: %v, want %v", p.Role, p.Addrs, wantAddrs[i])
+			continue
+		}
+		for j := range p.Addrs {
+			if p.Addrs[j] != wantAddrs[i][j] {
+				t.Errorf("peer %s: %v, want %v", p.Role, p.Addrs, wantAddrs[i])
+			}
+		}
+	}
+	if err := qemu.CheckForwards(fwd); err != nil {
+		t.Error(err)
+	}
+}
