@@ -25,7 +25,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("COSMICAC_TEST_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:]))
 	}
-	os.Exit(pgtest.Main(m)) // stops the PostgreSQL of the tests that start one
+	code := pgtest.Main(m) // stops the PostgreSQL of the tests that start one
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
 }
 
 // upProcess is `cosmicac up` running as a child process.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,20 +67,42 @@ func missing(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// staticAgent builds cosmicac with CGO_ENABLED=0, the agent the VMs run.
+// staticAgent is cosmicac built with CGO_ENABLED=0, the agent the VMs
+// run: built once for the test binary (agentDir, which TestMain removes)
+// and shared by the tests that boot VMs.
 func staticAgent(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("COSMICAC_AGENT_BINARY"); p != "" {
 		return p
 	}
-	bin := filepath.Join(t.TempDir(), "cosmicac")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the agent: %v: %s", err, out)
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cosmicac-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentDir = dir
+		bin := filepath.Join(dir, "cosmicac")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("%w: %s", err, out)
+			return
+		}
+		agentBin = bin
+	})
+	if agentErr != nil {
+		t.Fatalf("build the agent: %v", agentErr)
 	}
-	return bin
+	return agentBin
 }
+
+var (
+	agentOnce sync.Once
+	agentDir  string // removed by TestMain
+	agentBin  string
+	agentErr  error
+)
 
 // TestQEMURackEndToEnd: a GPU Container Job on the QEMU rack boots the
 // Debian base image (no CosmicAC in it) in a real VM: the job is running
