@@ -465,16 +465,50 @@ func (o *Ork) ForgetRacks(_ context.Context, p orkapi.ForgetRacksParams) error {
 }
 
 // NewAccounts returns an empty accounts store: a real SQLite database in
-// a directory of the test's, closed when the test ends.
+// a directory of the test's, closed when the test ends. The database
+// starts as a copy of one migrated once per test binary (emptyAccounts):
+// migrating is most of the cost of a fresh store under -race, and the
+// access matrices open hundreds. sqlite.Open still runs on the copy, so a
+// store here is opened exactly as cosmicac opens one it finds on disk.
 func NewAccounts(tb testing.TB) *sqlite.Store {
 	tb.Helper()
-	st, err := sqlite.Open(filepath.Join(tb.TempDir(), "accounts.db"))
+	db, err := emptyAccounts()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), "accounts.db")
+	if err := os.WriteFile(path, db, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	st, err := sqlite.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
 	return st
 }
+
+// emptyAccounts is the file of a freshly migrated, closed SQLite store
+// (closing checkpoints the write-ahead log into it), made on first use.
+var emptyAccounts = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "cosmicac-accounts-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "accounts.db")
+	st, err := sqlite.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Close(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		return nil, fmt.Errorf("template accounts store: %s-wal left after close", path)
+	}
+	return os.ReadFile(path)
+})
 
 // Env is an app-node served over httptest with fake dependencies and an
 // admin bootstrapped.
