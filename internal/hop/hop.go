@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -196,17 +197,67 @@ func roundTrip(ctx context.Context, c *conn, req *http.Request) (*http.Response,
 var HopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 	"Proxy-Authorization", "Proxy-Authenticate", "Expect"}
 
-// CopyHeaders copies src into dst without the hop-by-hop headers.
+// CopyHeaders copies src's end-to-end headers into dst: every header but
+// the hop-by-hop ones (HopHeaders) and those that any of src's Connection
+// headers names, matched without regard to ASCII case. src's keys are
+// taken as net/http and net/textproto keep them, in canonical form.
+//
+// It makes one pass over src and deletes nothing: a proxy calls it twice a
+// request, and deleting each hop-by-hop header afterwards canonicalized and
+// hashed ten names each time (docs/benchmarks.md, "Inference").
 func CopyHeaders(dst, src http.Header) {
+	conn := src["Connection"]
 	for k, vs := range src {
+		if isHopHeader(k) || (conn != nil && connectionNames(conn, k)) {
+			continue
+		}
 		dst[k] = vs
 	}
-	if c := src.Get("Connection"); c != "" {
-		for _, h := range strings.Split(c, ",") {
-			dst.Del(strings.TrimSpace(h))
+}
+
+// isHopHeader reports whether k, in canonical form, is one of HopHeaders.
+func isHopHeader(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Proxy-Authorization", "Proxy-Authenticate", "Expect":
+		return true
+	}
+	return false
+}
+
+// connectionNames reports whether one of the comma-separated tokens of the
+// Connection header's values vs is the header name k.
+func connectionNames(vs []string, k string) bool {
+	for _, v := range vs {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if asciiEqualFold(textproto.TrimString(tok), k) {
+				return true
+			}
 		}
 	}
-	for _, h := range HopHeaders {
-		dst.Del(h)
+	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only: header names are
+// tokens, and Unicode folding would make "\u212a" (the Kelvin sign) name
+// "K".
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
 	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
