@@ -9,30 +9,73 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[test %s] %s\n' "$(date +%T)" "$*" >&2; }
 
-# kube-apiserver and etcd for internal/k8stest and the Kubernetes worker's
-# tests, built by hack/build-test-apiserver.sh into a versioned directory
-# outside the checkout: the first run on a machine takes 5-12 minutes, later
-# runs find it and do nothing. KUBEBUILDER_ASSETS set means these tests fail
-# rather than skip (docs/testing-kubernetes.md).
+# Four things the tests need are built once per machine and cached outside
+# the checkout, each by its version or content; later runs find them and do
+# nothing. On a machine with empty caches they are built side by side: each
+# spends much of its time downloading (Go modules, Debian packages) or in a
+# single-threaded link, so together they take little more than the longest
+# (Loki) alone. Each logs when it is ready, with its time; the first that
+# fails stops the run, with its output.
+#
+# - kube-apiserver and etcd for internal/k8stest and the Kubernetes worker's
+#   tests (hack/build-test-apiserver.sh, 5-12 minutes cold). KUBEBUILDER_ASSETS
+#   set means these tests fail rather than skip (docs/testing-kubernetes.md).
+# - A real Loki for the monitor's integration tests (lokitest.Start;
+#   hack/build-loki.sh, about 15 minutes cold on 2 cores). COSMICAC_LOKI_BIN
+#   set means those tests run (under CI, a missing Loki fails them); a
+#   COSMICAC_LOKI_BIN given is used as it is.
+# - staticcheck, at a pinned version.
+# - The QEMU rack's base VM image (docs/vm-image.md; hack/vm-image.sh, about
+#   3 minutes cold). Building it needs root (mmdebstrap); elsewhere the QEMU
+#   rack's end-to-end tests skip and say so, and under CI they fail.
 KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS:-$(hack/build-test-apiserver.sh --print-dest)}
 export KUBEBUILDER_ASSETS
-t0=$SECONDS
-timeout 25m hack/build-test-apiserver.sh "$KUBEBUILDER_ASSETS"
-log "test kube-apiserver and etcd ready in $KUBEBUILDER_ASSETS after $((SECONDS - t0))s"
-
-# A real Loki for the monitor's integration tests (internal/monitor,
-# lokitest.Start), built by hack/build-loki.sh from the Go module proxy
-# into a versioned directory outside the checkout: the first run on a
-# machine takes about 15 minutes on 2 cores, later runs find it and do
-# nothing. COSMICAC_LOKI_BIN set means those tests run (under CI, a
-# missing Loki fails them); a COSMICAC_LOKI_BIN given is used as it is.
 if [[ -z "${COSMICAC_LOKI_BIN:-}" ]]; then
   loki_dir=$(hack/build-loki.sh --print-dest)
-  t0=$SECONDS
-  timeout 30m hack/build-loki.sh "$loki_dir"
   export COSMICAC_LOKI_BIN=$loki_dir/loki
-  log "Loki ready in $loki_dir after $((SECONDS - t0))s"
 fi
+STATICCHECK_VERSION=v0.8.2
+sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
+
+prep_dir=$(mktemp -d)
+trap 'rm -rf "$prep_dir"' EXIT
+declare -A prep_pid=()
+# prep NAME CMD...: runs CMD in the background, its stdout and stderr in
+# $prep_dir/NAME.out and .err.
+prep() {
+  local name=$1
+  shift
+  ( t0=$SECONDS
+    "$@" >"$prep_dir/$name.out" 2>"$prep_dir/$name.err"
+    rc=$?
+    ((rc == 0)) && log "$name ready after $((SECONDS - t0))s"
+    exit $rc ) &
+  prep_pid[$name]=$!
+}
+# prepared NAME: waits for NAME; on failure prints its output and stops.
+prepared() {
+  if ! wait "${prep_pid[$1]}"; then
+    log "$1 failed:"
+    cat "$prep_dir/$1.out" "$prep_dir/$1.err" >&2
+    kill "${prep_pid[@]}" 2>/dev/null || true
+    exit 1
+  fi
+}
+prep test-apiserver timeout 25m hack/build-test-apiserver.sh "$KUBEBUILDER_ASSETS"
+[[ -n "${loki_dir:-}" ]] && prep loki timeout 30m hack/build-loki.sh "$loki_dir"
+[[ -x "$sc_dir/staticcheck" ]] || prep staticcheck env GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+[[ $(id -u) == 0 ]] && prep vm-image timeout 20m hack/vm-image.sh
+for name in "${!prep_pid[@]}"; do
+  prepared "$name"
+done
+if [[ -n "${prep_pid[vm-image]:-}" ]]; then
+  COSMICAC_VM_IMAGE=$(tail -1 "$prep_dir/vm-image.out")
+  export COSMICAC_VM_IMAGE
+  log "VM base image: $COSMICAC_VM_IMAGE"
+else
+  log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
+fi
+log "test kube-apiserver and etcd: $KUBEBUILDER_ASSETS; Loki: $COSMICAC_LOKI_BIN"
 
 # The PostgreSQL store's tests start a real PostgreSQL (initdb in a temp
 # dir, a loopback port; as the user nobody when run as root) from the server
@@ -54,29 +97,8 @@ if ! go mod tidy -diff; then
 fi
 go vet ./...
 
-# staticcheck, built once from the Go module proxy at a pinned version and
-# cached outside the checkout.
-STATICCHECK_VERSION=v0.8.2
-sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
-if [[ ! -x "$sc_dir/staticcheck" ]]; then
-  log "building staticcheck $STATICCHECK_VERSION into $sc_dir"
-  GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
-fi
 log "staticcheck ./..."
 "$sc_dir/staticcheck" ./...
-# The QEMU rack's base VM image (docs/vm-image.md), built once from
-# Debian's packages and cached outside the checkout by content: the first
-# run on a machine takes about 3 minutes, later ones find it. Building it
-# needs root (mmdebstrap); elsewhere the QEMU rack's end-to-end test skips
-# and says so, and under CI it fails.
-if [[ $(id -u) == 0 ]]; then
-  t0=$SECONDS
-  COSMICAC_VM_IMAGE=$(timeout 20m hack/vm-image.sh)
-  export COSMICAC_VM_IMAGE
-  log "VM base image ready in $COSMICAC_VM_IMAGE after $((SECONDS - t0))s"
-else
-  log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
-fi
 log "go test -race ./..."
 go test -race -count=1 -timeout 40m ./... 2>&1 | tee /tmp/cosmicac-test.log
 
