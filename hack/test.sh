@@ -2,12 +2,17 @@
 # The whole test suite, as the README gives it: the test kube-apiserver
 # and Loki (built once from Go modules, cached outside the checkout), formatting, a
 # tidy go.mod, vet, staticcheck (pinned, cached likewise), and every test
-# with the race detector. CI (.ci/run) installs the system
-# packages first (iproute2 for the network-namespace tests).
+# with the race detector. It installs the system packages first
+# (hack/install-deps.sh), as CI (.ci/run) does too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[test %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# The system packages the tests use, from Debian's apt when they are missing
+# (as root; otherwise it names them and stops), as the README says: on a
+# fresh machine this command alone sets everything up.
+hack/install-deps.sh
 
 # Four things the tests need are built once per machine and cached outside
 # the checkout, each by its version or content; later runs find them and do
