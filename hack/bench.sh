@@ -10,6 +10,8 @@
 #     (every path in one table, with the CPU it ran on and the load average);
 #   - the fabric's 1 KiB round trip beside plain TCP, TLS alone and two
 #     thread wake-ups.
+#   - the proxy's per-request benchmarks (a whole request beside the direct
+#     runtime, the key check, the request's head, the headers' copy).
 #
 # Usage: hack/bench.sh [more go test flags for the two harness runs]
 # Output goes to stdout; keep it with `hack/bench.sh | tee bench.txt`.

@@ -19,8 +19,8 @@ hack/install-deps.sh
 # nothing. On a machine with empty caches they are built side by side: each
 # spends much of its time downloading (Go modules, Debian packages) or in a
 # single-threaded link, so together they take little more than the longest
-# (Loki) alone. Each logs when it is ready, with its time; the first that
-# fails stops the run, with its output.
+# (Loki) alone. Each logs when it is ready, with its time; one that fails
+# stops the run, with its output, once the builds waited for before it end.
 #
 # - kube-apiserver and etcd for internal/k8stest and the Kubernetes worker's
 #   tests (hack/build-test-apiserver.sh, 5-12 minutes cold). KUBEBUILDER_ASSETS
@@ -51,18 +51,19 @@ prep() {
   local name=$1
   shift
   ( t0=$SECONDS
-    "$@" >"$prep_dir/$name.out" 2>"$prep_dir/$name.err"
-    rc=$?
-    ((rc == 0)) && log "$name ready after $((SECONDS - t0))s"
-    exit $rc ) &
+    if "$@" >"$prep_dir/$name.out" 2>"$prep_dir/$name.err"; then
+      log "$name ready after $((SECONDS - t0))s"
+    else
+      exit $?
+    fi ) &
   prep_pid[$name]=$!
 }
-# prepared NAME: waits for NAME; on failure prints its output and stops.
+# prepared NAME: waits for NAME; on failure prints its output and stops
+# (the other builds run on to their end, filling their caches).
 prepared() {
   if ! wait "${prep_pid[$1]}"; then
     log "$1 failed:"
     cat "$prep_dir/$1.out" "$prep_dir/$1.err" >&2
-    kill "${prep_pid[@]}" 2>/dev/null || true
     exit 1
   fi
 }

@@ -192,30 +192,22 @@ func roundTrip(ctx context.Context, c *conn, req *http.Request) (*http.Response,
 	}
 }
 
-// HopHeaders are hop-by-hop headers: a proxy passes none of them on, either
-// way (RFC 9110 §7.6.1), nor the headers that Connection names.
-var HopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Proxy-Authorization", "Proxy-Authenticate", "Expect"}
-
 // CopyHeaders copies src's end-to-end headers into dst: every header but
-// the hop-by-hop ones (HopHeaders) and those that any of src's Connection
-// headers names, matched without regard to ASCII case. src's keys are
-// taken as net/http and net/textproto keep them, in canonical form.
-//
-// It makes one pass over src and deletes nothing: a proxy calls it twice a
-// request, and deleting each hop-by-hop header afterwards canonicalized and
-// hashed ten names each time (docs/benchmarks.md, "Inference").
+// the hop-by-hop ones (RFC 9110 §7.6.1, and Proxy-Authorization,
+// Proxy-Authenticate and Expect, which a proxy answers or consumes itself)
+// and those that any of src's Connection lines names, matched in ASCII
+// case. src's keys are taken in canonical form, as net/http and
+// net/textproto keep them. It makes one pass and deletes nothing.
 func CopyHeaders(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vs := range src {
-		if isHopHeader(k) || (conn != nil && connectionNames(conn, k)) {
-			continue
+		if !isHopHeader(k) && !connectionNames(conn, k) {
+			dst[k] = vs
 		}
-		dst[k] = vs
 	}
 }
 
-// isHopHeader reports whether k, in canonical form, is one of HopHeaders.
+// isHopHeader reports whether k, in canonical form, is a hop-by-hop header.
 func isHopHeader(k string) bool {
 	switch k {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
