@@ -51,6 +51,13 @@ const (
 	HeaderCSRF    = "X-CSRF-Token"
 )
 
+// SessionCookiePaths are the paths the session cookie is set for: the API
+// and wrk-monitor's log streams, the only servers that take a session.
+// The browser never sends it to /inference (a model's runtime, in a
+// tenant's VM, is behind it) nor to the web interface's pages
+// (docs/security.md, "Platform credentials").
+var SessionCookiePaths = []string{"/api", "/monitor"}
+
 // Login signs in with a password and answers a personal access token (for
 // the CLI); CreateSession does the same and answers a browser session.
 type Login struct {

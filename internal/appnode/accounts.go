@@ -163,8 +163,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, _ *caller
 	if err := s.acc.CreateToken(r.Context(), t); err != nil {
 		return nil, err
 	}
-	http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: secret, Path: "/", Expires: t.ExpiresAt,
-		HttpOnly: true, Secure: r.TLS != nil || s.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
+	s.setSessionCookie(w, r, secret, t.ExpiresAt)
 	s.log.Info("session created", "id", id, "user", u.Name)
 	return apiv1.Session{User: u.Name, CSRFToken: csrf, ExpiresAt: t.ExpiresAt}, nil
 }
@@ -210,10 +209,30 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, c *caller
 	}
 	c.auditTarget = c.tok.ID
 	if c.tok.Kind == store.KindSession {
-		http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: "", Path: "/", MaxAge: -1,
-			HttpOnly: true, Secure: r.TLS != nil || s.cfg.SecureCookies, SameSite: http.SameSiteStrictMode})
+		s.setSessionCookie(w, r, "", time.Time{})
 	}
 	return nil, nil
+}
+
+// setSessionCookie sets the session cookie to secret until expires, on
+// each of apiv1.SessionCookiePaths, or ends it there (secret ""). It also
+// ends the cookie of Path=/ that earlier releases set, so that
+// a browser that kept one sends it nowhere from now on.
+func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, secret string, expires time.Time) {
+	secure := r.TLS != nil || s.cfg.SecureCookies
+	end := func(path string) {
+		http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: "", Path: path, MaxAge: -1,
+			HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
+	}
+	end("/")
+	for _, path := range apiv1.SessionCookiePaths {
+		if secret == "" {
+			end(path)
+			continue
+		}
+		http.SetCookie(w, &http.Cookie{Name: apiv1.SessionCookie, Value: secret, Path: path, Expires: expires,
+			HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
+	}
 }
 
 func (s *Server) changePassword(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {

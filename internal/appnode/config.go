@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 	if c.SessionLife < config.Duration(time.Minute) || c.SessionLife > config.Duration(30*24*time.Hour) {
 		errs = append(errs, fmt.Errorf("sessionLife %v: want 1m to 720h", c.SessionLife.D()))
 	}
-	if _, err := parsePrefixes(c.TrustedProxies); err != nil {
+	if _, err := httpserve.ParseProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.HTTP.Validate(); err != nil {

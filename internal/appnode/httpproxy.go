@@ -100,9 +100,7 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 			out.Host = out.URL.Host
 			// Never hand the caller's CosmicAC credential to the job: its
 			// token, its browser session's cookie or CSRF token.
-			out.Header.Del("Authorization")
-			out.Header.Del(apiv1.HeaderCSRF)
-			stripSessionCookie(out.Header)
+			apiv1.StripCredentials(out.Header)
 			out.Header.Del(HeaderReplica)
 			out.Header.Del(HeaderForwardedPrefix)
 			pr.SetXForwarded()
@@ -115,17 +113,7 @@ func (s *Server) jobHTTP(w http.ResponseWriter, r *http.Request, _ *caller) (any
 		// other's).
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Add("Content-Security-Policy", JobPageCSP)
-			keep := resp.Header.Values("Set-Cookie")[:0:0]
-			for _, v := range resp.Header.Values("Set-Cookie") {
-				if ck, err := http.ParseSetCookie(v); err == nil && ck.Name == apiv1.SessionCookie {
-					continue
-				}
-				keep = append(keep, v)
-			}
-			resp.Header.Del("Set-Cookie")
-			for _, v := range keep {
-				resp.Header.Add("Set-Cookie", v)
-			}
+			apiv1.StripCredentialCookies(resp.Header)
 			return nil
 		},
 		Transport:     tr,
@@ -261,22 +249,4 @@ func (c *streamConn) SetWriteDeadline(t time.Time) error {
 		return d.SetWriteDeadline(t)
 	}
 	return nil
-}
-
-// stripSessionCookie removes the platform's session cookie from h's
-// Cookie headers, keeping the job's own cookies.
-func stripSessionCookie(h http.Header) {
-	var keep []string
-	for _, line := range h.Values("Cookie") {
-		for _, part := range strings.Split(line, ";") {
-			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if name != apiv1.SessionCookie && strings.TrimSpace(part) != "" {
-				keep = append(keep, strings.TrimSpace(part))
-			}
-		}
-	}
-	h.Del("Cookie")
-	if len(keep) > 0 {
-		h.Set("Cookie", strings.Join(keep, "; "))
-	}
 }

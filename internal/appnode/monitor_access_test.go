@@ -49,7 +49,7 @@ func TestMonitorAccessMatrix(t *testing.T) {
 		t.Fatalf("session: %d %s", ses.Code, ses.Body)
 	}
 	r := httptest.NewRequest(http.MethodGet, monitor.LogsPath+e.Job.ID+"/logs?follow=false", nil)
-	r.AddCookie(ses.Result().Cookies()[0])
+	r.AddCookie(sessionCookie(t, ses))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
 	if rec.Code != http.StatusOK {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -66,7 +65,7 @@ type Server struct {
 	// logins limits sign-in attempts.
 	logins *loginLimiter
 	// proxies are the trusted gateways (clientAddr).
-	proxies []netip.Prefix
+	proxies httpserve.Proxies
 }
 
 // handler serves one route. It returns the success body (nil: none) or an
@@ -91,7 +90,7 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 	if l, ok := acc.(store.SignInLimits); ok {
 		s.logins.shared = l
 	}
-	s.proxies, _ = parsePrefixes(cfg.TrustedProxies) // Validate checked them
+	s.proxies, _ = httpserve.ParseProxies(cfg.TrustedProxies) // Validate checked them
 	handlers := s.handlers()
 	for _, rt := range routes {
 		h, ok := handlers[rt.Op]

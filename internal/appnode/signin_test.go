@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,11 +130,7 @@ func TestSession(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &ses); err != nil || ses.CSRFToken == "" {
 		t.Fatalf("session answer %s", rec.Body)
 	}
-	cookies := rec.Result().Cookies()
-	if len(cookies) != 1 || cookies[0].Name != apiv1.SessionCookie || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" {
-		t.Fatalf("cookie = %+v", cookies)
-	}
-	ck := &http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value}
+	ck := sessionCookie(t, rec)
 	if strings.Contains(rec.Body.String(), ck.Value) {
 		t.Error("the answer's body shows the session secret")
 	}
@@ -166,10 +165,14 @@ func TestSession(t *testing.T) {
 	}
 	// Sign out.
 	rec = do(e, "POST", "/api/v1/session", `{"user":"alice","password":"another horse"}`, nil)
-	ck = rec.Result().Cookies()[0]
+	ck = sessionCookie(t, rec)
 	json.Unmarshal(rec.Body.Bytes(), &ses) //nolint:errcheck // checked above
-	if rec := do(e, "DELETE", "/api/v1/session", "", map[string]string{apiv1.HeaderCSRF: ses.CSRFToken}, ck); rec.Code != 204 {
+	rec = do(e, "DELETE", "/api/v1/session", "", map[string]string{apiv1.HeaderCSRF: ses.CSRFToken}, ck)
+	if rec.Code != 204 {
 		t.Fatalf("sign out: %d %s", rec.Code, rec.Body)
+	}
+	if sent := browserSends(t, rec, ck); len(sent) > 0 {
+		t.Errorf("after signing out a browser still sends the cookie to %v", sent)
 	}
 	if rec := do(e, "GET", "/api/v1/jobs", "", nil, ck); rec.Code != 401 {
 		t.Errorf("the cookie after signing out: %d", rec.Code)
@@ -178,6 +181,59 @@ func TestSession(t *testing.T) {
 	if rec := do(e, "GET", "/api/v1/jobs", "", nil, &http.Cookie{Name: apiv1.SessionCookie, Value: e.AdminToken}); rec.Code != 401 {
 		t.Errorf("a token as the cookie: %d", rec.Code)
 	}
+}
+
+// sessionCookie is the session cookie rec sets, checked as a browser
+// would keep it: HttpOnly, SameSite=Strict, and sent only to the API and
+// wrk-monitor's log streams, never to /inference (a model's runtime is in
+// a tenant's VM) nor to the web interface's pages.
+func sessionCookie(t *testing.T, rec *httptest.ResponseRecorder) *http.Cookie {
+	t.Helper()
+	var secret string
+	for _, c := range rec.Result().Cookies() {
+		if c.Name != apiv1.SessionCookie || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+			t.Fatalf("cookie %+v: want %s, HttpOnly, SameSite=Strict", c, apiv1.SessionCookie)
+		}
+		if c.Value != "" {
+			secret = c.Value
+		}
+	}
+	if secret == "" {
+		t.Fatalf("no session cookie in %v", rec.Result().Cookies())
+	}
+	ck := &http.Cookie{Name: apiv1.SessionCookie, Value: secret}
+	want := []string{"/api/v1/jobs", "/monitor/v1/jobs/j/logs"}
+	if sent := browserSends(t, rec, &http.Cookie{Name: apiv1.SessionCookie, Value: "cas_old"}); !slices.Equal(sent, want) {
+		t.Errorf("a browser sends the session cookie to %v, want %v", sent, want)
+	}
+	return ck
+}
+
+// browserSends answers the paths of a few the platform serves to which a
+// browser that had old (a session cookie of Path=/, as set before) and
+// then got rec's cookies sends the session cookie.
+func browserSends(t *testing.T, rec *httptest.ResponseRecorder, old *http.Cookie) []string {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, _ := url.Parse("http://cosmicac.test/")
+	if old != nil {
+		jar.SetCookies(base, []*http.Cookie{{Name: old.Name, Value: old.Value, Path: "/"}})
+	}
+	jar.SetCookies(base, rec.Result().Cookies())
+	var sent []string
+	for _, p := range []string{"/", "/jobs/j", "/api/v1/jobs", "/monitor/v1/jobs/j/logs", "/inference/v1/chat/completions"} {
+		u, _ := url.Parse("http://cosmicac.test" + p)
+		for _, c := range jar.Cookies(u) {
+			if c.Name == apiv1.SessionCookie {
+				sent = append(sent, p)
+				break
+			}
+		}
+	}
+	return sent
 }
 
 // TestTokens: a token made through the API works, is listed with its last
@@ -330,7 +386,7 @@ func TestSecretsStayOutOfTheLog(t *testing.T) {
 	grab(do(e, "POST", "/api/v1/login", `{"user":"alice","password":"correct horse"}`, nil), "token")
 	ses := do(e, "POST", "/api/v1/session", `{"user":"alice","password":"correct horse"}`, nil)
 	grab(ses, "csrfToken")
-	secrets = append(secrets, ses.Result().Cookies()[0].Value)
+	secrets = append(secrets, sessionCookie(t, ses).Value)
 	grab(do(e, "POST", "/api/v1/tokens", `{"name":"x"}`, auth(secrets[0])), "token")
 	grab(do(e, "POST", "/api/v1/api-keys", `{"name":"k"}`, auth(secrets[0])), "key")
 	do(e, "POST", "/api/v1/login", `{"user":"alice","password":"wrong horse battery"}`, nil)
@@ -393,7 +449,7 @@ func TestSessionFromToken(t *testing.T) {
 	if left := time.Until(ses.ExpiresAt); left > 2*time.Hour+time.Minute || left < time.Hour {
 		t.Errorf("the session ends in %v, want no later than the token (2h)", left)
 	}
-	ck := rec.Result().Cookies()[0]
+	ck := sessionCookie(t, rec)
 	rec = do(e, "GET", "/api/v1/whoami", "", nil, &http.Cookie{Name: ck.Name, Value: ck.Value})
 	var w apiv1.WhoAmI
 	if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil || w.Credential != "session" || w.User != "alice" {

@@ -209,7 +209,7 @@ func TestTerminalRoute(t *testing.T) {
 	if rec.Code != http.StatusCreated {
 		t.Fatalf("session: %d %s", rec.Code, rec.Body)
 	}
-	cookie := rec.Result().Cookies()[0]
+	cookie := sessionCookie(t, rec)
 	host := strings.TrimPrefix(e.URL(), "http://")
 	browser := func(origin string) http.Header {
 		return http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}, "Origin": {origin}}

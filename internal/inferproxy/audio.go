@@ -301,7 +301,15 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	release, ok := p.admit(w, c)
+	if !ok {
+		return
+	}
+	defer release()
 	limit := p.cfg.MaxAudioBytes
+	if c.team == "" {
+		limit = min(limit, p.cfg.MaxAnonymousAudioBytes)
+	}
 	if r.ContentLength > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
 		return
@@ -381,7 +389,7 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.metrics.uploads.WithLabelValues("spooled").Inc()
-		p.forward(w, r, c, got.model, sp.body(), false)
+		p.routeForward(w, r, c, got.model, sp.body())
 		return
 	case model := <-routed:
 		if model == "" {
@@ -396,11 +404,11 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			p.metrics.uploads.WithLabelValues("spooled").Inc()
-			p.forward(w, r, c, got.model, sp.body(), false)
+			p.routeForward(w, r, c, got.model, sp.body())
 			return
 		}
 		p.metrics.uploads.WithLabelValues("streamed").Inc()
-		if !p.forward(w, r, c, model, sp.body(), false) {
+		if !p.routeForward(w, r, c, model, sp.body()) {
 			select {
 			case got := <-read: // the answer came after the whole form
 				res = &got
@@ -428,14 +436,14 @@ func (p *Proxy) onlyTranscriptionModel(ctx context.Context, c caller) string {
 		return ""
 	}
 	name := ""
-	for _, m := range c.allowed(visible(ms, c.team)) {
-		if m.Runtime != cosmic.RuntimeParakeet {
+	for _, n := range callable(ms, c) {
+		if n.model.Runtime != cosmic.RuntimeParakeet || !c.allows(n.model) {
 			continue
 		}
-		if name != "" && m.Name != name {
+		if name != "" && n.name != name {
 			return ""
 		}
-		name = m.Name
+		name = n.name
 	}
 	return name
 }
@@ -452,4 +460,15 @@ func writeParamError(w http.ResponseWriter, status int, code, param, msg string)
 	h.Set("Content-Length", fmt.Sprint(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// routeForward routes an upload (whose form names the model only for
+// routing: it is dropped on the way) and forwards it; it answers forward's
+// bodyFailed.
+func (p *Proxy) routeForward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody) (bodyFailed bool) {
+	jobs, ok := p.route(w, r, c, model)
+	if !ok {
+		return false
+	}
+	return p.forward(w, r, c, model, jobs, body, false)
 }

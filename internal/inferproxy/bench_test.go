@@ -488,7 +488,7 @@ func BenchmarkKeyCheck(b *testing.B) {
 			for b.Loop() {
 				now = now.Add(10 * time.Millisecond)
 				c, ok := p.authenticate(w, r)
-				if !ok || !c.allows("qwen") {
+				if !ok || !c.allows(Model{Name: "qwen", Team: c.team}) {
 					b.Fatalf("refused: %d %s", w.Code, w.Body)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,29 +25,55 @@ type Model struct {
 	// model id).
 	Name  string
 	JobID string
-	// Team owns the job; its API keys reach the model.
+	// Team owns the job; its API keys reach the model by Name.
 	Team string
-	// RequireAuth off makes the model reachable without a key (and by every
-	// team's keys).
+	// RequireAuth off makes the model reachable by everyone, with or
+	// without a key, by its full name (FullName).
 	RequireAuth bool
 	Runtime     cosmic.Runtime
 	// ModelID is the Hugging Face id the job serves.
 	ModelID string
 	Created time.Time
+	// State is the job's state; "" (a StaticCatalog's) is taken as running.
+	State cosmic.State
 }
+
+// FullName is how anyone calls an open model: "@TEAM/NAME". No served
+// name starts with '@' (cosmic.ValidServedModelName), so a full name never
+// reads as a team's own bare name, and no team can take another's.
+func (m Model) FullName() string { return "@" + m.Team + "/" + m.Name }
+
+// serving reports whether the model's replicas answer, or will without an
+// action (the job is queued, starting, restarting, ...).
+func (m Model) serving() bool { return m.State == "" || slices.Contains(servingStates, m.State) }
 
 // Catalog says which models exist and who owns them. It is all the proxy
 // needs to know of jobs; OrkCatalog answers from the ork's job list, and a
 // test can answer from a slice (StaticCatalog).
 type Catalog interface {
+	// Models lists the models whose replicas serve, or will without an
+	// action (queued, starting, restarting, ...).
 	Models(ctx context.Context) ([]Model, error)
+	// Down lists team's models that do not serve and will not without an
+	// action (stopped, failed, being deleted): a request of the team for
+	// one of these is told its own model is down, instead of being
+	// answered "no such model" (or, before, by another team's model of
+	// the same name). It is read only on such a miss.
+	Down(ctx context.Context, team string) ([]Model, error)
 }
 
 // StaticCatalog is a fixed list of models.
 type StaticCatalog []Model
 
 // Models implements Catalog.
-func (s StaticCatalog) Models(context.Context) ([]Model, error) { return s, nil }
+func (s StaticCatalog) Models(context.Context) ([]Model, error) {
+	return slices.DeleteFunc(slices.Clone(s), func(m Model) bool { return !m.serving() }), nil
+}
+
+// Down implements Catalog.
+func (s StaticCatalog) Down(_ context.Context, team string) ([]Model, error) {
+	return slices.DeleteFunc(slices.Clone(s), func(m Model) bool { return m.Team != team || m.serving() }), nil
+}
 
 // JobLister is the part of the ork's client (*orkapi.Client) OrkCatalog uses.
 type JobLister interface {
@@ -62,20 +89,34 @@ var _ JobLister = (*orkapi.Client)(nil)
 // the model does not exist.
 type OrkCatalog struct{ Ork JobLister }
 
+// downStates are the job states whose replicas do not serve, and will not
+// without an action.
+var downStates = []cosmic.State{cosmic.StateStopped, cosmic.StateFailed, cosmic.StateDeleting}
+
 // servingStates are the job states whose replicas answer, or will.
-var servingStates = []cosmic.State{cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning,
+var servingStates = []cosmic.State{cosmic.StateCreating, cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning,
 	cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}
 
 // Models implements Catalog.
 func (c OrkCatalog) Models(ctx context.Context) ([]Model, error) {
+	return c.list(ctx, orkapi.ListJobsParams{States: servingStates})
+}
+
+// Down implements Catalog.
+func (c OrkCatalog) Down(ctx context.Context, team string) ([]Model, error) {
+	return c.list(ctx, orkapi.ListJobsParams{Team: team, States: downStates})
+}
+
+func (c OrkCatalog) list(ctx context.Context, q orkapi.ListJobsParams) ([]Model, error) {
 	var out []Model
-	for page := 0; ; page++ {
-		r, err := c.Ork.ListJobs(ctx, orkapi.ListJobsParams{States: servingStates, Page: page, Size: 1000})
+	q.Size = 1000
+	for q.Page = 0; ; q.Page++ {
+		r, err := c.Ork.ListJobs(ctx, q)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, ModelsOf(r.Jobs)...)
-		if (page+1)*1000 >= r.Total || len(r.Jobs) == 0 {
+		if (q.Page+1)*q.Size >= r.Total || len(r.Jobs) == 0 {
 			return out, nil
 		}
 	}
@@ -90,7 +131,7 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 			continue
 		}
 		out = append(out, Model{Name: inferagent.ServedModelName(*in), JobID: j.ID, Team: j.Team,
-			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt})
+			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State})
 	}
 	return out
 }
@@ -104,6 +145,12 @@ type cachedCatalog struct {
 	at   time.Time
 	list []Model
 	err  error
+}
+
+// Down reads c's catalog, uncached: it is read only on a miss, which the
+// caller's limits bound.
+func (c *cachedCatalog) Down(ctx context.Context, team string) ([]Model, error) {
+	return c.c.Down(ctx, team)
 }
 
 func (c *cachedCatalog) Models(ctx context.Context) ([]Model, error) {
@@ -136,38 +183,66 @@ func (c *cachedCatalog) models(ctx context.Context, notBefore time.Time) ([]Mode
 	return ms, err
 }
 
-// visible returns the models a caller may use: its team's, and those that
-// need no key. team "" is a caller without a key.
-func visible(ms []Model, team string) []Model {
-	var out []Model
+// A name resolves as follows (docs/inference.md, "Model names"):
+//
+//   - a bare name ("Qwen/Qwen3-8B") names a model of the caller's own team,
+//     and nothing else: a caller without a key has no bare names, and a
+//     team whose model is down is told so, never answered by another
+//     team's model of the same name;
+//   - a full name ("@ml/Qwen/Qwen3-8B") names team ml's model
+//     "Qwen/Qwen3-8B", which the caller reaches if it is of team ml or the
+//     model is open (requireAuth off).
+//
+// So an open model is called by anyone by its full name, and no team can
+// take the traffic meant for another's.
+
+// callable returns the models the caller may call by name, each under the
+// name it calls it by (its bare name for its own team's, its full name for
+// another team's open ones), serving or not.
+func callable(ms []Model, c caller) []named {
+	var out []named
 	for _, m := range ms {
-		if !m.RequireAuth || team != "" && m.Team == team {
-			out = append(out, m)
+		switch {
+		case c.team != "" && m.Team == c.team:
+			out = append(out, named{m.Name, m})
+		case !m.RequireAuth:
+			out = append(out, named{m.FullName(), m})
 		}
 	}
 	return out
 }
 
-// resolve returns the jobs serving name to the caller: its team's jobs
-// first; only when it has none, those that need no key.
-func resolve(ms []Model, team, name string) []Model {
-	var own, open []Model
+// named is a model under the name a caller calls it by.
+type named struct {
+	name  string
+	model Model
+}
+
+// resolve returns the jobs of ms serving name to the caller (oldest
+// first), and those of ms it names that do not serve now (down).
+func resolve(ms []Model, c caller, name string) (jobs, down []Model) {
+	team, bare := c.team, name
+	if rest, ok := strings.CutPrefix(name, "@"); ok {
+		var found bool
+		if team, bare, found = strings.Cut(rest, "/"); !found || team == "" || bare == "" {
+			return nil, nil
+		}
+	}
+	if team == "" {
+		return nil, nil
+	}
 	for _, m := range ms {
-		if m.Name != name {
+		if m.Team != team || m.Name != bare || (m.Team != c.team && m.RequireAuth) {
 			continue
 		}
-		switch {
-		case team != "" && m.Team == team:
-			own = append(own, m)
-		case !m.RequireAuth:
-			open = append(open, m)
+		if m.serving() {
+			jobs = append(jobs, m)
+		} else {
+			down = append(down, m)
 		}
 	}
-	if len(own) > 0 {
-		return own
-	}
-	slices.SortFunc(open, func(a, b Model) int { return a.Created.Compare(b.Created) })
-	return open
+	slices.SortFunc(jobs, func(a, b Model) int { return a.Created.Compare(b.Created) })
+	return jobs, down
 }
 
 // ---- API keys

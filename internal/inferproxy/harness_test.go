@@ -68,7 +68,13 @@ func (r *runningAt) Stop(time.Duration)    { r.once.Do(func() { close(r.done) })
 
 type catalogFunc func() []Model
 
-func (f catalogFunc) Models(context.Context) ([]Model, error) { return f(), nil }
+func (f catalogFunc) Models(ctx context.Context) ([]Model, error) {
+	return StaticCatalog(f()).Models(ctx)
+}
+
+func (f catalogFunc) Down(ctx context.Context, team string) ([]Model, error) {
+	return StaticCatalog(f()).Down(ctx, team)
+}
 
 func newNode(t testing.TB, name, listen string, policy fabric.Policy) *fabric.Node {
 	t.Helper()

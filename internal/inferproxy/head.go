@@ -2,6 +2,7 @@ package inferproxy
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -15,6 +16,9 @@ import (
 type requestHead struct {
 	Model  string
 	Stream bool
+	// models are the byte spans of every top-level "model" value in the
+	// body (a key given twice has two), for withModel.
+	models [][2]int
 }
 
 // parseHead checks that body is JSON and reads its top-level "model" and
@@ -39,6 +43,7 @@ func parseHead(body []byte) (requestHead, error) {
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "model":
+			h.models = append(h.models, [2]int{v.Index, v.Index + len(v.Raw)})
 			switch v.Type {
 			case gjson.String:
 				h.Model = strings.Clone(v.Str)
@@ -63,4 +68,21 @@ func parseHead(body []byte) (requestHead, error) {
 		return err == nil
 	})
 	return h, err
+}
+
+// withModel is body with every top-level "model" value replaced by name:
+// a request that calls an open model by its full name (@TEAM/NAME) reaches
+// the runtime with the name the runtime serves, as vLLM answers 404 for
+// any other. Every occurrence is replaced, so that no reader of the body
+// sees another model than the proxy routed by.
+func withModel(body []byte, h requestHead, name string) []byte {
+	q := strconv.AppendQuote(nil, name) // a served name is ASCII (cosmic.ValidServedModelName)
+	out := make([]byte, 0, len(body)+len(h.models)*len(q))
+	at := 0
+	for _, span := range h.models {
+		out = append(out, body[at:span[0]]...)
+		out = append(out, q...)
+		at = span[1]
+	}
+	return append(out, body[at:]...)
 }

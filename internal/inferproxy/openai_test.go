@@ -158,14 +158,14 @@ func TestOpenAISDK(t *testing.T) {
 }
 
 // TestRequireAuthOff: a model whose job turns authorization off is reached
-// without a key and by any team's key.
+// without a key and by any team's key, by its full name @TEAM/NAME.
 func TestRequireAuthOff(t *testing.T) {
 	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond)})
 	h.addJob("job-open", "team-a", "open", cosmic.RuntimeVLLM, 1, 1, false, simruntime.Config{})
 	h.waitReady("job-open", 1)
 	for _, key := range []string{"", h.keys["team-b"]} {
 		cl := sdk(h, key)
-		c, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "open",
+		c, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "@team-a/open",
 			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(3)})
 		if err != nil || c.Usage.CompletionTokens != 3 {
 			t.Fatalf("key %q: %+v %v", key, c, err)
@@ -226,9 +226,11 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("one of the 2 concurrent requests within the limit: status %d", c)
 		}
 	}
-	// 5 per minute: the two that ran took 2 (neither the 413 nor the 429
-	// counts); three more pass, then 429.
-	for range 3 {
+	// 5 per minute: the 413 and the two that ran took 3 (the limits are
+	// taken before the body is read; the refused 429 takes none); two more
+	// pass, then 429. A request for a model that does not exist counts
+	// too: it costs a read of the catalog.
+	for range 2 {
 		resp := post(`{"model":"q","prompt":"hi"}`)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
@@ -236,6 +238,19 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	shape(post(`{"model":"q","prompt":"hi"}`), 429, "rate_limit_exceeded")
+	h2 := newHarness(t, Config{RequestsPerMinute: 2})
+	for i, want := range []int{404, 404, 429} {
+		req, _ := http.NewRequest("POST", h2.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"nope","prompt":"hi"}`))
+		req.Header.Set("Authorization", "Bearer "+h2.keys["team-a"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("request %d for an unknown model: status %d, want %d", i, resp.StatusCode, want)
+		}
+	}
 }
 
 // TestReplicaKilledDuringStreaming: with two replicas and requests waiting

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -39,12 +40,22 @@ type Config struct {
 	// audio upload (default 64 MiB). Larger ones are answered 413.
 	MaxBodyBytes  int64 `json:"maxBodyBytes,omitempty"`
 	MaxAudioBytes int64 `json:"maxAudioBytes,omitempty"`
+	// MaxAnonymousBodyBytes and MaxAnonymousAudioBytes bound them for a
+	// caller without a key (defaults 256 KiB and 8 MiB: a long prompt, a
+	// few minutes of speech), whose body is read only after its address's
+	// limits admitted it.
+	MaxAnonymousBodyBytes  int64 `json:"maxAnonymousBodyBytes,omitempty"`
+	MaxAnonymousAudioBytes int64 `json:"maxAnonymousAudioBytes,omitempty"`
 	// MaxConcurrentPerKey bounds a key's requests in flight (default 64);
 	// RequestsPerMinute its request rate (default 600). Both are answered
 	// 429 with Retry-After. Zero takes the default, negative turns it off.
-	// Callers without a key are limited per client address.
-	MaxConcurrentPerKey int `json:"maxConcurrentPerKey,omitempty"`
-	RequestsPerMinute   int `json:"requestsPerMinute,omitempty"`
+	// Callers without a key are limited per client address: the TCP
+	// peer's, or behind a gateway listed in TrustedProxies, the address it
+	// forwarded for (httpserve.Proxies). Every request counts, before its
+	// body is read, whether it names a model or not.
+	MaxConcurrentPerKey int      `json:"maxConcurrentPerKey,omitempty"`
+	RequestsPerMinute   int      `json:"requestsPerMinute,omitempty"`
+	TrustedProxies      []string `json:"trustedProxies,omitempty"`
 	// MaxAttempts bounds the replicas one request is tried on (default 3).
 	MaxAttempts int `json:"maxAttempts,omitempty"`
 	// CatalogTTL is how long the model list is kept (default 1s: a job's
@@ -80,8 +91,11 @@ func DefaultConfig() Config {
 // negative (a negative per-key limit turns it off).
 func (c Config) Validate() error {
 	var errs []error
-	if c.MaxBodyBytes < 0 || c.MaxAudioBytes < 0 || c.MaxAttempts < 0 {
-		errs = append(errs, errors.New("maxBodyBytes, maxAudioBytes and maxAttempts must not be negative"))
+	if c.MaxBodyBytes < 0 || c.MaxAudioBytes < 0 || c.MaxAnonymousBodyBytes < 0 || c.MaxAnonymousAudioBytes < 0 || c.MaxAttempts < 0 {
+		errs = append(errs, errors.New("maxBodyBytes, maxAudioBytes, maxAnonymousBodyBytes, maxAnonymousAudioBytes and maxAttempts must not be negative"))
+	}
+	if _, err := httpserve.ParseProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, err)
 	}
 	for name, d := range map[string]config.Duration{"catalogTTL": c.CatalogTTL, "lookupTTL": c.LookupTTL, "keyTTL": c.KeyTTL,
 		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte, "keepAlive": c.KeepAlive} {
@@ -107,6 +121,12 @@ func (c *Config) setDefaults() {
 	if c.MaxAudioBytes == 0 {
 		c.MaxAudioBytes = 64 << 20
 	}
+	if c.MaxAnonymousBodyBytes == 0 {
+		c.MaxAnonymousBodyBytes = 256 << 10
+	}
+	if c.MaxAnonymousAudioBytes == 0 {
+		c.MaxAnonymousAudioBytes = 8 << 20
+	}
 	dur := func(v *config.Duration, d time.Duration) {
 		if *v == 0 {
 			*v = config.Duration(d)
@@ -131,6 +151,7 @@ type Proxy struct {
 	replicas *replicaSet
 	limits   *limiter
 	pool     *hop.Pool
+	proxies  httpserve.Proxies // trusted gateways
 	mux      *http.ServeMux
 	handler  http.Handler
 	metrics  *proxyMetrics
@@ -158,6 +179,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
+	p.proxies, _ = httpserve.ParseProxies(cfg.TrustedProxies) // Validate checked them
 	p.metrics = newProxyMetrics(p.replicas)
 	// One pool of keep-alive HTTP/1.1 connections to the agents, each a
 	// fabric stream (direct where the agent's address is known or it parked
@@ -234,32 +256,25 @@ type caller struct {
 	team  string // "" without a key
 	limit string // the limiter's key
 	// models limits the key to these served model names (nil: every model
-	// it reaches).
+	// it reaches): its own team's by their bare names, another team's open
+	// ones by their full names.
 	models []string
 }
 
-// allows reports whether the caller may use the served model name.
-func (c caller) allows(name string) bool {
-	return c.models == nil || slices.Contains(c.models, name)
-}
-
-// allowed keeps the models of ms the caller may use.
-func (c caller) allowed(ms []Model) []Model {
+// allows reports whether the caller's key may use m.
+func (c caller) allows(m Model) bool {
 	if c.models == nil {
-		return ms
+		return true
 	}
-	var out []Model
-	for _, m := range ms {
-		if c.allows(m.Name) {
-			out = append(out, m)
-		}
+	if m.Team == c.team && slices.Contains(c.models, m.Name) {
+		return true
 	}
-	return out
+	return slices.Contains(c.models, m.FullName())
 }
 
 // authenticate reads the key of r. A key that is given must be valid.
 func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bool) {
-	secret := r.Header.Get("X-API-Key")
+	secret := r.Header.Get(apiv1.HeaderAPIKey)
 	if h := r.Header.Get("Authorization"); secret == "" && h != "" {
 		scheme, s, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -269,8 +284,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 		secret = strings.TrimSpace(s)
 	}
 	if secret == "" {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		return caller{limit: "addr:" + host}, true
+		return caller{limit: "addr:" + p.proxies.ClientIP(r)}, true
 	}
 	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
@@ -311,15 +325,16 @@ type modelObject struct {
 	Job  string `json:"job,omitempty"`
 }
 
-func toObject(m Model) modelObject {
-	return modelObject{ID: m.Name, Object: "model", Created: m.Created.Unix(), OwnedBy: m.Team, Root: m.ModelID, Job: m.JobID}
+func toObject(n named) modelObject {
+	m := n.model
+	return modelObject{ID: n.name, Object: "model", Created: m.Created.Unix(), OwnedBy: m.Team, Root: m.ModelID, Job: m.JobID}
 }
 
-// models lists the models the caller's key reaches. Listing takes a key,
-// as OpenAI's does: without one it is 401, like every route (a model
-// without "require authorization" is still called without a key, by the
-// name its owner gives out).
-func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller, bool) {
+// models lists the models the caller's key reaches, each under the name
+// the caller calls it by. Listing takes a key, as OpenAI's does: without
+// one it is 401, like every route (an open model is still called without
+// a key, by its full name, which its owner gives out).
+func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]named, caller, bool) {
 	c, ok := p.authenticate(w, r)
 	if !ok {
 		return nil, c, false
@@ -334,7 +349,7 @@ func (p *Proxy) models(w http.ResponseWriter, r *http.Request) ([]Model, caller,
 		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
 		return nil, c, false
 	}
-	return c.allowed(visible(ms, c.team)), c, true
+	return slices.DeleteFunc(callable(ms, c), func(n named) bool { return !c.allows(n.model) }), c, true
 }
 
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
@@ -344,25 +359,39 @@ func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	seen := map[string]bool{}
 	data := []modelObject{}
-	for _, m := range ms {
-		if !seen[m.Name] {
-			seen[m.Name] = true
-			data = append(data, toObject(m))
+	for _, n := range ms {
+		if !seen[n.name] {
+			seen[n.name] = true
+			data = append(data, toObject(n))
 		}
 	}
 	writeJSON(w, map[string]any{"object": "list", "data": data})
 }
 
 func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
-	ms, c, ok := p.models(w, r)
+	c, ok := p.authenticate(w, r)
 	if !ok {
 		return
 	}
-	if jobs := resolve(ms, c.team, r.PathValue("model")); len(jobs) > 0 && c.allows(jobs[0].Name) {
-		writeJSON(w, toObject(jobs[0]))
+	if c.team == "" {
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey)
 		return
 	}
-	writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", r.PathValue("model")))
+	ms, err := p.catalog.Models(r.Context())
+	if err != nil {
+		p.log.Error("list models", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
+		return
+	}
+	name := r.PathValue("model")
+	jobs, _ := resolve(ms, c, name)
+	for _, m := range jobs {
+		if c.allows(m) {
+			writeJSON(w, toObject(named{name, m}))
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", name))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -424,9 +453,9 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []ModelHealth{}
-	for _, m := range ms {
-		mh, _ := p.JobHealth(r.Context(), m.JobID)
-		mh.Model = m.Name
+	for _, n := range ms {
+		mh, _ := p.JobHealth(r.Context(), n.model.JobID)
+		mh.Model = n.name
 		out = append(out, mh)
 	}
 	writeJSON(w, map[string]any{"models": out})
@@ -452,7 +481,16 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, p.cfg.MaxBodyBytes)
+	release, ok := p.admit(w, c)
+	if !ok {
+		return
+	}
+	defer release()
+	limit := p.cfg.MaxBodyBytes
+	if c.team == "" {
+		limit = min(limit, p.cfg.MaxAnonymousBodyBytes)
+	}
+	body, ok := readBody(w, r, limit)
 	if !ok {
 		return
 	}
@@ -461,7 +499,14 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 		return
 	}
-	p.forward(w, r, c, head.Model, bytesBody(body), head.Stream)
+	jobs, ok := p.route(w, r, c, head.Model)
+	if !ok {
+		return
+	}
+	if served := jobs[0].Name; served != head.Model {
+		body = withModel(body, head, served)
+	}
+	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
@@ -516,16 +561,13 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 }
 
 // route finds the jobs serving model to the caller, or answers why there
-// are none (400 no model, 404 unknown or not the key's, 401 without a key,
-// 400 a parakeet model off audio/transcriptions).
+// are none: 400 no model; 404 unknown or not the key's (401 without a
+// key); 503 model_not_serving when the caller's own model of that name is
+// stopped, failed or being deleted (never another team's model in its
+// place); 400 a parakeet model off audio/transcriptions.
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model string) ([]Model, bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
-		return nil, false
-	}
-	if !c.allows(model) {
-		// A model the key may not use looks like one that does not exist.
-		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
 		return nil, false
 	}
 	ms, err := p.catalog.Models(r.Context())
@@ -534,16 +576,22 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model st
 		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
 		return nil, false
 	}
-	jobs := resolve(ms, c.team, model)
+	jobs, _ := resolve(ms, c, model)
 	if len(jobs) == 0 {
 		if ms, err = p.catalog.fresh(r.Context()); err == nil {
-			jobs = resolve(ms, c.team, model)
+			jobs, _ = resolve(ms, c, model)
 		}
 	}
+	jobs = slices.DeleteFunc(jobs, func(m Model) bool { return !c.allows(m) })
 	if len(jobs) == 0 {
+		if m, ok := p.down(r.Context(), c, model); ok {
+			writeError(w, http.StatusServiceUnavailable, "model_not_serving",
+				fmt.Sprintf("the model `%s` of team %s is not serving: its job %s is %s; restart the job to serve it again", model, m.Team, m.JobID, m.State))
+			return nil, false
+		}
 		if c.team == "" {
 			// Without a key, an unknown model and another team's look alike.
-			writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey)
+			writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey+" (an open model is called by its full name, @TEAM/NAME)")
 			return nil, false
 		}
 		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
@@ -556,29 +604,55 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model st
 	return jobs, true
 }
 
-// forward sends the request to a ready replica of the model, failing over
-// to another before the answer began. It reports whether it stopped because
-// the body could not be read to its end (body.failed), having answered
-// nothing: the caller answers why.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody, stream bool) (bodyFailed bool) {
-	jobs, ok := p.route(w, r, c, model)
-	if !ok {
-		return false
+// down finds the caller's own model of that name that does not serve now.
+func (p *Proxy) down(ctx context.Context, c caller, model string) (Model, bool) {
+	if c.team == "" {
+		return Model{}, false
 	}
-	setModel(w, model)
+	ms, err := p.catalog.Down(ctx, c.team)
+	if err != nil {
+		p.log.Warn("list models that do not serve", "team", c.team, "err", err)
+		return Model{}, false
+	}
+	_, down := resolve(ms, c, model)
+	for _, m := range down {
+		if m.Team == c.team && c.allows(m) {
+			return m, true
+		}
+	}
+	return Model{}, false
+}
+
+// admit counts a request against the caller's limits (its key's, or its
+// address's without one) before any of its body is read, or answers 429.
+// An admitted request calls release when it ends.
+func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool) {
 	ok, retry, why := p.limits.acquire(c.limit, time.Now())
 	if !ok {
 		p.metrics.rateLimited.WithLabelValues(why).Inc()
 		secs := int(math.Ceil(retry.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		msg := "too many requests in flight for this key"
+		who := "this key"
+		if c.team == "" {
+			who = "this client (send an API key for a limit of its own)"
+		}
+		msg := "too many requests in flight for " + who
 		if why == "rpm" {
-			msg = "rate limit reached: too many requests per minute for this key"
+			msg = "rate limit reached: too many requests per minute for " + who
 		}
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", msg)
-		return
+		return nil, false
 	}
-	defer p.limits.release(c.limit)
+	return func() { p.limits.release(c.limit) }, true
+}
+
+// forward sends the request to a ready replica of the model (one of jobs,
+// as route found them), failing over to another before the answer began.
+// The caller admitted the request (admit). It reports whether it stopped because
+// the body could not be read to its end (body.failed), having answered
+// nothing: the caller answers why.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool) (bodyFailed bool) {
+	setModel(w, model)
 
 	lookup := func(fresh bool) []*replica {
 		var rs []*replica
@@ -759,8 +833,11 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	start := time.Now()
 	out := body.request(r, "http://"+rep.host()+path)
 	hop.CopyHeaders(out.Header, r.Header)
-	out.Header.Del("Authorization") // the caller's credentials stay here
-	out.Header.Del("X-API-Key")
+	// The caller's credentials stay here (the browser session's cookie
+	// among them), and so do all cookies: the OpenAI API has none, and
+	// a runtime is in a tenant's VM.
+	apiv1.StripCredentials(out.Header)
+	out.Header.Del("Cookie")
 	resp, err := p.pool.Do(out, rep.host())
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -821,6 +898,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	if !committed {
 		h := w.Header()
 		hop.CopyHeaders(h, resp.Header)
+		h.Del("Set-Cookie") // a runtime sets no cookie on the platform's origin
 		h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
 		w.WriteHeader(resp.StatusCode)
 	}

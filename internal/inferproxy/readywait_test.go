@@ -179,7 +179,7 @@ func TestListModelsTakesAKey(t *testing.T) {
 	_, err := none.Models.List(context.Background())
 	wantAPIError(t, "models without a key", err, http.StatusUnauthorized, "invalid_api_key")
 	l, err := other.Models.List(context.Background())
-	if err != nil || len(l.Data) != 1 || l.Data[0].ID != "open" {
+	if err != nil || len(l.Data) != 1 || l.Data[0].ID != "@team-a/open" {
 		t.Fatalf("models with another team's key: %+v, %v", l, err)
 	}
 }

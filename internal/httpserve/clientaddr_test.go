@@ -1,18 +1,18 @@
-package appnode
+package httpserve
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
 // TestClientAddr: X-Forwarded-For is believed only from a trusted proxy,
 // and then its rightmost untrusted hop is the client.
 func TestClientAddr(t *testing.T) {
-	proxies, err := parsePrefixes([]string{"10.0.0.0/8", "192.0.2.1"})
+	proxies, err := ParseProxies([]string{"10.0.0.0/8", "192.0.2.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{proxies: proxies}
 	for _, tc := range []struct {
 		name, remote string
 		xff          []string
@@ -32,14 +32,17 @@ func TestClientAddr(t *testing.T) {
 		for _, v := range tc.xff {
 			r.Header.Add("X-Forwarded-For", v)
 		}
-		if got := s.clientAddr(r); got != tc.want {
+		if got := proxies.ClientAddr(r); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+		if got, want := proxies.ClientIP(r), strings.TrimSuffix(strings.TrimSuffix(tc.want, ":4000"), ":5000"); got != want {
+			t.Errorf("%s: ClientIP %q, want %q", tc.name, got, want)
+		}
 	}
-	if (&Server{}).clientAddr(httptest.NewRequest("GET", "/", nil)) != "192.0.2.1:1234" {
+	if Proxies(nil).ClientAddr(httptest.NewRequest("GET", "/", nil)) != "192.0.2.1:1234" {
 		t.Error("without trusted proxies the peer is the client")
 	}
-	if _, err := parsePrefixes([]string{"not-an-ip"}); err == nil {
-		t.Error("parsePrefixes took not-an-ip")
+	if _, err := ParseProxies([]string{"not-an-ip"}); err == nil {
+		t.Error("ParseProxies took not-an-ip")
 	}
 }
