@@ -3,6 +3,7 @@ package inferproxy
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -169,4 +171,132 @@ func wantText(code int) string {
 		return "it reached"
 	}
 	return http.StatusText(code)
+}
+
+// TestModelNamesCannotBeSquatted replays the squatting found in the
+// probe: team-b serves an open model under the name team-a's own model
+// has, and team-a's model is down (stopped), or gone. Each of team-a's
+// requests, sent with its own key and the bare name, used to reach
+// team-b's VM. Now a bare name reaches only the caller's own team: team-a
+// is told its model is not serving (or does not exist), a caller without
+// a key must name the open model in full, and the full name @team-b/qwen
+// reaches team-b's model, rewritten to the name its runtime serves.
+func TestModelNamesCannotBeSquatted(t *testing.T) {
+	h := newHarness(t, Config{ReadyWait: -1})
+	h.addJob("job-squat", "team-b", "qwen", cosmic.RuntimeVLLM, 1, 1, false, simruntime.Config{})
+	h.waitReady("job-squat", 1)
+	post := func(key, model string) (int, string) {
+		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"my secret prompt"}],"max_tokens":2}`))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// team-a's own model of that name is gone: 404, ten times of ten.
+	for i := range 10 {
+		if code, body := post(h.keys["team-a"], "qwen"); code != http.StatusNotFound {
+			t.Fatalf("team-a's prompt %d without a model of its own: %d %s, want 404", i, code, body)
+		}
+	}
+	// Stopped: 503 naming team-a's own model and job.
+	h.mu.Lock()
+	h.models = append(h.models, Model{Name: "qwen", JobID: "job-own", Team: "team-a", RequireAuth: true, Runtime: cosmic.RuntimeVLLM,
+		ModelID: "Qwen/Qwen3-8B", Created: time.Now(), State: cosmic.StateStopped})
+	h.mu.Unlock()
+	for i := range 10 {
+		code, body := post(h.keys["team-a"], "qwen")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "model_not_serving") || !strings.Contains(body, "job-own") {
+			t.Fatalf("team-a's prompt %d with its model stopped: %d %s, want 503 model_not_serving naming job-own", i, code, body)
+		}
+	}
+	// Without a key a bare name reaches nobody's model.
+	if code, body := post("", "qwen"); code != http.StatusUnauthorized {
+		t.Errorf("no key, bare name: %d %s, want 401", code, body)
+	}
+	// The full name reaches the open model, with or without a key.
+	for _, key := range []string{"", h.keys["team-a"], h.keys["team-b"]} {
+		if code, body := post(key, "@team-b/qwen"); code != http.StatusOK || !strings.Contains(body, `"model":"qwen"`) {
+			t.Errorf("@team-b/qwen with key %.12q: %d %s, want 200 from the runtime serving qwen", key, code, body)
+		}
+	}
+	// Nor can a full name reach a model that needs a key of its team.
+	if code, body := post(h.keys["team-b"], "@team-a/qwen"); code != http.StatusNotFound {
+		t.Errorf("team-b's key, @team-a/qwen: %d %s, want 404", code, body)
+	}
+}
+
+// countingReader is a body of size bytes, prefix then spaces, that counts
+// the bytes read of it.
+type countingReader struct {
+	prefix  string
+	n, size int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n >= c.size {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.size-c.n)
+	for i := range p[:k] {
+		p[i] = ' '
+		if c.n+i < len(c.prefix) {
+			p[i] = c.prefix[c.n+i]
+		}
+	}
+	c.n += k
+	return k, nil
+}
+
+// TestBodiesReadAfterTheChecks: a caller's key and limits are checked
+// before any byte of its body is read, and a caller without a key may send
+// a small body only: a wrong key, or a client over its limits, costs the
+// proxy no read, and an anonymous 16 MiB body is cut at the anonymous
+// bound, on the JSON routes and on audio uploads alike.
+func TestBodiesReadAfterTheChecks(t *testing.T) {
+	p := New(Config{ReadyWait: -1, RequestsPerMinute: 1}, nil, nil, StaticCatalog{
+		{Name: "open", JobID: "job-o", Team: "team-b", RequireAuth: false, Runtime: cosmic.RuntimeVLLM, ModelID: "meta/llama"},
+	}, &memKeys{}, nil, nil)
+	def := DefaultConfig()
+	send := func(path, key, addr string, size int) (int, int) {
+		body := &countingReader{size: size}
+		if path == "/audio/transcriptions" {
+			body.prefix = "--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+		}
+		r := httptest.NewRequest(http.MethodPost, Prefix+path, body)
+		r.ContentLength = -1 // as a chunked upload: no early 413 from the length
+		r.RemoteAddr = addr
+		if path == "/audio/transcriptions" {
+			r.Header.Set("Content-Type", "multipart/form-data; boundary=x")
+		}
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		w := httptest.NewRecorder()
+		p.Handler().ServeHTTP(w, r)
+		return w.Code, body.n
+	}
+	for _, path := range []string{"/chat/completions", "/audio/transcriptions"} {
+		if code, n := send(path, KeyPrefix+"wrong", "198.18.0.1:1000", 16<<20); code != http.StatusUnauthorized || n != 0 {
+			t.Errorf("%s with a wrong key: %d after reading %d bytes, want 401 after none", path, code, n)
+		}
+	}
+	bound := map[string]int64{"/chat/completions": def.MaxAnonymousBodyBytes, "/audio/transcriptions": def.MaxAnonymousAudioBytes}
+	for i, path := range []string{"/chat/completions", "/audio/transcriptions"} {
+		addr := "198.18.0." + string(rune('2'+i)) + ":1000"
+		code, n := send(path, "", addr, 16<<20)
+		if code != http.StatusRequestEntityTooLarge || int64(n) > bound[path]+64<<10 {
+			t.Errorf("%s, 16 MiB without a key: %d after reading %d bytes, want 413 after at most %d", path, code, n, bound[path])
+		}
+		// The client's one request a minute is spent: the next reads nothing.
+		if code, n := send(path, "", addr, 16<<20); code != http.StatusTooManyRequests || n != 0 {
+			t.Errorf("%s over the client's limit: %d after reading %d bytes, want 429 after none", path, code, n)
+		}
+	}
 }
