@@ -166,5 +166,5 @@ build_etcd
 echo "$STAMP" > "$DEST/VERSIONS"
 log "installed into $DEST:"
 "$DEST/kube-apiserver" --version >&2
-"$DEST/etcd" --version | head -1 >&2
+"$DEST/etcd" --version 2>&1 | sed -n 1p >&2 # sed reads it all: no SIGPIPE under pipefail
 ls -l "$DEST/kube-apiserver" "$DEST/etcd" >&2
