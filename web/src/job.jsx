@@ -4,6 +4,8 @@ import { Link, navigate } from "./router.jsx";
 import { Confirm, Copy, ErrorNotice, Notice, StateBadge, Tabs, Time } from "./ui.jsx";
 import { StatusDetail, gpuText } from "./jobs.jsx";
 import { can } from "./main.jsx";
+import { isPlatformRecord } from "./records.js";
+import { endpointSnippets, modelForClients } from "./snippets.js";
 
 // States whose VMs run: Delete needs a kill first (the API's force).
 const RUNNING = ["starting", "running", "degraded", "restarting", "unknown"];
@@ -344,16 +346,28 @@ function Logs({ job }) {
         {records.length === 0 ? (
           <p class="muted">No records yet.</p>
         ) : (
-          records.map((r) => (
-            <div class={`rec src-${r.source}${r.ok === false ? " bad" : ""}`}>
-              <time dateTime={r.time}>{new Date(r.time).toLocaleTimeString()}</time>
-              <span class="tag">{r.source === "system" ? "sys" : "app"}{replicas.length > 1 ? ` r${r.replica}` : ""}</span>
-              {r.step && <span class="step">{r.step}</span>}
-              <span class="line">{r.line}</span>
-            </div>
-          ))
+          records.map((r) => <LogLine r={r} replicas={replicas} />)
         )}
       </div>
+    </div>
+  );
+}
+
+// LogLine is one log record. A platform record shows its setup step as one;
+// any other (the job's output, or a system record its agent wrote) is
+// marked as the job's VM's, and a step it names is only its text.
+function LogLine({ r, replicas }) {
+  const platform = isPlatformRecord(r);
+  return (
+    <div class={`rec src-${r.source}${platform ? "" : " from-vm"}${r.ok === false ? " bad" : ""}`}>
+      <time dateTime={r.time}>{new Date(r.time).toLocaleTimeString()}</time>
+      <span class="tag">{r.source === "system" ? "sys" : "app"}{replicas.length > 1 ? ` r${r.replica}` : ""}</span>
+      {platform && r.step && <span class="step">{r.step}</span>}
+      {!platform && r.source === "system" && (
+        <span class="origin" title="Written inside the job's VM (by its agent), not by the platform">from the job's VM</span>
+      )}
+      {!platform && r.step && <span class="vm-step">{r.step}:</span>}
+      <span class="line">{r.line}</span>
     </div>
   );
 }
@@ -399,33 +413,29 @@ function TerminalTab({ me, job }) {
 
 function Endpoint({ job }) {
   const inf = job.spec.inference;
-  const model = inf.servedModelName || inf.model;
-  const base = `${location.origin}/inference/v1`;
+  const name = inf.servedModelName || inf.model;
   const auth = inf.requireAuth !== false;
+  // The name clients call: an open model by anyone, by its full name.
+  const model = modelForClients({ team: job.team, name, requireAuth: auth });
+  const base = `${location.origin}/inference/v1`;
   const asr = inf.runtime === "parakeet";
-  const key = auth ? "$COSMICAC_API_KEY" : "none";
-  const curl = asr
-    ? `curl ${base}/audio/transcriptions \\\n${auth ? `  -H "Authorization: Bearer ${key}" \\\n` : ""}  -F model=${model} \\\n  -F file=@speech.wav`
-    : `curl ${base}/chat/completions \\\n${auth ? `  -H "Authorization: Bearer ${key}" \\\n` : ""}  -H "Content-Type: application/json" \\\n  -d '${JSON.stringify({ model, messages: [{ role: "user", content: "Hello!" }] })}'`;
-  const py = asr
-    ? `from openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=${auth ? 'os.environ["COSMICAC_API_KEY"]' : '"none"'})\nwith open("speech.wav", "rb") as f:\n    print(client.audio.transcriptions.create(model="${model}", file=f).text)`
-    : `from openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=${auth ? 'os.environ["COSMICAC_API_KEY"]' : '"none"'})\nreply = client.chat.completions.create(\n    model="${model}",\n    messages=[{"role": "user", "content": "Hello!"}],\n)\nprint(reply.choices[0].message.content)`;
-  const pyFull = auth ? "import os\n" + py : py;
-  const js = asr
-    ? `import fs from "node:fs";\nimport OpenAI from "openai";\n\nconst client = new OpenAI({ baseURL: "${base}", apiKey: ${auth ? "process.env.COSMICAC_API_KEY" : '"none"'} });\nconst t = await client.audio.transcriptions.create({ model: "${model}", file: fs.createReadStream("speech.wav") });\nconsole.log(t.text);`
-    : `import OpenAI from "openai";\n\nconst client = new OpenAI({ baseURL: "${base}", apiKey: ${auth ? "process.env.COSMICAC_API_KEY" : '"none"'} });\nconst reply = await client.chat.completions.create({\n  model: "${model}",\n  messages: [{ role: "user", content: "Hello!" }],\n});\nconsole.log(reply.choices[0].message.content);`;
+  const { curl, python, js } = endpointSnippets({ base, model, auth, asr });
   return (
     <div class="endpoint">
       <dl class="facts">
         <dt>Base URL</dt><dd><code>{base}</code></dd>
-        <dt>Model</dt><dd><code>{model}</code></dd>
+        <dt>Model</dt>
+        <dd>
+          <code>{model}</code>
+          {!auth && <p class="help">The full name: anyone may call it, with any key or none. {job.team}'s own API keys may also use the bare name, <code>{name}</code>.</p>}
+        </dd>
         <dt>Authorization</dt>
         <dd>{auth ? <>an API key of {job.team} (<Link href="/team/keys">API keys</Link>)</> : "none required"}</dd>
       </dl>
       <h2>curl</h2>
       <Copy text={curl} label="curl" />
       <h2>OpenAI SDK for Python</h2>
-      <Copy text={pyFull} label="Python" />
+      <Copy text={python} label="Python" />
       <h2>OpenAI SDK for JavaScript</h2>
       <Copy text={js} label="JavaScript" />
       <h2>Playground</h2>
@@ -465,6 +475,7 @@ function Chat({ base, model, auth }) {
     try {
       const res = await fetch(`${base}/chat/completions`, {
         method: "POST",
+        credentials: "omit", // the endpoint takes API keys, never the session
         headers: { "Content-Type": "application/json", ...(auth ? { Authorization: `Bearer ${key}` } : {}) },
         body: JSON.stringify({ model, stream: true, max_tokens: 128, messages: [{ role: "user", content: prompt }] }),
       });
@@ -529,7 +540,7 @@ function Transcribe({ base, model, auth }) {
       const fd = new FormData();
       fd.set("model", model);
       fd.set("file", file);
-      const res = await fetch(`${base}/audio/transcriptions`, { method: "POST", headers: auth ? { Authorization: `Bearer ${key}` } : {}, body: fd });
+      const res = await fetch(`${base}/audio/transcriptions`, { method: "POST", credentials: "omit", headers: auth ? { Authorization: `Bearer ${key}` } : {}, body: fd });
       const b = await res.json();
       if (!res.ok) throw new Error((b.error && b.error.message) || res.statusText);
       setOut(b.text);

@@ -360,7 +360,7 @@ export function NewJobPage({ me }) {
                 <label class="check">
                   <input type="checkbox" id="f-requireAuth" checked={form.requireAuth} onChange={set("requireAuth")} /> Require authorization
                 </label>
-                <p class="help">On: only the team's API keys reach the model. Off: anyone who reaches the platform does.</p>
+                <p class="help">On: only the team's API keys reach the model. Off: anyone who reaches the platform does, by its full name @TEAM/NAME.</p>
               </div>
             </fieldset>
           </>

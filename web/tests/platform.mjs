@@ -1,6 +1,6 @@
 // Test harness: a real `cosmicac up` (the binary in $COSMICAC_BIN, built
 // by hack/webui.sh) on a fresh data directory, and the API as the admin.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -29,6 +29,15 @@ export async function startPlatform() {
     proc.on("exit", (code) => reject(new Error(`cosmicac up exited ${code}:\n${out}\n${errOut}`)));
   });
   const token = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
+  const env = { ...process.env, HOME: dataDir, XDG_CONFIG_HOME: join(dataDir, "config") };
+  // rpc calls a component's fabric method as an operator (`cosmicac rpc`
+  // with the CLI key that up admits), the component named as up prints its
+  // fabric peers ("wrk-monitor").
+  const rpc = async (component, method, data) => {
+    const peer = await waitFor(`${component} in up's output`, () => (out.match(new RegExp(`^\\s*${component}\\s+(\\S+@\\S+)$`, "m")) || [])[1], 10000);
+    const res = execFileSync(bin, ["rpc", "--peer", peer, "--method", method, "--data", JSON.stringify(data)], { env, encoding: "utf8" });
+    return res.trim() ? JSON.parse(res) : null;
+  };
   const api = async (method, path, body, tok = token, team = "") => {
     const h = { Authorization: `Bearer ${tok}`, "Content-Type": "application/json" };
     if (team) h["X-Cosmicac-Team"] = team;
@@ -42,6 +51,7 @@ export async function startPlatform() {
     dataDir,
     token,
     api,
+    rpc,
     stderr: () => errOut,
     stop: async () => {
       proc.kill("SIGINT");

@@ -11,6 +11,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { startPlatform, waitFor } from "./platform.mjs";
+import { hasPython, pyArg, runCurl, runJS, runPython } from "./snippets.mjs";
 
 const require = createRequire(import.meta.url);
 const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
@@ -267,6 +268,199 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await waitFor("the playground's answer", async () => ((await page.getByLabel("Answer").textContent()) || "").trim().length > 0, 30000);
   await check(page, "job-playground");
   await page.context().close();
+});
+
+// HOSTILE_MODEL is a served model name the API refuses at create now
+// (cosmic.ValidServedModelName) but a job stored before may hold: quotes of
+// every kind, a line break, shell and template substitutions.
+const HOSTILE_MODEL = "x';id;'a\"+alert(1)+\"\\${HOME}`id`$(id)\nz";
+
+// recordInference makes the page note every fetch it sends to /inference
+// (the model it names, its credentials mode, its Authorization header) in
+// window.__inference, and answers those fetches itself, as a model would.
+async function recordInference(page) {
+  await page.addInitScript(() => {
+    window.__inference = [];
+    const f = window.fetch;
+    window.fetch = (input, init = {}) => {
+      const url = String(input && input.url ? input.url : input);
+      if (url.includes("/inference/")) {
+        const b = init.body;
+        const h = new Headers(init.headers || {});
+        window.__inference.push({
+          url,
+          credentials: init.credentials === undefined ? "(default)" : init.credentials,
+          authorization: h.get("Authorization"),
+          model: typeof b === "string" ? JSON.parse(b).model : b instanceof FormData ? b.get("model") : null,
+        });
+      }
+      return f(input, init);
+    };
+  });
+  await page.route(/\/inference\/v1\/chat\/completions$/, (route) =>
+    route.fulfill({ status: 200, contentType: "text/event-stream", body: 'data: {"choices":[{"delta":{"content":"a fake answer"}}]}\n\ndata: [DONE]\n\n' }));
+  await page.route(/\/inference\/v1\/audio\/transcriptions$/, (route) => route.fulfill({ status: 200, json: { text: "a fake transcript" } }));
+}
+
+test("the Endpoint tab quotes every value it pastes into code; an open model is called by its full name", async () => {
+  const job = await p.api("POST", "/jobs", { type: "managed-inference", name: "quoted", location: "us", resources: { gpu: 1 }, inference: { runtime: "vllm", model: "facebook/opt-125m" } }, p.token, "ml");
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await recordInference(page);
+  // The API answers the job as one stored before the check would be.
+  let patch = (j) => j;
+  await page.route(new RegExp(`/api/v1/jobs/${job.id}(\\?.*)?$`), async (route) => {
+    try {
+      const res = await route.fetch();
+      const j = await res.json();
+      await route.fulfill({ response: res, json: patch(j) });
+    } catch {
+      // the page went away during a watch
+    }
+  });
+  const snippets = async () => ({
+    curl: await page.getByLabel("curl", { exact: true }).textContent(),
+    python: await page.getByLabel("Python", { exact: true }).textContent(),
+    js: await page.getByLabel("JavaScript", { exact: true }).textContent(),
+  });
+  const base = p.url + "/inference/v1";
+  const env = { COSMICAC_API_KEY: "sk-test" };
+
+  // A transcription model that requires a key: its bare name, the key.
+  patch = (j) => {
+    Object.assign(j.spec.inference, { runtime: "parakeet", servedModelName: HOSTILE_MODEL, requireAuth: true });
+    j.status.state = "running";
+    return j;
+  };
+  await page.goto(p.url + `/jobs/${job.id}/endpoint`);
+  await page.getByRole("heading", { name: "Playground" }).waitFor();
+  assert.equal(await page.locator(".endpoint .facts dd code").nth(1).textContent(), HOSTILE_MODEL);
+  let s = await snippets();
+  let args = runCurl(s.curl, env);
+  assert.equal(args[0], base + "/audio/transcriptions");
+  assert.equal(args[args.indexOf("--form-string") + 1], `model=${HOSTILE_MODEL}`);
+  assert.ok(args.includes("Authorization: Bearer sk-test"));
+  let js = runJS(s.js, env);
+  assert.deepEqual([js.model, js.baseURL, js.authorization], [HOSTILE_MODEL, base, "Bearer sk-test"]);
+  assert.equal(pyArg(s.python, "model"), HOSTILE_MODEL);
+  if (hasPython) {
+    const py = runPython(s.python, env);
+    assert.deepEqual([py.model, py.baseURL, py.authorization], [HOSTILE_MODEL, base, "Bearer sk-test"]);
+  }
+  await page.getByLabel("API key").fill("sk-cac-playground");
+  await page.getByLabel("Audio file").setInputFiles({ name: "speech.wav", mimeType: "audio/wav", buffer: Buffer.from("RIFF") });
+  await page.getByRole("button", { name: "Transcribe" }).click();
+  await page.getByLabel("Transcript").getByText("a fake transcript").waitFor();
+  let sent = await page.evaluate(() => window.__inference);
+  assert.deepEqual(sent.map((r) => [r.model, r.credentials, r.authorization]), [[HOSTILE_MODEL, "omit", "Bearer sk-cac-playground"]]);
+
+  // An open chat model: called by its full name, @TEAM/NAME, with no key.
+  patch = (j) => {
+    Object.assign(j.spec.inference, { servedModelName: HOSTILE_MODEL, requireAuth: false });
+    j.status.state = "running";
+    return j;
+  };
+  const full = `@ml/${HOSTILE_MODEL}`;
+  await page.goto(p.url + `/jobs/${job.id}/endpoint`);
+  await page.getByRole("heading", { name: "Playground" }).waitFor();
+  assert.equal(await page.locator(".endpoint .facts dd code").nth(1).textContent(), full);
+  assert.match(await page.locator(".endpoint .facts").textContent(), /bare name/);
+  await check(page, "job-endpoint-open");
+  s = await snippets();
+  args = runCurl(s.curl, env);
+  assert.equal(args[0], base + "/chat/completions");
+  assert.equal(JSON.parse(args[args.indexOf("-d") + 1]).model, full);
+  assert.ok(!args.some((a) => /^Authorization:/i.test(a)), "no key sent to an open model");
+  js = runJS(s.js, env);
+  assert.deepEqual([js.model, js.baseURL, js.authorization], [full, base, null]);
+  assert.equal(pyArg(s.python, "model"), full);
+  if (hasPython) {
+    const py = runPython(s.python, env);
+    assert.deepEqual([py.model, py.baseURL, py.authorization], [full, base, null]);
+  }
+  // The playground asks for the full name, with no key and no cookie.
+  assert.equal(await page.getByLabel("API key").count(), 0);
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.getByLabel("Answer").getByText("a fake answer").waitFor();
+  sent = await page.evaluate(() => window.__inference);
+  assert.deepEqual(sent.map((r) => [r.model, r.credentials, r.authorization]), [[full, "omit", null]]);
+  await page.context().close();
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+});
+
+test("an open model answers its full name with no key: the curl line, the SDK snippet and the playground as shown", async () => {
+  const job = await p.api("POST", "/jobs", { type: "managed-inference", name: "open-chat", location: "us", resources: { gpu: 1 }, inference: { runtime: "vllm", model: "facebook/opt-125m", servedModelName: "opt-open", requireAuth: false } }, p.token, "ml");
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + `/jobs/${job.id}/endpoint`);
+  await page.locator("h1 .badge", { hasText: "Active" }).waitFor({ timeout: 90000 });
+  assert.equal(await page.locator(".endpoint .facts dd code").nth(1).textContent(), "@ml/opt-open");
+  const curl = await page.getByLabel("curl", { exact: true }).textContent();
+  const js = await page.getByLabel("JavaScript", { exact: true }).textContent();
+  const env = { ...process.env };
+  delete env.COSMICAC_API_KEY;
+  const answer = execFileSync("sh", ["-c", curl], { env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  assert.match(JSON.parse(answer).choices[0].message.content, /\S/);
+  const file = join(process.cwd(), `.snippet-${process.pid}.mjs`);
+  writeFileSync(file, js);
+  try {
+    assert.match(execFileSync("node", [file], { env, encoding: "utf8" }), /\S/);
+  } finally {
+    execFileSync("rm", ["-f", file]);
+  }
+  await page.getByRole("button", { name: "Send" }).click();
+  await waitFor("the playground's answer", async () => ((await page.getByLabel("Answer").textContent()) || "").trim().length > 0, 30000);
+  await page.context().close();
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+});
+
+test("the new-job form shows the API's refusal of a served model name next to the field, and creates nothing", async () => {
+  const before = (await p.api("GET", "/jobs?size=1000", undefined, p.token, "ml")).items.length;
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + "/jobs/new");
+  await page.getByLabel(/Managed Inference Job/).check();
+  await page.getByLabel("Name", { exact: true }).fill("bad-name");
+  await page.getByLabel("Model", { exact: true }).fill("facebook/opt-125m");
+  await page.getByLabel("Served model name").fill("my'model");
+  await page.locator("#e-servedModelName").waitFor();
+  assert.match(await page.locator("#e-servedModelName").textContent(), /not a served model name/);
+  assert.equal(await page.getByLabel("Served model name").getAttribute("aria-invalid"), "true");
+  await page.getByRole("button", { name: "Create job" }).click();
+  await page.getByRole("alert").filter({ hasText: /not a served model name/ }).first().waitFor();
+  assert.match(page.url(), /\/jobs\/new$/);
+  assert.match(await page.locator("#e-servedModelName").textContent(), /not a served model name/);
+  await check(page, "new-job-bad-served-name");
+  assert.equal((await p.api("GET", "/jobs?size=1000", undefined, p.token, "ml")).items.length, before, "a job was created");
+  await page.context().close();
+});
+
+test("the Logs tab marks a step written from the job's VM, never as the platform's", async () => {
+  const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "forged-steps", location: "us", image: "ubuntu-24.04", resources: { gpu: 1 } }, p.token, "ml");
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + `/jobs/${job.id}/logs`);
+  const platform = page.locator(".logbox .rec", { hasText: "accepted" }).first();
+  await platform.waitFor({ timeout: 30000 });
+  // Records as the monitor stores an agent's after marking them: the
+  // stream is the agent's role (internal/monitor/confine.go). An operator
+  // writes them as they are.
+  const rec = { time: new Date().toISOString(), job: job.id, team: "ml", replica: 0, source: "system", ok: true };
+  await p.rpc("wrk-monitor", "monitor.append", { records: [
+    { ...rec, stream: "agent-instance", step: "import_disk", line: "forged: root disk imported" },
+    { ...rec, stream: "agent-inference", step: "boot", line: "forged: replica 0 booted" },
+  ] });
+  for (const line of ["forged: root disk imported", "forged: replica 0 booted"]) {
+    const forged = page.locator(".logbox .rec", { hasText: line });
+    await forged.waitFor();
+    assert.ok(await forged.getByText("from the job's VM").isVisible(), `${line}: no mark of the VM`);
+    assert.equal(await forged.locator(".step").count(), 0, `${line}: shown as a platform step`);
+  }
+  assert.equal(await platform.getByText("from the job's VM").count(), 0, "a platform record marked as the VM's");
+  assert.equal(await platform.locator(".step").count(), 1, "a platform step not shown as one");
+  await check(page, "job-logs-vm");
+  await page.context().close();
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
 });
 
 test("a failed job shows its reason; a queued job its position", async () => {
