@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // envMonitorURL points `jobs logs` at a wrk-monitor that is not served at
@@ -29,7 +32,9 @@ func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
 		Use:   "logs ID",
 		Short: "Print a job's logs: each setup step and the job's output; --follow for live records",
 		Long: "Print a job's log records, oldest first: the system records of each step of setting the job up\n" +
-			"(and whether it succeeded) and the application output of its replicas. With --since the\n" +
+			"(and whether it succeeded) and the application output of its replicas. Each line says whose\n" +
+			"record it is: [platform] for the platform's own, [vm] for what the job's VM wrote (its output,\n" +
+			"and system records of its agent, which are not the platform's steps). With --since the\n" +
 			"history comes from Loki when the platform has one, else from the monitor's short buffer (a\n" +
 			"note on stderr says so). With --follow the command then prints records as they arrive until\n" +
 			"interrupted; a dropped stream resumes where it stopped, printing no record twice.",
@@ -108,15 +113,23 @@ func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-// writeLogLine prints a record as one line:
+// writeLogLine prints a record as one line, saying first whose it is
+// (platformRecord: "[platform]", else "[vm]", the job's own VM):
 //
-//	TIME  rREPLICA  SOURCE/STREAM  [STEP ok|FAILED]  LINE
+//	TIME  rREPLICA  [platform|vm]  SOURCE/STREAM  [STEP ok|FAILED]  LINE
+//
+// Control characters in what the record holds are printed escaped (\r,
+// \x1b), so that no record can redraw its line or print a second one.
 func writeLogLine(w io.Writer, r *client.LogRecord) error {
 	var b strings.Builder
 	b.WriteString(r.Time.Local().Format("2006-01-02T15:04:05.000Z07:00"))
-	fmt.Fprintf(&b, "  r%d  %s", r.Replica, r.Source)
+	origin := "vm"
+	if platformRecord(r.Record) {
+		origin = "platform"
+	}
+	fmt.Fprintf(&b, "  r%d  [%s]  %s", r.Replica, origin, escapeControls(r.Source))
 	if r.Stream != "" {
-		b.WriteString("/" + r.Stream)
+		b.WriteString("/" + escapeControls(r.Stream))
 	}
 	if r.Step != "" {
 		res := ""
@@ -126,11 +139,42 @@ func writeLogLine(w io.Writer, r *client.LogRecord) error {
 				res = " FAILED"
 			}
 		}
-		fmt.Fprintf(&b, "  [%s%s]", r.Step, res)
+		fmt.Fprintf(&b, "  [%s%s]", escapeControls(r.Step), res)
 	}
 	b.WriteString("  ")
-	b.WriteString(strings.TrimRight(r.Line, "\n"))
+	b.WriteString(escapeControls(strings.TrimRight(r.Line, "\n")))
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// platformRecord reports whether r is the platform's own: a system record
+// not written by a job's agent. wrk-monitor sets the stream of every system
+// record an agent's key writes to the agent's role (monitor.confine), so a
+// step that a tenant's VM forges is told from the platform's by its stream;
+// the job's output (application records) is never the platform's.
+func platformRecord(r joblog.Record) bool {
+	return r.Source == joblog.SourceSystem && !trust.Role(r.Stream).IsAgent()
+}
+
+// escapeControls writes control and bidirectional formatting characters
+// but the tab as Go escapes.
+func escapeControls(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		if isControl(c) {
+			q := strconv.QuoteRuneToASCII(c)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func isControl(c rune) bool {
+	return c != '\t' && (unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c))
 }

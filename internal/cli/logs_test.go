@@ -59,7 +59,7 @@ func TestJobsLogs(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	for _, l := range lines {
-		if !strings.Contains(l, "  r0  system/sim-us-1  [") {
+		if !strings.Contains(l, "  r0  [platform]  system/sim-us-1  [") {
 			t.Errorf("line %q: want replica 0's system records of the rack", l)
 		}
 	}
@@ -81,7 +81,7 @@ func TestJobsLogs(t *testing.T) {
 		t.Errorf("steps %v", steps)
 	}
 	if code, out, errs := runCLI(t, env, "jobs", "logs", "hello", "--source", "application"); code != 0 ||
-		!strings.HasSuffix(out, "  r0  application/stdout  hello\n") || strings.Count(out, "\n") != 1 {
+		!strings.HasSuffix(out, "  r0  [vm]  application/stdout  hello\n") || strings.Count(out, "\n") != 1 {
 		t.Errorf("--source application: exit %d, %q %s", code, out, errs)
 	}
 
