@@ -13,16 +13,24 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
-// Sign-in attempts are rate limited per user name and per client address
-// (docs/security.md): a user may try loginPerUserBurst times, then once
-// every loginPerUserEvery; an address loginPerAddrBurst times, then once
-// every loginPerAddrEvery. Wrong and right passwords count alike, so the
-// limit says nothing about which names exist.
+// Sign-in attempts are rate limited per client address, per user name from
+// one client address, and per user name (docs/security.md): an address may
+// try loginPerAddrBurst times, then once every loginPerAddrEvery; one
+// address a user name loginPerUserAddrBurst times, then once every
+// loginPerUserAddrEvery; all addresses together a user name
+// loginPerUserBurst times, then once every loginPerUserEvery. One client
+// alone (which refills a name's attempts slower than the name's own limit
+// does) can therefore never lock a user out; it takes several addresses
+// guessing at once, and they guess no faster than the name's limit. Wrong
+// and right passwords count alike, so the limit says nothing about which
+// names exist.
 const (
-	loginPerUserBurst = 5
-	loginPerUserEvery = 12 * time.Second // 5 a minute
-	loginPerAddrBurst = 20
-	loginPerAddrEvery = 3 * time.Second // 20 a minute
+	loginPerUserAddrBurst = 5
+	loginPerUserAddrEvery = 12 * time.Second // 5 a minute
+	loginPerUserBurst     = 20
+	loginPerUserEvery     = 6 * time.Second // 10 a minute
+	loginPerAddrBurst     = 20
+	loginPerAddrEvery     = 3 * time.Second // 20 a minute
 	// maxLimiters bounds each table: beyond it, limiters that are full
 	// again (idle long enough) are dropped; if none is, every new key
 	// shares one overflow limiter, so a flood of names cannot grow memory.
@@ -74,12 +82,14 @@ func (t *limiterTable) reserve(key string, now time.Time) (ok bool, wait time.Du
 // keeps them (store.SignInLimits: every app-node on it counts the same
 // attempts), else in this process.
 type loginLimiter struct {
-	users, addrs *limiterTable
-	shared       store.SignInLimits // nil: the tables above
+	users, userAddrs, addrs *limiterTable
+	shared                  store.SignInLimits // nil: the tables above
 }
 
 func newLoginLimiter() *loginLimiter {
-	return &loginLimiter{users: newLimiterTable(loginPerUserEvery, loginPerUserBurst), addrs: newLimiterTable(loginPerAddrEvery, loginPerAddrBurst)}
+	return &loginLimiter{users: newLimiterTable(loginPerUserEvery, loginPerUserBurst),
+		userAddrs: newLimiterTable(loginPerUserAddrEvery, loginPerUserAddrBurst),
+		addrs:     newLimiterTable(loginPerAddrEvery, loginPerAddrBurst)}
 }
 
 // allow takes an attempt of user from remote (host:port) at now.
@@ -88,14 +98,21 @@ func (l *loginLimiter) allow(ctx context.Context, user, remote string, now time.
 	if err != nil {
 		host = remote
 	}
+	userAddr := user + "\x00" + host
 	if l.shared != nil {
 		// Keys are hashed: a name of any bytes and length is one short row.
 		if ok, wait, err := l.shared.TakeSignInAttempt(ctx, signInKey("addr", host), now, loginPerAddrEvery, loginPerAddrBurst); err != nil || !ok {
 			return false, wait, err
 		}
+		if ok, wait, err := l.shared.TakeSignInAttempt(ctx, signInKey("useraddr", userAddr), now, loginPerUserAddrEvery, loginPerUserAddrBurst); err != nil || !ok {
+			return false, wait, err
+		}
 		return l.shared.TakeSignInAttempt(ctx, signInKey("user", user), now, loginPerUserEvery, loginPerUserBurst)
 	}
 	if ok, wait := l.addrs.reserve(host, now); !ok {
+		return false, wait, nil
+	}
+	if ok, wait := l.userAddrs.reserve(userAddr, now); !ok {
 		return false, wait, nil
 	}
 	ok, wait := l.users.reserve(user, now)

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,36 +26,9 @@ import (
 // gateway.log, and the browser's terminal, a WebSocket, through Caddy to a
 // shell of a running job.
 func TestUpServesThroughTheGateway(t *testing.T) {
-	home, dataDir := t.TempDir(), t.TempDir()
-	t.Setenv("HOME", home) // the job's login shell reads no config of the user's
-	env := map[string]string{"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config")}
-	var stdout, stderr lockedBuffer
-	a := &app{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return env[k] }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- a.run(ctx, []string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "5ms"})
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("up after Ctrl-C: exit %d: %s", code, stderr.String())
-		}
-	}()
-	web := regexp.MustCompile(`(?m)^\s*web\s+(http://\S+)/\s`)
+	base, dataDir, tok, ctx := upThroughGateway(t)
 	deadline := time.Now().Add(60 * time.Second)
-	for !web.MatchString(stdout.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner: %s\n%s", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	base := web.FindStringSubmatch(stdout.String())[1]
-	tok, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(tok))}, "Content-Type": {"application/json"}}
+	auth := http.Header{"Authorization": {"Bearer " + tok}, "Content-Type": {"application/json"}}
 	call := func(method, path, body string) (*http.Response, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -134,7 +109,106 @@ func TestUpServesThroughTheGateway(t *testing.T) {
 			break
 		}
 	}
-	if !strings.Contains(string(log), `"uri":"/api/v1/jobs/`+job.ID+`/terminal"`) || strings.Contains(string(log), strings.TrimSpace(string(tok))) {
+	if !strings.Contains(string(log), `"uri":"/api/v1/jobs/`+job.ID+`/terminal"`) || strings.Contains(string(log), tok) {
 		t.Errorf("gateway.log lacks the terminal's request or shows the token:\n%s", log)
+	}
+}
+
+// upThroughGateway runs `cosmicac up` (the embedded Caddy in front) until
+// the test ends, and answers its URL, data directory, admin token, and a
+// context that ends with it.
+func upThroughGateway(t *testing.T) (base, dataDir, token string, ctx context.Context) {
+	t.Helper()
+	home := t.TempDir()
+	dataDir = t.TempDir()
+	t.Setenv("HOME", home) // the job's login shell reads no config of the user's
+	env := map[string]string{"HOME": home, "XDG_CONFIG_HOME": filepath.Join(home, ".config")}
+	var stdout, stderr lockedBuffer
+	a := &app{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "5ms"})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("up after Ctrl-C: exit %d: %s", code, stderr.String())
+		}
+	})
+	web := regexp.MustCompile(`(?m)^\s*web\s+(http://\S+)/\s`)
+	deadline := time.Now().Add(60 * time.Second)
+	for !web.MatchString(stdout.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner: %s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return web.FindStringSubmatch(stdout.String())[1], dataDir, strings.TrimSpace(string(tok)), ctx
+}
+
+// fromAddr is an HTTP client whose connections come from the loopback
+// address ip (127.0.0.2, ...): another client, as the gateway sees it.
+func fromAddr(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 30 * time.Second}
+}
+
+// TestUpGatewayCountsEachClient: behind `up`'s own Caddy every client used
+// to have the gateway's address, so one client's wrong passwords used up
+// the sign-in attempts of every other client (and the anonymous inference
+// limit was one bucket for all). The components now believe the embedded
+// gateway's X-Forwarded-For: a client that hammers the sign-in is limited
+// as itself, another client signs in, and the audit log records each
+// client's own address. A client's own X-Forwarded-For is not believed.
+func TestUpGatewayCountsEachClient(t *testing.T) {
+	base, _, tok, _ := upThroughGateway(t)
+	post := func(c *http.Client, path, body string, hdr http.Header) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	admin := http.Header{"Authorization": {"Bearer " + tok}}
+	if code := post(http.DefaultClient, "/api/v1/users", `{"name":"bob","password":"correct horse battery"}`, admin); code != 201 {
+		t.Fatalf("create bob: %d", code)
+	}
+	attacker, user := fromAddr("127.0.0.2"), fromAddr("127.0.0.3")
+	var codes []int
+	for i := range 25 {
+		// Another name each time: only the client's own limit stops it,
+		// and it claims to forward for someone else.
+		codes = append(codes, post(attacker, "/api/v1/login", fmt.Sprintf(`{"user":"u%d","password":"x"}`, i),
+			http.Header{"X-Forwarded-For": {fmt.Sprintf("198.18.0.%d", i+1)}}))
+	}
+	if codes[len(codes)-1] != http.StatusTooManyRequests {
+		t.Fatalf("25 sign-ins from one client: %v, want the last refused 429", codes)
+	}
+	if code := post(user, "/api/v1/login", `{"user":"bob","password":"correct horse battery"}`, nil); code != 201 {
+		t.Errorf("another client's sign-in after the flood: %d, want 201", code)
+	}
+	req, _ := http.NewRequest("GET", base+"/api/v1/audit?team=*&limit=200", nil)
+	req.Header = admin.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"127.0.0.3"`) || strings.Contains(string(b), `"198.18.0.`) {
+		t.Errorf("the audit log does not record the client's own address: %s", b)
 	}
 }

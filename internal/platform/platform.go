@@ -117,6 +117,13 @@ type Front interface {
 	Close() error
 }
 
+// embeddedGateway is where the gateway of Front (the embedded Caddy)
+// connects to the components from: loopback, as they listen there. The
+// app-node and proxy-inference believe its X-Forwarded-For (Caddy
+// replaces what a client sent with the client's address), so that each
+// client is limited and audited as itself, not as the gateway.
+var embeddedGateway = []string{"127.0.0.1", "::1"}
+
 // DefaultConfig is `cosmicac up`'s: the API on 127.0.0.1:8080 and one
 // simulated rack in us with 2 nodes × 8 GH100_H100_SXM5_80GB.
 func DefaultConfig(dataDir string) Config {
@@ -345,7 +352,11 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	p.ProxyNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 	p.ProxyNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
-	p.Proxy = inferproxy.New(cfg.Proxy, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
+	pcfg := cfg.Proxy
+	if cfg.Front != nil && len(pcfg.TrustedProxies) == 0 {
+		pcfg.TrustedProxies = embeddedGateway
+	}
+	p.Proxy = inferproxy.New(pcfg, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
 		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, p.Keys, log.With("component", "proxy-inference"))
 	p.Proxy.Serve(p.ProxyNode)
 
@@ -427,6 +438,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	acfg := appnode.DefaultConfig()
 	acfg.Listen, acfg.DataDir = cfg.Listen, cfg.DataDir
+	if cfg.Front != nil {
+		acfg.TrustedProxies = embeddedGateway
+	}
 	api, err := appnode.New(acfg, orkapi.NewClient(p.AppNode, orkID.PublicKey()), p.Store, log.With("component", "app-node"))
 	if err != nil {
 		return nil, err
