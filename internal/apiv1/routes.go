@@ -232,8 +232,8 @@ func Routes() []Route {
 	routes := []Route{
 		{Op: OpCreateJob, Method: http.MethodPost, Path: Prefix + "/jobs", Tag: "jobs", Perm: authz.JobsCreate,
 			Summary:     "Create a job",
-			Description: "Decodes the spec strictly (unknown fields are refused), fills defaults and validates it, reporting every invalid field at once in the error's details. A job that could never fit the fleet (an unknown location or GPU model, more GPUs than a node or the location holds) is refused the same way, its field's reason carrying the code (no_such_location, no_such_gpu_model, exceeds_node_gpus, exceeds_location_gpus); nothing is stored. The job belongs to the caller and the caller's team.",
-			Request:     cosmic.Spec{}, Response: job, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
+			Description: "Decodes the spec strictly (unknown fields are refused), fills defaults and validates it, reporting every invalid field at once in the error's details. A job that could never fit the fleet (an unknown location or GPU model, more GPUs than a node or the location holds) is refused the same way, its field's reason carrying the code (no_such_location, no_such_gpu_model, exceeds_node_gpus, exceeds_location_gpus); nothing is stored. The job belongs to the caller and the caller's team. A team creates at most the app-node's jobCreatesPerMinute (default 120) jobs a minute (429 with Retry-After beyond it), and holds at most the ork's maxJobsPerTeam (default 1000) jobs in any state (403 beyond it).",
+			Request:     cosmic.Spec{}, Response: job, Status: http.StatusCreated, Errors: []int{http.StatusConflict, http.StatusTooManyRequests}},
 		{Op: OpListJobs, Method: http.MethodGet, Path: Prefix + "/jobs", Tag: "jobs", Perm: authz.JobsRead, AllTeams: true,
 			Summary:     "List jobs",
 			Description: "Lists the jobs of the caller's team (every team for admins), filtered, sorted and paged. Unknown parameters, and parameters other than statusState given more than once, are refused; so are filters over their limits (400, naming the limit).",

@@ -27,6 +27,12 @@ type Config struct {
 	AuditRetention config.Duration `json:"auditRetention"`
 	// SessionLife bounds a browser session from its sign-in.
 	SessionLife config.Duration `json:"sessionLife"`
+	// JobCreatesPerMinute bounds the jobs one team creates (a token
+	// bucket of that many, refilled at that rate; default 120, negative:
+	// no bound), so that one team's script cannot flood the ork for all.
+	// It is per app-node. The ork bounds the jobs a team holds
+	// (ork.Config.MaxJobsPerTeam).
+	JobCreatesPerMinute int `json:"jobCreatesPerMinute"`
 	// SecureCookies marks the session cookie Secure even on plain HTTP
 	// (behind a gateway that ends TLS); over TLS it always is.
 	SecureCookies bool `json:"secureCookies"`
@@ -56,6 +62,9 @@ func DefaultConfig() Config {
 		// AuditRetention: a year, the span most audit frameworks ask for.
 		AuditRetention: config.Duration(365 * 24 * time.Hour),
 		SessionLife:    config.Duration(12 * time.Hour),
+		// A team's burst of 120 creates, then two a second: a sweep of a
+		// few hundred jobs takes minutes, a runaway loop is stopped.
+		JobCreatesPerMinute: 120,
 	}
 }
 

@@ -62,8 +62,10 @@ type Server struct {
 	// annotates inference jobs (SetModelHealth).
 	apiKeys     APIKeyStore
 	modelHealth ModelHealthSource
-	// logins limits sign-in attempts.
-	logins *loginLimiter
+	// logins limits sign-in attempts; jobCreates each team's job
+	// creates (nil: no bound).
+	logins     *loginLimiter
+	jobCreates *limiterTable
 	// proxies are the trusted gateways (clientAddr).
 	proxies httpserve.Proxies
 }
@@ -87,6 +89,9 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
 	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter()}
+	if n := cfg.JobCreatesPerMinute; n > 0 {
+		s.jobCreates = newLimiterTable(time.Minute/time.Duration(n), n)
+	}
 	if l, ok := acc.(store.SignInLimits); ok {
 		s.logins.shared = l
 	}

@@ -144,6 +144,17 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 		o.mu.Unlock()
 		return cosmic.Job{}, err
 	}
+	if max := o.cfg.MaxJobsPerTeam; max > 0 {
+		_, held, err := o.st.ListJobs(ctx, store.ListJobsQuery{Team: p.Team, Size: 1})
+		if err != nil {
+			o.mu.Unlock()
+			return cosmic.Job{}, err
+		}
+		if held >= max {
+			o.mu.Unlock()
+			return cosmic.Job{}, fmt.Errorf("%w: team %s holds %d jobs, the most a team may hold; delete stopped or failed ones first", cosmic.ErrForbidden, p.Team, held)
+		}
+	}
 	if spec.Name != "" {
 		// Names are unique within a team, so that a job is addressed by
 		// its name as by its ID (the ork is the one writer of jobs, and

@@ -315,13 +315,21 @@ type env struct {
 	stop func() // ends Run and closes the store
 	// created counts the jobs create made, to name each its own.
 	created int
+	// tune, if set, changes the ork's config (newEnvConfig).
+	tune func(*ork.Config)
 }
 
 // newEnv starts an ork over a new store and registers the workers' racks,
 // all in location eu. Call it inside a synctest bubble.
 func newEnv(t *testing.T, workers ...*fakeWorker) *env {
 	t.Helper()
-	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}}
+	return newEnvConfig(t, nil, workers...)
+}
+
+// newEnvConfig is newEnv with an ork whose config tune changes.
+func newEnvConfig(t *testing.T, tune func(*ork.Config), workers ...*fakeWorker) *env {
+	t.Helper()
+	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}, tune: tune}
 	for _, w := range workers {
 		e.workers[w.key.String()] = w
 	}
@@ -351,7 +359,11 @@ func (e *env) start() {
 		e.t.Fatal(err)
 	}
 	dial := func(key fabric.PublicKey, _ []string) worker.Worker { return e.workers[key.String()] }
-	o, err := ork.New(ork.DefaultConfig(), st, dial, slog.New(e.errs))
+	cfg := ork.DefaultConfig()
+	if e.tune != nil {
+		e.tune(&cfg)
+	}
+	o, err := ork.New(cfg, st, dial, slog.New(e.errs))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -46,6 +46,12 @@ type Config struct {
 	// (cosmic.PolicyBestFit or cosmic.PolicyFGD; empty:
 	// placement.DefaultPolicy).
 	PlacementPolicy string `json:"placementPolicy,omitempty"`
+	// MaxJobsPerTeam bounds the jobs one team holds, in any state (0: no
+	// bound; DefaultConfig: 1000): a create beyond it is refused
+	// forbidden, so that one team cannot fill the store, the queue and
+	// every job list for all. A stopped or failed job counts until it is
+	// deleted.
+	MaxJobsPerTeam int `json:"maxJobsPerTeam,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -54,7 +60,7 @@ const DefaultPlacementPolicy = placement.DefaultPolicy
 
 // DefaultConfig returns the production defaults.
 func DefaultConfig() Config {
-	return Config{Heartbeat: config.Duration(2 * time.Second), WorkerTimeout: config.Duration(10 * time.Second)}
+	return Config{Heartbeat: config.Duration(2 * time.Second), WorkerTimeout: config.Duration(10 * time.Second), MaxJobsPerTeam: 1000}
 }
 
 // Validate reports every problem of the config.
@@ -65,6 +71,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerTimeout <= 0 {
 		errs = append(errs, errors.New("worker timeout must be positive"))
+	}
+	if c.MaxJobsPerTeam < 0 {
+		errs = append(errs, errors.New("maxJobsPerTeam must not be negative (0: no bound)"))
 	}
 	if c.PlacementPolicy != "" && !cosmic.ValidPolicy(c.PlacementPolicy) {
 		errs = append(errs, fmt.Errorf("placement policy %q: want %s or %s", c.PlacementPolicy, cosmic.PolicyBestFit, cosmic.PolicyFGD))

@@ -2,10 +2,12 @@ package ork_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
@@ -155,5 +157,41 @@ func TestReservedHeadIsNotStarved(t *testing.T) {
 		e.wantState(big.ID, cosmic.StatePending, cosmic.StatePending)
 		e.wantState(more.ID, cosmic.StateQueued, cosmic.StateQueued)
 		e.checkBooks()
+	})
+}
+
+// TestMaxJobsPerTeam: a team holds at most MaxJobsPerTeam jobs, in any
+// state; one more is refused forbidden and stored nowhere, while another
+// team still creates, and a deleted job makes room again.
+func TestMaxJobsPerTeam(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnvConfig(t, func(c *ork.Config) { c.MaxJobsPerTeam = 3 }, newWorker(t, "r1", 8))
+		var held []cosmic.Job
+		for range 3 { // the first holds the rack's 8 GPUs; the others queue
+			held = append(held, e.createAs("ml", 8))
+		}
+		create := func(team string) error {
+			spec := cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}}
+			_, err := e.o.CreateJob(e.ctx, orkapi.CreateJobParams{ID: cosmic.NewJobID(), User: "u", Team: team, Spec: spec})
+			synctest.Wait()
+			return err
+		}
+		if err := create("ml"); cosmic.CodeOf(err) != cosmic.CodeForbidden || !strings.Contains(err.Error(), "3 jobs") {
+			t.Fatalf("a fourth job of ml: %v, want forbidden naming the bound", err)
+		}
+		if n, _ := e.o.ListJobs(e.ctx, orkapi.ListJobsParams{Team: "ml"}); n.Total != 3 {
+			t.Fatalf("ml holds %d jobs after the refusal, want 3", n.Total)
+		}
+		if err := create("cv"); err != nil {
+			t.Fatalf("another team: %v", err)
+		}
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: held[2].ID}); err != nil { // queued: removed at once
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.wantGone(held[2].ID)
+		if err := create("ml"); err != nil {
+			t.Fatalf("ml after deleting a job: %v", err)
+		}
 	})
 }

@@ -529,9 +529,18 @@ func (e *Env) URL() string { return e.Server.URL }
 // COSMICAC_TEST_LOG is set.
 func NewEnv(tb testing.TB) *Env {
 	tb.Helper()
+	return NewEnvConfig(tb, nil)
+}
+
+// NewEnvConfig is NewEnv with the app-node's config changed by tune.
+func NewEnvConfig(tb testing.TB, tune func(*appnode.Config)) *Env {
+	tb.Helper()
 	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(tb), DataDir: tb.TempDir()}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = e.DataDir
+	if tune != nil {
+		tune(&cfg)
+	}
 	app, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
