@@ -29,13 +29,19 @@ func (e *Env) refusedSoon(what, secret string) time.Duration {
 	return took
 }
 
-// waitStatus polls until a chat completion with secret ("": none) answers
-// status (200: it succeeds).
+// waitStatus polls until a chat completion of qwen with secret ("": none)
+// answers status (200: it succeeds).
 func (e *Env) waitStatus(what, secret string, status int) {
+	e.T.Helper()
+	e.waitStatusOf(what, "qwen", secret, status)
+}
+
+// waitStatusOf is waitStatus for model.
+func (e *Env) waitStatusOf(what, model, secret string, status int) {
 	e.T.Helper()
 	waittest.NoError(e.T, func() error {
 		c := e.openAI(secret)
-		_, err := c.Chat.Completions.New(e.Ctx, chat("qwen"))
+		_, err := c.Chat.Completions.New(e.Ctx, chat(model))
 		switch {
 		case status == 200 && err == nil:
 			return nil
@@ -141,11 +147,13 @@ func TestAPIKeyLimitsRotationRevocation(t *testing.T) {
 	if j, err := e.Client.SetRequireAuth(e.Ctx, qwen.ID, false); err != nil || j.Spec.Inference.AuthRequired() || j.Status.State != cosmic.StateRunning {
 		t.Fatalf("require-auth off: %v (%+v)", err, j.Spec.Inference)
 	}
-	e.waitStatus("no key, require-auth off", "", 200)
+	open := "@" + qwen.Team + "/qwen" // an open model's full name (docs/inference.md, "Model names")
+	e.waitStatusOf("no key, require-auth off", open, "", 200)
+	e.waitStatusOf("no key, require-auth off, the bare name", "qwen", "", 401)
 	if _, err := e.Client.SetRequireAuth(e.Ctx, qwen.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	e.refusedSoon("no key, require-auth on again", "")
+	e.waitStatusOf("no key, require-auth on again", open, "", 401)
 	gpu := e.Create(Container("box", 1))
 	if _, err := e.Client.SetRequireAuth(e.Ctx, gpu.ID, false); client.StatusOf(err) != http.StatusConflict {
 		t.Fatalf("require-auth of a gpu-container job: %v, want 409", err)
