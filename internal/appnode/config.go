@@ -28,8 +28,8 @@ type Config struct {
 	// SessionLife bounds a browser session from its sign-in.
 	SessionLife config.Duration `json:"sessionLife"`
 	// JobCreatesPerMinute bounds the jobs one team creates (a token
-	// bucket of that many, refilled at that rate; default 120, negative:
-	// no bound), so that one team's script cannot flood the ork for all.
+	// bucket of that many, refilled at that rate; default 120; 0 or
+	// negative: no bound), so that one team's script cannot flood the ork for all.
 	// It is per app-node. The ork bounds the jobs a team holds
 	// (ork.Config.MaxJobsPerTeam).
 	JobCreatesPerMinute int `json:"jobCreatesPerMinute"`

@@ -125,3 +125,20 @@ func signInKey(kind, name string) string {
 	h := sha256.Sum256([]byte(name))
 	return kind + ":" + hex.EncodeToString(h[:])
 }
+
+// SignInLimit is one of the sign-in limits: attempts counted per Per, a
+// burst of Burst, then one every Every (docs/security.md's limits table).
+type SignInLimit struct {
+	Per   string
+	Burst int
+	Every time.Duration
+}
+
+// SignInLimits are the limits signIn takes an attempt from, in order.
+func SignInLimits() []SignInLimit {
+	return []SignInLimit{
+		{"client address", loginPerAddrBurst, loginPerAddrEvery},
+		{"user name from one client address", loginPerUserAddrBurst, loginPerUserAddrEvery},
+		{"user name", loginPerUserBurst, loginPerUserEvery},
+	}
+}
