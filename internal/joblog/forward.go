@@ -25,8 +25,10 @@ type AppendReply struct {
 	Accepted int `json:"accepted"`
 	// LastSeq is the monitor's sequence number of the batch's last record.
 	LastSeq uint64 `json:"lastSeq"`
-	// Refused counts the records the caller may not write (another job's,
-	// or a job not on its rack): they are dropped, not retried.
+	// Refused counts the records dropped, not retried: those the caller
+	// may not write (another job's, or a job not on its rack), and those
+	// over their job's share of the monitor's spool (the monitor notes
+	// these in the job's log).
 	Refused int `json:"refused,omitempty"`
 }
 
@@ -204,7 +206,7 @@ func (f *Forwarder) sendOnce(ctx context.Context) (int, error) {
 		counts = append(counts, k)
 		batch = append(batch, Record{
 			Time: time.Now(), JobID: job, Team: f.droppedT[job], Source: SourceSystem, Stream: "log-forwarder",
-			Step: "log_dropped", OK: Bool(false),
+			Step: StepLogDropped, OK: Bool(false),
 			Line: fmt.Sprintf("%d log records dropped: the monitor was unreachable and the buffer (%d records) was full", k, f.max),
 		})
 	}

@@ -16,6 +16,12 @@ const (
 	SourceApplication = "application"
 )
 
+// StepLogDropped is the step of the system record that tells a job's
+// readers that some of its records were dropped before the monitor stored
+// them: by the producer's Forwarder (its buffer was full), or by the
+// monitor (the job's share of its spool was).
+const StepLogDropped = "log_dropped"
+
 // Record is one line of a job's log.
 type Record struct {
 	Time  time.Time `json:"time"`
