@@ -156,6 +156,8 @@ func BenchmarkFanout100Viewers(b *testing.B) {
 func benchMonitor(b *testing.B, records, rate int) {
 	cfg := monitor.DefaultConfig("")
 	cfg.BufferPerJob, cfg.ViewerMaxLag = 100000, 100000
+	cfg.BufferBytesPerJob, cfg.BufferBytes = 1<<30, 1<<30 // records, not bytes, bound this buffer
+	cfg.MaxFollowsPerUser = benchViewers                  // every viewer is the same user
 	e := start(b, cfg, false)
 	defer e.stop()
 	allow := fabric.NewAllowList()

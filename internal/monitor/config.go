@@ -18,6 +18,23 @@ type Config struct {
 	// history of a just-opened view without Loki, and how far a viewer may
 	// fall behind. Default 10000.
 	BufferPerJob int `json:"bufferPerJob"`
+	// BufferBytesPerJob bounds the bytes each job's buffer holds (its
+	// records and their encoded events; at most BufferBytes), as
+	// BufferPerJob bounds its records: the oldest go first. Default 16 MiB.
+	BufferBytesPerJob int64 `json:"bufferBytesPerJob"`
+	// BufferBytes bounds the bytes of every job's buffer together: over
+	// it, the largest buffer loses its oldest records. Default 512 MiB.
+	BufferBytes int64 `json:"bufferBytes"`
+	// MaxLineBytes caps a record's line when the monitor takes it: a
+	// longer line is cut at a character boundary and ends with a marker
+	// saying how long it was. Default 64 KiB: the instance agent's own
+	// line split, and a quarter of Loki's max_line_size, so that a cut
+	// line is still stored in Loki.
+	MaxLineBytes int `json:"maxLineBytes"`
+	// MaxFollowsPerUser bounds the live follows (follow=true) one user
+	// holds open at once, over all their tokens and sessions; one more is
+	// answered 429. Default 16.
+	MaxFollowsPerUser int `json:"maxFollowsPerUser"`
 	// MaxJobs bounds the jobs with a buffer; the longest idle one without
 	// viewers goes first. Default 10000.
 	MaxJobs int `json:"maxJobs"`
@@ -65,6 +82,12 @@ type LokiConfig struct {
 	// SpoolBytes bounds the spool of records not yet in Loki; a batch that
 	// would overflow it is refused (the producer keeps it). Default 1 GiB.
 	SpoolBytes int64 `json:"spoolBytes"`
+	// SpoolBytesPerJob is one job's share of the spool (at most
+	// SpoolBytes): a job's records that would take it past its share are
+	// refused (counted, in the reply's Refused, and noted in the job's log
+	// once it has room again) while other jobs' are still taken. Default
+	// 64 MiB, a sixteenth of the default spool.
+	SpoolBytesPerJob int64 `json:"spoolBytesPerJob"`
 	// SegmentBytes is the size at which a spool segment is closed and a
 	// new one begun. Default 16 MiB.
 	SegmentBytes int64 `json:"segmentBytes"`
@@ -115,6 +138,11 @@ func (c *Config) setDefaults() {
 			*p = v
 		}
 	}
+	def64 := func(p *int64, v int64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
 	defD := func(p *config.Duration, v time.Duration) {
 		if *p == 0 {
 			*p = config.Duration(v)
@@ -122,6 +150,10 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.BufferPerJob, 10000)
 	def(&c.MaxJobs, 10000)
+	def(&c.MaxLineBytes, 64<<10)
+	def(&c.MaxFollowsPerUser, 16)
+	def64(&c.BufferBytesPerJob, 16<<20)
+	def64(&c.BufferBytes, 512<<20)
 	def(&c.ViewerMaxLag, max(c.BufferPerJob/2, 1))
 	defD(&c.JobIdle, time.Hour)
 	defD(&c.WriteTimeout, 10*time.Second)
@@ -143,12 +175,9 @@ func (c *Config) setDefaults() {
 	defD(&l.Limits.MaxQueryLength, 721*time.Hour)
 	def(&l.Limits.MaxLineSize, 256<<10)
 	def(&l.Limits.MaxEntriesLimitPerQuery, 5000)
-	if l.SpoolBytes == 0 {
-		l.SpoolBytes = 1 << 30
-	}
-	if l.SegmentBytes == 0 {
-		l.SegmentBytes = 16 << 20
-	}
+	def64(&l.SpoolBytes, 1<<30)
+	def64(&l.SpoolBytesPerJob, 64<<20)
+	def64(&l.SegmentBytes, 16<<20)
 }
 
 // Validate reports every problem of c (after defaults).
@@ -157,6 +186,15 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.BufferPerJob < 1 {
 		errs = append(errs, errors.New("bufferPerJob: must be positive"))
+	}
+	if c.MaxLineBytes < 1<<10 {
+		errs = append(errs, errors.New("maxLineBytes: must be at least 1024"))
+	}
+	if min(c.BufferBytesPerJob, c.BufferBytes) < 4*int64(c.MaxLineBytes) {
+		errs = append(errs, fmt.Errorf("bufferBytesPerJob, bufferBytes: must hold 4 lines of maxLineBytes (%d)", 4*int64(c.MaxLineBytes)))
+	}
+	if c.MaxFollowsPerUser < 1 {
+		errs = append(errs, errors.New("maxFollowsPerUser: must be positive"))
 	}
 	if c.ViewerMaxLag > c.BufferPerJob || c.ViewerMaxLag < 1 {
 		errs = append(errs, fmt.Errorf("viewerMaxLag: must be between 1 and bufferPerJob (%d)", c.BufferPerJob))
@@ -179,6 +217,9 @@ func (c Config) Validate() error {
 		}
 		if c.Loki.SpoolBytes < c.Loki.SegmentBytes {
 			errs = append(errs, errors.New("loki.spoolBytes: must be at least loki.segmentBytes"))
+		}
+		if min(c.Loki.SpoolBytesPerJob, c.Loki.SpoolBytes) < 4*int64(c.MaxLineBytes) {
+			errs = append(errs, fmt.Errorf("loki.spoolBytesPerJob, loki.spoolBytes: must hold 4 lines of maxLineBytes (%d)", 4*int64(c.MaxLineBytes)))
 		}
 	}
 	return errors.Join(errs...)

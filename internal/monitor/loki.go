@@ -402,6 +402,7 @@ func (m *Monitor) forward(ctx context.Context) {
 		if err := m.spool.commit(p.next); err != nil {
 			m.log.Error("commit loki spool", "err", err)
 		}
+		m.spool.release(p.release)
 		m.pushed.Store(p.last)
 		m.met.spoolBytes.Set(float64(m.spool.size()))
 	}
@@ -409,12 +410,14 @@ func (m *Monitor) forward(ctx context.Context) {
 
 // preparedBatch is a batch read from the spool, screened and encoded: the
 // records to push (none: all dropped), the body, the spool position after
-// the batch and its last number.
+// the batch, its last number, and the bytes its jobs' shares of the spool
+// get back once it is committed.
 type preparedBatch struct {
-	batch []Entry
-	body  pushBody
-	next  spoolPos
-	last  uint64
+	batch   []Entry
+	body    pushBody
+	next    spoolPos
+	last    uint64
+	release map[string]int64
 }
 
 // prepare reads the spool from the cursor on, sending each batch, ready to
@@ -446,9 +449,12 @@ func (m *Monitor) prepare(ctx context.Context, out chan<- preparedBatch) {
 				continue
 			}
 		}
-		p := preparedBatch{batch: make([]Entry, len(es)), next: next, last: es[len(es)-1].Seq}
+		p := preparedBatch{batch: make([]Entry, len(es)), next: next, last: es[len(es)-1].Seq, release: map[string]int64{}}
 		for i, e := range es {
 			p.batch[i] = e.Entry
+			if e.Seq > m.spool.maxSeq { // appended since open: counted in its job's share
+				p.release[e.JobID] += int64(e.size)
+			}
 		}
 		p.batch = m.screen(p.batch)
 		if len(p.batch) > 0 {
@@ -652,7 +658,7 @@ func (m *Monitor) dropped(reason string, es []Entry, why string) {
 			Stream: "wrk-monitor", Step: StepLokiDropped, OK: &ok,
 			Line: fmt.Sprintf("%d log records not stored in Loki (%s): %s; history read from Loki misses them", jobs[id].n, reason, dropWhy(reason))})
 	}
-	if _, err := m.Append(context.Background(), notes); err != nil {
+	if _, err := m.append(notes, true); err != nil {
 		m.log.Warn("note records not stored in loki", "err", err)
 	}
 }

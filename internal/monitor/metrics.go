@@ -15,6 +15,10 @@ type metrics struct {
 	recordsIn   prometheus.Counter
 	recordsOut  prometheus.Counter
 	rejected    *prometheus.CounterVec
+	truncated   prometheus.Counter
+	bufBytes    prometheus.Gauge
+	evicted     *prometheus.CounterVec
+	followsOut  prometheus.Counter
 	viewers     prometheus.Gauge
 	cutOff      *prometheus.CounterVec
 	lag         prometheus.Histogram
@@ -35,7 +39,12 @@ func newMetrics(m *Monitor) *metrics {
 		reg:        prometheus.NewRegistry(),
 		recordsIn:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "records_received_total", Help: "Records acknowledged to producers."}),
 		recordsOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "records_delivered_total", Help: "Records written to live viewers (one per viewer)."}),
-		rejected:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_rejected_total", Help: "Records refused to producers, by reason (invalid, spool, scope: not the producer's job or rack)."}, []string{"reason"}),
+		rejected:   prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_rejected_total", Help: "Records refused to producers, by reason (invalid, spool: the spool is full, spool_share: the job's share of it is, scope: not the producer's job or rack)."}, []string{"reason"}),
+		truncated:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "lines_truncated_total", Help: "Records taken with their line cut to maxLineBytes."}),
+		bufBytes:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "buffer_bytes", Help: "Bytes held in the jobs' in-memory buffers."}),
+		evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "buffer_evicted_total",
+			Help: "Records evicted from a job's in-memory buffer, by the bound reached (records: bufferPerJob, job_bytes: bufferBytesPerJob, total_bytes: bufferBytes); with Loki, history still has them."}, []string{"reason"}),
+		followsOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "follows_refused_total", Help: "Follows refused (429): the user had maxFollowsPerUser open."}),
 		viewers:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "viewers", Help: "Open log streams."}),
 		cutOff:     prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "viewers_cut_off_total", Help: "Viewers cut off, by reason (lagged, write)."}, []string{"reason"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "viewer_lag_records", Help: "Records a viewer was behind when it woke.",
@@ -52,7 +61,7 @@ func newMetrics(m *Monitor) *metrics {
 		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "spool_bytes", Help: "Bytes in the spool not yet in Loki."}),
 		history:    prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "history_reads_total", Help: "History reads, by source (loki, buffer) and result."}, []string{"source", "result"}),
 	}
-	x.reg.MustRegister(x.recordsIn, x.recordsOut, x.rejected, x.viewers, x.cutOff, x.lag, x.jobs,
+	x.reg.MustRegister(x.recordsIn, x.recordsOut, x.rejected, x.truncated, x.bufBytes, x.evicted, x.followsOut, x.viewers, x.cutOff, x.lag, x.jobs,
 		x.lokiLatency, x.lokiErrors, x.lokiRecords, x.lokiBytes, x.lokiDropped, x.lokiSplits, x.spoolBytes, x.history,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return x

@@ -165,6 +165,7 @@ func checkRun(t testing.TB, recs []client.LogRecord, from, n int) {
 func TestHundredViewersAndOneStalled(t *testing.T) {
 	cfg := monitor.DefaultConfig("")
 	cfg.BufferPerJob, cfg.ViewerMaxLag = 4000, 4000
+	cfg.MaxFollowsPerUser = 200 // every viewer is the same user
 	// The stalled viewer is cut off when a write to it has waited this
 	// long; no write to a healthy viewer waits at all (see above).
 	cfg.WriteTimeout = config.Duration(10 * time.Second)

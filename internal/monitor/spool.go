@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
 // The spool keeps every record bound for Loki on disk from the moment the
@@ -25,6 +27,8 @@ import (
 //	payload = uint64 big-endian sequence number | the record as JSON
 //
 // and a file "cursor" ("SEGMENT OFFSET"), the first frame not yet in Loki.
+// It is bounded in bytes, and each job to a share of that bound (counted
+// in memory for the records appended since open).
 // Appends are group-committed: writers append under the monitor's lock and
 // then wait in sync, where one fsync covers every write made before it. A
 // torn frame at the end of the last segment (a crash mid-write, never
@@ -49,6 +53,7 @@ type spoolPos struct {
 type spool struct {
 	dir      string
 	maxBytes int64
+	jobShare int64 // of maxBytes, for one job
 	segBytes int64
 	maxSeq   uint64 // the highest number found on open
 
@@ -59,6 +64,10 @@ type spool struct {
 	gen    uint64   // writes made
 	cursor spoolPos // first frame not yet in Loki
 	notify chan struct{}
+	// jobs: each job's bytes not yet in Loki, of the records appended
+	// since open (numbered above maxSeq); those replayed on open count
+	// towards maxBytes only.
+	jobs map[string]int64
 
 	syncMu sync.Mutex // one fsync at a time
 	synced uint64     // gen covered by the last fsync
@@ -73,11 +82,12 @@ func segName(dir string, n uint64) string {
 	return filepath.Join(dir, fmt.Sprintf("%020d.seg", n))
 }
 
-func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
+func openSpool(dir string, maxBytes, jobShare, segBytes int64) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create spool dir: %w", err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, sizes: map[uint64]int64{}, notify: make(chan struct{}, 1)}
+	s := &spool{dir: dir, maxBytes: maxBytes, jobShare: jobShare, segBytes: segBytes, sizes: map[uint64]int64{},
+		notify: make(chan struct{}, 1), jobs: map[string]int64{}}
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read spool dir: %w", err)
@@ -222,12 +232,46 @@ func (s *spool) sizeLocked() int64 {
 	return n - s.cursor.off
 }
 
+// frameSize is the bytes a record of JSON body takes in the spool.
+func frameSize(body []byte) int64 { return int64(frameHeader + 8 + len(body)) }
+
+// overShare says, for each of recs (bodies: their JSON) about to be
+// appended in order, whether it would take its job past its share; once a
+// job's record is over, so are its next ones. The caller orders appends.
+func (s *spool) overShare(recs []joblog.Record, bodies [][]byte) []bool {
+	over := make([]bool, len(recs))
+	batch := map[string]int64{} // bytes of the batch's records so far, by job; -1: over
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range recs {
+		b := batch[r.JobID]
+		if b < 0 || s.jobs[r.JobID]+b+frameSize(bodies[i]) > s.jobShare {
+			over[i], batch[r.JobID] = true, -1
+			continue
+		}
+		batch[r.JobID] = b + frameSize(bodies[i])
+	}
+	return over
+}
+
+// release records that jobs' bytes (of records numbered above maxSeq) are
+// in Loki.
+func (s *spool) release(jobs map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, n := range jobs {
+		if s.jobs[id] -= n; s.jobs[id] <= 0 {
+			delete(s.jobs, id)
+		}
+	}
+}
+
 // append writes es (bodies: their records' JSON) and returns the write's
 // generation for sync. The caller orders appends.
 func (s *spool) append(es []*entry, bodies [][]byte) (uint64, error) {
 	var total int
 	for _, b := range bodies {
-		total += frameHeader + 8 + len(b)
+		total += int(frameSize(b))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -274,6 +318,9 @@ func (s *spool) append(es []*entry, bodies [][]byte) (uint64, error) {
 		return 0, fmt.Errorf("write spool: %w", err)
 	}
 	s.sizes[last] += int64(len(buf))
+	for i, e := range es {
+		s.jobs[e.JobID] += frameSize(bodies[i])
+	}
 	s.gen++
 	select {
 	case s.notify <- struct{}{}:

@@ -33,6 +33,9 @@ import (
 //	cutoff  {"reason":"lagged","lastId":SEQ,"message":...}: the viewer fell
 //	        too far behind; reconnect with Last-Event-ID: SEQ
 //	end     {"lastId":SEQ}: without follow, everything asked for was sent
+//
+// A follow beyond the user's MaxFollowsPerUser open ones is answered 429
+// (a JSON error, code too_many_requests).
 const (
 	HistoryHeader     = "X-Cosmicac-History"
 	HistoryLoki       = "loki"
@@ -206,6 +209,16 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 		}
 		writeError(w, http.StatusBadGateway, apiv1.CodeUnavailable, "authorize: "+err.Error())
 		return
+	}
+	if lr.follow {
+		who := viewerKey(r, auth)
+		if !m.takeFollow(who) {
+			m.met.followsOut.Inc()
+			writeError(w, http.StatusTooManyRequests, apiv1.CodeTooManyRequests,
+				fmt.Sprintf("too many log follows open: at most %d per user (the monitor's maxFollowsPerUser); close one first", m.cfg.MaxFollowsPerUser))
+			return
+		}
+		defer m.releaseFollow(who)
 	}
 	ctx := r.Context()
 	j, v := m.subscribe(lr.job)
@@ -392,6 +405,26 @@ func (m *Monitor) serveLogs(w http.ResponseWriter, r *http.Request, auth Authori
 		case <-heartbeat.C:
 			fmt.Fprint(sw, ": ping\n\n")
 		}
+	}
+}
+
+// takeFollow counts a follow of user who, unless who has
+// MaxFollowsPerUser open already.
+func (m *Monitor) takeFollow(who string) bool {
+	m.followMu.Lock()
+	defer m.followMu.Unlock()
+	if m.follows[who] >= m.cfg.MaxFollowsPerUser {
+		return false
+	}
+	m.follows[who]++
+	return true
+}
+
+func (m *Monitor) releaseFollow(who string) {
+	m.followMu.Lock()
+	defer m.followMu.Unlock()
+	if m.follows[who]--; m.follows[who] <= 0 {
+		delete(m.follows, who)
 	}
 }
 
