@@ -6,6 +6,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
 )
 
@@ -20,7 +21,7 @@ type Limit struct {
 // whom, and at what point. docs/security.md's limits table is this list
 // (TestSecurityDocLimits).
 func Limits() []Limit {
-	p, a, o := inferproxy.DefaultConfig(), appnode.DefaultConfig(), ork.DefaultConfig()
+	p, a, o, m := inferproxy.DefaultConfig(), appnode.DefaultConfig(), ork.DefaultConfig(), monitor.DefaultConfig("")
 	var out []Limit
 	out = append(out,
 		Limit{"inference requests in flight", fmt.Sprint(p.MaxConcurrentPerKey), "proxy-inference `maxConcurrentPerKey`",
@@ -35,6 +36,16 @@ func Limits() []Limit {
 			"per team, per app-node (a burst of that many, refilled at that rate); 429 with `Retry-After`, before the body is read"},
 		Limit{"jobs held", fmt.Sprint(o.MaxJobsPerTeam), "wrk-ork `maxJobsPerTeam`", "per team, in any state until deleted; 403"},
 	)
+	out = append(out,
+		Limit{"log line", size(int64(m.MaxLineBytes)), "wrk-monitor `maxLineBytes`", "one record's line, at append: a longer one is cut with a marker and counted"},
+		Limit{"log buffer per job", fmt.Sprintf("%d records, %s", m.BufferPerJob, size(m.BufferBytesPerJob)), "wrk-monitor `bufferPerJob`, `bufferBytesPerJob`",
+			"one job's (so one agent key's) history in memory; the oldest go first, counted"},
+		Limit{"log buffers in all", size(m.BufferBytes), "wrk-monitor `bufferBytes`", "every job's buffer together; the largest loses its oldest records"},
+		Limit{"log spool per job", size(m.Loki.SpoolBytesPerJob), "wrk-monitor `loki.spoolBytesPerJob`",
+			"one job's records not yet in Loki; past it they are refused (`Refused`), counted and noted in the job's log"},
+		Limit{"log spool", size(m.Loki.SpoolBytes), "wrk-monitor `loki.spoolBytes`", "all records not yet in Loki; a batch past it is refused `unavailable` and its producer keeps it"},
+		Limit{"log follows", fmt.Sprint(m.MaxFollowsPerUser), "wrk-monitor `maxFollowsPerUser`", "live follows per user, across all their tokens and sessions; 429"},
+	)
 	for _, l := range appnode.SignInLimits() {
 		out = append(out, Limit{"sign-in attempts", fmt.Sprintf("%d, then 1 every %v", l.Burst, l.Every), "fixed",
 			"per " + l.Per + "; 429 with `Retry-After`"})
@@ -44,6 +55,9 @@ func Limits() []Limit {
 
 // size writes a byte count in KiB or MiB.
 func size(n int64) string {
+	if n >= 1<<30 && n%(1<<30) == 0 {
+		return fmt.Sprintf("%d GiB", n>>30)
+	}
 	if n >= 1<<20 && n%(1<<20) == 0 {
 		return fmt.Sprintf("%d MiB", n>>20)
 	}
