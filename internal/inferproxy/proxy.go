@@ -570,6 +570,11 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model st
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
 		return nil, false
 	}
+	if c.team == "" && !strings.HasPrefix(model, "@") {
+		// Without a key a bare name names nothing: no catalog read.
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey+" (an open model is called by its full name, @TEAM/NAME)")
+		return nil, false
+	}
 	ms, err := p.catalog.Models(r.Context())
 	if err != nil {
 		p.log.Error("list models", "err", err)
