@@ -111,7 +111,11 @@ func (s *Server) makeToken(r *http.Request, user string, t store.Token, life tim
 		return apiv1.CreatedToken{}, err
 	}
 	now := s.now().UTC()
-	t.Kind, t.UserName, t.Hash, t.CreatedAt, t.ExpiresAt = store.KindToken, user, hash, now, now.Add(life)
+	end := now.Add(life)
+	if !t.ExpiresAt.IsZero() && t.ExpiresAt.Before(end) {
+		end = t.ExpiresAt // t's end bounds life (a token's child ends with it)
+	}
+	t.Kind, t.UserName, t.Hash, t.CreatedAt, t.ExpiresAt = store.KindToken, user, hash, now, end
 	if err := s.acc.CreateToken(r.Context(), t); err != nil {
 		return apiv1.CreatedToken{}, err
 	}
@@ -243,6 +247,12 @@ func (s *Server) changePassword(w http.ResponseWriter, r *http.Request, c *calle
 	if err := checkPassword(in.Password); err != nil {
 		return nil, invalid(&cosmic.FieldError{Field: "password", Message: err.Error()})
 	}
+	if !c.user.HasPassword && !unconfined(c.tok) {
+		// A first password opens sessions with all of the user's rights:
+		// a token confined to a team, a scope or a selector may not set it.
+		return nil, errorf(http.StatusForbidden, apiv1.CodeForbidden,
+			"token %s is bound, scoped or limited by a selector: a first password needs a browser session or a token with all of your rights", c.tok.ID)
+	}
 	if c.user.HasPassword {
 		// The current password proves it is the user, not a stolen token;
 		// rate limited as a sign-in.
@@ -305,6 +315,17 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *caller) 
 	if fe != nil {
 		fes = append(fes, fe)
 	}
+	if end := c.tok.ExpiresAt; c.tok.Kind == store.KindToken && !end.IsZero() && s.now().Add(life).After(end) {
+		// A token makes none that outlives it: without an expiresIn the
+		// new one ends with it; a longer one asked for is refused.
+		if in.ExpiresIn != "" {
+			return nil, errorf(http.StatusForbidden, apiv1.CodeForbidden,
+				"expiresIn: this token (%s) ends at %s, and makes no token that outlives it", c.tok.ID, end.UTC().Format(time.RFC3339))
+		}
+	}
+	if err := confineToken(c.tok, &in); err != nil {
+		return nil, err
+	}
 	scope := authz.Scope(in.Scope)
 	if !scope.Valid() {
 		fes = append(fes, &cosmic.FieldError{Field: "scope", Message: fmt.Sprintf("%s: want read or operator (or none, for all your rights)", clip(in.Scope))})
@@ -332,11 +353,64 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 	}
 	c.auditTeam = in.Team
-	out, err := s.makeToken(r, c.user.Name, store.Token{Name: in.Name, Team: in.Team, Scope: string(scope), Selector: in.Selector}, life)
+	var end time.Time
+	if c.tok.Kind == store.KindToken {
+		end = c.tok.ExpiresAt
+	}
+	out, err := s.makeToken(r, c.user.Name, store.Token{Name: in.Name, Team: in.Team, Scope: string(scope), Selector: in.Selector, ExpiresAt: end}, life)
 	if err == nil {
 		c.auditTarget = out.ID
 	}
 	return out, err
+}
+
+// unconfined reports whether t holds all of its user's rights: a browser
+// session, or a token bound to no team, of no scope and no selector.
+func unconfined(t store.Token) bool {
+	return t.Kind == store.KindSession || t.Team == "" && t.Scope == "" && len(t.Selector) == 0
+}
+
+// confineToken makes in, a token that the token tok asks for, at most as
+// strong as tok: bound to tok's team, of tok's scope or a narrower one
+// (read under operator), limited by every label of tok's selector. What in
+// leaves out it inherits; what it asks beyond is refused (403, naming the
+// field). A session, or a token that holds all of its user's rights,
+// makes any token (docs/security.md, "People").
+func confineToken(tok store.Token, in *apiv1.CreateToken) error {
+	if unconfined(tok) {
+		return nil
+	}
+	refuse := func(field, format string, args ...any) error {
+		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "%s: this token (%s) is confined, and makes no stronger token: %s",
+			field, tok.ID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case tok.Team == "":
+	case in.Team == "":
+		in.Team = tok.Team
+	case in.Team != tok.Team:
+		return refuse("team", "it is bound to team %s", tok.Team)
+	}
+	switch callerScope, asked := authz.Scope(tok.Scope), authz.Scope(in.Scope); {
+	case callerScope == authz.ScopeFull:
+	case asked == authz.ScopeFull:
+		in.Scope = tok.Scope
+	case asked != callerScope && !(callerScope == authz.ScopeOperator && asked == authz.ScopeRead):
+		return refuse("scope", "its scope is %s", callerScope)
+	}
+	for k, v := range tok.Selector {
+		got, ok := in.Selector[k]
+		switch {
+		case !ok:
+			if in.Selector == nil {
+				in.Selector = map[string]string{}
+			}
+			in.Selector[k] = v
+		case got != v:
+			return refuse("selector."+clip(k), "it is limited to %s=%s", k, v)
+		}
+	}
+	return nil
 }
 
 func (s *Server) revokeToken(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
