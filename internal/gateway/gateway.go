@@ -201,7 +201,9 @@ func (c Config) CaddyJSON() ([]byte, error) {
 		{nil, ui},
 	} {
 		p, _ := parseUpstreams(r.to) // Validate checked it
-		route := map[string]any{"handle": []any{p.handler()}, "terminal": true}
+		// endBodyModule first: a body the component gave up on ends
+		// with its answer.
+		route := map[string]any{"handle": []any{map[string]any{"handler": endBodyModule}, p.handler()}, "terminal": true}
 		if r.paths != nil {
 			route["match"] = []any{map[string]any{"path": r.paths}}
 		}
