@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -111,11 +113,7 @@ func (s *Server) makeToken(r *http.Request, user string, t store.Token, life tim
 		return apiv1.CreatedToken{}, err
 	}
 	now := s.now().UTC()
-	end := now.Add(life)
-	if !t.ExpiresAt.IsZero() && t.ExpiresAt.Before(end) {
-		end = t.ExpiresAt // t's end bounds life (a token's child ends with it)
-	}
-	t.Kind, t.UserName, t.Hash, t.CreatedAt, t.ExpiresAt = store.KindToken, user, hash, now, end
+	t.Kind, t.UserName, t.Hash, t.CreatedAt, t.ExpiresAt = store.KindToken, user, hash, now, now.Add(life)
 	if err := s.acc.CreateToken(r.Context(), t); err != nil {
 		return apiv1.CreatedToken{}, err
 	}
@@ -315,16 +313,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *caller) 
 	if fe != nil {
 		fes = append(fes, fe)
 	}
-	if end := c.tok.ExpiresAt; c.tok.Kind == store.KindToken && !end.IsZero() && s.now().Add(life).After(end) {
-		// A token makes none that outlives it: without an expiresIn the
-		// new one ends with it; a longer one asked for is refused.
-		if in.ExpiresIn != "" {
-			return nil, errorf(http.StatusForbidden, apiv1.CodeForbidden,
-				"expiresIn: this token (%s) ends at %s, and makes no token that outlives it", c.tok.ID, end.UTC().Format(time.RFC3339))
+	if fe == nil {
+		var err error
+		if life, err = confineToken(c.tok, &in, life, s.now()); err != nil {
+			return nil, err
 		}
-	}
-	if err := confineToken(c.tok, &in); err != nil {
-		return nil, err
 	}
 	scope := authz.Scope(in.Scope)
 	if !scope.Valid() {
@@ -353,11 +346,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, c *caller) 
 		}
 	}
 	c.auditTeam = in.Team
-	var end time.Time
-	if c.tok.Kind == store.KindToken {
-		end = c.tok.ExpiresAt
-	}
-	out, err := s.makeToken(r, c.user.Name, store.Token{Name: in.Name, Team: in.Team, Scope: string(scope), Selector: in.Selector, ExpiresAt: end}, life)
+	out, err := s.makeToken(r, c.user.Name, store.Token{Name: in.Name, Team: in.Team, Scope: string(scope), Selector: in.Selector}, life)
 	if err == nil {
 		c.auditTarget = out.ID
 	}
@@ -370,47 +359,59 @@ func unconfined(t store.Token) bool {
 	return t.Kind == store.KindSession || t.Team == "" && t.Scope == "" && len(t.Selector) == 0
 }
 
-// confineToken makes in, a token that the token tok asks for, at most as
-// strong as tok: bound to tok's team, of tok's scope or a narrower one
-// (read under operator), limited by every label of tok's selector. What in
-// leaves out it inherits; what it asks beyond is refused (403, naming the
-// field). A session, or a token that holds all of its user's rights,
-// makes any token (docs/security.md, "People").
-func confineToken(tok store.Token, in *apiv1.CreateToken) error {
+// confineToken makes in, a token that the token tok asks for at now to live
+// life, at most as strong as tok, and answers its life. A token confined to
+// a team, a scope or a selector makes only tokens bound to its team, of its
+// scope or a narrower one (read under operator), limited by every label of
+// its selector (more labels narrow it), and ending no later than it. What
+// in leaves out it inherits (with no expiresIn, the new token ends with tok
+// if tok ends first), so that `tokens create NAME` with a confined token
+// just works; what it asks beyond is refused, 403 naming the field. A
+// session, or a token with all of its user's rights, makes any token (it
+// could open a session anyway): docs/permissions.md, "Narrower than a role".
+func confineToken(tok store.Token, in *apiv1.CreateToken, life time.Duration, now time.Time) (time.Duration, error) {
 	if unconfined(tok) {
-		return nil
+		return life, nil
 	}
 	refuse := func(field, format string, args ...any) error {
-		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "%s: this token (%s) is confined, and makes no stronger token: %s",
-			field, tok.ID, fmt.Sprintf(format, args...))
+		fe := &cosmic.FieldError{Field: field, Message: fmt.Sprintf("this token (%s) makes no token stronger than itself: ", tok.ID) + fmt.Sprintf(format, args...)}
+		e := errorf(http.StatusForbidden, apiv1.CodeForbidden, "%s", fe.Error())
+		e.body.Details, _ = json.Marshal([]*cosmic.FieldError{fe})
+		return e
 	}
 	switch {
 	case tok.Team == "":
 	case in.Team == "":
 		in.Team = tok.Team
 	case in.Team != tok.Team:
-		return refuse("team", "it is bound to team %s", tok.Team)
+		return 0, refuse("team", "it is bound to team %s, and so is any token it makes (leave team out to inherit it)", tok.Team)
 	}
-	switch callerScope, asked := authz.Scope(tok.Scope), authz.Scope(in.Scope); {
-	case callerScope == authz.ScopeFull:
+	switch have, asked := authz.Scope(tok.Scope), authz.Scope(in.Scope); {
+	case have == authz.ScopeFull, !asked.Valid(): // an unknown scope is a 400 below
 	case asked == authz.ScopeFull:
 		in.Scope = tok.Scope
-	case asked != callerScope && !(callerScope == authz.ScopeOperator && asked == authz.ScopeRead):
-		return refuse("scope", "its scope is %s", callerScope)
+	case asked != have && !(have == authz.ScopeOperator && asked == authz.ScopeRead):
+		return 0, refuse("scope", "its scope is %s; a token it makes has that scope or a narrower one", have)
 	}
-	for k, v := range tok.Selector {
-		got, ok := in.Selector[k]
-		switch {
+	for _, k := range slices.Sorted(maps.Keys(tok.Selector)) {
+		v := tok.Selector[k]
+		switch got, ok := in.Selector[k]; {
 		case !ok:
 			if in.Selector == nil {
 				in.Selector = map[string]string{}
 			}
 			in.Selector[k] = v
 		case got != v:
-			return refuse("selector."+clip(k), "it is limited to %s=%s", k, v)
+			return 0, refuse("selector."+k, "it is limited to %s=%s; a token it makes keeps that label (and may add others)", k, v)
 		}
 	}
-	return nil
+	if end := tok.ExpiresAt; !end.IsZero() && now.Add(life).After(end) {
+		if in.ExpiresIn != "" {
+			return 0, refuse("expiresIn", "it ends at %s; a token it makes ends no later (leave expiresIn out to end with it)", end.UTC().Format(time.RFC3339))
+		}
+		life = end.Sub(now)
+	}
+	return life, nil
 }
 
 func (s *Server) revokeToken(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {

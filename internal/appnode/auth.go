@@ -114,7 +114,20 @@ func (c *caller) subject(team string) authz.Subject {
 }
 
 // can reports whether the caller holds p in team.
-func (c *caller) can(team string, p authz.Permission) bool { return authz.Allowed(c.subject(team), p) }
+func (c *caller) can(team string, p authz.Permission) bool {
+	return (len(c.tok.Selector) == 0 || selectorKeeps(p)) && authz.Allowed(c.subject(team), p)
+}
+
+// selectorKeeps reports whether a token limited by a label selector may
+// hold p: what acts on jobs (which the selector confines) or only reads
+// the team, as an operator token may, and its user's own account (which
+// makes only tokens as confined, confineToken). Not the team's members,
+// owners, API keys, audit log or the team itself: they reach beyond the
+// selected jobs (an API key serves every model of the team, a member sees
+// every job).
+func selectorKeeps(p authz.Permission) bool {
+	return authz.ScopeKeeps(authz.ScopeOperator, p) || authz.KindOf(p) == authz.KindUser
+}
 
 // platformAdmin reports whether the caller acts as a platform admin: the
 // flag, through a credential that is neither bound nor scoped.
@@ -335,6 +348,8 @@ func forbidden(c *caller, p authz.Permission, team string) error {
 	switch {
 	case c.tok.Scope != "" && !authz.ScopeKeeps(authz.Scope(c.tok.Scope), p):
 		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "this token's scope is %s; it may not %s", c.tok.Scope, p)
+	case len(c.tok.Selector) > 0 && !selectorKeeps(p):
+		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "this token is limited by a selector (%s); it may not %s, which reaches beyond the jobs it selects", selectorText(c.tok.Selector), p)
 	case authz.KindOf(p) == authz.KindPlatform && c.user.PlatformAdmin:
 		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "%s needs a platform admin's own token, not one bound to a team or scoped", p)
 	case authz.KindOf(p) == authz.KindPlatform:
@@ -347,6 +362,15 @@ func forbidden(c *caller, p authz.Permission, team string) error {
 		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "you are %s in team %s; %s needs a higher role (docs/permissions.md)", role, team, p)
 	}
 	return errorf(http.StatusForbidden, apiv1.CodeForbidden, "you may not %s", p)
+}
+
+// selectorText writes a selector as k=v,... in key order.
+func selectorText(sel map[string]string) string {
+	terms := make([]string, 0, len(sel))
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		terms = append(terms, k+"="+sel[k])
+	}
+	return strings.Join(terms, ",")
 }
 
 // Bootstrap names.
