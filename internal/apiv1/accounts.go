@@ -256,11 +256,18 @@ func accountRoutes() []Route {
 		{Op: OpDeleteSession, Method: http.MethodDelete, Path: Prefix + "/session", Tag: "accounts", Perm: authz.Self,
 			Summary: "Sign out: end the session (or revoke the token) the request carries", Status: http.StatusNoContent},
 		{Op: OpChangePassword, Method: http.MethodPut, Path: Prefix + "/whoami/password", Tag: "accounts", Perm: authz.AccountManage,
-			Summary: "Change one's own password (ends one's browser sessions)", Request: ChangePassword{}, Status: http.StatusNoContent, Errors: tooMany},
+			Summary: "Change one's own password (ends one's browser sessions)",
+			Description: "A password the user has is changed with currentPassword. A first password (the user has none) takes a browser session or a full token: " +
+				"a token bound to a team or limited by a selector is refused (403), since a password opens sessions with all of the user's rights.",
+			Request: ChangePassword{}, Status: http.StatusNoContent, Errors: tooMany},
 		{Op: OpListTokens, Method: http.MethodGet, Path: Prefix + "/tokens", Tag: "accounts", Perm: authz.AccountManage,
 			Summary: "List one's personal access tokens (never their secrets), with their last use", Response: TokenList{}, Status: http.StatusOK},
 		{Op: OpCreateToken, Method: http.MethodPost, Path: Prefix + "/tokens", Tag: "accounts", Perm: authz.AccountManage,
-			Summary: "Make a personal access token; its secret is in the answer this once", Request: CreateToken{}, Response: CreatedToken{}, Status: http.StatusCreated},
+			Summary: "Make a personal access token; its secret is in the answer this once",
+			Description: "A token makes no token stronger than itself. Made with a token bound to a team or limited by a selector, the new token is bound to that team, " +
+				"of its scope or a narrower one, limited by every label of its selector, and ends no later; what the request leaves out is inherited, " +
+				"what it asks beyond is refused (403, the message naming the field). A browser session or a full token makes any token.",
+			Request: CreateToken{}, Response: CreatedToken{}, Status: http.StatusCreated},
 		{Op: OpRevokeToken, Method: http.MethodDelete, Path: Prefix + "/tokens/{id}", Tag: "accounts", Perm: authz.AccountManage,
 			Summary: "Revoke one of one's tokens (it stops working at once)", Params: []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "Token ID (tok_…)"}},
 			Status: http.StatusNoContent},

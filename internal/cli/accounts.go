@@ -611,7 +611,10 @@ func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
 		Long: "A token carries your rights, or fewer: --bind ties it to one team, --scope read keeps\n" +
 			"only reading and --scope operator reading and operating jobs, --selector confines it to the\n" +
 			"jobs with those labels (the jobs it creates get them). It expires after --expires\n" +
-			"(default 2160h, at most 8784h).",
+			"(default 2160h, at most 8784h).\n\n" +
+			"Run with a token bound to a team or limited by a selector, it makes no token stronger than\n" +
+			"that one: the new token keeps its team, scope, selector labels and end (what you leave out\n" +
+			"is taken from it; asking more is refused).",
 		Example: "  cosmicac tokens create laptop\n" +
 			"  cosmicac tokens create ci --bind ml --scope operator --selector app=ci --expires 720h -q",
 		Args: cobra.ExactArgs(1),
