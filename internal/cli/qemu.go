@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/qemu/handoff"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
@@ -108,16 +109,18 @@ func (a *app) cacheDir() string {
 func init() { register((*app).qemuRelayCommand) }
 
 // qemuRelayCommand is what a QEMU rack's VM runs for each connection to a
-// forwarded platform port (qemu.Forward): standard input and output are
-// the guest's socket, copied to and from the host address.
+// forwarded platform port (qemu.Forward): it hands its standard input, the
+// guest's socket, to the worker on the VM's relay socket and exits
+// (internal/qemu/handoff, whose init runs it before the other packages';
+// this command is its usage); the worker relays the connection.
 func (a *app) qemuRelayCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:    "qemu-relay HOST:PORT",
-		Short:  "Relay a VM's forwarded connection (standard input and output) to HOST:PORT (run by QEMU)",
+		Use:    handoff.Command + " SOCKET GUEST-ADDR",
+		Short:  "Hand a VM's forwarded connection (standard input) to its worker's relay socket (run by QEMU)",
 		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+		Args:   cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return qemu.Relay(cmd.Context(), a.stdin, a.stdout, args[0])
+			return handoff.Send(args[0], args[1], 0)
 		},
 	}
 }

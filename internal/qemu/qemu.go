@@ -3,12 +3,13 @@
 // overlay on a base image of the image catalogue, with a cloud-init NoCloud
 // seed (label cidata), a read-only disk holding the agent binary (label
 // COSMICAC), and user-mode networking that reaches nothing but the ports it
-// is told to forward. It uses KVM where the host's /dev/kvm can run a
-// guest, QEMU's software emulation (TCG) otherwise.
+// is told to forward, each guest connection relayed by the process that
+// started the VM, up to a cap. It uses KVM where the host's /dev/kvm can
+// run a guest, QEMU's software emulation (TCG) otherwise.
 //
 // It knows VMs only: the rack worker (internal/qemuworker) maps jobs onto
 // them. It runs qemu-system-x86_64, qemu-img and genisoimage, and imports
-// no other CosmicAC package.
+// no other CosmicAC package but its own internal/qemu/handoff.
 package qemu
 
 import (
@@ -16,7 +17,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/bits"
 	"net"
 	"os"
@@ -42,12 +42,14 @@ const (
 // Forward lets the guest reach one TCP port of the host: the guest dials
 // GuestAddr (in QEMU's user network, e.g. 10.0.2.100:7001) and reaches
 // HostAddr (e.g. 127.0.0.1:7001). Nothing else of the host or the network
-// is reachable from the guest (QEMU's restrict=on). Each connection runs
-// Config.Relay (QEMU's guestfwd=…-cmd:, one process a connection, its
-// standard input and output the guest's socket): a chardev target
-// (guestfwd=…-tcp:) would be one connection made at QEMU's start, shared
-// by every guest connection, which breaks a protocol as soon as the guest
-// reconnects.
+// is reachable from the guest (QEMU's restrict=on). QEMU 7.2 forwards a
+// guest connection either to a chardev, one connection made at QEMU's
+// start and shared by every guest connection, or to a command run for
+// each connection (guestfwd=…-cmd:), its standard input and output the
+// guest's socket. So each connection runs Config.Relay, which hands the
+// socket to the process that started the VM (internal/qemu/handoff) and
+// exits; that process relays it to HostAddr, at most Config.MaxConns
+// connections of the VM's at once.
 type Forward struct {
 	GuestAddr, HostAddr string
 }
@@ -115,11 +117,15 @@ type Config struct {
 	VFIO []string
 	// QEMU is the emulator's path (default qemu-system-x86_64 on PATH).
 	QEMU string
-	// Relay is the program a forwarded connection runs, given the host
-	// address: `Relay… HOST:PORT` copies its standard input to a TCP
-	// connection to HOST:PORT and back (`cosmicac qemu-relay`). Required
-	// with Forwards.
+	// Relay is the program a forwarded connection runs: `Relay… SOCKET
+	// GUEST` hands its standard input to the VM's relay socket (handoff.Send;
+	// `cosmicac qemu-relay`). Required with Forwards.
 	Relay []string
+	// MaxConns caps the guest connections to Forwards relayed at once
+	// (default DefaultMaxConns); one more is reset at once, counted
+	// (VM.Relays), and given to OnRefused when it is set.
+	MaxConns  int
+	OnRefused func(guestAddr string)
 }
 
 // Args is QEMU's command line for c, the seed and overlay being in place.
@@ -144,7 +150,11 @@ func (c Config) Args() []string {
 	}
 	net := "user,id=n0,restrict=on"
 	for _, f := range c.Forwards {
-		net += ",guestfwd=tcp:" + f.GuestAddr + "-cmd:" + strings.ReplaceAll(strings.Join(append(slices.Clone(c.Relay), f.HostAddr), " "), ",", ",,")
+		var cmd []string
+		for _, a := range append(slices.Clone(c.Relay), filepath.Join(c.Dir, RelaySocket), f.GuestAddr) {
+			cmd = append(cmd, shellQuote(a))
+		}
+		net += ",guestfwd=tcp:" + f.GuestAddr + "-cmd:" + strings.ReplaceAll(strings.Join(cmd, " "), ",", ",,")
 	}
 	if c.SSHPort != 0 {
 		net += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:22", c.SSHPort)
@@ -276,11 +286,12 @@ func writeISO(ctx context.Context, path, label string, files map[string][]byte) 
 
 // VM is a running QEMU process.
 type VM struct {
-	cfg  Config
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	once sync.Once
+	cfg    Config
+	cmd    *exec.Cmd
+	relays *relays
+	done   chan struct{}
+	err    error
+	once   sync.Once
 }
 
 // Start starts the VM; Prepare must have run.
@@ -295,27 +306,37 @@ func Start(c Config) (*VM, error) {
 	if bin == "" {
 		bin = "qemu-system-x86_64"
 	}
+	rl, err := listenRelays(c)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, c.Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr strings.Builder
 	cmd.Stderr = &limitWriter{w: &stderr, n: 4096}
 	if err := cmd.Start(); err != nil {
+		rl.close()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
-	vm := &VM{cfg: c, cmd: cmd, done: make(chan struct{})}
+	vm := &VM{cfg: c, cmd: cmd, relays: rl, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		if err != nil && stderr.Len() > 0 {
 			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 		}
 		vm.err = err
+		rl.close()
 		os.Remove(filepath.Join(c.Dir, PIDFile))
 		close(vm.done)
 	}()
 	return vm, nil
 }
 
-// Done is closed when the QEMU process has exited; Err then says how.
+// Relays counts the guest's connections to the forwards.
+func (v *VM) Relays() RelayStats { return v.relays.Stats() }
+
+// Done is closed when the QEMU process has exited (and its relayed
+// connections have ended); Err then says how.
 func (v *VM) Done() <-chan struct{} { return v.done }
 
 // Err is how the process ended (nil: the guest powered off).
@@ -437,33 +458,4 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 		l.w.WriteString(s)
 	}
 	return len(p), nil
-}
-
-// Relay copies between rw (a forwarded connection's standard input and
-// output) and a TCP connection to addr until either side ends: the
-// program a Forward runs.
-func Relay(ctx context.Context, r io.Reader, w io.Writer, addr string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	up := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(c, r)
-		c.(*net.TCPConn).CloseWrite() // the guest is done sending; the host may answer still
-		up <- err
-	}()
-	// The host's side ending ends the relay (its exit closes the guest's
-	// socket); the guest's ending only once the host has answered.
-	_, err = io.Copy(w, c)
-	select {
-	case uerr := <-up:
-		if err == nil {
-			err = uerr
-		}
-	default:
-	}
-	return err
 }

@@ -24,7 +24,7 @@ func TestArgs(t *testing.T) {
 	line := strings.Join(c.Args(), " ")
 	for _, want := range []string{
 		"-accel tcg,tb-size=128", "-cpu max", "-smp 2", "-m 1024",
-		"-netdev user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7001-cmd:/bin/cosmicac qemu-relay 127.0.0.1:7001,hostfwd=tcp:127.0.0.1:2222-:22",
+		"-netdev user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:7001-cmd:/bin/cosmicac qemu-relay /vms/j1-r0/relay.sock 10.0.2.100:7001,hostfwd=tcp:127.0.0.1:2222-:22",
 		"file=/vms/j1-r0/disk.qcow2,if=virtio,format=qcow2",
 		"file=/vms/j1-r0/seed.iso,if=virtio,format=raw,readonly=on",
 		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
@@ -34,6 +34,10 @@ func TestArgs(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("args lack %q:\n%s", want, line)
 		}
+	}
+	c.Dir, c.Relay = "/vms/it's, here", []string{"/opt/cosmic ac/cosmicac", "qemu-relay"}
+	if line := strings.Join(c.Args(), " "); !strings.Contains(line, `-cmd:'/opt/cosmic ac/cosmicac' qemu-relay '/vms/it'\''s,, here/relay.sock' 10.0.2.100:7001,`) {
+		t.Errorf("the relay's arguments are not quoted for g_shell_parse_argv and QEMU's commas:\n%s", line)
 	}
 	c.Accel, c.Image.Kernel, c.SSHPort, c.VFIO = "kvm", "", 0, []string{"0000:41:00.0"}
 	args := c.Args()

@@ -82,6 +82,11 @@ type Config struct {
 	// MaxBoots bounds the VMs booting at once (default 2): under TCG a
 	// boot takes a core for about a minute.
 	MaxBoots int `json:"maxBoots,omitempty"`
+	// MaxGuestConns caps each VM's connections to the platform's ports
+	// relayed at once (default qemu.DefaultMaxConns, 64; the agent holds
+	// a few): one more is reset at once, counted, and the replica's log
+	// says so at the first.
+	MaxGuestConns int `json:"maxGuestConns,omitempty"`
 	// StopGrace is how long a VM has to power off before it is killed
 	// (default 20s).
 	StopGrace config.Duration `json:"stopGrace,omitempty"`
@@ -104,7 +109,8 @@ type Options struct {
 	// (CGO_ENABLED=0) linux/amd64 cosmicac.
 	AgentBinary string
 	// Relay is the command each of a VM's connections to a platform port
-	// runs (qemu.Config.Relay), e.g. {"/usr/bin/cosmicac", "qemu-relay"}.
+	// runs (qemu.Config.Relay), e.g. {"/usr/bin/cosmicac", "qemu-relay"}:
+	// it hands the connection to the worker, which relays it.
 	Relay []string
 	// Node is the worker's fabric node; its agents dial it. Keys is its
 	// keyring, where their keys are bound.
@@ -194,9 +200,10 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.cfg.MaxMemoryMiB <= 0 {
 		w.cfg.MaxMemoryMiB = map[bool]int{true: 8192, false: 512}[w.accel == "kvm"]
 	}
-	if w.cfg.CPUsPerNode < 0 || w.cfg.MemoryGiBPerNode < 0 {
-		return nil, errors.New("qemuworker: cpusPerNode and memoryGiBPerNode must not be negative")
+	if w.cfg.CPUsPerNode < 0 || w.cfg.MemoryGiBPerNode < 0 || w.cfg.MaxGuestConns < 0 {
+		return nil, errors.New("qemuworker: cpusPerNode, memoryGiBPerNode and maxGuestConns must not be negative")
 	}
+	w.cfg.MaxGuestConns = cmp.Or(w.cfg.MaxGuestConns, qemu.DefaultMaxConns)
 	w.cfg.CPUsPerNode = cmp.Or(w.cfg.CPUsPerNode, cosmic.DefaultCPUPerGPU*cfg.GPUsPerNode+2)
 	w.cfg.MemoryGiBPerNode = cmp.Or(w.cfg.MemoryGiBPerNode, cosmic.DefaultMemoryPerGPU*cfg.GPUsPerNode+2)
 	w.cfg.MaxBoots = cmp.Or(w.cfg.MaxBoots, 2)
@@ -411,7 +418,8 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: clamp(job.Spec.Resources.CPU, 1, w.cfg.MaxCPUs),
 		MemoryMiB: clamp(job.Spec.Resources.Memory*1024, 256, w.cfg.MaxMemoryMiB), DiskGiB: job.Spec.DiskGB,
 		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
-		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, Accel: w.accel, VFIO: w.vfio(res)}
+		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
+		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
 	if w.cfg.DebugSSH {
 		if vc.SSHPort, err = freePort(); err != nil {
 			fail(cosmic.ReasonImportFailed, err)
@@ -457,6 +465,22 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		<-vm.Done()
 		w.vmExited(k, gen, vm)
 	}()
+}
+
+// onRefused is a boot's hook for its VM's connections refused over
+// MaxGuestConns: the first is logged and written in the replica's log.
+func (w *Worker) onRefused(k replicaKey, gen int) func(string) {
+	var once sync.Once
+	return func(guest string) {
+		once.Do(func() {
+			w.log.Warn("guest connections refused", "job_id", k.job, "replica", k.replica, "guest_addr", guest, "max", w.cfg.MaxGuestConns)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if r := w.replicas[k]; r != nil && r.gen == gen {
+				w.recordLocked(r, "", false, "the VM has %d connections open to the platform's ports, its cap: more (the first to %s) are reset", w.cfg.MaxGuestConns, guest)
+			}
+		})
+	}
 }
 
 // vmExited takes a VM's end: expected after Stop, Restart or Delete; a
