@@ -297,19 +297,11 @@ func readError(err error) error {
 }
 
 func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
-	c, ok := p.authenticate(w, r)
-	if !ok {
-		return
-	}
-	release, ok := p.admit(w, c)
+	c, limit, release, ok := p.admitBody(w, r, p.cfg.MaxAudioBytes, p.cfg.MaxAnonymousAudioBytes)
 	if !ok {
 		return
 	}
 	defer release()
-	limit := p.cfg.MaxAudioBytes
-	if c.team == "" {
-		limit = min(limit, p.cfg.MaxAnonymousAudioBytes)
-	}
 	if r.ContentLength > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the request body exceeds %d bytes", limit))
 		return

@@ -477,19 +477,11 @@ func (p *Proxy) Serve(r fabric.Registrar) {
 // ---- forwarding
 
 func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
-	c, ok := p.authenticate(w, r)
-	if !ok {
-		return
-	}
-	release, ok := p.admit(w, c)
+	c, limit, release, ok := p.admitBody(w, r, p.cfg.MaxBodyBytes, p.cfg.MaxAnonymousBodyBytes)
 	if !ok {
 		return
 	}
 	defer release()
-	limit := p.cfg.MaxBodyBytes
-	if c.team == "" {
-		limit = min(limit, p.cfg.MaxAnonymousBodyBytes)
-	}
 	body, ok := readBody(w, r, limit)
 	if !ok {
 		return
@@ -626,6 +618,23 @@ func (p *Proxy) down(ctx context.Context, c caller, model string) (Model, bool) 
 		}
 	}
 	return Model{}, false
+}
+
+// admitBody authenticates r and admits it (admit), all before a byte of
+// its body is read, and answers the bound of its body: limit with a key,
+// anonymous (at most limit) without one. An admitted request calls
+// release when it ends.
+func (p *Proxy) admitBody(w http.ResponseWriter, r *http.Request, limit, anonymous int64) (c caller, bodyLimit int64, release func(), ok bool) {
+	if c, ok = p.authenticate(w, r); !ok {
+		return c, 0, nil, false
+	}
+	if release, ok = p.admit(w, c); !ok {
+		return c, 0, nil, false
+	}
+	if c.team == "" {
+		limit = min(limit, anonymous)
+	}
+	return c, limit, release, true
 }
 
 // admit counts a request against the caller's limits (its key's, or its
