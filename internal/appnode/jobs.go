@@ -81,9 +81,10 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (raw []byte, s
 func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (any, error) {
 	if s.jobCreates != nil {
 		if ok, wait := s.jobCreates.reserve(c.team, s.now()); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(max(int(math.Ceil(wait.Seconds())), 1)))
+			secs := max(int(math.Ceil(wait.Seconds())), 1)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			return nil, errorf(http.StatusTooManyRequests, apiv1.CodeTooManyRequests,
-				"team %s creates jobs too fast (at most %d a minute); retry in %v", c.team, s.cfg.JobCreatesPerMinute, wait.Round(time.Second))
+				"team %s creates jobs too fast (at most %d a minute); retry in %ds", c.team, s.cfg.JobCreatesPerMinute, secs)
 		}
 	}
 	_, spec, err := s.readSpec(w, r)

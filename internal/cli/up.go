@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/gateway"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
@@ -60,6 +61,7 @@ func (a *app) upCommand() *cobra.Command {
 		images                                   []string
 		qc                                       = qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2}
 		agentBinary                              string
+		jobCreates                               int
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -72,6 +74,10 @@ func (a *app) upCommand() *cobra.Command {
 			"reservation.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.JobCreatesPerMinute = jobCreates
+			if jobCreates <= 0 {
+				cfg.JobCreatesPerMinute = -1 // no bound
+			}
 			if kubeconfig != "" {
 				rc := k8sworker.DefaultRackConfig()
 				if rackConfig != "" {
@@ -203,6 +209,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
+	f.IntVar(&jobCreates, "job-creates-per-minute", appnode.DefaultConfig().JobCreatesPerMinute, "the jobs one team may create a minute (a burst of that many, refilled at that rate); 0 or negative: no bound")
 	f.StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster (KubeVirt + CDI) instead of the simulated rack")
 	f.StringVar(&rackConfig, "rack-config", "", "with --kubeconfig: the rack's YAML config (docs/k8s-worker.md)")

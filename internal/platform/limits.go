@@ -32,7 +32,7 @@ func Limits() []Limit {
 		Limit{"inference JSON body without a key", size(p.MaxAnonymousBodyBytes), "proxy-inference `maxAnonymousBodyBytes`", "a request without a key, read only once its client's limits admitted it; 413"},
 		Limit{"audio upload", size(p.MaxAudioBytes), "proxy-inference `maxAudioBytes`", "a transcription with a key; 413"},
 		Limit{"audio upload without a key", size(p.MaxAnonymousAudioBytes), "proxy-inference `maxAnonymousAudioBytes`", "a transcription without a key; 413"},
-		Limit{"job creates", fmt.Sprintf("%d a minute", a.JobCreatesPerMinute), "app-node `jobCreatesPerMinute`",
+		Limit{"job creates", fmt.Sprintf("%d a minute", a.JobCreatesPerMinute), "app-node `jobCreatesPerMinute`; `up --job-creates-per-minute`",
 			"per team, per app-node (a burst of that many, refilled at that rate); 429 with `Retry-After`, before the body is read"},
 		Limit{"jobs held", fmt.Sprint(o.MaxJobsPerTeam), "wrk-ork `maxJobsPerTeam`", "per team, in any state until deleted; 403"},
 	)

@@ -84,6 +84,10 @@ type Config struct {
 	// Monitor tunes wrk-monitor (Loki forwarding, buffers); its spool lives
 	// under DataDir/wrk-monitor unless set.
 	Monitor monitor.Config
+	// JobCreatesPerMinute, when not zero, replaces the app-node's bound on
+	// the jobs one team creates a minute (appnode.Config; negative: no
+	// bound).
+	JobCreatesPerMinute int
 	// OperatorKeys are admitted to every component with full access (the
 	// local CLI's key, for `cosmicac rpc`).
 	OperatorKeys []fabric.PublicKey
@@ -438,6 +442,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	acfg := appnode.DefaultConfig()
 	acfg.Listen, acfg.DataDir = cfg.Listen, cfg.DataDir
+	if cfg.JobCreatesPerMinute != 0 {
+		acfg.JobCreatesPerMinute = cfg.JobCreatesPerMinute
+	}
 	if cfg.Front != nil {
 		acfg.TrustedProxies = embeddedGateway
 	}

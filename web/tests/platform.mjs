@@ -9,7 +9,9 @@ export async function startPlatform() {
   const bin = process.env.COSMICAC_BIN;
   if (!bin) throw new Error("COSMICAC_BIN is not set: run hack/webui.sh --test");
   const dataDir = mkdtempSync(join(tmpdir(), "cosmicac-ui-"));
-  const proc = spawn(bin, ["up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "300ms"], {
+  // The load test creates 1,000 jobs in one team at once: lift the
+  // per-team create rate (120 a minute by default) for this platform.
+  const proc = spawn(bin, ["up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "300ms", "--job-creates-per-minute", "2000"], {
     env: { ...process.env, HOME: dataDir, XDG_CONFIG_HOME: join(dataDir, "config") },
     stdio: ["ignore", "pipe", "pipe"],
   });
