@@ -26,6 +26,7 @@ const (
 	ReasonReplicaFailed       ReasonCode = "replica_failed"
 	ReasonRackRemoved         ReasonCode = "rack_removed"
 	ReasonRestartRequested    ReasonCode = "restart_requested"
+	ReasonVMIsRecreated       ReasonCode = "vmis_recreated"
 	ReasonReplicaDeleted      ReasonCode = "replica_deleted"
 	ReasonModelLoadFailed     ReasonCode = "model_load_failed"
 	ReasonRackMisconfigured   ReasonCode = "rack_misconfigured"
@@ -62,6 +63,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonReplicaFailed:       {"a replica of the job failed", "See the replica's logs; restart the replica or the job."},
 	ReasonRackRemoved:         {"the rack holding the job was removed", "The job is placed again on another rack of its location when one has room."},
 	ReasonRestartRequested:    {"a restart was requested", ""},
+	ReasonVMIsRecreated:       {"the rack's worker lost the job's VMIs and is creating them again (it restarted, or they vanished)", "Wait: the job runs again once its VMIs are up; its command starts anew. On the simulated rack every restart of `cosmicac up` does this, as it keeps no process across a restart."},
 	ReasonReplicaDeleted:      {"a replica was deleted", "Wait: the replica is placed again, perhaps on another node."},
 	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
 	ReasonRackMisconfigured:   {"the rack cannot run jobs until an operator fixes its configuration", "Ask the rack's operator: `cosmicac racks list` shows what is wrong and the fix. The job starts once it is fixed."},

@@ -233,7 +233,8 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 	if (to == cosmic.StatePending || to == cosmic.StateQueued) && cosmic.CanTransition(j.Status.State, cosmic.StateRestarting) {
 		// The worker is building the VMIs anew (it restarted and lost them,
 		// or replaced them): the job is restarting, not going backwards.
-		r := cosmic.NewReason(cosmic.ReasonRestartRequested, "the worker is recreating the job's VMIs")
+		// Nobody asked for it: the reason says what happened.
+		r := cosmic.NewReason(cosmic.ReasonVMIsRecreated, "")
 		return nil, j.SetState(cosmic.StateRestarting, &r, now)
 	}
 	if !cosmic.CanTransition(j.Status.State, to) {

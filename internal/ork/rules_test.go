@@ -182,4 +182,13 @@ func TestAggregate(t *testing.T) {
 	if _, err := aggregate(&pending, now); err != nil || pending.Status.State != cosmic.StatePending || pending.Status.Reason != nil {
 		t.Fatalf("pending once the rack is fixed: %+v %v", pending.Status, err)
 	}
+	// A running job whose worker builds its VMIs anew (a restarted `up`'s
+	// simulated rack lost them) is restarting for that, not for a restart
+	// nobody requested.
+	lost := cosmic.Job{ID: "l", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer}, Status: cosmic.Status{State: cosmic.StateRunning,
+		Replicas: []cosmic.ReplicaStatus{{Index: 0, State: cosmic.StatePending}}}}
+	if _, err := aggregate(&lost, now); err != nil || lost.Status.State != cosmic.StateRestarting ||
+		lost.Status.Reason == nil || lost.Status.Reason.Code != cosmic.ReasonVMIsRecreated {
+		t.Fatalf("VMIs recreated by the worker: %+v %v", lost.Status, err)
+	}
 }
