@@ -206,6 +206,10 @@ func Config(vm VM) AgentConfig {
 
 // cloudConfig is the #cloud-config user data.
 type cloudConfig struct {
+	// ManageEtcHosts "localhost" has cloud-init map the VM's hostname (the
+	// meta-data's local-hostname) to 127.0.1.1 in /etc/hosts, so that sudo
+	// and other tools resolve it ("sudo: unable to resolve host" without).
+	ManageEtcHosts    string      `json:"manage_etc_hosts"`
 	Users             []string    `json:"users"`
 	SSHAuthorizedKeys []string    `json:"ssh_authorized_keys,omitempty"`
 	WriteFiles        []cloudFile `json:"write_files"`
@@ -219,8 +223,8 @@ type cloudFile struct {
 	Content     string `json:"content"`
 }
 
-// UserData is the cloud-init user data (#cloud-config) of vm: the image's
-// default user with the spec's SSH keys, the agent's config at
+// UserData is the cloud-init user data (#cloud-config) of vm: the VM's
+// hostname in /etc/hosts, the image's default user with the spec's SSH keys, the agent's config at
 // AgentConfigPath, the job's environment at EnvFilePath, the agent's
 // systemd unit at AgentUnitPath (and, with DeliveryDisk, the script that
 // mounts the agent disk), and the runcmd that enables and starts the unit.
@@ -250,6 +254,7 @@ func UserData(vm VM) ([]byte, error) {
 	}
 	files = append(files, cloudFile{Path: AgentUnitPath, Owner: "root:root", Permissions: "0644", Content: unit})
 	cc := cloudConfig{
+		ManageEtcHosts:    "localhost",
 		Users:             []string{"default"},
 		SSHAuthorizedKeys: vm.Job.Spec.SSHPublicKeys,
 		WriteFiles:        files,

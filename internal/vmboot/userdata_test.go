@@ -49,6 +49,9 @@ func files(t *testing.T, ud []byte) map[string]cloudFile {
 	for _, f := range cc.WriteFiles {
 		out[f.Path] = f
 	}
+	if cc.ManageEtcHosts != "localhost" {
+		t.Errorf("manage_etc_hosts %q: want localhost, or the VM's hostname does not resolve (sudo: unable to resolve host)", cc.ManageEtcHosts)
+	}
 	if diff := cmp.Diff([][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", AgentUnitName}}, cc.RunCmd); diff != "" {
 		t.Errorf("runcmd (-want +got):\n%s", diff)
 	}
