@@ -34,7 +34,7 @@ import (
 const (
 	OverlayFile = "disk.qcow2"   // the VM's disk: an overlay on the base image
 	SeedFile    = "seed.iso"     // the NoCloud seed
-	ConsoleFile = "console.log"  // the serial console
+	ConsoleFile = "console.log"  // the serial console of the VM's last boot (Start makes it anew)
 	PIDFile     = "qemu.pid"     // the QEMU process, while it runs
 	MonitorFile = "monitor.sock" // QEMU's monitor (QMP), for a graceful power-off
 )
@@ -308,6 +308,12 @@ func Start(c Config) (*VM, error) {
 	}
 	rl, err := listenRelays(c)
 	if err != nil {
+		return nil, err
+	}
+	// This boot's console starts empty, so that whoever follows it
+	// (FollowConsole) never reads an earlier boot's lines.
+	if err := os.Remove(filepath.Join(c.Dir, ConsoleFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		rl.close()
 		return nil, err
 	}
 	cmd := exec.Command(bin, c.Args()...)
