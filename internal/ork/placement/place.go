@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -233,7 +234,7 @@ func (s *Snapshot) tryPlace(jobID string, replicas []int, pick func() (cosmic.Re
 func (s *Snapshot) matching(location, model string) ([]int, *Impossible) {
 	all, ok := s.byLocation[location]
 	if !ok {
-		return nil, &Impossible{cosmic.NewReason(cosmic.ReasonNoSuchLocation, fmt.Sprintf("no rack is registered in location %q", location))}
+		return nil, &Impossible{cosmic.NewReason(cosmic.ReasonNoSuchLocation, strconv.Quote(location))}
 	}
 	if model == "" {
 		return all, nil

@@ -166,7 +166,7 @@ func TestPlace(t *testing.T) {
 			name:  "unknown location",
 			racks: twoBy8,
 			job:   container("j", "mars", h100, 1),
-			want:  Impossible{cosmic.NewReason(cosmic.ReasonNoSuchLocation, `no rack is registered in location "mars"`)},
+			want:  Impossible{cosmic.Reason{Code: cosmic.ReasonNoSuchLocation, Message: `no rack is registered in the job's location: "mars"`, Fix: cosmic.NewReason(cosmic.ReasonNoSuchLocation, "").Fix}},
 		},
 		{
 			name:  "unknown model",
