@@ -59,6 +59,10 @@ type Route struct {
 	// (no unknown-parameter check), and the handler authenticates the
 	// caller itself (the job's spec may waive the token).
 	Proxy bool
+	// Preview marks a route whose method is unsafe (it takes a body) but
+	// that changes nothing, such as a dry run: the audit log leaves it out,
+	// as it does reads.
+	Preview bool
 }
 
 // Pattern is the route's net/http ServeMux pattern.
@@ -280,9 +284,10 @@ func Routes() []Route {
 				"Any other job is refused (409).",
 			Params: []Param{jobID}, Request: InferenceAuth{}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Perm: authz.Self,
-			Summary:     "The CLI command equivalent to a spec",
-			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`.",
-			Request:     cosmic.Spec{}, Response: cosmic.Command{}, Status: http.StatusOK},
+			Summary: "The CLI command equivalent to a spec",
+			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`. " +
+				"It changes nothing and is not recorded in the audit log (the web interface's new-job form calls it as you type).",
+			Request: cosmic.Spec{}, Response: cosmic.Command{}, Status: http.StatusOK, Preview: true},
 		{Op: OpRestartReplica, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/replicas/{n}/restart", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary:     "Restart one replica of a job",
 			Description: "Only a managed-inference job's replica, while it is queued, pending, starting or failed; otherwise 409.",

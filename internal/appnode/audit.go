@@ -16,7 +16,8 @@ import (
 // The audit log (docs/security.md, "Audit log") records every request that
 // changes something, and every shell and SSH session, with who, which
 // team, what, when, from where and the outcome, denied ones included. It
-// leaves out reads, the HTTP relay into jobs (the job's own traffic), and
+// leaves out reads, previews that change nothing (apiv1.Route.Preview: the
+// new-job form's command preview, asked on each keystroke), the HTTP relay into jobs (the job's own traffic), and
 // requests that carry no valid credential at all except sign-ins (so that
 // anonymous noise cannot fill it); those are in the request log.
 
@@ -25,7 +26,7 @@ const auditTimeout = 5 * time.Second
 
 // audited reports whether requests of rt are recorded.
 func audited(rt apiv1.Route) bool {
-	if rt.Proxy {
+	if rt.Proxy || rt.Preview {
 		return false
 	}
 	return unsafeMethod(rt.Method)
