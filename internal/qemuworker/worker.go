@@ -7,10 +7,13 @@
 // to the worker over the fabric and the replica is running only then.
 //
 // It implements the worker contract (internal/worker) as the simulated and
-// Kubernetes racks do, and reports the same system log steps: prepare_disk,
-// write_seed, boot, agent_connected. Stop keeps a replica's disk, Restart
-// boots it again on the same disk, Delete removes it. Its agents' keys are
-// bound in the worker's keyring while their replica exists.
+// Kubernetes racks do, and reports its boot's steps in the system log and
+// as progress: prepare_disk, write_seed, boot, then what the guest's
+// serial console says (bootloader, kernel, systemd, cloud_init,
+// agent_started, cloud_init_done: console.go), and agent_connected. Stop
+// keeps a replica's disk, Restart boots it again on the same disk, Delete
+// removes it. Its agents' keys are bound in the worker's keyring while
+// their replica exists.
 //
 // Importers: the CLI wiring.
 package qemuworker
@@ -459,11 +462,15 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		w.recordLocked(r, "", true, "debug: the VM's port 22 is at 127.0.0.1:%d on the rack's host", vc.SSHPort)
 	}
 	w.mu.Unlock()
-	w.wg.Add(1)
+	w.wg.Add(2)
 	go func() {
 		defer w.wg.Done()
 		<-vm.Done()
 		w.vmExited(k, gen, vm)
+	}()
+	go func() {
+		defer w.wg.Done()
+		w.followConsole(k, gen, vm, vm.Done(), vc.Dir) // the boot's stages, from the serial console
 	}()
 }
 
@@ -812,9 +819,6 @@ func (w *Worker) reportLocked(r *replica) worker.ReplicaReport {
 	return rep
 }
 
-// stepPercent is how far a boot is at each of its steps.
-var stepPercent = map[string]int{"prepare_disk": 25, "write_seed": 50, "boot": 75, "agent_connected": 100}
-
 // recordLocked writes a system record of the replica's log and keeps its
 // step (the last one, which a deadline's reason names).
 func (w *Worker) recordLocked(r *replica, step string, ok bool, format string, args ...any) {
@@ -825,10 +829,15 @@ func (w *Worker) recordLocked(r *replica, step string, ok bool, format string, a
 			w.queue.Push()
 		}
 	}
+	w.emitLocked(r, step, ok, fmt.Sprintf(format, args...))
+}
+
+// emitLocked writes a system record of the replica's log.
+func (w *Worker) emitLocked(r *replica, step string, ok bool, line string) {
 	if w.opts.Logs == nil {
 		return
 	}
 	okv := ok
 	w.opts.Logs.Emit(joblog.Record{Time: time.Now(), JobID: r.key.job, Team: r.job.Team, Replica: r.key.replica,
-		Source: joblog.SourceSystem, Stream: "wrk-server-qemu", Step: step, OK: &okv, Line: fmt.Sprintf(format, args...)})
+		Source: joblog.SourceSystem, Stream: "wrk-server-qemu", Step: step, OK: &okv, Line: line})
 }
