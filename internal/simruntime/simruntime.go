@@ -2,6 +2,8 @@ package simruntime
 
 import (
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -67,6 +69,11 @@ type Config struct {
 	// Embeddings makes it an embedding model (vLLM's pooling runner): it
 	// serves /v1/embeddings and, as vLLM, no chat or text completions (404).
 	Embeddings bool
+	// AutoToolChoice is vLLM's --enable-auto-tool-choice with a
+	// --tool-call-parser: without both, a chat request whose tool_choice
+	// is "auto" (the default when it gives tools) is a 400, as vLLM's
+	// serving_chat.py answers it.
+	AutoToolChoice bool
 	// Faults are the failures injected from the start.
 	Faults Faults
 	// AccessLog, if set, receives one uvicorn-like line per request.
@@ -372,401 +379,55 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (Faults, bool) {
 	return f, true
 }
 
-// ---- text generation
-
-// vocabulary of the simulated model.
-var vocabulary = strings.Fields(`the a of to and in is it that for on with as this
-was by at be from or an are which model token GPU cluster fabric replica stream
-simulated answer quick brown fox jumps over lazy dog cosmic light star orbit
-rack node job queue proxy agent vLLM request reply data signal time space wave
-field energy code test value`)
-
-// Words returns the deterministic completion of prompt: its tokens (the
-// first without a leading space) and the natural length before "stop".
-func Words(prompt string) (natural int, token func(i int) string) {
-	h := fnv.New64a()
-	h.Write([]byte(prompt))
-	seed := h.Sum64()
-	natural = 8 + int(seed%24)
-	return natural, func(i int) string {
-		x := seed + uint64(i)*0x9E3779B97F4A7C15
-		x ^= x >> 31
-		x *= 0xBF58476D1CE4E5B9
-		x ^= x >> 29
-		w := vocabulary[x%uint64(len(vocabulary))]
-		if i == 0 {
-			return w
-		}
-		return " " + w
-	}
-}
-
-// countTokens is the simulator's tokenizer: one token per word.
-func countTokens(s string) int { return len(strings.Fields(s)) }
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-type genRequest struct {
-	Model               string          `json:"model"`
-	Messages            []chatMessage   `json:"messages"`
-	Prompt              json.RawMessage `json:"prompt"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Stream              bool            `json:"stream"`
-	// StreamOptions is kept raw: vLLM refuses it, unless empty, without
-	// stream (protocol.py, check_stream_options: `if
-	// data.get("stream_options") and not data.get("stream")`).
-	StreamOptions json.RawMessage `json:"stream_options"`
-}
-
-// streamOptions is vLLM's StreamOptions (protocol.py): include_usage
-// defaults to true once stream_options is given.
-type streamOptions struct {
-	IncludeUsage *bool `json:"include_usage"`
-}
-
-// includeUsage: stream_options given (not null) and include_usage not false.
-func (req genRequest) includeUsage() bool {
-	var so *streamOptions
-	if json.Unmarshal(req.StreamOptions, &so) != nil || so == nil {
-		return false
-	}
-	return so.IncludeUsage == nil || *so.IncludeUsage
-}
-
-// streamOptionsSet is Python's truth of data.get("stream_options"): given,
-// not null, and not an empty object.
-func (req genRequest) streamOptionsSet() bool {
-	var m map[string]any
-	if len(req.StreamOptions) == 0 || json.Unmarshal(req.StreamOptions, &m) != nil {
-		return len(req.StreamOptions) > 0 && string(req.StreamOptions) != "null"
-	}
-	return len(m) > 0
-}
-
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// text of a message's content: a string, or an array of parts.
-func (m chatMessage) text() string {
-	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	json.Unmarshal(m.Content, &parts)
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String()
-}
-
-func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request) (genRequest, bool) {
-	var req genRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
-		return req, false
-	}
-	if req.Model != s.cfg.ServedModelName {
-		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
-		return req, false
-	}
-	if req.streamOptionsSet() && !req.Stream {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "Stream options can only be defined when `stream=True`.")
-		return req, false
-	}
-	return req, true
-}
-
-func (req genRequest) maxTokens(def int) (int, bool) {
-	switch {
-	case req.MaxCompletionTokens != nil:
-		return *req.MaxCompletionTokens, *req.MaxCompletionTokens >= 1
-	case req.MaxTokens != nil:
-		return *req.MaxTokens, *req.MaxTokens >= 1
-	}
-	return def, true
-}
-
-func (s *Server) id(prefix string) string {
-	return prefix + s.idBase + strconv.FormatUint(s.nextID.Add(1), 16)
-}
-
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	faults, ok := s.admit(w, r)
-	if !ok {
-		return
-	}
-	req, ok := s.decodeGen(w, r)
-	if !ok {
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "messages must not be empty")
-		return
-	}
-	var prompt strings.Builder
-	ptoks := 0
-	for _, m := range req.Messages {
-		t := m.text()
-		prompt.WriteString(m.Role + ": " + t + "\n")
-		ptoks += countTokens(t) + 3
-	}
-	s.generate(w, r, req, faults, prompt.String(), ptoks, true)
-}
-
-func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
-	faults, ok := s.admit(w, r)
-	if !ok {
-		return
-	}
-	req, ok := s.decodeGen(w, r)
-	if !ok {
-		return
-	}
-	var prompt string
-	if json.Unmarshal(req.Prompt, &prompt) != nil {
-		var ps []string
-		if json.Unmarshal(req.Prompt, &ps) != nil || len(ps) == 0 {
-			writeError(w, http.StatusBadRequest, "BadRequestError", "prompt must be a string or an array of strings")
-			return
-		}
-		prompt = strings.Join(ps, "\n")
-	}
-	s.generate(w, r, req, faults, prompt, countTokens(prompt), false)
-}
-
-// generate answers a chat (chat) or text completion of prompt.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, req genRequest, faults Faults, prompt string, ptoks int, chat bool) {
-	def := s.cfg.DefaultMaxTokens
-	if chat {
-		// vLLM's chat default: the rest of the context (get_max_tokens).
-		def = max(s.cfg.MaxModelLen-ptoks, 1)
-	}
-	max, ok := req.maxTokens(def)
-	if !ok {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "max_tokens must be at least 1")
-		return
-	}
-	if ptoks+max > s.cfg.MaxModelLen {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens.", s.cfg.MaxModelLen, ptoks+max))
-		return
-	}
-	natural, token := Words(prompt)
-	n, finish := natural, "stop"
-	if max < natural {
-		n, finish = max, "length"
-	}
-	start := time.Now()
-	s.running.Add(1)
-	defer s.running.Add(-1)
-	s.promptTokens.Add(int64(ptoks))
-	u := usage{PromptTokens: ptoks, CompletionTokens: n, TotalTokens: ptoks + n}
-	id := s.id("cmpl-")
-	if chat {
-		id = s.id("chatcmpl-")
-	}
-	if req.Stream {
-		chunkObject := "text_completion"
-		if chat {
-			chunkObject = "chat.completion.chunk"
-		}
-		s.stream(w, r, req, faults, id, chunkObject, chat, n, finish, token, u, start)
-		return
-	}
-	if !backoff.Sleep(r.Context(), s.cfg.TTFT) {
-		return
-	}
-	s.observeTTFT(start)
-	var text strings.Builder
-	for i := 0; i < n; i++ {
-		if i > 0 && !backoff.Sleep(r.Context(), s.cfg.InterTokenDelay) {
-			return
-		}
-		text.WriteString(token(i))
-	}
-	s.generationTokens.Add(int64(n))
-	var resp any
-	if chat {
-		resp = map[string]any{"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
-			"system_fingerprint": Fingerprint,
-			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text.String()},
-				"logprobs": nil, "finish_reason": finish}},
-			"usage": u}
-	} else {
-		resp = map[string]any{"id": id, "object": "text_completion", "created": time.Now().Unix(), "model": req.Model,
-			"system_fingerprint": Fingerprint,
-			"choices":            []any{map[string]any{"index": 0, "text": text.String(), "logprobs": nil, "finish_reason": finish}},
-			"usage":              u}
-	}
-	s.finish(start)
-	writeJSON(w, http.StatusOK, resp)
-}
-
-// hold waits for Config.Hold to be closed, if set; false if the request
-// went away meanwhile.
-func (s *Server) hold(r *http.Request) bool {
-	if s.cfg.Hold == nil {
-		return true
-	}
-	s.held.Add(1)
-	defer s.held.Add(-1)
-	select {
-	case <-s.cfg.Hold:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
-}
-
-func (s *Server) observeTTFT(start time.Time) {
-	s.ttftSumNanos.Add(int64(time.Since(start)))
-	s.ttftCount.Add(1)
-}
-
-func (s *Server) finish(start time.Time) {
-	s.e2eSumNanos.Add(int64(time.Since(start)))
-	s.e2eCount.Add(1)
-	s.success.Add(1)
-}
-
-// chunk is one SSE chunk of a stream.
-type chunk struct {
-	ID                string        `json:"id"`
-	Object            string        `json:"object"`
-	Created           int64         `json:"created"`
-	Model             string        `json:"model"`
-	SystemFingerprint string        `json:"system_fingerprint"`
-	Choices           []chunkChoice `json:"choices"`
-	Usage             *usage        `json:"usage,omitempty"`
-}
-
-type chunkChoice struct {
-	Index        int     `json:"index"`
-	Delta        *delta  `json:"delta,omitempty"`
-	Text         *string `json:"text,omitempty"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
-}
-
-type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, faults Faults, id, object string, chat bool, n int, finish string, token func(int) string, u usage, start time.Time) {
-	fl, _ := w.(http.Flusher)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	if fl != nil {
-		fl.Flush() // headers at once, as vLLM's StreamingResponse does
-	}
-	created := time.Now().Unix()
-	buf := make([]byte, 0, 512)
-	sent := 0
-	send := func(c *chunk) bool {
-		if s.cfg.OnEvent != nil {
-			s.cfg.OnEvent(id, sent, time.Now())
-			sent++
-		}
-		buf = append(buf[:0], "data: "...)
-		b, _ := json.Marshal(c)
-		buf = append(buf, b...)
-		buf = append(buf, "\n\n"...)
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		if fl != nil {
-			fl.Flush()
-		}
-		return true
-	}
-	mk := func(cc chunkChoice) *chunk {
-		cc.Index = 0
-		return &chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{cc}}
-	}
-	if !backoff.Sleep(r.Context(), s.cfg.TTFT) || !s.hold(r) {
-		return
-	}
-	s.observeTTFT(start)
-	if chat {
-		empty := ""
-		if !send(mk(chunkChoice{Delta: &delta{Role: "assistant", Content: &empty}})) {
-			return
-		}
-	}
-	for i := 0; i < n; i++ {
-		if i > 0 && !backoff.Sleep(r.Context(), s.cfg.InterTokenDelay) {
-			return
-		}
-		if faults.AbortAfterTokens > 0 && i >= faults.AbortAfterTokens {
-			s.failures.Add(1)
-			panic(http.ErrAbortHandler) // cut the connection mid-stream
-		}
-		if faults.ErrorAfterTokens > 0 && i >= faults.ErrorAfterTokens {
-			s.failures.Add(1)
-			b, _ := json.Marshal(map[string]ErrorBody{"error": {Message: "injected failure mid-stream (simulated runtime)",
-				Type: "InternalServerError", Code: http.StatusInternalServerError}})
-			w.Write([]byte("data: " + string(b) + "\n\ndata: [DONE]\n\n"))
-			if fl != nil {
-				fl.Flush()
-			}
-			return
-		}
-		t := token(i)
-		var c *chunk
-		if chat {
-			c = mk(chunkChoice{Delta: &delta{Content: &t}})
-		} else {
-			c = mk(chunkChoice{Text: &t})
-		}
-		if i == n-1 {
-			c.Choices[0].FinishReason = &finish
-			if chat {
-				c.Choices[0].Delta = &delta{Content: &t}
-			}
-		}
-		if !send(c) {
-			return
-		}
-		s.generationTokens.Add(1)
-	}
-	if req.includeUsage() {
-		uu := u
-		if !send(&chunk{ID: id, Object: object, Created: created, Model: req.Model, SystemFingerprint: Fingerprint, Choices: []chunkChoice{}, Usage: &uu}) {
-			return
-		}
-	}
-	w.Write([]byte("data: [DONE]\n\n"))
-	if fl != nil {
-		fl.Flush()
-	}
-	s.finish(start)
-}
-
 // ---- embeddings
+
+// The embeddings follow vLLM v0.18's EmbeddingCompletionRequest
+// (vllm/entrypoints/pooling/embed/protocol.py: encoding_format, default
+// "float"; embed_dtype, default "float32"; endianness, default "native")
+// and its encoding (vllm/utils/serial_utils.py, encode_pooling_output:
+// "float" a JSON array, "base64" the base64 of the tensor's bytes in
+// embed_dtype and endianness). The official SDKs ask for "base64" by
+// default (openai-node 6.x, and the Python SDK with numpy) and decode
+// float32 little-endian. vLLM's "bytes" and "bytes_only" (a binary
+// answer of its own, not OpenAI's) and embed_dtype other than float32 are
+// not simulated: 400, never a 200 in a shape the client did not ask for.
+
+// EmbeddingDims is the length of every simulated embedding.
+const EmbeddingDims = 8
+
+// Embedding is the simulated embedding of input: EmbeddingDims values
+// of unit length, a deterministic function of input.
+func Embedding(input string) []float32 {
+	h := fnv.New64a()
+	h.Write([]byte(input))
+	x := h.Sum64()
+	vec := make([]float64, EmbeddingDims)
+	var norm float64
+	for j := range vec {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		vec[j] = float64(int64(x%2001)-1000) / 1000
+		norm += vec[j] * vec[j]
+	}
+	out := make([]float32, len(vec))
+	for j := range vec {
+		out[j] = float32(vec[j] / math.Sqrt(norm))
+	}
+	return out
+}
 
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.admit(w, r); !ok {
 		return
 	}
 	var req struct {
-		Model string          `json:"model"`
-		Input json.RawMessage `json:"input"`
+		Model          string          `json:"model"`
+		Input          json.RawMessage `json:"input"`
+		EncodingFormat *string         `json:"encoding_format"`
+		EmbedDType     *string         `json:"embed_dtype"`
+		Endianness     *string         `json:"endianness"`
+		Dimensions     *int            `json:"dimensions"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
@@ -774,6 +435,44 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Model != s.cfg.ServedModelName {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	format, dtype, endian := "float", "float32", "native"
+	if req.EncodingFormat != nil {
+		format = *req.EncodingFormat
+	}
+	if req.EmbedDType != nil {
+		dtype = *req.EmbedDType
+	}
+	if req.Endianness != nil {
+		endian = *req.Endianness
+	}
+	switch format {
+	case "float", "base64":
+	case "bytes", "bytes_only":
+		writeBadRequest(w, &badRequest{fmt.Sprintf("encoding_format %q (vLLM's binary answer) is not simulated: the simulated runtime answers 'float' and 'base64'", format), "encoding_format"})
+		return
+	default:
+		writeBadRequest(w, &badRequest{fmt.Sprintf("encoding_format: Input should be 'float', 'base64', 'bytes' or 'bytes_only', got %q", format), "encoding_format"})
+		return
+	}
+	if dtype != "float32" {
+		writeBadRequest(w, &badRequest{fmt.Sprintf("embed_dtype %q is not simulated: the simulated runtime encodes float32", dtype), "embed_dtype"})
+		return
+	}
+	var order binary.AppendByteOrder = binary.LittleEndian // "native" on the platforms vLLM runs on (x86-64, aarch64)
+	switch endian {
+	case "native", "little":
+	case "big":
+		order = binary.BigEndian
+	default:
+		writeBadRequest(w, &badRequest{fmt.Sprintf("endianness: Input should be 'native', 'big' or 'little', got %q", endian), "endianness"})
+		return
+	}
+	if req.Dimensions != nil {
+		// serving_embedding / PoolingParams.verify: the simulated model
+		// has no Matryoshka representation.
+		writeBadRequest(w, &badRequest{fmt.Sprintf("Model %q does not support matryoshka representation, changing output dimensions will lead to poor results.", req.Model), "dimensions"})
 		return
 	}
 	var inputs []string
@@ -788,26 +487,20 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	toks := 0
 	for i, in := range inputs {
 		toks += countTokens(in)
-		h := fnv.New64a()
-		h.Write([]byte(in))
-		x := h.Sum64()
-		vec := make([]float64, 8)
-		var norm float64
-		for j := range vec {
-			x ^= x << 13
-			x ^= x >> 7
-			x ^= x << 17
-			vec[j] = float64(int64(x%2001)-1000) / 1000
-			norm += vec[j] * vec[j]
+		vec := Embedding(in)
+		var emb any = vec
+		if format == "base64" {
+			b := make([]byte, 0, 4*len(vec))
+			for _, v := range vec {
+				b = order.AppendUint32(b, math.Float32bits(v))
+			}
+			emb = base64.StdEncoding.EncodeToString(b)
 		}
-		for j := range vec {
-			vec[j] /= math.Sqrt(norm)
-		}
-		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": vec}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
 	}
 	s.success.Add(1)
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "model": req.Model, "data": data,
-		"usage": map[string]int{"prompt_tokens": toks, "total_tokens": toks}})
+	writeJSON(w, http.StatusOK, map[string]any{"id": s.id("embd-"), "object": "list", "created": time.Now().Unix(), "model": req.Model, "data": data,
+		"usage": map[string]int{"prompt_tokens": toks, "total_tokens": toks, "completion_tokens": 0}})
 }
 
 // ---- transcriptions (parakeet)

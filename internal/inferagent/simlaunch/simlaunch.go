@@ -66,6 +66,8 @@ func (s *Launcher) Start(ctx context.Context, l inferagent.Launch) (inferagent.P
 	}
 	cfg.Model, cfg.ServedModelName = l.Inference.Model, inferagent.ServedModelName(l.Inference)
 	cfg.Embeddings = cfg.Embeddings || l.Inference.Task() == cosmic.TaskEmbed
+	// vLLM answers tool_choice "auto" only with both flags.
+	cfg.AutoToolChoice = cfg.AutoToolChoice || (l.Inference.Args["enable-auto-tool-choice"] == "true" && l.Inference.Args["tool-call-parser"] != "")
 	cfg.AccessLog = out
 	r, err := simruntime.Start("127.0.0.1:0", simruntime.New(cfg))
 	if err != nil {
