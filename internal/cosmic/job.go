@@ -100,6 +100,10 @@ type ReplicaStatus struct {
 	// Progress is the replica's last step reported while it starts (the
 	// job's Progress is the last of any replica's).
 	Progress *Progress `json:"progress,omitempty"`
+	// Given is what the rack gave the replica (its VMs' vCPUs, memory and
+	// GPUs), as its worker reports it: it can be less than the spec's
+	// resources ask (a QEMU rack caps a VM). Nil: not reported.
+	Given *Given `json:"given,omitempty"`
 }
 
 // SyncAgentDeadlines keeps the agent deadlines consistent with the

@@ -30,6 +30,8 @@ const (
 	ReasonReplicaDeleted      ReasonCode = "replica_deleted"
 	ReasonModelLoadFailed     ReasonCode = "model_load_failed"
 	ReasonRackMisconfigured   ReasonCode = "rack_misconfigured"
+	ReasonNotInCatalogue      ReasonCode = "not_in_catalogue"
+	ReasonRackRefused         ReasonCode = "rack_refused"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -43,12 +45,12 @@ type reasonText struct{ message, fix string }
 
 var reasons = map[ReasonCode]reasonText{
 	ReasonInvalidSpec:         {"the job spec is invalid", "Correct the fields named in the message and create the job again."},
-	ReasonNoSuchLocation:      {"no rack is registered in the job's location", "List the locations with `cosmicac racks list` and pick one, or register a rack there."},
-	ReasonNoSuchGPUModel:      {"no rack of the job's location has the GPU model asked for", "List the racks' GPU models with `cosmicac racks list`, or leave resources.gpuModel empty to accept any."},
+	ReasonNoSuchLocation:      {"no rack is registered in the job's location", "List the locations you may use with `cosmicac locations` and pick one (a platform admin registers racks in new ones)."},
+	ReasonNoSuchGPUModel:      {"no rack of the job's location has the GPU model asked for", "List each location's GPU models with `cosmicac locations`, or leave resources.gpuModel empty to accept any."},
 	ReasonExceedsNodeGPUs:     {"the job asks for more GPUs than any node of its location holds", "Ask for at most the GPUs of one node, or use a vLLM managed-inference job, whose replicas may span nodes."},
 	ReasonExceedsLocationGPUs: {"the job's replicas need more GPUs than all nodes of its location hold together", "Ask for fewer replicas or fewer GPUs per replica, or add nodes to the location."},
-	ReasonExceedsNodeCPU:      {"the job asks for more CPU than any node of its location with room for its GPUs can give", "Ask for fewer vCPUs (resources.cpu), or fewer GPUs per replica: `cosmicac racks list --nodes` shows each node's free CPU."},
-	ReasonExceedsNodeMemory:   {"the job asks for more memory than any node of its location with room for its GPUs can give", "Ask for less memory (resources.memory, GiB), or fewer GPUs per replica: `cosmicac racks list --nodes` shows each node's free memory."},
+	ReasonExceedsNodeCPU:      {"the job asks for more CPU than any node of its location with room for its GPUs can give", "Ask for fewer vCPUs (resources.cpu), or fewer GPUs per replica: `cosmicac locations` shows the most CPU a node of each location has."},
+	ReasonExceedsNodeMemory:   {"the job asks for more memory than any node of its location with room for its GPUs can give", "Ask for less memory (resources.memory, GiB), or fewer GPUs per replica: `cosmicac locations` shows the most memory a node of each location has."},
 	ReasonNoCapacity:          {"waiting for GPUs to free up", "Wait: the job starts when GPUs free up. Delete or kill other jobs to free GPUs sooner."},
 	ReasonTeamQuota:           {"waiting for the team's GPU quota", "Wait: the job starts when the team's other jobs free GPUs under its quota. Kill or delete some of them, or ask an admin to raise the quota."},
 	ReasonImportFailed:        {"the VM's root disk could not be imported from the image", "Check that the image exists, is a VM disk image and that the cluster can pull it; see the job's system logs."},
@@ -66,7 +68,9 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonVMIsRecreated:       {"the rack's worker lost the job's VMIs and is creating them again (it restarted, or they vanished)", "Wait: the job runs again once its VMIs are up; its command starts anew. On the simulated rack every restart of `cosmicac up` does this, as it keeps no process across a restart."},
 	ReasonReplicaDeleted:      {"a replica was deleted", "Wait: the replica is placed again, perhaps on another node."},
 	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
-	ReasonRackMisconfigured:   {"the rack cannot run jobs until an operator fixes its configuration", "Ask the rack's operator: `cosmicac racks list` shows what is wrong and the fix. The job starts once it is fixed."},
+	ReasonRackMisconfigured:   {"the rack cannot run jobs until an operator fixes its configuration", "Ask the rack's operator: `cosmicac racks list` (platform admins) shows what is wrong and the fix. The job starts once it is fixed."},
+	ReasonNotInCatalogue:      {"no rack of the job's location can run it", "See what each location runs with `cosmicac locations` (images, job types, runtimes, the most vCPUs and memory a VM gets) and change the spec to match, or pick another location."},
+	ReasonRackRefused:         {"the rack's worker refused the job, which it cannot run", "See what each location runs with `cosmicac locations`, then create the job again with an image, type and size its rack runs; its GPUs were released."},
 }
 
 // KnownReason reports whether code is in the registry.

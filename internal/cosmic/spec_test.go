@@ -205,6 +205,10 @@ func TestValidateRules(t *testing.T) {
 	}{
 		{"type missing", containerSpec, func(s *Spec) { s.Type = "" }, []string{"type"}},
 		{"type unknown", containerSpec, func(s *Spec) { s.Type = "batch" }, []string{"type"}},
+		// Nothing that depends on the type is told with it: not the
+		// inference section's, nor defaults a known type would have filled.
+		{"type unknown, an inference section", inferenceSpec, func(s *Spec) { s.Type = "managed"; s.DiskGB = 0 }, []string{"type"}},
+		{"type unknown, no image nor GPU", containerSpec, func(s *Spec) { s.Type = "managed"; s.Image = ""; s.Resources.GPU = 0 }, []string{"type"}},
 		{"name too long", containerSpec, func(s *Spec) { s.Name = strings.Repeat("n", 65) }, []string{"name"}},
 		{"name 64 runes ok", containerSpec, func(s *Spec) { s.Name = strings.Repeat("é", 64) }, nil},
 		{"name control char", containerSpec, func(s *Spec) { s.Name = "a\nb" }, []string{"name"}},
@@ -612,7 +616,7 @@ func TestNewReason(t *testing.T) {
 	}
 	for _, c := range []ReasonCode{ReasonExceedsNodeGPUs, ReasonNoSuchLocation, ReasonNoSuchGPUModel, ReasonNoCapacity, ReasonTeamQuota,
 		ReasonImportFailed, ReasonVMICrashed, ReasonVMIUnschedulable, ReasonWorkerUnreachable, ReasonNodeLost,
-		ReasonKilled, ReasonTimeout, ReasonCommandFailed, ReasonInvalidSpec, ReasonReplicaFailed} {
+		ReasonKilled, ReasonTimeout, ReasonCommandFailed, ReasonInvalidSpec, ReasonReplicaFailed, ReasonNotInCatalogue, ReasonRackRefused} {
 		if !KnownReason(c) || NewReason(c, "").Message == "" || NewReason(c, "").Fix == "" {
 			t.Errorf("reason %s is not registered with a message and a fix", c)
 		}

@@ -137,3 +137,11 @@ func GPUsInUse(vmis []virtv1.VirtualMachineInstance) map[string]int {
 	}
 	return out
 }
+
+// Catalogue is what a Kubernetes rack runs: any image (its disk is imported
+// from the registry reference the spec gives), both job types and every
+// runtime, in VMs as large as their node.
+func Catalogue() *cosmic.Catalogue {
+	return &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
+		Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM, cosmic.RuntimeParakeet}}
+}

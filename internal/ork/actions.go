@@ -134,6 +134,10 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 		return cosmic.Job{}, &cosmic.FieldError{Field: "location", Reason: cosmic.ReasonNoSuchLocation,
 			Message: fmt.Sprintf("no rack is registered in location %q; known: %v", spec.Location, o.locationsLocked())}
 	}
+	if r := o.catalogueRefusalLocked(spec, p.Asked); r != nil {
+		o.mu.Unlock()
+		return cosmic.Job{}, &cosmic.FieldError{Field: r.Field, Reason: r.Reason.Code, Message: r.Reason.Message}
+	}
 	if existing, err := o.st.GetJob(ctx, id); err == nil {
 		o.mu.Unlock()
 		if reflect.DeepEqual(existing.Spec, spec) && existing.User == p.User {
@@ -217,6 +221,40 @@ func impossibleError(spec cosmic.Spec, r cosmic.Reason) error {
 		field = "inference.gpusPerReplica"
 	}
 	return &cosmic.FieldError{Field: field, Reason: r.Code, Message: r.Message}
+}
+
+// catalogueRefusalLocked says why no rack of spec's location (of its GPU
+// model, if it names one) can run spec, by the catalogues the racks'
+// workers reported: nil if one can, or one has not reported its catalogue
+// (nothing is known against it). The refusal is the first rack's, by ID.
+func (o *Ork) catalogueRefusalLocked(spec cosmic.Spec, asked cosmic.Resources) *cosmic.CatalogueRefusal {
+	var first *cosmic.CatalogueRefusal
+	for _, id := range keys(o.racks) {
+		r := o.racks[id]
+		if r.Rack.Location != spec.Location || spec.Resources.GPUModel != "" && !rackHasModel(r, spec.Resources.GPUModel) {
+			continue
+		}
+		if r.catalogue == nil {
+			return nil
+		}
+		refusal := r.catalogue.Refuses(spec, asked)
+		if refusal == nil {
+			return nil
+		}
+		if first == nil {
+			first = refusal
+		}
+	}
+	return first
+}
+
+// rackHasModel says whether the rack, or one of its nodes, has GPUs of
+// model.
+func rackHasModel(r *rackState, model string) bool {
+	if r.Rack.GPUModel == model {
+		return true
+	}
+	return slices.ContainsFunc(r.Nodes, func(n cosmic.Node) bool { return n.GPUModel == model })
 }
 
 func (o *Ork) locationKnownLocked(loc string) bool {
@@ -753,7 +791,7 @@ func (o *Ork) ListRacks() orkapi.ListRacksReply {
 	out := orkapi.ListRacksReply{Racks: []orkapi.RackInfo{}}
 	for _, id := range keys(o.racks) {
 		r := o.racks[id]
-		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs, Problem: r.problem, Note: r.note}
+		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs, Problem: r.problem, Note: r.note, Catalogue: r.catalogue}
 		if ri.Nodes == nil {
 			ri.Nodes = []cosmic.Node{}
 		}

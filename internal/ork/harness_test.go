@@ -67,6 +67,8 @@ type fakeWorker struct {
 	deleted []string
 	// overhead is the VM overhead the worker reports.
 	overhead cosmic.VMOverhead
+	// catalogue is the catalogue the worker reports (nil: none).
+	catalogue *cosmic.Catalogue
 	// outage: "" (up), "refused" (every call fails at once, as a worker
 	// whose process is gone) or "hung" (every call blocks until its
 	// context ends, as a worker cut off by the network).
@@ -110,7 +112,7 @@ func (w *fakeWorker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now(), Overhead: w.overhead}, nil
+	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now(), Overhead: w.overhead, Catalogue: w.catalogue}, nil
 }
 
 func (w *fakeWorker) Apply(ctx context.Context, p worker.ApplyParams) error {

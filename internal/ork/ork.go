@@ -133,6 +133,9 @@ type rackState struct {
 	problem *cosmic.Reason
 	// note is the worker's worker.Capacity.Note, shown with the rack.
 	note string
+	// catalogue is the worker's worker.Capacity.Catalogue: what the rack
+	// runs (nil until it reports one). CreateJob checks jobs against it.
+	catalogue *cosmic.Catalogue
 	// observedAt is when the worker observed the nodes last applied.
 	observedAt time.Time
 	// observed holds the stamp of each replica's last applied report: an

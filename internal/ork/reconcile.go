@@ -27,7 +27,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 	}
 	if rep.Capacity != nil {
 		o.setProblem(rep.Rack, rep.Capacity.Problem)
-		o.setNote(rep.Rack, rep.Capacity.Note)
+		o.setNote(rep.Rack, rep.Capacity.Note, rep.Capacity.Catalogue)
 		o.updateNodes(ctx, rep.Rack, *rep.Capacity)
 	}
 	for _, jr := range rep.Jobs {
@@ -79,7 +79,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 	}
 	o.markReachable(id)
 	o.setProblem(id, capacity.Problem)
-	o.setNote(id, capacity.Note)
+	o.setNote(id, capacity.Note, capacity.Catalogue)
 	o.updateNodes(ctx, id, capacity)
 	seen := map[string]bool{}
 	listed := map[worker.ReplicaRef]bool{}
@@ -193,12 +193,17 @@ func (o *Ork) setProblem(id string, p *cosmic.Reason) {
 	r.problem = p
 }
 
-// setNote records the worker's note on the rack's capacity.
-func (o *Ork) setNote(id, note string) {
+// setNote records the worker's note on the rack's capacity and its
+// catalogue (nil: the worker reports none, and the ork keeps the last).
+func (o *Ork) setNote(id, note string, c *cosmic.Catalogue) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if r := o.racks[id]; r != nil {
 		r.note = note
+		if c != nil {
+			cc := *c
+			r.catalogue = &cc
+		}
 	}
 }
 

@@ -141,6 +141,10 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			if len(rr.AgentKeys) > 0 {
 				rs.AgentKeys = rr.AgentKeys
 			}
+			if rr.Given != nil {
+				g := *rr.Given
+				rs.Given = &g
+			}
 			if rr.Progress != nil {
 				p := *rr.Progress
 				rs.Progress = &p

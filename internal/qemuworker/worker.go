@@ -30,6 +30,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,6 +266,7 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 	if w.PlacementOnly() {
 		c.Note = fmt.Sprintf("real VMs under QEMU (%s); its %d × %s are declared for placement only: the VMs get no GPU", w.accel, w.cfg.Nodes*w.cfg.GPUsPerNode, w.cfg.GPUModel)
 	}
+	c.Catalogue = w.catalogue()
 	for i := range w.cfg.Nodes {
 		name := w.nodeName(i)
 		c.Nodes = append(c.Nodes, cosmic.Node{Name: name, Rack: w.cfg.Rack, GPUModel: w.cfg.GPUModel, GPUs: w.cfg.GPUsPerNode,
@@ -272,6 +274,45 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 			CPUMilli: int64(w.cfg.CPUsPerNode) * 1000, MemoryMiB: int64(w.cfg.MemoryGiBPerNode) * 1024})
 	}
 	return c, nil
+}
+
+// catalogue is what the rack runs: gpu-container jobs on the images of its
+// catalogue, in VMs of at most MaxCPUs and MaxMemoryMiB.
+func (w *Worker) catalogue() *cosmic.Catalogue {
+	return &cosmic.Catalogue{Images: w.opts.Images.Names(), JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer},
+		MaxVMCPUs: w.cfg.MaxCPUs, MaxVMMemoryMiB: int64(w.cfg.MaxMemoryMiB)}
+}
+
+// refusal says why the rack cannot run job ("": it can).
+func (w *Worker) refusal(job cosmic.Job) string {
+	if job.Spec.Type != cosmic.TypeGPUContainer {
+		return fmt.Sprintf("the QEMU rack %s runs gpu-container jobs only, not %s (a managed-inference job needs a rack of GPU servers)", w.cfg.Rack, job.Spec.Type)
+	}
+	if _, err := w.opts.Images.Lookup(job.Spec.Image); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// vmSize is the vCPUs and MiB of memory a replica's VM gets: the job's
+// resources, capped by MaxCPUs and MaxMemoryMiB.
+func (w *Worker) vmSize(job cosmic.Job) (cpus, memMiB int) {
+	return clamp(job.Spec.Resources.CPU, 1, w.cfg.MaxCPUs), clamp(job.Spec.Resources.Memory*1024, 256, w.cfg.MaxMemoryMiB)
+}
+
+// given is what the rack gives a replica of job on res.
+func (w *Worker) given(job cosmic.Job, res cosmic.Reservation) *cosmic.Given {
+	cpus, mem := w.vmSize(job)
+	g := &cosmic.Given{CPUs: cpus, MemoryMiB: int64(mem), GPUs: len(w.vfio(res))}
+	var notes []string
+	if cpus < job.Spec.Resources.CPU || int64(mem) < int64(job.Spec.Resources.Memory)*1024 {
+		notes = append(notes, fmt.Sprintf("a VM of this rack gets at most %d vCPU and %d MiB (--qemu-max-cpus, --qemu-max-memory)", w.cfg.MaxCPUs, w.cfg.MaxMemoryMiB))
+	}
+	if w.PlacementOnly() && res.Count() > 0 {
+		notes = append(notes, fmt.Sprintf("its %s GPUs are declared for placement only: the VM gets none", w.cfg.GPUModel))
+	}
+	g.Note = strings.Join(notes, "; ")
+	return g
 }
 
 // overhead is a QEMU process's own memory beyond its guest's: about 64 MiB
@@ -299,28 +340,38 @@ func holdsGPUs(s cosmic.State) bool {
 }
 
 // Apply implements worker.Worker: each reserved replica without a VM gets
-// one, booted in the background.
+// one, booted in the background. A job the rack cannot run (refusal: a job
+// type or image not in its catalogue) is not an error: each of its
+// replicas is reported failed with reason rack_refused and a system log
+// record, so that the ork releases its GPUs at once.
 func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
-	if p.Job.Spec.Type != cosmic.TypeGPUContainer {
-		return fmt.Errorf("%w: the QEMU rack runs gpu-container jobs only (a managed-inference job needs a GPU server)", cosmic.ErrInvalid)
+	if err := worker.CheckApply(p, w.cfg.Rack); err != nil {
+		return err
 	}
-	if _, err := w.opts.Images.Lookup(p.Job.Spec.Image); err != nil {
-		return fmt.Errorf("%w: %v", cosmic.ErrInvalid, err)
-	}
+	refused := w.refusal(p.Job)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, res := range p.Reservations {
-		if res.JobID != p.Job.ID || res.Rack != w.cfg.Rack {
-			continue
-		}
-		if len(res.Nodes) != 1 {
-			return fmt.Errorf("%w: a QEMU replica runs on one node, not %d", cosmic.ErrInvalid, len(res.Nodes))
+		if refused == "" && len(res.Nodes) != 1 {
+			refused = fmt.Sprintf("a QEMU replica runs on one node, not %d", len(res.Nodes))
 		}
 		k := replicaKey{p.Job.ID, res.Replica}
 		r := w.replicas[k]
 		if r == nil {
 			r = &replica{key: k, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-r%d", p.Job.ID, res.Replica))}
 			w.replicas[k] = r
+		}
+		if refused != "" {
+			if r.vm != nil || holdsGPUs(r.state) {
+				continue // booted before: leave it to Stop and Delete
+			}
+			r.job, r.res = p.Job, res
+			rep := worker.Refused(res.Replica, refused)
+			r.reason = rep.Reason
+			w.log.Warn("job refused", "job_id", p.Job.ID, "replica", res.Replica, "why", refused)
+			w.recordLocked(r, "refused", false, "the rack %s cannot run this job: %s", w.cfg.Rack, refused)
+			w.setLocked(r, cosmic.StateFailed)
+			continue
 		}
 		r.job, r.res = p.Job, res
 		switch r.state {
@@ -418,8 +469,8 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		fail(cosmic.ReasonImportFailed, err)
 		return
 	}
-	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: clamp(job.Spec.Resources.CPU, 1, w.cfg.MaxCPUs),
-		MemoryMiB: clamp(job.Spec.Resources.Memory*1024, 256, w.cfg.MaxMemoryMiB), DiskGiB: job.Spec.DiskGB,
+	cpus, memMiB := w.vmSize(job)
+	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: cpus, MemoryMiB: memMiB, DiskGiB: job.Spec.DiskGB,
 		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
 		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
 		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
@@ -810,6 +861,9 @@ func (w *Worker) reportLocked(r *replica) worker.ReplicaReport {
 	}
 	if r.id != nil {
 		rep.AgentKeys = []string{r.id.PublicKey().String()}
+	}
+	if r.job.ID != "" && holdsGPUs(r.state) {
+		rep.Given = w.given(r.job, r.res)
 	}
 	if r.state == cosmic.StateStarting || r.state == cosmic.StateRestarting {
 		if pct, ok := stepPercent[r.step]; ok {

@@ -192,7 +192,7 @@ func (c *Cluster) Capacity(ctx context.Context) (worker.Capacity, error) {
 }
 
 func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
-	out := worker.Capacity{Rack: c.cfg.Rack, ObservedAt: now}
+	out := worker.Capacity{Rack: c.cfg.Rack, ObservedAt: now, Catalogue: Catalogue()}
 	for _, n := range c.nodes {
 		out.Nodes = append(out.Nodes, cosmic.Node{
 			Name:        n.name,
@@ -206,6 +206,13 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 		})
 	}
 	return out
+}
+
+// Catalogue is what a simulated rack runs: any image, both job types and
+// every runtime, in VMs as large as their node.
+func Catalogue() *cosmic.Catalogue {
+	return &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
+		Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM, cosmic.RuntimeParakeet}}
 }
 
 // Apply implements worker.Worker. For each reservation whose replica is not
@@ -262,6 +269,8 @@ func (c *Cluster) Apply(ctx context.Context, p worker.ApplyParams) error {
 			// process's, or close: a simulator's assumption.)
 			continue
 		}
+		g := cosmic.ShareOf(p.Job.Spec, res)
+		r.given = &g
 		c.start(j, r, res, now)
 	}
 	signal(c.wake)

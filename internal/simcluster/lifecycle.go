@@ -64,6 +64,10 @@ type replica struct {
 	exit     *CommandOutcome // the command's end, not yet taken
 	exitCode *int            // reported: the exit code of the command that ended r
 
+	// given is what the replica's VMIs get: their share of the job
+	// (cosmic.ShareOf), set at Apply.
+	given *cosmic.Given
+
 	// marked is the report last queued for the ork (mark), with its stamp.
 	marked worker.ReplicaReport
 }
@@ -98,6 +102,10 @@ func (r *replica) report() worker.ReplicaReport {
 	}
 	if r.claimed {
 		out.Nodes = r.res.NodeNames()
+		if r.given != nil {
+			g := *r.given
+			out.Given = &g
+		}
 	}
 	if r.exitCode != nil {
 		v := *r.exitCode

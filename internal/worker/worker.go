@@ -57,6 +57,12 @@ type Capacity struct {
 	// guest's vCPUs and memory; placement charges it on the node with each
 	// replica (zero: nothing).
 	Overhead cosmic.VMOverhead `json:"overhead,omitzero"`
+	// Catalogue is what the rack can run (images, job types, runtimes,
+	// the most a VM gets). Every worker reports it: the ork refuses at
+	// create what no rack of a job's location can run, and shows it with
+	// the rack and the location. Nil: not reported (an older worker), and
+	// the ork checks nothing.
+	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
 }
 
 // ApplyParams asks the worker to run a job's replicas on their reserved
@@ -101,6 +107,10 @@ type ReplicaReport struct {
 	// (the Kubernetes worker). The ork keeps them in the job's status, so an
 	// app-node can tell the agent the platform issued from any other key.
 	AgentKeys []string `json:"agentKeys,omitempty"`
+	// Given is what the rack gives the replica (its VMs' vCPUs, memory
+	// and GPUs), which can be less than the job asks: the ork shows it
+	// next to the spec's resources. Nil: not reported.
+	Given *cosmic.Given `json:"given,omitempty"`
 	// Gone is set once every object of the replica is deleted.
 	Gone bool `json:"gone,omitempty"`
 	// Observed says which worker process observed this state, and in
@@ -158,6 +168,12 @@ type JobsReply struct {
 }
 
 // Worker runs jobs on one rack. Every method is idempotent.
+//
+// A job the rack cannot run (an image or job type not in its Catalogue) is
+// not an Apply error: Apply reports each of its reserved replicas failed
+// with reason rack_refused (Refused) and writes the refusal to the
+// replica's system log, so that the job learns it at once and its GPUs are
+// released. An Apply error is one the ork retries on the next heartbeat.
 type Worker interface {
 	Capacity(ctx context.Context) (Capacity, error)
 	Apply(ctx context.Context, p ApplyParams) error
@@ -295,4 +311,12 @@ func CheckApply(p ApplyParams, rack string) error {
 		seen[r.Replica] = true
 	}
 	return nil
+}
+
+// Refused is the report of a replica the worker refuses to run, with
+// reason rack_refused and why (detail: "no image \"x\" in this rack's
+// catalogue").
+func Refused(replica int, detail string) ReplicaReport {
+	reason := cosmic.NewReason(cosmic.ReasonRackRefused, detail)
+	return ReplicaReport{Replica: replica, State: cosmic.StateFailed, Reason: &reason, Observed: Observe()}
 }

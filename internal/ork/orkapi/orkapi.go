@@ -89,6 +89,11 @@ type CreateJobParams struct {
 	User string      `json:"user"`
 	Team string      `json:"team"`
 	Spec cosmic.Spec `json:"spec"`
+	// Asked are the spec's resources as its creator wrote them, before
+	// cosmic.Spec.Default (zero where left out): a rack's cap on a VM's
+	// vCPUs or memory refuses the job only for what was asked for
+	// (cosmic.Catalogue.Refuses); a default is given up to the cap.
+	Asked cosmic.Resources `json:"asked,omitzero"`
 }
 
 // JobRef names a job.
@@ -165,6 +170,9 @@ type RackInfo struct {
 	Problem *cosmic.Reason `json:"problem,omitempty"`
 	// Note is the worker's note on the rack's capacity (worker.Capacity.Note).
 	Note string `json:"note,omitempty"`
+	// Catalogue is what the rack runs, as its worker last reported it
+	// (worker.Capacity.Catalogue); nil until it reports one.
+	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
 	// WorkerAddrs is where the ork dials the worker.
 	WorkerAddrs []string `json:"workerAddrs,omitempty"`
 }
