@@ -123,7 +123,8 @@ export function usage(jobs, now = Date.now()) {
     for (let i = 0; i < h.length; i++) {
       if (!HELD.has(h[i].state)) continue;
       const from = new Date(h[i].at).getTime();
-      const to = i + 1 < h.length ? new Date(h[i + 1].at).getTime() : now;
+      // The last state lasts on: it holds at now too (the chart's "now").
+      const to = i + 1 < h.length ? new Date(h[i + 1].at).getTime() : Infinity;
       for (let k = 0; k <= STEPS; k++) {
         const t = start + k * step;
         if (t >= from && t < to) series[k] += gpus;
@@ -169,7 +170,10 @@ function Quotas({ me }) {
   const team = encodeURIComponent(me.team);
   const all = can(me, "quotas.set");
   const [quotas] = useAsync(() => call(all ? "/quotas" : `/teams/${team}/quotas`), [me.team]);
-  const [jobs] = useAsync(() => call(`/jobs?size=1000${all ? "&team=*" : ""}`), [me.team]);
+  // A platform admin's usage is every team's: the team * goes in the team
+  // header, in place of the active team (the API refuses a team given both
+  // as the header and as ?team=).
+  const [jobs] = useAsync(() => call("/jobs?size=1000", all ? { headers: { "X-Cosmicac-Team": "*" } } : {}), [me.team]);
   const data = useMemo(() => (jobs.value ? usage(jobs.value.items) : null), [jobs.value]);
   return (
     <div>

@@ -527,6 +527,56 @@ test("a viewer sees no action it may not take; another team's jobs never appear"
   await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
 });
 
+// signInAsAdmin opens a page signed in with the bootstrap admin's token
+// (a platform admin in no team).
+async function signInAsAdmin() {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await ctx.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  await page.goto(p.url + "/");
+  await page.getByRole("radio", { name: "Access token" }).check();
+  await page.getByLabel("Personal access token").fill(p.token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: /^Jobs/ }).waitFor();
+  return page;
+}
+
+test("the Quotas & usage page as a platform admin, a team admin, a member and a viewer", async () => {
+  const MIA = { user: "mia", password: "mia-password-1" }; // member of ml
+  await p.api("POST", "/users", { name: MIA.user, password: MIA.password });
+  await p.api("PUT", "/teams/ml/members/mia", { role: "member" });
+  await p.api("PUT", "/teams/ml/quotas/us", { gpus: 6 });
+  await p.api("PUT", "/teams/other/quotas/us", { gpus: 3 });
+  const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "holds-two", location: "us", image: "ubuntu-24.04", resources: { gpu: 2 } }, p.token, "ml");
+  await waitFor("the job to run", async () => (await p.api("GET", `/jobs/${job.id}`, undefined, p.token, "ml")).status.state === "running");
+  for (const [role, open, everyTeam] of [
+    ["platform-admin", signInAsAdmin, true],
+    ["team-admin", () => signIn(ALICE), false],
+    ["member", () => signIn(MIA), false],
+    ["viewer", () => signIn(VERA), false],
+  ]) {
+    const page = await open();
+    await useTeam(page, "ml");
+    await page.goto(p.url + "/team/quotas");
+    await page.getByRole("heading", { name: "Quotas", exact: true }).waitFor();
+    const ml = page.locator("tr", { has: page.locator("td", { hasText: /^ml$/ }) });
+    await ml.waitFor();
+    assert.match(await ml.textContent(), /2 \/ 6/, `${role}: ml's quota row`);
+    await page.locator(".chart svg, p.notice.error, .notice.error").first().waitFor();
+    assert.equal(await page.getByRole("alert").count(), 0, `${role}: an error on the page: ${await page.getByRole("alert").allTextContents()}`);
+    assert.match(await page.locator(".chart svg").getAttribute("aria-label"), /ml: now 2/, `${role}: the usage chart`);
+    const other = page.locator("tr", { has: page.locator("td", { hasText: /^other$/ }) });
+    assert.equal(await other.count(), everyTeam ? 1 : 0, `${role}: another team's quota shown`);
+    assert.equal(/other: now/.test(await page.locator(".chart svg").getAttribute("aria-label")), everyTeam, `${role}: another team's usage shown`);
+    await check(page, `quotas-${role}`);
+    await page.context().close();
+  }
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+  await p.api("DELETE", "/teams/ml/quotas/us");
+  await p.api("DELETE", "/teams/other/quotas/us");
+  await p.api("DELETE", "/teams/ml/members/mia");
+});
+
 test("racks, teams and settings pages, at laptop and phone widths, light and dark", async () => {
   for (const [w, h, scheme] of [[1280, 860, "light"], [390, 844, "dark"]]) {
     const page = await signIn(ALICE, { viewport: { width: w, height: h }, colorScheme: scheme });
