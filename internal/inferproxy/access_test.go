@@ -81,8 +81,10 @@ func TestInferenceAccessMatrix(t *testing.T) {
 		{http.MethodPost, Prefix + "/chat/completions", `{"model":"M","messages":[{"role":"user","content":"hi"}]}`},
 		{http.MethodPost, Prefix + "/completions", `{"model":"M","prompt":"hi"}`},
 		{http.MethodPost, Prefix + "/embeddings", `{"model":"M","input":"hi"}`},
+		{http.MethodPost, Prefix + "/responses", `{"model":"M","input":"hi"}`},
 		{http.MethodGet, Prefix + "/models/M", ""},
 		{http.MethodPost, Prefix + "/audio/transcriptions", "multipart"},
+		{http.MethodPost, Prefix + "/audio/translations", "multipart"},
 	}
 	for _, c := range creds {
 		for _, rt := range routes {
@@ -266,13 +268,13 @@ func TestBodiesReadAfterTheChecks(t *testing.T) {
 	def := DefaultConfig()
 	send := func(path, key, addr string, size int) (int, int) {
 		body := &countingReader{size: size}
-		if path == "/audio/transcriptions" {
+		if strings.HasPrefix(path, "/audio/") {
 			body.prefix = "--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
 		}
 		r := httptest.NewRequest(http.MethodPost, Prefix+path, body)
 		r.ContentLength = -1 // as a chunked upload: no early 413 from the length
 		r.RemoteAddr = addr
-		if path == "/audio/transcriptions" {
+		if strings.HasPrefix(path, "/audio/") {
 			r.Header.Set("Content-Type", "multipart/form-data; boundary=x")
 		}
 		if key != "" {
@@ -282,13 +284,15 @@ func TestBodiesReadAfterTheChecks(t *testing.T) {
 		p.Handler().ServeHTTP(w, r)
 		return w.Code, body.n
 	}
-	for _, path := range []string{"/chat/completions", "/audio/transcriptions"} {
+	paths := []string{"/chat/completions", "/responses", "/audio/transcriptions", "/audio/translations"}
+	for _, path := range paths {
 		if code, n := send(path, KeyPrefix+"wrong", "198.18.0.1:1000", 16<<20); code != http.StatusUnauthorized || n != 0 {
 			t.Errorf("%s with a wrong key: %d after reading %d bytes, want 401 after none", path, code, n)
 		}
 	}
-	bound := map[string]int64{"/chat/completions": def.MaxAnonymousBodyBytes, "/audio/transcriptions": def.MaxAnonymousAudioBytes}
-	for i, path := range []string{"/chat/completions", "/audio/transcriptions"} {
+	bound := map[string]int64{"/chat/completions": def.MaxAnonymousBodyBytes, "/responses": def.MaxAnonymousBodyBytes,
+		"/audio/transcriptions": def.MaxAnonymousAudioBytes, "/audio/translations": def.MaxAnonymousAudioBytes}
+	for i, path := range paths {
 		addr := "198.18.0." + string(rune('2'+i)) + ":1000"
 		code, n := send(path, "", addr, 16<<20)
 		if code != http.StatusRequestEntityTooLarge || int64(n) > bound[path]+64<<10 {

@@ -45,6 +45,10 @@ import (
 // Either way the rewritten form is kept in an unlinked temporary file as it
 // passes, so that a replica that fails before answering is replaced by
 // another that gets the upload again from its start.
+//
+// POST /v1/audio/translations is the same form (the NIM's HTTP API lists
+// it beside transcriptions; OpenAI's translates into English and takes no
+// language) and goes the same way.
 
 // audioFormats are the response formats of the ASR NIM.
 var audioFormats = []string{"json", "text"}
@@ -361,7 +365,7 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 			case !ok:
 			case jobs[0].Runtime != cosmic.RuntimeParakeet:
 				writeParamError(w, http.StatusBadRequest, "unsupported_endpoint", "model",
-					fmt.Sprintf("the model `%s` serves no audio/transcriptions", wm.model))
+					fmt.Sprintf("the model `%s` serves no %s", wm.model, strings.TrimPrefix(r.URL.Path, Prefix+"/")))
 			default: // a transcription model that appeared meanwhile
 				w.Header().Set("Retry-After", "1")
 				writeError(w, http.StatusServiceUnavailable, "models_changed", "the transcription models changed during the upload; retry")

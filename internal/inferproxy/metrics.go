@@ -138,7 +138,8 @@ func endpointOf(path string) string {
 		return "health"
 	case rest == path:
 		return "other"
-	case rest == "chat/completions", rest == "completions", rest == "embeddings", rest == "audio/transcriptions":
+	case rest == "chat/completions", rest == "completions", rest == "embeddings", rest == "responses",
+		rest == "audio/transcriptions", rest == "audio/translations":
 		return rest
 	case rest == "models", strings.HasPrefix(rest, "models/"):
 		return "models"

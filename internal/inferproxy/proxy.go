@@ -200,8 +200,14 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 	p.mux.HandleFunc("POST "+Prefix+"/chat/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/embeddings", p.forwardJSON)
+	// The Responses API as vLLM serves it (serving_responses.py): create
+	// only. vLLM keeps no responses by default (VLLM_ENABLE_RESPONSES_API_STORE),
+	// so GET /v1/responses/{id} and its cancel have nothing to reach;
+	// they stay 404 here (docs/inference.md, "The API").
+	p.mux.HandleFunc("POST "+Prefix+"/responses", p.forwardJSON)
 	// Audio files take longer to arrive than JSON: the server's Upload limit.
 	p.mux.Handle("POST "+Prefix+"/audio/transcriptions", httpserve.Upload(http.HandlerFunc(p.forwardAudio)))
+	p.mux.Handle("POST "+Prefix+"/audio/translations", httpserve.Upload(http.HandlerFunc(p.forwardAudio)))
 	p.mux.HandleFunc("GET "+Prefix+"/models", p.listModels)
 	p.mux.HandleFunc("GET "+Prefix+"/models/{model...}", p.getModel)
 	p.mux.HandleFunc("GET /inference/health", p.health)
@@ -556,7 +562,7 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 // are none: 400 no model; 404 unknown or not the key's (401 without a
 // key); 503 model_not_serving when the caller's own model of that name is
 // stopped, failed or being deleted (never another team's model in its
-// place); 400 a parakeet model off audio/transcriptions.
+// place); 400 a parakeet model off the audio paths.
 func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model string) ([]Model, bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
@@ -594,11 +600,17 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model st
 		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
 		return nil, false
 	}
-	if jobs[0].Runtime == cosmic.RuntimeParakeet && !strings.HasSuffix(r.URL.Path, "/audio/transcriptions") {
-		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions", model))
+	if jobs[0].Runtime == cosmic.RuntimeParakeet && !isAudioPath(r.URL.Path) {
+		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions and audio/translations", model))
 		return nil, false
 	}
 	return jobs, true
+}
+
+// isAudioPath reports whether path is one of the audio uploads
+// (forwardAudio): transcriptions and translations.
+func isAudioPath(path string) bool {
+	return path == Prefix+"/audio/transcriptions" || path == Prefix+"/audio/translations"
 }
 
 // down finds the caller's own model of that name that does not serve now.

@@ -170,6 +170,7 @@ func New(cfg Config) *Server {
 		s.mux.HandleFunc("GET /v1/health/ready", s.nimReady)
 		s.mux.HandleFunc("GET /v1/health/live", s.nimLive)
 		s.mux.HandleFunc("POST /v1/audio/transcriptions", s.transcribe)
+		s.mux.HandleFunc("POST /v1/audio/translations", s.translate)
 	} else if cfg.Embeddings {
 		// vLLM registers the generate routes only for a model whose
 		// supported tasks include "generate" (vllm/entrypoints/openai/api_server.py).
@@ -179,6 +180,7 @@ func New(cfg Config) *Server {
 		s.mux.HandleFunc("GET /health", s.health)
 		s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 		s.mux.HandleFunc("POST /v1/completions", s.completions)
+		s.mux.HandleFunc("POST /v1/responses", s.responses)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("%s %s is not served by this (simulated) %s runtime", r.Method, r.URL.Path, s.cfg.Runtime))
@@ -523,7 +525,18 @@ const MaxAudioBytes = 64 << 20
 // ResponseFormats are the response formats the ASR NIM accepts.
 var ResponseFormats = []string{"json", "text"}
 
-func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
+func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) { s.audio(w, r, false) }
+
+// translate is POST /v1/audio/translations: the NIM's HTTP API lists it
+// beside transcriptions, with the same form, for the models that
+// translate speech (http-asr.html, "POST /v1/audio/translations"); the
+// simulator answers it as a transcription whose text says it is a
+// translation into English (OpenAI's translations API: into English).
+// Whether a real NIM with the Parakeet TDT v3 profile translates is not
+// known here: a refusal of the real NIM passes through the proxy as it is.
+func (s *Server) translate(w http.ResponseWriter, r *http.Request) { s.audio(w, r, true) }
+
+func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	if _, ok := s.admit(w, r); !ok {
 		return
 	}
@@ -583,7 +596,11 @@ func (s *Server) transcribe(w http.ResponseWriter, r *http.Request) {
 		nw = 200
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "[simulated transcript of %.2f s] ", dur)
+	if translate {
+		fmt.Fprintf(&b, "[simulated translation into English of %.2f s] ", dur)
+	} else {
+		fmt.Fprintf(&b, "[simulated transcript of %.2f s] ", dur)
+	}
 	for i := 0; i < nw; i++ {
 		b.WriteString(token(i))
 	}
