@@ -69,6 +69,8 @@ var patches = map[reflect.Type]func(s map[string]any){
 		describe(props, "agentDeadline", "When the replica fails with agent_timeout unless its agent connects (it runs) by then; "+
 			"absent once it runs, or while it holds no GPUs.")
 		describe(props, "progress", "The replica's last step reported while it starts.")
+		describe(props, "given", "What the rack gave the replica, summed over its VMs (vCPUs, memory in MiB, GPUs passed through), "+
+			"as its worker reports it: less than spec.resources asks where the rack caps a VM (a QEMU rack), with a note saying why.")
 	},
 }
 

@@ -330,7 +330,9 @@ func Routes() []Route {
 			Description: "For choosing a job's location, GPU model and GPU count: per location and GPU model, the nodes, GPUs, free GPUs (on schedulable, ready nodes), " +
 				"the GPUs of the largest node (the most a single-node job may ask for) and the most free on one node (the most such a job gets at once). " +
 				"Counted as listRacks counts them, over every rack of the platform, whichever team asks; no rack, node or worker is named. " +
-				"Locations and models are sorted by name; a rack whose nodes have not reported shows its location and model with no GPUs.",
+				"Locations and models are sorted by name; a rack whose nodes have not reported shows its location and model with no GPUs. " +
+				"Each model also gives the largest node's vCPUs and memory, and its catalogue: the job types, runtimes and images its racks run and the most a VM of them gets " +
+				"(a create they cannot run is refused with reason not_in_catalogue). It is the read-only view of the racks for every team member (`cosmicac locations`).",
 			Response: Fleet{}, Status: http.StatusOK},
 		{Op: OpListRacks, Method: http.MethodGet, Path: Prefix + "/racks", Tag: "racks", Perm: authz.RacksManage,
 			Summary: "List racks and their capacity", Response: RackList{}, Status: http.StatusOK},

@@ -143,6 +143,10 @@ type Rack struct {
 	// PlacementPolicy is the registration's placement policy for the
 	// rack's location; absent: the ork's default (docs/placement.md).
 	PlacementPolicy string `json:"placementPolicy,omitempty"`
+	// Catalogue is what the rack runs, as its worker last reported it
+	// (images, job types, runtimes, the most a VM gets); absent until it
+	// reports one.
+	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
 }
 
 // RackList is every registered rack.
@@ -177,6 +181,15 @@ type FleetGPUModel struct {
 	Free           int    `json:"free"`
 	MaxPerNode     int    `json:"maxPerNode"`
 	MaxFreePerNode int    `json:"maxFreePerNode"`
+	// MaxCPUPerNode and MaxMemoryMiBPerNode are the most vCPUs and memory
+	// a node gives CosmicAC's jobs (0: its worker reports none).
+	MaxCPUPerNode       int   `json:"maxCpuPerNode,omitempty"`
+	MaxMemoryMiBPerNode int64 `json:"maxMemoryMiBPerNode,omitempty"`
+	// Catalogue is what its racks run, together: the job types, runtimes
+	// and images of any of them (no images: one takes any image), and the
+	// most a VM of them gets (0: one has no cap). Absent while one of its
+	// racks has not reported its catalogue.
+	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
 }
 
 // RegisterRack registers a rack, or updates the rack with that ID (an

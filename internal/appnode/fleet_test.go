@@ -61,3 +61,32 @@ func TestFleetOut(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetCatalogues: a location's GPU model shows what its racks run
+// together: one rack taking any image makes the images any, one rack
+// without a cap lifts the cap; a rack that has not reported its catalogue
+// leaves it unknown. The nodes' largest CPU and memory show too.
+func TestFleetCatalogues(t *testing.T) {
+	qemu := rack("q1", "local", "H100", cosmic.Node{Name: "n1", GPUs: 1, Ready: true, Schedulable: true, CPUMilli: 10000, MemoryMiB: 66 * 1024})
+	qemu.Catalogue = &cosmic.Catalogue{Images: []string{"debian-12"}, JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer}, MaxVMCPUs: 1, MaxVMMemoryMiB: 512}
+	sim := rack("s1", "us", "H100", node("n1", 8, 8))
+	sim.Catalogue = &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeManagedInference, cosmic.TypeGPUContainer}, Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM}}
+	q2 := qemu
+	q2.Rack.ID, q2.Location = "q2", "us"
+	silent := rack("x1", "eu", "H100", node("n1", 8, 8))
+
+	got := fleetOut([]orkapi.RackInfo{qemu, sim, q2, silent})
+	want := map[string]*cosmic.Catalogue{
+		"eu":    nil,
+		"local": qemu.Catalogue,
+		"us":    {JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference}, Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM}},
+	}
+	for _, l := range got.Locations {
+		if d := cmp.Diff(want[l.Name], l.GPUModels[0].Catalogue); d != "" {
+			t.Errorf("%s (-want +got):\n%s", l.Name, d)
+		}
+		if l.Name == "local" && (l.GPUModels[0].MaxCPUPerNode != 10 || l.GPUModels[0].MaxMemoryMiBPerNode != 66*1024) {
+			t.Errorf("local: %+v, want the node's 10 vCPUs and 66 GiB", l.GPUModels[0])
+		}
+	}
+}

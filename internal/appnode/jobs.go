@@ -87,9 +87,15 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 				"team %s creates jobs too fast (at most %d a minute); retry in %ds", c.team, s.cfg.JobCreatesPerMinute, secs)
 		}
 	}
-	_, spec, err := s.readSpec(w, r)
+	raw, spec, err := s.readSpec(w, r)
 	if err != nil {
 		return nil, err
+	}
+	// The resources as written, before Default: a rack's cap on a VM
+	// refuses only what was asked for (orkapi.CreateJobParams.Asked).
+	var asked cosmic.Resources
+	if written, err := cosmic.ParseSpec(raw); err == nil {
+		asked = written.Resources
 	}
 	// A token with a selector labels what it creates, so that the job is
 	// one it reaches.
@@ -110,7 +116,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
 	j, err := s.ork.CreateJob(ctx, orkapi.CreateJobParams{
-		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.team, Spec: spec,
+		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.team, Spec: spec, Asked: asked,
 	})
 	if err == nil {
 		c.auditTarget = j.ID

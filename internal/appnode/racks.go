@@ -25,6 +25,7 @@ func rackOut(ri orkapi.RackInfo) apiv1.Rack {
 		GPUs: ri.GPUs, FreeGPUs: ri.FreeGPUs, Reachable: ri.Reachable, WorkerAddrs: ri.WorkerAddrs, Problem: ri.Problem, Note: ri.Note,
 		AgentDeadline:   int(ri.Rack.AgentDeadlineOrDefault() / time.Second),
 		PlacementPolicy: ri.Rack.PlacementPolicy,
+		Catalogue:       ri.Catalogue,
 	}
 }
 
@@ -55,16 +56,29 @@ func fleetOut(racks []orkapi.RackInfo) apiv1.Fleet {
 		}
 		return by[k]
 	}
+	cats := map[key][]*cosmic.Catalogue{}
 	for _, ri := range racks {
 		at(ri.Location, ri.GPUModel) // a rack's model shows before its nodes report
+		models := map[string]bool{ri.GPUModel: true}
 		for _, n := range ri.Nodes {
-			m := at(ri.Location, cmp.Or(n.GPUModel, ri.GPUModel))
+			model := cmp.Or(n.GPUModel, ri.GPUModel)
+			models[model] = true
+			m := at(ri.Location, model)
 			m.Nodes++
 			m.GPUs += n.GPUs
 			m.Free += n.FreeGPUs
 			m.MaxPerNode = max(m.MaxPerNode, n.GPUs)
 			m.MaxFreePerNode = max(m.MaxFreePerNode, n.FreeGPUs)
+			m.MaxCPUPerNode = max(m.MaxCPUPerNode, int(n.CPUMilli/1000))
+			m.MaxMemoryMiBPerNode = max(m.MaxMemoryMiBPerNode, n.MemoryMiB)
 		}
+		for model := range models {
+			k := key{ri.Location, model}
+			cats[k] = append(cats[k], ri.Catalogue)
+		}
+	}
+	for k, cs := range cats {
+		by[k].Catalogue = mergeCatalogues(cs)
 	}
 	locs := map[string]*apiv1.FleetLocation{}
 	for k, m := range by {
@@ -79,6 +93,51 @@ func fleetOut(racks []orkapi.RackInfo) apiv1.Fleet {
 		out.Locations = append(out.Locations, *l)
 	}
 	slices.SortFunc(out.Locations, func(a, b apiv1.FleetLocation) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// mergeCatalogues is what racks run together (FleetGPUModel.Catalogue):
+// nil if one reported none.
+func mergeCatalogues(cs []*cosmic.Catalogue) *cosmic.Catalogue {
+	out := &cosmic.Catalogue{JobTypes: []cosmic.JobType{}}
+	anyImage, uncappedCPU, uncappedMem := false, false, false
+	for _, c := range cs {
+		if c == nil {
+			return nil
+		}
+		for _, t := range c.JobTypes {
+			if !slices.Contains(out.JobTypes, t) {
+				out.JobTypes = append(out.JobTypes, t)
+			}
+		}
+		for _, r := range c.Runtimes {
+			if !slices.Contains(out.Runtimes, r) {
+				out.Runtimes = append(out.Runtimes, r)
+			}
+		}
+		anyImage = anyImage || len(c.Images) == 0
+		for _, im := range c.Images {
+			if !slices.Contains(out.Images, im) {
+				out.Images = append(out.Images, im)
+			}
+		}
+		uncappedCPU = uncappedCPU || c.MaxVMCPUs == 0
+		uncappedMem = uncappedMem || c.MaxVMMemoryMiB == 0
+		out.MaxVMCPUs = max(out.MaxVMCPUs, c.MaxVMCPUs)
+		out.MaxVMMemoryMiB = max(out.MaxVMMemoryMiB, c.MaxVMMemoryMiB)
+	}
+	if anyImage {
+		out.Images = nil
+	}
+	if uncappedCPU {
+		out.MaxVMCPUs = 0
+	}
+	if uncappedMem {
+		out.MaxVMMemoryMiB = 0
+	}
+	slices.Sort(out.JobTypes)
+	slices.Sort(out.Runtimes)
+	slices.Sort(out.Images)
 	return out
 }
 
