@@ -957,7 +957,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 				}
 				offsets[k] += len(text)
 			}
-			if i == len(c.tokens)-1 {
+			last := i == len(c.tokens)-1
+			if last && c.call == nil {
 				f := c.finish
 				cc.FinishReason = &f
 			}
@@ -965,6 +966,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req genRequest, 
 				return
 			}
 			s.generationTokens.Add(1)
+			if last && c.call != nil {
+				// The finish of a tool call in a chunk of its own, with
+				// an empty delta, as OpenAI's and vLLM's streams end
+				// one (clients see the call complete there).
+				f := c.finish
+				if !send(mk(chunkChoice{Index: c.index, Delta: &delta{}, FinishReason: &f})) {
+					return
+				}
+			}
 		}
 	}
 	if req.includeUsage() {
