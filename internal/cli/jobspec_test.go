@@ -138,3 +138,19 @@ func TestSpecFile(t *testing.T) {
 		t.Errorf("unknown field: %v", err)
 	}
 }
+
+// A mistyped --type is told alone: not with the side errors a known type
+// would not have had (issue 32).
+func TestJobsCreateUnknownTypeAlone(t *testing.T) {
+	code, out, errs := runCLI(t, nil, "jobs", "create", "--type", "managed", "--runtime", "vllm", "--model", "Qwen/Qwen3-8B",
+		"--replicas", "2", "--gpus", "2", "--name", "qwen", "--location", "us")
+	if code != ExitUsage || out != "" {
+		t.Fatalf("exit %d, stdout %q: %s", code, out, errs)
+	}
+	if !strings.Contains(errs, `type: unknown job type "managed" (want gpu-container or managed-inference)`) {
+		t.Errorf("stderr does not name the type:\n%s", errs)
+	}
+	if n := strings.Count(errs, "\n  "); n != 1 {
+		t.Errorf("stderr tells %d problems, want the type's alone:\n%s", n, errs)
+	}
+}

@@ -118,7 +118,8 @@ func checkLabel(p *problems, field, k, v string) {
 	}
 }
 
-// Validate reports every problem of a spec at once, as errors.Join of
+// Validate reports every problem of a spec at once (with a missing or
+// unknown type, none that depends on the type), as errors.Join of
 // *FieldError (see FieldErrors); each is also an ErrInvalid. It checks the
 // spec's shape only: whether its location and GPU model exist is the ork's
 // business (reasons no_such_location, no_such_gpu_model). Call Default first:
@@ -130,6 +131,18 @@ func (s Spec) Validate() error {
 		p.add("type", "is required (%s or %s)", TypeGPUContainer, TypeManagedInference)
 	case !s.Type.Valid():
 		p.add("type", "unknown job type %q (want %s or %s)", s.Type, TypeGPUContainer, TypeManagedInference)
+	}
+	// What a spec needs beyond its shape (an image, a disk and a GPU by
+	// default, an inference section or none) depends on its type: without a
+	// known one, those would be side errors of the type's (`--type managed`
+	// is not told "inference: is only for managed-inference jobs"), so only
+	// the problems any type would have are told with the type's.
+	typed := s.Type.Valid()
+	least := func(lo int) int {
+		if typed {
+			return lo
+		}
+		return 0
 	}
 	if utf8.RuneCountInString(s.Name) > MaxNameLen {
 		p.add("name", "is longer than %d characters", MaxNameLen)
@@ -155,10 +168,10 @@ func (s Spec) Validate() error {
 	case s.Image != "" && (len(s.Image) > 512 || strings.ContainsFunc(s.Image, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) })):
 		p.add("image", "%q is not an image reference", s.Image)
 	}
-	checkRange(&p, "diskGB", s.DiskGB, 1, MaxDiskGB)
+	checkRange(&p, "diskGB", s.DiskGB, least(1), MaxDiskGB)
 	checkCommand(&p, s)
 	checkEnv(&p, s.EnvVars)
-	checkResources(&p, s)
+	checkResources(&p, s, least(1))
 	checkSSHKeys(&p, s.SSHPublicKeys)
 	checkPort(&p, "defaultHttpPort", s.DefaultHTTPPort)
 	checkPort(&p, "grpcPort", s.GRPCPort)
@@ -179,6 +192,7 @@ func (s Spec) Validate() error {
 		p.add("partnerId", "must be at most 128 printable characters")
 	}
 	switch {
+	case !typed:
 	case s.Type == TypeManagedInference && s.Inference == nil:
 		p.add("inference", "is required for a %s job", TypeManagedInference)
 	case s.Type != TypeManagedInference && s.Inference != nil:
@@ -244,9 +258,10 @@ func checkEnv(p *problems, env []EnvVar) {
 	}
 }
 
-func checkResources(p *problems, s Spec) {
+// checkResources checks s.Resources, resources.gpu from leastGPUs.
+func checkResources(p *problems, s Spec, leastGPUs int) {
 	r := s.Resources
-	checkRange(p, "resources.gpu", r.GPU, 1, MaxGPUs)
+	checkRange(p, "resources.gpu", r.GPU, leastGPUs, MaxGPUs)
 	if r.GPUModel != "" && !ValidGPUModel(r.GPUModel) {
 		p.add("resources.gpuModel", "%q is not a valid GPU model name", r.GPUModel)
 	}
