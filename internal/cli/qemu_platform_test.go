@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
@@ -110,7 +113,8 @@ var (
 // Debian base image (no CosmicAC in it) in a real VM: the job is running
 // because the agent, delivered on its read-only disk, connected; the shell
 // is in the VM (the guest's kernel, not the host's); ssh reaches the VM's
-// own sshd with the spec's key; the log shows the boot steps; a file
+// own sshd with the spec's key; the log shows the boot steps (the
+// worker's, the serial console's, the agent's); a file
 // survives a restart; delete removes the disk; a job's command's exit
 // code is reported. Under TCG each boot takes about a minute.
 func TestQEMURackEndToEnd(t *testing.T) {
@@ -191,7 +195,7 @@ func TestQEMURackEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"prepare_disk", "write_seed", "boot", "agent_connected"} {
+	for _, s := range []string{"prepare_disk", "write_seed", "boot", "kernel", "systemd", "cloud_init", "agent_started", "agent_connected"} {
 		if !steps[s] {
 			t.Errorf("the job's log lacks step %s (has %v)", s, steps)
 		}
@@ -359,7 +363,9 @@ func vmBootDisk(t *testing.T) (qemu.Image, string) {
 // from the MBR, then the kernel from partition 1. The job is running
 // because the agent connected, and the guest's command line is GRUB's
 // (BOOT_IMAGE=…, root=LABEL=…), not the rack's direct-boot one. Under TCG
-// the boot takes about a minute.
+// the boot takes about a minute; `jobs create --wait` shows its stages as
+// the serial console tells them (before, nothing for ~95 s after "boot"),
+// and the job's log has them all, in order.
 func TestQEMURackFromDisk(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the QEMU rack runs linux/amd64 guests")
@@ -373,17 +379,26 @@ func TestQEMURackFromDisk(t *testing.T) {
 			Images: qemu.Catalogue{"stock": im}, AgentBinary: agentBin, Relay: []string{agentBin, "qemu-relay"},
 		}
 	})
-	start := time.Now()
-	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "stock", Location: "local", Image: "stock",
-		Resources: cosmic.Resources{GPU: 1}})
-	e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning)
-	t.Logf("create → running, from disk: %v", time.Since(start).Round(time.Second))
-
 	tok, err := e.P.AdminToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
+	start := time.Now()
+	id, waited := createAndWait(t, env, 8*time.Minute, "--name", "stock", "--location", "local", "--image", "stock", "--gpus", "1")
+	t.Logf("create → running, from disk: %v; jobs create --wait said:\n%s", time.Since(start).Round(time.Second), waited)
+	j := e.WaitStateWithin(id, time.Minute, cosmic.StateRunning)
+	// --wait prints each change of the status line: the console's steps
+	// come between the worker's boot and running.
+	at := 0
+	for _, want := range []string{"starting: boot 20%", "starting: kernel 30%", "starting: systemd 40%", "starting: cloud_init 55%", "running"} {
+		i := strings.Index(waited[at:], want)
+		if i < 0 {
+			t.Errorf("jobs create --wait did not print %q after %q:\n%s", want, waited[:at], waited)
+			break
+		}
+		at += i + len(want)
+	}
 	shell := func(cmd string) string {
 		t.Helper()
 		code, out, errs := runCLI(t, env, "jobs", "shell", j.ID, "-T", "--", "sh", "-c", cmd)
@@ -410,6 +425,20 @@ func TestQEMURackFromDisk(t *testing.T) {
 	if !strings.Contains(string(console), "Loading Linux") {
 		t.Errorf("the serial console lacks GRUB's \"Loading Linux\"")
 	}
+	// The job's log has each step of the boot once, in order (cloud-init
+	// finishes after the agent started, perhaps after it connected).
+	want := []string{"prepare_disk", "write_seed", "boot", "bootloader", "kernel", "systemd", "cloud_init", "agent_started", "cloud_init_done"}
+	var steps []string
+	waittest.Within(t, 3*time.Minute, func() bool {
+		steps = nil
+		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{Source: joblog.SourceSystem}, func(ev client.LogEvent) error {
+			if r := ev.Record; r != nil && r.Stream == "wrk-server-qemu" && r.Step != "" && r.Step != "agent_connected" && (len(steps) == 0 || steps[len(steps)-1] != r.Step) {
+				steps = append(steps, r.Step)
+			}
+			return nil
+		})
+		return err == nil && slices.Equal(steps, want)
+	}, "the job's log to have the boot's steps %v (has %v)", want, &steps)
 	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -463,6 +492,21 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 		t.Errorf("reason %+v; want agent_timeout naming the boot step", r)
 	}
 	waitNoQEMU(t, vms)
+}
+
+// createAndWait runs `jobs create ARGS… --wait -q` as a user would, for
+// up to d, and returns the job's ID and what --wait printed on stderr; a
+// job that does not run fails the test.
+func createAndWait(t *testing.T, env map[string]string, d time.Duration, args ...string) (string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	if code := a.run(ctx, append([]string{"jobs", "create", "--wait", "-q"}, args...)); code != 0 {
+		t.Fatalf("jobs create %s --wait: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	return strings.TrimSpace(out.String()), errb.String()
 }
 
 // waitNoQEMU waits until no QEMU runs a VM of dir.
