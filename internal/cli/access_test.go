@@ -57,6 +57,7 @@ var cliRoutes = map[string]cliRoute{
 		return []string{"api-keys", "rotate", e.KeyID}
 	}, route: "POST /api/v1/api-keys/{id}/rotate", change: true},
 	"racks list":         {args: fixed("racks", "list"), route: "GET /api/v1/racks"},
+	"locations":          {args: fixed("locations"), route: "GET /api/v1/fleet"},
 	"racks register":     {args: fixed("racks", "register", "--id", "r2", "--location", "us", "--gpu-model", "H100", "--worker-key", strings.Repeat("ab", 32)), route: "POST /api/v1/racks", change: true},
 	"racks remove":       {args: fixed("racks", "remove", "r1", "--force"), route: "DELETE /api/v1/racks/{id}", change: true},
 	"audit":              {args: fixed("audit"), route: "GET /api/v1/audit"},

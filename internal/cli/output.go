@@ -273,7 +273,7 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 	}
 	row("Image", s.Image)
 	if s.Resources.CPU != 0 || s.Resources.Memory != 0 || s.DiskGB != 0 {
-		row("Resources", fmt.Sprintf("%d vCPU, %d GiB memory, %d GiB disk", s.Resources.CPU, s.Resources.Memory, s.DiskGB))
+		row("Resources", fmt.Sprintf("%d vCPU, %d GiB memory, %d GiB disk (asked; what each replica got: Replicas' GIVEN)", s.Resources.CPU, s.Resources.Memory, s.DiskGB))
 	}
 	if len(s.Command) > 0 {
 		q := make([]string, len(s.Command))
@@ -300,16 +300,21 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 	if len(j.Status.Replicas) > 0 {
 		fmt.Fprintln(w, "\nReplicas:")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  INDEX\tSTATE\tNODES\tREASON")
+		fmt.Fprintln(tw, "  INDEX\tSTATE\tNODES\tGIVEN\tREASON")
 		for _, r := range j.Status.Replicas {
 			reason := "-"
 			if r.Reason != nil {
 				reason = string(r.Reason.Code)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", r.Index, r.State, dash(strings.Join(r.Nodes, ",")), reason)
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", r.Index, r.State, dash(strings.Join(r.Nodes, ",")), givenText(r.Given), reason)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, r := range j.Status.Replicas {
+			if r.Given != nil && r.Given.Note != "" {
+				fmt.Fprintf(w, "  replica %d got less than asked: %s\n", r.Index, r.Given.Note)
+			}
 		}
 	}
 	if len(j.Status.History) > 0 {
@@ -327,6 +332,51 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 		}
 	}
 	return nil
+}
+
+// givenText is what a rack gave a replica: "1 vCPU, 0.5Gi, 0 GPUs" ("-":
+// not reported).
+func givenText(g *cosmic.Given) string {
+	if g == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d vCPU, %s, %d GPUs", g.CPUs, gib(g.MemoryMiB), g.GPUs)
+}
+
+// catalogueText says what a catalogue runs, in one line: "gpu-container
+// jobs; images debian-12; a VM gets at most 1 vCPU and 0.5Gi".
+func catalogueText(c *cosmic.Catalogue) string {
+	if c == nil {
+		return "not reported yet"
+	}
+	types := make([]string, len(c.JobTypes))
+	for i, t := range c.JobTypes {
+		types[i] = string(t)
+	}
+	parts := []string{strings.Join(types, ", ") + " jobs"}
+	if len(c.Runtimes) > 0 {
+		rs := make([]string, len(c.Runtimes))
+		for i, r := range c.Runtimes {
+			rs[i] = string(r)
+		}
+		parts = append(parts, "runtimes "+strings.Join(rs, ", "))
+	}
+	if len(c.Images) > 0 {
+		parts = append(parts, "images "+strings.Join(c.Images, ", "))
+	} else {
+		parts = append(parts, "any image")
+	}
+	var caps []string
+	if c.MaxVMCPUs > 0 {
+		caps = append(caps, fmt.Sprintf("%d vCPU", c.MaxVMCPUs))
+	}
+	if c.MaxVMMemoryMiB > 0 {
+		caps = append(caps, gib(c.MaxVMMemoryMiB))
+	}
+	if len(caps) > 0 {
+		parts = append(parts, "a VM gets at most "+strings.Join(caps, " and "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // describeStatus is one line saying where a job stands, as --wait prints
@@ -370,6 +420,8 @@ type rackRow struct {
 	Problem *cosmic.Reason
 	// Note is the worker's note on the rack's capacity.
 	Note string
+	// Catalogue is what the rack runs (nil: not reported).
+	Catalogue *cosmic.Catalogue
 }
 
 // writeRacksTable prints racks as ID, LOCATION, GPU MODEL, NODES, GPUS, FREE,
@@ -394,6 +446,12 @@ func writeRacksTable(w io.Writer, racks []rackRow) error {
 	for _, r := range racks {
 		if r.Note != "" {
 			fmt.Fprintf(w, "\nrack %s: %s\n", r.ID, r.Note)
+		}
+	}
+	if slices.ContainsFunc(racks, func(r rackRow) bool { return r.Catalogue != nil }) {
+		fmt.Fprintln(w)
+		for _, r := range racks {
+			fmt.Fprintf(w, "rack %s runs: %s\n", r.ID, catalogueText(r.Catalogue))
 		}
 	}
 	for _, r := range racks {

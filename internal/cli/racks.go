@@ -34,7 +34,7 @@ func rackRows(racks []apiv1.Rack) []rackRow {
 	rows := make([]rackRow, len(racks))
 	for i, r := range racks {
 		rows[i] = rackRow{ID: r.ID, Location: r.Location, GPUModel: r.GPUModel, Nodes: len(r.Nodes),
-			GPUs: r.GPUs, Free: r.FreeGPUs, Reachable: r.Reachable, Problem: r.Problem, Note: r.Note}
+			GPUs: r.GPUs, Free: r.FreeGPUs, Reachable: r.Reachable, Problem: r.Problem, Note: r.Note, Catalogue: r.Catalogue}
 	}
 	return rows
 }
@@ -139,7 +139,7 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 			}
 			racks, err := c.ListRacks(cmd.Context())
 			if err != nil {
-				return c.explain(err)
+				return c.explain(membersSee(err, "a team member sees the locations, GPU models and what their racks run with `cosmicac locations`"))
 			}
 			if racks == nil {
 				racks = []apiv1.Rack{}
