@@ -420,6 +420,11 @@ func (s *Server) revokeToken(_ http.ResponseWriter, r *http.Request, c *caller) 
 	if err == nil && (t.UserName != c.user.Name || t.Kind != store.KindToken) {
 		err = cosmic.ErrNotFound // another's: IDs do not leak
 	}
+	if err == nil && c.user.PlatformAdmin && fullToken(t, s.now()) {
+		if err := s.keepAdminWayIn(r.Context(), losing{token: t.ID}, fmt.Sprintf("revoking token %s", t.ID)); err != nil {
+			return nil, err
+		}
+	}
 	if err == nil {
 		err = s.acc.DeleteToken(r.Context(), id)
 	}
@@ -516,6 +521,11 @@ func (s *Server) updateUser(w http.ResponseWriter, r *http.Request, c *caller) (
 		return nil, err
 	}
 	if in.PlatformAdmin != nil {
+		if !*in.PlatformAdmin {
+			if err := s.userLosesAdmin(r.Context(), u, fmt.Sprintf("taking platform admin from %s", u.Name)); err != nil {
+				return nil, err
+			}
+		}
 		if err := s.acc.SetPlatformAdmin(r.Context(), u.Name, *in.PlatformAdmin); err != nil {
 			return nil, err
 		}
@@ -527,6 +537,9 @@ func (s *Server) updateUser(w http.ResponseWriter, r *http.Request, c *caller) (
 func (s *Server) deleteUser(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
 	u, err := s.pathUser(r, c)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.userLosesAdmin(r.Context(), u, fmt.Sprintf("deleting %s", u.Name)); err != nil {
 		return nil, err
 	}
 	if u.PlatformAdmin {
