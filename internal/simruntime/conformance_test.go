@@ -177,6 +177,37 @@ func TestOpenAIConformance(t *testing.T) {
 				}
 			})
 
+			// protocol.py (ChatCompletionRequest: n, logprobs, top_logprobs,
+			// check_logprobs) and serving_chat.py: n choices, a logprob per
+			// token with top_logprobs alternatives; top_logprobs without
+			// logprobs is a 400 naming the field.
+			t.Run("n and logprobs honoured, top_logprobs alone refused", func(t *testing.T) {
+				var cc struct {
+					Choices []struct {
+						Index    int `json:"index"`
+						Logprobs *struct {
+							Content []struct {
+								TopLogprobs []json.RawMessage `json:"top_logprobs"`
+							} `json:"content"`
+						} `json:"logprobs"`
+					} `json:"choices"`
+				}
+				if code := postJSON(t, chat, `{"model":"`+tg.model+`",`+msgs+`,"max_tokens":3,"n":2,"logprobs":true,"top_logprobs":2}`, &cc); code != 200 || len(cc.Choices) != 2 {
+					t.Fatalf("n=2: %d, %d choices", code, len(cc.Choices))
+				}
+				for _, c := range cc.Choices {
+					if c.Logprobs == nil || len(c.Logprobs.Content) == 0 || len(c.Logprobs.Content[0].TopLogprobs) != 2 {
+						t.Errorf("choice %d: logprobs %+v, want a logprob per token with 2 alternatives", c.Index, c.Logprobs)
+					}
+				}
+				var e struct {
+					Error ErrorBody `json:"error"`
+				}
+				if code := postJSON(t, chat, `{"model":"`+tg.model+`",`+msgs+`,"max_tokens":3,"top_logprobs":2}`, &e); code != 400 || e.Error.Message == "" {
+					t.Errorf("top_logprobs without logprobs: %d %+v, want 400", code, e)
+				}
+			})
+
 			// serving_chat.py, chat_completion_stream_generator: an error while
 			// streaming is sent as `data: {"error": {…}}`, then `data: [DONE]`.
 			t.Run("mid-stream error event then [DONE]", func(t *testing.T) {
