@@ -90,10 +90,16 @@ type explained struct {
 func (e *explained) Error() string { return e.msg }
 func (e *explained) Unwrap() error { return e.err }
 
+// MinJobIDPrefix is the fewest characters of a job's ID that name it: a
+// shorter prefix (`jobs delete 9 --force`, a typo) is refused rather than
+// taken for the one job it happens to match.
+const MinJobIDPrefix = 4
+
 // resolveJobID accepts a job's full ID, its name (unique within a team),
-// or a unique prefix of its ID, looked up among the jobs the caller sees.
-// An argument that is both a name and an ID prefix of different jobs, or a
-// prefix of several, is refused (exit 2) with the candidates.
+// or a unique prefix of its ID (MinJobIDPrefix characters at least),
+// looked up among the jobs the caller sees. An argument that is both a
+// name and an ID prefix of different jobs, or a prefix of several, is
+// refused (exit 2) with the candidates.
 func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) {
 	if id, err := cosmic.ParseJobID(arg); err == nil {
 		return id, nil
@@ -105,6 +111,24 @@ func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) 
 	if err != nil {
 		return "", c.explain(err)
 	}
+	var all []apiv1.Job
+	if isIDPrefix(arg) && len(arg) >= MinJobIDPrefix {
+		if all, err = c.listAll(ctx, client.ListOptions{}); err != nil {
+			return "", c.explain(err)
+		}
+	}
+	return matchJob(arg, named, all)
+}
+
+// isIDPrefix says whether arg could begin a job's ID.
+func isIDPrefix(arg string) bool {
+	return strings.Trim(strings.ToLower(arg), "0123456789abcdef-") == "" && len(arg) <= 36
+}
+
+// matchJob picks the job arg names among named (the jobs listed by that
+// name) and all (every job the caller sees, for an ID prefix): resolveJobID's
+// rules.
+func matchJob(arg string, named, all []apiv1.Job) (string, error) {
 	candidates := map[string]string{} // ID → how it matched
 	for _, j := range named {
 		if j.Spec.Name != arg {
@@ -113,12 +137,9 @@ func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) 
 		candidates[j.ID] = fmt.Sprintf("%s (named %q, team %s)", j.ID, j.Spec.Name, j.Team)
 	}
 	prefix := strings.ToLower(arg)
-	if strings.Trim(prefix, "0123456789abcdef-") == "" && len(prefix) <= 36 {
-		jobs, err := c.listAll(ctx, client.ListOptions{})
-		if err != nil {
-			return "", c.explain(err)
-		}
-		for _, j := range jobs {
+	short := isIDPrefix(arg) && len(arg) < MinJobIDPrefix
+	if isIDPrefix(arg) && !short {
+		for _, j := range all {
 			if _, ok := candidates[j.ID]; !ok && strings.HasPrefix(j.ID, prefix) {
 				candidates[j.ID] = j.ID
 			}
@@ -126,6 +147,10 @@ func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) 
 	}
 	switch len(candidates) {
 	case 0:
+		if short {
+			return "", usageErrorf("no job is named %q, and %d characters are too few for an ID prefix: give at least %d of the ID, the whole ID or the job's name (cosmicac jobs list)",
+				arg, len(arg), MinJobIDPrefix)
+		}
 		return "", withExit(ExitFailure, fmt.Errorf("no job is named %q or has an ID starting with it", arg))
 	case 1:
 		for id := range candidates {
