@@ -124,7 +124,7 @@ func (m chatMessage) text() string {
 	json.Unmarshal(m.Content, &parts)
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type == "text" {
+		if p.Type == "text" || p.Type == "input_text" || p.Type == "output_text" { // chat, and the Responses API's input
 			b.WriteString(p.Text)
 		}
 	}

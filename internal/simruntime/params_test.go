@@ -285,3 +285,29 @@ func TestSamplingParameters(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesInput: the Responses API's input as a string, and as
+// messages whose content is input_text parts, makes the same prompt as
+// the same messages in chat; instructions come first.
+func TestResponsesInput(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Model: "m/m"}))
+	defer srv.Close()
+	text := func(body string) string {
+		var out struct {
+			Output []struct {
+				Content []struct{ Text string }
+			}
+			Error *ErrorBody
+		}
+		if code := postJSON(t, srv.URL+"/v1/responses", body, &out); code != 200 || len(out.Output) != 1 {
+			t.Fatalf("%s: %d %+v", body, code, out.Error)
+		}
+		return out.Output[0].Content[0].Text
+	}
+	a := text(`{"model":"m/m","input":"hello there","max_output_tokens":6}`)
+	b := text(`{"model":"m/m","input":[{"role":"user","content":[{"type":"input_text","text":"hello there"}]}],"max_output_tokens":6}`)
+	c := text(`{"model":"m/m","input":"hello there","instructions":"Be brief.","max_output_tokens":6}`)
+	if a != b || a == c || len(strings.Fields(a)) != 6 {
+		t.Fatalf("string input %q, parts %q, with instructions %q", a, b, c)
+	}
+}
