@@ -121,6 +121,21 @@ function Actions({ me, job, onError }) {
   );
 }
 
+// givenText is what a rack gave a replica: "1 vCPU, 0.5 GiB, 0 GPUs".
+function givenText(g) {
+  return `${g.cpus} vCPU, ${Math.round((g.memoryMiB / 1024) * 10) / 10} GiB, ${g.gpus} GPU${g.gpus === 1 ? "" : "s"}`;
+}
+
+// givenSummary says, after what was asked, what the first replica the
+// rack reported got, when it got less.
+function givenSummary(job) {
+  const r = (job.status.replicas || []).find((x) => x.given);
+  if (!r) return "";
+  const s = job.spec.resources || {};
+  if (r.given.cpus >= (s.cpu || 0) && r.given.memoryMiB >= (s.memory || 0) * 1024 && r.given.gpus >= (s.gpu || 0)) return "";
+  return `; the rack gave ${givenText(r.given)} (see Replicas)`;
+}
+
 function Overview({ me, job, onError }) {
   const s = job.spec;
   const inf = s.type === "managed-inference";
@@ -134,7 +149,7 @@ function Overview({ me, job, onError }) {
         <dt>User</dt><dd>{job.user}</dd>
         <dt>Location</dt><dd>{s.location}</dd>
         <dt>GPUs</dt><dd>{gpuText(s)}</dd>
-        <dt>CPU / memory</dt><dd>{r.cpu || "—"} cores / {r.memory || "—"} GiB</dd>
+        <dt>CPU / memory</dt><dd>{r.cpu || "—"} cores / {r.memory || "—"} GiB asked{inf ? " a replica" : ""}{givenSummary(job)}</dd>
         {inf ? (
           <>
             <dt>Model</dt><dd>{s.inference.model} ({s.inference.runtime})</dd>
@@ -181,7 +196,7 @@ function Replicas({ me, job, onError }) {
       <h2>Replicas</h2>
       <table class="replicas">
         <thead>
-          <tr><th scope="col">Replica</th><th scope="col">Status</th><th scope="col">Nodes</th>{inf && can(me, "jobs.operate") && <th scope="col">Actions</th>}</tr>
+          <tr><th scope="col">Replica</th><th scope="col">Status</th><th scope="col">Nodes</th><th scope="col">Given</th>{inf && can(me, "jobs.operate") && <th scope="col">Actions</th>}</tr>
         </thead>
         <tbody>
           {job.status.replicas.map((r) => (
@@ -189,6 +204,7 @@ function Replicas({ me, job, onError }) {
               <td>{r.index}</td>
               <td><StateBadge state={r.state} /> {r.reason && <span class="detail">{r.reason.message}</span>}</td>
               <td>{(r.nodes || []).join(", ") || "—"}</td>
+              <td class="given">{r.given ? <>{givenText(r.given)}{r.given.note && <span class="detail"> {r.given.note}</span>}</> : "—"}</td>
               {inf && can(me, "jobs.operate") && (
                 <td>
                   {REPLICA_ACTIONS.includes(r.state) ? (

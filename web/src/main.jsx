@@ -107,7 +107,11 @@ function App() {
         <nav aria-label="Main">
           <Link href="/jobs" current={path === "/" || path.startsWith("/jobs") && path !== "/jobs/new"}>Jobs</Link>
           {can(me, "jobs.create") && <Link href="/jobs/new" current={path === "/jobs/new"}>New job</Link>}
-          {can(me, "racks.manage") && <Link href="/racks" current={path.startsWith("/racks")}>Racks</Link>}
+          {can(me, "racks.manage") ? (
+            <Link href="/racks" current={path.startsWith("/racks")}>Racks</Link>
+          ) : (
+            can(me, "jobs.read") && <Link href="/racks" current={path.startsWith("/racks")}>Locations</Link>
+          )}
           <Link href="/team" current={path.startsWith("/team")}>Team</Link>
         </nav>
         <div class="who">

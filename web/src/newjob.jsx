@@ -150,6 +150,34 @@ function controlOf(field) {
   return best ? FIELD_OF[best] : "";
 }
 
+// catalogueOf is what the racks of a location (of a GPU model, if one is
+// chosen) run together, from the fleet's catalogues: null where one has not
+// reported its catalogue (the form then offers free text). images is null
+// where a rack takes any image.
+export function catalogueOf(fleet, location, gpuModel) {
+  const loc = ((fleet && fleet.locations) || []).find((l) => l.name === location);
+  const models = ((loc && loc.gpuModels) || []).filter((m) => !gpuModel || m.model === gpuModel);
+  const cats = models.map((m) => m.catalogue);
+  if (!cats.length || !cats.every(Boolean)) return null;
+  const all = (k) => [...new Set(cats.flatMap((c) => c[k] || []))].sort();
+  const capped = (k) => (cats.every((c) => c[k]) ? Math.max(...cats.map((c) => c[k])) : 0);
+  return {
+    images: cats.every((c) => c.images && c.images.length) ? all("images") : null,
+    jobTypes: all("jobTypes"),
+    runtimes: all("runtimes"),
+    maxVmCpus: capped("maxVmCpus"),
+    maxVmMemoryMiB: capped("maxVmMemoryMiB"),
+  };
+}
+
+// withCatalogueImage keeps the form's image one the location's racks boot:
+// the first of their catalogue when the form's is not in it.
+function withCatalogueImage(form, fleet) {
+  const cat = catalogueOf(fleet, form.location, form.gpuModel);
+  if (cat && cat.images && !cat.images.includes(form.image)) return { ...form, image: cat.images[0] };
+  return form;
+}
+
 export function NewJobPage({ me }) {
   const q = useQuery();
   const from = q.get("from");
@@ -186,7 +214,7 @@ export function NewJobPage({ me }) {
         }
       }
       const loc = (fl.locations || [])[0];
-      setForm({ ...blank, location: loc ? loc.name : "" });
+      setForm(withCatalogueImage({ ...blank, location: loc ? loc.name : "" }, fl));
     })();
   }, [from]);
 
@@ -227,11 +255,21 @@ export function NewJobPage({ me }) {
   const set = (k) => (e) => {
     const el = e.currentTarget;
     setTouched(true);
-    setForm({ ...form, [k]: el.type === "checkbox" ? el.checked : el.value });
+    const next = { ...form, [k]: el.type === "checkbox" ? el.checked : el.value };
+    setForm(k === "location" || k === "gpuModel" ? withCatalogueImage(next, fleet) : next);
   };
   const loc = ((fleet && fleet.locations) || []).find((l) => l.name === form.location);
   const models = (loc && loc.gpuModels) || [];
   const isInf = form.type === "managed-inference";
+  const cat = catalogueOf(fleet, form.location, form.gpuModel);
+  const serves = (t) => !cat || cat.jobTypes.includes(t);
+  const where = `${form.location}${form.gpuModel ? ` (${form.gpuModel})` : ""}`;
+  const capHelp = (k) => {
+    if (!cat) return "";
+    if (k === "cpu" && cat.maxVmCpus) return ` A VM in ${where} gets at most ${cat.maxVmCpus} vCPU, whatever is asked.`;
+    if (k === "memory" && cat.maxVmMemoryMiB) return ` A VM in ${where} gets at most ${Math.round((cat.maxVmMemoryMiB / 1024) * 10) / 10} GiB, whatever is asked.`;
+    return "";
+  };
 
   const submit = async (e) => {
     e.preventDefault();
@@ -280,13 +318,17 @@ export function NewJobPage({ me }) {
         <fieldset class="type">
           <legend>Job type</legend>
           <label class="choice">
-            <input type="radio" name="type" value="gpu-container" checked={!isInf} onChange={set("type")} />
+            <input type="radio" name="type" value="gpu-container" checked={!isInf} onChange={set("type")} disabled={!serves("gpu-container") && !isInf} />
             <span><strong>GPU Container Job</strong> A VM with GPUs and a shell.</span>
           </label>
           <label class="choice">
-            <input type="radio" name="type" value="managed-inference" checked={isInf} onChange={set("type")} />
-            <span><strong>Managed Inference Job</strong> A model behind an OpenAI-compatible API.</span>
+            <input type="radio" name="type" value="managed-inference" checked={isInf} onChange={set("type")} disabled={!serves("managed-inference") && !isInf} />
+            <span>
+              <strong>Managed Inference Job</strong> A model behind an OpenAI-compatible API.
+              {!serves("managed-inference") && <em class="help" id="h-type-inference"> The racks of {where} do not run it.</em>}
+            </span>
           </label>
+          {isInf && !serves("managed-inference") && <p class="error" role="alert">The racks of {where} run {cat.jobTypes.join(", ")} jobs only: choose another location.</p>}
         </fieldset>
 
         <fieldset>
@@ -321,14 +363,24 @@ export function NewJobPage({ me }) {
             </select>,
           )}
           {field("gpu", isInf ? "GPUs per replica" : "GPU count", <input {...attrs("gpu")} type="number" min="0" inputMode="numeric" />)}
-          {field("cpu", "CPU cores", <input {...attrs("cpu")} type="number" min="0" inputMode="numeric" placeholder="8 a GPU" />, "Empty: 8 cores a GPU.")}
-          {field("memory", "Memory (GiB)", <input {...attrs("memory")} type="number" min="0" inputMode="numeric" placeholder="64 a GPU" />, "Empty: 64 GiB a GPU.")}
+          {field("cpu", "CPU cores", <input {...attrs("cpu")} type="number" min="0" inputMode="numeric" placeholder="8 a GPU" />, `Empty: 8 cores a GPU.${capHelp("cpu")}`)}
+          {field("memory", "Memory (GiB)", <input {...attrs("memory")} type="number" min="0" inputMode="numeric" placeholder="64 a GPU" />, `Empty: 64 GiB a GPU.${capHelp("memory")}`)}
         </fieldset>
 
         {!isInf ? (
           <fieldset>
             <legend>Image &amp; access</legend>
-            {field("image", "Image", <input {...attrs("image")} autoComplete="off" />, "A cloud image name, e.g. ubuntu-24.04.")}
+            {cat && cat.images
+              ? field(
+                  "image",
+                  "Image",
+                  <select {...attrs("image")} onChange={set("image")}>
+                    {cat.images.map((im) => <option value={im}>{im}</option>)}
+                    {!cat.images.includes(form.image) && <option value={form.image}>{form.image} (not booted in {where})</option>}
+                  </select>,
+                  `The images the racks of ${where} boot.`,
+                )
+              : field("image", "Image", <input {...attrs("image")} autoComplete="off" />, "A cloud image name, e.g. ubuntu-24.04.")}
             {field("diskGB", "Disk (GB)", <input {...attrs("diskGB")} type="number" min="1" placeholder="100" />)}
             {field("sshKeys", "SSH public keys", <textarea {...attrs("sshKeys")} rows={3} placeholder="ssh-ed25519 AAAA… one a line" />)}
             {field("httpPort", "HTTP port", <input {...attrs("httpPort")} type="number" min="1" max="65535" />, "Served at the job's page through the API; optional.")}
@@ -341,8 +393,8 @@ export function NewJobPage({ me }) {
                 "runtime",
                 "Runtime",
                 <select {...attrs("runtime")} onChange={set("runtime")}>
-                  <option value="vllm">vLLM (chat, completions, embeddings)</option>
-                  <option value="parakeet">Parakeet (speech to text)</option>
+                  <option value="vllm" disabled={cat && !cat.runtimes.includes("vllm")}>vLLM (chat, completions, embeddings)</option>
+                  <option value="parakeet" disabled={cat && !cat.runtimes.includes("parakeet")}>Parakeet (speech to text)</option>
                 </select>,
               )}
               {field("model", "Model", <input {...attrs("model")} autoComplete="off" placeholder="meta-llama/Llama-3.1-8B-Instruct" />)}

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import { call } from "./api.js";
 import { Confirm, ErrorNotice, Notice, Time, useAsync } from "./ui.jsx";
+import { can } from "./main.jsx";
 
 // fmt1 writes a number with at most one decimal: 13.5, 224.
 const fmt1 = (x) => String(Math.round(x * 10) / 10);
@@ -16,7 +17,60 @@ function GPUs({ node }) {
   );
 }
 
-export function RacksPage() {
+// catalogueText says what racks run, in one line, as `cosmicac locations`
+// does.
+export function catalogueText(c) {
+  if (!c) return "not reported yet";
+  const parts = [`${(c.jobTypes || []).join(", ")} jobs`];
+  if (c.runtimes && c.runtimes.length) parts.push(`runtimes ${c.runtimes.join(", ")}`);
+  parts.push(c.images && c.images.length ? `images ${c.images.join(", ")}` : "any image");
+  const caps = [];
+  if (c.maxVmCpus) caps.push(`${c.maxVmCpus} vCPU`);
+  if (c.maxVmMemoryMiB) caps.push(`${fmt1(c.maxVmMemoryMiB / 1024)} GiB`);
+  if (caps.length) parts.push(`a VM gets at most ${caps.join(" and ")}`);
+  return parts.join("; ");
+}
+
+// RacksPage is the racks for a platform admin (racks.manage), and for
+// everyone else the read-only view of the locations they may use
+// (GET /fleet, jobs.read): no rack, node or worker, and no form.
+export function RacksPage({ me }) {
+  return can(me, "racks.manage") ? <AdminRacks /> : <Locations />;
+}
+
+function Locations() {
+  const [fleet] = useAsync(() => call("/fleet"), []);
+  return (
+    <section aria-labelledby="locations-title">
+      <h1 id="locations-title">Locations</h1>
+      <p class="muted">Where your jobs may run, and what runs there. A platform admin registers racks.</p>
+      <ErrorNotice error={fleet.error} />
+      {fleet.value && fleet.value.locations.length === 0 && <p class="empty">No locations yet: no rack is registered.</p>}
+      {fleet.value && fleet.value.locations.length > 0 && (
+        <table class="locations">
+          <thead>
+            <tr><th scope="col">Location</th><th scope="col">GPU model</th><th scope="col">GPUs free</th><th scope="col">Most a node holds</th><th scope="col">Runs</th></tr>
+          </thead>
+          <tbody>
+            {fleet.value.locations.flatMap((l) =>
+              l.gpuModels.map((m) => (
+                <tr data-location={l.name} data-model={m.model}>
+                  <td>{l.name}</td>
+                  <td>{m.model}</td>
+                  <td>{m.free} of {m.gpus}</td>
+                  <td>{m.maxPerNode} GPUs{m.maxCpuPerNode ? `, ${m.maxCpuPerNode} vCPU` : ""}{m.maxMemoryMiBPerNode ? `, ${fmt1(m.maxMemoryMiBPerNode / 1024)} GiB` : ""}</td>
+                  <td class="catalogue">{catalogueText(m.catalogue)}</td>
+                </tr>
+              )),
+            )}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+function AdminRacks() {
   const [racks, reload] = useAsync(() => call("/racks"), []);
   const [err, setErr] = useState(null);
   const [remove, setRemove] = useState(null);
@@ -61,6 +115,7 @@ export function RacksPage() {
               {r.reachable ? "worker reachable" : <strong class="bad">worker unreachable</strong>} · registered <Time t={r.createdAt} />
             </p>
             {r.note && <p class="muted">{r.note}</p>}
+            <p class="catalogue">Runs: {catalogueText(r.catalogue)}</p>
             {r.problem && (
               <Notice kind="error">
                 {r.problem.message}

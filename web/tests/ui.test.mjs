@@ -647,6 +647,70 @@ test("racks, teams and settings pages, at laptop and phone widths, light and dar
   await ctx.close();
 });
 
+test("the job page shows what the rack gave each replica next to what was asked", async () => {
+  const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "given", location: "us", image: "ubuntu-24.04", resources: { gpu: 1 } }, p.token, "ml");
+  const given = await waitFor("the replica's given resources", async () => (await p.api("GET", `/jobs/${job.id}`, undefined, p.token, "ml")).status.replicas[0].given);
+  assert.deepEqual({ cpus: given.cpus, memoryMiB: given.memoryMiB, gpus: given.gpus }, { cpus: 8, memoryMiB: 64 * 1024, gpus: 1 }); // the simulated rack gives the spec's share
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + `/jobs/${job.id}`);
+  await page.locator('tr[data-replica="0"] td.given', { hasText: "8 vCPU, 64 GiB, 1 GPU" }).waitFor();
+  assert.match(await page.locator("dl.facts").textContent(), /8 cores \/ 64 GiB asked/);
+  assert.equal(await page.getByRole("columnheader", { name: "Given" }).count(), 1);
+  await check(page, "job-given");
+  await page.context().close();
+  await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+});
+
+test("the new-job form offers the images of the location's catalogue and says what a VM there gets", async () => {
+  // The simulated rack reports its catalogue: any image, both job types.
+  const fleet = await p.api("GET", "/fleet", undefined, p.token, "ml");
+  const us = fleet.locations.find((l) => l.name === "us").gpuModels[0].catalogue;
+  assert.deepEqual(us.jobTypes, ["gpu-container", "managed-inference"]);
+  assert.equal(us.images, undefined);
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + "/jobs/new");
+  await page.getByRole("textbox", { name: "Image" }).waitFor(); // any image: free text
+  // A rack with a catalogue of images and caps, as a QEMU rack reports it.
+  await page.route(/\/api\/v1\/fleet(\?|$)/, async (route) => {
+    const res = await route.fetch();
+    const fl = await res.json();
+    for (const l of fl.locations) for (const m of l.gpuModels) m.catalogue = { images: ["debian-12", "ubuntu-24.04"], jobTypes: ["gpu-container"], maxVmCpus: 1, maxVmMemoryMiB: 512 };
+    await route.fulfill({ response: res, json: fl });
+  });
+  await page.goto(p.url + "/jobs/new");
+  const image = page.getByRole("combobox", { name: "Image" });
+  await image.waitFor();
+  assert.deepEqual(await image.locator("option").allTextContents(), ["debian-12", "ubuntu-24.04"]);
+  assert.equal(await image.inputValue(), "ubuntu-24.04");
+  assert.ok(await page.getByRole("radio", { name: /Managed Inference Job/ }).isDisabled(), "a job type the racks do not run is offered");
+  await page.getByText("The racks of us do not run it.").waitFor();
+  await page.getByText(/A VM in us gets at most 1 vCPU, whatever is asked/).waitFor();
+  await page.getByText(/A VM in us gets at most 0.5 GiB, whatever is asked/).waitFor();
+  await image.selectOption("debian-12");
+  await check(page, "new-job-catalogue");
+  await page.context().close();
+});
+
+test("a member's Racks page is the read-only view of the locations: no error, no admin form", async () => {
+  const page = await signIn(VERA);
+  await useTeam(page, "ml");
+  assert.equal(await page.getByRole("link", { name: "Racks" }).count(), 0);
+  await page.getByRole("link", { name: "Locations" }).click();
+  await page.getByRole("heading", { name: "Locations" }).waitFor();
+  const row = page.locator('tr[data-location="us"]');
+  await row.waitFor();
+  assert.match(await row.textContent(), /GH100_H100_SXM5_80GB/);
+  assert.match(await row.locator(".catalogue").textContent(), /gpu-container, managed-inference jobs; runtimes parakeet, vllm; any image/);
+  assert.equal(await page.getByRole("heading", { name: "Register a rack" }).count(), 0);
+  assert.equal(await page.getByRole("button", { name: "Remove" }).count(), 0);
+  assert.equal(await page.locator(".notice.error, [role=alert]").count(), 0);
+  assert.doesNotMatch(await page.locator("main").textContent(), /sim-us-1/); // no rack, node or worker named
+  await check(page, "locations-member");
+  await page.context().close();
+});
+
 test("the jobs page's first load with 1,000 jobs", async () => {
   await p.api("POST", "/teams", { name: "load", owner: "alice" });
   const jobs = [];
