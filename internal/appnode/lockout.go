@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
@@ -82,4 +84,55 @@ func (s *Server) userLosesAdmin(ctx context.Context, u cosmic.User, what string)
 		return nil
 	}
 	return s.keepAdminWayIn(ctx, losing{user: u.Name}, what)
+}
+
+// AuditAdminToken is the audit log's action for a token minted on the
+// host (MintAdminToken).
+const AuditAdminToken = "admin.token"
+
+// MintAdminToken is the operator's way back in (`cosmicac admin token`):
+// it stores a full personal access token of the platform admin user ("":
+// the bootstrap admin if a platform admin, else the first platform admin
+// by name), living life from now, straight in the accounts store of a
+// host the operator can reach, and records it in the audit log. A user
+// who is not a platform admin, or does not exist, is ErrInvalid.
+func MintAdminToken(ctx context.Context, acc Accounts, user, name string, life time.Duration, now time.Time) (apiv1.CreatedToken, error) {
+	users, err := acc.ListUsers(ctx)
+	if err != nil {
+		return apiv1.CreatedToken{}, fmt.Errorf("list users: %w", err)
+	}
+	var admins []string
+	for _, u := range users {
+		if u.PlatformAdmin {
+			admins = append(admins, u.Name)
+		}
+	}
+	switch {
+	case len(admins) == 0:
+		return apiv1.CreatedToken{}, fmt.Errorf("no platform admin in this database (is it the app-node's?): %w", cosmic.ErrInvalid)
+	case user == "" && slices.Contains(admins, BootstrapUser):
+		user = BootstrapUser
+	case user == "":
+		user = admins[0]
+	case !slices.Contains(admins, user):
+		return apiv1.CreatedToken{}, fmt.Errorf("%s is not a platform admin here; the platform admins are %s: %w", user, strings.Join(admins, ", "), cosmic.ErrInvalid)
+	}
+	secret, hash, err := NewToken()
+	if err != nil {
+		return apiv1.CreatedToken{}, err
+	}
+	id, err := NewTokenID()
+	if err != nil {
+		return apiv1.CreatedToken{}, err
+	}
+	now = now.UTC()
+	t := store.Token{ID: id, Kind: store.KindToken, Name: name, UserName: user, Hash: hash, CreatedAt: now, ExpiresAt: now.Add(life)}
+	if err := acc.CreateToken(ctx, t); err != nil {
+		return apiv1.CreatedToken{}, fmt.Errorf("store token: %w", err)
+	}
+	if err := acc.AppendAudit(ctx, store.AuditRecord{At: now, User: user, Action: AuditAdminToken, Target: id, Remote: "host",
+		Status: http.StatusCreated, Detail: "minted on the host with cosmicac admin token"}); err != nil {
+		return apiv1.CreatedToken{}, fmt.Errorf("record in the audit log: %w", err)
+	}
+	return apiv1.CreatedToken{Token: tokenOut(t), Secret: secret}, nil
 }

@@ -106,6 +106,7 @@ var cliElsewhere = map[string]string{
 	"ork replay":           "no API: reads two local files (TestOrkReplay)",
 	"backup":               "no API: copies a local SQLite file (TestUpBackupThenCopyToPostgres)",
 	"store copy":           "no API: copies a local SQLite file into PostgreSQL (TestUpBackupThenCopyToPostgres)",
+	"admin token":          "no API: writes a platform admin's token into the host's database (TestAdminTokenIsTheWayBackIn)",
 }
 
 // TestCLIAccessMatrix: each CLI command that reaches the API, run by each
