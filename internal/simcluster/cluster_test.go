@@ -265,7 +265,8 @@ func TestLifecycleToRunning(t *testing.T) {
 		if diff := cmp.Diff([]int{0, 25, 50, 75, 100}, importPercents(e.rep.replicaReports(jobA, 0))); diff != "" {
 			t.Errorf("import progress (-want +got):\n%s", diff)
 		}
-		want := worker.ReplicaReport{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}}
+		// Given: the job's share (the spec here asks for no CPU or memory).
+		want := worker.ReplicaReport{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}, Given: &cosmic.Given{GPUs: 8}}
 		if diff := cmp.Diff(want, got, ignoreStamps); diff != "" {
 			t.Errorf("final report (-want +got):\n%s", diff)
 		}
@@ -696,7 +697,7 @@ func TestJobsAfterOperations(t *testing.T) {
 		crashed := cosmic.NewReason(cosmic.ReasonVMICrashed, "VMI job-bbbbbbbb-r0-0 on sim-us-1-node-1 crashed (simulated)")
 		want := []worker.JobReport{
 			{JobID: jobA, Replicas: []worker.ReplicaReport{
-				{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}},
+				{Replica: 0, State: cosmic.StateRunning, Nodes: []string{"sim-us-1-node-0"}, Given: &cosmic.Given{GPUs: 1}},
 				{Replica: 1, State: cosmic.StateStopped, Reason: &killed},
 			}},
 			{JobID: jobB, Replicas: []worker.ReplicaReport{{Replica: 0, State: cosmic.StateFailed, Reason: &crashed}}},
@@ -846,4 +847,20 @@ func TestReportsAreStamped(t *testing.T) {
 			t.Fatal("the first report would replace the last one")
 		}
 	})
+}
+
+// TestSimulatedRackReportsCatalogueAndGiven: the simulated rack reports
+// that it runs both job types, every runtime and any image, and gives a
+// replica its share of the job (cosmic.ShareOf).
+func TestSimulatedRackReportsCatalogueAndGiven(t *testing.T) {
+	c := Catalogue()
+	if len(c.Images) != 0 || len(c.JobTypes) != 2 || len(c.Runtimes) != 2 || c.MaxVMCPUs != 0 || c.MaxVMMemoryMiB != 0 {
+		t.Fatalf("catalogue %+v", c)
+	}
+	spec := cosmic.Spec{Type: cosmic.TypeGPUContainer, Resources: cosmic.Resources{GPU: 2}}
+	spec.Default()
+	g := cosmic.ShareOf(spec, cosmic.Reservation{Nodes: []cosmic.NodeAlloc{{Node: "n", GPUs: []int{0, 1}}}})
+	if g != (cosmic.Given{CPUs: 16, MemoryMiB: 128 * 1024, GPUs: 2}) {
+		t.Fatalf("given %+v", g)
+	}
 }
