@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
@@ -40,6 +42,25 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				// Through the API, the job tells which keys its VM admits
+				// and its image the user, for the default user and for
+				// what to say when ssh fails.
+				var job cosmic.Job
+				if agentPeer == "" {
+					ac, err := a.connect(conn)
+					if err != nil {
+						return err
+					}
+					if jobID, err = ac.resolveJobID(cmd.Context(), jobID); err != nil {
+						return err
+					}
+					if job, err = ac.GetJob(cmd.Context(), jobID); err != nil {
+						return ac.explain(err)
+					}
+					if user == "" {
+						user = defaultLogin(job.Spec.Image)
+					}
+				}
 				pc := []string{self, "jobs", "ssh", "--proxy", jobID}
 				if agentPeer != "" {
 					pc = append(pc, "--agent", agentPeer)
@@ -56,6 +77,11 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
 				if err := c.Run(); err != nil {
 					if ee, ok := err.(*exec.ExitError); ok {
+						if ee.ExitCode() == 255 && job.ID != "" {
+							// ssh's own failure (a command's 255 is rare):
+							// most often a key or user the VM does not take.
+							fmt.Fprint(a.stderr, sshHint(job, user))
+						}
 						return &exitError{code: ee.ExitCode(), err: silentExit{ee.ExitCode()}}
 					}
 					return withExit(ExitFailure, err)
@@ -114,8 +140,53 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&proxy, "proxy", false, "be ssh's ProxyCommand: splice stdin and stdout to port 22 in the VM")
-	f.StringVarP(&user, "login", "l", "", "the user to log in as (default: ssh's)")
+	f.StringVarP(&user, "login", "l", "", "the user to log in as (default: the image's default user where its name tells, debian or ubuntu; else ssh's)")
 	f.StringVar(&agentPeer, "agent", "", "reach the agent directly at KEY@HOST:PORT over the fabric instead of through the API")
 	f.StringVar(&keyFile, "key-file", "", "with --agent: the CLI's key file")
 	return cmd
+}
+
+// defaultLogin is the default user of a cloud image whose name tells its
+// distribution (debian-12, ubuntu-24.04, quay.io/containerdisks/ubuntu:24.04):
+// the user cloud-init gives the job's SSH keys. "" when the name does not
+// tell (ssh then logs in as the local user).
+func defaultLogin(image string) string {
+	name := strings.ToLower(image[strings.LastIndex(image, "/")+1:])
+	for _, d := range []string{"debian", "ubuntu", "fedora"} {
+		if rest, ok := strings.CutPrefix(name, d); ok && (rest == "" || strings.IndexAny(rest[:1], "-:_.0123456789") == 0) {
+			return d
+		}
+	}
+	return ""
+}
+
+// sshHint is what `jobs ssh` adds when ssh fails: the keys the job's VM
+// admits, the user it logged in as, and how to give others.
+func sshHint(job cosmic.Job, user string) string {
+	var b strings.Builder
+	if len(job.Spec.SSHPublicKeys) == 0 {
+		fmt.Fprintf(&b, "cosmicac: ssh failed (exit 255). Job %s has no SSH key: its VM admits only the keys of its spec's sshPublicKeys (unless its image carries its own). "+
+			"Create the job with --ssh-key @$HOME/.ssh/id_ed25519.pub (your public key), or open a shell without a key: cosmicac jobs shell %s\n", job.ID, job.ID)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "cosmicac: ssh failed (exit 255). The VM of job %s admits only the keys of its spec's sshPublicKeys, for the image's default user:\n", job.ID)
+	for _, k := range job.Spec.SSHPublicKeys {
+		f := strings.Fields(k)
+		switch {
+		case len(f) >= 3:
+			fmt.Fprintf(&b, "  key   %s %s\n", f[0], strings.Join(f[2:], " "))
+		case len(f) == 2 && len(f[1]) > 16:
+			fmt.Fprintf(&b, "  key   %s …%s\n", f[0], f[1][len(f[1])-16:])
+		default:
+			fmt.Fprintf(&b, "  key   %s\n", k)
+		}
+	}
+	if user != "" {
+		fmt.Fprintf(&b, "  user  %s (the default user of image %s; -l USER for another)\n", user, job.Spec.Image)
+	} else {
+		fmt.Fprintf(&b, "  user  your local user, as ssh chose it: give the image's default user with -l (debian on Debian cloud images, ubuntu on Ubuntu's)\n")
+	}
+	fmt.Fprintf(&b, "Give ssh the private half of one of those keys: cosmicac jobs ssh %s -- -i ~/.ssh/id_ed25519. "+
+		"cosmicac jobs shell %s needs no key.\n", job.ID, job.ID)
+	return b.String()
 }

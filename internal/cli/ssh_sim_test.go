@@ -122,6 +122,27 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 
 	if code, out, errs := ssh(wrong, "echo", "hi"); code != 255 || out != "" || !strings.Contains(errs, "Permission denied (publickey)") {
 		t.Fatalf("jobs ssh with another key: exit %d, stdout %q, stderr %q", code, out, errs)
+	} else if !strings.Contains(errs, "admits only the keys of its spec's sshPublicKeys") || !strings.Contains(errs, "key   ssh-ed25519 admitted\n") ||
+		!strings.Contains(errs, "user  ubuntu (the default user of image ubuntu:24.04") || !strings.Contains(errs, "-- -i ") {
+		// Not a bare "Permission denied": which key and user the VM takes.
+		t.Errorf("jobs ssh with another key does not say which key and user to use:\n%s", errs)
+	}
+	// A job created without a key: ssh is refused, and told why and the fix.
+	code, out, errs = runCLI(t, env, "jobs", "create", "--location", "us", "--image", "debian-12", "--gpus", "1", "--name", "keyless", "-o", "json")
+	if code != 0 {
+		t.Fatalf("jobs create keyless: exit %d: %s", code, errs)
+	}
+	var keyless struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &keyless); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(keyless.ID, cosmic.StateRunning)
+	if code, out, errs := runCLI(t, env, "jobs", "ssh", "keyless", "--", "-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes",
+		"-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "echo", "hi"); code != 255 || out != "" ||
+		!strings.Contains(errs, "Job "+keyless.ID+" has no SSH key") || !strings.Contains(errs, "--ssh-key @") || !strings.Contains(errs, "cosmicac jobs shell "+keyless.ID) {
+		t.Errorf("jobs ssh to a job without a key: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 
 	// The simulated sshd recorded the sessions in the job's system log.
@@ -148,5 +169,20 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 5 (echo, exit, -tt, scp, cat) and 1", opened, closed)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The user `jobs ssh` logs in as by default: the image's default user
+// where its name tells it (a QEMU rack's debian-12 takes debian, not the
+// local user).
+func TestDefaultLogin(t *testing.T) {
+	for image, want := range map[string]string{
+		"debian-12": "debian", "debian": "debian", "ubuntu-24.04": "ubuntu", "ubuntu:24.04": "ubuntu",
+		"quay.io/containerdisks/ubuntu:24.04": "ubuntu", "Fedora-41": "fedora",
+		"debianish": "", "nvcr.io/nvidia/pytorch:24.01": "", "": "", "myorg/ubuntu-tools/app": "",
+	} {
+		if got := defaultLogin(image); got != want {
+			t.Errorf("defaultLogin(%q) = %q, want %q", image, got, want)
+		}
 	}
 }
