@@ -2,6 +2,7 @@ package cosmictest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
@@ -40,6 +41,11 @@ func TestFleetForMembers(t *testing.T) {
 	for _, n := range r.Nodes {
 		perNode = max(perNode, n.GPUs)
 	}
+	// The rack's catalogue, as its worker reported it, and its largest node.
+	if m.Catalogue == nil || r.Catalogue == nil || !slices.Equal(m.Catalogue.JobTypes, r.Catalogue.JobTypes) || m.MaxCPUPerNode != int(r.Nodes[0].CPUMilli/1000) {
+		t.Fatalf("fleet %+v (catalogue %+v), want the rack's catalogue %+v and its node's vCPUs", m, m.Catalogue, r.Catalogue)
+	}
+	m.Catalogue, m.MaxCPUPerNode, m.MaxMemoryMiBPerNode = nil, 0, 0
 	if want := (apiv1.FleetGPUModel{Model: r.GPUModel, Nodes: len(r.Nodes), GPUs: r.GPUs, Free: r.FreeGPUs, MaxPerNode: perNode, MaxFreePerNode: perNode}); m != want {
 		t.Fatalf("fleet %+v, want %+v (rack %+v)", m, want, r)
 	}
@@ -48,6 +54,15 @@ func TestFleetForMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.WaitState(j.ID, cosmic.StateRunning)
+	// What the rack gave the replica: on the simulated rack, the spec's
+	// resources as defaulted (8 vCPUs and 64 GiB a GPU).
+	got, err := member.GetJob(e.Ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got.Status.Replicas[0].Given; g == nil || *g != (cosmic.Given{CPUs: 16, MemoryMiB: 128 * 1024, GPUs: 2}) {
+		t.Errorf("replica 0 was given %+v, want 16 vCPUs, 128 GiB and 2 GPUs", g)
+	}
 	waittest.Until(t, func() bool { return model().Free == r.FreeGPUs-2 }, "the job's GPUs to leave the fleet's free count")
 	if m := model(); m.MaxFreePerNode != perNode && len(r.Nodes) > 1 {
 		t.Errorf("with a 2-GPU job on one node of %d: %+v", len(r.Nodes), m)
