@@ -344,26 +344,27 @@ func Routes() []Route {
 			Params: []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "Rack ID"},
 				force("Remove even if jobs hold GPUs on the rack")},
 			Status: http.StatusNoContent, Errors: []int{http.StatusConflict}},
-		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
+		{Op: OpCreateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysCreate,
 			Summary: "Create an inference API key",
-			Description: "Makes a key of the caller's team (another team: admins only) for the OpenAI-compatible API at /inference/v1. " +
+			Description: "Makes a key of the caller's team (or of team, another team the caller may make keys in) for the OpenAI-compatible API at /inference/v1: " +
+				"a key reaches that team's models only. Members make keys (apikeys.create) and manage the keys they made; team admins every key of the team (apikeys.manage). " +
 				"The answer carries the secret (key) this once; only its hash is kept. " +
 				fmt.Sprintf("models (at most %d served model names) limits the key to those: others are answered 404 model_not_found and /inference/v1/models lists only those. ", MaxKeyModels) +
 				"expiresAt (RFC 3339) or expiresIn (a duration, 720h) ends the key: it is refused from that instant.",
 			Request: CreateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusCreated},
-		{Op: OpRotateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys/{id}/rotate", Tag: "api-keys", Perm: authz.APIKeysManage,
+		{Op: OpRotateAPIKey, Method: http.MethodPost, Path: Prefix + "/api-keys/{id}/rotate", Tag: "api-keys", Perm: authz.APIKeysCreate,
 			Summary: "Rotate an inference API key: a new secret, the old one kept for a grace period",
 			Description: "Answers the key with a new secret (key), shown this once. The secret it replaces keeps working for grace " +
 				fmt.Sprintf("(a duration, default %v, at most %v; 0s ends it at once), then stops; ", DefaultKeyGrace, MaxKeyGrace) +
 				"a secret replaced earlier and still in its grace stops at once. The key keeps its ID, name, models and expiry. " +
-				"An expired key cannot be rotated (409). Another team's key is not found (admins: any).",
+				"An expired key cannot be rotated (409). Another team's key, and for a member a key another user made, is not found (team admins: any of the team's).",
 			Params:  []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
 			Request: RotateAPIKey{}, Response: CreatedAPIKey{}, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
-		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysManage,
-			Summary: "List the caller's team's inference API keys (never their secrets)", Response: APIKeyList{}, Status: http.StatusOK},
-		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Perm: authz.APIKeysManage,
+		{Op: OpListAPIKeys, Method: http.MethodGet, Path: Prefix + "/api-keys", Tag: "api-keys", Perm: authz.APIKeysCreate,
+			Summary: "List the caller's team's inference API keys (never their secrets): a team admin's every key, a member's the keys they made", Response: APIKeyList{}, Status: http.StatusOK},
+		{Op: OpRevokeAPIKey, Method: http.MethodDelete, Path: Prefix + "/api-keys/{id}", Tag: "api-keys", Perm: authz.APIKeysCreate,
 			Summary:     "Revoke an inference API key",
-			Description: "The key stops working within 1 s (proxy-inference caches lookups that long). Another team's key is not found (admins: any).",
+			Description: "The key stops working within 1 s (proxy-inference caches lookups that long). Another team's key, and for a member a key another user made, is not found (team admins: any of the team's).",
 			Params:      []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
 			Status:      http.StatusNoContent},
 		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Perm: authz.Self,

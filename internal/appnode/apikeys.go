@@ -129,8 +129,8 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 		if !c.inTeam(in.Team) {
 			return nil, teamNotFound(in.Team)
 		}
-		if !c.can(in.Team, authz.APIKeysManage) {
-			return nil, forbidden(c, authz.APIKeysManage, in.Team)
+		if !c.can(in.Team, authz.APIKeysCreate) {
+			return nil, forbidden(c, authz.APIKeysCreate, in.Team)
 		}
 		team = in.Team
 	}
@@ -157,22 +157,31 @@ func (s *Server) listAPIKeys(_ http.ResponseWriter, r *http.Request, c *caller) 
 	if err != nil {
 		return nil, err
 	}
-	out := apiv1.APIKeyList{Items: make([]apiv1.APIKey, len(keys)), Total: len(keys)}
+	out := apiv1.APIKeyList{Items: []apiv1.APIKey{}}
 	now := s.now()
-	for i, k := range keys {
-		out.Items[i] = keyOut(k, now)
+	for _, k := range keys {
+		if c.managesKey(k) {
+			out.Items = append(out.Items, keyOut(k, now))
+		}
 	}
+	out.Total = len(out.Items)
 	return out, nil
 }
 
+// managesKey reports whether the caller may see, rotate and revoke k: a
+// team admin every key of the team (apikeys.manage), a member the keys
+// they made (apikeys.create; docs/permissions.md, "API keys").
+func (c *caller) managesKey(k store.APIKey) bool {
+	return c.can(k.Team, authz.APIKeysManage) || c.can(k.Team, authz.APIKeysCreate) && k.CreatedBy == c.user.Name
+}
+
 // visibleKey returns the key of the path's {id} if the caller may act on
-// it: admins any, others their team's (another team's is not found, so
-// that IDs do not leak).
+// it (managesKey); any other is not found, so that IDs do not leak.
 func (s *Server) visibleKey(r *http.Request, c *caller, ks APIKeyStore) (store.APIKey, error) {
 	id := r.PathValue("id")
 	k, err := ks.GetAPIKey(r.Context(), id)
-	if err == nil && !c.can(k.Team, authz.APIKeysManage) {
-		err = cosmic.ErrNotFound // another team's key: IDs do not leak
+	if err == nil && !c.managesKey(k) {
+		err = cosmic.ErrNotFound // another team's key, or another's: IDs do not leak
 	}
 	c.auditTeam, c.auditTarget = k.Team, id
 	if errors.Is(err, cosmic.ErrNotFound) {

@@ -222,7 +222,7 @@ func TestSelectorTokenManagesNoTeam(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &w); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []authz.Permission{authz.APIKeysManage, authz.MembersManage, authz.OwnersManage, authz.AuditRead, authz.TeamDelete} {
+	for _, p := range []authz.Permission{authz.APIKeysCreate, authz.APIKeysManage, authz.MembersManage, authz.OwnersManage, authz.AuditRead, authz.TeamDelete} {
 		if slices.Contains(w.Permissions, p) {
 			t.Errorf("whoami of the selector token lists %s: %v", p, w.Permissions)
 		}

@@ -34,7 +34,8 @@ const (
 	MembersRead   Permission = "members.read"   // list the team's members
 	MembersManage Permission = "members.manage" // add, remove and change members below owner
 	OwnersManage  Permission = "owners.manage"  // make, change and remove owners
-	APIKeysManage Permission = "apikeys.manage" // list, create, rotate and revoke inference API keys
+	APIKeysCreate Permission = "apikeys.create" // create the team's inference API keys; list, rotate and revoke one's own
+	APIKeysManage Permission = "apikeys.manage" // list, rotate and revoke every inference API key of the team
 	QuotasRead    Permission = "quotas.read"    // read the team's quotas
 	AuditRead     Permission = "audit.read"     // read the team's audit log
 	TeamDelete    Permission = "team.delete"    // delete the team (it must have no jobs)
@@ -104,6 +105,7 @@ var matrix = map[Permission]rule{
 	MembersRead:   {kind: KindTeam, roles: all, scopes: readers},
 	MembersManage: {kind: KindTeam, roles: admins},
 	OwnersManage:  {kind: KindTeam, roles: owners},
+	APIKeysCreate: {kind: KindTeam, roles: members},
 	APIKeysManage: {kind: KindTeam, roles: admins},
 	QuotasRead:    {kind: KindTeam, roles: all, scopes: readers},
 	AuditRead:     {kind: KindTeam, roles: admins},
@@ -123,7 +125,7 @@ var matrix = map[Permission]rule{
 // Permissions lists every permission, in the matrix's order.
 var Permissions = []Permission{
 	JobsRead, JobsCreate, JobsOperate, JobsConnect, MembersRead, MembersManage, OwnersManage,
-	APIKeysManage, QuotasRead, AuditRead, TeamDelete,
+	APIKeysCreate, APIKeysManage, QuotasRead, AuditRead, TeamDelete,
 	UsersManage, TeamsCreate, QuotasSet, RacksManage,
 	Self, AccountManage, Public,
 }

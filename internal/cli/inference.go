@@ -70,16 +70,29 @@ func (a *app) endpoint(f *inferCallFlags) (string, string, error) {
 }
 
 // inferenceError turns an OpenAI-shaped error answer into what the user reads.
-func inferenceError(resp *http.Response) error {
+// A 401 to a call that sent no key (key "") says how to get one.
+func inferenceError(resp *http.Response, key string) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e struct {
 		Error struct{ Message, Code string }
 	}
+	var err error
 	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-		return withExit(ExitFailure, fmt.Errorf("%s (%d): %s", e.Error.Code, resp.StatusCode, e.Error.Message))
+		err = fmt.Errorf("%s (%d): %s", e.Error.Code, resp.StatusCode, e.Error.Message)
+	} else {
+		err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
-	return withExit(ExitFailure, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b))))
+	if resp.StatusCode == http.StatusUnauthorized && key == "" {
+		err = fmt.Errorf("%w\n%s", err, noKeyHint)
+	}
+	return withExit(ExitFailure, err)
 }
+
+// noKeyHint says how to get an API key: any member of the model's team
+// may make one (docs/permissions.md, "API keys").
+const noKeyHint = "no API key was sent: this model needs one of its team's keys. Make one (members of the team may) and use it:\n" +
+	"  export " + envAPIKey + "=$(cosmicac api-keys create my-key -q)\n" +
+	"or pass --api-key KEY (cosmicac api-keys create --help; add --team TEAM for another of your teams)"
 
 func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 	var (
@@ -125,7 +138,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return inferenceError(resp)
+				return inferenceError(resp, key)
 			}
 			if !stream {
 				var out struct {
@@ -213,7 +226,7 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return inferenceError(resp)
+				return inferenceError(resp, key)
 			}
 			if format != "" && format != "json" {
 				_, err := io.Copy(a.stdout, resp.Body)

@@ -129,7 +129,7 @@ func (a *app) modelsOfKey(cmd *cobra.Command, base, key string) ([]modelRow, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, inferenceError(resp)
+		return nil, inferenceError(resp, key)
 	}
 	var l struct {
 		Data []struct {

@@ -7,7 +7,7 @@ export function TeamPage({ me, tab }) {
   const tabs = [["members", "Members"], ["quotas", "Quotas & usage"]];
   if (can(me, "audit.read")) tabs.push(["audit", "Audit log"]);
   if (can(me, "account.manage")) tabs.push(["tokens", "Access tokens"]);
-  if (can(me, "apikeys.manage")) tabs.push(["keys", "API keys"]);
+  if (can(me, "apikeys.create")) tabs.push(["keys", "API keys"]);
   const current = tabs.some(([t]) => t === tab) ? tab : "members";
   return (
     <section aria-labelledby="team-title">
@@ -347,7 +347,10 @@ function APIKeys({ me }) {
   };
   return (
     <div>
-      <p class="help">Keys of {me.team} for the OpenAI-compatible API at <code>{location.origin}/inference/v1</code>.</p>
+      <p class="help">
+        Keys of {me.team} for the OpenAI-compatible API at <code>{location.origin}/inference/v1</code>; a key reaches the team's models only.
+        {can(me, "apikeys.manage") ? " You see every key of the team." : " You see the keys you made; the team's admins see every key."}
+      </p>
       <ErrorNotice error={list.error || err} />
       {secret && <Secret what="key" secret={secret} onDone={() => setSecret("")} />}
       {list.value && (

@@ -541,10 +541,15 @@ async function signInAsAdmin() {
   return page;
 }
 
-test("the Quotas & usage page as a platform admin, a team admin, a member and a viewer", async () => {
-  const MIA = { user: "mia", password: "mia-password-1" }; // member of ml
-  await p.api("POST", "/users", { name: MIA.user, password: MIA.password });
+const MIA = { user: "mia", password: "mia-password-1" }; // a member of ml, made by addMia
+
+async function addMia() {
+  await p.api("POST", "/users", { name: MIA.user, password: MIA.password }).catch(() => {}); // made by an earlier test
   await p.api("PUT", "/teams/ml/members/mia", { role: "member" });
+}
+
+test("the Quotas & usage page as a platform admin, a team admin, a member and a viewer", async () => {
+  await addMia();
   await p.api("PUT", "/teams/ml/quotas/us", { gpus: 6 });
   await p.api("PUT", "/teams/other/quotas/us", { gpus: 3 });
   const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "holds-two", location: "us", image: "ubuntu-24.04", resources: { gpu: 2 } }, p.token, "ml");
@@ -574,6 +579,35 @@ test("the Quotas & usage page as a platform admin, a team admin, a member and a 
   await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
   await p.api("DELETE", "/teams/ml/quotas/us");
   await p.api("DELETE", "/teams/other/quotas/us");
+  await p.api("DELETE", "/teams/ml/members/mia");
+});
+
+test("a member makes an API key for the team's models and sees only the keys they made", async () => {
+  await addMia();
+  const admins = await p.api("POST", "/api-keys", { name: "admins-key" }, p.token, "ml");
+  const page = await signIn(MIA);
+  await useTeam(page, "ml");
+  await page.goto(p.url + "/team");
+  await page.getByRole("link", { name: "API keys" }).click();
+  await page.getByText("You see the keys you made").waitFor();
+  await page.getByLabel("Name").fill("mias-key");
+  await page.getByRole("button", { name: "Create key" }).click();
+  const secret = (await page.getByLabel("The new key").textContent()).trim();
+  assert.match(secret, /^sk-cac-/);
+  await page.getByLabel("I have saved the key").check();
+  await page.getByRole("button", { name: "Done" }).click();
+  const row = page.locator("table.keys tr", { hasText: "mias-key" });
+  await row.waitFor();
+  assert.equal(await page.locator(`tr[data-key="${admins.id}"]`).count(), 0, "a member sees a key another user made");
+  await check(page, "member-api-keys");
+  const keys = (await p.api("GET", "/api-keys", undefined, p.token, "ml")).items;
+  const mias = keys.find((k) => k.name === "mias-key");
+  assert.ok(mias && mias.createdBy === "mia" && mias.team === "ml", `the key in the API: ${JSON.stringify(keys)}`);
+  await row.getByRole("button", { name: "Revoke" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Revoke" }).click();
+  await row.waitFor({ state: "detached" });
+  await page.context().close();
+  await p.api("DELETE", `/api-keys/${admins.id}`, undefined, p.token, "ml");
   await p.api("DELETE", "/teams/ml/members/mia");
 });
 

@@ -94,7 +94,7 @@ func NewAccessEnv(t testing.TB, withPassword bool) *AccessEnv {
 	if _, err := e.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: cosmic.Rack{ID: "r1", Type: "server", Location: "us", GPUModel: "H100", WorkerKey: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}}); err != nil {
 		t.Fatal(err)
 	}
-	k, _, err := inferproxy.NewAPIKey("k", "ml", "olive", time.Now())
+	k, _, err := inferproxy.NewAPIKey("k", "ml", "mia", time.Now()) // the member's: every role that may manage it reaches it
 	if err != nil {
 		t.Fatal(err)
 	}
