@@ -611,6 +611,19 @@ test("a member makes an API key for the team's models and sees only the keys the
   await p.api("DELETE", "/teams/ml/members/mia");
 });
 
+test("the only platform admin's last token is not revoked from the page: the refusal says why", async () => {
+  const page = await signInAsAdmin();
+  await page.goto(p.url + "/team/tokens");
+  const row = page.locator("tr", { hasText: "bootstrap admin token" });
+  await row.getByRole("button", { name: "Revoke" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Revoke" }).click();
+  await page.getByRole("alert").filter({ hasText: "no platform admin a way to sign in" }).waitFor();
+  assert.equal(await row.count(), 1, "the token's row is gone");
+  assert.equal((await fetch(p.url + "/api/v1/whoami", { headers: { Authorization: `Bearer ${p.token}` } })).status, 200);
+  await check(page, "admin-last-token");
+  await page.context().close();
+});
+
 test("racks, teams and settings pages, at laptop and phone widths, light and dark", async () => {
   for (const [w, h, scheme] of [[1280, 860, "light"], [390, 844, "dark"]]) {
     const page = await signIn(ALICE, { viewport: { width: w, height: h }, colorScheme: scheme });
