@@ -472,3 +472,46 @@ func TestHTTPRelay(t *testing.T) {
 		t.Fatal("the session record does not name alice")
 	}
 }
+
+// Config.Notice is told on stderr at the start of every session, before
+// its output, and never on a command's stdout; Config.RefuseShells starts
+// none and says why (the simulated rack's host shells, issue 32).
+func TestShellNoticeAndRefusal(t *testing.T) {
+	const notice = "CosmicAC: this shell runs on the platform's host"
+	r := newRig(t, func(c *Config) { c.Notice = notice })
+	c, _, err := r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{Argv: []string{"echo", "out"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if es, err := RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 0 ||
+		out.String() != "out\n" || errb.String() != notice+"\n" {
+		t.Fatalf("pipes: exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
+	}
+	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80, Env: []string{"PS1=$ "}})
+	waitFor(t, s.errb, notice+"\r\n")
+	s.send(t, "exit 4\n")
+	if es := s.wait(t); es.Code != 4 {
+		t.Fatalf("tty: exit %d, want 4", es.Code)
+	}
+
+	const off = "CosmicAC: shells are turned off here"
+	r = newRig(t, func(c *Config) { c.RefuseShells = off })
+	c, _, err = r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{Argv: []string{"sh", "-c", "echo ran"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if es, err := RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 126 ||
+		out.String() != "" || errb.String() != off+"\n" {
+		t.Fatalf("refused: exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
+	}
+	refused := false
+	for _, rec := range r.logs.Job(r.agent.cfg.JobID) {
+		refused = refused || strings.Contains(rec.Line, "refused: shells are turned off")
+	}
+	if !refused {
+		t.Errorf("no record of the refused session: %+v", r.logs.Job(r.agent.cfg.JobID))
+	}
+}

@@ -60,6 +60,14 @@ type Config struct {
 	// SSHPort is the loopback port a tcp.connect to port 22 (`jobs ssh`)
 	// reaches (default 22; tests point it at a throwaway sshd).
 	SSHPort int
+	// Notice, if set, is told on stderr at the start of every shell
+	// session (the simulated rack's: the shell is on the platform's host,
+	// not in a VM).
+	Notice string
+	// RefuseShells, if set, refuses every shell session with this
+	// message (and exit code 126) instead of starting it: the operator
+	// turned host shells off.
+	RefuseShells string
 	// Logs receives the agent's records: session records (system) and the
 	// command's output (application). Default: discard.
 	Logs joblog.Sink

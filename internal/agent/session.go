@@ -117,6 +117,10 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 	a.mu.Unlock()
 	defer a.sessionWG.Done()
 
+	if a.cfg.RefuseShells != "" {
+		return a.refuseShell(req, id, p)
+	}
+
 	// The command.
 	var cmd *exec.Cmd
 	if len(p.Argv) == 0 {
@@ -228,6 +232,10 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 	a.mu.Unlock()
 	a.record("shell", "shell session %s opened by %s: %s (%s)", id, who, what, mode)
 	a.changed()
+	if a.cfg.Notice != "" {
+		// Before any output, on stderr (a command's stdout stays its own).
+		w.Data(shellproto.TypeStderr, []byte(lineEnds(a.cfg.Notice, p.TTY)))
+	}
 
 	// Output: the PTY, or stdout and stderr.
 	var out sync.WaitGroup
@@ -352,4 +360,32 @@ func foreground(tty *os.File) (int, error) {
 		return 0, err
 	}
 	return pgid, ierr
+}
+
+// refuseShell answers a session the agent does not start
+// (Config.RefuseShells): the message on stderr and exit code 126.
+func (a *Agent) refuseShell(req *fabric.StreamRequest, id string, p shellproto.OpenParams) error {
+	st, err := req.Accept(shellproto.OpenReply{Session: id})
+	if err != nil {
+		return err
+	}
+	w := shellproto.NewWriter(st)
+	who := p.User
+	if who == "" {
+		who = "key " + req.Peer.Short()
+	}
+	a.record("shell", "shell session %s by %s refused: shells are turned off", id, who)
+	w.Data(shellproto.TypeStderr, []byte(lineEnds(a.cfg.RefuseShells, p.TTY)))
+	w.Exit(shellproto.ExitStatus{Code: 126, Error: "shells are turned off"})
+	return nil
+}
+
+// lineEnds ends text with a newline, each a CR LF for a terminal (raw
+// mode on the client's side).
+func lineEnds(text string, tty bool) string {
+	text = strings.TrimRight(text, "\n") + "\n"
+	if tty {
+		text = strings.ReplaceAll(text, "\n", "\r\n")
+	}
+	return text
 }

@@ -36,11 +36,17 @@ func defaultDataDir(getenv func(string) string) string {
 // simulatedRackNote says, in the banner, what the simulated rack is not:
 // someone trying CosmicAC would otherwise take a shell in a job for a shell
 // in its VM, and run there what they would only run in one.
-func simulatedRackNote(user string) string {
+func simulatedRackNote(user string, hostShells bool) string {
+	if !hostShells {
+		return "The simulated rack runs no VM and pulls no image: a job's image is only a name. Its shells\n" +
+			"(`cosmicac jobs shell`, the web Terminal, `cosmicac jobs ssh`) are turned off\n" +
+			"(--sim-host-shells=false), as they would run on this machine (docs/simulated-rack.md).\n\n"
+	}
 	return "The simulated rack runs no VM and pulls no image: a job's image is only a name, and\n" +
 		"`cosmicac jobs shell` opens a shell on this machine as " + user + ", not in a VM, with no\n" +
 		"isolation; `cosmicac jobs ssh` reaches CosmicAC's simulated SSH server (simsshd), which runs\n" +
-		"its sessions there too (docs/simulated-rack.md).\n\n"
+		"its sessions there too (docs/simulated-rack.md). Each session says so; --sim-host-shells=false\n" +
+		"turns them off.\n\n"
 }
 
 // currentUser names the user the platform runs as, whose shells the
@@ -62,6 +68,7 @@ func (a *app) upCommand() *cobra.Command {
 		qc                                       = qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2}
 		agentBinary                              string
 		jobCreates                               int
+		hostShells                               = true
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -75,6 +82,7 @@ func (a *app) upCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.JobCreatesPerMinute = jobCreates
+			cfg.Sim.NoHostShells = !hostShells
 			if jobCreates <= 0 {
 				cfg.JobCreatesPerMinute = -1 // no bound
 			}
@@ -173,7 +181,7 @@ func (a *app) upCommand() *cobra.Command {
 			} else {
 				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
-				fmt.Fprint(a.stdout, simulatedRackNote(currentUser()))
+				fmt.Fprint(a.stdout, simulatedRackNote(currentUser(), !cfg.Sim.NoHostShells))
 			}
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
@@ -208,6 +216,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.IntVar(&cfg.Sim.MemoryGiBPerNode, "sim-memory-per-node", 0, "GiB of memory of each simulated node for jobs (default 256 per GPU)")
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
+	f.BoolVar(&hostShells, "sim-host-shells", true, "let the simulated rack's jobs open shells (jobs shell, the web Terminal, jobs ssh), which run on this machine as its user, not in a VM; false refuses them")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
 	f.IntVar(&jobCreates, "job-creates-per-minute", appnode.DefaultConfig().JobCreatesPerMinute, "the jobs one team may create a minute (a burst of that many, refilled at that rate); 0 or negative: no bound")
 	f.StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)

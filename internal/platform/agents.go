@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ type simAgents struct {
 	// sshPort is every agent's agent.Config.SSHPort (a real sshd's);
 	// 0 starts a simulated sshd (internal/simsshd) for each replica.
 	sshPort int
+	// noHostShells refuses every shell and simulated ssh session
+	// (simcluster.Config.NoHostShells).
+	noHostShells bool
 
 	// The peers of the bootstrap.
 	peers []agent.Peer
@@ -142,7 +146,11 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	var sshd *simsshd.Server
 	if sshPort == 0 {
 		var err error
-		sshd, err = simsshd.Start(simsshd.Config{AuthorizedKeys: job.Spec.SSHPublicKeys, Env: env, Dir: dir,
+		refuse := ""
+		if s.noHostShells {
+			refuse = HostShellsOff
+		}
+		sshd, err = simsshd.Start(simsshd.Config{AuthorizedKeys: job.Spec.SSHPublicKeys, Env: env, Dir: dir, Refuse: refuse,
 			Record: s.sshdRecorder(job, replica),
 			Log:    s.log.With("component", simsshdComponent, "job_id", job.ID, "replica", replica)}, "127.0.0.1:0")
 		if err != nil {
@@ -152,7 +160,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	}
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: s.peers, Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: s.logs,
-		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort,
+		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
 		OnChange: func(st agent.Status) {
 			if st.Command == nil {
 				return
@@ -164,6 +172,9 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 			code := *st.Command.ExitCode
 			finish(simcluster.CommandOutcome{State: state, Reason: reason, ExitCode: &code})
 		}}
+	if s.noHostShells {
+		cfg.Notice, cfg.RefuseShells = "", HostShellsOff
+	}
 	unbind := s.bindLocal(job, replica, []fabric.PublicKey{key})
 	s.mu.Lock()
 	s.ids[agentSlot{job.ID, replica}] = id
@@ -185,6 +196,32 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		}
 	})
 	return a.Ready(), done, cancel
+}
+
+// HostShellNotice is what every shell session on the simulated rack is
+// told first (`jobs shell`, the web Terminal): it is on this host, as
+// user, whatever the prompt looks like. simsshd's Banner says it for
+// `jobs ssh`.
+func HostShellNotice(user string) string {
+	return "CosmicAC: this job runs on the simulated rack, where no VM runs. This shell runs on the\n" +
+		"platform's host, as " + user + ", with no isolation: it is not a VM, whatever the prompt\n" +
+		"looks like. An operator turns these shells off with cosmicac up --sim-host-shells=false\n" +
+		"(docs/simulated-rack.md).\n"
+}
+
+// HostShellsOff is the refusal of every shell and ssh session on the
+// simulated rack when its host shells are off.
+const HostShellsOff = "CosmicAC: shells are turned off on this platform's simulated rack (cosmicac up\n" +
+	"--sim-host-shells=false): no VM runs there, and a shell would run on the platform's host.\n" +
+	"A rack of VMs (QEMU or Kubernetes) gives shells in the job's VM (docs/simulated-rack.md).\n"
+
+// hostUser names the user this process runs as, whose shells the
+// simulated rack's sessions are.
+func hostUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "user " + u.Username
+	}
+	return "the user running the platform"
 }
 
 // simsshdComponent names the simulated sshd in the platform's log and in

@@ -395,7 +395,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// here). Each starts once the platform has bound the key the rack
 	// issued it.
 	runner := agentRunner{log: log, logs: jobLogs, rack: cfg.Sim.Rack, local: simRing, bound: p.Keys}
-	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort,
+	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort, noHostShells: cfg.Sim.NoHostShells,
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
 			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},

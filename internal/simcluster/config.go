@@ -32,6 +32,12 @@ type Config struct {
 	// NodePrefix names the nodes: NodePrefix + index. Empty means
 	// Rack + "-node-", giving "sim-us-1-node-0".
 	NodePrefix string `json:"nodePrefix,omitempty"`
+	// NoHostShells turns the rack's shells off: its replicas run no VM, so
+	// `jobs shell`, the web Terminal and `jobs ssh` would run on the
+	// platform's host as its user. With it set, the platform's agents and
+	// simulated sshd refuse every session, saying why (`cosmicac up
+	// --sim-host-shells=false`).
+	NoHostShells bool `json:"noHostShells,omitempty"`
 }
 
 // Defaults and bounds of a Config.

@@ -54,6 +54,9 @@ type Config struct {
 	Record func(line string)
 	// Log receives what concerns the server, not a job (default: discard).
 	Log *slog.Logger
+	// Refuse, if set, admits nobody: it is the banner instead of Banner
+	// (the operator turned host shells off).
+	Refuse string
 }
 
 // Server is a running SSH server.
@@ -98,8 +101,12 @@ func Start(cfg Config, addr string) (*Server, error) {
 	}
 	// Public keys only: with no password or keyboard-interactive callback
 	// the server offers neither, and a client is told "publickey".
+	banner := Banner
+	if cfg.Refuse != "" {
+		banner, s.keys = strings.TrimRight(cfg.Refuse, "\n")+"\n", nil
+	}
 	s.ssh = &ssh.ServerConfig{PublicKeyCallback: s.admit, ServerVersion: "SSH-2.0-CosmicAC_simsshd",
-		BannerCallback: func(ssh.ConnMetadata) string { return Banner }}
+		BannerCallback: func(ssh.ConnMetadata) string { return banner }}
 	s.ssh.AddHostKey(signer)
 	s.host = signer.PublicKey()
 	if s.l, err = net.Listen("tcp", addr); err != nil {
