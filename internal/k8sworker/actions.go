@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,8 +159,10 @@ func (w *Worker) deleteAllOf(ctx context.Context, obj client.Object, sel client.
 // a stopped or failed one starts again, on its kept disk, once its old VMIs
 // are gone.
 //
-// Errors: bad_request for a malformed request or a reservation the rack
-// cannot build; conflict for a live replica given another reservation, or
+// A job whose replicas the rack cannot build is not an error: each replica
+// is reported failed with rack_refused (refuseJob).
+//
+// Errors: bad_request for a malformed request; conflict for a live replica given another reservation, or
 // one being deleted; unavailable when the apiserver cannot be reached.
 func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 	if err := worker.CheckApply(p, w.cfg.Rack); err != nil {
@@ -186,7 +189,13 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 			return fabricError("apply "+p.Job.ID, err)
 		}
 		g, err := BuildReplica(w.cfg, p.Job, r, boot)
-		if err != nil {
+		switch {
+		case err != nil && specRefused(err):
+			// The rack cannot build the job's spec (a GPU model it maps
+			// to no resource, no image): it never will, so the job
+			// learns it now.
+			return w.refuseJob(p, err.Error())
+		case err != nil:
 			return fabric.Errorf(fabric.CodeBadRequest, "apply %s: %v", p.Job.ID, err)
 		}
 		graphs[i] = g
@@ -229,6 +238,14 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 		return fabric.Errorf(codeConflict, "apply %s: %v", p.Job.ID, errors.Join(conflicts...))
 	}
 	return nil
+}
+
+// specRefused says whether BuildReplica's err is the spec's alone, not
+// the reservation's: a malformed reservation is the ork's mistake
+// (bad_request), a spec the rack cannot build is the job's (rack_refused).
+func specRefused(err error) bool {
+	fes := cosmic.FieldErrors(err)
+	return len(fes) > 0 && !slices.ContainsFunc(fes, func(fe *cosmic.FieldError) bool { return strings.HasPrefix(fe.Field, "reservation") })
 }
 
 type conflictError struct{ msg string }

@@ -162,6 +162,29 @@ func namespaceMissing(err error) bool {
 	return d != nil && d.Kind == "namespaces"
 }
 
+// refuseJob answers an Apply of a job the rack can never run (its replicas
+// cannot be built here, why in detail): each replica is reported failed
+// with reason rack_refused and a system log record of step refused, and
+// the Apply succeeds, so that the ork releases its GPUs at once instead of
+// applying it again every heartbeat until its agent deadline.
+func (w *Worker) refuseJob(p worker.ApplyParams, detail string) error {
+	now := w.now()
+	for _, res := range p.Reservations {
+		k := replicaKey{job: p.Job.ID, replica: res.Replica}
+		m := w.mem(k)
+		m.mu.Lock()
+		m.team = p.Job.Team
+		rep := worker.Refused(res.Replica, detail)
+		m.last = &rep
+		w.record(k, m, now, "refused", false, "rack %s cannot run replica %d: %s", w.cfg.Rack, res.Replica, detail)
+		w.mu.Lock()
+		w.reports.Set(k.ref(), rep)
+		w.mu.Unlock()
+		m.mu.Unlock()
+	}
+	return nil
+}
+
 // refuseApply answers an Apply on a rack with a problem: each replica is
 // reported pending with the problem as its reason (the job's status shows
 // it), written once to the replica's system log, and the Apply fails (the
