@@ -505,7 +505,14 @@ func TestRacks(t *testing.T) {
 		t.Fatalf("register: exit %d, %q %s", code, out, errs)
 	}
 	code, out, _ = runCLI(t, env, "racks", "list")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	table, runs, _ := strings.Cut(out, "\n\n")
+	// Under the table, what each rack runs: the simulated rack's
+	// catalogue, and none yet for r1, whose worker never answered.
+	if !strings.Contains(runs, "rack sim-us-1 runs: gpu-container, managed-inference jobs; runtimes vllm, parakeet; any image") ||
+		!strings.Contains(runs, "rack r1 runs: not reported yet") {
+		t.Errorf("list: the racks' catalogues:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
 	rows := map[string][]string{}
 	for _, l := range lines[1:] {
 		f := strings.Fields(l)

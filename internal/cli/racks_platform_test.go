@@ -30,10 +30,12 @@ func TestRacksListNodesOnThePlatform(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("racks list --nodes: exit %d: %s", code, errs)
 	}
-	racks, nodes, ok := strings.Cut(strings.TrimSpace(out), "\n\n")
-	if !ok {
-		t.Fatalf("racks list --nodes printed one table:\n%s", out)
+	// The racks table, what each rack runs, then the nodes table.
+	blocks := strings.Split(strings.TrimSpace(out), "\n\n")
+	if len(blocks) != 3 || !strings.HasPrefix(blocks[1], "rack ") || !strings.Contains(blocks[1], " runs: ") {
+		t.Fatalf("racks list --nodes printed %d blocks, want the racks, what they run and the nodes:\n%s", len(blocks), out)
 	}
+	racks, nodes := blocks[0], blocks[2]
 	rl := strings.Split(racks, "\n")
 	if len(rl) != 2 || !slices.Equal(strings.Fields(rl[1])[3:], []string{"3", "24", "9", "yes"}) {
 		t.Errorf("racks table:\n%s", racks)
@@ -55,7 +57,7 @@ func TestRacksListNodesOnThePlatform(t *testing.T) {
 	}
 
 	// The plain table is as it was: one row per rack, no nodes.
-	if code, out, _ := runCLI(t, env, "racks", "list"); code != 0 || strings.Contains(out, "SCHEDULABLE") || len(strings.Split(strings.TrimSpace(out), "\n")) != 2 {
+	if code, out, _ := runCLI(t, env, "racks", "list"); code != 0 || strings.Contains(out, "SCHEDULABLE") || len(strings.Split(strings.Split(out, "\n\n")[0], "\n")) != 2 {
 		t.Errorf("racks list: exit %d\n%s", code, out)
 	}
 
