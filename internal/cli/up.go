@@ -49,6 +49,27 @@ func simulatedRackNote(user string, hostShells bool) string {
 		"turns them off.\n\n"
 }
 
+// SimImage is the image the README and the banner give a job on the
+// simulated rack, which takes any name: the web form's default, and the
+// name QEMU's catalogue would give Ubuntu 24.04.
+const SimImage = "ubuntu-24.04"
+
+// tryJob is the location and image of the banner's example job: ones the
+// rack `up` runs has (its first image, for a rack with a catalogue).
+func tryJob(cfg platform.Config) (location, image string) {
+	switch {
+	case cfg.Kube != nil:
+		return cfg.Kube.Rack.Location, "quay.io/containerdisks/ubuntu:24.04"
+	case cfg.QEMU != nil:
+		image = SimImage
+		if names := cfg.QEMU.Images.Names(); len(names) > 0 {
+			image = names[0]
+		}
+		return cfg.QEMU.Rack.Location, image
+	}
+	return cfg.Sim.Location, SimImage
+}
+
 // currentUser names the user the platform runs as, whose shells the
 // simulated rack's jobs get.
 func currentUser() string {
@@ -185,13 +206,21 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
-			fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
+			switch {
+			case cfg.Kube != nil && p.KubeNode != nil:
+				fmt.Fprintf(a.stdout, "  wrk-server-k8s  %s@%s\n", p.KubeNode.PublicKey(), p.KubeNode.Addr())
+			case cfg.QEMU != nil && p.QEMUNode != nil:
+				fmt.Fprintf(a.stdout, "  wrk-server-qemu %s@%s\n", p.QEMUNode.PublicKey(), p.QEMUNode.Addr())
+			default:
+				fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
+			}
 			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n", p.AppNode.PublicKey(), p.AppNode.Addr())
 			fmt.Fprintf(a.stdout, "  wrk-monitor     %s@%s\n", p.MonitorNode.PublicKey(), p.MonitorNode.Addr())
 			fmt.Fprintf(a.stdout, "  wrk-directory   %s@%s\n", p.DirectoryNode.PublicKey(), p.DirectoryNode.Addr())
 			fmt.Fprintf(a.stdout, "  proxy-inference %s@%s\n\n", p.ProxyNode.PublicKey(), p.ProxyNode.Addr())
-			fmt.Fprintf(a.stdout, "Try:\n  cosmicac login --url %s --token-file %s\n  cosmicac jobs create --name hello --gpus 1 --image ubuntu:24.04 --location %s --wait\n\nCtrl-C to stop.\n",
-				p.URL, p.TokenFile, cfg.Sim.Location)
+			tryLocation, tryImage := tryJob(cfg)
+			fmt.Fprintf(a.stdout, "Try:\n  cosmicac login --url %s --token-file %s\n  cosmicac jobs create --name hello --gpus 1 --image %s --location %s --wait\n\nCtrl-C to stop.\n",
+				p.URL, p.TokenFile, tryImage, tryLocation)
 			select {
 			case <-ctx.Done():
 				fmt.Fprintln(a.stderr, "stopping…")
