@@ -75,7 +75,7 @@ function Actions({ me, job, onError }) {
   return (
     <div class="actions" role="group" aria-label="Job actions">
       {operate && st !== "deleting" && (
-        <button type="button" onClick={() => act(`/jobs/${job.id}/restart`)}>Restart</button>
+        <button type="button" onClick={() => setConfirm("restart")}>Restart</button>
       )}
       {operate && (running || st === "pending" || st === "queued") && (
         <button type="button" onClick={() => setConfirm("kill")}>Kill</button>
@@ -86,6 +86,17 @@ function Actions({ me, job, onError }) {
       {operate && st !== "deleting" && (
         <button type="button" class="danger" onClick={() => setConfirm("delete")}>Delete</button>
       )}
+      <Confirm
+        open={confirm === "restart"}
+        title="Restart this job?"
+        confirmLabel="Restart"
+        onCancel={() => setConfirm(null)}
+        onConfirm={() => { setConfirm(null); act(`/jobs/${job.id}/restart`); }}
+      >
+        <p>{running
+          ? "Its VMs stop and start again: what runs in them now is cut off, and its command starts anew. Its storage and GPUs are kept."
+          : "It is placed again and starts anew; its storage is kept."}</p>
+      </Confirm>
       <Confirm
         open={confirm === "kill"}
         title="Kill this job?"

@@ -203,7 +203,22 @@ test("a GPU Container Job: create with the form, Active without reload, logs, te
   await page.locator(".xterm textarea").focus();
   await page.keyboard.type("echo hi-$((6*7))\n");
   await waitFor("the shell's answer", async () => (await page.locator(".xterm-rows").textContent()).includes("hi-42"), 20000);
+  // The simulated rack's shell says it is on the platform's host, not a VM.
+  assert.match(await page.locator(".xterm-rows").textContent(), /This shell runs on the ?platform's host, as .*it is not a VM/);
   await check(page, "job-terminal");
+
+  // Restart asks first: cancelled, the job runs on untouched.
+  const before = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).status.history.length;
+  await page.getByRole("button", { name: "Restart" }).click();
+  await page.getByRole("dialog", { name: "Restart this job?" }).waitFor();
+  await page.getByRole("dialog").getByRole("button", { name: "Cancel" }).click();
+  await page.getByRole("dialog").waitFor({ state: "hidden" });
+  const after = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).status;
+  assert.equal(after.state, "running");
+  assert.equal(after.history.length, before, "a cancelled Restart restarted the job");
+  await page.getByRole("button", { name: "Restart" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Restart" }).click();
+  await waitFor("the job to restart", async () => (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).status.history.some((h) => h.state === "restarting"));
 
   await page.getByRole("button", { name: "Duplicate" }).click();
   await page.getByRole("heading", { name: "Duplicate job" }).waitFor();
