@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the agent disk (internal/vmboot.AgentDisk): an ISO 9660 volume
-# labelled COSMICAC holding the agent binary `cosmicac` at its root, a
-# static Linux build (CGO_ENABLED=0) of this checkout. A VM whose rack
+# labelled COSMICAC holding the agent binary at its root as `cosmicac`: a
+# static Linux build (CGO_ENABLED=0) of this checkout's cmd/cosmicac-agent,
+# the agents alone (15 MB against the full binary's 87 MB). A VM whose rack
 # attaches it (DeliveryDisk, the default) mounts it read-only at
 # /run/cosmicac and runs /run/cosmicac/cosmicac agent instance|inference.
 #
@@ -33,7 +34,7 @@ fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
-CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$dir/$file" ./cmd/cosmicac
+CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$dir/$file" ./cmd/cosmicac-agent
 chmod 0755 "$dir/$file"
 mkdir -p "$(dirname "$out")"
 # The arguments of vmboot.DiskSpec.GenisoimageArgs: Rock Ridge keeps the

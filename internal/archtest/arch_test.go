@@ -58,7 +58,9 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 // worker and its test harness (and the wiring) import client-go; the leaves
 // (the config file types, the backoff, the WAV helpers, the HTTP hop and the
 // HTTP servers' limits, httpserve) use the standard library and each other
-// only, so that any package may import them.
+// only, so that any package may import them. The agent binary
+// (cmd/cosmicac-agent, internal/agentcmd) carries none of the platform's
+// components, drivers or Kubernetes.
 func TestBoundaries(t *testing.T) {
 	const mod = "github.com/cosmicac/cosmicac/internal/"
 	kube := []string{"k8s.io/", "kubevirt.io/", "sigs.k8s.io/controller-runtime"}
@@ -88,6 +90,13 @@ func TestBoundaries(t *testing.T) {
 		// standard library: any component may serve it.
 		mod + "webui": append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 	}
+	// What runs in a tenant's VM carries the agents only: no Kubernetes
+	// client, gateway, database driver or platform component (issue 33).
+	inVM := append([]string{"github.com/caddyserver/", "modernc.org/", "github.com/jackc/",
+		mod + "ork", mod + "appnode", mod + "store", mod + "cli", mod + "platform", mod + "inferproxy", mod + "gateway",
+		mod + "qemu", mod + "qemuworker", mod + "k8sworker", mod + "simcluster", mod + "webui", mod + "client"}, kube...)
+	rules["github.com/cosmicac/cosmicac/cmd/cosmicac-agent"] = inVM
+	rules[mod+"agentcmd"] = inVM
 	leaves := map[string]bool{mod + "config": true, mod + "backoff": true, mod + "wav": true, mod + "hop": true, mod + "httpserve": true, mod + "webui": true}
 	pkgs := list(t)
 	for _, p := range pkgs {
@@ -199,7 +208,7 @@ func TestNoTestOrSimulatorInProduction(t *testing.T) {
 	harness := func(p string) bool { return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") }
 	simulator := map[string]bool{mod + "simcluster": true, mod + "simsshd": true, mod + "simruntime": true}
 	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli": true, mod + "platform": true,
-		mod + "inferagent/simlaunch": true}
+		mod + "inferagent/simlaunch": true, mod + "agentcmd": true, "github.com/cosmicac/cosmicac/cmd/cosmicac-agent": true}
 	for _, p := range list(t) {
 		if harness(p.ImportPath) || strings.HasSuffix(p.ImportPath, "/archtest") {
 			continue

@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,19 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
-	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/joblog"
-	"github.com/cosmicac/cosmicac/internal/metrics"
-	"github.com/cosmicac/cosmicac/internal/monitor"
-	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
 
 // envAPIKey is where `cosmicac inference` finds an API key without --api-key.
@@ -32,7 +22,6 @@ const envAPIKey = "COSMICAC_API_KEY"
 
 func init() {
 	register((*app).inferenceCommand)
-	agentSubcommands = append(agentSubcommands, (*app).agentInferenceCommand)
 }
 
 // inferCallFlags are the flags of the commands that call /inference/v1.
@@ -243,92 +232,5 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "the model's served name")
 	cmd.Flags().StringVar(&format, "format", "", "response_format: json (default: print the text) or text (the parakeet runtime, NVIDIA's ASR NIM, gives no others)")
 	cmd.Flags().StringVar(&language, "language", "", "the audio's language as a BCP-47 code (en-US, de-DE, …); default: detected (multi)")
-	return cmd
-}
-
-// ---- cosmicac agent inference
-
-func (a *app) agentInferenceCommand() *cobra.Command {
-	var (
-		configFile string
-		listen     string
-		simulated  bool
-		verbose    bool
-
-		metricsListen string
-	)
-	cmd := &cobra.Command{
-		Use:   "inference --config FILE",
-		Short: "Run the inference agent of a managed inference replica: the model server, probes, proxied requests",
-		Long: "The inference agent runs inside each VM of a managed inference replica. It reads its bootstrap\n" +
-			"from --config (/etc/cosmicac/agent.yaml), starts the model server (`vllm serve …` with the\n" +
-			"parallelism of the placement, or the parakeet server; --simulated runs the simulated runtime\n" +
-			"in-process), sends its output as application log records, reports the replica ready once a\n" +
-			"real probe passes, announces itself under inference/<job id> and serves the proxy's requests\n" +
-			"over the fabric. See docs/inference.md.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if configFile == "" {
-				return usageErrorf("--config FILE is required")
-			}
-			cfg, err := inferagent.LoadConfig(configFile)
-			if err != nil {
-				return usageErrorf("%v", err)
-			}
-			if listen != "" {
-				cfg.Listen = listen
-			}
-			if simulated || cfg.Simulated {
-				cfg.Launcher = &simlaunch.Launcher{Config: simruntime.Config{TTFT: 50 * time.Millisecond, InterTokenDelay: 20 * time.Millisecond}}
-			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			ag := inferagent.New(cfg, a.componentLogger(verbose))
-			// Records go to wrk-monitor when the bootstrap names one.
-			reg := metrics.NewRegistry()
-			var fw *joblog.Forwarder
-			for _, p := range cfg.Peers {
-				if p.Role != agent.RoleMonitor {
-					continue
-				}
-				fw = joblog.NewForwarder(joblog.NodeFunc(ag.Node), p.Key, 0)
-				ag.SetLogs(fw)
-				reg.MustRegister(monitor.ForwarderCollector("agent-inference", fw))
-				break
-			}
-			mf := componentFlags{MetricsListen: metricsListen}
-			serveMetrics, err := mf.listenMetrics(reg)
-			if err != nil {
-				return err
-			}
-			// The agent, its forwarder and its metrics, owned by one group:
-			// the first to fail stops the others.
-			g, gctx := errgroup.WithContext(ctx)
-			if fw != nil {
-				g.Go(func() error { return fw.Run(gctx) })
-			}
-			g.Go(func() error { return serveMetrics(gctx) })
-			g.Go(func() error {
-				defer cancel() // the agent stopped: so does the rest
-				return ag.Run(gctx)
-			})
-			errc := make(chan error, 1)
-			go func() { errc <- waitAll(g) }()
-			select {
-			case <-ag.Ready():
-				st := ag.Status()
-				fmt.Fprintf(a.stdout, "inference agent %s ready (job %s, replica %d, %s)\n", st.Key, st.JobID, st.Replica, st.Role)
-			case err := <-errc:
-				return err
-			}
-			return <-errc
-		},
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&configFile, "config", "", "the agent's YAML config (the bootstrap)")
-	fl.StringVar(&listen, "listen", "", "also listen on this fabric address (default: dial out only)")
-	fl.BoolVar(&simulated, "simulated", false, "run the simulated runtime in-process instead of the model server")
-	fl.BoolVarP(&verbose, "verbose", "v", false, "log at info level")
-	fl.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (inside the VM)")
 	return cmd
 }

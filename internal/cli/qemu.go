@@ -71,7 +71,7 @@ func (a *app) qemuRack(ctx context.Context, rc qemuworker.Config, images []strin
 		return nil, err
 	}
 	if agentBinary == "" {
-		agentBinary = self
+		agentBinary = defaultAgent(self)
 	}
 	if dyn, err := dynamic(agentBinary); err != nil {
 		return nil, usageErrorf("--agent-binary %s: %v", agentBinary, err)
@@ -80,6 +80,22 @@ func (a *app) qemuRack(ctx context.Context, rc qemuworker.Config, images []strin
 	}
 	rc.Dir = filepath.Join(dataDir, "vms")
 	return &platform.QEMUConfig{Rack: rc, Images: cat, AgentBinary: agentBinary, Relay: []string{self, "qemu-relay"}}, nil
+}
+
+// defaultAgent is the agent a VM gets when none is given: cosmicac-agent
+// beside this binary (cmd/cosmicac-agent, the agents alone), else this
+// binary, which serves the same `agent instance|inference` command lines
+// with all of the platform's components beside them.
+func defaultAgent(self string) string {
+	if p := filepath.Join(filepath.Dir(self), "cosmicac-agent"); fileExists(p) {
+		return p
+	}
+	return self
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // dynamic reports whether an ELF executable needs a dynamic loader.
@@ -253,7 +269,7 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory: KEY@HOST:PORT (repeatable)")
 	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMs' agents: KEY@HOST:PORT (repeatable)")
 	f.StringArrayVar(&cfg.Images, "image", nil, "an image of the catalogue, NAME=PATH (repeatable; default: the images hack/vm-image.sh built)")
-	f.StringVar(&cfg.AgentBinary, "agent-binary", "", "the agent put on each VM's agent disk, a static linux/amd64 cosmicac (default: this binary)")
+	f.StringVar(&cfg.AgentBinary, "agent-binary", "", "the agent put on each VM's agent disk, a static linux/amd64 cosmicac-agent (default: cosmicac-agent beside this binary, else this binary)")
 	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")
 	f.StringVar(&cfg.Rack.Location, "location", cfg.Rack.Location, "the rack's location")
 	f.StringVar(&cfg.Rack.GPUModel, "gpu-model", cfg.Rack.GPUModel, "the GPU model the rack declares")

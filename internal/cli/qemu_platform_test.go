@@ -72,7 +72,7 @@ func missing(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// staticAgent is cosmicac built with CGO_ENABLED=0, the agent the VMs
+// staticAgent is cosmicac-agent built with CGO_ENABLED=0, the agent the VMs
 // run: built once for the test binary (agentDir, which TestMain removes)
 // and shared by the tests that boot VMs.
 func staticAgent(t *testing.T) string {
@@ -87,8 +87,8 @@ func staticAgent(t *testing.T) string {
 			return
 		}
 		agentDir = dir
-		bin := filepath.Join(dir, "cosmicac")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac")
+		bin := filepath.Join(dir, "cosmicac-agent")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			agentErr = fmt.Errorf("%w: %s", err, out)

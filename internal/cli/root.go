@@ -107,9 +107,12 @@ func (a *app) report(ctx context.Context, err error) int {
 		fmt.Fprintln(a.stderr, "error:", err)
 	}
 	var ee *exitError
+	var coded interface{ ExitCode() int } // another package's, as agentcmd.UsageError
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &coded):
+		return coded.ExitCode()
 	case ctx.Err() != nil:
 		return ExitInterrupted
 	case isCobraUsageError(err):

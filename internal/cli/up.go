@@ -257,7 +257,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
 	f.StringVar(&rack, "rack", rack, "the rack: sim (simulated, no VM) or qemu (real VMs on this machine, docs/qemu-rack.md)")
 	f.StringArrayVar(&images, "image", nil, "with --rack qemu: an image of the catalogue, NAME=PATH (a qcow2/raw cloud image, or a directory of hack/vm-image.sh); repeatable (default: the images hack/vm-image.sh built)")
-	f.StringVar(&agentBinary, "agent-binary", "", "with --rack qemu: the agent put on each VM's agent disk, a static linux/amd64 cosmicac (default: this binary)")
+	f.StringVar(&agentBinary, "agent-binary", "", "with --rack qemu: the agent put on each VM's agent disk, a static linux/amd64 cosmicac-agent (default: cosmicac-agent beside this binary, else this binary)")
 	f.StringVar(&qc.Rack, "qemu-rack", qc.Rack, "with --rack qemu: the rack's ID")
 	f.StringVar(&qc.Location, "qemu-location", qc.Location, "with --rack qemu: the rack's location")
 	f.StringVar(&qc.GPUModel, "qemu-gpu-model", qc.GPUModel, "with --rack qemu: the GPU model the rack declares")
