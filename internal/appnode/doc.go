@@ -1,4 +1,4 @@
-// Package appnode is the app-node: the HTTP API under /api/v1 (DESIGN §6),
+// Package appnode is the app-node: the HTTP API under /api/v1 (docs/api.md),
 // authentication by bearer token, teams and roles. It holds no job state:
 // it forwards job and rack operations to the ork over the fabric (Ork) and
 // keeps only accounts (Accounts). The routes, their access levels and

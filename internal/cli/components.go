@@ -43,7 +43,7 @@ func init() {
 	register((*app).wrkMonitorCommand)
 }
 
-// componentFlags are what every component takes (DESIGN §9): its data
+// componentFlags are what every component takes (docs/architecture.md): its data
 // directory (its identity lives there), its fabric address, a YAML config
 // file that flags override, and the keys it admits as what (trust.go).
 type componentFlags struct {

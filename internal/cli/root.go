@@ -1,7 +1,8 @@
 // Package cli is the cosmicac command tree: the components (app-node,
 // wrk-ork, wrk-server-k8s-nvidia, wrk-monitor, proxy-inference, agent, up) and
-// the user verbs (jobs, racks, keys, rpc, login, ...). It is the only package
-// that wires the others together; nothing imports it but cmd/cosmicac.
+// the user verbs (jobs, racks, keys, rpc, login, ...). It wires the
+// components for their standalone commands, as internal/platform does for
+// `cosmicac up`; nothing imports it but cmd/cosmicac.
 //
 // Exit codes: 0 success, 1 the operation failed (the error is printed on
 // stderr), 2 the command line was wrong, 3 a waited-for job ended failed,

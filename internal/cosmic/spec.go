@@ -66,7 +66,7 @@ func (in *InferenceSpec) Task() Task {
 const ParakeetModel = "nvidia/parakeet-tdt-0.6b-v3"
 
 // Spec is what a user asks for when creating a job. Its JSON field names are
-// the API's wire names (DESIGN §6). Call Default, then Validate.
+// the API's wire names (docs/api.md). Call Default, then Validate.
 //
 // Units: DiskGB, Resources.Memory, Resources.EphemeralStorage and
 // Resources.GPUMemory are whole GiB; Resources.CPU is vCPUs; Timeout is

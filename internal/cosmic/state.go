@@ -8,7 +8,7 @@ import (
 // State is a job's (or a replica's) status, as the API spells it.
 type State string
 
-// The states (DESIGN §5).
+// The states (docs/jobs.md, "Statuses").
 const (
 	StateCreating   State = "creating"   // validating the configuration and GPU requirements
 	StateQueued     State = "queued"     // waiting for GPUs; holds none
@@ -175,7 +175,7 @@ func stateName(s State) string {
 	return string(s)
 }
 
-// AggregateState derives a job's state from its replicas' states (DESIGN §5).
+// AggregateState derives a job's state from its replicas' states (docs/jobs.md, "Statuses").
 // single says the job runs one replica. Stopped and deleting replicas are
 // left out unless every replica is in one of them. Then:
 //   - every replica in one state: that state;

@@ -68,7 +68,7 @@ type vmiStatus struct {
 	rank     int // for starting: how far along (step × 1000 + percent)
 }
 
-// ReplicaStatus maps a replica's observed objects to its report (DESIGN §5):
+// ReplicaStatus maps a replica's observed objects to its report (docs/jobs.md, "Statuses"):
 //
 //   - failed, when a VMI failed or shut down (vmi_crashed), its disk import
 //     failed or its importer restarted ImportRestartLimit times

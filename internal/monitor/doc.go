@@ -1,4 +1,4 @@
-// Package monitor is cosmicac-wrk-monitor (DESIGN §7): it receives jobs' log
+// Package monitor is cosmicac-wrk-monitor (docs/logs.md): it receives jobs' log
 // records over the fabric (joblog.MethodAppend, sent by joblog.Forwarder),
 // keeps a short per-job buffer, fans records out to live viewers as
 // Server-Sent Events under /monitor/v1/jobs/{id}/logs, and, when a Loki URL

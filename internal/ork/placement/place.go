@@ -41,7 +41,7 @@ func (Impossible) decision() {}
 
 // Place decides where job's replicas run, without changing s. It places
 // every replica 0..Replicas()-1 that holds no reservation in s, all or
-// nothing. The rules (DESIGN §4):
+// nothing. The rules (docs/placement.md):
 //
 //  1. Only racks of the job's location with the GPU model asked for (any
 //     model of the location when resources.gpuModel is empty), and only

@@ -1,5 +1,5 @@
 // Package postgres is the PostgreSQL implementation of store.Store, for
-// several app-nodes or orks sharing one database (DESIGN §8), through pgx.
+// several app-nodes or orks sharing one database (docs/store.md), through pgx.
 // It passes the same conformance suite as the embedded SQLite store
 // (store/storetest).
 //
