@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 )
 
 const (
@@ -24,12 +25,7 @@ const (
 // (this test binary, standing for `cosmicac jobs ssh --proxy`) that opens
 // tcp.connect on the agent, which connects to sshd on the VM's loopback.
 func TestSSHThroughFabric(t *testing.T) {
-	if _, err := exec.LookPath("/usr/sbin/sshd"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI is set but sshd is missing (apt-get install openssh-server)")
-		}
-		t.Skip("needs sshd (openssh-server)")
-	}
+	testenv.RequireCommands(t, "apt-get install openssh-server", "/usr/sbin/sshd")
 	dir := t.TempDir()
 	sshd := newSSHD(t, dir)
 	port, _ := strconv.Atoi(sshd.port)

@@ -134,3 +134,36 @@ func TestDocsCiteWhatExists(t *testing.T) {
 		t.Errorf("%d test functions found: the walk missed them", len(have))
 	}
 }
+
+// TestOneWayToSkipOrFail: whether a test may skip what the machine lacks
+// is decided in one place, internal/testenv (skip locally, fail under CI);
+// no other file reads CI itself.
+func TestOneWayToSkipOrFail(t *testing.T) {
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git" || strings.HasSuffix(p, "internal/testenv")) {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "internal/archtest/docs_test.go") {
+			return nil
+		}
+		n++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), `Getenv("CI")`) || strings.Contains(string(b), `LookupEnv("CI")`) {
+			t.Errorf("%s reads CI itself: use testenv.Require", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 200 {
+		t.Errorf("%d Go files read: the walk missed them", n)
+	}
+}

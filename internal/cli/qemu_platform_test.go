@@ -24,6 +24,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -66,10 +67,7 @@ func vmImage(t *testing.T) (qemu.Image, string) {
 
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
+	testenv.Require(t, false, format, args...)
 }
 
 // staticAgent is cosmicac-agent built with CGO_ENABLED=0, the agent the VMs

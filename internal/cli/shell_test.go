@@ -17,6 +17,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -83,12 +84,7 @@ type terminal struct {
 func newTerminal(t *testing.T, rows, cols uint16) *terminal {
 	t.Helper()
 	m, tt, err := pty.Open()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set, so this test must run, but there is no pty (/dev/ptmx): %v", err)
-		}
-		t.Skipf("no pty (/dev/ptmx): %v", err)
-	}
+	testenv.Require(t, err == nil, "no pty (/dev/ptmx): %v", err)
 	if err := pty.Setsize(m, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
 		t.Fatal(err)
 	}

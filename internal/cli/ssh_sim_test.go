@@ -12,6 +12,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 )
 
 // needOpenSSHClient is needBinaries for Debian's ssh client.
@@ -25,14 +26,7 @@ func needOpenSSHClient(t *testing.T) {
 // set: .ci/run installs them, so CI never skips what it can run.
 func needBinaries(t *testing.T, packages string, bins ...string) {
 	t.Helper()
-	for _, b := range bins {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("CI is set but %s is missing (apt-get install %s): %v", b, packages, err)
-			}
-			t.Skipf("skipped: %s is not on PATH (apt-get install %s runs it; CI fails here instead of skipping)", b, packages)
-		}
-	}
+	testenv.RequireCommands(t, "apt-get install "+packages, bins...)
 }
 
 // sshKeygen writes a fresh ed25519 key pair to dir/name and dir/name.pub.

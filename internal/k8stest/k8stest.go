@@ -53,6 +53,8 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/cosmicac/cosmicac/internal/testenv"
 )
 
 // Versions of the binaries that hack/build-test-apiserver.sh builds by default.
@@ -195,7 +197,7 @@ func checkAssets() error {
 // them: under CI ($CI set, as internal/fabric's tests) or when
 // KUBEBUILDER_ASSETS names them explicitly (.ci/run exports it).
 func mustRun() bool {
-	return os.Getenv("CI") != "" || os.Getenv("KUBEBUILDER_ASSETS") != ""
+	return testenv.CI() || os.Getenv("KUBEBUILDER_ASSETS") != ""
 }
 
 // skipOrFail skips t when the binaries are missing, or fails it if mustRun.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 )
 
 // TestArgs: the command line gives the guest only what the config names:
@@ -50,14 +51,7 @@ func TestArgs(t *testing.T) {
 
 func need(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not installed (hack/install-deps.sh installs it)", tool)
-			}
-			t.Skipf("%s is not installed (hack/install-deps.sh installs it)", tool)
-		}
-	}
+	testenv.RequireCommands(t, "hack/install-deps.sh installs it", tools...)
 }
 
 // TestPrepareKeepsTheDisk: Prepare makes an overlay on the base image and
