@@ -106,8 +106,14 @@ go vet ./...
 
 log "staticcheck ./..."
 "$sc_dir/staticcheck" ./...
-log "go test -race ./..."
-go test -race -count=1 -timeout 40m ./... 2>&1 | tee /tmp/cosmicac-test.log
+# What the run leaves to read afterwards (the tests' log, the browser
+# tests' screenshots) goes to a directory of this run's own, so that two
+# runs on one machine do not write over each other.
+COSMICAC_TEST_OUT=${COSMICAC_TEST_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/cosmicac-test.XXXXXX")}
+export COSMICAC_TEST_OUT
+mkdir -p "$COSMICAC_TEST_OUT"
+log "go test -race ./... (its log: $COSMICAC_TEST_OUT/go-test.log)"
+go test -race -count=1 -timeout 40m ./... 2>&1 | tee "$COSMICAC_TEST_OUT/go-test.log"
 
 # The web interface: its committed build is what web/ builds (reproducible
 # from the lock file), and the browser tests in Chromium against a real

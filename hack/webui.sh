@@ -8,8 +8,8 @@
 #   hack/webui.sh --test    build cosmicac and run the browser tests
 #                           (web/tests) in Debian's Chromium against a real
 #                           `cosmicac up`; screenshots and axe-core results
-#                           go to $COSMICAC_TEST_OUT (default
-#                           /tmp/cosmicac-test-output)
+#                           go to $COSMICAC_TEST_OUT (default: a new
+#                           directory of this run's own under $TMPDIR)
 #
 # It needs Node.js 20 or later with npm, and for --test Chromium
 # ($CHROMIUM, default /usr/bin/chromium); .ci/run installs them.
@@ -40,10 +40,12 @@ case "${1:-}" in
   ;;
 --test)
   [[ -d web/node_modules ]] || (cd web && npm ci --no-audit --no-fund --loglevel=error)
-  bin=$(mktemp -d)/cosmicac
+  bindir=$(mktemp -d)
+  trap 'rm -rf "$bindir"' EXIT
+  bin=$bindir/cosmicac
   go build -o "$bin" ./cmd/cosmicac
   export COSMICAC_BIN=$bin CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
-  export COSMICAC_TEST_OUT=${COSMICAC_TEST_OUT:-/tmp/cosmicac-test-output}
+  export COSMICAC_TEST_OUT=${COSMICAC_TEST_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/cosmicac-ui.XXXXXX")}
   mkdir -p "$COSMICAC_TEST_OUT"
   log "browser tests: $CHROMIUM ($("$CHROMIUM" --version 2>/dev/null | tail -1)), screenshots in $COSMICAC_TEST_OUT/screenshots"
   (cd web && node --test --test-concurrency=1 --test-reporter=spec tests/)

@@ -6,16 +6,17 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { tmpdir } from "node:os";
 import { chromium } from "playwright-core";
 import { startPlatform, waitFor } from "./platform.mjs";
 import { hasPython, pyArg, runCurl, runJS, runPython } from "./snippets.mjs";
 
 const require = createRequire(import.meta.url);
 const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
-const OUT = process.env.COSMICAC_TEST_OUT || "/tmp/cosmicac-test-output";
+const OUT = process.env.COSMICAC_TEST_OUT || mkdtempSync(join(tmpdir(), "cosmicac-ui-"));
 const SHOTS = join(OUT, "screenshots");
 mkdirSync(SHOTS, { recursive: true });
 
