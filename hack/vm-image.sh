@@ -111,7 +111,19 @@ fi
 
 start=$(date +%s)
 WORK=$(mktemp -d "$CACHE/images/.build-$HASH.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# On every exit, also one that kills mmdebstrap halfway: first unmount
+# whatever it left mounted in the chroot (/proc, /sys, /dev), deepest
+# first, then remove the directory without crossing into another
+# filesystem, so a mount left behind is never emptied through it.
+cleanup() {
+  local m
+  while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done < <(awk -v w="$WORK/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r)
+  rm -rf --one-file-system "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 ROOTFS=$WORK/rootfs
 OUT=$WORK/out
 mkdir -p "$ROOTFS" "$OUT"
