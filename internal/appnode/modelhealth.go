@@ -3,7 +3,6 @@ package appnode
 import (
 	"context"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,10 +27,6 @@ func (s *Server) SetModelHealth(h ModelHealthSource) { s.modelHealth = h }
 // modelHealthTimeout bounds the model-health look-ups of one request.
 const modelHealthTimeout = 2 * time.Second
 
-// servingStates are the states in which a job's replicas may serve; in
-// the others the model health is unknown without asking.
-var servingStates = []cosmic.State{cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}
-
 // annotateModelHealth fills the model health of the managed-inference jobs
 // of js, asking the source in parallel.
 func (s *Server) annotateModelHealth(r *http.Request, js []cosmic.Job) {
@@ -47,8 +42,8 @@ func (s *Server) annotateModelHealth(r *http.Request, js []cosmic.Job) {
 			continue
 		}
 		j.Status.ModelHealth = cosmic.ModelUnknown
-		if !slices.Contains(servingStates, j.Status.State) {
-			continue
+		if !j.Status.State.RunsVMs() {
+			continue // no replica may serve: unknown without asking
 		}
 		wg.Go(func() {
 			if h, err := s.modelHealth.ModelHealth(ctx, j.ID); err == nil && h != "" {

@@ -56,8 +56,14 @@ func (a *app) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				jobs, err := c.listAll(cmd.Context(), client.ListOptions{States: []cosmic.State{cosmic.StateQueued, cosmic.StatePending,
-					cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown}})
+				// The models that serve, or will once placed and started.
+				states := []cosmic.State{cosmic.StateQueued, cosmic.StatePending}
+				for _, s := range cosmic.States {
+					if s.RunsVMs() {
+						states = append(states, s)
+					}
+				}
+				jobs, err := c.listAll(cmd.Context(), client.ListOptions{States: states})
 				if err != nil {
 					return c.explain(err)
 				}

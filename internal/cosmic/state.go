@@ -48,6 +48,42 @@ func (s State) HoldsGPUs() bool {
 	return false
 }
 
+// RunsVMs reports whether a job in s has VMIs that run, or may (unknown):
+// starting, running, degraded, restarting and unknown. Deleting such a job
+// kills them, which takes force; a model of such a job may serve.
+func (s State) RunsVMs() bool {
+	switch s {
+	case StateStarting, StateRunning, StateDegraded, StateRestarting, StateUnknown:
+		return true
+	}
+	return false
+}
+
+// ReplicaActionAllowed says whether replica n of j may be restarted or
+// deleted on its own (verb: "restarted", "deleted"): only a Managed
+// Inference Job's, and only while it is queued, pending or starting (the
+// jobs seed's "Job actions"), or failed (to recover a degraded job without
+// touching the replicas that serve). A replica that runs is part of the
+// endpoint; the job is restarted or deleted as a whole. The error wraps
+// ErrConflict and says why.
+func (j Job) ReplicaActionAllowed(n int, verb string) error {
+	if j.Spec.Type != TypeManagedInference {
+		return fmt.Errorf("%w: job %s is a %s job: only a managed-inference job's replicas can be %s one by one", ErrConflict, j.ID, j.Spec.Type, verb)
+	}
+	st := StateQueued
+	if n < len(j.Status.Replicas) {
+		st = j.Status.Replicas[n].State
+	}
+	if ReplicaActionStates[st] {
+		return nil
+	}
+	return fmt.Errorf("%w: replica %d of job %s is %s: a replica can be %s on its own only while queued, pending, starting or failed", ErrConflict, n, j.ID, st, verb)
+}
+
+// ReplicaActionStates are the states in which a managed-inference
+// replica may be restarted or deleted on its own (Job.ReplicaActionAllowed).
+var ReplicaActionStates = map[State]bool{StateQueued: true, StatePending: true, StateStarting: true, StateFailed: true}
+
 // transitions is the state machine: the only legal moves. Observed states
 // (what workers report) may skip forward, e.g. pending→running when a
 // starting phase was too quick to see.

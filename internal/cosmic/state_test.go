@@ -3,6 +3,7 @@ package cosmic
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,14 @@ func TestStateProperties(t *testing.T) {
 		}
 		if s.Terminal() != (s == StateFailed || s == StateStopped) {
 			t.Errorf("%s.Terminal() = %v", s, s.Terminal())
+		}
+		runs := s == StateStarting || s == StateRunning || s == StateDegraded || s == StateRestarting || s == StateUnknown
+		if s.RunsVMs() != runs {
+			t.Errorf("%s.RunsVMs() = %v", s, s.RunsVMs())
+		}
+		// A job whose VMIs may run holds their GPUs.
+		if s.RunsVMs() && !s.HoldsGPUs() {
+			t.Errorf("%s runs VMs without holding GPUs", s)
 		}
 		// Every state but deleting can be left, and every state can be deleted.
 		if s != StateDeleting && (len(Next(s)) == 0 || !CanTransition(s, StateDeleting)) {
@@ -232,5 +241,31 @@ func TestAggregateState(t *testing.T) {
 				t.Errorf("AggregateState(%v, %v) = %s, want %s", tt.replicas, tt.single, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestReplicaActionAllowed: a managed-inference replica is restarted or
+// deleted on its own only while queued, pending, starting or failed (a
+// replica past the status list is queued); a GPU container job's never.
+func TestReplicaActionAllowed(t *testing.T) {
+	inf := Job{ID: "j", Spec: Spec{Type: TypeManagedInference}}
+	for _, s := range States {
+		j := inf
+		j.Status.Replicas = []ReplicaStatus{{State: s}}
+		err := j.ReplicaActionAllowed(0, "restarted")
+		want := s == StateQueued || s == StatePending || s == StateStarting || s == StateFailed
+		if (err == nil) != want {
+			t.Errorf("replica %s: %v, want allowed %v", s, err, want)
+		}
+		if err != nil && (!errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "replica 0 of job j is "+string(s)+": a replica can be restarted")) {
+			t.Errorf("replica %s: %v", s, err)
+		}
+	}
+	if err := inf.ReplicaActionAllowed(3, "deleted"); err != nil {
+		t.Errorf("a replica not yet listed is queued: %v", err)
+	}
+	gc := Job{ID: "g", Spec: Spec{Type: TypeGPUContainer}, Status: Status{Replicas: []ReplicaStatus{{State: StateFailed}}}}
+	if err := gc.ReplicaActionAllowed(0, "deleted"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "only a managed-inference job's replicas can be deleted") {
+		t.Errorf("a gpu-container replica: %v", err)
 	}
 }

@@ -424,7 +424,7 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 		return j, &cosmic.FieldError{Field: "replica", Message: fmt.Sprintf("job %s has replicas 0 to %d", p.ID, j.Spec.Replicas()-1)}
 	}
 	if p.Replica != nil {
-		if err := replicaActionAllowed(j, *p.Replica, "restarted"); err != nil {
+		if err := j.ReplicaActionAllowed(*p.Replica, "restarted"); err != nil {
 			o.mu.Unlock()
 			return j, err
 		}
@@ -517,7 +517,7 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 		o.mu.Unlock()
 		return j, err
 	}
-	if runs(j.Status.State) && !p.Force {
+	if j.Status.State.RunsVMs() && !p.Force {
 		o.mu.Unlock()
 		return j, conflictf("job %s is %s: kill it first, or delete it with force", p.ID, j.Status.State)
 	}
@@ -564,37 +564,6 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 	return j, nil
 }
 
-// runs says whether a job in state s has VMIs that run, or may (unknown):
-// deleting it kills them, which takes force.
-func runs(s cosmic.State) bool {
-	switch s {
-	case cosmic.StateStarting, cosmic.StateRunning, cosmic.StateDegraded, cosmic.StateRestarting, cosmic.StateUnknown:
-		return true
-	}
-	return false
-}
-
-// replicaActionAllowed says whether replica n of j may be restarted or
-// deleted on its own: only a Managed Inference Job's, and only while it is
-// queued, pending or starting (the jobs seed's "Job actions"), or failed
-// (to recover a degraded job without touching the replicas that serve). A
-// replica that runs is part of the endpoint; the job is restarted or
-// deleted as a whole.
-func replicaActionAllowed(j cosmic.Job, n int, verb string) error {
-	if j.Spec.Type != cosmic.TypeManagedInference {
-		return conflictf("job %s is a %s job: only a managed-inference job's replicas can be %s one by one", j.ID, j.Spec.Type, verb)
-	}
-	st := cosmic.StateQueued
-	if n < len(j.Status.Replicas) {
-		st = j.Status.Replicas[n].State
-	}
-	switch st {
-	case cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateFailed:
-		return nil
-	}
-	return conflictf("replica %d of job %s is %s: a replica can be %s on its own only while queued, pending, starting or failed", n, j.ID, st, verb)
-}
-
 // requestDelete asks the workers holding a deleting job's GPUs to delete
 // it. Each replica's GPUs are released when its worker reports it gone, or
 // no longer lists it, and the record goes with the last (applyReport).
@@ -628,7 +597,7 @@ func (o *Ork) deleteReplica(ctx context.Context, p orkapi.DeleteJobParams) (cosm
 		o.mu.Unlock()
 		return o.annotate(j), nil // the whole job is going
 	}
-	if err := replicaActionAllowed(j, n, "deleted"); err != nil {
+	if err := j.ReplicaActionAllowed(n, "deleted"); err != nil {
 		o.mu.Unlock()
 		return j, err
 	}
