@@ -70,6 +70,28 @@ func missing(t *testing.T, format string, args ...any) {
 	testenv.Require(t, false, format, args...)
 }
 
+// consolesOnFailure logs the end of every VM's serial console under dir
+// when t fails: what the guest said (a unit that failed, the agent's
+// error) is the first thing to read, and the directory is gone after.
+func consolesOnFailure(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "*", qemu.ConsoleFile))
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				continue
+			}
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("the end of %s:\n%s", l, b)
+		}
+	})
+}
+
 // staticAgent is cosmicac-agent built with CGO_ENABLED=0, the agent the VMs
 // run: built once for the test binary (agentDir, which TestMain removes)
 // and shared by the tests that boot VMs.
@@ -123,6 +145,7 @@ func TestQEMURackEndToEnd(t *testing.T) {
 	needBinaries(t, "openssh-client", "ssh", "ssh-keygen")
 	agentBin := staticAgent(t)
 	vms := t.TempDir()
+	consolesOnFailure(t, vms)
 	e := cosmictest.NewEnvWithin(t, 15*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms, MaxBoots: 1},
@@ -371,6 +394,7 @@ func TestQEMURackFromDisk(t *testing.T) {
 	im, guestKernel := vmBootDisk(t)
 	agentBin := staticAgent(t)
 	vms := t.TempDir()
+	consolesOnFailure(t, vms)
 	e := cosmictest.NewEnvWithin(t, 10*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 1, Dir: vms, MaxBoots: 1},
@@ -467,6 +491,7 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	vms := t.TempDir()
+	consolesOnFailure(t, vms)
 	e := cosmictest.NewEnvWithin(t, 3*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms,
