@@ -93,40 +93,54 @@ func consolesOnFailure(t *testing.T, dir string) {
 }
 
 // staticAgent is cosmicac-agent built with CGO_ENABLED=0, the agent the VMs
-// run: built once for the test binary (agentDir, which TestMain removes)
-// and shared by the tests that boot VMs.
+// run (or COSMICAC_AGENT_BINARY): built once for the test binary, in
+// agentDir (which TestMain removes), and shared by the tests that boot VMs.
 func staticAgent(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("COSMICAC_AGENT_BINARY"); p != "" {
 		return p
 	}
-	agentOnce.Do(func() {
+	return built(t, "cosmicac-agent")
+}
+
+// relayCommand is `cosmicac qemu-relay` as `up --rack qemu` runs it, with
+// this checkout's cosmicac (built once, beside the agent): the host-side
+// process of a guest's connection to a forwarded port. The agent binary
+// has no such command: it runs in the VM.
+func relayCommand(t *testing.T) []string {
+	t.Helper()
+	return []string{built(t, "cosmicac"), "qemu-relay"}
+}
+
+// built builds ./cmd/NAME, static, into agentDir once for the test binary.
+func built(t *testing.T, name string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builtBins[name]; ok {
+		return p
+	}
+	if agentDir == "" {
 		dir, err := os.MkdirTemp("", "cosmicac-agent-")
 		if err != nil {
-			agentErr = err
-			return
+			t.Fatal(err)
 		}
 		agentDir = dir
-		bin := filepath.Join(dir, "cosmicac-agent")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/cosmicac-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("%w: %s", err, out)
-			return
-		}
-		agentBin = bin
-	})
-	if agentErr != nil {
-		t.Fatalf("build the agent: %v", agentErr)
 	}
-	return agentBin
+	bin := filepath.Join(agentDir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/cosmicac/cosmicac/cmd/"+name)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v: %s", name, err, out)
+	}
+	builtBins[name] = bin
+	return bin
 }
 
 var (
-	agentOnce sync.Once
-	agentDir  string // removed by TestMain
-	agentBin  string
-	agentErr  error
+	buildMu   sync.Mutex
+	agentDir  string                // removed by TestMain
+	builtBins = map[string]string{} // by command name
 )
 
 // TestQEMURackEndToEnd: a GPU Container Job on the QEMU rack boots the
@@ -149,7 +163,7 @@ func TestQEMURackEndToEnd(t *testing.T) {
 	e := cosmictest.NewEnvWithin(t, 15*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms, MaxBoots: 1},
-			Images: qemu.Catalogue{"debian-12": im}, AgentBinary: agentBin, Relay: []string{agentBin, "qemu-relay"},
+			Images: qemu.Catalogue{"debian-12": im}, AgentBinary: agentBin, Relay: relayCommand(t),
 		}
 	})
 	key := filepath.Join(t.TempDir(), "id_ed25519")
@@ -398,7 +412,7 @@ func TestQEMURackFromDisk(t *testing.T) {
 	e := cosmictest.NewEnvWithin(t, 10*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 1, Dir: vms, MaxBoots: 1},
-			Images: qemu.Catalogue{"stock": im}, AgentBinary: agentBin, Relay: []string{agentBin, "qemu-relay"},
+			Images: qemu.Catalogue{"stock": im}, AgentBinary: agentBin, Relay: relayCommand(t),
 		}
 	})
 	tok, err := e.P.AdminToken()
