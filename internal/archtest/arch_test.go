@@ -205,7 +205,9 @@ func TestPoliciesComeFromTheTrustGraph(t *testing.T) {
 // the harnesses: the agents, the workers and the servers carry none.
 func TestNoTestOrSimulatorInProduction(t *testing.T) {
 	const mod = "github.com/cosmicac/cosmicac/internal/"
-	harness := func(p string) bool { return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") || p == mod+"testenv" }
+	harness := func(p string) bool {
+		return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") || p == mod+"testenv"
+	}
 	simulator := map[string]bool{mod + "simcluster": true, mod + "simsshd": true, mod + "simruntime": true}
 	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli": true, mod + "platform": true,
 		mod + "inferagent/simlaunch": true, mod + "agentcmd": true, "github.com/cosmicac/cosmicac/cmd/cosmicac-agent": true}
