@@ -17,11 +17,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -175,7 +172,7 @@ func run(ctx context.Context, ag anAgent, peers []agent.Peer, component, metrics
 			break
 		}
 	}
-	serveMetrics, err := listenMetrics(metricsListen, reg)
+	serveMetrics, err := metrics.Listen(metricsListen, reg, httpserve.Limits{})
 	if err != nil {
 		return err
 	}
@@ -203,28 +200,4 @@ func run(ctx context.Context, ag anAgent, peers []agent.Peer, component, metrics
 		return err
 	}
 	return <-errc
-}
-
-// listenMetrics listens on addr, if one is given, at once (a taken port
-// fails the agent at start, with the reason), and returns the func that
-// serves reg at /metrics there until its context ends.
-func listenMetrics(addr string, reg *prometheus.Registry) (serve func(context.Context) error, err error) {
-	if addr == "" {
-		return func(context.Context) error { return nil }, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(reg))
-	hs := httpserve.New(mux, httpserve.Limits{}, nil)
-	return func(ctx context.Context) error {
-		stop := context.AfterFunc(ctx, func() { hs.Close() })
-		defer stop()
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}, nil
 }

@@ -89,24 +89,7 @@ func (c *componentFlags) bind(f *pflag.FlagSet, defListen string, role trust.Rol
 // reason), and returns the func that serves reg at /metrics there until ctx
 // ends; its caller runs it in the component's group.
 func (c *componentFlags) listenMetrics(reg *prometheus.Registry) (serve func(context.Context) error, err error) {
-	if c.MetricsListen == "" {
-		return func(context.Context) error { return nil }, nil
-	}
-	ln, err := net.Listen("tcp", c.MetricsListen)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(reg))
-	hs := httpserve.New(mux, c.HTTP, nil)
-	return func(ctx context.Context) error {
-		stop := context.AfterFunc(ctx, func() { hs.Close() })
-		defer stop()
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}, nil
+	return metrics.Listen(c.MetricsListen, reg, c.HTTP)
 }
 
 // serveHTTP serves hs on ln in g until ctx ends, then shuts it down

@@ -3,10 +3,15 @@
 // it, and the API's request observer. Each component registers its own
 // collectors (the ork's, the monitor's, a log forwarder's) on its registry.
 //
-// Importers: the CLI wiring and internal/platform.
+// Importers: the CLI wiring, internal/platform and the agents' command
+// line (internal/agentcmd).
 package metrics
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -14,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors
@@ -28,6 +35,31 @@ func NewRegistry(cs ...prometheus.Collector) *prometheus.Registry {
 // Handler serves the gatherers' metrics in the Prometheus format.
 func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// Listen listens on addr, if one is given, at once (a taken port fails
+// the component at its start, with the reason), and returns the func that
+// serves reg at http://addr/metrics until its context ends; the caller runs
+// it in the component's group. With no addr the func does nothing.
+func Listen(addr string, reg prometheus.Gatherer, l httpserve.Limits) (serve func(context.Context) error, err error) {
+	if addr == "" {
+		return func(context.Context) error { return nil }, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", Handler(reg))
+	hs := httpserve.New(mux, l, nil)
+	return func(ctx context.Context) error {
+		stop := context.AfterFunc(ctx, func() { hs.Close() })
+		defer stop()
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, nil
 }
 
 // APIObserver records the HTTP API's requests: it implements the app-node's
