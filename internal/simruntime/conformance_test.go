@@ -237,9 +237,9 @@ func TestOpenAIConformance(t *testing.T) {
 					t.Skip("a real vLLM's loading is seen only at its start")
 				}
 				const load = 300 * time.Millisecond
+				start := time.Now() // before New, where the load starts: the wait is at least load from here
 				srv := httptest.NewServer(New(Config{Model: "m/m", LoadTime: load}))
 				defer srv.Close()
-				start := time.Now()
 				resp, err := http.Get(srv.URL + "/health")
 				if err != nil {
 					t.Fatal(err)
