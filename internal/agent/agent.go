@@ -105,6 +105,7 @@ type SessionInfo struct {
 type Agent struct {
 	cfg Config
 	log *slog.Logger
+	fwd *joblog.Forwarder // its records to the monitor (nil: Config.Logs)
 
 	ready   chan struct{}
 	started time.Time
@@ -126,14 +127,20 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	a := &Agent{log: log, ready: make(chan struct{}), sessions: map[string]*session{}}
 	if cfg.Logs == nil {
 		cfg.Logs = joblog.Discard
+		if a.fwd = MonitorForwarder(cfg.Peers, a.Node); a.fwd != nil {
+			cfg.Logs = a.fwd
+		}
 	}
-	return &Agent{cfg: cfg, log: log, ready: make(chan struct{}), sessions: map[string]*session{}}
+	a.cfg = cfg
+	return a
 }
 
-// SetLogs replaces the sink of the agent's records; call it before Run.
-func (a *Agent) SetLogs(s joblog.Sink) { a.cfg.Logs = s }
+// Forwarder is the forwarder of the agent's records to its monitor, nil
+// unless the agent made one (Config.Logs), for its metrics.
+func (a *Agent) Forwarder() *joblog.Forwarder { return a.fwd }
 
 // Ready is closed once the agent is ready (Status.Ready).
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
@@ -228,6 +235,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Keep a connection to every peer with an address: the platform calls
 	// the agent back over them.
 	wg.Go(func() { KeepConnected(rctx, n, dial, a.log, ConnectHooks{Reached: a.setReady}) })
+	if a.fwd != nil {
+		wg.Go(func() { a.fwd.Run(rctx) })
+	}
 	if len(dirs) > 0 {
 		meta, _ := json.Marshal(map[string]any{"jobId": cfg.JobID, "replica": cfg.Replica, "vmiIndex": cfg.VMIIndex, "version": version.Version})
 		wg.Go(func() {

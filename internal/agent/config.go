@@ -69,7 +69,8 @@ type Config struct {
 	// turned host shells off.
 	RefuseShells string
 	// Logs receives the agent's records: session records (system) and the
-	// command's output (application). Default: discard.
+	// command's output (application). Default: the monitor its Peers name,
+	// over the agent's node (MonitorForwarder), else discard.
 	Logs joblog.Sink
 	// OnChange, if set, is called with the new status after each change
 	// (ready, a session opened or closed, the command exited). It must not

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -165,4 +166,16 @@ func KeepReporting(ctx context.Context, d time.Duration, report func()) {
 			report()
 		}
 	}
+}
+
+// MonitorForwarder is the forwarder of an agent's records to the monitor
+// its bootstrap names (nil: none named), sending from the agent's node
+// (node, nil until the agent runs). The agent runs it while it runs.
+func MonitorForwarder(peers []Peer, node func() *fabric.Node) *joblog.Forwarder {
+	for _, p := range peers {
+		if p.Role == RoleMonitor {
+			return joblog.NewForwarder(joblog.NodeFunc(node), p.Key, 0)
+		}
+	}
+	return nil
 }

@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
-	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
@@ -98,7 +97,7 @@ func instanceCommand(stdout, stderr io.Writer) *cobra.Command {
 				cfg.Listen = f.listen
 			}
 			ag := agent.New(cfg, f.logger(stderr))
-			return run(cmd.Context(), ag, cfg.Peers, agent.Component, f.metricsListen, func() {
+			return run(cmd.Context(), ag, agent.Component, f.metricsListen, func() {
 				fmt.Fprintf(stdout, "agent %s ready (job %s)\n", ag.Node().PublicKey(), cfg.JobID)
 			})
 		},
@@ -137,7 +136,7 @@ func inferenceCommand(stdout, stderr io.Writer) *cobra.Command {
 				cfg.Launcher = &simlaunch.Launcher{Config: simruntime.Config{TTFT: 50 * time.Millisecond, InterTokenDelay: 20 * time.Millisecond}}
 			}
 			ag := inferagent.New(cfg, f.logger(stderr))
-			return run(cmd.Context(), ag, cfg.Peers, "agent-inference", f.metricsListen, func() {
+			return run(cmd.Context(), ag, "agent-inference", f.metricsListen, func() {
 				st := ag.Status()
 				fmt.Fprintf(stdout, "inference agent %s ready (job %s, replica %d, %s)\n", st.Key, st.JobID, st.Replica, st.Role)
 			})
@@ -152,34 +151,24 @@ func inferenceCommand(stdout, stderr io.Writer) *cobra.Command {
 type anAgent interface {
 	Run(context.Context) error
 	Ready() <-chan struct{}
-	Node() *fabric.Node
-	SetLogs(joblog.Sink)
+	Forwarder() *joblog.Forwarder
 }
 
-// run runs ag with its log forwarder (to the wrk-monitor its bootstrap
+// run runs ag (which forwards its records to the wrk-monitor its bootstrap
 // names, if any) and its metrics, owned by one group: the first to fail
 // stops the others. ready is called once the agent is.
-func run(ctx context.Context, ag anAgent, peers []agent.Peer, component, metricsListen string, ready func()) error {
+func run(ctx context.Context, ag anAgent, component, metricsListen string, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	reg := metrics.NewRegistry()
-	var fw *joblog.Forwarder
-	for _, p := range peers {
-		if p.Role == agent.RoleMonitor {
-			fw = joblog.NewForwarder(joblog.NodeFunc(ag.Node), p.Key, 0)
-			ag.SetLogs(fw)
-			reg.MustRegister(monitor.ForwarderCollector(component, fw))
-			break
-		}
+	if fw := ag.Forwarder(); fw != nil {
+		reg.MustRegister(monitor.ForwarderCollector(component, fw))
 	}
 	serveMetrics, err := metrics.Listen(metricsListen, reg, httpserve.Limits{})
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	if fw != nil {
-		g.Go(func() error { return fw.Run(gctx) })
-	}
 	g.Go(func() error { return serveMetrics(gctx) })
 	g.Go(func() error {
 		defer cancel() // the agent stopped: so does the rest

@@ -30,10 +30,6 @@ type APIKeyStore interface {
 
 var _ APIKeyStore = store.APIKeys(nil)
 
-// SetAPIKeys installs the API-key store (call it before serving). Without
-// one the API-key routes answer 501.
-func (s *Server) SetAPIKeys(k APIKeyStore) { s.apiKeys = k }
-
 // maxModelName bounds a served model name a key is limited to (its own
 // name is checked as a token's, checkName).
 const maxModelName = 256

@@ -16,7 +16,6 @@ import (
 // keys"; issue 32, item 5).
 func TestMembersMakeKeysForTheirModels(t *testing.T) {
 	e := appnodetest.NewEnv(t)
-	e.App.SetAPIKeys(e.Accounts)
 	mia := e.AddUser(t, "mia", "ml", cosmic.RoleMember)
 	mo := e.AddUser(t, "mo", "ml", cosmic.RoleMember)
 	adam := e.AddUser(t, "adam", "ml", cosmic.RoleAdmin)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -656,7 +657,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("error %v does not name %s", err, w)
 		}
 	}
-	if _, err := appnode.New(bad, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.Default()); err == nil {
+	if _, err := appnode.New(bad, appnode.Deps{Ork: appnodetest.NewOrk(), Accounts: appnodetest.NewAccounts(t), Log: slog.Default()}); err == nil {
 		t.Error("New accepted a bad config")
 	}
 }
@@ -670,12 +671,11 @@ func (o *observer) ObserveRequest(op string, status int, _ time.Duration) {
 func TestObserver(t *testing.T) {
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	o := &observer{}
+	s, err := appnode.New(cfg, appnode.Deps{Ork: appnodetest.NewOrk(), Accounts: appnodetest.NewAccounts(t), Log: slog.New(slog.DiscardHandler), Observer: o})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &observer{}
-	s.SetObserver(o)
 	h := s.Handler()
 	for _, p := range []string{"/api/v1/healthz", "/api/v1/jobs", "/nope"} {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", p, nil))
@@ -689,13 +689,17 @@ func TestRun(t *testing.T) {
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Listen = "127.0.0.1:0"
-	s, err := appnode.New(cfg, appnodetest.NewOrk(), appnodetest.NewAccounts(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := appnode.New(cfg, appnode.Deps{Ork: appnodetest.NewOrk(), Accounts: appnodetest.NewAccounts(t), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	go func() { done <- s.Run(ctx, ln) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)

@@ -188,7 +188,6 @@ func TestConfinedTokenSetsNoFirstPassword(t *testing.T) {
 // never another team's.
 func TestSelectorTokenManagesNoTeam(t *testing.T) {
 	e := appnodetest.NewEnv(t)
-	e.App.SetAPIKeys(e.Accounts)
 	e.AddUser(t, "olive", "ml", cosmic.RoleOwner)
 	e.AddUser(t, "olive", "web", cosmic.RoleOwner)
 	e.AddUser(t, "bob", "web", cosmic.RoleMember)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -67,11 +66,10 @@ func fuzzServer(f *testing.F) (http.Handler, string, *recordingOrk) {
 	ork := &recordingOrk{Ork: appnodetest.NewOrk()}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = f.TempDir()
-	s, err := appnode.New(cfg, ork, appnodetest.NewAccounts(f), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := appnode.New(cfg, appnode.Deps{Ork: ork, Accounts: appnodetest.NewAccounts(f), Log: slog.New(slog.DiscardHandler), APIKeys: noAPIKeys{}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	s.SetAPIKeys(noAPIKeys{})
 	path, _, err := s.Bootstrap(context.Background())
 	if err != nil {
 		f.Fatal(err)

@@ -152,7 +152,7 @@ func TestJobHTTP(t *testing.T) {
 		t.Fatalf("no shells: %d %s", a.status, a.body)
 	}
 	sh := &tcpShells{addr: srv.Listener.Addr().String()}
-	e.App.SetShells(sh)
+	e.SetShells(sh)
 
 	// Path (escapes kept), query and body reach the job; the token does
 	// not; X-Forwarded-* do.
@@ -298,7 +298,7 @@ func TestJobHTTP(t *testing.T) {
 func TestJobHTTPUnsecure(t *testing.T) {
 	e := appnodetest.NewEnv(t)
 	srv := echoServer(t, nil)
-	e.App.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
+	e.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
 	j := runningJob(t, e, e.AdminToken, strings.Replace(httpSpec, `"defaultHttpPort"`, `"unsecureHttp":true,"defaultHttpPort"`, 1))
 	base := apiv1.Prefix + "/jobs/" + j.ID + "/http"
 	if a, got := httpCall(t, e, "POST", base+"/open", "", "x"); a.status != http.StatusOK || got.Body != "x" {
@@ -317,7 +317,7 @@ func TestJobHTTPUnsecure(t *testing.T) {
 func TestJobHTTPKeepsTheSessionFromTheJob(t *testing.T) {
 	e := appnodetest.NewEnv(t)
 	srv := echoServer(t, nil)
-	e.App.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
+	e.SetShells(&tcpShells{addr: srv.Listener.Addr().String()})
 	j := runningJob(t, e, e.AdminToken, httpSpec)
 	base := e.URL() + apiv1.Prefix + "/jobs/" + j.ID + "/http"
 	req, _ := http.NewRequest("GET", base+"/", nil)
@@ -357,7 +357,7 @@ func TestJobHTTPPagesAreSandboxed(t *testing.T) {
 	e := appnodetest.NewEnv(t)
 	srv := echoServer(t, nil)
 	sh := &tcpShells{addr: srv.Listener.Addr().String()}
-	e.App.SetShells(sh)
+	e.SetShells(sh)
 	j := runningJob(t, e, e.AdminToken, httpSpec)
 	base := apiv1.Prefix + "/jobs/" + j.ID + "/http"
 	sandboxed := func(what string, h http.Header, others ...string) {

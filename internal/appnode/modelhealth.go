@@ -11,18 +11,14 @@ import (
 
 // ModelHealthSource says how well an inference job's model answers
 // (docs/inference.md, "Health"). proxy-inference knows it (its replicas'
-// announcements and its own observations of errors and latency); when it
-// runs in the app-node's process (`cosmicac up`) the platform hands it to
-// the app-node, which fills Status.ModelHealth of managed-inference jobs
-// in getJob and listJobs. The ork does not keep it: it is an observation
+// announcements and its own observations of errors and latency), and the
+// app-node asks it over the fabric (inferproxy.FabricHealth, in `cosmicac
+// up` as in a standalone app-node given --proxy-inference) to fill
+// Status.ModelHealth of managed-inference jobs in getJob and listJobs. The ork does not keep it: it is an observation
 // of the serving path, not of the job's lifecycle.
 type ModelHealthSource interface {
 	ModelHealth(ctx context.Context, jobID string) (cosmic.ModelHealth, error)
 }
-
-// SetModelHealth installs the model-health source (call it before serving).
-// Without one, jobs are answered as the ork has them (no modelHealth).
-func (s *Server) SetModelHealth(h ModelHealthSource) { s.modelHealth = h }
 
 // modelHealthTimeout bounds the model-health look-ups of one request.
 const modelHealthTimeout = 2 * time.Second

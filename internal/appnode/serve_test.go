@@ -51,18 +51,17 @@ func TestServeLimits(t *testing.T) {
 	lim := httpserve.Limits{Body: config.Duration(time.Second), Write: config.Duration(time.Second), Idle: config.Duration(time.Second)}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir, cfg.HTTP = t.TempDir(), lim
-	s, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.DiscardHandler))
+	s, err := appnode.New(cfg, appnode.Deps{Ork: e.Ork, Accounts: e.Accounts, Log: slog.New(slog.DiscardHandler), Shells: &slowShells{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetShells(&slowShells{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
+	go func() { done <- s.Run(ctx, ln) }()
 	defer func() { cancel(); <-done }()
 	addr := ln.Addr().String()
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -58,8 +60,8 @@ type Server struct {
 	mux     *http.ServeMux
 	obs     Observer
 	shells  Shells
-	// apiKeys keeps the inference API keys (SetAPIKeys); modelHealth
-	// annotates inference jobs (SetModelHealth).
+	// apiKeys keeps the inference API keys; modelHealth annotates
+	// inference jobs (Deps).
 	apiKeys     APIKeyStore
 	modelHealth ModelHealthSource
 	// logins limits sign-in attempts; jobCreates each team's job
@@ -74,21 +76,46 @@ type Server struct {
 // error, which toHTTP maps; the success status is the route's.
 type handler func(w http.ResponseWriter, r *http.Request, c *caller) (any, error)
 
-// New returns the app-node's server of cfg, forwarding to ork and keeping
-// accounts in acc.
-func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
+// Deps are what an app-node is built on. Ork, Accounts and Log are
+// required; each of the others, left nil, turns its feature off as said.
+type Deps struct {
+	// Ork is wrk-ork (orkapi.Client over the fabric).
+	Ork Ork
+	// Accounts keeps users, teams, tokens, sessions and the audit log.
+	Accounts Accounts
+	Log      *slog.Logger
+	// APIKeys keeps the inference API keys (nil: their routes answer 501).
+	APIKeys APIKeyStore
+	// Shells reaches the jobs' instance agents (nil: the shell, SSH and
+	// port routes answer 503).
+	Shells Shells
+	// ModelHealth fills status.modelHealth of managed-inference jobs
+	// (nil: jobs are answered as the ork has them).
+	ModelHealth ModelHealthSource
+	// WebUI serves every path outside the API (nil: those answer 404), for
+	// an app-node behind a gateway that sends it the interface's paths too
+	// (docs/gateway.md).
+	WebUI http.Handler
+	// Observer sees every answered request (metrics).
+	Observer Observer
+}
+
+// New returns the app-node's server of cfg on d.
+func New(cfg Config, d Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("app-node config: %w", err)
 	}
-	if ork == nil || acc == nil || log == nil {
+	if d.Ork == nil || d.Accounts == nil || d.Log == nil {
 		return nil, errors.New("app-node: ork, accounts and logger are required")
 	}
+	ork, acc, log := d.Ork, d.Accounts, d.Log
 	routes := apiv1.Routes()
 	doc, err := apiv1.OpenAPI(routes, version.Version)
 	if err != nil {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
-	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter()}
+	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter(),
+		ui: d.WebUI, obs: d.Observer, shells: d.Shells, apiKeys: d.APIKeys, modelHealth: d.ModelHealth}
 	if n := cfg.JobCreatesPerMinute; n > 0 {
 		s.jobCreates = newLimiterTable(time.Minute/time.Duration(n), n)
 	}
@@ -110,9 +137,6 @@ func New(cfg Config, ork Ork, acc Accounts, log *slog.Logger) (*Server, error) {
 	}
 	return s, nil
 }
-
-// SetObserver installs o (call it before serving).
-func (s *Server) SetObserver(o Observer) { s.obs = o }
 
 // Bootstrap runs Bootstrap on the server's accounts and data directory.
 func (s *Server) Bootstrap(ctx context.Context) (path string, created bool, err error) {
@@ -277,11 +301,6 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// SetWebUI serves the web interface (internal/webui) at every path
-// outside the API, for a standalone app-node behind a gateway that sends
-// it the interface's paths too (docs/gateway.md).
-func (s *Server) SetWebUI(h http.Handler) { s.ui = h }
-
 // route dispatches r, answering requests no route matches with a JSON
 // error instead of the mux's plain text.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
@@ -351,14 +370,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Run serves the API on cfg.Listen until ctx ends, then shuts down,
-// waiting up to cfg.ShutdownGrace for requests in flight.
-func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("app-node: listen: %w", err)
+// Run runs the app-node until ctx ends and returns once all it started
+// has stopped: the audit log's retention and, when ln is not nil, the API
+// served on ln (Serve). With ln nil the caller serves Handler() itself
+// (the one-listener platform of the tests).
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.RunAuditRetention(gctx) })
+	if ln != nil {
+		g.Go(func() error { return s.Serve(gctx, ln) })
 	}
-	return s.Serve(ctx, ln)
+	return g.Wait()
 }
 
 // Serve serves the API on ln until ctx ends, its clients bounded by

@@ -19,7 +19,7 @@ import (
 
 // Shells reaches the instance agents of gpu-container jobs (docs/shell.md);
 // FabricShells is the implementation over the fabric. Without one
-// (SetShells), the shell and SSH routes answer 503.
+// (Deps.Shells), the shell and SSH routes answer 503.
 type Shells interface {
 	// DialShell opens a shell session on the agent of the job's replica;
 	// p.User is the caller the app-node vouches for.
@@ -28,9 +28,6 @@ type Shells interface {
 	// VM.
 	DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error)
 }
-
-// SetShells installs the way to the jobs' agents (call it before serving).
-func (s *Server) SetShells(sh Shells) { s.shells = sh }
 
 // written is the body of a handler that answered on its own (an upgraded
 // connection): serve writes nothing more.

@@ -82,7 +82,7 @@ func TestShellRoute(t *testing.T) {
 		t.Fatalf("no shells: %v, want 503", err)
 	}
 	sh := &fakeShells{code: 7}
-	e.App.SetShells(sh)
+	e.SetShells(sh)
 	if code, err := openShell(e, e.AdminToken, j.ID); err != nil || code != 7 {
 		t.Fatalf("admin: code %d, err %v", code, err)
 	}

@@ -359,11 +359,11 @@ func TestSecretsStayOutOfTheLog(t *testing.T) {
 	acc := appnodetest.NewAccounts(t)
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	app, err := appnode.New(cfg, appnodetest.NewOrk(), acc, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	app, err := appnode.New(cfg, appnode.Deps{Ork: appnodetest.NewOrk(), Accounts: acc, APIKeys: acc,
+		Log: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	app.SetAPIKeys(acc)
 	path, _, err := app.Bootstrap(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -146,7 +146,7 @@ func TestTerminalRoute(t *testing.T) {
 		t.Fatalf("no shells: %d, want 503", status)
 	}
 	sh := &echoShells{}
-	e.App.SetShells(sh)
+	e.SetShells(sh)
 
 	// A session: input, a resize, the exit code; a login shell on a
 	// terminal of the size asked for, opened for the caller.
@@ -261,7 +261,7 @@ func TestTerminalRoute(t *testing.T) {
 		t.Errorf("refused requests opened %d sessions", n-opens)
 	}
 	// The agent is not there: 503.
-	e.App.SetShells(&fakeShells{err: fabric.Errorf(fabric.CodeUnavailable, "not announced")})
+	e.SetShells(&fakeShells{err: fabric.Errorf(fabric.CodeUnavailable, "not announced")})
 	if _, status, err := dialTerminal(t, e, j.ID, "", bearer(member)); status != http.StatusServiceUnavailable {
 		t.Errorf("agent away: %d %v, want 503", status, err)
 	}

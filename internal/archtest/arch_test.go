@@ -5,10 +5,15 @@ package archtest
 import (
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 type pkg struct {
@@ -221,6 +226,47 @@ func TestNoTestOrSimulatorInProduction(t *testing.T) {
 				t.Errorf("%s depends on the test harness %s", p.ImportPath, d)
 			case simulator[d] && !simulator[p.ImportPath] && !mayUseSimulators[p.ImportPath]:
 				t.Errorf("%s depends on the simulator %s", p.ImportPath, d)
+			}
+		}
+	}
+}
+
+// TestComponentsTakeDepsNotSetters: a component is built whole, by
+// New(cfg, Deps) (docs/architecture.md, "Where a change goes"), so that
+// `cosmicac up` and the standalone command cannot assemble it differently:
+// no exported Set… method of a pointer receiver, one argument and no
+// result (a dependency installed after construction) in a component's
+// package.
+func TestComponentsTakeDepsNotSetters(t *testing.T) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v", err)
+	}
+	root := strings.TrimSpace(string(top))
+	for _, dir := range []string{"appnode", "ork", "monitor", "inferproxy", "simcluster", "qemuworker", "k8sworker", "agent", "inferagent"} {
+		fset := token.NewFileSet()
+		files, err := filepath.Glob(filepath.Join(root, "internal", dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("internal/%s: no Go files (%v)", dir, err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Recv == nil || !fn.Name.IsExported() || !strings.HasPrefix(fn.Name.Name, "Set") ||
+					len(fn.Name.Name) == 3 || !unicode.IsUpper(rune(fn.Name.Name[3])) {
+					continue
+				}
+				if _, ptr := fn.Recv.List[0].Type.(*ast.StarExpr); ptr && fn.Type.Params.NumFields() == 1 && fn.Type.Results.NumFields() == 0 {
+					t.Errorf("%s: %s installs a dependency after construction: make it a field of the component's Deps",
+						fset.Position(fn.Pos()), fn.Name.Name)
+				}
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -67,7 +66,7 @@ func TestAdminTokenIsTheWayBackIn(t *testing.T) {
 	defer st.Close()
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = dataDir
-	app, err := appnode.New(cfg, appnodetest.NewOrk(), st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	app, err := appnode.New(cfg, appnode.Deps{Ork: appnodetest.NewOrk(), Accounts: st, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
@@ -33,7 +32,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
-	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 func init() {
@@ -295,11 +293,10 @@ func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, l
 		return err
 	}
 	defer n.Close()
-	o, err := ork.New(cfg.Ork, lease.Fenced(st), ork.FabricDialer(n), log.With("component", "wrk-ork"))
+	o, err := ork.New(cfg.Ork, ork.Deps{Store: lease.Fenced(st), Dial: ork.FabricDialer(n), Keys: ring, Log: log.With("component", "wrk-ork")})
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	o.SetKeyring(ring)
 	o.Serve(n)
 	if err := o.Start(ctx); err != nil {
 		return err
@@ -341,6 +338,9 @@ type appNodeFileConfig struct {
 	// Directories are the agents' directories (wrk-directory), where the
 	// app-node looks up the jobs' agents for shells.
 	Directories []string `json:"directories,omitempty"`
+	// ProxyInference, KEY@HOST:PORT, answers the model health of
+	// managed-inference jobs (inference.modelHealth), as in `cosmicac up`.
+	ProxyInference string `json:"proxyInference,omitempty"`
 }
 
 func (a *app) appNodeCommand() *cobra.Command {
@@ -371,7 +371,18 @@ func (a *app) appNodeCommand() *cobra.Command {
 			// The jobs' agents dial the app-node (which opens shells back
 			// over their connections): the keyring follows the ork's
 			// binding of them.
-			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.Directory: dirs})
+			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.Directory: dirs}
+			var (
+				proxyKey   fabric.PublicKey
+				proxyAddrs []string
+			)
+			if cfg.ProxyInference != "" {
+				if proxyKey, proxyAddrs, err = parsePeerFlag("proxy-inference", cfg.ProxyInference); err != nil {
+					return err
+				}
+				dialled[trust.Proxy] = []fabric.PublicKey{proxyKey}
+			}
+			ring, err := cfg.keyring(dialled)
 			if err != nil {
 				return err
 			}
@@ -385,6 +396,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			for k, addrs := range dirAddrs {
 				n.AddAddrs(k, addrs...)
 			}
+			n.AddAddrs(proxyKey, proxyAddrs...)
 			storeMetrics := store.NewMetrics()
 			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"), storeMetrics)
 			if err != nil {
@@ -402,29 +414,37 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if created {
 				fmt.Fprintf(a.stdout, "admin token written to %s\n", tokenFile)
 			}
-			s, err := appnode.New(apiCfg, orkapi.NewClient(n, orkKey), st, log.With("component", "app-node"))
-			if err != nil {
-				return usageErrorf("%v", err)
-			}
-			s.SetAPIKeys(st) // its database keeps the inference API keys too
 			ui, err := webui.New()
 			if err != nil {
 				return err
 			}
-			s.SetWebUI(ui) // the gateway's default for every path outside the APIs
-			// proxy-inference checks keys here (inference.apiKeyByHash; the
-			// trust graph lets no one else call it).
-			inferproxy.ServeAPIKeys(n, st)
+			obs := metrics.NewAPIObserver()
+			deps := appnode.Deps{
+				Ork:      orkapi.NewClient(n, orkKey),
+				Accounts: st,
+				APIKeys:  st, // its database keeps the inference API keys too
+				Log:      log.With("component", "app-node"),
+				WebUI:    ui, // the gateway's default for every path outside the APIs
+				Observer: obs,
+			}
 			if len(dirs) > 0 {
 				// Shells reach an agent found in the directories only if the
 				// ork binds its key to the job's replica.
-				s.SetShells(appnode.FabricShells{Node: n, Directories: dirs,
+				deps.Shells = appnode.FabricShells{Node: n, Directories: dirs,
 					Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
 						return ring.IsAgent(key, jobID, replica, 0)
-					}})
+					}}
 			}
-			obs := metrics.NewAPIObserver()
-			s.SetObserver(obs)
+			if len(proxyAddrs) > 0 {
+				deps.ModelHealth = inferproxy.FabricHealth{Node: n, Proxy: proxyKey}
+			}
+			s, err := appnode.New(apiCfg, deps)
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
+			// proxy-inference checks keys here (inference.apiKeyByHash; the
+			// trust graph lets no one else call it).
+			inferproxy.ServeAPIKeys(n, st)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err
@@ -441,8 +461,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 				return nil
 			})
 			g.Go(func() error { return serveMetrics(gctx) })
-			g.Go(func() error { return s.Serve(gctx, ln) })
-			g.Go(func() error { return s.RunAuditRetention(gctx) })
+			g.Go(func() error { return s.Run(gctx, ln) })
 			return waitAll(g)
 		},
 	}
@@ -453,6 +472,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 	f.StringVar(&cfg.Database, "database", "", "the accounts database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
+	f.StringVar(&cfg.ProxyInference, "proxy-inference", "", "proxy-inference, KEY@HOST:PORT: the model health of inference jobs (it is admitted as with --proxy-inference-key)")
 	return cmd
 }
 
@@ -497,8 +517,6 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			}
 			log := a.componentLogger(cfg.Verbose)
 			var (
-				cluster  *simcluster.Cluster
-				logs     joblog.Sink = joblog.Discard
 				monKey   fabric.PublicKey
 				monAddrs []string
 			)
@@ -515,47 +533,30 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ep := simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen,
-				Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(rack.Rack)), Logger: log},
-				func(n *fabric.Node) {
-					worker.Serve(n, cluster)
-					cluster.RegisterFaults(n)
-					simcluster.ServeAgentReports(n, log.With("component", "wrk-server-sim"))
-					n.AddAddrs(orkKey, orkAddrs...)
-					if len(monAddrs) > 0 {
-						n.AddAddrs(monKey, monAddrs...)
-					}
-				})
 			reg := metrics.NewRegistry()
 			serveMetrics, err := cfg.listenMetrics(reg)
 			if err != nil {
 				return err
 			}
-			var fwd *joblog.Forwarder
-			if cfg.Monitor != "" {
-				fwd = joblog.NewForwarder(joblog.NodeFunc(ep.Node), monKey, 10000)
-				reg.MustRegister(monitor.ForwarderCollector("wrk-server-sim", fwd))
-				logs = fwd
-			}
-			cluster = simcluster.New(rack, ep.Reporter(orkKey), logs, log.With("component", "wrk-server-sim"))
-			cluster.SetLink(ep)
-			if err := ep.Up(); err != nil {
+			srv, err := simcluster.NewServer(rack, simcluster.ServerDeps{
+				Fabric: fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: cfg.Listen,
+					Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(rack.Rack)), Logger: log},
+				Ork: orkKey, OrkAddrs: orkAddrs, Monitor: monKey, MonitorAddrs: monAddrs,
+				Log: log.With("component", "wrk-server-sim"),
+			})
+			if err != nil {
 				return err
 			}
+			defer srv.Close()
+			if fwd := srv.Forwarder(); fwd != nil {
+				reg.MustRegister(monitor.ForwarderCollector("wrk-server-sim", fwd))
+			}
+			cfg.lockAddr(srv.Addr())
+			a.printNode(srv.Node())
 			g, ctx := errgroup.WithContext(cmd.Context())
-			if fwd != nil {
-				g.Go(func() error { return fwd.Run(ctx) })
-			}
 			g.Go(func() error { return serveMetrics(ctx) })
-			defer ep.Close()
-			cfg.lockAddr(ep.Addr())
-			a.printNode(ep.Node())
-			g.Go(func() error { return cluster.Run(ctx) })
-			err = g.Wait()
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
+			g.Go(func() error { return srv.Run(ctx) })
+			return waitAll(g)
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7423", trust.Worker, trust.Ork, trust.Monitor)

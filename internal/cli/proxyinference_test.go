@@ -50,15 +50,18 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 		"--heartbeat", "50ms")["fabric"]
 	dir := component(t, []string{"fabric"}, "wrk-directory", "--data-dir", dirs["dir"], "--listen", "127.0.0.1:0",
 		"--ork", ork, "--app-node-key", keys["app"].String(), "--proxy-inference-key", keys["proxy"].String())["fabric"]
+	// The app-node asks the proxy for model health: the proxy's address is
+	// picked before either starts, as an operator's config names it.
+	proxyAddr := freePort(t)
 	appOut := component(t, []string{"fabric", "api"}, "app-node", "--data-dir", dirs["app"], "--listen", "127.0.0.1:0",
-		"--ork", ork, "--api-listen", "127.0.0.1:0", "--proxy-inference-key", keys["proxy"].String())
+		"--ork", ork, "--api-listen", "127.0.0.1:0", "--proxy-inference", keys["proxy"].String()+"@"+proxyAddr)
 	app, api := appOut["fabric"], appOut["api"]
 	// A config file, overridden by flags: revoked keys are seen quickly.
 	cfgPath := filepath.Join(base, "proxy.yaml")
 	os.WriteFile(cfgPath, []byte("httpListen: 127.0.0.1:1\nproxy:\n  keyTTL: 100ms\n"), 0o600)
 	metricsAddr := freePort(t)
 	prox := component(t, []string{"fabric", "inference"}, "proxy-inference", "--config", cfgPath, "--data-dir", dirs["proxy"],
-		"--listen", "127.0.0.1:0", "--ork", ork, "--directory", dir, "--app-node", app, "--http-listen", "127.0.0.1:0",
+		"--listen", proxyAddr, "--ork", ork, "--directory", dir, "--app-node", app, "--http-listen", "127.0.0.1:0",
 		"--metrics-listen", metricsAddr)
 	infURL := prox["inference"]
 
@@ -160,6 +163,18 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	if code, _, body := do("GET", "/models", key.Key, ""); code != 200 || !strings.Contains(body, `"id":"qwen"`) || !strings.Contains(body, j.ID) {
 		t.Fatalf("models: %d %s", code, body)
 	}
+	// The standalone app-node fills the job's model health from the proxy
+	// (inference.modelHealth), as `cosmicac up` does.
+	waittest.NoError(t, func() error {
+		got, err := c.GetJob(ctx, j.ID)
+		if err != nil {
+			return err
+		}
+		if got.Status.ModelHealth != cosmic.ModelHealthy {
+			return fmt.Errorf("modelHealth %q", got.Status.ModelHealth)
+		}
+		return nil
+	}, "the job's model health from the proxy")
 
 	// proxy-inference's metrics, on --metrics-listen.
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")

@@ -212,7 +212,7 @@ func (a *app) upCommand() *cobra.Command {
 			case cfg.QEMU != nil && p.QEMUNode != nil:
 				fmt.Fprintf(a.stdout, "  wrk-server-qemu %s@%s\n", p.QEMUNode.PublicKey(), p.QEMUNode.Addr())
 			default:
-				fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.SimLink.Node().PublicKey(), p.SimLink.Addr())
+				fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.Sim.Node().PublicKey(), p.Sim.Addr())
 			}
 			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n", p.AppNode.PublicKey(), p.AppNode.Addr())
 			fmt.Fprintf(a.stdout, "  wrk-monitor     %s@%s\n", p.MonitorNode.PublicKey(), p.MonitorNode.Addr())

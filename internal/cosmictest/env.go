@@ -91,7 +91,7 @@ func newEnvAt(t testing.TB, dir string, within time.Duration, opts ...Option) *E
 	}
 	e.Client = client.New(p.URL, tok, client.WithPollInterval(10*time.Millisecond))
 	if e.operator, err = fabric.New(fabric.Config{Component: "operator", Identity: opID,
-		Policy: fabric.NewAllowList(p.SimLink.Node().PublicKey(), p.OrkNode.PublicKey())}); err != nil {
+		Policy: fabric.NewAllowList(p.Sim.Node().PublicKey(), p.OrkNode.PublicKey())}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -193,7 +193,7 @@ func (e *Env) WaitGone(id string) {
 // fabric, as `cosmicac rpc` does.
 func (e *Env) Fault(method string, params any) {
 	e.T.Helper()
-	sim := e.P.SimLink
+	sim := e.P.Sim
 	e.operator.AddAddrs(sim.Node().PublicKey(), sim.Addr())
 	if err := e.operator.Call(e.Ctx, sim.Node().PublicKey(), method, params, nil); err != nil {
 		e.T.Fatalf("%s: %v", method, err)

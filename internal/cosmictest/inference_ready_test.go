@@ -19,7 +19,8 @@ import (
 // one replica and of two, with the proxy waiting for no replica at all
 // (ReadyWait off), so nothing hides a gap.
 func TestFirstRequestAfterRunningSucceeds(t *testing.T) {
-	e := NewEnv(t, func(c *platform.Config) { c.Proxy.ReadyWait = -1 })
+	// 200 jobs of one team, as fast as they run: no bound on creates.
+	e := NewEnv(t, func(c *platform.Config) { c.Proxy.ReadyWait, c.JobCreatesPerMinute = -1, -1 })
 	key, err := e.Client.CreateAPIKey(e.Ctx, "first", "")
 	if err != nil {
 		t.Fatal(err)

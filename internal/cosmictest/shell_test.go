@@ -262,7 +262,7 @@ func TestLateCommandEndIsIgnored(t *testing.T) {
 	zero := 0
 	late := worker.Report{Rack: e.Config.Sim.Rack, Jobs: []worker.JobReport{{JobID: j.ID,
 		Replicas: []worker.ReplicaReport{{Replica: 0, State: cosmic.StateStopped, ExitCode: &zero}}}}}
-	simKey := e.P.SimLink.Node().PublicKey()
+	simKey := e.P.Sim.Node().PublicKey()
 	if err := e.P.Ork.ReceiveReport(e.Ctx, simKey, late); err != nil {
 		t.Fatal(err)
 	}

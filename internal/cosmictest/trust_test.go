@@ -29,7 +29,7 @@ func deployment(t *testing.T, e *Env) trusttest.Deployment {
 		API: e.Client,
 		Servers: map[trust.Role]trusttest.Peer{
 			trust.Ork: peer(p.OrkNode), trust.AppNode: peer(p.AppNode), trust.Monitor: peer(p.MonitorNode),
-			trust.Directory: peer(p.DirectoryNode), trust.Proxy: peer(p.ProxyNode), trust.Worker: peer(p.SimLink.Node()),
+			trust.Directory: peer(p.DirectoryNode), trust.Proxy: peer(p.ProxyNode), trust.Worker: peer(p.Sim.Node()),
 		},
 		WorkerRack: e.Config.Sim.Rack, WorkerLocation: e.Config.Sim.Location,
 		Identities: map[trust.Role]*fabric.Identity{
@@ -58,7 +58,7 @@ func TestTrustGraph(t *testing.T) {
 	p := e.P
 	t.Run("matrix", func(t *testing.T) {
 		for role, n := range map[trust.Role]*fabric.Node{trust.Ork: p.OrkNode, trust.AppNode: p.AppNode, trust.Monitor: p.MonitorNode,
-			trust.Directory: p.DirectoryNode, trust.Proxy: p.ProxyNode, trust.Worker: p.SimLink.Node()} {
+			trust.Directory: p.DirectoryNode, trust.Proxy: p.ProxyNode, trust.Worker: p.Sim.Node()} {
 			trusttest.CheckServed(t, role, n.Methods())
 		}
 		for role, ms := range f.AgentMethods() {

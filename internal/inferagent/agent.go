@@ -90,6 +90,7 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 	cmd Command
+	fwd *joblog.Forwarder // its records to the monitor (nil: Config.Logs)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -117,7 +118,14 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: log, ready: make(chan struct{}), kick: make(chan struct{}, 1), crashed: make(chan struct{})}
+	a := &Agent{log: log, ready: make(chan struct{}), kick: make(chan struct{}, 1), crashed: make(chan struct{})}
+	if cfg.Logs == nil {
+		cfg.Logs = joblog.Discard
+		if a.fwd = agent.MonitorForwarder(cfg.Peers, a.Node); a.fwd != nil {
+			cfg.Logs = a.fwd
+		}
+	}
+	a.cfg = cfg
 	a.st.Meta = Meta{JobID: cfg.JobID, Team: cfg.Team, Replica: cfg.Replica, VMIIndex: cfg.Placement.VMIIndex,
 		Role: cfg.Placement.Role(), Model: ServedModelName(cfg.Inference), Runtime: string(cfg.Inference.Runtime), Error: "starting"}
 	if a.st.Runtime == "" {
@@ -177,8 +185,9 @@ func (a *Agent) probeLine(line string) bool {
 	return ok
 }
 
-// SetLogs replaces the sink of the agent's records; call it before Run.
-func (a *Agent) SetLogs(s joblog.Sink) { a.cfg.Logs = s }
+// Forwarder is the forwarder of the agent's records to its monitor, nil
+// unless the agent made one (Config.Logs), for its metrics.
+func (a *Agent) Forwarder() *joblog.Forwarder { return a.fwd }
 
 // Ready is closed the first time the agent is ready and announced so
 // (published).
@@ -293,6 +302,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.routable.Store(true) // no directory to wait for
 	}
 	wg.Go(func() { agent.KeepConnected(rctx, n, dial, a.log, agent.ConnectHooks{Dialled: a.kickAnnounce}) })
+	if a.fwd != nil {
+		wg.Go(func() { a.fwd.Run(rctx) })
+	}
 	announced := make(chan struct{})
 	wg.Go(func() {
 		defer close(announced)

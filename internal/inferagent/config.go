@@ -69,7 +69,8 @@ type Config struct {
 	// internal/inferagent/simlaunch (this package carries no simulator).
 	Simulated bool
 	// Logs receives the runtime's output (application records) and the
-	// agent's own steps (system records). Default: discard.
+	// agent's own steps (system records). Default: the monitor its Peers
+	// name, over the agent's node (agent.MonitorForwarder), else discard.
 	Logs joblog.Sink
 	// OnChange is called with the status after each change; it must not block.
 	OnChange func(Status)
@@ -90,9 +91,6 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Launcher == nil {
 		c.Launcher = ExecLauncher{}
-	}
-	if c.Logs == nil {
-		c.Logs = joblog.Discard
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = 10 * time.Second

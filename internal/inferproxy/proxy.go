@@ -1015,3 +1015,22 @@ func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, re
 		pending = append(pending, buf[:n]...)
 	}
 }
+
+// FabricHealth asks a proxy-inference for a job's model health over the
+// fabric (MethodHealth): the app-node's model-health source, in `cosmicac
+// up` as in a standalone app-node (appnode.ModelHealthSource).
+type FabricHealth struct {
+	Node  *fabric.Node
+	Proxy fabric.PublicKey
+}
+
+// ModelHealth answers the health of jobID's model as the proxy sees it.
+func (h FabricHealth) ModelHealth(ctx context.Context, jobID string) (cosmic.ModelHealth, error) {
+	var mh ModelHealth
+	if err := h.Node.Call(ctx, h.Proxy, MethodHealth, struct {
+		JobID string `json:"jobId"`
+	}{jobID}, &mh); err != nil {
+		return cosmic.ModelUnknown, err
+	}
+	return cosmic.ModelHealth(mh.Health), nil
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -314,7 +315,8 @@ type env struct {
 
 	st   *sqlite.Store
 	o    *ork.Ork
-	stop func() // ends Run and closes the store
+	ring *trust.Keyring // the ork's keyring: its racks' workers are bound there
+	stop func()         // ends Run and closes the store
 	// created counts the jobs create made, to name each its own.
 	created int
 	// tune, if set, changes the ork's config (newEnvConfig).
@@ -331,7 +333,7 @@ func newEnv(t *testing.T, workers ...*fakeWorker) *env {
 // newEnvConfig is newEnv with an ork whose config tune changes.
 func newEnvConfig(t *testing.T, tune func(*ork.Config), workers ...*fakeWorker) *env {
 	t.Helper()
-	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}, tune: tune}
+	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}, tune: tune, ring: trust.NewKeyring()}
 	for _, w := range workers {
 		e.workers[w.key.String()] = w
 	}
@@ -365,7 +367,7 @@ func (e *env) start() {
 	if e.tune != nil {
 		e.tune(&cfg)
 	}
-	o, err := ork.New(cfg, st, dial, slog.New(e.errs))
+	o, err := ork.New(cfg, ork.Deps{Store: st, Dial: dial, Keys: e.ring, Log: slog.New(e.errs)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

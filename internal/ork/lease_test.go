@@ -152,7 +152,7 @@ func TestDeposedOrkWritesNoQuota(t *testing.T) {
 	if _, err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	o, err := ork.New(ork.DefaultConfig(), a.Fenced(st), func(fabric.PublicKey, []string) worker.Worker { return nil }, nil)
+	o, err := ork.New(ork.DefaultConfig(), ork.Deps{Store: a.Fenced(st), Dial: func(fabric.PublicKey, []string) worker.Worker { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

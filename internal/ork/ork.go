@@ -32,6 +32,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/fairq"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -154,14 +155,34 @@ func queueKey(s cosmic.Spec) fairq.Key {
 	return fairq.Key{Location: s.Location, GPUModel: s.Resources.GPUModel}
 }
 
-// New makes an ork over st. Call Start before use.
-func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
+// Deps are what an ork is built on. Store and Dial are required.
+type Deps struct {
+	// Store keeps racks, jobs, reservations and quotas (behind a lease's
+	// fence where orks share a database).
+	Store Store
+	// Dial reaches a rack's worker (FabricDialer).
+	Dial Dialer
+	// Keys, when set, is the keyring of the ork's own policy: its racks'
+	// workers are bound there as they are registered and removed.
+	Keys *trust.Keyring
+	// Log is nil: discard.
+	Log *slog.Logger
+}
+
+// New makes an ork of cfg on d. Call Start before use.
+func New(cfg Config, d Deps) (*Ork, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ork config: %w", err)
 	}
+	if d.Store == nil || d.Dial == nil {
+		return nil, errors.New("ork: a store and a dialer are required")
+	}
+	st, dial, log := d.Store, d.Dial, d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	book := newPeerBook()
+	book.ring = d.Keys
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
@@ -172,7 +193,7 @@ func New(cfg Config, st Store, dial Dialer, log *slog.Logger) (*Ork, error) {
 		nodeModel: make(map[string]string),
 		jobTeam:   make(map[string]string),
 		kick:      make(chan struct{}, 1),
-		book:      newPeerBook(),
+		book:      book,
 	}, nil
 }
 

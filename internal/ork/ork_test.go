@@ -76,8 +76,7 @@ func TestWatchPeers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, w, j := oneJob(t)
 		ctx, o := e.ctx, e.o
-		ring := trust.NewKeyring()
-		o.SetKeyring(ring)
+		ring := e.ring
 		if p, ok := ring.Principal(w.key); !ok || p.Role != trust.Worker || p.Rack != "r1" {
 			t.Fatalf("the ork's keyring has the worker as %+v, %v", p, ok)
 		}

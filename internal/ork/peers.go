@@ -44,17 +44,6 @@ func newPeerBook() peerBook {
 	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}}
 }
 
-// SetKeyring binds the racks' workers in ring (the keyring of the ork's own
-// policy) as they are registered and removed. Call it before Start.
-func (o *Ork) SetKeyring(ring *trust.Keyring) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.book.ring = ring
-	for id, r := range o.racks {
-		o.bindRackLocked(id, r.Rack.WorkerKey)
-	}
-}
-
 // bindRackLocked binds key (a worker key's string; "" unbinds) as rack's
 // worker in the ork's keyring.
 func (o *Ork) bindRackLocked(rack, key string) {

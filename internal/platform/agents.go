@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,7 +29,6 @@ import (
 // rack's report of its replicas' AgentKeys.
 type agentRunner struct {
 	log   *slog.Logger
-	logs  joblog.Sink
 	rack  string
 	local *trust.Keyring
 	bound *trust.Keyring
@@ -85,7 +85,7 @@ type simAgents struct {
 	// (simcluster.Config.NoHostShells).
 	noHostShells bool
 
-	// The peers of the bootstrap.
+	// The peers of the bootstrap, but the worker (Start's).
 	peers []agent.Peer
 
 	mu  sync.Mutex
@@ -117,7 +117,7 @@ func (s *simAgents) Identity(jobID string, replica int) (*fabric.Identity, bool)
 }
 
 // Start implements simcluster.AgentRunner.
-func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
+func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot simcluster.Boot) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
 	done := make(chan simcluster.CommandOutcome, 1)
 	var once sync.Once
 	finish := func(o simcluster.CommandOutcome) { once.Do(func() { done <- o }) }
@@ -151,7 +151,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 			refuse = HostShellsOff
 		}
 		sshd, err = simsshd.Start(simsshd.Config{AuthorizedKeys: job.Spec.SSHPublicKeys, Env: env, Dir: dir, Refuse: refuse,
-			Record: s.sshdRecorder(job, replica),
+			Record: sshdRecorder(boot.Logs, job, replica),
 			Log:    s.log.With("component", simsshdComponent, "job_id", job.ID, "replica", replica)}, "127.0.0.1:0")
 		if err != nil {
 			return failed(fmt.Errorf("ssh server: %w", err))
@@ -159,7 +159,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		sshPort = sshd.Port()
 	}
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
-		Peers: s.peers, Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: s.logs,
+		Peers: withWorker(s.peers, boot.Worker), Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: boot.Logs,
 		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
 		OnChange: func(st agent.Status) {
 			if st.Command == nil {
@@ -231,9 +231,9 @@ const simsshdComponent = "sim-sshd"
 // sshdRecorder writes the simulated sshd's lines (sessions opened and
 // closed, keys it cannot admit) in the job's system log, as the agent
 // writes its shell sessions.
-func (s *simAgents) sshdRecorder(job cosmic.Job, replica int) func(string) {
+func sshdRecorder(logs joblog.Sink, job cosmic.Job, replica int) func(string) {
 	return func(line string) {
-		s.logs.Emit(joblog.Record{Time: time.Now(), JobID: job.ID, Team: job.Team, Replica: replica,
+		logs.Emit(joblog.Record{Time: time.Now(), JobID: job.ID, Team: job.Team, Replica: replica,
 			Source: joblog.SourceSystem, Stream: simsshdComponent, Step: "ssh", OK: joblog.Bool(true), Line: line})
 	}
 }
@@ -281,4 +281,13 @@ func (p *Platform) AgentIdentity(jobID string, replica int) (*fabric.Identity, b
 		return nil, false
 	}
 	return p.agents.Identity(jobID, replica)
+}
+
+// withWorker is peers and the rack's worker, as a VMI's bootstrap names
+// them (the agents report to it).
+func withWorker(peers []agent.Peer, w simcluster.Peer) []agent.Peer {
+	if w.Key == (fabric.PublicKey{}) {
+		return peers
+	}
+	return append(slices.Clip(peers), agent.Peer{Role: agent.RoleWorker, Key: w.Key, Addrs: w.Addrs})
 }

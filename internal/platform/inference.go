@@ -10,7 +10,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )
@@ -51,7 +50,7 @@ type simInference struct {
 func slotKey(jobID string, replica int) string { return fmt.Sprintf("%s/%d", jobID, replica) }
 
 // StartInference implements simcluster.InferenceRunner.
-func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, replica int, vmis []simcluster.VMI) simcluster.AgentHandle {
+func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, replica int, vmis []simcluster.VMI, boot simcluster.Boot) simcluster.AgentHandle {
 	done := make(chan simcluster.CommandOutcome, 1)
 	var once sync.Once
 	fail := func(err error) {
@@ -91,8 +90,8 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		}
 		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi_index", i)
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
-			Inference: *job.Spec.Inference, Identity: id, Peers: s.peers,
-			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: s.logs,
+			Inference: *job.Spec.Inference, Identity: id, Peers: withWorker(s.peers, boot.Worker),
+			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: boot.Logs,
 			HealthPoll: 20 * time.Millisecond, AnnounceTTL: 6 * time.Second,
 			OnChange: func(st inferagent.Status) {
 				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)
@@ -157,16 +156,4 @@ func (p *Platform) InferenceAgents(jobID string, replica int) []*inferagent.Agen
 		return nil
 	}
 	return p.inference.Agents(jobID, replica)
-}
-
-// ModelHealth adapts the in-process proxy to appnode.ModelHealthSource: the
-// health of an inference job's model as the proxy sees it.
-type proxyHealth struct{ p *inferproxy.Proxy }
-
-func (h proxyHealth) ModelHealth(ctx context.Context, jobID string) (cosmic.ModelHealth, error) {
-	mh, err := h.p.JobHealth(ctx, jobID)
-	if err != nil {
-		return cosmic.ModelUnknown, err
-	}
-	return cosmic.ModelHealth(mh.Health), nil
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/appnode"
@@ -41,7 +42,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store/database"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/webui"
-	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // Config is the shape of a one-process platform.
@@ -151,8 +151,8 @@ type Platform struct {
 	Store   database.DB
 	OrkNode *fabric.Node
 	Ork     *ork.Ork
-	Sim     *simcluster.Cluster
-	SimLink *simcluster.Endpoint
+	// Sim is the simulated rack's worker (its Cluster, Node and Addr).
+	Sim *simcluster.Server
 	// QEMUNode and QEMU are wrk-server-qemu's fabric node and worker when
 	// Config.QEMU is set.
 	QEMUNode *fabric.Node
@@ -176,7 +176,6 @@ type Platform struct {
 	Logs        *joblog.Ring
 	Monitor     *monitor.Monitor
 	MonitorNode *fabric.Node
-	LogFwd      *joblog.Forwarder
 	// Metrics holds the in-process components' metrics, served at /metrics
 	// of MetricsURL (the monitor's own are at /monitor/metrics there).
 	Metrics   *prometheus.Registry
@@ -192,9 +191,12 @@ type Platform struct {
 	MetricsURL  string
 	metricsHTTP *http.Server
 
+	// g runs every goroutine the platform starts: the first to fail ends
+	// the others (its context), and Close waits for them all.
+	g      *errgroup.Group
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
+	errs   chan error // the first failure, once
+	failed sync.Once
 }
 
 // identity loads (or makes) a component's key in DATA_DIR/NAME.
@@ -222,7 +224,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Platform{cfg: cfg, log: log, Logs: joblog.NewRing(10000), errs: make(chan error, 8)}
+	p := &Platform{cfg: cfg, log: log, Logs: joblog.NewRing(10000), errs: make(chan error, 1)}
 	p.lock = lock
 	defer func() {
 		if err != nil {
@@ -231,6 +233,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}()
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
+	p.g, rctx = errgroup.WithContext(rctx)
 
 	db := cfg.Database
 	if db == "" {
@@ -301,10 +304,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.OrkNode, err = node(trust.Ork, orkRing); err != nil {
 		return nil, err
 	}
-	if p.Ork, err = ork.New(cfg.Ork, p.Store, ork.FabricDialer(p.OrkNode), log.With("component", "wrk-ork")); err != nil {
+	if p.Ork, err = ork.New(cfg.Ork, ork.Deps{Store: p.Store, Dial: ork.FabricDialer(p.OrkNode), Keys: orkRing, Log: log.With("component", "wrk-ork")}); err != nil {
 		return nil, err
 	}
-	p.Ork.SetKeyring(orkRing)
 	p.Ork.Serve(p.OrkNode)
 	if err := p.Ork.Start(ctx); err != nil {
 		return nil, err
@@ -364,57 +366,49 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, p.Keys, log.With("component", "proxy-inference"))
 	p.Proxy.Serve(p.ProxyNode)
 
-	// The simulated rack's worker: the ork, the monitor (which it calls),
-	// the operators, and the agents it issued keys to (simRing).
-	simLog := log.With("component", "wrk-server-sim")
-	p.SimLink = simcluster.NewEndpoint(fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen,
-		Policy: trust.NewPolicy(trust.Worker, simRing, trust.OnRack(cfg.Sim.Rack)), Logger: log}, func(n *fabric.Node) {
-		worker.Serve(n, p.Sim)
-		p.Sim.RegisterFaults(n)
-		simcluster.ServeAgentReports(n, simLog)
-		n.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
-		n.AddAddrs(monID.PublicKey(), p.MonitorNode.Addr())
-	})
-	simRing.OnRevoke(func(k fabric.PublicKey) {
-		if n := p.SimLink.Node(); n != nil {
-			n.Revoke(k)
-		}
-	})
-	p.LogFwd = joblog.NewForwarder(joblog.NodeFunc(p.SimLink.Node), monID.PublicKey(), 10000)
-	p.goRun("log forwarder", func() error { return p.LogFwd.Run(rctx) })
-	jobLogs := joblog.Tee(p.Logs, p.LogFwd)
-	p.Sim = simcluster.New(cfg.Sim, p.SimLink.Reporter(orkID.PublicKey()), jobLogs, simLog)
-	p.Sim.SetLink(p.SimLink)
-	if err := p.SimLink.Up(); err != nil {
-		return nil, err
-	}
 	// The agents of the simulated rack's replicas, with the bootstrap a
-	// VMI gets: the directory (announce), the worker (reports), the
-	// app-node (shells) or proxy-inference (requests), and the monitor
-	// (named, not dialled: their records go into the platform's sink
-	// here). Each starts once the platform has bound the key the rack
-	// issued it.
-	runner := agentRunner{log: log, logs: jobLogs, rack: cfg.Sim.Rack, local: simRing, bound: p.Keys}
+	// VMI gets: the directory (announce), the worker (reports; the rack
+	// names itself, simcluster.Boot), the app-node (shells) or
+	// proxy-inference (requests), and the monitor (named, not dialled:
+	// their records go into the rack's sink, as its own do). Each starts
+	// once the platform has bound the key the rack issued it.
+	runner := agentRunner{log: log, rack: cfg.Sim.Rack, local: simRing, bound: p.Keys}
 	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort, noHostShells: cfg.Sim.NoHostShells,
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
-			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
 			{Role: agent.RoleAppNode, Key: appID.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
 			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
 		},
 		ids: map[agentSlot]*fabric.Identity{},
 	}
-	p.Sim.SetAgents(p.agents)
 	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(),
 		peers: []agent.Peer{
 			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
 			{Role: agent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
-			{Role: agent.RoleWorker, Key: simID.PublicKey(), Addrs: []string{p.SimLink.Addr()}},
 			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
 		},
 		agents: map[string][]*inferagent.Agent{},
 	}
-	p.Sim.SetInference(p.inference)
+
+	// The simulated rack's worker, as `cosmicac wrk-server-sim` runs it: it
+	// admits the ork, the monitor (which it calls), the operators, and the
+	// agents it issued keys to (simRing); its job log records go to the
+	// monitor and to the platform's ring (p.Logs).
+	if p.Sim, err = simcluster.NewServer(cfg.Sim, simcluster.ServerDeps{
+		Fabric: fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen,
+			Policy: trust.NewPolicy(trust.Worker, simRing, trust.OnRack(cfg.Sim.Rack)), Logger: log},
+		Ork: orkID.PublicKey(), OrkAddrs: []string{p.OrkNode.Addr()},
+		Monitor: monID.PublicKey(), MonitorAddrs: []string{p.MonitorNode.Addr()},
+		Logs: p.Logs, Log: log.With("component", "wrk-server-sim"),
+		Agents: p.agents, Inference: p.inference,
+	}); err != nil {
+		return nil, err
+	}
+	simRing.OnRevoke(func(k fabric.PublicKey) {
+		if n := p.Sim.Node(); n != nil {
+			n.Revoke(k)
+		}
+	})
 	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
 
 	if cfg.Kube != nil {
@@ -430,7 +424,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		Rack: cosmic.Rack{ID: cfg.Sim.Rack, Type: cosmic.RackTypeServer, Location: cfg.Sim.Location,
 			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String(),
 			AgentDeadline: simAgentDeadline(cfg.Sim.Step.D())},
-		WorkerAddrs: []string{p.SimLink.Addr()},
+		WorkerAddrs: []string{p.Sim.Addr()},
 	}); err != nil {
 		return nil, fmt.Errorf("register the simulated rack: %w", err)
 	}
@@ -448,26 +442,33 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if cfg.Front != nil {
 		acfg.TrustedProxies = embeddedGateway
 	}
-	api, err := appnode.New(acfg, orkapi.NewClient(p.AppNode, orkID.PublicKey()), p.Store, log.With("component", "app-node"))
+	// The model health comes from proxy-inference over the fabric, as a
+	// standalone app-node asks it.
+	p.AppNode.AddAddrs(proxyID.PublicKey(), p.ProxyNode.Addr())
+	apiObs := metrics.NewAPIObserver()
+	api, err := appnode.New(acfg, appnode.Deps{
+		Ork:      orkapi.NewClient(p.AppNode, orkID.PublicKey()),
+		Accounts: p.Store,
+		APIKeys:  p.Store,
+		Log:      log.With("component", "app-node"),
+		Shells: appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
+			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+				return p.Keys.IsAgent(key, jobID, replica, 0)
+			}},
+		ModelHealth: inferproxy.FabricHealth{Node: p.AppNode, Proxy: proxyID.PublicKey()},
+		Observer:    apiObs,
+	})
 	if err != nil {
 		return nil, err
 	}
-	api.SetShells(appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
-		Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
-			return p.Keys.IsAgent(key, jobID, replica, 0)
-		}})
-	api.SetAPIKeys(p.Store)
 	inferproxy.ServeAPIKeys(p.AppNode, p.Store) // as a standalone app-node serves them
-	api.SetModelHealth(proxyHealth{p.Proxy})
-	apiObs := metrics.NewAPIObserver()
-	api.SetObserver(apiObs)
-	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.LogFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.Sim.Forwarder()), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
 		return nil, err
 	}
 	monitorHTTP := p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler())))
-	p.goRun("audit retention", func() error { return api.RunAuditRetention(rctx) })
+	p.goRun("app-node", func() error { return api.Run(rctx, nil) }) // its HTTP is served below
 	if cfg.Front == nil {
 		// One HTTP server, routed as the Caddy gateway routes: /api to the
 		// app-node, /monitor to wrk-monitor (which checks each viewer's
@@ -525,21 +526,22 @@ func (p *Platform) serveHTTP(name, addr string, h http.Handler) (string, error) 
 	return "http://" + ln.Addr().String(), nil
 }
 
+// goRun runs f in the platform's group: its failure is logged, ends the
+// other components and is the platform's Err.
 func (p *Platform) goRun(name string, f func() error) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		if err := f(); err != nil {
+	p.g.Go(func() error {
+		err := f()
+		if err != nil {
+			err = fmt.Errorf("%s: %w", name, err)
 			p.log.Error("component stopped", "name", name, "err", err)
-			select {
-			case p.errs <- fmt.Errorf("%s: %w", name, err):
-			default:
-			}
+			p.failed.Do(func() { p.errs <- err })
 		}
-	}()
+		return err
+	})
 }
 
-// Err delivers the first component failure.
+// Err delivers the first component failure; the platform stops the others
+// when one fails (Close still has to be called).
 func (p *Platform) Err() <-chan error { return p.errs }
 
 // AdminToken reads the bootstrap admin token.
@@ -577,7 +579,9 @@ func (p *Platform) Close() error {
 	if p.cancel != nil {
 		p.cancel()
 	}
-	p.wg.Wait()
+	if p.g != nil {
+		_ = p.g.Wait() // a failure was delivered by Err, and logged
+	}
 	if p.agents != nil {
 		p.agents.Wait()
 	}
@@ -592,8 +596,8 @@ func (p *Platform) Close() error {
 			n.Close()
 		}
 	}
-	if p.SimLink != nil {
-		p.SimLink.Close()
+	if p.Sim != nil {
+		p.Sim.Close()
 	}
 	if p.Monitor != nil {
 		p.Monitor.Close()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
 // AgentRunner starts the instance agent of a gpu-container replica when its
@@ -26,8 +27,27 @@ import (
 // id is the identity the rack issued the agent (the replica reports its
 // public key from the VMI's scheduling on, so the platform may bind it
 // before the agent starts).
+//
+// boot is what the rack gives each of its agents besides its identity, as
+// a VMI's bootstrap does.
 type AgentRunner interface {
-	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot Boot) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+}
+
+// Boot is what the rack gives its agents, as a VMI's bootstrap does: the
+// rack's worker (they report to it; zero for a rack not on the fabric)
+// and where their job log records go (the rack's own sink: in process,
+// the records a real agent sends the monitor).
+type Boot struct {
+	Worker Peer
+	Logs   joblog.Sink
+}
+
+// Peer is a fabric peer as a VMI's bootstrap names it: its key and
+// addresses.
+type Peer struct {
+	Key   fabric.PublicKey
+	Addrs []string
 }
 
 // CommandOutcome is how a replica's command ended: State stopped (exit 0)
@@ -43,7 +63,7 @@ type CommandOutcome struct {
 // replica when its VMIs boot, one per VMI, as cloud-init starts `cosmicac
 // agent inference` in each. The platform provides it (internal/platform).
 //
-// StartInference must not block. The handle's Ready is closed once the
+// StartInference must not block; boot is as for AgentRunner. The handle's Ready is closed once the
 // replica's head agent is ready (its runtime answered a real probe): the
 // replica is reported running only then. Done delivers a failure of the
 // agents (never a normal end); Stop ends them gracefully (they withdraw
@@ -52,7 +72,7 @@ type CommandOutcome struct {
 // withdrawal, connections cut) and is called by the simCrash fault before
 // the replica fails.
 type InferenceRunner interface {
-	StartInference(ctx context.Context, job cosmic.Job, replica int, vmis []VMI) AgentHandle
+	StartInference(ctx context.Context, job cosmic.Job, replica int, vmis []VMI, boot Boot) AgentHandle
 }
 
 // VMI is one of a replica's VMIs as an InferenceRunner sees it: its name
@@ -73,15 +93,6 @@ type AgentHandle struct {
 	Crash func()
 }
 
-// SetInference hands the cluster the runner of managed-inference
-// replicas' agents. Without one, those replicas are running once their
-// VMIs boot. Call it before Run.
-func (c *Cluster) SetInference(r InferenceRunner) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.inference = r
-}
-
 // agentRun is a replica's running agent.
 type agentRun struct {
 	gen     uint64
@@ -90,15 +101,6 @@ type agentRun struct {
 	crash   func() // nil: stop
 	isReady bool
 	waiting bool // the "waiting for the agent" record was written
-}
-
-// SetAgents hands the cluster the runner of gpu-container replicas' agents.
-// Without one, replicas are running once their VMIs boot. Call it before
-// Run.
-func (c *Cluster) SetAgents(a AgentRunner) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.agents = a
 }
 
 // startAgent starts r's agent, if the cluster has a runner for the job's
@@ -113,14 +115,14 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	var h AgentHandle
 	switch {
 	case c.agents != nil && j.job.Spec.Type == cosmic.TypeGPUContainer:
-		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent)
+		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent, c.boot())
 		c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
 	case c.inference != nil && j.job.Spec.Type == cosmic.TypeManagedInference:
 		vmis := make([]VMI, len(r.vmis))
 		for i, v := range r.vmis {
 			vmis[i] = VMI{Name: v.name, Node: v.node, GPUs: append([]int(nil), v.gpus...), Identity: v.agent}
 		}
-		h = c.inference.StartInference(ctx, j.job, r.key.replica, vmis)
+		h = c.inference.StartInference(ctx, j.job, r.key.replica, vmis, c.boot())
 		c.record(r, now, "agent", true, "inference agents of replica %d started in %s", r.key.replica, describeVMIs(r.vmis))
 	default:
 		return
@@ -285,3 +287,6 @@ const (
 	MethodAgentReport     = "agent.report"
 	MethodInferenceReport = "inference.report"
 )
+
+// boot is the bootstrap the rack gives its agents.
+func (c *Cluster) boot() Boot { return Boot{Worker: c.worker, Logs: c.logs} }

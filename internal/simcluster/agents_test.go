@@ -30,7 +30,7 @@ type fakeAgent struct {
 	stopped atomic.Bool
 }
 
-func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity) (<-chan struct{}, <-chan CommandOutcome, func()) {
+func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, _ Boot) (<-chan struct{}, <-chan CommandOutcome, func()) {
 	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
 	f.mu.Lock()
 	f.agents = append(f.agents, a)
@@ -51,10 +51,8 @@ func (f *fakeAgents) get(i int) *fakeAgent {
 }
 
 func startWithAgents(t *testing.T) (*env, *fakeAgents) {
-	e := start(t)
 	f := &fakeAgents{}
-	e.c.SetAgents(f)
-	return e, f
+	return startAgents(t, f), f
 }
 
 func exitCode(n int) *int { return &n }

@@ -49,7 +49,8 @@ type Cluster struct {
 	// start fails.
 	failNextImport bool
 	offlineUntil   time.Time
-	link           Link
+	link           Link            // nil: outages inside the cluster only
+	worker         Peer            // how its agents reach the rack's worker (Server)
 	agents         AgentRunner     // nil: replicas run without agents
 	inference      InferenceRunner // nil: managed-inference replicas run without agents
 	agentGen       uint64          // generations of started agents
@@ -85,10 +86,35 @@ type simJob struct {
 	replicas map[int]*replica
 }
 
+// Deps are what a simulated rack is built on. Reporter is required; each
+// of the others, left nil, turns its part off as said.
+type Deps struct {
+	// Reporter takes the replicas' reports to the ork.
+	Reporter worker.Reporter
+	// Logs takes the system log records (nil: discard).
+	Logs joblog.Sink
+	Log  *slog.Logger
+	// Link is the rack's presence on the fabric, which simUnreachable
+	// takes down and brings back (see Endpoint). Without one an outage is
+	// played inside the cluster only: worker methods answer "unavailable"
+	// and reports stop.
+	Link Link
+	// Agents runs the gpu-container replicas' instance agents (nil:
+	// replicas run once their VMIs boot).
+	Agents AgentRunner
+	// Inference runs the managed-inference replicas' agents (nil: those
+	// replicas run once their VMIs boot).
+	Inference InferenceRunner
+}
+
 // New makes a simulated rack from cfg (zero fields take their defaults; it
-// must Validate). Reports go to rep, system log records to logs.
-func New(cfg Config, rep worker.Reporter, logs joblog.Sink, log *slog.Logger) *Cluster {
+// must Validate) on d. Server serves one on the fabric.
+func New(cfg Config, d Deps) (*Cluster, error) {
+	if d.Reporter == nil {
+		return nil, errors.New("simcluster: a reporter is required")
+	}
 	cfg = cfg.withDefaults()
+	rep, logs, log := d.Reporter, d.Logs, d.Log
 	if logs == nil {
 		logs = joblog.Discard
 	}
@@ -96,18 +122,21 @@ func New(cfg Config, rep worker.Reporter, logs joblog.Sink, log *slog.Logger) *C
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{
-		cfg:      cfg,
-		rep:      rep,
-		logs:     logs,
-		log:      log.With("rack", cfg.Rack),
-		retryMin: worker.ReportRetryMin,
-		retryMax: worker.ReportRetryMax,
-		ackGrace: 200 * time.Millisecond,
-		wake:     make(chan struct{}, 1),
-		outage:   make(chan struct{}, 1),
-		byName:   make(map[string]*simNode),
-		jobs:     make(map[string]*simJob),
-		claims:   make(map[gpuKey]replicaKey),
+		cfg:       cfg,
+		rep:       rep,
+		logs:      logs,
+		log:       log.With("rack", cfg.Rack),
+		retryMin:  worker.ReportRetryMin,
+		retryMax:  worker.ReportRetryMax,
+		ackGrace:  200 * time.Millisecond,
+		wake:      make(chan struct{}, 1),
+		outage:    make(chan struct{}, 1),
+		byName:    make(map[string]*simNode),
+		jobs:      make(map[string]*simJob),
+		claims:    make(map[gpuKey]replicaKey),
+		link:      d.Link,
+		agents:    d.Agents,
+		inference: d.Inference,
 	}
 	for i := range cfg.Nodes {
 		n := &simNode{name: cfg.NodeName(i)}
@@ -115,21 +144,11 @@ func New(cfg Config, rep worker.Reporter, logs joblog.Sink, log *slog.Logger) *C
 		c.byName[n.name] = n
 	}
 	c.reports = worker.NewReportQueue(&c.mu)
-	return c
+	return c, nil
 }
 
 // Config is the cluster's configuration, defaults filled in.
 func (c *Cluster) Config() Config { return c.cfg }
-
-// SetLink hands the cluster its presence on the fabric, which simUnreachable
-// takes down and brings back (see Endpoint). Without a link an outage is
-// played inside the cluster only: worker methods answer "unavailable" and
-// reports stop. Call it before Run.
-func (c *Cluster) SetLink(l Link) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.link = l
-}
 
 // Run plays the rack until ctx is done: the replicas' lifecycles, report
 // delivery and outages. It returns nil once its goroutines have stopped.

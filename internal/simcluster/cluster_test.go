@@ -113,10 +113,16 @@ type env struct {
 // start runs a 2 × 8 cluster until the test ends.
 func start(t *testing.T) *env {
 	t.Helper()
+	return startAgents(t, nil)
+}
+
+// startAgents is start with agents run by a (nil: none).
+func startAgents(t *testing.T, a AgentRunner) *env {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Step = config.Duration(step)
 	e := &env{rep: &fakeReporter{}, logs: joblog.NewRing(10000)}
-	e.c = New(cfg, e.rep, e.logs, nil)
+	e.c = mustNew(t, cfg, Deps{Reporter: e.rep, Logs: e.logs, Agents: a})
 	e.c.retryMin, e.c.retryMax = step, 4*step
 	e.c.ackGrace = step
 	ctx, cancel := context.WithCancel(context.Background())
@@ -227,7 +233,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	c := New(Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 3, GPUsPerNode: 4}, &fakeReporter{}, nil, nil)
+	c := mustNew(t, Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 3, GPUsPerNode: 4}, Deps{Reporter: &fakeReporter{}})
 	capa, err := c.Capacity(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +250,7 @@ func TestCapacity(t *testing.T) {
 	if diff := cmp.Diff(want, capa.Nodes); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
 	}
-	c = New(Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 1, GPUsPerNode: 4, CPUsPerNode: 16, MemoryGiBPerNode: 100}, &fakeReporter{}, nil, nil)
+	c = mustNew(t, Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 1, GPUsPerNode: 4, CPUsPerNode: 16, MemoryGiBPerNode: 100}, Deps{Reporter: &fakeReporter{}})
 	if capa, err := c.Capacity(context.Background()); err != nil || capa.Nodes[0].CPUMilli != 16000 || capa.Nodes[0].MemoryMiB != 100*1024 {
 		t.Errorf("Capacity with CPU and memory = %+v, %v", capa.Nodes, err)
 	}
@@ -405,7 +411,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 }
 
 func TestApplyRejectsMalformedRequests(t *testing.T) {
-	c := New(DefaultConfig(), &fakeReporter{}, nil, nil)
+	c := mustNew(t, DefaultConfig(), Deps{Reporter: &fakeReporter{}})
 	other := resv(jobA, 0, on(0, 0))
 	other.Rack = "elsewhere"
 	tests := map[string]worker.ApplyParams{
@@ -779,7 +785,7 @@ func TestUnreachableWithoutLink(t *testing.T) {
 }
 
 func TestRunExitsOnCancel(t *testing.T) {
-	c := New(DefaultConfig(), &fakeReporter{}, nil, nil)
+	c := mustNew(t, DefaultConfig(), Deps{Reporter: &fakeReporter{}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -863,4 +869,14 @@ func TestSimulatedRackReportsCatalogueAndGiven(t *testing.T) {
 	if g != (cosmic.Given{CPUs: 16, MemoryMiB: 128 * 1024, GPUs: 2}) {
 		t.Fatalf("given %+v", g)
 	}
+}
+
+// mustNew is New, the test failing on its error.
+func mustNew(tb testing.TB, cfg Config, d Deps) *Cluster {
+	tb.Helper()
+	c, err := New(cfg, d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

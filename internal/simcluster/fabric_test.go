@@ -56,7 +56,7 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Step = config.Duration(step)
 	rep := &fakeReporter{}
-	c := New(cfg, rep, joblog.NewRing(1000), nil)
+	c := mustNew(t, cfg, Deps{Reporter: rep, Logs: joblog.NewRing(1000)})
 	runCluster(t, c)
 
 	opsID := newIdentity(t)
@@ -179,22 +179,18 @@ func TestUnreachableTakesTheWorkerOffTheFabric(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.Step = config.Duration(step)
-	var c *Cluster
-	ep := NewEndpoint(fabric.Config{Component: "wrk-sim", Identity: simID, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList(orkID.PublicKey()), DialTimeout: 2 * time.Second},
-		func(n *fabric.Node) {
-			worker.Serve(n, c)
-			c.RegisterFaults(n)
-			n.AddAddrs(orkID.PublicKey(), ork.Addr())
-		})
-	c = New(cfg, ep.Reporter(orkID.PublicKey()), joblog.Discard, nil)
-	c.SetLink(ep)
-	c.ackGrace = 50 * time.Millisecond
-	if err := ep.Up(); err != nil {
+	s, err := NewServer(cfg, ServerDeps{
+		Fabric: fabric.Config{Component: "wrk-sim", Identity: simID, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList(orkID.PublicKey()), DialTimeout: 2 * time.Second},
+		Ork:    orkID.PublicKey(), OrkAddrs: []string{ork.Addr()},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ep.Close() })
+	c := s.Cluster
+	c.ackGrace = 50 * time.Millisecond
+	t.Cleanup(func() { s.Close() })
 	runCluster(t, c)
-	addr := ep.Addr()
+	addr := s.Addr()
 	ork.AddAddrs(simID.PublicKey(), addr)
 	w := worker.NewClient(ork, simID.PublicKey())
 
@@ -210,9 +206,9 @@ func TestUnreachableTakesTheWorkerOffTheFabric(t *testing.T) {
 	if ack.Until.IsZero() {
 		t.Errorf("ack = %+v, want the outage's end", ack)
 	}
-	waitFor(t, "the worker to leave the fabric", func() bool { return ep.Node() == nil })
+	waitFor(t, "the worker to leave the fabric", func() bool { return s.Node() == nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, err := w.Capacity(ctx)
+	_, err = w.Capacity(ctx)
 	cancel()
 	if err == nil {
 		t.Fatal("Capacity answered during the outage")
@@ -225,8 +221,8 @@ func TestUnreachableTakesTheWorkerOffTheFabric(t *testing.T) {
 		_, err := w.Capacity(ctx)
 		return err == nil
 	})
-	if ep.Addr() != addr || ep.Node().PublicKey() != simID.PublicKey() {
-		t.Errorf("back at %s as %s, want %s as %s", ep.Addr(), ep.Node().PublicKey().Short(), addr, simID.PublicKey().Short())
+	if s.Addr() != addr || s.Node().PublicKey() != simID.PublicKey() {
+		t.Errorf("back at %s as %s, want %s as %s", s.Addr(), s.Node().PublicKey().Short(), addr, simID.PublicKey().Short())
 	}
 	// Back, it reports its whole state.
 	waitFor(t, "a full report after the outage", func() bool {

@@ -211,7 +211,7 @@ func (c *Cluster) RestoreNode(node string) (FaultAck, error) {
 }
 
 // Unreachable takes the worker off the fabric for d (extending an outage
-// under way). Its link (SetLink) goes down shortly after the ack is sent
+// under way). Its link (Deps.Link) goes down shortly after the ack is sent
 // and comes back up when d has passed; until then worker methods answer
 // unavailable and no report is sent, while the VMIs go on living. Back up,
 // the worker reports its whole state (every replica and its capacity).

@@ -37,7 +37,6 @@ const ZedPassword = "zed-password-1"
 func NewAccessEnv(t testing.TB, withPassword bool) *AccessEnv {
 	t.Helper()
 	e := &AccessEnv{Env: NewEnv(t), Tokens: map[string]string{}, TokenIDs: map[string]string{}}
-	e.App.SetAPIKeys(e.Accounts)
 	ctx := context.Background()
 	add := func(caller, user, team string, role cosmic.Role) {
 		e.Tokens[caller] = e.AddUser(t, user, team, role)

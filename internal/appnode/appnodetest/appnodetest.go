@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -107,6 +109,23 @@ func (o *Ork) SetState(id string, state cosmic.State, reason *cosmic.Reason) err
 	}
 	if err := j.SetState(state, reason, o.now()); err != nil {
 		return err
+	}
+	o.jobs[id] = j
+	return nil
+}
+
+// SetReplicas gives a job's replicas states, by index, as workers'
+// reports would.
+func (o *Ork) SetReplicas(id string, states ...cosmic.State) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	j, ok := o.jobs[id]
+	if !ok {
+		return fmt.Errorf("job %s: %w", id, cosmic.ErrNotFound)
+	}
+	j.Status.Replicas = nil
+	for i, s := range states {
+		j.Status.Replicas = append(j.Status.Replicas, cosmic.ReplicaStatus{Index: i, State: s})
 	}
 	o.jobs[id] = j
 	return nil
@@ -511,7 +530,8 @@ var emptyAccounts = sync.OnceValues(func() ([]byte, error) {
 })
 
 // Env is an app-node served over httptest with fake dependencies and an
-// admin bootstrapped.
+// admin bootstrapped. Its accounts keep the inference API keys too, as
+// both assemblies' do; its shells are none until SetShells.
 type Env struct {
 	Server     *httptest.Server
 	App        *appnode.Server
@@ -519,6 +539,46 @@ type Env struct {
 	Accounts   *sqlite.Store
 	AdminToken string
 	DataDir    string
+	shells     *swapShells
+}
+
+// SetShells makes sh the app-node's way to the jobs' agents from now on
+// (nil: none, the shell routes answer 503).
+func (e *Env) SetShells(sh appnode.Shells) {
+	e.shells.mu.Lock()
+	e.shells.sh = sh
+	e.shells.mu.Unlock()
+}
+
+// swapShells is the app-node's Shells of an Env: the one a test sets.
+type swapShells struct {
+	mu sync.Mutex
+	sh appnode.Shells
+}
+
+func (s *swapShells) get() (appnode.Shells, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sh == nil {
+		return nil, fabric.Errorf(fabric.CodeUnavailable, "appnodetest: no shells set")
+	}
+	return s.sh, nil
+}
+
+func (s *swapShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+	sh, err := s.get()
+	if err != nil {
+		return nil, shellproto.OpenReply{}, err
+	}
+	return sh.DialShell(ctx, job, replica, p)
+}
+
+func (s *swapShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error) {
+	sh, err := s.get()
+	if err != nil {
+		return nil, err
+	}
+	return sh.DialTCP(ctx, job, replica, port)
 }
 
 // URL is the server's base URL.
@@ -535,13 +595,14 @@ func NewEnv(tb testing.TB) *Env {
 // NewEnvConfig is NewEnv with the app-node's config changed by tune.
 func NewEnvConfig(tb testing.TB, tune func(*appnode.Config)) *Env {
 	tb.Helper()
-	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(tb), DataDir: tb.TempDir()}
+	e := &Env{Ork: NewOrk(), Accounts: NewAccounts(tb), DataDir: tb.TempDir(), shells: &swapShells{}}
 	cfg := appnode.DefaultConfig()
 	cfg.DataDir = e.DataDir
 	if tune != nil {
 		tune(&cfg)
 	}
-	app, err := appnode.New(cfg, e.Ork, e.Accounts, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	app, err := appnode.New(cfg, appnode.Deps{Ork: e.Ork, Accounts: e.Accounts, APIKeys: e.Accounts, Shells: e.shells,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		tb.Fatal(err)
 	}
