@@ -269,7 +269,7 @@ func (s *Server) serve(rt apiv1.Route, h handler) http.Handler {
 			w.WriteHeader(rt.Status)
 			_, _ = w.Write(body.([]byte))
 		default:
-			writeJSON(w, rt.Status, body)
+			writeJSON(w, rt.Status, withActions(c, body))
 		}
 		s.auditRequest(r, rt, c, w, err)
 	})

@@ -66,6 +66,10 @@ type Status struct {
 	ExitCode    *int            `json:"exitCode,omitempty"`
 	Replicas    []ReplicaStatus `json:"replicas,omitempty"`
 	ModelHealth ModelHealth     `json:"modelHealth,omitempty"` // managed-inference only
+	// Actions are what the caller may do to the job now (Job.Actions, less
+	// what its permissions withhold): filled by the app-node for each
+	// answer, never stored.
+	Actions []Action `json:"actions,omitempty"`
 	// TimeoutAt is when spec.timeout ends the job's current run (stopped
 	// with reason timeout, or restarted with timeoutAutoRestart): set when
 	// the job enters running with a timeout, cleared when the run ends
@@ -104,6 +108,9 @@ type ReplicaStatus struct {
 	// GPUs), as its worker reports it: it can be less than the spec's
 	// resources ask (a QEMU rack caps a VM). Nil: not reported.
 	Given *Given `json:"given,omitempty"`
+	// Actions are what the caller may do to this replica on its own now
+	// (Job.ReplicaActions): filled by the app-node, never stored.
+	Actions []Action `json:"actions,omitempty"`
 }
 
 // SyncAgentDeadlines keeps the agent deadlines consistent with the

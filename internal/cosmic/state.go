@@ -84,6 +84,86 @@ func (j Job) ReplicaActionAllowed(n int, verb string) error {
 // replica may be restarted or deleted on its own (Job.ReplicaActionAllowed).
 var ReplicaActionStates = map[State]bool{StateQueued: true, StatePending: true, StateStarting: true, StateFailed: true}
 
+// KillAllowed says whether j may be killed: not once it failed or is being
+// deleted. A stopped job's kill does nothing (and is no error). The error
+// wraps ErrConflict.
+func (j Job) KillAllowed() error {
+	switch j.Status.State {
+	case StateFailed, StateDeleting:
+		return fmt.Errorf("%w: job %s is %s; only a live job can be killed", ErrConflict, j.ID, j.Status.State)
+	}
+	return nil
+}
+
+// RestartAllowed says whether j may be restarted: not while it is being
+// created or deleted. A queued job's restart does nothing (and is no
+// error). The error wraps ErrConflict.
+func (j Job) RestartAllowed() error {
+	switch j.Status.State {
+	case StateDeleting, StateCreating:
+		return fmt.Errorf("%w: job %s is %s", ErrConflict, j.ID, j.Status.State)
+	}
+	return nil
+}
+
+// DeleteAllowed says whether j may be deleted, with force or without: a
+// job whose VMIs run (RunsVMs) only with force, which kills them. The
+// error wraps ErrConflict.
+func (j Job) DeleteAllowed(force bool) error {
+	if j.Status.State.RunsVMs() && !force {
+		return fmt.Errorf("%w: job %s is %s: kill it first, or delete it with force", ErrConflict, j.ID, j.Status.State)
+	}
+	return nil
+}
+
+// Action is something that can be done to a job, or to one of its
+// replicas, as the API answers them in status.actions and
+// status.replicas[].actions: the actions the caller may take now.
+type Action string
+
+// The actions. ActionDelete is a delete without force; ActionForceDelete
+// one with force (its VMIs are killed first), the only delete of a job
+// whose VMIs run.
+const (
+	ActionRestart     Action = "restart"
+	ActionKill        Action = "kill"
+	ActionDelete      Action = "delete"
+	ActionForceDelete Action = "forceDelete"
+)
+
+// Actions are the actions j's state allows that change something: those
+// KillAllowed, RestartAllowed and DeleteAllowed admit, less the ones that
+// would do nothing (kill a stopped job, restart a queued one, delete one
+// already being deleted).
+func (j Job) Actions() []Action {
+	st := j.Status.State
+	out := []Action{}
+	if j.RestartAllowed() == nil && st != StateQueued {
+		out = append(out, ActionRestart)
+	}
+	if j.KillAllowed() == nil && st != StateStopped {
+		out = append(out, ActionKill)
+	}
+	switch {
+	case st == StateDeleting:
+	case j.DeleteAllowed(false) == nil:
+		out = append(out, ActionDelete)
+	default:
+		out = append(out, ActionForceDelete)
+	}
+	return out
+}
+
+// ReplicaActions are the actions replica n of j allows on its own
+// (ReplicaActionAllowed, in a job that RestartAllowed: not one being
+// created or deleted): restart and delete, or none.
+func (j Job) ReplicaActions(n int) []Action {
+	if j.RestartAllowed() != nil || j.ReplicaActionAllowed(n, "restarted") != nil {
+		return []Action{}
+	}
+	return []Action{ActionRestart, ActionDelete}
+}
+
 // transitions is the state machine: the only legal moves. Observed states
 // (what workers report) may skip forward, e.g. pending→running when a
 // starting phase was too quick to see.

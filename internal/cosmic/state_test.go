@@ -269,3 +269,64 @@ func TestReplicaActionAllowed(t *testing.T) {
 		t.Errorf("a gpu-container replica: %v", err)
 	}
 }
+
+// TestActions: the actions each state allows, one row per state, and that
+// they agree with KillAllowed, RestartAllowed and DeleteAllowed (which the
+// ork enforces): an action answered is never refused.
+func TestActions(t *testing.T) {
+	want := map[State][]Action{
+		StateCreating:   {ActionKill, ActionDelete},
+		StateQueued:     {ActionKill, ActionDelete},
+		StatePending:    {ActionRestart, ActionKill, ActionDelete},
+		StateStarting:   {ActionRestart, ActionKill, ActionForceDelete},
+		StateRunning:    {ActionRestart, ActionKill, ActionForceDelete},
+		StateDegraded:   {ActionRestart, ActionKill, ActionForceDelete},
+		StateRestarting: {ActionRestart, ActionKill, ActionForceDelete},
+		StateUnknown:    {ActionRestart, ActionKill, ActionForceDelete},
+		StateStopped:    {ActionRestart, ActionDelete},
+		StateFailed:     {ActionRestart, ActionDelete},
+		StateDeleting:   {},
+	}
+	for _, s := range States {
+		w, ok := want[s]
+		if !ok {
+			t.Errorf("state %s has no row", s)
+			continue
+		}
+		j := Job{ID: "j", Status: Status{State: s}}
+		got := j.Actions()
+		if !slices.Equal(got, w) {
+			t.Errorf("%s: actions %v, want %v", s, got, w)
+		}
+		for _, a := range got {
+			var err error
+			switch a {
+			case ActionRestart:
+				err = j.RestartAllowed()
+			case ActionKill:
+				err = j.KillAllowed()
+			case ActionDelete:
+				err = j.DeleteAllowed(false)
+			case ActionForceDelete:
+				err = j.DeleteAllowed(true)
+			}
+			if err != nil {
+				t.Errorf("%s: %s is answered but refused: %v", s, a, err)
+			}
+		}
+	}
+	// A replica's: restart and delete while ReplicaActionAllowed, in a job
+	// that may be restarted.
+	inf := Job{ID: "j", Spec: Spec{Type: TypeManagedInference}, Status: Status{State: StateDegraded,
+		Replicas: []ReplicaStatus{{Index: 0, State: StateRunning}, {Index: 1, State: StateFailed}}}}
+	if got := inf.ReplicaActions(0); len(got) != 0 {
+		t.Errorf("a running replica: %v", got)
+	}
+	if got := inf.ReplicaActions(1); !slices.Equal(got, []Action{ActionRestart, ActionDelete}) {
+		t.Errorf("a failed replica: %v", got)
+	}
+	inf.Status.State = StateDeleting
+	if got := inf.ReplicaActions(1); len(got) != 0 {
+		t.Errorf("a failed replica of a job being deleted: %v", got)
+	}
+}

@@ -355,13 +355,13 @@ func (o *Ork) stopJob(ctx context.Context, id string, reason cosmic.Reason) (cos
 		o.mu.Unlock()
 		return j, err
 	}
-	switch j.Status.State {
-	case cosmic.StateStopped:
+	if err := j.KillAllowed(); err != nil {
+		o.mu.Unlock()
+		return j, err
+	}
+	if j.Status.State == cosmic.StateStopped {
 		o.mu.Unlock()
 		return j, nil
-	case cosmic.StateFailed, cosmic.StateDeleting:
-		o.mu.Unlock()
-		return j, conflictf("job %s is %s; only a live job can be killed", id, j.Status.State)
 	}
 	racks := keys(o.heldLocked(id))
 	o.mu.Unlock()
@@ -429,11 +429,11 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 			return j, err
 		}
 	}
-	switch j.Status.State {
-	case cosmic.StateDeleting, cosmic.StateCreating:
+	if err := j.RestartAllowed(); err != nil {
 		o.mu.Unlock()
-		return j, conflictf("job %s is %s", p.ID, j.Status.State)
-	case cosmic.StateQueued:
+		return j, err
+	}
+	if j.Status.State == cosmic.StateQueued {
 		o.mu.Unlock()
 		return o.annotate(j), nil // nothing runs yet
 	}
@@ -517,9 +517,9 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 		o.mu.Unlock()
 		return j, err
 	}
-	if j.Status.State.RunsVMs() && !p.Force {
+	if err := j.DeleteAllowed(p.Force); err != nil {
 		o.mu.Unlock()
-		return j, conflictf("job %s is %s: kill it first, or delete it with force", p.ID, j.Status.State)
+		return j, err
 	}
 	held := o.heldLocked(p.ID)
 	if len(held) == 0 {

@@ -7,10 +7,10 @@ import { can } from "./main.jsx";
 import { isPlatformRecord } from "./records.js";
 import { endpointSnippets, modelForClients } from "./snippets.js";
 
-// States whose VMs run: Delete needs a kill first (the API's force).
-const RUNNING = ["starting", "running", "degraded", "restarting", "unknown"];
-// A managed-inference replica may be restarted or deleted in these.
-const REPLICA_ACTIONS = ["queued", "pending", "starting", "failed"];
+// What the caller may do to a job (or a replica) now is the API's answer,
+// status.actions and status.replicas[].actions (absent: nothing): this
+// page restates no rule of its own.
+const has = (actions, a) => (actions || []).includes(a);
 
 export function JobPage({ me, id, tab }) {
   const [job, setJob] = useState(null);
@@ -61,7 +61,6 @@ export function JobPage({ me, id, tab }) {
 
 function Actions({ me, job, onError }) {
   const [confirm, setConfirm] = useState(null);
-  const st = job.status.state;
   const act = async (path, method = "POST") => {
     try {
       await call(path, { method });
@@ -70,20 +69,21 @@ function Actions({ me, job, onError }) {
       onError(e);
     }
   };
-  const operate = can(me, "jobs.operate");
-  const running = RUNNING.includes(st);
+  const acts = job.status.actions;
+  // A job whose VMs run is deleted only with force: it is killed first.
+  const running = has(acts, "forceDelete");
   return (
     <div class="actions" role="group" aria-label="Job actions">
-      {operate && st !== "deleting" && (
+      {has(acts, "restart") && (
         <button type="button" onClick={() => setConfirm("restart")}>Restart</button>
       )}
-      {operate && (running || st === "pending" || st === "queued") && (
+      {has(acts, "kill") && (
         <button type="button" onClick={() => setConfirm("kill")}>Kill</button>
       )}
       {can(me, "jobs.create") && (
         <button type="button" onClick={() => navigate(`/jobs/new?from=${job.id}`)}>Duplicate</button>
       )}
-      {operate && st !== "deleting" && (
+      {(has(acts, "delete") || running) && (
         <button type="button" class="danger" onClick={() => setConfirm("delete")}>Delete</button>
       )}
       <Confirm
@@ -218,7 +218,7 @@ function Replicas({ me, job, onError }) {
               <td class="given">{r.given ? <>{givenText(r.given)}{r.given.note && <span class="detail"> {r.given.note}</span>}</> : "—"}</td>
               {inf && can(me, "jobs.operate") && (
                 <td>
-                  {REPLICA_ACTIONS.includes(r.state) ? (
+                  {has(r.actions, "restart") ? (
                     <>
                       <button type="button" onClick={() => act(`/jobs/${job.id}/replicas/${r.index}/restart`, "POST")}>Restart</button>{" "}
                       <button type="button" class="danger" onClick={() => setConfirm(r.index)}>Delete</button>
