@@ -26,6 +26,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/store/postgres"
 	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // The lease of the fault tests: short, so that a takeover is quick. The
@@ -167,18 +168,15 @@ func orkTakeover(t *testing.T, cut bool) {
 			}
 		})
 	}
-	for {
+	end, _ := ctx.Deadline()
+	waittest.NoErrorWithin(t, time.Until(end), func() error {
 		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= before {
-			break
+		defer mu.Unlock()
+		if n := len(acked); n < before {
+			return fmt.Errorf("only %d jobs acknowledged", n)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("only %d jobs acknowledged before the fault", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "%d jobs acknowledged before the fault", before)
 	faultAt := time.Now()
 	if cut {
 		proxy.Cut()
@@ -232,7 +230,7 @@ func orkTakeover(t *testing.T, cut bool) {
 	// placed jobs run: the rack's reports reach the new leader.
 	var jobs []cosmic.Job
 	var res []cosmic.Reservation
-	for {
+	waittest.NoErrorWithin(t, time.Until(end), func() error {
 		jobs, res = dbJobs(t, st), nil
 		if res, err = st.Reservations(ctx); err != nil {
 			t.Fatal(err)
@@ -243,14 +241,11 @@ func orkTakeover(t *testing.T, cut bool) {
 				running++
 			}
 		}
-		if len(res) == min(gpus, len(jobs)) && running == len(res) {
-			break
+		if len(res) != min(gpus, len(jobs)) || running != len(res) {
+			return fmt.Errorf("%d reservations and %d running of %d jobs", len(res), running, len(jobs))
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d reservations and %d running of %d jobs: the GPUs do not fill up", len(res), running, len(jobs))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	}, "the GPUs to fill up with running jobs")
 	checkAfterTakeover(t, acked, jobs, res, rack.GPUs)
 }
 

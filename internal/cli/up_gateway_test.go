@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/webui"
 )
 
@@ -27,7 +28,6 @@ import (
 // shell of a running job.
 func TestUpServesThroughTheGateway(t *testing.T) {
 	base, dataDir, tok, ctx := upThroughGateway(t)
-	deadline := time.Now().Add(60 * time.Second)
 	auth := http.Header{"Authorization": {"Bearer " + tok}, "Content-Type": {"application/json"}}
 	call := func(method, path, body string) (*http.Response, string) {
 		t.Helper()
@@ -60,16 +60,10 @@ func TestUpServesThroughTheGateway(t *testing.T) {
 	}
 	var job struct{ ID string }
 	json.Unmarshal([]byte(body), &job) //nolint:errcheck // checked by the next call
-	for {
+	waittest.Within(t, time.Minute, func() bool {
 		_, body := call("GET", "/api/v1/jobs/"+job.ID, "")
-		if strings.Contains(body, `"state":"running"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job never ran: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(body, `"state":"running"`)
+	}, "job %s to run", job.ID)
 
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
@@ -101,14 +95,12 @@ func TestUpServesThroughTheGateway(t *testing.T) {
 	// Caddy writes an upgraded request's line when the connection ends
 	// (its 101 carries no Via: the log is what shows it passed).
 	var log []byte
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	waittest.Until(t, func() bool {
 		if log, err = os.ReadFile(filepath.Join(dataDir, gatewayLog)); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(log), "/terminal") {
-			break
-		}
-	}
+		return strings.Contains(string(log), "/terminal")
+	}, "the terminal's line in %s", gatewayLog)
 	if !strings.Contains(string(log), `"uri":"/api/v1/jobs/`+job.ID+`/terminal"`) || strings.Contains(string(log), tok) {
 		t.Errorf("gateway.log lacks the terminal's request or shows the token:\n%s", log)
 	}
@@ -137,13 +129,14 @@ func upThroughGateway(t *testing.T) (base, dataDir, token string, ctx context.Co
 		}
 	})
 	web := regexp.MustCompile(`(?m)^\s*web\s+(http://\S+)/\s`)
-	deadline := time.Now().Add(60 * time.Second)
-	for !web.MatchString(stdout.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no banner: %s\n%s", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	func() {
+		defer func() {
+			if t.Failed() {
+				t.Logf("stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			}
+		}()
+		waittest.Within(t, time.Minute, func() bool { return web.MatchString(stdout.String()) }, "the banner")
+	}()
 	tok, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,81 +42,89 @@ func openSQLite(t *testing.T, path string) *sqlite.Store {
 // leader releases the lease, then leads with the next epoch; the deposed
 // leader's fenced writes are refused, which ends its Hold.
 func TestLeaseElectsOne(t *testing.T) {
-	ctx := context.Background()
-	st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
-	a, b := leaseOn(t, st, "a"), leaseOn(t, st, "b")
-	ta, err := a.Acquire(ctx)
-	if err != nil || ta.Epoch != 1 {
-		t.Fatalf("a.Acquire = %+v, %v", ta, err)
-	}
-	wantGauges(t, a, 1, 1)
-	wantGauges(t, b, 0, 0)
-	fencedA := a.Fenced(st)
-	holdCtx, stopHold := context.WithCancel(ctx)
-	held := make(chan error, 1)
-	go func() { held <- a.Hold(holdCtx) }()
-	got := make(chan store.Lease, 1)
-	go func() {
-		tb, err := b.Acquire(ctx)
-		if err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+		a, b := leaseOn(t, st, "a"), leaseOn(t, st, "b")
+		ta, err := a.Acquire(ctx)
+		if err != nil || ta.Epoch != 1 {
+			t.Fatalf("a.Acquire = %+v, %v", ta, err)
 		}
-		got <- tb
-	}()
-	// a renews well past its TTL while b waits.
-	time.Sleep(time.Second)
-	select {
-	case tb := <-got:
-		t.Fatalf("b acquired %+v while a held the lease", tb)
-	default:
-	}
-	if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); err != nil {
-		t.Fatalf("a's fenced write while leading = %v", err)
-	}
-	stopHold()
-	if err := <-held; err != nil {
-		t.Fatalf("a.Hold after cancel = %v", err)
-	}
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tb := <-got
-	if tb.Epoch != 2 || tb.Holder != "b" {
-		t.Fatalf("b's term = %+v; want epoch 2", tb)
-	}
-	wantGauges(t, a, 0, 0)
-	wantGauges(t, b, 1, 2)
-	if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); !errors.Is(err, store.ErrNotLeader) {
-		t.Fatalf("a's fenced write after b took over = %v; want ErrNotLeader", err)
-	}
-	// The refusal ends a Hold of the deposed term at once.
-	if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
-		t.Fatalf("a.Hold after a refused fenced write = %v; want ErrLeaseLost", err)
-	}
+		wantGauges(t, a, 1, 1)
+		wantGauges(t, b, 0, 0)
+		fencedA := a.Fenced(st)
+		holdCtx, stopHold := context.WithCancel(ctx)
+		held := make(chan error, 1)
+		go func() { held <- a.Hold(holdCtx) }()
+		got := make(chan store.Lease, 1)
+		go func() {
+			tb, err := b.Acquire(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- tb
+		}()
+		// a renews well past its TTL while b waits (fake time: the bubble
+		// runs until every goroutine waits on it).
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case tb := <-got:
+			t.Fatalf("b acquired %+v while a held the lease", tb)
+		default:
+		}
+		if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); err != nil {
+			t.Fatalf("a's fenced write while leading = %v", err)
+		}
+		stopHold()
+		if err := <-held; err != nil {
+			t.Fatalf("a.Hold after cancel = %v", err)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tb := <-got
+		if tb.Epoch != 2 || tb.Holder != "b" {
+			t.Fatalf("b's term = %+v; want epoch 2", tb)
+		}
+		wantGauges(t, a, 0, 0)
+		wantGauges(t, b, 1, 2)
+		if err := fencedA.Update(ctx, func(store.Tx) error { return nil }); !errors.Is(err, store.ErrNotLeader) {
+			t.Fatalf("a's fenced write after b took over = %v; want ErrNotLeader", err)
+		}
+		// The refusal ends a Hold of the deposed term at once.
+		if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
+			t.Fatalf("a.Hold after a refused fenced write = %v; want ErrLeaseLost", err)
+		}
+	})
 }
 
 // TestLeaseStepsDownWithoutItsDatabase: a leader whose renewals fail
-// steps down, at TTL less Renew after its last renewal began (before the
-// term ends by construction; only the lower bound is checked, which no
-// slow machine can break).
+// steps down, at TTL less Renew after its last renewal began, before its
+// term ends (in a synctest bubble: fake time, so both bounds hold on any
+// machine).
 func TestLeaseStepsDownWithoutItsDatabase(t *testing.T) {
-	ctx := context.Background()
-	st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
-	a := leaseOn(t, st, "a")
-	start := time.Now()
-	if _, err := a.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st.Close() // every renewal fails from now on
-	if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
-		t.Fatalf("Hold without a database = %v; want ErrLeaseLost", err)
-	}
-	if held, min := time.Since(start), 350*time.Millisecond; held < min {
-		t.Errorf("stepped down after %s, before TTL less Renew (%s)", held, min)
-	}
-	if err := a.Release(ctx); err != nil {
-		t.Errorf("Release after stepping down = %v; want nothing to release", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+		a := leaseOn(t, st, "a")
+		start := time.Now()
+		if _, err := a.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.Close() // every renewal fails from now on
+		if err := a.Hold(ctx); !errors.Is(err, ork.ErrLeaseLost) {
+			t.Fatalf("Hold without a database = %v; want ErrLeaseLost", err)
+		}
+		// Fake time: the step-down is at TTL less Renew after the last
+		// renewal began, exactly, and before the term ends.
+		if held, min, ttl := time.Since(start), 350*time.Millisecond, 400*time.Millisecond; held < min || held >= ttl {
+			t.Errorf("stepped down after %s, want from TTL less Renew (%s) to before the TTL (%s)", held, min, ttl)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Errorf("Release after stepping down = %v; want nothing to release", err)
+		}
+	})
 }
 
 // wantGauges checks the lease's metrics: leading or not, the epoch, and a

@@ -41,6 +41,16 @@ func NoError(t testing.TB, f func() error, format string, args ...any) {
 	}
 }
 
+// NoErrorWithin is NoError with a bound of its own, for a condition a
+// test knows to take long (a takeover under load).
+func NoErrorWithin(t testing.TB, d time.Duration, f func() error, format string, args ...any) {
+	t.Helper()
+	var last error
+	if !poll(d, func() (bool, error) { last = f(); return last == nil, last }) {
+		t.Fatalf("timed out after %v waiting for %s: %v", d, fmt.Sprintf(format, args...), last)
+	}
+}
+
 // Within is Until with a bound of its own, for a condition that must hold
 // soon or not at all (it does not shorten the wait when it holds).
 func Within(t testing.TB, d time.Duration, cond func() bool, format string, args ...any) {

@@ -2,6 +2,8 @@ package waittest
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,3 +49,21 @@ func TestNoErrorReportsTheLastError(t *testing.T) {
 		t.Fatalf("failed %q after %d calls", f.failed, n.Load())
 	}
 }
+
+func TestNoErrorWithinFailsWithTheLastError(t *testing.T) {
+	f := &fakeT{TB: t}
+	var msg string
+	f2 := &msgT{fakeT: f, msg: &msg}
+	NoErrorWithin(f2, 10*time.Millisecond, func() error { return errors.New("still 3 of 4") }, "four")
+	if !strings.Contains(msg, "still 3 of 4") || !strings.Contains(msg, "four") {
+		t.Fatalf("NoErrorWithin failed with %q; want the last error and what it waited for", msg)
+	}
+}
+
+// msgT keeps the formatted failure.
+type msgT struct {
+	*fakeT
+	msg *string
+}
+
+func (m *msgT) Fatalf(format string, args ...any) { *m.msg = fmt.Sprintf(format, args...) }
