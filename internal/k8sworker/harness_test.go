@@ -622,3 +622,8 @@ func (h *harness) assertAnswersAgain() {
 		return nil
 	})
 }
+
+// History implements workertest.Reports.
+func (f *fakeReporter) History(job string, replica int) []worker.ReplicaReport {
+	return f.history(job, replica)
+}

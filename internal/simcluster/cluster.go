@@ -54,6 +54,7 @@ type Cluster struct {
 	agents         AgentRunner     // nil: replicas run without agents
 	inference      InferenceRunner // nil: managed-inference replicas run without agents
 	agentGen       uint64          // generations of started agents
+	disks          uint64          // root disks imported, each a new identity
 	runCtx         context.Context // Run's: agents live within it
 	// holdNextAgent arms simHoldAgent without a job: the next replica to
 	// boot never has its agent connect.
@@ -149,6 +150,21 @@ func New(cfg Config, d Deps) (*Cluster, error) {
 
 // Config is the cluster's configuration, defaults filled in.
 func (c *Cluster) Config() Config { return c.cfg }
+
+// RootDisk is the identity of the root disk a replica holds ("": none):
+// a new import is a new identity, so a disk kept across a stop or a
+// restart keeps it (the worker conformance suite checks it, as the
+// Kubernetes worker's DataVolume UID).
+func (c *Cluster) RootDisk(job string, replica int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j := c.jobs[job]; j != nil {
+		if r := j.replicas[replica]; r != nil {
+			return r.diskID
+		}
+	}
+	return ""
+}
 
 // Run plays the rack until ctx is done: the replicas' lifecycles, report
 // delivery and outages. It returns nil once its goroutines have stopped.

@@ -50,9 +50,10 @@ type replica struct {
 	phase phase
 	due   time.Time
 
-	claimed    bool  // res's GPUs are in Cluster.claims
-	vmis       []vmi // live VMIs
-	disk       bool  // the root disk is imported (and kept until Delete)
+	claimed    bool   // res's GPUs are in Cluster.claims
+	vmis       []vmi  // live VMIs
+	disk       bool   // the root disk is imported (and kept until Delete)
+	diskID     string // the imported disk's identity (RootDisk)
 	importPct  int
 	failImport bool // simFailImport armed for this replica's import
 	// holdAgent (simHoldAgent) keeps the replica waiting for its agent,
@@ -273,7 +274,8 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		}
 		r.progress = &cosmic.Progress{Step: progressImport, Percent: r.importPct}
 		if r.importPct == 100 {
-			r.disk = true
+			c.disks++
+			r.disk, r.diskID = true, fmt.Sprintf("%s-r%d-disk-%d", r.key.job, r.key.replica, c.disks)
 			r.phase = phaseSchedule
 			c.record(r, now, "import_disk", true, "root disk of replica %d imported: 100%%", r.key.replica)
 		} else {
@@ -434,7 +436,7 @@ func (c *Cluster) remove(j *simJob, r *replica, force bool, now time.Time) {
 		}
 	}
 	r.vmis = nil
-	r.disk = false
+	r.disk, r.diskID = false, ""
 	r.phase = phaseIdle
 	r.exit = nil
 	c.stopAgent(r)
