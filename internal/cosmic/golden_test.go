@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +42,16 @@ func TestGoldenJSON(t *testing.T) {
 		}
 		got = append(got, '\n')
 		path := filepath.Join("testdata", "golden", tc.name)
+		if *update && tc.name != "job.json" {
+			// The stored columns: a field that goes (renamed or removed) is
+			// a new schema version with its upgrade (schema.go).
+			if old, err := os.ReadFile(path); err == nil {
+				gone := missingPaths(t, old, got)
+				if len(gone) > 0 && JobSchemaVersion <= goldenSchemaVersion(t) {
+					t.Fatalf("%s: %v renamed or removed: the stored rows have them; raise cosmic.JobSchemaVersion and add the upgrade of the older rows to jobUpgrades", tc.name, gone)
+				}
+			}
+		}
 		if *update {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				t.Fatal(err)
@@ -64,6 +77,66 @@ func TestGoldenJSON(t *testing.T) {
 			t.Errorf("%s does not round-trip:\n%s", tc.name, again)
 		}
 	}
+	versionFile := filepath.Join("testdata", "golden", "schema-version")
+	if *update {
+		if err := os.WriteFile(versionFile, []byte(strconv.Itoa(JobSchemaVersion)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if v := goldenSchemaVersion(t); v != JobSchemaVersion {
+		t.Errorf("the golden files are of job schema version %d, cosmic.JobSchemaVersion is %d: rewrite them with -update", v, JobSchemaVersion)
+	}
+}
+
+// goldenSchemaVersion is the JobSchemaVersion the golden files were
+// written at.
+func goldenSchemaVersion(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "golden", "schema-version"))
+	if err != nil {
+		t.Fatalf("%v (write it with -update)", err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// missingPaths are the paths of old's JSON (a.b, a[].c) that new lacks.
+func missingPaths(t *testing.T, old, new []byte) []string {
+	t.Helper()
+	paths := func(b []byte) map[string]bool {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		var walk func(v any, p string)
+		walk = func(v any, p string) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, e := range v {
+					out[p+"."+k] = true
+					walk(e, p+"."+k)
+				}
+			case []any:
+				for _, e := range v {
+					walk(e, p+"[]")
+				}
+			}
+		}
+		walk(v, "")
+		return out
+	}
+	have := paths(new)
+	var gone []string
+	for p := range paths(old) {
+		if !have[p] {
+			gone = append(gone, p)
+		}
+	}
+	slices.Sort(gone)
+	return gone
 }
 
 // fill sets every field reachable from v to a value that is not its zero,

@@ -293,3 +293,36 @@ func TestMigratePeople(t *testing.T) {
 		t.Error("bob's token outlived him")
 	}
 }
+
+// TestMigrateJobSchema: a job stored before migration 0011 reads as
+// schema version 1; a row of a version newer than this binary knows is
+// refused as such, not misread (cosmic.ErrNewerJobSchema).
+func TestMigrateJobSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	db := openAt(t, path, 10)
+	if _, err := db.ExecContext(ctx, "INSERT INTO jobs (id, team, user_name, name, state, created_at, updated_at, spec, status) VALUES ('j1', 't', 'u', 'n', 'running', 0, 0, ?, ?)",
+		`{"type":"gpu-container","name":"n","location":"us"}`, `{"state":"running"}`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	j, err := s.GetJob(ctx, "j1")
+	if err != nil || j.Spec.Name != "n" || j.Status.State != cosmic.StateRunning {
+		t.Fatalf("a job stored before 0011: %+v, %v", j, err)
+	}
+	var v int
+	if err := s.w.QueryRowContext(ctx, "SELECT schema_version FROM jobs WHERE id = 'j1'").Scan(&v); err != nil || v != 1 {
+		t.Fatalf("its schema version %d (%v), want 1", v, err)
+	}
+	if _, err := s.w.ExecContext(ctx, "UPDATE jobs SET schema_version = ? WHERE id = 'j1'", cosmic.JobSchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetJob(ctx, "j1"); !errors.Is(err, cosmic.ErrNewerJobSchema) {
+		t.Errorf("a row of a newer schema: %v, want ErrNewerJobSchema", err)
+	}
+}

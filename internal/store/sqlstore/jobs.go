@@ -13,7 +13,7 @@ import (
 )
 
 // JobColumns are the columns ScanJob reads.
-const JobColumns = "id, team, user_name, created_at, updated_at, spec, status"
+const JobColumns = "id, team, user_name, created_at, updated_at, spec, status, schema_version"
 
 // CreateJob implements store.Tx.
 func (t *Tx) CreateJob(ctx context.Context, j cosmic.Job) error {
@@ -25,9 +25,9 @@ func (t *Tx) CreateJob(ctx context.Context, j cosmic.Job) error {
 		return fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	return t.savepoint(ctx, func() error {
-		_, err := t.q.Exec(ctx, `INSERT INTO jobs (id, team, user_name, name, state, created_at, updated_at, spec, status)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			j.ID, j.Team, j.User, j.Spec.Name, string(j.Status.State), Nanos(j.CreatedAt), Nanos(j.UpdatedAt), t.d.JSON(spec), t.d.JSON(status))
+		_, err := t.q.Exec(ctx, `INSERT INTO jobs (id, team, user_name, name, state, created_at, updated_at, spec, status, schema_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			j.ID, j.Team, j.User, j.Spec.Name, string(j.Status.State), Nanos(j.CreatedAt), Nanos(j.UpdatedAt), t.d.JSON(spec), t.d.JSON(status), cosmic.JobSchemaVersion)
 		if t.d.IsUnique(err) {
 			return fmt.Errorf("create job %s: already exists: %w", j.ID, cosmic.ErrConflict)
 		}
@@ -47,8 +47,8 @@ func (t *Tx) PutJob(ctx context.Context, j cosmic.Job) error {
 	}
 	return t.savepoint(ctx, func() error {
 		res, err := t.q.Exec(ctx, `UPDATE jobs SET team = $1, user_name = $2, name = $3, state = $4, created_at = $5,
-			updated_at = $6, spec = $7, status = $8 WHERE id = $9`,
-			j.Team, j.User, j.Spec.Name, string(j.Status.State), Nanos(j.CreatedAt), Nanos(j.UpdatedAt), t.d.JSON(spec), t.d.JSON(status), j.ID)
+			updated_at = $6, spec = $7, status = $8, schema_version = $9 WHERE id = $10`,
+			j.Team, j.User, j.Spec.Name, string(j.Status.State), Nanos(j.CreatedAt), Nanos(j.UpdatedAt), t.d.JSON(spec), t.d.JSON(status), cosmic.JobSchemaVersion, j.ID)
 		if err != nil {
 			return fmt.Errorf("put job %s: %w", j.ID, t.d.wrap(err))
 		}
@@ -94,17 +94,24 @@ func encodeJob(j cosmic.Job) (spec, status []byte, err error) {
 	return spec, status, nil
 }
 
-// ScanJob reads a job of JobColumns.
+// ScanJob reads a job of JobColumns, its JSON brought to the current
+// schema version (cosmic.UpgradeJobJSON); a row of a newer version is
+// refused (cosmic.ErrNewerJobSchema).
 func ScanJob(s Row) (cosmic.Job, error) {
 	var (
 		j                cosmic.Job
 		created, updated int64
 		spec, status     []byte
+		version          int
 	)
-	if err := s.Scan(&j.ID, &j.Team, &j.User, &created, &updated, &spec, &status); err != nil {
+	if err := s.Scan(&j.ID, &j.Team, &j.User, &created, &updated, &spec, &status, &version); err != nil {
 		return cosmic.Job{}, err
 	}
 	j.CreatedAt, j.UpdatedAt = FromNanos(created), FromNanos(updated)
+	spec, status, err := cosmic.UpgradeJobJSON(version, spec, status)
+	if err != nil {
+		return cosmic.Job{}, fmt.Errorf("job %s: %w", j.ID, err)
+	}
 	if err := json.Unmarshal(spec, &j.Spec); err != nil {
 		return cosmic.Job{}, fmt.Errorf("job %s: decode spec: %w", j.ID, err)
 	}
