@@ -58,9 +58,7 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			n.AddAddrs(orkKey, orkAddrs...)
-			dir := fabric.NewDirectoryWith(trust.AgentDirectory())
-			dir.Register(n)
-			ring.OnRevoke(dir.Drop) // a revoked agent's announcements go with it
+			dir := trust.ServeAgentDirectory(n, ring) // a revoked agent's announcements go with it
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(metrics.DirectoryCollector(dir)))
 			if err != nil {
 				return err

@@ -101,8 +101,11 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				// 1 s, as with `cosmicac up`.
 				pcfg.KeyTTL = config.Duration(500 * time.Millisecond)
 			}
-			p := inferproxy.New(pcfg, n, dirs, inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
-				inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), ring, log.With("component", "proxy-inference"))
+			p, err := inferproxy.New(pcfg, inferproxy.Deps{Node: n, Directories: dirs, Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
+				Keys: inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), Agents: ring, Log: log.With("component", "proxy-inference")})
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
 			defer p.Close()
 			p.Serve(n)
 			mux := http.NewServeMux()

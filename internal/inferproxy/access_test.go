@@ -28,10 +28,10 @@ import (
 // other form of each name: a bare name reaches only its own team's model.
 func TestInferenceAccessMatrix(t *testing.T) {
 	keys := &memKeys{}
-	p := New(Config{ReadyWait: -1}, nil, nil, StaticCatalog{ // no replicas: a reached request is 503 at once
+	p := mustNew(t, Config{ReadyWait: -1}, Deps{Catalog: StaticCatalog{ // no replicas: a reached request is 503 at once
 		{Name: "qwen", JobID: "job-q", Team: "team-a", RequireAuth: true, Runtime: cosmic.RuntimeVLLM, ModelID: "Qwen/Qwen3-8B"},
 		{Name: "open", JobID: "job-o", Team: "team-b", RequireAuth: false, Runtime: cosmic.RuntimeVLLM, ModelID: "meta/llama"},
-	}, keys, nil, nil)
+	}, Keys: keys})
 	_, own := keys.newKey(t, nil)
 	_, other := keys.newKey(t, func(k *store.APIKey) { k.Team = "team-b" })
 	_, limited := keys.newKey(t, func(k *store.APIKey) { k.Models = []string{"@team-b/open"} })
@@ -262,9 +262,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // proxy no read, and an anonymous 16 MiB body is cut at the anonymous
 // bound, on the JSON routes and on audio uploads alike.
 func TestBodiesReadAfterTheChecks(t *testing.T) {
-	p := New(Config{ReadyWait: -1, RequestsPerMinute: 1}, nil, nil, StaticCatalog{
+	p := mustNew(t, Config{ReadyWait: -1, RequestsPerMinute: 1}, Deps{Catalog: StaticCatalog{
 		{Name: "open", JobID: "job-o", Team: "team-b", RequireAuth: false, Runtime: cosmic.RuntimeVLLM, ModelID: "meta/llama"},
-	}, &memKeys{}, nil, nil)
+	}, Keys: &memKeys{}})
 	def := DefaultConfig()
 	send := func(path, key, addr string, size int) (int, int) {
 		body := &countingReader{size: size}

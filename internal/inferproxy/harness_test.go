@@ -121,11 +121,11 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		}
 		h.keys[team] = secret
 	}
-	h.proxy = New(cfg, h.pnode, []fabric.PublicKey{h.dir.PublicKey()}, catalogFunc(func() []Model {
+	h.proxy = mustNew(t, cfg, Deps{Node: h.pnode, Directories: []fabric.PublicKey{h.dir.PublicKey()}, Catalog: catalogFunc(func() []Model {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return append([]Model(nil), h.models...)
-	}), h.store, h.ring, nil)
+	}), Keys: h.store, Agents: h.ring})
 	h.srv = httptest.NewServer(h.proxy.Handler())
 	t.Cleanup(func() {
 		h.srv.Close()

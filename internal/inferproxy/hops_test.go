@@ -161,8 +161,11 @@ func runProxyHop() error {
 	}
 	in := benchInference()
 	models := []Model{{Name: benchModel, JobID: benchJob, Team: benchTeam, RequireAuth: true, Runtime: in.Runtime, ModelID: in.Model, Created: time.Now()}}
-	p := New(Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1}, pnode, []fabric.PublicKey{dir.PublicKey()},
-		catalogFunc(func() []Model { return models }), st, ring, nil)
+	p, err := New(Config{MaxConcurrentPerKey: -1, RequestsPerMinute: -1}, Deps{Node: pnode, Directories: []fabric.PublicKey{dir.PublicKey()},
+		Catalog: catalogFunc(func() []Model { return models }), Keys: st, Agents: ring})
+	if err != nil {
+		return err
+	}
 	defer p.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

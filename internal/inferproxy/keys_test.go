@@ -68,10 +68,24 @@ func (m *memKeys) newKey(t *testing.T, change func(*store.APIKey)) (store.APIKey
 // keyProxy is a proxy without a fabric, enough for everything before a
 // request is forwarded (keys, the model list, 404s).
 func keyProxy(cfg Config, keys Keys) *Proxy {
-	return New(cfg, nil, nil, StaticCatalog{
+	p, err := New(cfg, Deps{Catalog: StaticCatalog{
 		{Name: "qwen", JobID: "job-q", Team: "team-a", RequireAuth: true, Runtime: cosmic.RuntimeVLLM, ModelID: "Qwen/Qwen3-8B"},
 		{Name: "llama", JobID: "job-l", Team: "team-a", RequireAuth: true, Runtime: cosmic.RuntimeVLLM, ModelID: "meta/llama"},
-	}, keys, nil, nil)
+	}, Keys: keys})
+	if err != nil {
+		panic(err) // the deps above are complete
+	}
+	return p
+}
+
+// mustNew is New, the test failing on its error.
+func mustNew(tb testing.TB, cfg Config, d Deps) *Proxy {
+	tb.Helper()
+	p, err := New(cfg, d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
 
 // status sends one request with secret and returns the answer's status

@@ -166,10 +166,33 @@ type Agents interface {
 	Principal(key fabric.PublicKey) (trust.Principal, bool)
 }
 
-// New returns a proxy that finds replicas through node's lookups in dirs
-// (the ork's directory), models in catalog and API keys in keys.
-func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog, keys Keys, agents Agents, log *slog.Logger) *Proxy {
+// Deps are what a proxy is built on. Catalog and Keys are required.
+type Deps struct {
+	// Node is proxy-inference's fabric node, where it looks replicas up
+	// and reaches their agents (nil: no replica is ever found, for tests
+	// of what comes before forwarding).
+	Node *fabric.Node
+	// Directories are the agents' directories (wrk-directory).
+	Directories []fabric.PublicKey
+	// Catalog names the models (OrkCatalog: the ork's job list).
+	Catalog Catalog
+	// Keys resolves API keys (the store in the app-node's process, else
+	// FabricKeys, asking the app-node).
+	Keys Keys
+	// Agents says what the ork bound each agent key to (the keyring
+	// following the ork); nil: no agent is routed to.
+	Agents Agents
+	Log    *slog.Logger
+}
+
+// New returns the proxy of cfg on d: it finds replicas through d.Node's
+// lookups in d.Directories, models in d.Catalog and API keys in d.Keys.
+func New(cfg Config, d Deps) (*Proxy, error) {
+	if d.Catalog == nil || d.Keys == nil {
+		return nil, errors.New("proxy-inference: a catalog and a key store are required")
+	}
 	cfg.setDefaults()
+	node, dirs, catalog, keys, agents, log := d.Node, d.Directories, d.Catalog, d.Keys, d.Agents, d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -215,7 +238,7 @@ func New(cfg Config, node *fabric.Node, dirs []fabric.PublicKey, catalog Catalog
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
 	})
 	p.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.metrics.observe(p.mux, w, r) })
-	return p
+	return p, nil
 }
 
 // Handler serves /inference/v1/… and /inference/health.

@@ -345,9 +345,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if p.DirectoryNode, err = node(trust.Directory, p.Keys); err != nil {
 		return nil, err
 	}
-	p.Directory = fabric.NewDirectoryWith(trust.AgentDirectory())
-	p.Directory.Register(p.DirectoryNode)
-	p.Keys.OnRevoke(p.Directory.Drop)
+	p.Directory = trust.ServeAgentDirectory(p.DirectoryNode, p.Keys)
 	p.AppNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 
 	// proxy-inference: finds the inference agents in the agents' directory
@@ -362,8 +360,13 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if cfg.Front != nil && len(pcfg.TrustedProxies) == 0 {
 		pcfg.TrustedProxies = embeddedGateway
 	}
-	p.Proxy = inferproxy.New(pcfg, p.ProxyNode, []fabric.PublicKey{dirID.PublicKey()},
-		inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, p.Store, p.Keys, log.With("component", "proxy-inference"))
+	// Its API keys come from the store, the app-node's, in this process (a
+	// standalone proxy asks the app-node over the fabric: FabricKeys).
+	if p.Proxy, err = inferproxy.New(pcfg, inferproxy.Deps{Node: p.ProxyNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
+		Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, Keys: p.Store, Agents: p.Keys,
+		Log: log.With("component", "proxy-inference")}); err != nil {
+		return nil, err
+	}
 	p.Proxy.Serve(p.ProxyNode)
 
 	// The agents of the simulated rack's replicas, with the bootstrap a

@@ -106,6 +106,17 @@ func AgentDirectory() fabric.DirectoryConfig {
 	return fabric.DirectoryConfig{MayAnnounce: MayAnnounce, Limits: fabric.DirectoryLimits{MaxTTL: 2 * time.Minute}}
 }
 
+// ServeAgentDirectory is wrk-directory, the one assembly of it for `cosmicac
+// up` and `cosmicac wrk-directory` alike: the agents' directory
+// (AgentDirectory) served on n, its announcements of a key ring revokes
+// dropped with the key.
+func ServeAgentDirectory(n *fabric.Node, ring *Keyring) *fabric.Directory {
+	dir := fabric.NewDirectoryWith(AgentDirectory())
+	dir.Register(n)
+	ring.OnRevoke(dir.Drop)
+	return dir
+}
+
 // MayAnnounce is the agents' directory's fabric.DirectoryConfig.MayAnnounce:
 // an agent announces only under its own job's topic (AgentTopic);
 // operators anywhere. The directory's policy lets no one else announce.
