@@ -84,7 +84,7 @@ func (a *app) upCommand() *cobra.Command {
 	var (
 		kubeconfig, rackConfig, location, domain string
 		verbose                                  bool
-		rack                                     = "sim"
+		rack                                     = platform.RackSim
 		images                                   []string
 		qc                                       = qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2}
 		agentBinary                              string
@@ -107,6 +107,15 @@ func (a *app) upCommand() *cobra.Command {
 			if jobCreates <= 0 {
 				cfg.JobCreatesPerMinute = -1 // no bound
 			}
+			if kubeconfig != "" && !cmd.Flags().Changed("rack") {
+				rack = platform.RackKube // --kubeconfig alone: the older spelling of --rack k8s
+			}
+			if rack == platform.RackKube && kubeconfig == "" {
+				return usageErrorf("--rack k8s: give the cluster's --kubeconfig")
+			}
+			if rack != platform.RackKube && kubeconfig != "" {
+				return usageErrorf("--rack %s and --kubeconfig are two racks: give one", rack)
+			}
 			if kubeconfig != "" {
 				rc := k8sworker.DefaultRackConfig()
 				if rackConfig != "" {
@@ -126,7 +135,7 @@ func (a *app) upCommand() *cobra.Command {
 				}
 				cfg.Kube = &platform.KubeConfig{Kubeconfig: kubeconfig, Rack: rc}
 			} else if rackConfig != "" || location != "" {
-				return usageErrorf("--rack-config and --location go with --kubeconfig (the simulated rack takes --sim-location)")
+				return usageErrorf("--rack-config and --location go with --rack k8s (the simulated rack takes --sim-location)")
 			}
 			if cfg.DataDir == "" {
 				cfg.DataDir = defaultDataDir(a.getenv)
@@ -137,21 +146,18 @@ func (a *app) upCommand() *cobra.Command {
 				}
 			}
 			switch rack {
-			case "sim":
+			case platform.RackSim, platform.RackKube:
 				if len(images) > 0 || agentBinary != "" {
 					return usageErrorf("--image and --agent-binary go with --rack qemu")
 				}
-			case "qemu":
-				if kubeconfig != "" {
-					return usageErrorf("--rack qemu and --kubeconfig are two racks: give one")
-				}
+			case platform.RackQEMU:
 				q, err := a.qemuRack(cmd.Context(), qc, images, agentBinary, cfg.DataDir)
 				if err != nil {
 					return err
 				}
 				cfg.QEMU = q
 			default:
-				return usageErrorf("--rack %q: want sim or qemu", rack)
+				return usageErrorf("--rack %q: want one of %s", rack, strings.Join(platform.RackKinds(), ", "))
 			}
 			level := slog.LevelWarn
 			if verbose {
@@ -189,9 +195,12 @@ func (a *app) upCommand() *cobra.Command {
 			if cfg.Database != "" {
 				fmt.Fprintf(a.stdout, "  database     %s\n", database.Kind(cfg.Database))
 			}
-			if k := cfg.Kube; k != nil {
+			switch cfg.RackKind() {
+			case platform.RackKube:
+				k := cfg.Kube
 				fmt.Fprintf(a.stdout, "  rack         %s in %s: the cluster of %s, namespace %s\n\n", k.Rack.Rack, k.Rack.Location, k.Kubeconfig, k.Rack.Namespace)
-			} else if q := cfg.QEMU; q != nil {
+			case platform.RackQEMU:
+				q := cfg.QEMU
 				gpus := "declared for placement only: the VMs get no GPU"
 				if len(q.Rack.VFIO) > 0 {
 					gpus = fmt.Sprintf("passed through: %s", strings.Join(q.Rack.VFIO, ", "))
@@ -199,21 +208,16 @@ func (a *app) upCommand() *cobra.Command {
 				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s, real VMs under QEMU (%s); GPUs %s\n",
 					q.Rack.Rack, q.Rack.Nodes, q.Rack.GPUsPerNode, q.Rack.GPUModel, q.Rack.Location, p.QEMU.Accel(), gpus)
 				fmt.Fprintf(a.stdout, "  images       %s\n  VMs          %s\n\n", strings.Join(q.Images.Names(), ", "), q.Rack.Dir)
-			} else {
+			default:
 				fmt.Fprintf(a.stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
 				fmt.Fprint(a.stdout, simulatedRackNote(currentUser(), !cfg.Sim.NoHostShells))
 			}
 			fmt.Fprintf(a.stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
 			fmt.Fprintf(a.stdout, "  wrk-ork         %s@%s\n", p.OrkNode.PublicKey(), p.OrkNode.Addr())
-			switch {
-			case cfg.Kube != nil && p.KubeNode != nil:
-				fmt.Fprintf(a.stdout, "  wrk-server-k8s  %s@%s\n", p.KubeNode.PublicKey(), p.KubeNode.Addr())
-			case cfg.QEMU != nil && p.QEMUNode != nil:
-				fmt.Fprintf(a.stdout, "  wrk-server-qemu %s@%s\n", p.QEMUNode.PublicKey(), p.QEMUNode.Addr())
-			default:
-				fmt.Fprintf(a.stdout, "  simulated rack  %s@%s\n", p.Sim.Node().PublicKey(), p.Sim.Addr())
-			}
+			w := p.WorkerNode()
+			fmt.Fprintf(a.stdout, "  %-15s %s@%s\n", map[string]string{platform.RackSim: "simulated rack", platform.RackQEMU: "wrk-server-qemu",
+				platform.RackKube: "wrk-server-k8s"}[cfg.RackKind()], w.PublicKey(), w.Addr())
 			fmt.Fprintf(a.stdout, "  app-node        %s@%s\n", p.AppNode.PublicKey(), p.AppNode.Addr())
 			fmt.Fprintf(a.stdout, "  wrk-monitor     %s@%s\n", p.MonitorNode.PublicKey(), p.MonitorNode.Addr())
 			fmt.Fprintf(a.stdout, "  wrk-directory   %s@%s\n", p.DirectoryNode.PublicKey(), p.DirectoryNode.Addr())
@@ -249,13 +253,13 @@ func (a *app) upCommand() *cobra.Command {
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
 	f.IntVar(&jobCreates, "job-creates-per-minute", appnode.DefaultConfig().JobCreatesPerMinute, "the jobs one team may create a minute (a burst of that many, refilled at that rate); 0 or negative: no bound")
 	f.StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
-	f.StringVar(&kubeconfig, "kubeconfig", "", "drive a real cluster (KubeVirt + CDI) instead of the simulated rack")
-	f.StringVar(&rackConfig, "rack-config", "", "with --kubeconfig: the rack's YAML config (docs/k8s-worker.md)")
-	f.StringVar(&location, "location", "", "with --kubeconfig: the rack's location (overrides the rack config)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with --rack k8s (which it implies): the cluster's kubeconfig")
+	f.StringVar(&rackConfig, "rack-config", "", "with --rack k8s: the rack's YAML config (docs/k8s-worker.md)")
+	f.StringVar(&location, "location", "", "with --rack k8s: the rack's location (overrides the rack config)")
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward job logs to this Loki (e.g. http://127.0.0.1:3100)")
 	f.StringVar(&cfg.Monitor.Loki.TenantID, "loki-tenant", "", "the Loki tenant (X-Scope-OrgID)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log each component's events")
-	f.StringVar(&rack, "rack", rack, "the rack: sim (simulated, no VM) or qemu (real VMs on this machine, docs/qemu-rack.md)")
+	f.StringVar(&rack, "rack", rack, "the rack: sim (simulated, no VM), qemu (real VMs on this machine, docs/qemu-rack.md) or k8s (a cluster with KubeVirt and CDI, --kubeconfig; docs/k8s-worker.md)")
 	f.StringArrayVar(&images, "image", nil, "with --rack qemu: an image of the catalogue, NAME=PATH (a qcow2/raw cloud image, or a directory of hack/vm-image.sh); repeatable (default: the images hack/vm-image.sh built)")
 	f.StringVar(&agentBinary, "agent-binary", "", "with --rack qemu: the agent put on each VM's agent disk, a static linux/amd64 cosmicac-agent (default: cosmicac-agent beside this binary, else this binary)")
 	f.StringVar(&qc.Rack, "qemu-rack", qc.Rack, "with --rack qemu: the rack's ID")

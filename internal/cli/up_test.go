@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/user"
 	"path/filepath"
 	"strings"
@@ -77,5 +78,32 @@ func TestUpBannerSaysWhatTheSimulatedRackIs(t *testing.T) {
 		if !strings.Contains(banner, want) {
 			t.Errorf("banner lacks %q:\n%s", want, stdout.String())
 		}
+	}
+}
+
+// TestUpRackKinds: `up --rack` takes every kind of the platform's
+// registry; a kind's flags without it, two racks at once, or an unknown
+// kind are usage errors (exit 2) naming what to give, and nothing starts.
+func TestUpRackKinds(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rack", "nope"}, "want one of sim, qemu, k8s"},
+		{[]string{"--rack", "k8s"}, "--rack k8s: give the cluster's --kubeconfig"},
+		{[]string{"--rack", "qemu", "--kubeconfig", "/nonexistent"}, "--rack qemu and --kubeconfig are two racks"},
+		{[]string{"--rack", "sim", "--kubeconfig", "/nonexistent"}, "--rack sim and --kubeconfig are two racks"},
+		{[]string{"--rack-config", "x.yaml"}, "go with --rack k8s"},
+		{[]string{"--image", "u=/nonexistent"}, "go with --rack qemu"},
+	} {
+		args := append([]string{"up", "--data-dir", dir, "--listen", "127.0.0.1:0"}, tc.args...)
+		code, _, errs := runCLI(t, nil, args...)
+		if code != ExitUsage || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, errs, ExitUsage, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a refused up left %d files in its data directory", len(entries))
 	}
 }

@@ -91,7 +91,7 @@ func newEnvAt(t testing.TB, dir string, within time.Duration, opts ...Option) *E
 	}
 	e.Client = client.New(p.URL, tok, client.WithPollInterval(10*time.Millisecond))
 	if e.operator, err = fabric.New(fabric.Config{Component: "operator", Identity: opID,
-		Policy: fabric.NewAllowList(p.Sim.Node().PublicKey(), p.OrkNode.PublicKey())}); err != nil {
+		Policy: fabric.NewAllowList(p.WorkerNode().PublicKey(), p.OrkNode.PublicKey())}); err != nil {
 		t.Fatal(err)
 	}
 	return e

@@ -22,13 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -196,7 +194,31 @@ type Platform struct {
 	g      *errgroup.Group
 	cancel context.CancelFunc
 	errs   chan error // the first failure, once
-	failed sync.Once
+	// ids are the platform's components' identities, by role.
+	ids map[trust.Role]*fabric.Identity
+	// workerName, workerNode and workerFwd are the rack's worker, of
+	// whichever kind: its component name, its current fabric node, and the
+	// forwarder of its job log records to the monitor.
+	workerName string
+	workerNode func() *fabric.Node
+	workerFwd  *joblog.Forwarder
+	failed     sync.Once
+}
+
+// WorkerNode is the rack's worker's fabric node, whatever the rack's kind
+// (nil while a simulated outage holds it down).
+func (p *Platform) WorkerNode() *fabric.Node { return p.workerNode() }
+
+// configured makes a keyring of the platform's own keys, each as its role,
+// and the operators'.
+func (p *Platform) configured() (*trust.Keyring, error) {
+	ring := trust.NewKeyring()
+	for role, id := range p.ids {
+		if err := ring.Add(role, id.PublicKey()); err != nil {
+			return nil, err
+		}
+	}
+	return ring, ring.Add(trust.Operator, p.cfg.OperatorKeys...)
 }
 
 // identity loads (or makes) a component's key in DATA_DIR/NAME.
@@ -248,10 +270,6 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	simID, err := identity(cfg.DataDir, "sim-"+cfg.Sim.Rack)
-	if err != nil {
-		return nil, err
-	}
 	appID, err := identity(cfg.DataDir, "app-node")
 	if err != nil {
 		return nil, err
@@ -271,25 +289,13 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 			return nil, err
 		}
 	}
-	monID, dirID, proxyID := ids[trust.Monitor], ids[trust.Directory], ids[trust.Proxy]
-	configured := func() (*trust.Keyring, error) {
-		ring := trust.NewKeyring()
-		for role, id := range ids {
-			if err := ring.Add(role, id.PublicKey()); err != nil {
-				return nil, err
-			}
-		}
-		return ring, ring.Add(trust.Operator, cfg.OperatorKeys...)
-	}
-	orkRing, err := configured()
+	dirID, proxyID := ids[trust.Directory], ids[trust.Proxy]
+	p.ids = ids
+	orkRing, err := p.configured()
 	if err != nil {
 		return nil, err
 	}
-	if p.Keys, err = configured(); err != nil {
-		return nil, err
-	}
-	simRing, err := configured()
-	if err != nil {
+	if p.Keys, err = p.configured(); err != nil {
 		return nil, err
 	}
 	node := func(role trust.Role, ring *trust.Keyring, opts ...trust.PolicyOption) (*fabric.Node, error) {
@@ -369,67 +375,15 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	p.Proxy.Serve(p.ProxyNode)
 
-	// The agents of the simulated rack's replicas, with the bootstrap a
-	// VMI gets: the directory (announce), the worker (reports; the rack
-	// names itself, simcluster.Boot), the app-node (shells) or
-	// proxy-inference (requests), and the monitor (named, not dialled:
-	// their records go into the rack's sink, as its own do). Each starts
-	// once the platform has bound the key the rack issued it.
-	runner := agentRunner{log: log, rack: cfg.Sim.Rack, local: simRing, bound: p.Keys}
-	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort, noHostShells: cfg.Sim.NoHostShells,
-		peers: []agent.Peer{
-			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
-			{Role: agent.RoleAppNode, Key: appID.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
-			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
-		},
-		ids: map[agentSlot]*fabric.Identity{},
+	// The rack, of the kind the config asks for (racks.go), registered
+	// (or registered again, at its new address) with the ork.
+	kind := cfg.rackKind()
+	reg, err := kind.start(p, rctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s rack: %w", kind.name, err)
 	}
-	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(),
-		peers: []agent.Peer{
-			{Role: agent.RoleDirectory, Key: dirID.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}},
-			{Role: agent.RoleProxy, Key: proxyID.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
-			{Role: agent.RoleMonitor, Key: monID.PublicKey()},
-		},
-		agents: map[string][]*inferagent.Agent{},
-	}
-
-	// The simulated rack's worker, as `cosmicac wrk-server-sim` runs it: it
-	// admits the ork, the monitor (which it calls), the operators, and the
-	// agents it issued keys to (simRing); its job log records go to the
-	// monitor and to the platform's ring (p.Logs).
-	if p.Sim, err = simcluster.NewServer(cfg.Sim, simcluster.ServerDeps{
-		Fabric: fabric.Config{Component: "wrk-server-sim", Identity: simID, Listen: listen,
-			Policy: trust.NewPolicy(trust.Worker, simRing, trust.OnRack(cfg.Sim.Rack)), Logger: log},
-		Ork: orkID.PublicKey(), OrkAddrs: []string{p.OrkNode.Addr()},
-		Monitor: monID.PublicKey(), MonitorAddrs: []string{p.MonitorNode.Addr()},
-		Logs: p.Logs, Log: log.With("component", "wrk-server-sim"),
-		Agents: p.agents, Inference: p.inference,
-	}); err != nil {
-		return nil, err
-	}
-	simRing.OnRevoke(func(k fabric.PublicKey) {
-		if n := p.Sim.Node(); n != nil {
-			n.Revoke(k)
-		}
-	})
-	p.goRun("simulated rack", func() error { return p.Sim.Run(rctx) })
-
-	if cfg.Kube != nil {
-		if err := p.startKubeWorker(ctx, rctx, *cfg.Kube, orkID.PublicKey(), monID.PublicKey()); err != nil {
-			return nil, err
-		}
-	} else if cfg.QEMU != nil {
-		if err := p.startQEMUWorker(ctx, rctx, *cfg.QEMU, orkID.PublicKey(), monID.PublicKey()); err != nil {
-			return nil, err
-		}
-	} else if _, err := p.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{
-		// Register (or re-register, with its new address) the simulated rack.
-		Rack: cosmic.Rack{ID: cfg.Sim.Rack, Type: cosmic.RackTypeServer, Location: cfg.Sim.Location,
-			GPUModel: cfg.Sim.GPUModel, WorkerKey: simID.PublicKey().String(),
-			AgentDeadline: simAgentDeadline(cfg.Sim.Step.D())},
-		WorkerAddrs: []string{p.Sim.Addr()},
-	}); err != nil {
-		return nil, fmt.Errorf("register the simulated rack: %w", err)
+	if _, err := p.Ork.RegisterRack(ctx, reg); err != nil {
+		return nil, fmt.Errorf("register the %s rack %s: %w", kind.name, reg.Rack.ID, err)
 	}
 	p.goRun("wrk-ork", func() error { return p.Ork.Run(rctx) })
 
@@ -465,7 +419,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	inferproxy.ServeAPIKeys(p.AppNode, p.Store) // as a standalone app-node serves them
-	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector("wrk-server-sim", p.Sim.Forwarder()), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
 		return nil, err
