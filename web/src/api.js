@@ -3,6 +3,8 @@
 // with the session cookie, the CSRF token on anything that changes
 // something, and the active team in X-Cosmicac-Team.
 
+import { sseParser } from "./sse.js";
+
 const session = { csrf: "", team: "" };
 
 export function setCSRF(token) {
@@ -79,31 +81,11 @@ export async function events(path, { signal, lastId, onEvent, onOpen }) {
   if (!res.ok) throw await errorOf(res);
   if (onOpen) onOpen(res);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = "";
-  let ev = { event: "message", id: "", data: [] };
+  const feed = sseParser(onEvent);
   for (;;) {
     const { value, done } = await reader.read();
     if (done) return;
-    buf += value;
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      let line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      if (line.endsWith("\r")) line = line.slice(0, -1);
-      if (line === "") {
-        if (ev.data.length) onEvent({ event: ev.event, id: ev.id, data: ev.data.join("\n") });
-        ev = { event: "message", id: "", data: [] };
-        continue;
-      }
-      if (line.startsWith(":")) continue;
-      const colon = line.indexOf(":");
-      const field = colon < 0 ? line : line.slice(0, colon);
-      let v = colon < 0 ? "" : line.slice(colon + 1);
-      if (v.startsWith(" ")) v = v.slice(1);
-      if (field === "event") ev.event = v;
-      else if (field === "id") ev.id = v;
-      else if (field === "data") ev.data.push(v);
-    }
+    feed(value);
   }
 }
 

@@ -6,6 +6,7 @@ import { StatusDetail, gpuText } from "./jobs.jsx";
 import { can } from "./main.jsx";
 import { isPlatformRecord } from "./records.js";
 import { endpointSnippets, modelForClients } from "./snippets.js";
+import { sseParser } from "./sse.js";
 
 // What the caller may do to a job (or a replica) now is the API's answer,
 // status.actions and status.replicas[].actions (absent: nothing): this
@@ -511,25 +512,17 @@ function Chat({ base, model, auth }) {
         throw new Error((b.error && b.error.message) || res.statusText);
       }
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = "";
+      const feed = sseParser(({ data }) => {
+        if (data === "[DONE]") return;
+        const j = JSON.parse(data);
+        if (j.error) throw new Error(j.error.message);
+        const delta = j.choices && j.choices[0] && j.choices[0].delta && j.choices[0].delta.content;
+        if (delta) setOut((o) => o + delta);
+      });
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buf += value;
-        let i;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const chunk = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          for (const line of chunk.split("\n")) {
-            if (!line.startsWith("data:")) continue;
-            const d = line.slice(5).trim();
-            if (d === "[DONE]") continue;
-            const j = JSON.parse(d);
-            if (j.error) throw new Error(j.error.message);
-            const delta = j.choices && j.choices[0] && j.choices[0].delta && j.choices[0].delta.content;
-            if (delta) setOut((o) => o + delta);
-          }
-        }
+        feed(value);
       }
     } catch (e2) {
       setErr(e2.message);

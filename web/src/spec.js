@@ -1,0 +1,174 @@
+// The new-job form's pure part: the spec it builds from its fields and
+// back (Duplicate), which control shows an API field's error, and what a
+// location's racks run. No DOM, no Preact: web/tests/spec.test.mjs runs it
+// under node --test.
+
+export const blank = {
+  type: "gpu-container",
+  name: "",
+  labels: "",
+  location: "",
+  gpuModel: "",
+  gpu: 1,
+  cpu: "",
+  memory: "",
+  image: "ubuntu-24.04",
+  diskGB: "",
+  sshKeys: "",
+  httpPort: "",
+  runtime: "vllm",
+  model: "",
+  servedModelName: "",
+  args: "",
+  replicas: 1,
+  requireAuth: true,
+};
+
+function pairs(text) {
+  const out = {};
+  for (const line of text.split(/[\n,]/)) {
+    const t = line.trim();
+    if (!t) continue;
+    const i = t.indexOf("=");
+    if (i < 0) out[t] = "";
+    else out[t.slice(0, i).trim()] = t.slice(i + 1).trim();
+  }
+  return out;
+}
+
+function unpairs(m) {
+  return Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join("\n");
+}
+
+function num(v) {
+  if (v === "" || v === null || v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : v;
+}
+
+// toSpec builds the spec from the form, over base (a duplicated job's
+// spec keeps the fields the form has no control for: command, envVars,
+// volumes …).
+export function toSpec(f, base = {}) {
+  const spec = { ...base, type: f.type, location: f.location };
+  const set = (k, v) => {
+    if (v === undefined || v === "" || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0)) delete spec[k];
+    else spec[k] = v;
+  };
+  set("name", f.name.trim());
+  set("labels", pairs(f.labels));
+  const res = { ...(base.resources || {}), gpu: num(f.gpu) ?? 0 };
+  if (f.gpuModel) res.gpuModel = f.gpuModel;
+  else delete res.gpuModel;
+  for (const k of ["cpu", "memory"]) {
+    if (num(f[k]) === undefined) delete res[k];
+    else res[k] = num(f[k]);
+  }
+  spec.resources = res;
+  set("diskGB", num(f.diskGB));
+  if (f.type === "gpu-container") {
+    set("image", f.image.trim());
+    set("sshPublicKeys", f.sshKeys.split("\n").map((s) => s.trim()).filter(Boolean));
+    set("defaultHttpPort", num(f.httpPort));
+    delete spec.inference;
+  } else {
+    delete spec.image;
+    delete spec.sshPublicKeys;
+    const inf = { ...(base.inference || {}), runtime: f.runtime, model: f.model.trim(), replicas: num(f.replicas), requireAuth: f.requireAuth };
+    if (f.servedModelName.trim()) inf.servedModelName = f.servedModelName.trim();
+    else delete inf.servedModelName;
+    const args = pairs(f.args);
+    if (Object.keys(args).length) inf.args = args;
+    else delete inf.args;
+    delete inf.gpusPerReplica; // resources.gpu says it
+    spec.inference = inf;
+  }
+  return spec;
+}
+
+// fromSpec fills the form from a spec (Duplicate).
+export function fromSpec(spec) {
+  const r = spec.resources || {};
+  const inf = spec.inference || {};
+  return {
+    ...blank,
+    type: spec.type,
+    name: spec.name ? `${spec.name}-copy` : "",
+    labels: unpairs(spec.labels),
+    location: spec.location || "",
+    gpuModel: r.gpuModel || "",
+    gpu: r.gpu ?? 1,
+    cpu: r.cpu ?? "",
+    memory: r.memory ?? "",
+    image: spec.image || "",
+    diskGB: spec.diskGB ?? "",
+    sshKeys: (spec.sshPublicKeys || []).join("\n"),
+    httpPort: spec.defaultHttpPort ?? "",
+    runtime: inf.runtime || "vllm",
+    model: inf.model || "",
+    servedModelName: inf.servedModelName || "",
+    args: unpairs(inf.args),
+    replicas: inf.replicas ?? 1,
+    requireAuth: inf.requireAuth === undefined ? true : !!inf.requireAuth,
+  };
+}
+
+// The API's field paths and the control that shows each.
+const FIELD_OF = {
+  type: "type",
+  name: "name",
+  labels: "labels",
+  location: "location",
+  "resources.gpuModel": "gpuModel",
+  gpuModel: "gpuModel",
+  "resources.gpu": "gpu",
+  "inference.gpusPerReplica": "gpu",
+  "resources.cpu": "cpu",
+  "resources.memory": "memory",
+  image: "image",
+  diskGB: "diskGB",
+  sshPublicKeys: "sshKeys",
+  defaultHttpPort: "httpPort",
+  "inference.runtime": "runtime",
+  "inference.model": "model",
+  "inference.servedModelName": "servedModelName",
+  "inference.args": "args",
+  "inference.replicas": "replicas",
+  "inference.requireAuth": "requireAuth",
+};
+
+export function controlOf(field) {
+  let best = "";
+  for (const k of Object.keys(FIELD_OF)) {
+    if ((field === k || field.startsWith(k + ".") || field.startsWith(k + "[")) && k.length > best.length) best = k;
+  }
+  return best ? FIELD_OF[best] : "";
+}
+
+// catalogueOf is what the racks of a location (of a GPU model, if one is
+// chosen) run together, from the fleet's catalogues: null where one has not
+// reported its catalogue (the form then offers free text). images is null
+// where a rack takes any image.
+export function catalogueOf(fleet, location, gpuModel) {
+  const loc = ((fleet && fleet.locations) || []).find((l) => l.name === location);
+  const models = ((loc && loc.gpuModels) || []).filter((m) => !gpuModel || m.model === gpuModel);
+  const cats = models.map((m) => m.catalogue);
+  if (!cats.length || !cats.every(Boolean)) return null;
+  const all = (k) => [...new Set(cats.flatMap((c) => c[k] || []))].sort();
+  const capped = (k) => (cats.every((c) => c[k]) ? Math.max(...cats.map((c) => c[k])) : 0);
+  return {
+    images: cats.every((c) => c.images && c.images.length) ? all("images") : null,
+    jobTypes: all("jobTypes"),
+    runtimes: all("runtimes"),
+    maxVmCpus: capped("maxVmCpus"),
+    maxVmMemoryMiB: capped("maxVmMemoryMiB"),
+  };
+}
+
+// withCatalogueImage keeps the form's image one the location's racks boot:
+// the first of their catalogue when the form's is not in it.
+export function withCatalogueImage(form, fleet) {
+  const cat = catalogueOf(fleet, form.location, form.gpuModel);
+  if (cat && cat.images && !cat.images.includes(form.image)) return { ...form, image: cat.images[0] };
+  return form;
+}
