@@ -13,7 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -131,7 +131,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 		team = in.Team
 	}
 	c.auditTeam = team
-	k, secret, err := inferproxy.NewAPIKey(in.Name, team, c.user.Name, now)
+	k, secret, err := keyapi.NewAPIKey(in.Name, team, c.user.Name, now)
 	if err != nil {
 		return nil, fmt.Errorf("make API key: %w", err)
 	}
@@ -217,11 +217,11 @@ func (s *Server) rotateAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 	if !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) {
 		return nil, errorf(http.StatusConflict, apiv1.CodeConflict, "API key %s expired at %s: make a new one", k.ID, k.ExpiresAt.Format(time.RFC3339))
 	}
-	secret, err := inferproxy.NewSecret()
+	secret, err := keyapi.NewSecret()
 	if err != nil {
 		return nil, fmt.Errorf("make API key secret: %w", err)
 	}
-	k, err = ks.RotateAPIKey(r.Context(), k.ID, store.APIKeyRotation{Hash: inferproxy.HashKey(secret), Prefix: inferproxy.SecretPrefix(secret),
+	k, err = ks.RotateAPIKey(r.Context(), k.ID, store.APIKeyRotation{Hash: keyapi.HashKey(secret), Prefix: keyapi.SecretPrefix(secret),
 		PreviousExpiresAt: now.Add(grace).UTC(), At: now.UTC()})
 	if err != nil {
 		return nil, err

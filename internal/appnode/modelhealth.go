@@ -12,7 +12,7 @@ import (
 // ModelHealthSource says how well an inference job's model answers
 // (docs/inference.md, "Health"). proxy-inference knows it (its replicas'
 // announcements and its own observations of errors and latency), and the
-// app-node asks it over the fabric (inferproxy.FabricHealth, in `cosmicac
+// app-node asks it over the fabric (proxyapi.HealthClient, in `cosmicac
 // up` as in a standalone app-node given --proxy-inference) to fill
 // Status.ModelHealth of managed-inference jobs in getJob and listJobs. The ork does not keep it: it is an observation
 // of the serving path, not of the job's lifecycle.

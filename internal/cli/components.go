@@ -23,7 +23,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
@@ -436,7 +437,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 					}}
 			}
 			if len(proxyAddrs) > 0 {
-				deps.ModelHealth = inferproxy.FabricHealth{Node: n, Proxy: proxyKey}
+				deps.ModelHealth = proxyapi.HealthClient{Node: n, Proxy: proxyKey}
 			}
 			s, err := appnode.New(apiCfg, deps)
 			if err != nil {
@@ -444,7 +445,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			// proxy-inference checks keys here (inference.apiKeyByHash; the
 			// trust graph lets no one else call it).
-			inferproxy.ServeAPIKeys(n, st)
+			keyapi.Serve(n, st)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err

@@ -19,7 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -94,7 +94,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	if code, _, body := do("GET", "/models", key.Key, ""); code != 200 || !strings.Contains(body, `"data":[]`) {
 		t.Fatalf("models with a valid key: %d %s, want 200 and an empty list", code, body)
 	}
-	for _, bad := range []string{inferproxy.KeyPrefix + "wrong", "not-a-key"} {
+	for _, bad := range []string{keyapi.KeyPrefix + "wrong", "not-a-key"} {
 		if code, _, body := do("GET", "/models", bad, ""); code != 401 || !strings.Contains(body, `"invalid_api_key"`) {
 			t.Fatalf("models with key %q: %d %s, want 401 invalid_api_key", bad, code, body)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -95,7 +96,7 @@ func TestInferenceOpenAI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if key.Team != "default" || !strings.HasPrefix(key.Key, inferproxy.KeyPrefix) || key.ID == "" || !strings.HasPrefix(key.Key, key.Prefix) {
+	if key.Team != "default" || !strings.HasPrefix(key.Key, keyapi.KeyPrefix) || key.ID == "" || !strings.HasPrefix(key.Key, key.Prefix) {
 		t.Fatalf("created key %+v", key)
 	}
 	bob := client.New(e.P.URL, e.AddUser("bob", "team-b", cosmic.RoleAdmin))
@@ -160,7 +161,7 @@ func TestInferenceOpenAI(t *testing.T) {
 	}
 
 	msg := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}
-	wrong, other := e.openAI(inferproxy.KeyPrefix+"wrong"), e.openAI(bobKey.Key)
+	wrong, other := e.openAI(keyapi.KeyPrefix+"wrong"), e.openAI(bobKey.Key)
 	_, err = wrong.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "qwen", Messages: msg})
 	wantOpenAIError(t, "wrong key", err, 401, "invalid_api_key")
 	_, err = other.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "qwen", Messages: msg})

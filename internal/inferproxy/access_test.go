@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
@@ -286,7 +287,7 @@ func TestBodiesReadAfterTheChecks(t *testing.T) {
 	}
 	paths := []string{"/chat/completions", "/responses", "/audio/transcriptions", "/audio/translations"}
 	for _, path := range paths {
-		if code, n := send(path, KeyPrefix+"wrong", "198.18.0.1:1000", 16<<20); code != http.StatusUnauthorized || n != 0 {
+		if code, n := send(path, keyapi.KeyPrefix+"wrong", "198.18.0.1:1000", 16<<20); code != http.StatusUnauthorized || n != 0 {
 			t.Errorf("%s with a wrong key: %d after reading %d bytes, want 401 after none", path, code, n)
 		}
 	}

@@ -2,11 +2,6 @@ package inferproxy
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +9,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
@@ -253,42 +249,6 @@ type Keys interface {
 	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)
 }
 
-// KeyPrefix starts every API key secret.
-const KeyPrefix = "sk-cac-"
-
-// NewAPIKey makes a key of team named name: the record to store and the
-// secret to show once.
-func NewAPIKey(name, team, createdBy string, now time.Time) (store.APIKey, string, error) {
-	secret, err := NewSecret()
-	if err != nil {
-		return store.APIKey{}, "", err
-	}
-	id := make([]byte, 8)
-	if _, err := rand.Read(id); err != nil {
-		return store.APIKey{}, "", fmt.Errorf("read random: %w", err)
-	}
-	return store.APIKey{ID: "key_" + hex.EncodeToString(id), Name: name, Team: team, CreatedBy: createdBy,
-		Prefix: SecretPrefix(secret), Hash: HashKey(secret), CreatedAt: now.UTC()}, secret, nil
-}
-
-// NewSecret makes a key's secret: KeyPrefix and 32 random bytes.
-func NewSecret() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("read random: %w", err)
-	}
-	return KeyPrefix + base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-// SecretPrefix is the start of a secret that a list shows.
-func SecretPrefix(secret string) string { return secret[:len(KeyPrefix)+4] }
-
-// HashKey is the hash under which a key's secret is stored (sha256).
-func HashKey(secret string) []byte {
-	h := sha256.Sum256([]byte(secret))
-	return h[:]
-}
-
 // keyCache remembers looked-up keys briefly, so a request costs no store
 // read; a revoked key stops working within keyTTL (1 s by default). The
 // times of a key (its expiry, a rotated secret's grace) are checked at
@@ -310,7 +270,7 @@ type keyEntry struct {
 
 // keyToucher is the store's TouchAPIKey (store.APIKeys): where the proxy
 // reads keys from the store itself (cosmicac up), it records their use; over
-// the fabric the app-node does it when it is asked (ServeAPIKeys).
+// the fabric the app-node does it when it is asked (keyapi.Serve).
 type keyToucher interface {
 	TouchAPIKey(ctx context.Context, id string, at time.Time) error
 }
@@ -319,7 +279,7 @@ type keyToucher interface {
 // secret's hash, and whether there is one; it does not check the key's
 // times.
 func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, []byte, bool, error) {
-	hash := HashKey(secret)
+	hash := keyapi.HashKey(secret)
 	hk := string(hash)
 	now := c.now()
 	c.mu.Lock()

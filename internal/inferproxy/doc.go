@@ -4,7 +4,7 @@
 //
 // A request is authenticated by its API key (Authorization: Bearer KEY or
 // X-API-Key: KEY; keys belong to a team and are stored hashed, see
-// NewAPIKey and store.APIKeys), routed by its "model" to the jobs that serve
+// keyapi.NewAPIKey and store.APIKeys), routed by its "model" to the jobs that serve
 // that name to the caller (Catalog: its team's jobs, and jobs whose
 // requireAuth is off), and sent to the ready replica with the fewest
 // requests in flight. Replicas are found through the fabric's directory
@@ -17,7 +17,7 @@
 // flight, per minute) answer 429 with Retry-After; bodies are bounded (413).
 // Model health (healthy|degraded|unhealthy|unknown) comes from the agents'
 // probes and the proxy's observed error rate and latency per replica
-// (JobHealth, GET /inference/health, fabric method MethodHealth).
+// (JobHealth, GET /inference/health, the fabric method proxyapi.Health).
 //
 // See docs/inference.md. Importers: internal/cli and the platform wiring.
 package inferproxy

@@ -1,74 +1,18 @@
 package inferproxy
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
-// MethodAPIKeyByHash is the app-node's fabric call (read-only, and only
-// for the keys ServeAPIKeys admits) that finds an inference API key by the
-// hash of its secret: how a standalone proxy-inference checks keys without
-// opening the accounts database.
-const MethodAPIKeyByHash = "inference.apiKeyByHash"
-
-// APIKeyByHashParams asks for the key whose secret hashes to Hash (sha256,
-// 32 bytes; base64 in JSON).
-type APIKeyByHashParams struct {
-	Hash []byte `json:"hash"`
-}
-
-// APIKeyByHashReply is the key, without its hashes; Found false when no
-// key has that hash (an unknown or revoked key). An answer, not an error,
-// so that a peer without the method (not_found) is never taken for "no
-// such key". Previous says the hash is the key's previous secret, which
-// works until PreviousExpiresAt; the proxy checks the times at each use.
-type APIKeyByHashReply struct {
-	Found             bool      `json:"found"`
-	ID                string    `json:"id,omitempty"`
-	Name              string    `json:"name,omitempty"`
-	Team              string    `json:"team,omitempty"`
-	CreatedBy         string    `json:"createdBy,omitempty"`
-	Prefix            string    `json:"prefix,omitempty"`
-	CreatedAt         time.Time `json:"createdAt,omitzero"`
-	Models            []string  `json:"models,omitempty"`
-	ExpiresAt         time.Time `json:"expiresAt,omitzero"`
-	Previous          bool      `json:"previous,omitempty"`
-	PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
-}
-
-// ServeAPIKeys registers MethodAPIKeyByHash on r, answering from keys (the
-// app-node's store). The app-node's trust policy lets only proxy-inference
-// (and operators) call it. A proxy asks only for keys in use, so an answer
-// records the key's use (lastUsedAt, once a minute) when keys can.
-func ServeAPIKeys(r fabric.Registrar, keys Keys) {
-	fabric.HandleFunc(r, MethodAPIKeyByHash, func(ctx context.Context, _ fabric.PublicKey, q APIKeyByHashParams) (APIKeyByHashReply, error) {
-		if len(q.Hash) != 32 {
-			return APIKeyByHashReply{}, fabric.Errorf(fabric.CodeBadRequest, "hash: want 32 bytes (sha256), got %d", len(q.Hash))
-		}
-		k, err := keys.APIKeyByHash(ctx, q.Hash)
-		switch {
-		case isNotFound(err):
-			return APIKeyByHashReply{}, nil
-		case err != nil:
-			return APIKeyByHashReply{}, err
-		}
-		if t, ok := keys.(keyToucher); ok && time.Since(k.LastUsedAt) >= store.TouchEvery {
-			_ = t.TouchAPIKey(ctx, k.ID, time.Now()) // best effort: the answer matters more
-		}
-		return APIKeyByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
-			Prefix: k.Prefix, CreatedAt: k.CreatedAt, Models: k.Models, ExpiresAt: k.ExpiresAt,
-			Previous: !bytes.Equal(q.Hash, k.Hash), PreviousExpiresAt: k.PreviousExpiresAt}, nil
-	})
-}
-
 // FabricKeys implements Keys over the fabric: it asks the app-node
-// (MethodAPIKeyByHash). Answers, found or not, are kept for a short TTL,
+// (keyapi.ByHash). Answers, found or not, are kept for a short TTL,
 // and concurrent lookups of one hash share one call.
 type FabricKeys struct {
 	node    *fabric.Node
@@ -82,13 +26,13 @@ type FabricKeys struct {
 }
 
 type fabricKeyEntry struct {
-	r   APIKeyByHashReply
+	r   keyapi.ByHashReply
 	exp time.Time
 }
 
 type keyCall struct {
 	done chan struct{}
-	r    APIKeyByHashReply
+	r    keyapi.ByHashReply
 	err  error
 }
 
@@ -117,7 +61,7 @@ func (f *FabricKeys) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKe
 		f.inflight[hk] = c
 		f.mu.Unlock()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		c.err = f.node.Call(cctx, f.appNode, MethodAPIKeyByHash, APIKeyByHashParams{Hash: hash}, &c.r)
+		c.r, c.err = keyapi.ByHash.Call(cctx, f.node, f.appNode, keyapi.ByHashParams{Hash: hash})
 		cancel()
 		f.mu.Lock()
 		delete(f.inflight, hk)
@@ -143,7 +87,7 @@ func (f *FabricKeys) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKe
 	return keyOf(c.r, hash)
 }
 
-func keyOf(r APIKeyByHashReply, hash []byte) (store.APIKey, error) {
+func keyOf(r keyapi.ByHashReply, hash []byte) (store.APIKey, error) {
 	if !r.Found {
 		return store.APIKey{}, cosmic.ErrNotFound
 	}

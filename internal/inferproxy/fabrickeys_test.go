@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -34,7 +35,7 @@ func (c *countingKeys) APIKeyByHash(_ context.Context, hash []byte) (store.APIKe
 // finds keys, says not found for others, and caches both briefly.
 func TestFabricKeys(t *testing.T) {
 	ctx := context.Background()
-	k, secret, err := NewAPIKey("ci", "team-a", "alice", time.Now())
+	k, secret, err := keyapi.NewAPIKey("ci", "team-a", "alice", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,35 +48,35 @@ func TestFabricKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	ring.BindAgents(trust.Placement{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r"}, []fabric.PublicKey{rogue.PublicKey()})
-	ServeAPIKeys(app, ks)
+	keyapi.Serve(app, ks)
 	proxy.AddAddrs(app.PublicKey(), app.Addr())
 	rogue.AddAddrs(app.PublicKey(), app.Addr())
 
 	fk := NewFabricKeys(proxy, app.PublicKey(), 200*time.Millisecond)
 	now := time.Now()
 	fk.now = func() time.Time { return now }
-	got, err := fk.APIKeyByHash(ctx, HashKey(secret))
+	got, err := fk.APIKeyByHash(ctx, keyapi.HashKey(secret))
 	if err != nil || got.ID != k.ID || got.Team != "team-a" || !got.CreatedAt.Equal(k.CreatedAt) {
 		t.Fatalf("lookup: %+v %v", got, err)
 	}
-	if _, err := fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong")); !isNotFound(err) {
+	if _, err := fk.APIKeyByHash(ctx, keyapi.HashKey(keyapi.KeyPrefix+"wrong")); !isNotFound(err) {
 		t.Fatalf("unknown key: %v, want not found", err)
 	}
 	now = now.Add(200*time.Millisecond - time.Nanosecond) // the TTL's last instant
 	for range 10 {
-		fk.APIKeyByHash(ctx, HashKey(secret))
-		fk.APIKeyByHash(ctx, HashKey(KeyPrefix+"wrong"))
+		fk.APIKeyByHash(ctx, keyapi.HashKey(secret))
+		fk.APIKeyByHash(ctx, keyapi.HashKey(keyapi.KeyPrefix+"wrong"))
 	}
 	if n := ks.calls.Load(); n != 2 {
 		t.Fatalf("%d store reads, want 2 (cached)", n)
 	}
 	now = now.Add(time.Nanosecond)
-	fk.APIKeyByHash(ctx, HashKey(secret))
+	fk.APIKeyByHash(ctx, keyapi.HashKey(secret))
 	if n := ks.calls.Load(); n != 3 {
 		t.Fatalf("%d store reads after the TTL, want 3", n)
 	}
 
-	err = rogue.Call(ctx, app.PublicKey(), MethodAPIKeyByHash, APIKeyByHashParams{Hash: HashKey(secret)}, &APIKeyByHashReply{})
+	err = rogue.Call(ctx, app.PublicKey(), keyapi.ByHash.Name, keyapi.ByHashParams{Hash: keyapi.HashKey(secret)}, &keyapi.ByHashReply{})
 	if fabric.ErrorCode(err) != fabric.CodeForbidden {
 		t.Fatalf("an agent: %v, want forbidden", err)
 	}
@@ -97,13 +98,13 @@ func TestOpenAIErrorTypes(t *testing.T) {
 func TestFabricKeysLimits(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
-	k, cur, err := NewAPIKey("ci", "team-a", "alice", now)
+	k, cur, err := keyapi.NewAPIKey("ci", "team-a", "alice", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, _ := NewSecret()
+	old, _ := keyapi.NewSecret()
 	k.Models, k.ExpiresAt = []string{"qwen"}, now.Add(time.Hour)
-	k.PreviousHash, k.PreviousExpiresAt = HashKey(old), now.Add(time.Minute)
+	k.PreviousHash, k.PreviousExpiresAt = keyapi.HashKey(old), now.Add(time.Minute)
 	ks := &countingKeys{keys: map[string]store.APIKey{string(k.Hash): k, string(k.PreviousHash): k}}
 	ring := trust.NewKeyring()
 	app := newNode(t, "app-node", "127.0.0.1:0", trust.NewPolicy(trust.AppNode, ring))
@@ -111,7 +112,7 @@ func TestFabricKeysLimits(t *testing.T) {
 	if err := ring.Add(trust.Proxy, proxy.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	ServeAPIKeys(app, ks)
+	keyapi.Serve(app, ks)
 	proxy.AddAddrs(app.PublicKey(), app.Addr())
 	fk := NewFabricKeys(proxy, app.PublicKey(), 0)
 	for _, tt := range []struct {
@@ -125,11 +126,11 @@ func TestFabricKeysLimits(t *testing.T) {
 		{"previous, in grace", old, now.Add(30 * time.Second), true, k.PreviousExpiresAt},
 		{"previous, after grace", old, now.Add(time.Minute), false, k.PreviousExpiresAt},
 	} {
-		got, err := fk.APIKeyByHash(ctx, HashKey(tt.secret))
+		got, err := fk.APIKeyByHash(ctx, keyapi.HashKey(tt.secret))
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if v := got.ValidFor(HashKey(tt.secret), tt.at); v != tt.valid {
+		if v := got.ValidFor(keyapi.HashKey(tt.secret), tt.at); v != tt.valid {
 			t.Errorf("%s: ValidFor = %v, want %v (key %+v)", tt.name, v, tt.valid, got)
 		}
 		if !got.Allows("qwen") || got.Allows("llama") || !got.ExpiresAt.Equal(k.ExpiresAt) || !got.PreviousExpiresAt.Equal(tt.previousEndsAt) {

@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -112,7 +113,7 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		if err := h.store.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil {
 			t.Fatal(err)
 		}
-		k, secret, err := NewAPIKey("test", team, "admin", time.Now())
+		k, secret, err := keyapi.NewAPIKey("test", team, "admin", time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,12 +2,13 @@ package inferproxy
 
 import (
 	"bytes"
-	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 )

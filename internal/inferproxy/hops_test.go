@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/waittest"
@@ -152,7 +153,7 @@ func runProxyHop() error {
 	if err := st.CreateTeam(ctx, cosmic.Team{Name: benchTeam}); err != nil {
 		return err
 	}
-	k, secret, err := NewAPIKey("bench", benchTeam, "admin", time.Now())
+	k, secret, err := keyapi.NewAPIKey("bench", benchTeam, "admin", time.Now())
 	if err != nil {
 		return err
 	}

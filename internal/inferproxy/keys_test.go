@@ -14,6 +14,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -54,7 +55,7 @@ func (m *memKeys) delete(id string) {
 // stores it in m.
 func (m *memKeys) newKey(t *testing.T, change func(*store.APIKey)) (store.APIKey, string) {
 	t.Helper()
-	k, secret, err := NewAPIKey("k", "team-a", "ann", time.Now())
+	k, secret, err := keyapi.NewAPIKey("k", "team-a", "ann", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,9 +178,9 @@ func TestRotatedSecretGrace(t *testing.T) {
 			t.Fatalf("old secret: %d", got)
 		}
 		// Rotate: the store moves the hash to the previous one.
-		fresh, _ := NewSecret()
+		fresh, _ := keyapi.NewSecret()
 		grace := time.Now().Add(10 * time.Second)
-		k.PreviousHash, k.PreviousExpiresAt, k.Hash, k.RotatedAt = k.Hash, grace, HashKey(fresh), time.Now()
+		k.PreviousHash, k.PreviousExpiresAt, k.Hash, k.RotatedAt = k.Hash, grace, keyapi.HashKey(fresh), time.Now()
 		keys.put(k)
 		p.keys.mu.Lock()
 		clear(p.keys.m) // the hour-long cache would hide the rotation; the grace is what this test is about
@@ -209,8 +210,8 @@ func TestRotatedSecretEndsWithinASecond(t *testing.T) {
 		if got := listStatus(p, old); got != http.StatusOK {
 			t.Fatalf("old secret: %d", got)
 		}
-		fresh, _ := NewSecret()
-		k.PreviousHash, k.PreviousExpiresAt, k.Hash = k.Hash, time.Now(), HashKey(fresh)
+		fresh, _ := keyapi.NewSecret()
+		k.PreviousHash, k.PreviousExpiresAt, k.Hash = k.Hash, time.Now(), keyapi.HashKey(fresh)
 		keys.put(k)
 		refusedWithin(t, p, old, time.Second)
 		if got := listStatus(p, fresh); got != http.StatusOK {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/wav"
@@ -110,7 +111,7 @@ func TestOpenAISDK(t *testing.T) {
 		t.Fatalf("transcription %q", tr.Text)
 	}
 
-	wrong := sdk(h, KeyPrefix+"wrong")
+	wrong := sdk(h, keyapi.KeyPrefix+"wrong")
 	_, err = wrong.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "qwen",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
 	wantAPIError(t, "wrong key", err, 401, "invalid_api_key")

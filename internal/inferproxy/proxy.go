@@ -28,6 +28,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/hop"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -315,7 +317,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 	if secret == "" {
 		return caller{limit: "addr:" + p.proxies.ClientIP(r)}, true
 	}
-	if !strings.HasPrefix(secret, KeyPrefix) || len(secret) > 128 {
+	if !strings.HasPrefix(secret, keyapi.KeyPrefix) || len(secret) > 128 {
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "incorrect API key provided")
 		return caller{}, false
 	}
@@ -431,15 +433,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // ---- health
 
-// ModelHealth is a model's health apart from its job's status: from the
-// agents' probes (ready in their announcements) and the proxy's own
-// observations of errors and latency per replica.
-type ModelHealth struct {
-	Model    string          `json:"model"`
-	JobID    string          `json:"jobId"`
-	Health   string          `json:"health"`
-	Replicas []ReplicaHealth `json:"replicas"`
-}
+// ModelHealth is a model's health apart from its job's status (the
+// contract's type: proxyapi).
+type ModelHealth = proxyapi.ModelHealth
 
 // JobHealth is the health of a job's model: unknown without any announced
 // replica; healthy when every replica is; unhealthy when none is healthy
@@ -490,15 +486,9 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"models": out})
 }
 
-// MethodHealth is the fabric call (read-only) answering a job's
-// ModelHealth, for the ork and the app-node.
-const MethodHealth = "inference.modelHealth"
-
-// Serve registers the proxy's fabric methods on r.
+// Serve registers the proxy's fabric methods on r (proxyapi).
 func (p *Proxy) Serve(r fabric.Registrar) {
-	fabric.HandleFunc(r, MethodHealth, func(ctx context.Context, _ fabric.PublicKey, q struct {
-		JobID string `json:"jobId"`
-	}) (ModelHealth, error) {
+	proxyapi.Health.Handle(r, func(ctx context.Context, _ fabric.PublicKey, q proxyapi.HealthParams) (ModelHealth, error) {
 		return p.JobHealth(ctx, q.JobID)
 	}, fabric.ReadOnly())
 }
@@ -1037,23 +1027,4 @@ func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, re
 		n, rerr = body.Read(buf)
 		pending = append(pending, buf[:n]...)
 	}
-}
-
-// FabricHealth asks a proxy-inference for a job's model health over the
-// fabric (MethodHealth): the app-node's model-health source, in `cosmicac
-// up` as in a standalone app-node (appnode.ModelHealthSource).
-type FabricHealth struct {
-	Node  *fabric.Node
-	Proxy fabric.PublicKey
-}
-
-// ModelHealth answers the health of jobID's model as the proxy sees it.
-func (h FabricHealth) ModelHealth(ctx context.Context, jobID string) (cosmic.ModelHealth, error) {
-	var mh ModelHealth
-	if err := h.Node.Call(ctx, h.Proxy, MethodHealth, struct {
-		JobID string `json:"jobId"`
-	}{jobID}, &mh); err != nil {
-		return cosmic.ModelUnknown, err
-	}
-	return cosmic.ModelHealth(mh.Health), nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -82,19 +83,9 @@ func (r *replica) isDown(now time.Time) bool {
 	return now.Before(r.downUntil)
 }
 
-// ReplicaHealth is one replica's health as the proxy sees it.
-type ReplicaHealth struct {
-	Replica     int     `json:"replica"`
-	Key         string  `json:"key"`
-	Health      string  `json:"health"`
-	Ready       bool    `json:"ready"`
-	Outstanding int64   `json:"outstanding"`
-	Requests    int     `json:"recentRequests"`
-	ErrorRate   float64 `json:"errorRate"`
-	LatencyMs   float64 `json:"latencyMs"` // EWMA of the time to first byte
-	ProbeMs     float64 `json:"probeMs,omitempty"`
-	Error       string  `json:"error,omitempty"`
-}
+// ReplicaHealth is one replica's health as the proxy sees it (the
+// contract's type: proxyapi).
+type ReplicaHealth = proxyapi.ReplicaHealth
 
 // health judges a replica: not ready or kept out after a failure →
 // unhealthy; ≥50% errors among ≥5 recent requests → unhealthy; ≥10% errors,

@@ -28,6 +28,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
@@ -412,13 +414,13 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
 				return p.Keys.IsAgent(key, jobID, replica, 0)
 			}},
-		ModelHealth: inferproxy.FabricHealth{Node: p.AppNode, Proxy: proxyID.PublicKey()},
+		ModelHealth: proxyapi.HealthClient{Node: p.AppNode, Proxy: proxyID.PublicKey()},
 		Observer:    apiObs,
 	})
 	if err != nil {
 		return nil, err
 	}
-	inferproxy.ServeAPIKeys(p.AppNode, p.Store) // as a standalone app-node serves them
+	keyapi.Serve(p.AppNode, p.Store) // as a standalone app-node serves them
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
