@@ -9,8 +9,16 @@ import "context"
 // policies; the trust tests check every registered method is declared.
 type Method[P, R any] struct{ Name string }
 
+// Caller makes calls: a *Node, or what stands for one (a node that comes
+// and goes, a test's recorder).
+type Caller interface {
+	Call(ctx context.Context, key PublicKey, method string, params, result any) error
+}
+
+var _ Caller = (*Node)(nil)
+
 // Call calls the method on peer through n.
-func (m Method[P, R]) Call(ctx context.Context, n *Node, peer PublicKey, p P) (R, error) {
+func (m Method[P, R]) Call(ctx context.Context, n Caller, peer PublicKey, p P) (R, error) {
 	var r R
 	err := n.Call(ctx, peer, m.Name, p, &r)
 	return r, err

@@ -10,12 +10,14 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-// MethodAppend is wrk-monitor's fabric method that takes a batch of records
-// (AppendParams) and acknowledges it (AppendReply). An acknowledged batch
-// is in the monitor's buffer, and, when Loki is configured, on its disk.
-const MethodAppend = "monitor.append"
+// Append is wrk-monitor's fabric method (this package is its contract,
+// shared by the monitor, the workers and the agents) that takes a batch of
+// records (AppendParams) and acknowledges it (AppendReply). An
+// acknowledged batch is in the monitor's buffer, and, when Loki is
+// configured, on its disk.
+var Append = fabric.Method[AppendParams, AppendReply]{Name: "monitor.append"}
 
-// AppendParams is the request of MethodAppend.
+// AppendParams is the request of Append.
 type AppendParams struct {
 	Records []Record `json:"records"`
 }
@@ -216,8 +218,7 @@ func (f *Forwarder) sendOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.CallTimeout)
-	var reply AppendReply
-	err := f.node.Call(cctx, f.monitor, MethodAppend, AppendParams{Records: batch}, &reply)
+	_, err := Append.Call(cctx, f.node, f.monitor, AppendParams{Records: batch})
 	cancel()
 	f.mu.Lock()
 	defer f.mu.Unlock()

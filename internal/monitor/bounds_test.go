@@ -45,7 +45,7 @@ func agentOf(t *testing.T, m *monitor.Monitor) func(ctx context.Context, recs ..
 	return func(ctx context.Context, recs ...joblog.Record) joblog.AppendReply {
 		t.Helper()
 		var rep joblog.AppendReply
-		if err := agent.Call(ctx, mon.PublicKey(), joblog.MethodAppend, joblog.AppendParams{Records: recs}, &rep); err != nil {
+		if err := agent.Call(ctx, mon.PublicKey(), joblog.Append.Name, joblog.AppendParams{Records: recs}, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep

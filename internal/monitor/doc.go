@@ -1,5 +1,5 @@
 // Package monitor is cosmicac-wrk-monitor (docs/logs.md): it receives jobs' log
-// records over the fabric (joblog.MethodAppend, sent by joblog.Forwarder),
+// records over the fabric (joblog.Append, sent by joblog.Forwarder),
 // keeps a short per-job buffer, fans records out to live viewers as
 // Server-Sent Events under /monitor/v1/jobs/{id}/logs, and, when a Loki URL
 // is configured, forwards every record to Loki through a bounded on-disk

@@ -66,7 +66,7 @@ func TestForwarderOverFabricToViewer(t *testing.T) {
 		t.Fatalf("records %+v", recs)
 	}
 	// A bad record is refused as such.
-	err = wrk.Call(ctx, mon.PublicKey(), joblog.MethodAppend, joblog.AppendParams{Records: []joblog.Record{{JobID: jobA, Source: "nope"}}}, nil)
+	err = wrk.Call(ctx, mon.PublicKey(), joblog.Append.Name, joblog.AppendParams{Records: []joblog.Record{{JobID: jobA, Source: "nope"}}}, nil)
 	if fabric.ErrorCode(err) != fabric.CodeBadRequest {
 		t.Fatalf("bad record: %v", err)
 	}
@@ -136,7 +136,7 @@ func TestAppendIsConfined(t *testing.T) {
 	appendAs := func(n *fabric.Node, recs ...joblog.Record) joblog.AppendReply {
 		t.Helper()
 		var rep joblog.AppendReply
-		if err := n.Call(ctx, mon.PublicKey(), joblog.MethodAppend, joblog.AppendParams{Records: recs}, &rep); err != nil {
+		if err := n.Call(ctx, mon.PublicKey(), joblog.Append.Name, joblog.AppendParams{Records: recs}, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep

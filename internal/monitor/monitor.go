@@ -148,12 +148,12 @@ func (m *Monitor) Registry() *prometheus.Registry { return m.met.reg }
 // HasLoki reports whether history comes from Loki.
 func (m *Monitor) HasLoki() bool { return m.loki != nil }
 
-// Serve registers joblog.MethodAppend on r (the monitor's fabric node,
+// Serve registers joblog.Append on r (the monitor's fabric node,
 // whose trust policy admits the producers: workers and agents). Each
 // caller writes only what is its own (confine): where says which rack a
 // job is placed on; nil refuses every worker's record.
 func (m *Monitor) Serve(r fabric.Registrar, where Placements) {
-	fabric.HandleFunc(r, joblog.MethodAppend, func(ctx context.Context, _ fabric.PublicKey, p joblog.AppendParams) (joblog.AppendReply, error) {
+	joblog.Append.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p joblog.AppendParams) (joblog.AppendReply, error) {
 		recs, refused := confine(ctx, p.Records, where)
 		if refused > 0 {
 			m.met.rejected.WithLabelValues("scope").Add(float64(refused))
