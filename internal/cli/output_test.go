@@ -58,12 +58,14 @@ func TestJobDetailOfAnInferenceJob(t *testing.T) {
 	no := false
 	j := cosmic.Job{ID: "j", Team: "ml", CreatedAt: time.Now(), Spec: cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "us",
 		Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", ServedModelName: "qwen", Replicas: 2, GPUsPerReplica: 1}},
-		Status: cosmic.Status{State: cosmic.StateRunning, ModelHealth: cosmic.ModelHealthy, Replicas: []cosmic.ReplicaStatus{{Index: 0, State: cosmic.StateRunning}, {Index: 1, State: cosmic.StateStarting}}}}
+		Status: cosmic.Status{State: cosmic.StateRunning, ModelHealth: cosmic.ModelHealthy, Replicas: []cosmic.ReplicaStatus{{Index: 0, State: cosmic.StateRunning}, {Index: 1, State: cosmic.StateStarting}},
+			Actions: []cosmic.Action{cosmic.ActionRestart, cosmic.ActionKill, cosmic.ActionForceDelete}}}
 	var b bytes.Buffer
 	if err := writeJobDetail(&b, j, "http://cosmic:8080"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Endpoint:", "http://cosmic:8080/inference/v1 (model qwen)", "an API key of team ml", "Model health:", "healthy", "2 × 1 GPUs", "  1      starting"} {
+	for _, want := range []string{"Endpoint:", "http://cosmic:8080/inference/v1 (model qwen)", "an API key of team ml", "Model health:", "healthy", "2 × 1 GPUs", "  1      starting",
+		"Actions:", "cosmicac jobs restart j; cosmicac jobs kill j; cosmicac jobs delete --force j"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("jobs get lacks %q:\n%s", want, b.String())
 		}
