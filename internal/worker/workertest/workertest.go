@@ -366,7 +366,7 @@ func restartedWorker(t *testing.T, s *suite) {
 	waittest.NoErrorWithin(t, s.timeout, func() error {
 		var ok bool
 		if jr, ok = s.jobs()[j.ID]; !ok || len(jr.Replicas) != 1 || jr.Replicas[0].State != cosmic.StateRunning {
-			return fmt.Errorf("Jobs of the new worker: %+v", jr)
+			return fmt.Errorf("the new worker's Jobs: %+v", jr)
 		}
 		return nil
 	}, "the restarted worker to report the running replica")
