@@ -20,62 +20,62 @@ import (
 
 // Serve registers the ork's methods (orkapi and the workers' report) on r.
 func (o *Ork) Serve(r fabric.Registrar) {
-	fabric.HandleFunc(r, orkapi.MethodCreateJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.CreateJobParams) (cosmic.Job, error) {
+	orkapi.CreateJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.CreateJobParams) (cosmic.Job, error) {
 		j, err := o.CreateJob(ctx, p)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodGetJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
+	orkapi.GetJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
 		j, err := o.GetJob(ctx, p.ID)
 		return j, wireError(err)
 	}, fabric.ReadOnly())
-	fabric.HandleFunc(r, orkapi.MethodListJobs, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
+	orkapi.ListJobs.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListJobsParams) (orkapi.ListJobsReply, error) {
 		out, err := o.ListJobs(ctx, p)
 		return out, wireError(err)
 	}, fabric.ReadOnly())
-	fabric.HandleFunc(r, orkapi.MethodDeleteJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.DeleteJobParams) (cosmic.Job, error) {
+	orkapi.DeleteJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.DeleteJobParams) (cosmic.Job, error) {
 		j, err := o.DeleteJob(ctx, p)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodRestartJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RestartJobParams) (cosmic.Job, error) {
+	orkapi.RestartJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RestartJobParams) (cosmic.Job, error) {
 		j, err := o.RestartJob(ctx, p)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodKillJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
+	orkapi.KillJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.JobRef) (cosmic.Job, error) {
 		j, err := o.KillJob(ctx, p.ID)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodLabelJob, func(ctx context.Context, _ fabric.PublicKey, p orkapi.LabelJobParams) (cosmic.Job, error) {
+	orkapi.LabelJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.LabelJobParams) (cosmic.Job, error) {
 		j, err := o.LabelJob(ctx, p)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodSetRequireAuth, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetRequireAuthParams) (cosmic.Job, error) {
+	orkapi.SetRequireAuth.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetRequireAuthParams) (cosmic.Job, error) {
 		j, err := o.SetRequireAuth(ctx, p)
 		return j, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodRegisterRack, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
+	orkapi.RegisterRack.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.RegisterRackParams) (orkapi.RackInfo, error) {
 		ri, err := o.RegisterRack(ctx, p)
 		return ri, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodListRacks, func(ctx context.Context, _ fabric.PublicKey, _ struct{}) (orkapi.ListRacksReply, error) {
+	orkapi.ListRacks.Handle(r, func(ctx context.Context, _ fabric.PublicKey, _ struct{}) (orkapi.ListRacksReply, error) {
 		return o.ListRacks(), nil
 	}, fabric.ReadOnly())
-	fabric.HandleFunc(r, orkapi.MethodWatchJobs, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error) {
+	orkapi.WatchJobs.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error) {
 		return o.WatchJobs(ctx, p)
 	}, fabric.ReadOnly())
-	fabric.HandleFunc(r, orkapi.MethodWatchPeers, func(ctx context.Context, _ fabric.PublicKey, p trust.WatchPeersParams) (trust.Peers, error) {
+	orkapi.WatchPeers.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p trust.WatchPeersParams) (trust.Peers, error) {
 		return o.WatchPeers(ctx, p)
 	})
-	fabric.HandleFunc(r, orkapi.MethodForgetRacks, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
+	orkapi.ForgetRacks.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
 		return struct{}{}, wireError(o.ForgetRacks(ctx, p))
 	})
-	fabric.HandleFunc(r, orkapi.MethodSetQuota, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetQuotaParams) (orkapi.Quota, error) {
+	orkapi.SetQuota.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.SetQuotaParams) (orkapi.Quota, error) {
 		q, err := o.SetQuota(ctx, p)
 		return q, wireError(err)
 	})
-	fabric.HandleFunc(r, orkapi.MethodDeleteQuota, func(ctx context.Context, _ fabric.PublicKey, p orkapi.QuotaRef) (struct{}, error) {
+	orkapi.DeleteQuota.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.QuotaRef) (struct{}, error) {
 		return struct{}{}, wireError(o.DeleteQuota(ctx, p))
 	})
-	fabric.HandleFunc(r, orkapi.MethodListQuotas, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListQuotasParams) (orkapi.ListQuotasReply, error) {
+	orkapi.ListQuotas.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ListQuotasParams) (orkapi.ListQuotasReply, error) {
 		out, err := o.ListQuotas(ctx, p)
 		return out, wireError(err)
 	}, fabric.ReadOnly())

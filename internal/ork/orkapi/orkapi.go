@@ -44,6 +44,27 @@ const (
 	MethodListQuotas  = "listQuotas"
 )
 
+// The ork's methods, each declared once with its params and result: the
+// ork's handlers (Handle) and Client (Call) use these.
+var (
+	CreateJob      = fabric.Method[CreateJobParams, cosmic.Job]{Name: MethodCreateJob}
+	GetJob         = fabric.Method[JobRef, cosmic.Job]{Name: MethodGetJob}
+	ListJobs       = fabric.Method[ListJobsParams, ListJobsReply]{Name: MethodListJobs}
+	DeleteJob      = fabric.Method[DeleteJobParams, cosmic.Job]{Name: MethodDeleteJob}
+	RestartJob     = fabric.Method[RestartJobParams, cosmic.Job]{Name: MethodRestartJob}
+	KillJob        = fabric.Method[JobRef, cosmic.Job]{Name: MethodKillJob}
+	LabelJob       = fabric.Method[LabelJobParams, cosmic.Job]{Name: MethodLabelJob}
+	SetRequireAuth = fabric.Method[SetRequireAuthParams, cosmic.Job]{Name: MethodSetRequireAuth}
+	RegisterRack   = fabric.Method[RegisterRackParams, RackInfo]{Name: MethodRegisterRack}
+	ListRacks      = fabric.Method[struct{}, ListRacksReply]{Name: MethodListRacks}
+	WatchJobs      = fabric.Method[WatchJobsParams, JobsVersion]{Name: MethodWatchJobs}
+	WatchPeers     = fabric.Method[trust.WatchPeersParams, trust.Peers]{Name: MethodWatchPeers}
+	ForgetRacks    = fabric.Method[ForgetRacksParams, struct{}]{Name: MethodForgetRacks}
+	SetQuota       = fabric.Method[SetQuotaParams, Quota]{Name: MethodSetQuota}
+	DeleteQuota    = fabric.Method[QuotaRef, struct{}]{Name: MethodDeleteQuota}
+	ListQuotas     = fabric.Method[ListQuotasParams, ListQuotasReply]{Name: MethodListQuotas}
+)
+
 // MaxWatchJobsWait bounds how long the ork holds a watchJobs call.
 const MaxWatchJobsWait = 25 * time.Second
 
@@ -249,92 +270,86 @@ type Client struct {
 // NewClient returns a client of the ork holding key.
 func NewClient(n *fabric.Node, key fabric.PublicKey) *Client { return &Client{node: n, key: key} }
 
-func call[T any](ctx context.Context, c *Client, method string, params any) (T, error) {
-	var out T
-	err := c.node.Call(ctx, c.key, method, params, &out)
-	return out, err
-}
-
 // CreateJob creates a job.
 func (c *Client) CreateJob(ctx context.Context, p CreateJobParams) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodCreateJob, p)
+	return CreateJob.Call(ctx, c.node, c.key, p)
 }
 
 // GetJob returns a job.
 func (c *Client) GetJob(ctx context.Context, id string) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodGetJob, JobRef{ID: id})
+	return GetJob.Call(ctx, c.node, c.key, JobRef{ID: id})
 }
 
 // ListJobs lists jobs.
 func (c *Client) ListJobs(ctx context.Context, p ListJobsParams) (ListJobsReply, error) {
-	return call[ListJobsReply](ctx, c, MethodListJobs, p)
+	return ListJobs.Call(ctx, c.node, c.key, p)
 }
 
 // DeleteJob deletes a job or a replica and returns the job as it now is.
 func (c *Client) DeleteJob(ctx context.Context, p DeleteJobParams) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodDeleteJob, p)
+	return DeleteJob.Call(ctx, c.node, c.key, p)
 }
 
 // RestartJob restarts a job or a replica.
 func (c *Client) RestartJob(ctx context.Context, p RestartJobParams) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodRestartJob, p)
+	return RestartJob.Call(ctx, c.node, c.key, p)
 }
 
 // KillJob stops a job, releasing its GPUs and keeping its storage.
 func (c *Client) KillJob(ctx context.Context, id string) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodKillJob, JobRef{ID: id})
+	return KillJob.Call(ctx, c.node, c.key, JobRef{ID: id})
 }
 
 // LabelJob sets or removes a label.
 func (c *Client) LabelJob(ctx context.Context, p LabelJobParams) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodLabelJob, p)
+	return LabelJob.Call(ctx, c.node, c.key, p)
 }
 
 // SetRequireAuth turns a managed-inference job's "require authorization"
 // on or off and returns the job as it now is.
 func (c *Client) SetRequireAuth(ctx context.Context, p SetRequireAuthParams) (cosmic.Job, error) {
-	return call[cosmic.Job](ctx, c, MethodSetRequireAuth, p)
+	return SetRequireAuth.Call(ctx, c.node, c.key, p)
 }
 
 // RegisterRack registers or updates a rack.
 func (c *Client) RegisterRack(ctx context.Context, p RegisterRackParams) (RackInfo, error) {
-	return call[RackInfo](ctx, c, MethodRegisterRack, p)
+	return RegisterRack.Call(ctx, c.node, c.key, p)
 }
 
 // ListRacks lists racks with their capacity.
 func (c *Client) ListRacks(ctx context.Context) (ListRacksReply, error) {
-	return call[ListRacksReply](ctx, c, MethodListRacks, nil)
+	return ListRacks.Call(ctx, c.node, c.key, struct{}{})
 }
 
 // ForgetRacks removes racks.
 func (c *Client) ForgetRacks(ctx context.Context, p ForgetRacksParams) error {
-	return c.node.Call(ctx, c.key, MethodForgetRacks, p, nil)
+	_, err := ForgetRacks.Call(ctx, c.node, c.key, p)
+	return err
 }
 
 // WatchJobs is MethodWatchJobs.
 func (c *Client) WatchJobs(ctx context.Context, p WatchJobsParams) (JobsVersion, error) {
-	return call[JobsVersion](ctx, c, MethodWatchJobs, p)
+	return WatchJobs.Call(ctx, c.node, c.key, p)
 }
 
 // WatchPeers is MethodWatchPeers: the keys bound to racks and jobs, once
 // they differ from p's version or the wait ends (trust.PeerSource).
 func (c *Client) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
-	var out trust.Peers
-	err := c.node.Call(ctx, c.key, MethodWatchPeers, p, &out)
-	return out, err
+	return WatchPeers.Call(ctx, c.node, c.key, p)
 }
 
 // SetQuota sets a team's quota and returns it with the GPUs used under it.
 func (c *Client) SetQuota(ctx context.Context, p SetQuotaParams) (Quota, error) {
-	return call[Quota](ctx, c, MethodSetQuota, p)
+	return SetQuota.Call(ctx, c.node, c.key, p)
 }
 
 // DeleteQuota removes a team's quota.
 func (c *Client) DeleteQuota(ctx context.Context, p QuotaRef) error {
-	return c.node.Call(ctx, c.key, MethodDeleteQuota, p, nil)
+	_, err := DeleteQuota.Call(ctx, c.node, c.key, p)
+	return err
 }
 
 // ListQuotas lists quotas with the GPUs used under each.
 func (c *Client) ListQuotas(ctx context.Context, p ListQuotasParams) (ListQuotasReply, error) {
-	return call[ListQuotasReply](ctx, c, MethodListQuotas, p)
+	return ListQuotas.Call(ctx, c.node, c.key, p)
 }
