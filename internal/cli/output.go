@@ -289,7 +289,11 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 		}
 		row("Labels", strings.Join(ls, ","))
 	}
-	row("Actions", actionsText(j.ID, j.Status.Actions))
+	ref := j.ID // the commands take a name as an ID (names are unique in a team)
+	if s.Name != "" {
+		ref = s.Name
+	}
+	row("Actions", actionsText(ref, j.Status.Actions))
 	row("User", j.User)
 	row("Team", j.Team)
 	if !j.CreatedAt.IsZero() {
@@ -469,16 +473,16 @@ func writeRacksTable(w io.Writer, racks []rackRow) error {
 
 func sortedStrings[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
-// actionsText says what the caller may do to the job now, as the API
-// answered it (status.actions), as the commands that do it.
-func actionsText(id string, acts []cosmic.Action) string {
+// actionsText says what the caller may do to the job named ref now, as the
+// API answered it (status.actions), as the commands that do it.
+func actionsText(ref string, acts []cosmic.Action) string {
 	var out []string
 	for _, a := range acts {
 		switch a {
 		case cosmic.ActionRestart, cosmic.ActionKill, cosmic.ActionDelete:
-			out = append(out, "cosmicac jobs "+string(a)+" "+id)
+			out = append(out, "cosmicac jobs "+string(a)+" "+ref)
 		case cosmic.ActionForceDelete:
-			out = append(out, "cosmicac jobs delete --force "+id)
+			out = append(out, "cosmicac jobs delete --force "+ref)
 		}
 	}
 	return strings.Join(out, "; ")

@@ -71,8 +71,12 @@ func TestJobDetailOfAnInferenceJob(t *testing.T) {
 		}
 	}
 	j.Spec.Inference.RequireAuth = &no
+	j.Spec.Name = "qwen-job"
 	b.Reset()
 	writeJobDetail(&b, j, "http://cosmic:8080")
+	if !strings.Contains(b.String(), "cosmicac jobs kill qwen-job") {
+		t.Errorf("a named job's actions name it:\n%s", b.String())
+	}
 	if !strings.Contains(b.String(), "none: anyone who reaches the endpoint") {
 		t.Errorf("an open model's auth:\n%s", b.String())
 	}
