@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/jobflags"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
@@ -500,7 +501,7 @@ func (s *Server) jobCommand(w http.ResponseWriter, r *http.Request, _ *caller) (
 	if err != nil {
 		return nil, err
 	}
-	return cosmic.CLICommand(spec), nil
+	return jobflags.Command(spec), nil
 }
 
 // replica returns the visible job of the path's {id} and the index of the

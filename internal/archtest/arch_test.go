@@ -77,8 +77,10 @@ func TestBoundaries(t *testing.T) {
 		mod + "ork":        append([]string{mod + "store/", mod + "appnode", "github.com/jackc/"}, kube...),
 		// Servers reach each other through contract packages only
 		// (orkapi, keyapi, proxyapi), never the other's implementation.
-		mod + "appnode":             append([]string{mod + "ork$", mod + "ork/placement", mod + "store/", "github.com/jackc/", mod + "inferproxy$", mod + "monitor"}, kube...),
-		mod + "inferproxy$":         append([]string{mod + "appnode", mod + "ork$", mod + "monitor", mod + "store/"}, kube...),
+		mod + "appnode":     append([]string{mod + "ork$", mod + "ork/placement", mod + "store/", "github.com/jackc/", mod + "inferproxy$", mod + "monitor"}, kube...),
+		mod + "inferproxy$": append([]string{mod + "appnode", mod + "ork$", mod + "monitor", mod + "store/"}, kube...),
+		// The spec ⇄ flags mapping is the domain's and pflag's only.
+		mod + "jobflags":            append([]string{mod + "appnode", mod + "cli", mod + "client", mod + "ork", mod + "store", mod + "fabric", "github.com/spf13/cobra"}, kube...),
 		mod + "inferproxy/keyapi":   {mod + "appnode", mod + "inferproxy$", mod + "inferagent", mod + "trust", "k8s.io/"},
 		mod + "inferproxy/proxyapi": {mod + "appnode", mod + "inferproxy$", mod + "inferagent", mod + "store", mod + "trust", "k8s.io/"},
 		// The implementations of store.Store know the interface and the

@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/jobflags"
 )
 
 func init() { register((*app).jobsCommand) }
@@ -117,7 +118,7 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 				if ok, err := out.structured(a.stdout, d); ok {
 					return err
 				}
-				fmt.Fprintln(a.stdout, cosmic.CLICommand(d).Line)
+				fmt.Fprintln(a.stdout, jobflags.Command(d).Line)
 				return nil
 			}
 			c, err := a.connect(conn, client.WithPollInterval(poll))
