@@ -1,0 +1,203 @@
+package qemuworker
+
+// The worker contract's actions: Apply, Stop, Restart, Delete, Jobs.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+func holdsGPUs(s cosmic.State) bool {
+	switch s {
+	case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning, cosmic.StateRestarting:
+		return true
+	}
+	return false
+}
+
+// Apply implements worker.Worker: each reserved replica without a VM gets
+// one, booted in the background. A job the rack cannot run (refusal: a job
+// type or image not in its catalogue) is not an error: each of its
+// replicas is reported failed with reason rack_refused and a system log
+// record, so that the ork releases its GPUs at once.
+func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
+	if err := worker.CheckApply(p, w.cfg.Rack); err != nil {
+		return err
+	}
+	refused := w.refusal(p.Job)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, res := range p.Reservations {
+		if refused == "" && len(res.Nodes) != 1 {
+			refused = fmt.Sprintf("a QEMU replica runs on one node, not %d", len(res.Nodes))
+		}
+		k := replicaKey{p.Job.ID, res.Replica}
+		r := w.replicas[k]
+		if r == nil {
+			r = &replica{key: k, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-r%d", p.Job.ID, res.Replica))}
+			w.replicas[k] = r
+		}
+		if refused != "" {
+			if r.vm != nil || holdsGPUs(r.state) {
+				continue // booted before: leave it to Stop and Delete
+			}
+			r.job, r.res = p.Job, res
+			rep := worker.Refused(res.Replica, refused)
+			r.reason = rep.Reason
+			w.log.Warn("job refused", "job_id", p.Job.ID, "replica", res.Replica, "why", refused)
+			w.recordLocked(r, "refused", false, "the rack %s cannot run this job: %s", w.cfg.Rack, refused)
+			w.setLocked(r, cosmic.StateFailed)
+			continue
+		}
+		r.job, r.res = p.Job, res
+		switch r.state {
+		case "":
+		case cosmic.StateFailed, cosmic.StateStopped:
+			// Applied again after a failure or a kill: boot on the disk.
+			r.reason, r.exit = nil, nil
+		default:
+			continue // it has a VM, or one on its way
+		}
+		w.bootLocked(r, cosmic.StatePending)
+	}
+	return nil
+}
+
+// Stop implements worker.Worker: the VMs power off, the disks stay.
+func (w *Worker) Stop(_ context.Context, ref worker.ReplicaRef) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.matchLocked(ref) {
+		r.gen++ // a boot in progress gives up
+		if r.state != cosmic.StateFailed {
+			reason := cosmic.NewReason(cosmic.ReasonKilled, "")
+			r.reason = &reason
+			w.setLocked(r, cosmic.StateStopped)
+		}
+		w.recordLocked(r, "stop", true, "the VM is powering off; its disk is kept")
+		w.stopVMLocked(r)
+	}
+	return nil
+}
+
+// Restart implements worker.Worker: the VM powers off and boots again on
+// the same disk.
+func (w *Worker) Restart(_ context.Context, ref worker.ReplicaRef) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.matchLocked(ref) {
+		w.recordLocked(r, "restart", true, "the VM restarts on its disk")
+		r.gen++ // the old VM's end and a boot in progress give up
+		r.reason, r.exit, r.ready = nil, nil, false
+		w.setLocked(r, cosmic.StateRestarting)
+		old, gen := r.vm, r.gen
+		r.vm = nil
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			if old != nil {
+				old.Stop(w.cfg.StopGrace.D()) // the disk is free once it is gone
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if r.gen == gen && w.replicas[r.key] == r {
+				w.bootLocked(r, cosmic.StateRestarting)
+			}
+		}()
+	}
+	return nil
+}
+
+// Delete implements worker.Worker: the VMs go, and their disks.
+func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
+	w.mu.Lock()
+	rs := w.matchLocked(worker.ReplicaRef{JobID: p.JobID, Replica: p.Replica})
+	var vms []*qemu.VM
+	for _, r := range rs {
+		r.gen++
+		if r.vm != nil {
+			vms = append(vms, r.vm)
+			r.vm = nil
+		}
+		w.unbindLocked(r)
+	}
+	w.mu.Unlock()
+	grace := w.cfg.StopGrace.D()
+	if p.Force {
+		grace = 0
+	}
+	for _, vm := range vms {
+		vm.Stop(grace)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	for _, r := range rs {
+		qemu.KillStale(r.dir)
+		if err := qemu.Remove(r.dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(w.replicas, r.key)
+		w.queue.SetGone(r.key.ref())
+		w.queue.SetCapacity()
+		w.queue.Push()
+	}
+	return errors.Join(errs...)
+}
+
+// Jobs implements worker.Worker.
+func (w *Worker) Jobs(context.Context) ([]worker.JobReport, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	byJob := map[string][]worker.ReplicaReport{}
+	for _, r := range w.replicas {
+		byJob[r.key.job] = append(byJob[r.key.job], w.reportLocked(r))
+	}
+	var out []worker.JobReport
+	for id, reps := range byJob {
+		sort.Slice(reps, func(i, j int) bool { return reps[i].Replica < reps[j].Replica })
+		out = append(out, worker.JobReport{JobID: id, Replicas: reps})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].JobID < out[j].JobID })
+	return out, nil
+}
+
+func (w *Worker) matchLocked(ref worker.ReplicaRef) []*replica {
+	var out []*replica
+	for k, r := range w.replicas {
+		if k.job == ref.JobID && (ref.Replica == worker.AllReplicas || ref.Replica == k.replica) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (w *Worker) stopVMLocked(r *replica) {
+	if vm := r.vm; vm != nil {
+		r.vm = nil
+		grace := w.cfg.StopGrace.D()
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			vm.Stop(grace)
+		}()
+	}
+}
+
+func (w *Worker) unbindLocked(r *replica) {
+	if r.id == nil {
+		return
+	}
+	delete(w.agents, r.id.PublicKey())
+	keys := []fabric.PublicKey{r.id.PublicKey()}
+	go w.opts.Keys.UnbindAgents(r.key.job, r.key.replica, keys)
+}

@@ -1,0 +1,306 @@
+package qemuworker
+
+// A replica's VM: its disk, seed, forwards and boot, and its end.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
+)
+
+// bootLocked starts replica r's VM in the background, reporting state until
+// the boot begins.
+func (w *Worker) bootLocked(r *replica, state cosmic.State) {
+	r.gen++
+	r.ready = false
+	w.setLocked(r, state)
+	gen := r.gen
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.boot(r.key, gen)
+	}()
+}
+
+// boot prepares the disk and seed of a replica's VM and starts it.
+func (w *Worker) boot(k replicaKey, gen int) {
+	w.boots <- struct{}{}
+	defer func() { <-w.boots }()
+	w.mu.Lock()
+	r := w.replicas[k]
+	if r == nil || r.gen != gen {
+		w.mu.Unlock()
+		return
+	}
+	ctx := cmp.Or(w.ctx, context.Background())
+	job, res := r.job, r.res
+	w.setLocked(r, cosmic.StateStarting)
+	w.mu.Unlock()
+
+	fail := func(code cosmic.ReasonCode, err error) {
+		w.log.Warn("boot failed", "job_id", k.job, "replica", k.replica, "err", err)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if r.gen != gen {
+			return
+		}
+		reason := cosmic.NewReason(code, err.Error())
+		r.reason = &reason
+		w.recordLocked(r, r.step, false, "%v", err)
+		w.setLocked(r, cosmic.StateFailed)
+		w.unbindLocked(r)
+	}
+	img, err := w.opts.Images.Lookup(job.Spec.Image)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	id, err := w.identity(r.dir)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	w.mu.Lock()
+	r.id = id
+	w.agents[id.PublicKey()] = k
+	w.recordLocked(r, "prepare_disk", true, "overlay on image %s (%s, %s)", job.Spec.Image, filepath.Base(img.Disk), img.Format)
+	w.mu.Unlock()
+	w.opts.Keys.BindAgents(trust.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: k.replica, Rack: w.cfg.Rack}, []fabric.PublicKey{id.PublicKey()})
+
+	pem, err := id.MarshalPEM()
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	ai := vmboot.AgentIdentity{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}
+	peers, forwards, err := w.guestPeers()
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	gpus := res.Count()
+	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
+		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}})
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	agentDisk, err := qemu.AgentDiskFor(ctx, filepath.Join(w.cfg.Dir, ".agent"), w.opts.AgentBinary)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	cpus, memMiB := w.vmSize(job)
+	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: cpus, MemoryMiB: memMiB, DiskGiB: job.Spec.DiskGB,
+		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
+		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
+		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
+	if w.cfg.DebugSSH {
+		if vc.SSHPort, err = freePort(); err != nil {
+			fail(cosmic.ReasonImportFailed, err)
+			return
+		}
+	}
+	qemu.KillStale(r.dir)
+	created, err := qemu.Prepare(ctx, vc)
+	if err != nil {
+		fail(cosmic.ReasonImportFailed, err)
+		return
+	}
+	w.mu.Lock()
+	if r.gen != gen {
+		w.mu.Unlock()
+		return
+	}
+	if created {
+		w.recordLocked(r, "prepare_disk", true, "disk of %d GiB made", job.Spec.DiskGB)
+	} else {
+		w.recordLocked(r, "prepare_disk", true, "the replica's disk kept")
+	}
+	w.recordLocked(r, "write_seed", true, "cloud-init NoCloud seed written; the agent comes on a read-only disk (%s)", qemu.AgentDiskLabel)
+	vm, err := qemu.Start(vc)
+	if err != nil {
+		w.mu.Unlock()
+		fail(cosmic.ReasonVMICrashed, err)
+		return
+	}
+	r.vm = vm
+	gpuNote := fmt.Sprintf("%d GPUs passed through", len(vc.VFIO))
+	if w.PlacementOnly() {
+		gpuNote = fmt.Sprintf("no GPU: this rack declares %d × %s for placement only", gpus, w.cfg.GPUModel)
+	}
+	w.recordLocked(r, "boot", true, "QEMU (%s) started: %d vCPU, %d MiB; %s", w.accel, vc.CPUs, vc.MemoryMiB, gpuNote)
+	if vc.SSHPort != 0 {
+		w.recordLocked(r, "", true, "debug: the VM's port 22 is at 127.0.0.1:%d on the rack's host", vc.SSHPort)
+	}
+	w.mu.Unlock()
+	w.wg.Add(2)
+	go func() {
+		defer w.wg.Done()
+		<-vm.Done()
+		w.vmExited(k, gen, vm)
+	}()
+	go func() {
+		defer w.wg.Done()
+		w.followConsole(k, gen, vm, vm.Done(), vc.Dir) // the boot's stages, from the serial console
+	}()
+}
+
+// onRefused is a boot's hook for its VM's connections refused over
+// MaxGuestConns: the first is logged and written in the replica's log.
+func (w *Worker) onRefused(k replicaKey, gen int) func(string) {
+	var once sync.Once
+	return func(guest string) {
+		once.Do(func() {
+			w.log.Warn("guest connections refused", "job_id", k.job, "replica", k.replica, "guest_addr", guest, "max", w.cfg.MaxGuestConns)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if r := w.replicas[k]; r != nil && r.gen == gen {
+				w.recordLocked(r, "", false, "the VM has %d connections open to the platform's ports, its cap: more (the first to %s) are reset", w.cfg.MaxGuestConns, guest)
+			}
+		})
+	}
+}
+
+// vmExited takes a VM's end: expected after Stop, Restart or Delete; a
+// crash otherwise.
+func (w *Worker) vmExited(k replicaKey, gen int, vm *qemu.VM) {
+	err := vm.Err()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.replicas[k]
+	if r == nil || r.gen != gen || r.vm != vm {
+		return
+	}
+	r.vm = nil
+	if r.state == cosmic.StateStopped || r.state == cosmic.StateFailed {
+		return
+	}
+	detail := "the VM powered off"
+	if err != nil {
+		detail = err.Error()
+	}
+	if tail := qemu.ConsoleTail(r.dir, 400); tail != "" {
+		detail += "; console: " + tail
+	}
+	reason := cosmic.NewReason(cosmic.ReasonVMICrashed, detail)
+	r.reason = &reason
+	w.recordLocked(r, "vm", false, "the VM ended: %s", detail)
+	w.setLocked(r, cosmic.StateFailed)
+	w.unbindLocked(r)
+}
+
+// identity is the replica's agent key, kept in its directory so that a
+// restart of the replica or of the worker keeps it.
+func (w *Worker) identity(dir string) (*fabric.Identity, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "agent.key")
+	if b, err := os.ReadFile(path); err == nil {
+		return fabric.ParseIdentityPEM(b)
+	}
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		return nil, err
+	}
+	b, err := id.MarshalPEM()
+	if err != nil {
+		return nil, err
+	}
+	return id, os.WriteFile(path, b, 0o600)
+}
+
+// guestPeers are the platform's peers as a VM reaches them, and the
+// forwards that make it so: each distinct host address (host:port on the
+// worker's host) is forwarded from GuestIP at a port of its own, counted
+// from GuestPortBase in the order the peers list them. The guest ports are
+// not the host ports: those are the host's to pick, and two of them can
+// be a pair libslirp refuses (qemu.CheckForwards).
+func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
+	self := vmboot.Peer{Role: agent.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
+	var peers []vmboot.Peer
+	var fwd []qemu.Forward
+	guest := map[string]string{} // host address -> guest address
+	for _, p := range append(slices.Clone(w.opts.Peers), self) {
+		q := vmboot.Peer{Role: p.Role, Key: p.Key}
+		for _, a := range p.Addrs {
+			host, port, err := net.SplitHostPort(a)
+			if err != nil {
+				return nil, nil, fmt.Errorf("peer %s address %q: %w", p.Role, a, err)
+			}
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			h := net.JoinHostPort(host, port)
+			g, ok := guest[h]
+			if !ok {
+				g = net.JoinHostPort(GuestIP, strconv.Itoa(GuestPortBase+len(fwd)))
+				guest[h] = g
+				fwd = append(fwd, qemu.Forward{GuestAddr: g, HostAddr: h})
+			}
+			q.Addrs = append(q.Addrs, g)
+		}
+		peers = append(peers, q)
+	}
+	return peers, fwd, qemu.CheckForwards(fwd)
+}
+
+func (w *Worker) vfio(res cosmic.Reservation) []string {
+	if len(w.cfg.VFIO) == 0 {
+		return nil
+	}
+	var out []string
+	for _, n := range res.Nodes {
+		for i := range w.cfg.Nodes {
+			if w.nodeName(i) != n.Node {
+				continue
+			}
+			for _, g := range n.GPUs {
+				out = append(out, w.cfg.VFIO[i*w.cfg.GPUsPerNode+g])
+			}
+		}
+	}
+	return out
+}
+
+func hostname(job cosmic.Job, replica int) string {
+	if job.Spec.Name != "" && len(job.Spec.Name) <= 50 {
+		return fmt.Sprintf("%s-%d", sanitize(job.Spec.Name), replica)
+	}
+	return fmt.Sprintf("job-%s-%d", job.ID[:8], replica)
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func clamp(v, lo, hi int) int { return max(lo, min(v, hi)) }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,94 @@
+package qemuworker
+
+// What the rack offers: its capacity, its catalogue, what a VM of a job gets.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/worker"
+)
+
+// Capacity implements worker.Worker.
+func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	used := map[string]int{}
+	for _, r := range w.replicas {
+		if holdsGPUs(r.state) {
+			for _, n := range r.res.Nodes {
+				used[n.Node] += len(n.GPUs)
+			}
+		}
+	}
+	c := worker.Capacity{Rack: w.cfg.Rack, ObservedAt: time.Now(), Overhead: w.overhead()}
+	if w.PlacementOnly() {
+		c.Note = fmt.Sprintf("real VMs under QEMU (%s); its %d × %s are declared for placement only: the VMs get no GPU", w.accel, w.cfg.Nodes*w.cfg.GPUsPerNode, w.cfg.GPUModel)
+	}
+	c.Catalogue = w.catalogue()
+	for i := range w.cfg.Nodes {
+		name := w.nodeName(i)
+		c.Nodes = append(c.Nodes, cosmic.Node{Name: name, Rack: w.cfg.Rack, GPUModel: w.cfg.GPUModel, GPUs: w.cfg.GPUsPerNode,
+			Schedulable: true, Ready: true, UsedGPUs: used[name], FreeGPUs: w.cfg.GPUsPerNode - used[name],
+			CPUMilli: int64(w.cfg.CPUsPerNode) * 1000, MemoryMiB: int64(w.cfg.MemoryGiBPerNode) * 1024})
+	}
+	return c, nil
+}
+
+// catalogue is what the rack runs: gpu-container jobs on the images of its
+// catalogue, in VMs of at most MaxCPUs and MaxMemoryMiB.
+func (w *Worker) catalogue() *cosmic.Catalogue {
+	return &cosmic.Catalogue{Images: w.opts.Images.Names(), JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer},
+		MaxVMCPUs: w.cfg.MaxCPUs, MaxVMMemoryMiB: int64(w.cfg.MaxMemoryMiB)}
+}
+
+// refusal says why the rack cannot run job ("": it can).
+func (w *Worker) refusal(job cosmic.Job) string {
+	if job.Spec.Type != cosmic.TypeGPUContainer {
+		return fmt.Sprintf("the QEMU rack %s runs gpu-container jobs only, not %s (a managed-inference job needs a rack of GPU servers)", w.cfg.Rack, job.Spec.Type)
+	}
+	if _, err := w.opts.Images.Lookup(job.Spec.Image); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// vmSize is the vCPUs and MiB of memory a replica's VM gets: the job's
+// resources, capped by MaxCPUs and MaxMemoryMiB.
+func (w *Worker) vmSize(job cosmic.Job) (cpus, memMiB int) {
+	return clamp(job.Spec.Resources.CPU, 1, w.cfg.MaxCPUs), clamp(job.Spec.Resources.Memory*1024, 256, w.cfg.MaxMemoryMiB)
+}
+
+// given is what the rack gives a replica of job on res.
+func (w *Worker) given(job cosmic.Job, res cosmic.Reservation) *cosmic.Given {
+	cpus, mem := w.vmSize(job)
+	g := &cosmic.Given{CPUs: cpus, MemoryMiB: int64(mem), GPUs: len(w.vfio(res))}
+	var notes []string
+	if cpus < job.Spec.Resources.CPU || int64(mem) < int64(job.Spec.Resources.Memory)*1024 {
+		notes = append(notes, fmt.Sprintf("a VM of this rack gets at most %d vCPU and %d MiB (--qemu-max-cpus, --qemu-max-memory)", w.cfg.MaxCPUs, w.cfg.MaxMemoryMiB))
+	}
+	if w.PlacementOnly() && res.Count() > 0 {
+		notes = append(notes, fmt.Sprintf("its %s GPUs are declared for placement only: the VM gets none", w.cfg.GPUModel))
+	}
+	g.Note = strings.Join(notes, "; ")
+	return g
+}
+
+// overhead is a QEMU process's own memory beyond its guest's: about 64 MiB
+// of its own, and under TCG the translation cache (qemu.Config's tb-size,
+// 128 MiB).
+func (w *Worker) overhead() cosmic.VMOverhead {
+	o := cosmic.VMOverhead{MemoryMiB: 64}
+	if w.accel != "kvm" {
+		o.MemoryMiB += 128
+	}
+	return o
+}
+
+func (w *Worker) nodeName(i int) string { return fmt.Sprintf("%s-node-%d", w.cfg.Rack, i) }
+
+// PlacementOnly says the rack's GPUs are declared, not passed through.
+func (w *Worker) PlacementOnly() bool { return len(w.cfg.VFIO) == 0 }
