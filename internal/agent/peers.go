@@ -179,3 +179,27 @@ func MonitorForwarder(peers []Peer, node func() *fabric.Node) *joblog.Forwarder 
 	}
 	return nil
 }
+
+// WorkerReport is what a rack worker reads of either agent's status
+// (Status here, inferagent.Status: the same fields), as their report
+// events carry it.
+type WorkerReport struct {
+	JobID    string `json:"jobId"`
+	Replica  int    `json:"replica"`
+	VMIIndex int    `json:"vmiIndex"`
+	Ready    bool   `json:"ready"`
+	// Command is the job's command (instance agents of a job with one).
+	Command *CommandStatus `json:"command,omitempty"`
+}
+
+// ServeWorkerReports registers f on a rack worker's node r for the agents'
+// report events of methods: MethodReport and inferagent.MethodReport,
+// which this package cannot name.
+func ServeWorkerReports(r fabric.Registrar, f func(peer fabric.PublicKey, rep WorkerReport), methods ...string) {
+	for _, m := range methods {
+		fabric.HandleFunc(r, m, func(_ context.Context, peer fabric.PublicKey, rep WorkerReport) (struct{}, error) {
+			f(peer, rep)
+			return struct{}{}, nil
+		})
+	}
+}

@@ -139,31 +139,15 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 	if h.opts.PollInterval <= 0 {
 		h.opts.PollInterval = DefaultAgentPoll
 	}
-	handle := func(_ context.Context, peer fabric.PublicKey, r agentReport) (struct{}, error) {
-		w.onAgentReport(peer, r)
-		return struct{}{}, nil
-	}
-	fabric.HandleFunc(o.Node, agent.MethodReport, handle)
-	fabric.HandleFunc(o.Node, inferagent.MethodReport, handle)
+	agent.ServeWorkerReports(o.Node, w.onAgentReport, agent.MethodReport, inferagent.MethodReport)
 	w.agents = h
 	return nil
-}
-
-// agentReport is what the worker reads of agent.Status and
-// inferagent.Status (the same fields).
-type agentReport struct {
-	JobID    string `json:"jobId"`
-	Replica  int    `json:"replica"`
-	VMIIndex int    `json:"vmiIndex"`
-	Ready    bool   `json:"ready"`
-	// Command is the job's command (instance agents of a job with one).
-	Command *agent.CommandStatus `json:"command,omitempty"`
 }
 
 // onAgentReport takes one report. An agent speaks only for its own VMI:
 // a report naming another slot than the one its key was issued for is
 // dropped.
-func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentReport) {
+func (w *Worker) onAgentReport(peer fabric.PublicKey, r agent.WorkerReport) {
 	h := w.agents
 	h.mu.Lock()
 	slot, ok := h.slots[peer]

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 )
 
 // TestInferenceReportDecodes: the worker reads the inference agent's
 // reports (inferagent.Status) with the shape it reads the instance agent's
-// (agentReport, whose "command" is an agent.CommandStatus): a report of a
+// (agent.WorkerReport, whose "command" is an agent.CommandStatus): a report of a
 // ready inference agent decodes, ready, for its VMI, and carries no
 // command outcome.
 func TestInferenceReportDecodes(t *testing.T) {
@@ -19,7 +20,7 @@ func TestInferenceReportDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r agentReport
+	var r agent.WorkerReport
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatalf("the worker cannot read an inference agent's report %s: %v", b, err)
 	}

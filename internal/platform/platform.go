@@ -550,7 +550,7 @@ func (p *Platform) Close() error {
 	if p.Proxy != nil {
 		p.Proxy.Close()
 	}
-	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode, p.ProxyNode, p.KubeNode} {
+	for _, n := range []*fabric.Node{p.AppNode, p.OrkNode, p.MonitorNode, p.DirectoryNode, p.ProxyNode, p.KubeNode, p.QEMUNode} {
 		if n != nil {
 			n.Close()
 		}

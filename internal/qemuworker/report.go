@@ -14,19 +14,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
-// agentReport is what the worker reads of agent.Status and
-// inferagent.Status (the same fields).
-type agentReport struct {
-	JobID    string               `json:"jobId"`
-	Replica  int                  `json:"replica"`
-	VMIIndex int                  `json:"vmiIndex"`
-	Ready    bool                 `json:"ready"`
-	Command  *agent.CommandStatus `json:"command,omitempty"`
-}
-
 // onAgentReport takes an agent's report: judgeAgentReport says what it
 // does to its replica, which this carries out.
-func (w *Worker) onAgentReport(peer fabric.PublicKey, a agentReport) {
+func (w *Worker) onAgentReport(peer fabric.PublicKey, a agent.WorkerReport) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k, ok := w.agents[peer]
@@ -69,7 +59,7 @@ type agentVerdict struct {
 // judgeAgentReport is the rule of an agent's report, pure: a replica
 // whose VM is up and that is starting or running takes it; the agent's
 // first ready runs it; a command's exit, once it runs, ends it.
-func judgeAgentReport(state cosmic.State, vmUp, ready bool, a agentReport) agentVerdict {
+func judgeAgentReport(state cosmic.State, vmUp, ready bool, a agent.WorkerReport) agentVerdict {
 	var v agentVerdict
 	if !vmUp || (state != cosmic.StateStarting && state != cosmic.StateRunning) {
 		return v

@@ -209,12 +209,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
 	w.queue = worker.NewReportQueue(&w.mu)
 	opts.Keys.OnRevoke(opts.Node.Revoke)
-	handle := func(_ context.Context, peer fabric.PublicKey, r agentReport) (struct{}, error) {
-		w.onAgentReport(peer, r)
-		return struct{}{}, nil
-	}
-	fabric.HandleFunc(opts.Node, agent.MethodReport, handle)
-	fabric.HandleFunc(opts.Node, inferagent.MethodReport, handle)
+	agent.ServeWorkerReports(opts.Node, w.onAgentReport, agent.MethodReport, inferagent.MethodReport)
 	return w, nil
 }
 
