@@ -177,7 +177,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	// The ork learns the key from the reports; the worker binds it to the
 	// job's replica and VMI, and admits it.
 	h.eventually(10*time.Second, "agent key reported and admitted", func() error {
-		r, ok := h.rep.last(job.ID, 0)
+		r, ok := h.rep.Last(job.ID, 0)
 		if !ok || !slices.Equal(r.AgentKeys, []string{key.String()}) {
 			return fmt.Errorf("report %+v", r)
 		}
@@ -196,7 +196,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	h.setVMI(name, running(node))
 	h.waitReport(job.ID, 0, cosmic.StateStarting, progressIs(StepAgent, 0))
 	h.settle(job.ID, 0) // judged again, still without a word from the agent
-	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateStarting {
+	if r, _ := h.rep.Last(job.ID, 0); r.State != cosmic.StateStarting {
 		t.Fatalf("running without its agent: %+v", r)
 	}
 
@@ -243,7 +243,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 		}
 		return nil
 	})
-	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateRunning {
+	if r, _ := h.rep.Last(job.ID, 0); r.State != cosmic.StateRunning {
 		t.Fatalf("silent agent: %+v, want running", r)
 	}
 
@@ -251,11 +251,11 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	// running, also once the agent has been silent for AgentTimeout since
 	// the restart (the restarted worker records it).
 	h.stop()
-	n, silentBefore := len(h.rep.history(job.ID, 0)), silent()
+	n, silentBefore := len(h.rep.History(job.ID, 0)), silent()
 	rig.newNode()
 	h.startWithAgents(rig)
 	h.eventually(10*time.Second, "report after the restart", func() error {
-		if len(h.rep.history(job.ID, 0)) == n {
+		if len(h.rep.History(job.ID, 0)) == n {
 			return errors.New("no new report")
 		}
 		return nil
@@ -267,7 +267,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 		return nil
 	})
 	h.settle(job.ID, 0)
-	for _, r := range h.rep.history(job.ID, 0)[n:] {
+	for _, r := range h.rep.History(job.ID, 0)[n:] {
 		if r.State != cosmic.StateRunning {
 			t.Fatalf("after the worker restart: %+v", r)
 		}

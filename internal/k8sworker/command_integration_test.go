@@ -66,7 +66,7 @@ func exitCodeIs(code int) func(worker.ReplicaReport) error {
 // (it honours a stopped report with an exit code only then).
 func ranBefore(t *testing.T, h *harness, job string, end cosmic.State) {
 	t.Helper()
-	hist := states(h.rep.history(job, 0))
+	hist := states(h.rep.History(job, 0))
 	r, e := slices.Index(hist, cosmic.StateRunning), slices.Index(hist, end)
 	if r < 0 || e < r {
 		t.Fatalf("states %v: want running before %s", hist, end)
@@ -181,16 +181,16 @@ func TestIntegrationCommandExit0Stops(t *testing.T) {
 	// outcome, from the carrier.
 	stop()
 	h.stop()
-	n := len(h.rep.history(job.ID, 0))
+	n := len(h.rep.History(job.ID, 0))
 	rig.newNode()
 	h.startWithAgents(rig)
 	h.eventually(10*time.Second, "report after the restart", func() error {
-		if len(h.rep.history(job.ID, 0)) == n {
+		if len(h.rep.History(job.ID, 0)) == n {
 			return errors.New("no new report")
 		}
 		return nil
 	})
-	for _, r := range h.rep.history(job.ID, 0)[n:] {
+	for _, r := range h.rep.History(job.ID, 0)[n:] {
 		if r.State != cosmic.StateStopped || r.Reason != nil || exitCodeIs(0)(r) != nil {
 			t.Fatalf("after the worker restart: %+v", r)
 		}
@@ -238,7 +238,7 @@ func TestIntegrationCommandExit5Fails(t *testing.T) {
 	// again.
 	h.exitHandledSince(job.ID, time.Now())
 	h.settle(job.ID, 0)
-	if hist := states(h.rep.history(job.ID, 0)); hist[len(hist)-1] != cosmic.StateFailed || slices.Contains(hist, cosmic.StateStopped) {
+	if hist := states(h.rep.History(job.ID, 0)); hist[len(hist)-1] != cosmic.StateFailed || slices.Contains(hist, cosmic.StateStopped) {
 		t.Fatalf("states %v", hist)
 	}
 }
@@ -288,7 +288,7 @@ func TestIntegrationCommandExitMissedEventPolled(t *testing.T) {
 	rig.node = n
 	h.startWithAgents(rig)
 	h.eventually(20*time.Second, "stopped by the command after the restart", func() error {
-		r, ok := h.rep.last(job.ID, 0)
+		r, ok := h.rep.Last(job.ID, 0)
 		if !ok || r.State != cosmic.StateStopped {
 			return fmt.Errorf("report %+v", r)
 		}

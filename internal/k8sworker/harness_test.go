@@ -35,6 +35,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/k8stest"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
+	"github.com/cosmicac/cosmicac/internal/worker/workertest"
 )
 
 func TestMain(m *testing.M) {
@@ -44,60 +45,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fakeReporter collects the worker's reports.
+// fakeReporter collects the worker's reports (workertest.Recorder); while
+// fail is set it refuses them, as an ork that is away.
 type fakeReporter struct {
-	mu      sync.Mutex
-	reports []worker.Report
-	fail    atomic.Bool
+	workertest.Recorder
+	fail atomic.Bool
 }
 
-func (f *fakeReporter) Report(_ context.Context, r worker.Report) error {
+func (f *fakeReporter) Report(ctx context.Context, r worker.Report) error {
 	if f.fail.Load() {
 		return errors.New("ork away")
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reports = append(f.reports, r)
-	return nil
-}
-
-// history is every report of one replica, in order.
-func (f *fakeReporter) history(job string, replica int) []worker.ReplicaReport {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []worker.ReplicaReport
-	for _, r := range f.reports {
-		for _, jr := range r.Jobs {
-			if jr.JobID != job {
-				continue
-			}
-			for _, rr := range jr.Replicas {
-				if rr.Replica == replica {
-					out = append(out, rr)
-				}
-			}
-		}
-	}
-	return out
-}
-
-func (f *fakeReporter) last(job string, replica int) (worker.ReplicaReport, bool) {
-	h := f.history(job, replica)
-	if len(h) == 0 {
-		return worker.ReplicaReport{}, false
-	}
-	return h[len(h)-1], true
-}
-
-func (f *fakeReporter) lastCapacity() *worker.Capacity {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i := len(f.reports) - 1; i >= 0; i-- {
-		if c := f.reports[i].Capacity; c != nil {
-			return c
-		}
-	}
-	return nil
+	return f.Recorder.Report(ctx, r)
 }
 
 var nsCounter atomic.Int64
@@ -435,7 +394,7 @@ func (h *harness) waitReport(job string, replica int, state cosmic.State, check 
 	h.t.Helper()
 	var got worker.ReplicaReport
 	h.eventually(15*time.Second, fmt.Sprintf("replica %d of %s reported %s", replica, job, state), func() error {
-		r, ok := h.rep.last(job, replica)
+		r, ok := h.rep.Last(job, replica)
 		if !ok {
 			return errors.New("no report")
 		}
@@ -621,9 +580,4 @@ func (h *harness) assertAnswersAgain() {
 		}
 		return nil
 	})
-}
-
-// History implements workertest.Reports.
-func (f *fakeReporter) History(job string, replica int) []worker.ReplicaReport {
-	return f.history(job, replica)
 }

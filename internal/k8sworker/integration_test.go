@@ -44,7 +44,7 @@ func TestIntegrationContainerJobToRunning(t *testing.T) {
 
 	// Capacity from the nodes, reported and answered.
 	h.eventually(10*time.Second, "capacity report", func() error {
-		c := h.rep.lastCapacity()
+		c := h.rep.LastCapacity()
 		if c == nil || len(c.Nodes) != 2 {
 			return fmt.Errorf("capacity %+v", c)
 		}
@@ -138,7 +138,7 @@ func TestIntegrationContainerJobToRunning(t *testing.T) {
 	}
 
 	// Every report is a legal move.
-	checkTransitions(t, h.rep.history(job.ID, 0))
+	checkTransitions(t, h.rep.History(job.ID, 0))
 	// Each step is a system log record.
 	steps := h.steps(job.ID)
 	for _, s := range []string{"accept", "pending", "import_disk", "schedule", "boot", "ready"} {
@@ -220,7 +220,7 @@ func TestIntegrationImportFailure(t *testing.T) {
 		return nil
 	})
 	h.settle(job.ID, 0)
-	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateFailed {
+	if r, _ := h.rep.Last(job.ID, 0); r.State != cosmic.StateFailed {
 		t.Fatalf("its VMI gone: %+v", r)
 	}
 	jobs, err := h.w.Jobs(h.ctx)
@@ -313,7 +313,7 @@ func TestIntegrationVMICrash(t *testing.T) {
 	h.runReplica(inf.ID, 1, h.nodeName(0))
 	h.setVMI(VMIName(inf.ID, 1, 0), func(v *virtv1.VirtualMachineInstance) { v.Status.Phase = virtv1.Failed })
 	h.waitReport(inf.ID, 1, cosmic.StateFailed, reasonIs(cosmic.ReasonVMICrashed))
-	if r, _ := h.rep.last(inf.ID, 0); r.State != cosmic.StateRunning {
+	if r, _ := h.rep.Last(inf.ID, 0); r.State != cosmic.StateRunning {
 		t.Errorf("replica 0 is %s, want running", r.State)
 	}
 	jobs, err := h.w.Jobs(h.ctx)
@@ -364,12 +364,12 @@ func TestIntegrationRestartKeepsDisk(t *testing.T) {
 		return nil
 	})
 	h.settle(job.ID, 0)
-	if r, _ := h.rep.last(job.ID, 0); r.State != cosmic.StateRestarting {
+	if r, _ := h.rep.Last(job.ID, 0); r.State != cosmic.StateRestarting {
 		t.Fatalf("before the new VMI runs: %s", r.State)
 	}
 	h.setVMI(name, running(h.nodeName(0)))
 	h.waitReport(job.ID, 0, cosmic.StateRunning, nil)
-	checkTransitions(t, h.rep.history(job.ID, 0))
+	checkTransitions(t, h.rep.History(job.ID, 0))
 
 	// Restart of an unknown job or replica.
 	if err := h.w.Restart(h.ctx, worker.ReplicaRef{JobID: cosmic.NewJobID(), Replica: worker.AllReplicas}); fabric.ErrorCode(err) != fabric.CodeNotFound {
@@ -403,8 +403,8 @@ func TestIntegrationStopAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(10*time.Second, "Gone", func() error {
-		if r, _ := h.rep.last(job.ID, 0); !r.Gone {
-			return fmt.Errorf("last report %+v; history %v; objects %v", r, states(h.rep.history(job.ID, 0)), h.objectsOf(job.ID))
+		if r, _ := h.rep.Last(job.ID, 0); !r.Gone {
+			return fmt.Errorf("last report %+v; history %v; objects %v", r, states(h.rep.History(job.ID, 0)), h.objectsOf(job.ID))
 		}
 		return nil
 	})
@@ -426,7 +426,7 @@ func TestIntegrationStopAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(10*time.Second, "replica 1 Gone", func() error {
-		if r, _ := h.rep.last(inf.ID, 1); !r.Gone {
+		if r, _ := h.rep.Last(inf.ID, 1); !r.Gone {
 			return fmt.Errorf("last report %+v", r)
 		}
 		return nil
@@ -438,7 +438,7 @@ func TestIntegrationStopAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(10*time.Second, "replica 0 Gone", func() error {
-		if r, _ := h.rep.last(inf.ID, 0); !r.Gone {
+		if r, _ := h.rep.Last(inf.ID, 0); !r.Gone {
 			return fmt.Errorf("last report %+v", r)
 		}
 		return nil
@@ -451,7 +451,7 @@ func TestIntegrationStopAndDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(5*time.Second, "unknown replica Gone", func() error {
-		if r, _ := h.rep.last(inf.ID, 5); !r.Gone {
+		if r, _ := h.rep.Last(inf.ID, 5); !r.Gone {
 			return fmt.Errorf("last report %+v", r)
 		}
 		return nil
@@ -510,7 +510,7 @@ func TestIntegrationVLLM16GPUsOnTwoNodes(t *testing.T) {
 	h.setDV(VMIName(job.ID, 0, 1), cdiv1.ImportInProgress, "70.0%", 0)
 	h.waitReport(job.ID, 0, cosmic.StateStarting, progressIs(StepImport, 70))
 	h.runReplica(job.ID, 0, h.nodeName(0), h.nodeName(1))
-	r, _ := h.rep.last(job.ID, 0)
+	r, _ := h.rep.Last(job.ID, 0)
 	if !slices.Equal(r.Nodes, []string{h.nodeName(0), h.nodeName(1)}) {
 		t.Errorf("nodes %v", r.Nodes)
 	}
@@ -624,7 +624,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	h.apply(stay, h.reservation(stay, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{1}}))
 	h.runReplica(crash.ID, 0, h.nodeName(0))
 	h.runReplica(stay.ID, 0, h.nodeName(0))
-	beforeCrash, beforeStay := len(h.rep.history(crash.ID, 0)), len(h.rep.history(stay.ID, 0))
+	beforeCrash, beforeStay := len(h.rep.History(crash.ID, 0)), len(h.rep.History(stay.ID, 0))
 
 	mark := h.requests.mark()
 	t0 := time.Now()
@@ -646,7 +646,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 	h.waitFailed(mark, informerResources...)
 	h.settle(crash.ID, 0)
 	h.settle(stay.ID, 0)
-	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
+	for _, r := range append(h.rep.History(crash.ID, 0)[beforeCrash:], h.rep.History(stay.ID, 0)[beforeStay:]...) {
 		t.Errorf("reported %+v during the outage", r)
 	}
 	if _, err := h.w.Jobs(h.ctx); fabric.ErrorCode(err) != fabric.CodeUnavailable {
@@ -679,7 +679,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 		h.touchReplica(id)
 		h.settle(id, 0)
 	}
-	for _, r := range append(h.rep.history(crash.ID, 0)[beforeCrash:], h.rep.history(stay.ID, 0)[beforeStay:]...) {
+	for _, r := range append(h.rep.History(crash.ID, 0)[beforeCrash:], h.rep.History(stay.ID, 0)[beforeStay:]...) {
 		if r.State != cosmic.StateRunning {
 			t.Errorf("reported %+v after the outage, nothing changed", r)
 		}
@@ -691,7 +691,7 @@ func TestIntegrationAPIServerOutage(t *testing.T) {
 		return h.w.Apply(h.ctx, worker.ApplyParams{Job: j2, Reservations: []cosmic.Reservation{res2}})
 	})
 	h.waitReport(j2.ID, 0, cosmic.StatePending, nil)
-	if r, _ := h.rep.last(stay.ID, 0); r.State != cosmic.StateRunning {
+	if r, _ := h.rep.Last(stay.ID, 0); r.State != cosmic.StateRunning {
 		t.Fatalf("the job left alone: %+v", r)
 	}
 }
@@ -713,7 +713,7 @@ func TestIntegrationAPIServerPartition(t *testing.T) {
 	job := containerJob("team-a")
 	h.apply(job, h.reservation(job, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{0}}))
 	h.runReplica(job.ID, 0, h.nodeName(0))
-	before := len(h.rep.history(job.ID, 0))
+	before := len(h.rep.History(job.ID, 0))
 
 	proxy.cut()
 	j2, res2 := h.assertUnavailable()
@@ -724,7 +724,7 @@ func TestIntegrationAPIServerPartition(t *testing.T) {
 	// cannot have been seen), and the replica is judged meanwhile.
 	h.waitFailed(h.requests.mark(), informerResources...)
 	h.settle(job.ID, 0)
-	for _, r := range h.rep.history(job.ID, 0)[before:] {
+	for _, r := range h.rep.History(job.ID, 0)[before:] {
 		t.Errorf("reported %+v during the outage", r)
 	}
 

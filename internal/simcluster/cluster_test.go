@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
+	"github.com/cosmicac/cosmicac/internal/worker/workertest"
 )
 
 const (
@@ -29,23 +30,23 @@ const (
 	jobC = "cccccccc-0000-4000-8000-000000000003"
 )
 
-// fakeReporter records every report; while failing it refuses them.
+// fakeReporter records every report (workertest.Recorder); while failing
+// it refuses them.
 type fakeReporter struct {
+	workertest.Recorder
 	mu      sync.Mutex
-	reports []worker.Report
 	failing bool
 	refused int
 }
 
-func (f *fakeReporter) Report(_ context.Context, r worker.Report) error {
-	f.mu.Lock()
+func (f *fakeReporter) Report(ctx context.Context, r worker.Report) error {
+	f.mu.Lock() // held while recording: a report is refused or recorded, never both sides of a switch
 	defer f.mu.Unlock()
 	if f.failing {
 		f.refused++
 		return errors.New("ork unreachable")
 	}
-	f.reports = append(f.reports, r)
-	return nil
+	return f.Recorder.Report(ctx, r)
 }
 
 func (f *fakeReporter) setFailing(b bool) {
@@ -54,54 +55,15 @@ func (f *fakeReporter) setFailing(b bool) {
 	f.failing = b
 }
 
-// replicaReports lists every report of one replica, in order.
-func (f *fakeReporter) replicaReports(job string, replica int) []worker.ReplicaReport {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []worker.ReplicaReport
-	for _, r := range f.reports {
-		for _, j := range r.Jobs {
-			if j.JobID != job {
-				continue
-			}
-			for _, rr := range j.Replicas {
-				if rr.Replica == replica {
-					out = append(out, rr)
-				}
-			}
-		}
-	}
-	return out
-}
-
 // states lists the replica's reported states, repeats collapsed.
 func (f *fakeReporter) states(job string, replica int) []cosmic.State {
 	var out []cosmic.State
-	for _, rr := range f.replicaReports(job, replica) {
+	for _, rr := range f.History(job, replica) {
 		if len(out) == 0 || out[len(out)-1] != rr.State {
 			out = append(out, rr.State)
 		}
 	}
 	return out
-}
-
-func (f *fakeReporter) last(job string, replica int) (worker.ReplicaReport, bool) {
-	rs := f.replicaReports(job, replica)
-	if len(rs) == 0 {
-		return worker.ReplicaReport{}, false
-	}
-	return rs[len(rs)-1], true
-}
-
-func (f *fakeReporter) lastCapacity() *worker.Capacity {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i := len(f.reports) - 1; i >= 0; i-- {
-		if f.reports[i].Capacity != nil {
-			return f.reports[i].Capacity
-		}
-	}
-	return nil
 }
 
 type env struct {
@@ -149,7 +111,7 @@ func (e *env) waitState(t *testing.T, job string, replica int, want cosmic.State
 	var got worker.ReplicaReport
 	waitFor(t, fmt.Sprintf("replica %s/%d %s", job, replica, want), func() bool {
 		var ok bool
-		got, ok = e.rep.last(job, replica)
+		got, ok = e.rep.Last(job, replica)
 		return ok && got.State == want
 	})
 	return got
@@ -268,7 +230,7 @@ func TestLifecycleToRunning(t *testing.T) {
 		if diff := cmp.Diff([]cosmic.State{cosmic.StatePending, cosmic.StateStarting, cosmic.StateRunning}, e.rep.states(jobA, 0)); diff != "" {
 			t.Errorf("states (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff([]int{0, 25, 50, 75, 100}, importPercents(e.rep.replicaReports(jobA, 0))); diff != "" {
+		if diff := cmp.Diff([]int{0, 25, 50, 75, 100}, importPercents(e.rep.History(jobA, 0))); diff != "" {
 			t.Errorf("import progress (-want +got):\n%s", diff)
 		}
 		// Given: the job's share (the spec here asks for no CPU or memory).
@@ -467,7 +429,7 @@ func TestFailImport(t *testing.T) {
 				if lastRec.Step != "import_disk" || *lastRec.OK || !strings.Contains(lastRec.Line, "50%") {
 					t.Errorf("last record %+v, want a failed import at 50%%", lastRec)
 				}
-				if diff := cmp.Diff([]int{0, 25}, importPercents(e.rep.replicaReports(jobA, 0))); diff != "" {
+				if diff := cmp.Diff([]int{0, 25}, importPercents(e.rep.History(jobA, 0))); diff != "" {
 					t.Errorf("import progress (-want +got):\n%s", diff)
 				}
 				// The GPUs are free again; the next import is not armed.
@@ -491,7 +453,7 @@ func TestCrash(t *testing.T) {
 		if reasonCode(got) != cosmic.ReasonVMICrashed {
 			t.Errorf("reason = %+v, want vmi_crashed", got.Reason)
 		}
-		if r, _ := e.rep.last(jobA, 0); r.State != cosmic.StateRunning {
+		if r, _ := e.rep.Last(jobA, 0); r.State != cosmic.StateRunning {
 			t.Errorf("replica 0 = %s, want running", r.State)
 		}
 		// A crashed replica has no VMI left to crash.
@@ -519,11 +481,11 @@ func TestLoseAndRestoreNode(t *testing.T) {
 				t.Errorf("%s: reason = %+v, want node_lost", id, r.Reason)
 			}
 		}
-		if r, _ := e.rep.last(jobB, 0); r.State != cosmic.StateRunning {
+		if r, _ := e.rep.Last(jobB, 0); r.State != cosmic.StateRunning {
 			t.Errorf("job on the other node = %s, want running", r.State)
 		}
 		waitFor(t, "capacity with node-0 not ready", func() bool {
-			capa := e.rep.lastCapacity()
+			capa := e.rep.LastCapacity()
 			return capa != nil && !capa.Nodes[0].Ready && capa.Nodes[1].Ready
 		})
 		// Nothing is scheduled on a lost node.
@@ -536,7 +498,7 @@ func TestLoseAndRestoreNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "capacity with node-0 ready", func() bool {
-			capa := e.rep.lastCapacity()
+			capa := e.rep.LastCapacity()
 			return capa != nil && capa.Nodes[0].Ready
 		})
 		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
@@ -586,14 +548,14 @@ func TestRestart(t *testing.T) {
 		e := start(t)
 		e.apply(t, jobA, resv(jobA, 0, on(0, 0, 1)))
 		e.waitState(t, jobA, 0, cosmic.StateRunning)
-		n := len(e.rep.replicaReports(jobA, 0))
+		n := len(e.rep.History(jobA, 0))
 		if err := e.c.Restart(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: 0}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitState(t, jobA, 0, cosmic.StateRestarting)
 		e.waitState(t, jobA, 0, cosmic.StateRunning)
 		var states []cosmic.State
-		for _, r := range e.rep.replicaReports(jobA, 0)[n:] {
+		for _, r := range e.rep.History(jobA, 0)[n:] {
 			if len(states) == 0 || states[len(states)-1] != r.State {
 				states = append(states, r.State)
 			}
@@ -654,7 +616,7 @@ func TestDelete(t *testing.T) {
 				}
 				for i := range 2 {
 					waitFor(t, "replica gone", func() bool {
-						r, _ := e.rep.last(jobA, i)
+						r, _ := e.rep.Last(jobA, i)
 						return r.Gone
 					})
 				}
@@ -723,7 +685,7 @@ func TestReportsRetriedWithoutBlockingTheLifecycle(t *testing.T) {
 			recs := e.logs.Job(jobA)
 			return len(recs) > 0 && recs[len(recs)-1].Step == "ready"
 		})
-		if got := e.rep.replicaReports(jobA, 0); len(got) != 0 {
+		if got := e.rep.History(jobA, 0); len(got) != 0 {
 			t.Fatalf("reports delivered while failing: %+v", got)
 		}
 		e.rep.mu.Lock()
@@ -761,17 +723,13 @@ func TestUnreachableWithoutLink(t *testing.T) {
 			recs := e.logs.Job(jobA)
 			return recs[len(recs)-1].Step == "ready"
 		})
-		if r, _ := e.rep.last(jobA, 0); r.State != cosmic.StatePending {
+		if r, _ := e.rep.Last(jobA, 0); r.State != cosmic.StatePending {
 			t.Errorf("last report while unreachable = %s, want pending", r.State)
 		}
 		// Back, it reports its whole state.
-		e.rep.mu.Lock()
-		n := len(e.rep.reports)
-		e.rep.mu.Unlock()
+		n := len(e.rep.Reports())
 		e.waitState(t, jobA, 0, cosmic.StateRunning)
-		e.rep.mu.Lock()
-		back := e.rep.reports[n]
-		e.rep.mu.Unlock()
+		back := e.rep.Reports()[n]
 		if back.Capacity == nil || len(back.Jobs) != 1 {
 			t.Errorf("first report after the outage = %+v, want capacity and every job", back)
 		}
@@ -836,7 +794,7 @@ func TestReportsAreStamped(t *testing.T) {
 		e := start(t)
 		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
 		last := e.waitState(t, jobA, 0, cosmic.StateRunning)
-		reps := e.rep.replicaReports(jobA, 0)
+		reps := e.rep.History(jobA, 0)
 		for i, rr := range reps {
 			if rr.Observed.Process == "" || i > 0 && !rr.Observed.Supersedes(reps[i-1].Observed) {
 				t.Fatalf("report %d stamped %+v after %+v", i, rr.Observed, reps[max(i-1, 0)].Observed)

@@ -101,6 +101,35 @@ func (r *Recorder) History(job string, replica int) []worker.ReplicaReport {
 	return out
 }
 
+// Reports are the reports delivered so far, in order.
+func (r *Recorder) Reports() []worker.Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reports)
+}
+
+// Last is the replica's last report, if it has one.
+func (r *Recorder) Last(job string, replica int) (worker.ReplicaReport, bool) {
+	h := r.History(job, replica)
+	if len(h) == 0 {
+		return worker.ReplicaReport{}, false
+	}
+	return h[len(h)-1], true
+}
+
+// LastCapacity is the capacity of the last report that carried one (nil:
+// none did).
+func (r *Recorder) LastCapacity() *worker.Capacity {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.reports) - 1; i >= 0; i-- {
+		if c := r.reports[i].Capacity; c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
 // Run runs the suite; newRack makes a fresh rack for each check.
 func Run(t *testing.T, newRack func(t *testing.T) *Rack) {
 	checks := []struct {
