@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -513,5 +514,43 @@ func TestShellNoticeAndRefusal(t *testing.T) {
 	}
 	if !refused {
 		t.Errorf("no record of the refused session: %+v", r.logs.Job(r.agent.cfg.JobID))
+	}
+}
+
+// TestRecordsGoToTheMonitorTheBootstrapNames: an agent given no sink
+// forwards its records (here its command's output) to the monitor its
+// peers name, from its own node (joblog.Append), as in a VM; given a
+// sink, it forwards nothing.
+func TestRecordsGoToTheMonitorTheBootstrapNames(t *testing.T) {
+	agentID := mustID(t)
+	mon, err := fabric.New(fabric.Config{Component: "wrk-monitor", Identity: mustID(t), Listen: "127.0.0.1:0",
+		Policy: fabric.NewAllowList(agentID.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mon.Close() })
+	var mu sync.Mutex
+	var got []joblog.Record
+	joblog.Append.Handle(mon, func(_ context.Context, _ fabric.PublicKey, p joblog.AppendParams) (joblog.AppendReply, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, p.Records...)
+		return joblog.AppendReply{}, nil
+	})
+	r := newRig(t, func(c *Config) {
+		c.Identity, c.Logs = agentID, nil
+		c.Peers = append(c.Peers, Peer{Role: RoleMonitor, Key: mon.PublicKey(), Addrs: []string{mon.Addr()}})
+		c.Command = []string{"sh", "-c", "echo to-the-monitor; sleep 100"}
+	})
+	if r.agent.Forwarder() == nil {
+		t.Fatal("an agent whose bootstrap names a monitor has no forwarder")
+	}
+	waittest.Until(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(got, func(rec joblog.Record) bool { return strings.Contains(rec.Line, "to-the-monitor") })
+	}, "the command's output at the monitor")
+	if New(Config{Identity: agentID, Logs: joblog.Discard, Peers: []Peer{{Role: RoleMonitor, Key: mon.PublicKey()}}}, nil).Forwarder() != nil {
+		t.Error("an agent given a sink forwards too")
 	}
 }
