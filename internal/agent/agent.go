@@ -20,7 +20,7 @@
 // and their roles) and what they do with the peers (NewNode, KeepConnected,
 // NotifyWorkers).
 //
-// See docs/shell.md. Importers: internal/cli (the agent command and `jobs
+// See docs/shell.md. Importers: internal/agentcmd (the agent command), internal/cli (`jobs
 // shell`), internal/inferagent, and the rack workers for the report types
 // and the bootstrap's peer roles.
 package agent

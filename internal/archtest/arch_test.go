@@ -79,6 +79,12 @@ func TestBoundaries(t *testing.T) {
 		// (orkapi, keyapi, proxyapi), never the other's implementation.
 		mod + "appnode":     append([]string{mod + "ork$", mod + "ork/placement", mod + "store/", "github.com/jackc/", mod + "inferproxy$", mod + "monitor"}, kube...),
 		mod + "inferproxy$": append([]string{mod + "appnode", mod + "ork$", mod + "monitor", mod + "store/"}, kube...),
+		// The user verbs talk to the platform through its API client (and
+		// the fabric, for keys, rpc and shells): no server, store, driver,
+		// gateway or component command is linked into them (issue 33).
+		mod + "cli$": append([]string{mod + "ork$", mod + "ork/placement", mod + "appnode", mod + "store", mod + "platform", mod + "simcluster",
+			mod + "qemu", mod + "qemuworker", mod + "k8sworker", mod + "monitor", mod + "inferproxy$", mod + "inferagent", mod + "gateway", mod + "webui",
+			mod + "cli/components", "github.com/caddyserver/", "modernc.org/", "github.com/jackc/"}, kube...),
 		// The spec ⇄ flags mapping is the domain's and pflag's only.
 		mod + "jobflags":            append([]string{mod + "appnode", mod + "cli", mod + "client", mod + "ork", mod + "store", mod + "fabric", "github.com/spf13/cobra"}, kube...),
 		mod + "inferproxy/keyapi":   {mod + "appnode", mod + "inferproxy$", mod + "inferagent", mod + "trust", "k8s.io/"},
@@ -216,7 +222,7 @@ func TestPoliciesComeFromTheTrustGraph(t *testing.T) {
 
 // TestNoTestOrSimulatorInProduction: no package imports a test harness
 // (cosmictest, k8stest, trusttest, …) but another harness; the simulated
-// rack, its sshd and the simulated runtime are imported only by the wiring (the binary, cli,
+// rack, its sshd and the simulated runtime are imported only by the wiring (the binary, cli/components,
 // platform), the simulated runtime's launcher (inferagent/simlaunch) and
 // the harnesses: the agents, the workers and the servers carry none.
 func TestNoTestOrSimulatorInProduction(t *testing.T) {
@@ -225,7 +231,7 @@ func TestNoTestOrSimulatorInProduction(t *testing.T) {
 		return strings.HasPrefix(p, mod) && strings.HasSuffix(p, "test") || p == mod+"testenv"
 	}
 	simulator := map[string]bool{mod + "simcluster": true, mod + "simsshd": true, mod + "simruntime": true}
-	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli": true, mod + "platform": true,
+	mayUseSimulators := map[string]bool{"github.com/cosmicac/cosmicac/cmd/cosmicac": true, mod + "cli/components": true, mod + "platform": true,
 		mod + "inferagent/simlaunch": true, mod + "agentcmd": true, "github.com/cosmicac/cosmicac/cmd/cosmicac-agent": true}
 	for _, p := range list(t) {
 		if harness(p.ImportPath) || strings.HasSuffix(p.ImportPath, "/archtest") {

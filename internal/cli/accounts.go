@@ -24,10 +24,10 @@ import (
 // which).
 
 func init() {
-	register((*app).usersCommand)
-	register((*app).teamsCommand)
-	register((*app).tokensCommand)
-	register((*app).auditCommand)
+	Register((*App).usersCommand)
+	Register((*App).teamsCommand)
+	Register((*App).tokensCommand)
+	Register((*App).auditCommand)
 }
 
 // changed is what a command that changes something prints with -o json
@@ -53,17 +53,17 @@ func withOutput(cmd *cobra.Command, out *outputFlag) *cobra.Command {
 }
 
 // printResult prints v with -o json|yaml, else the line.
-func (a *app) printResult(out *outputFlag, v any, format string, args ...any) error {
-	if ok, err := out.structured(a.stdout, v); ok {
+func (a *App) printResult(out *outputFlag, v any, format string, args ...any) error {
+	if ok, err := out.structured(a.Stdout, v); ok {
 		return err
 	}
-	fmt.Fprintf(a.stdout, format, args...)
+	fmt.Fprintf(a.Stdout, format, args...)
 	return nil
 }
 
 // ---- users
 
-func (a *app) usersCommand() *cobra.Command {
+func (a *App) usersCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "users",
@@ -84,11 +84,11 @@ func userTeams(ms []cosmic.Member) string {
 	return dash(strings.Join(parts, ","))
 }
 
-func (a *app) printUsers(out *outputFlag, users []apiv1.UserInfo) error {
-	if ok, err := out.structured(a.stdout, apiv1.UserList{Items: users, Total: len(users)}); ok {
+func (a *App) printUsers(out *outputFlag, users []apiv1.UserInfo) error {
+	if ok, err := out.structured(a.Stdout, apiv1.UserList{Items: users, Total: len(users)}); ok {
 		return err
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPLATFORM ADMIN\tPASSWORD\tTEAMS\tAGE")
 	for _, u := range users {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Name, yesNo(u.PlatformAdmin), yesNo(u.HasPassword), userTeams(u.Teams), age(u.CreatedAt))
@@ -96,7 +96,7 @@ func (a *app) printUsers(out *outputFlag, users []apiv1.UserInfo) error {
 	return tw.Flush()
 }
 
-func (a *app) usersListCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List users and their teams", Args: cobra.NoArgs,
@@ -119,7 +119,7 @@ func (a *app) usersListCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) usersCreateCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersCreateCommand(conn *connFlags) *cobra.Command {
 	var (
 		out                         outputFlag
 		password, passwordStdin, pa bool
@@ -152,10 +152,10 @@ func (a *app) usersCreateCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, u); ok {
+			if ok, err := out.structured(a.Stdout, u); ok {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "user %s created\n", u.Name)
+			fmt.Fprintf(a.Stdout, "user %s created\n", u.Name)
 			return nil
 		},
 	}
@@ -167,7 +167,7 @@ func (a *app) usersCreateCommand(conn *connFlags) *cobra.Command {
 }
 
 // newPassword reads a new password: twice on a terminal, once from stdin.
-func (a *app) newPassword(prompt string, fromStdin bool) (string, error) {
+func (a *App) newPassword(prompt string, fromStdin bool) (string, error) {
 	pw, err := a.readPassword(prompt, fromStdin)
 	if err != nil || fromStdin || !a.stdinTerminal() {
 		return pw, err
@@ -177,12 +177,12 @@ func (a *app) newPassword(prompt string, fromStdin bool) (string, error) {
 		return "", err
 	}
 	if again != pw {
-		return "", usageErrorf("the passwords differ")
+		return "", UsageErrorf("the passwords differ")
 	}
 	return pw, nil
 }
 
-func (a *app) usersGetCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersGetCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use: "get NAME", Short: "Show a user and their teams", Args: cobra.ExactArgs(1),
@@ -198,7 +198,7 @@ func (a *app) usersGetCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, u); ok {
+			if ok, err := out.structured(a.Stdout, u); ok {
 				return err
 			}
 			return a.printUsers(&out, []apiv1.UserInfo{u})
@@ -208,7 +208,7 @@ func (a *app) usersGetCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) usersDeleteCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersDeleteCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
@@ -226,7 +226,7 @@ func (a *app) usersDeleteCommand(conn *connFlags) *cobra.Command {
 	}, &out)
 }
 
-func (a *app) usersPasswdCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersPasswdCommand(conn *connFlags) *cobra.Command {
 	var (
 		passwordStdin bool
 		out           outputFlag
@@ -287,7 +287,7 @@ func (a *app) usersPasswdCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) usersAdminCommand(conn *connFlags) *cobra.Command {
+func (a *App) usersAdminCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "platform-admin NAME on|off", Args: cobra.ExactArgs(2),
@@ -299,7 +299,7 @@ func (a *app) usersAdminCommand(conn *connFlags) *cobra.Command {
 				on = true
 			case "off", "false", "no":
 			default:
-				return usageErrorf("want on or off, not %q", args[1])
+				return UsageErrorf("want on or off, not %q", args[1])
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -316,7 +316,7 @@ func (a *app) usersAdminCommand(conn *connFlags) *cobra.Command {
 
 // ---- teams
 
-func (a *app) teamsCommand() *cobra.Command {
+func (a *App) teamsCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "teams",
@@ -329,7 +329,7 @@ func (a *app) teamsCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) teamsListCommand(conn *connFlags) *cobra.Command {
+func (a *App) teamsListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs,
@@ -346,14 +346,14 @@ func (a *app) teamsListCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, apiv1.TeamList{Items: teams, Total: len(teams)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.TeamList{Items: teams, Total: len(teams)}); ok {
 				return err
 			}
 			who, err := c.WhoAmI(cmd.Context())
 			if err != nil {
 				return c.explain(err)
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "\tNAME\tROLE\tAGE")
 			for _, t := range teams {
 				mark := ""
@@ -369,7 +369,7 @@ func (a *app) teamsListCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) teamsCreateCommand(conn *connFlags) *cobra.Command {
+func (a *App) teamsCreateCommand(conn *connFlags) *cobra.Command {
 	var (
 		out   outputFlag
 		owner string
@@ -390,10 +390,10 @@ func (a *app) teamsCreateCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, t); ok {
+			if ok, err := out.structured(a.Stdout, t); ok {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "team %s created\n", t.Name)
+			fmt.Fprintf(a.Stdout, "team %s created\n", t.Name)
 			return nil
 		},
 	}
@@ -402,7 +402,7 @@ func (a *app) teamsCreateCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) teamsDeleteCommand(conn *connFlags) *cobra.Command {
+func (a *App) teamsDeleteCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
@@ -420,7 +420,7 @@ func (a *app) teamsDeleteCommand(conn *connFlags) *cobra.Command {
 	}, &out)
 }
 
-func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
+func (a *App) teamsUseCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "use TEAM", Args: cobra.ExactArgs(1),
@@ -437,7 +437,7 @@ func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if saved.Token == "" {
-				return usageErrorf("no saved login: run `cosmicac login` first")
+				return UsageErrorf("no saved login: run `cosmicac login` first")
 			}
 			if args[0] == "-" {
 				saved.Team = ""
@@ -467,7 +467,7 @@ func (a *app) teamsUseCommand(conn *connFlags) *cobra.Command {
 	}, &out)
 }
 
-func (a *app) membersCommand(conn *connFlags) *cobra.Command {
+func (a *App) membersCommand(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "members",
 		Aliases: []string{"member"},
@@ -481,7 +481,7 @@ func (a *app) membersCommand(conn *connFlags) *cobra.Command {
 
 // memberTeam is the team a members command acts in: --team, else the
 // active one the API reports.
-func (a *app) memberTeam(cmd *cobra.Command, c *apiConn, conn *connFlags) (string, error) {
+func (a *App) memberTeam(cmd *cobra.Command, c *apiConn, conn *connFlags) (string, error) {
 	if conn.team != "" {
 		return conn.team, nil
 	}
@@ -490,12 +490,12 @@ func (a *app) memberTeam(cmd *cobra.Command, c *apiConn, conn *connFlags) (strin
 		return "", c.explain(err)
 	}
 	if who.Team == "" {
-		return "", usageErrorf("which team? give --team TEAM or run `cosmicac teams use TEAM`")
+		return "", UsageErrorf("which team? give --team TEAM or run `cosmicac teams use TEAM`")
 	}
 	return who.Team, nil
 }
 
-func (a *app) membersListCommand(conn *connFlags) *cobra.Command {
+func (a *App) membersListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs, Short: "List the team's members",
@@ -515,10 +515,10 @@ func (a *app) membersListCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, apiv1.MemberList{Items: ms, Total: len(ms)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.MemberList{Items: ms, Total: len(ms)}); ok {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "USER\tROLE")
 			for _, m := range ms {
 				fmt.Fprintf(tw, "%s\t%s\n", m.User, m.Role)
@@ -530,7 +530,7 @@ func (a *app) membersListCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
+func (a *App) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
 	var (
 		role string
 		out  outputFlag
@@ -540,7 +540,7 @@ func (a *app) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
 		Short: map[string]string{"add": "Add USER to the team with a role", "role": "Change USER's role in the team"}[verb],
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cosmic.Role(role).Valid() {
-				return usageErrorf("--role: want owner, admin, member or viewer, not %q", role)
+				return UsageErrorf("--role: want owner, admin, member or viewer, not %q", role)
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -562,7 +562,7 @@ func (a *app) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
 	return cmd
 }
 
-func (a *app) membersRemoveCommand(conn *connFlags) *cobra.Command {
+func (a *App) membersRemoveCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "remove USER", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
@@ -586,7 +586,7 @@ func (a *app) membersRemoveCommand(conn *connFlags) *cobra.Command {
 
 // ---- tokens
 
-func (a *app) tokensCommand() *cobra.Command {
+func (a *App) tokensCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "tokens",
@@ -598,7 +598,7 @@ func (a *app) tokensCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
+func (a *App) tokensCreateCommand(conn *connFlags) *cobra.Command {
 	var (
 		out      outputFlag
 		in       apiv1.CreateToken
@@ -623,7 +623,7 @@ func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if quiet && cmd.Flags().Changed("output") {
-				return usageErrorf("-q prints only the token: give -q or -o, not both")
+				return UsageErrorf("-q prints only the token: give -q or -o, not both")
 			}
 			in.Name = args[0]
 			if selector != "" {
@@ -631,7 +631,7 @@ func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
 				for _, term := range strings.Split(selector, ",") {
 					k, v, ok := strings.Cut(strings.TrimSpace(term), "=")
 					if !ok || k == "" {
-						return usageErrorf("--selector %q: want key=value,...", selector)
+						return UsageErrorf("--selector %q: want key=value,...", selector)
 					}
 					in.Selector[k] = v
 				}
@@ -645,13 +645,13 @@ func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			if quiet {
-				fmt.Fprintln(a.stdout, t.Secret)
+				fmt.Fprintln(a.Stdout, t.Secret)
 				return nil
 			}
-			if ok, err := out.structured(a.stdout, t); ok {
+			if ok, err := out.structured(a.Stdout, t); ok {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "token %s (%s), expires %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", t.ID, t.Name, t.ExpiresAt.Format(time.RFC3339), t.Secret)
+			fmt.Fprintf(a.Stdout, "token %s (%s), expires %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", t.ID, t.Name, t.ExpiresAt.Format(time.RFC3339), t.Secret)
 			return nil
 		},
 	}
@@ -664,7 +664,7 @@ func (a *app) tokensCreateCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) tokensListCommand(conn *connFlags) *cobra.Command {
+func (a *App) tokensListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs, Short: "List your tokens (never their secrets), with their last use",
@@ -680,10 +680,10 @@ func (a *app) tokensListCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, apiv1.TokenList{Items: toks, Total: len(toks)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.TokenList{Items: toks, Total: len(toks)}); ok {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSCOPE\tSELECTOR\tLAST USED\tEXPIRES\tAGE")
 			for _, t := range toks {
 				last, exp := "never", "never"
@@ -710,7 +710,7 @@ func labelString(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func (a *app) tokensRevokeCommand(conn *connFlags) *cobra.Command {
+func (a *App) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	return withOutput(&cobra.Command{
 		Use: "revoke NAME|ID", Aliases: []string{"delete", "rm"}, Args: cobra.ExactArgs(1),
@@ -740,7 +740,7 @@ func (a *app) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 			case 1:
 				id = named[0]
 			default:
-				return usageErrorf("%d tokens are named %q; revoke one by its ID: %s", len(named), args[0], strings.Join(named, ", "))
+				return UsageErrorf("%d tokens are named %q; revoke one by its ID: %s", len(named), args[0], strings.Join(named, ", "))
 			}
 			if err := c.RevokeToken(cmd.Context(), id); err != nil {
 				return c.explain(err)
@@ -752,7 +752,7 @@ func (a *app) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 
 // ---- audit
 
-func (a *app) auditCommand() *cobra.Command {
+func (a *App) auditCommand() *cobra.Command {
 	var (
 		conn         connFlags
 		out          outputFlag
@@ -781,7 +781,7 @@ func (a *app) auditCommand() *cobra.Command {
 			}
 			if allTeams {
 				if conn.team != "" {
-					return usageErrorf("give --team or --all-teams, not both")
+					return UsageErrorf("give --team or --all-teams, not both")
 				}
 				conn.team = apiv1.AllTeams
 			}
@@ -793,10 +793,10 @@ func (a *app) auditCommand() *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, page); ok {
+			if ok, err := out.structured(a.Stdout, page); ok {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TIME\tUSER\tTEAM\tACTION\tTARGET\tOUTCOME\tFROM")
 			for _, r := range page.Items {
 				oc := r.Outcome + " " + strconv.Itoa(r.Status)
@@ -809,7 +809,7 @@ func (a *app) auditCommand() *cobra.Command {
 				return err
 			}
 			if page.Next != 0 {
-				fmt.Fprintf(a.stderr, "more: add --before %d\n", page.Next)
+				fmt.Fprintf(a.Stderr, "more: add --before %d\n", page.Next)
 			}
 			return nil
 		},
@@ -836,26 +836,26 @@ func timeFlag(name, v string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return time.Time{}, usageErrorf("--%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (24h)", name, v)
+		return time.Time{}, UsageErrorf("--%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (24h)", name, v)
 	}
 	return t, nil
 }
 
 // stdinTerminal says whether stdin is a terminal.
-func (a *app) stdinTerminal() bool {
-	f, ok := a.stdin.(*os.File)
+func (a *App) stdinTerminal() bool {
+	f, ok := a.Stdin.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // stdinLines reads n lines of stdin (without their line ends).
-func (a *app) stdinLines(n int) ([]string, error) {
-	br := bufio.NewReader(a.stdin)
+func (a *App) stdinLines(n int) ([]string, error) {
+	br := bufio.NewReader(a.Stdin)
 	out := make([]string, 0, n)
 	for range n {
 		line, err := br.ReadString('\n')
 		line = strings.TrimRight(line, "\r\n")
 		if line == "" && err != nil {
-			return nil, usageErrorf("want %d lines on stdin (the current password, then the new one)", n)
+			return nil, UsageErrorf("want %d lines on stdin (the current password, then the new one)", n)
 		}
 		out = append(out, line)
 	}

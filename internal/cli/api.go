@@ -23,7 +23,7 @@ type apiConn struct {
 }
 
 // connect makes an API client from the flags, environment and login config.
-func (a *app) connect(f *connFlags, opts ...client.Option) (*apiConn, error) {
+func (a *App) connect(f *connFlags, opts ...client.Option) (*apiConn, error) {
 	cfg, err := a.clientConfig(f)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func (c *apiConn) explain(err error) error {
 	var ae *client.APIError
 	if errors.As(err, &ae) {
 		if ae.Status == http.StatusUnauthorized {
-			return withExit(ExitFailure, fmt.Errorf("not logged in or token invalid: run `cosmicac login` (%s)", ae.Message))
+			return WithExit(ExitFailure, fmt.Errorf("not logged in or token invalid: run `cosmicac login` (%s)", ae.Message))
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %s", ae.Code, ae.Message)
@@ -60,7 +60,7 @@ func (c *apiConn) explain(err error) error {
 				}
 			}
 		}
-		return withExit(ExitFailure, &explained{msg: b.String(), err: err})
+		return WithExit(ExitFailure, &explained{msg: b.String(), err: err})
 	}
 	if errors.Is(err, context.Canceled) {
 		return err // the root command turns it into exit 130
@@ -69,15 +69,15 @@ func (c *apiConn) explain(err error) error {
 	var oe *net.OpError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return withExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running?", c.url), err: err})
+		return WithExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running?", c.url), err: err})
 	case errors.As(err, &oe) && oe.Op == "dial", errors.As(err, &ne):
 		cause := errors.Unwrap(err)
 		if cause == nil {
 			cause = err
 		}
-		return withExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running? (%v)", c.url, cause), err: err})
+		return WithExit(ExitFailure, &explained{msg: fmt.Sprintf("cannot reach CosmicAC at %s: is `cosmicac up` running? (%v)", c.url, cause), err: err})
 	}
-	return withExit(ExitFailure, err)
+	return WithExit(ExitFailure, err)
 }
 
 // explained is an error with a message for people that still unwraps to
@@ -105,7 +105,7 @@ func (c *apiConn) resolveJobID(ctx context.Context, arg string) (string, error) 
 		return id, nil
 	}
 	if arg == "" {
-		return "", usageErrorf("give a job's name, ID or a unique prefix of its ID")
+		return "", UsageErrorf("give a job's name, ID or a unique prefix of its ID")
 	}
 	named, err := c.listAll(ctx, client.ListOptions{Name: arg})
 	if err != nil {
@@ -148,10 +148,10 @@ func matchJob(arg string, named, all []apiv1.Job) (string, error) {
 	switch len(candidates) {
 	case 0:
 		if short {
-			return "", usageErrorf("no job is named %q, and %d characters are too few for an ID prefix: give at least %d of the ID, the whole ID or the job's name (cosmicac jobs list)",
+			return "", UsageErrorf("no job is named %q, and %d characters are too few for an ID prefix: give at least %d of the ID, the whole ID or the job's name (cosmicac jobs list)",
 				arg, len(arg), MinJobIDPrefix)
 		}
-		return "", withExit(ExitFailure, fmt.Errorf("no job is named %q or has an ID starting with it", arg))
+		return "", WithExit(ExitFailure, fmt.Errorf("no job is named %q or has an ID starting with it", arg))
 	case 1:
 		for id := range candidates {
 			return id, nil
@@ -161,7 +161,7 @@ func matchJob(arg string, named, all []apiv1.Job) (string, error) {
 	if len(list) > 5 {
 		list = append(list[:5], "...")
 	}
-	return "", usageErrorf("%q is ambiguous: %s", arg, strings.Join(list, ", "))
+	return "", UsageErrorf("%q is ambiguous: %s", arg, strings.Join(list, ", "))
 }
 
 // listAll pages through every job that matches o.

@@ -11,9 +11,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
-func init() { register((*app).apiKeysCommand) }
+func init() { Register((*App).apiKeysCommand) }
 
-func (a *app) apiKeysCommand() *cobra.Command {
+func (a *App) apiKeysCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "api-keys",
@@ -27,7 +27,7 @@ func (a *app) apiKeysCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
+func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	var (
 		out     outputFlag
 		quiet   bool
@@ -48,7 +48,7 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if quiet && cmd.Flags().Changed("output") {
-				return usageErrorf("-q prints only the key: give -q or -o, not both")
+				return UsageErrorf("-q prints only the key: give -q or -o, not both")
 			}
 			in := apiv1.CreateAPIKey{Name: args[0], Models: models} // of the active team (--team)
 			if expires != "" {
@@ -57,7 +57,7 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 				} else if d, err := time.ParseDuration(expires); err == nil && d > 0 {
 					in.ExpiresIn = expires
 				} else {
-					return usageErrorf("--expires %s: want a duration such as 720h or a time such as 2027-01-31T00:00:00Z", expires)
+					return UsageErrorf("--expires %s: want a duration such as 720h or a time such as 2027-01-31T00:00:00Z", expires)
 				}
 			}
 			c, err := a.connect(conn)
@@ -71,17 +71,17 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 			if quiet {
 				// The key alone, for KEY=$(…): a script has nowhere
 				// else to read it, as it is never shown again.
-				fmt.Fprintln(a.stdout, k.Key)
+				fmt.Fprintln(a.Stdout, k.Key)
 				return nil
 			}
-			if ok, err := out.structured(a.stdout, struct {
+			if ok, err := out.structured(a.Stdout, struct {
 				ID   string `json:"id"`
 				Name string `json:"name"`
 				Key  string `json:"key"`
 			}{k.ID, k.Name, k.Key}); ok {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "API key %s (%s) of team %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", k.ID, k.Name, k.Team, k.Key)
+			fmt.Fprintf(a.Stdout, "API key %s (%s) of team %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", k.ID, k.Name, k.Team, k.Key)
 			return nil
 		},
 	}
@@ -92,7 +92,7 @@ func (a *app) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
+func (a *App) apiKeysListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -114,14 +114,14 @@ func (a *app) apiKeysListCommand(conn *connFlags) *cobra.Command {
 			if keys == nil {
 				keys = []apiv1.APIKey{}
 			}
-			if ok, err := out.structured(a.stdout, apiv1.APIKeyList{Items: keys, Total: len(keys)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.APIKeyList{Items: keys, Total: len(keys)}); ok {
 				return err
 			}
 			if len(keys) == 0 {
-				fmt.Fprintln(a.stderr, "no API keys: create one with `cosmicac api-keys create NAME`")
+				fmt.Fprintln(a.Stderr, "no API keys: create one with `cosmicac api-keys create NAME`")
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tMODELS\tEXPIRES\tOLD KEY UNTIL\tLAST USED\tCREATED BY\tAGE")
 			for _, k := range keys {
 				models := "all"
@@ -151,7 +151,7 @@ func until(t time.Time, none string) string {
 	return "in " + age(now.Add(-t.Sub(now)))
 }
 
-func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
+func (a *App) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 	var (
 		out   outputFlag
 		grace string
@@ -171,11 +171,11 @@ func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if quiet && cmd.Flags().Changed("output") {
-				return usageErrorf("-q prints only the key: give -q or -o, not both")
+				return UsageErrorf("-q prints only the key: give -q or -o, not both")
 			}
 			if grace != "" {
 				if _, err := time.ParseDuration(grace); err != nil {
-					return usageErrorf("--grace %s: want a duration such as 1h or 0s", grace)
+					return UsageErrorf("--grace %s: want a duration such as 1h or 0s", grace)
 				}
 			}
 			c, err := a.connect(conn)
@@ -195,10 +195,10 @@ func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			if quiet {
-				fmt.Fprintln(a.stdout, r.Key)
+				fmt.Fprintln(a.Stdout, r.Key)
 				return nil
 			}
-			if ok, err := out.structured(a.stdout, struct {
+			if ok, err := out.structured(a.Stdout, struct {
 				ID                string    `json:"id"`
 				Name              string    `json:"name"`
 				Key               string    `json:"key"`
@@ -210,7 +210,7 @@ func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 			if !r.PreviousExpiresAt.IsZero() {
 				old = "the old secret works until " + r.PreviousExpiresAt.Local().Format(time.RFC3339)
 			}
-			fmt.Fprintf(a.stdout, "API key %s (%s) rotated; %s. New secret:\n\n  %s\n\nKeep it now: it is not shown again.\n", r.ID, r.Name, old, r.Key)
+			fmt.Fprintf(a.Stdout, "API key %s (%s) rotated; %s. New secret:\n\n  %s\n\nKeep it now: it is not shown again.\n", r.ID, r.Name, old, r.Key)
 			return nil
 		},
 	}
@@ -220,7 +220,7 @@ func (a *app) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
+func (a *App) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:     "revoke NAME|ID",
 		Aliases: []string{"delete", "rm"},
@@ -264,9 +264,9 @@ func (a *app) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			if k.Name != "" && k.Name != k.ID {
-				fmt.Fprintf(a.stdout, "API key %s (%s) revoked\n", k.ID, k.Name)
+				fmt.Fprintf(a.Stdout, "API key %s (%s) revoked\n", k.ID, k.Name)
 			} else {
-				fmt.Fprintf(a.stdout, "API key %s revoked\n", k.ID)
+				fmt.Fprintf(a.Stdout, "API key %s revoked\n", k.ID)
 			}
 			return nil
 		},
@@ -302,5 +302,5 @@ func resolveAPIKey(keys []apiv1.APIKey, arg string) (apiv1.APIKey, error) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s…\t%s\t%s\n", k.ID, k.Name, k.Prefix, dash(k.CreatedBy), age(k.CreatedAt))
 	}
 	_ = tw.Flush()
-	return apiv1.APIKey{}, usageErrorf("%d API keys are named %q; revoke one by its ID:\n%s", len(named), arg, strings.TrimRight(b.String(), "\n"))
+	return apiv1.APIKey{}, UsageErrorf("%d API keys are named %q; revoke one by its ID:\n%s", len(named), arg, strings.TrimRight(b.String(), "\n"))
 }

@@ -86,10 +86,10 @@ func (w *waitWorker) printed(line string) {
 func (w *waitWorker) run(env map[string]string, args ...string) (code int, stdout, stderr string) {
 	w.t.Helper()
 	var out bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: w, getenv: func(k string) string { return env[k] }}
+	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: w, Getenv: func(k string) string { return env[k] }}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	code = a.run(ctx, args)
+	code = a.Run(ctx, args)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.states) > 0 {

@@ -9,21 +9,33 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 )
+
+// TestMain lets tests run this test binary as the cosmicac binary: with
+// COSMICAC_TEST_MAIN=1 it is `cosmicac` itself (the user verbs alone; the
+// component commands are internal/cli/components').
+func TestMain(m *testing.M) {
+	if os.Getenv("COSMICAC_TEST_MAIN") == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Exit(pgtest.Main(m)) // stops the PostgreSQL of the tests that start one
+}
 
 // runCLI runs the command line in-process and returns its exit code and
 // output.
 func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	code := a.run(ctx, args)
+	code := a.Run(ctx, args)
 	return code, out.String(), errb.String()
 }
 
@@ -106,7 +118,7 @@ func TestRPC(t *testing.T) {
 
 func TestSilentErrorsAreNotPrinted(t *testing.T) {
 	var errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errb, getenv: func(string) string { return "" }}
+	a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &errb, Getenv: func(string) string { return "" }}
 	// An exitError wrapping a silent error exits with its code and prints
 	// nothing; any other error is printed.
 	if got := a.report(context.Background(), &exitError{code: 9, err: silentExit{9}}); got != 9 || errb.Len() != 0 {
@@ -115,4 +127,23 @@ func TestSilentErrorsAreNotPrinted(t *testing.T) {
 	if got := a.report(context.Background(), &exitError{code: 4, err: errors.New("boom")}); got != 4 || !strings.Contains(errb.String(), "error: boom") {
 		t.Fatalf("loud: exit %d, stderr %q", got, errb.String())
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that a running command writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

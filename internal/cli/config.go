@@ -49,8 +49,8 @@ func (f *connFlags) add(cmd *cobra.Command) {
 
 // configPath is the file `cosmicac login` writes:
 // $COSMICAC_CONFIG, else USER_CONFIG_DIR/cosmicac/config.yaml.
-func (a *app) configPath() (string, error) {
-	if p := a.getenv(envConfig); p != "" {
+func (a *App) configPath() (string, error) {
+	if p := a.Getenv(envConfig); p != "" {
 		return p, nil
 	}
 	dir, err := a.userConfigDir()
@@ -62,24 +62,24 @@ func (a *app) configPath() (string, error) {
 
 // userConfigDir is os.UserConfigDir read through the app's getenv, so that
 // tests never touch the real home directory.
-func (a *app) userConfigDir() (string, error) {
+func (a *App) userConfigDir() (string, error) {
 	var dir string
 	switch runtime.GOOS {
 	case "windows":
-		dir = a.getenv("AppData")
+		dir = a.Getenv("AppData")
 	case "darwin", "ios":
-		if h := a.getenv("HOME"); h != "" {
+		if h := a.Getenv("HOME"); h != "" {
 			dir = filepath.Join(h, "Library", "Application Support")
 		}
 	case "plan9":
-		if h := a.getenv("home"); h != "" {
+		if h := a.Getenv("home"); h != "" {
 			dir = filepath.Join(h, "lib")
 		}
 	default:
-		dir = a.getenv("XDG_CONFIG_HOME")
+		dir = a.Getenv("XDG_CONFIG_HOME")
 		if dir == "" || !filepath.IsAbs(dir) {
 			dir = ""
-			if h := a.getenv("HOME"); h != "" {
+			if h := a.Getenv("HOME"); h != "" {
 				dir = filepath.Join(h, ".config")
 			}
 		}
@@ -142,16 +142,16 @@ func writeConfigFile(path string, c clientConfig) error {
 // wins) the flags, the environment, the login config file, and the default
 // URL. A config file that cannot be found or read is only an error when it
 // is needed, that is when neither flags nor environment give a token.
-func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
+func (a *App) clientConfig(f *connFlags) (clientConfig, error) {
 	c := clientConfig{URL: f.url, Token: f.token, Team: f.team}
 	if c.URL == "" {
-		c.URL = a.getenv(envURL)
+		c.URL = a.Getenv(envURL)
 	}
 	if c.Token == "" {
-		c.Token = a.getenv(envToken)
+		c.Token = a.Getenv(envToken)
 	}
 	if c.Team == "" {
-		c.Team = a.getenv(envTeam)
+		c.Team = a.Getenv(envTeam)
 	}
 	if c.URL == "" || c.Token == "" || c.Team == "" {
 		if path, err := a.configPath(); err == nil {
@@ -165,7 +165,7 @@ func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
 			if c.Token == "" {
 				c.Token = fc.Token
 			}
-			if c.Team == "" && f.token == "" && a.getenv(envToken) == "" {
+			if c.Team == "" && f.token == "" && a.Getenv(envToken) == "" {
 				// The saved team goes with the saved token only.
 				c.Team = fc.Team
 			}
@@ -187,7 +187,7 @@ func (a *app) clientConfig(f *connFlags) (clientConfig, error) {
 func checkAPIURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageErrorf("the API URL %q must be http:// or https:// and a host, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
+		return UsageErrorf("the API URL %q must be http:// or https:// and a host, e.g. http://%s", raw, strings.TrimPrefix(raw, "//"))
 	}
 	return nil
 }

@@ -12,16 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/spf13/cobra"
-
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
 )
 
 // envAPIKey is where `cosmicac inference` finds an API key without --api-key.
 const envAPIKey = "COSMICAC_API_KEY"
 
 func init() {
-	register((*app).inferenceCommand)
+	Register((*App).inferenceCommand)
 }
 
 // inferCallFlags are the flags of the commands that call /inference/v1.
@@ -34,7 +33,7 @@ func (f *inferCallFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.apiKey, "api-key", "", "inference API key (default $"+envAPIKey+"; none for models without authorization)")
 }
 
-func (a *app) inferenceCommand() *cobra.Command {
+func (a *App) inferenceCommand() *cobra.Command {
 	var f inferCallFlags
 	cmd := &cobra.Command{
 		Use:   "inference",
@@ -46,16 +45,16 @@ func (a *app) inferenceCommand() *cobra.Command {
 }
 
 // endpoint returns the /inference/v1 base URL and the API key.
-func (a *app) endpoint(f *inferCallFlags) (string, string, error) {
+func (a *App) endpoint(f *inferCallFlags) (string, string, error) {
 	cfg, err := a.clientConfig(&connFlags{url: f.url, token: "-"})
 	if err != nil {
 		return "", "", err
 	}
 	key := f.apiKey
 	if key == "" {
-		key = a.getenv(envAPIKey)
+		key = a.Getenv(envAPIKey)
 	}
-	return strings.TrimSuffix(strings.TrimRight(cfg.URL, "/"), "/api/v1") + inferproxy.Prefix, key, nil
+	return strings.TrimSuffix(strings.TrimRight(cfg.URL, "/"), "/api/v1") + proxyapi.Prefix, key, nil
 }
 
 // inferenceError turns an OpenAI-shaped error answer into what the user reads.
@@ -74,7 +73,7 @@ func inferenceError(resp *http.Response, key string) error {
 	if resp.StatusCode == http.StatusUnauthorized && key == "" {
 		err = fmt.Errorf("%w\n%s", err, noKeyHint)
 	}
-	return withExit(ExitFailure, err)
+	return WithExit(ExitFailure, err)
 }
 
 // noKeyHint says how to get an API key: any member of the model's team
@@ -83,7 +82,7 @@ const noKeyHint = "no API key was sent: this model needs one of its team's keys.
 	"  export " + envAPIKey + "=$(cosmicac api-keys create my-key -q)\n" +
 	"or pass --api-key KEY (cosmicac api-keys create --help; add --team TEAM for another of your teams)"
 
-func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
+func (a *App) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 	var (
 		stream    bool
 		maxTokens int
@@ -97,7 +96,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.model == "" {
-				return usageErrorf("--model is required")
+				return UsageErrorf("--model is required")
 			}
 			base, key, err := a.endpoint(f)
 			if err != nil {
@@ -123,7 +122,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 			}
 			resp, err := http.DefaultClient.Do(hr)
 			if err != nil {
-				return withExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+				return WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
@@ -136,10 +135,10 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 					}
 				}
 				if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-					return withExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
+					return WithExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
 				}
 				if len(out.Choices) > 0 {
-					fmt.Fprintln(a.stdout, out.Choices[0].Message.Content)
+					fmt.Fprintln(a.Stdout, out.Choices[0].Message.Content)
 				}
 				return nil
 			}
@@ -153,15 +152,15 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 						}
 					}
 					if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 {
-						fmt.Fprint(a.stdout, c.Choices[0].Delta.Content)
+						fmt.Fprint(a.Stdout, c.Choices[0].Delta.Content)
 					}
 				}
 				if err != nil {
-					fmt.Fprintln(a.stdout)
+					fmt.Fprintln(a.Stdout)
 					if err == io.EOF {
 						return nil
 					}
-					return withExit(ExitFailure, fmt.Errorf("the stream broke: %w", err))
+					return WithExit(ExitFailure, fmt.Errorf("the stream broke: %w", err))
 				}
 			}
 		},
@@ -173,7 +172,7 @@ func (a *app) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
+func (a *App) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 	var format, language string
 	cmd := &cobra.Command{
 		Use:     "transcribe --model M FILE",
@@ -182,11 +181,11 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.model == "" {
-				return usageErrorf("--model is required")
+				return UsageErrorf("--model is required")
 			}
 			audio, err := os.ReadFile(args[0])
 			if err != nil {
-				return usageErrorf("%v", err)
+				return UsageErrorf("%v", err)
 			}
 			base, key, err := a.endpoint(f)
 			if err != nil {
@@ -211,21 +210,21 @@ func (a *app) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 			}
 			resp, err := http.DefaultClient.Do(hr)
 			if err != nil {
-				return withExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+				return WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				return inferenceError(resp, key)
 			}
 			if format != "" && format != "json" {
-				_, err := io.Copy(a.stdout, resp.Body)
+				_, err := io.Copy(a.Stdout, resp.Body)
 				return err
 			}
 			var out struct{ Text string }
 			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-				return withExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
+				return WithExit(ExitFailure, fmt.Errorf("decode the answer: %w", err))
 			}
-			fmt.Fprintln(a.stdout, out.Text)
+			fmt.Fprintln(a.Stdout, out.Text)
 			return nil
 		},
 	}

@@ -30,7 +30,7 @@ type modelRow struct {
 // view); without one, the Managed Inference Jobs of the caller's team (an
 // admin's: every team's) that serve or will, with their state and health,
 // through the jobs API and the login's token.
-func (a *app) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
+func (a *App) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use:   "models",
@@ -83,14 +83,14 @@ func (a *app) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 			if rows == nil {
 				rows = []modelRow{}
 			}
-			if ok, err := out.structured(a.stdout, map[string]any{"items": rows, "endpoint": base}); ok {
+			if ok, err := out.structured(a.Stdout, map[string]any{"items": rows, "endpoint": base}); ok {
 				return err
 			}
 			if len(rows) == 0 {
-				fmt.Fprintln(a.stderr, "no models")
+				fmt.Fprintln(a.Stderr, "no models")
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODEL\tJOB\tTEAM\tSTATE\tHEALTH\tREPLICAS\tAUTH")
 			for _, r := range rows {
 				auth := "-"
@@ -114,7 +114,7 @@ func (a *app) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stderr, "endpoint: %s (OpenAI-compatible; send the MODEL name)\n", base)
+			fmt.Fprintf(a.Stderr, "endpoint: %s (OpenAI-compatible; send the MODEL name)\n", base)
 			return nil
 		},
 	}
@@ -123,15 +123,15 @@ func (a *app) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 }
 
 // modelsOfKey asks the endpoint which models key reaches.
-func (a *app) modelsOfKey(cmd *cobra.Command, base, key string) ([]modelRow, error) {
+func (a *App) modelsOfKey(cmd *cobra.Command, base, key string) ([]modelRow, error) {
 	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, base+"/models", nil)
 	if err != nil {
-		return nil, usageErrorf("%v", err)
+		return nil, UsageErrorf("%v", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, withExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+		return nil, WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -145,7 +145,7 @@ func (a *app) modelsOfKey(cmd *cobra.Command, base, key string) ([]modelRow, err
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
-		return nil, withExit(ExitFailure, fmt.Errorf("the model list from %s: %w", base, err))
+		return nil, WithExit(ExitFailure, fmt.Errorf("the model list from %s: %w", base, err))
 	}
 	rows := make([]modelRow, 0, len(l.Data))
 	for _, m := range l.Data {

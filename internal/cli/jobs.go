@@ -16,9 +16,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/jobflags"
 )
 
-func init() { register((*app).jobsCommand) }
+func init() { Register((*App).jobsCommand) }
 
-func (a *app) jobsCommand() *cobra.Command {
+func (a *App) jobsCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "jobs",
@@ -47,7 +47,7 @@ func (a *app) jobsCommand() *cobra.Command {
 
 // completeJobIDs completes the first argument with the IDs of the jobs the
 // caller sees, each described by its name and state.
-func (a *app) completeJobIDs(conn *connFlags) cobra.CompletionFunc {
+func (a *App) completeJobIDs(conn *connFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -74,14 +74,14 @@ func (a *app) completeJobIDs(conn *connFlags) cobra.CompletionFunc {
 
 // printJob prints a job in the -o format; the table format is one row of
 // the jobs table.
-func (a *app) printJob(o *outputFlag, j apiv1.Job) error {
-	if ok, err := o.structured(a.stdout, j); ok {
+func (a *App) printJob(o *outputFlag, j apiv1.Job) error {
+	if ok, err := o.structured(a.Stdout, j); ok {
 		return err
 	}
-	return writeJobsTable(a.stdout, []apiv1.Job{j}, a.color())
+	return writeJobsTable(a.Stdout, []apiv1.Job{j}, a.color())
 }
 
-func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 	var (
 		sf          specFlags
 		out         outputFlag
@@ -105,7 +105,7 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			if err := out.check(); err != nil {
 				return err
 			}
-			spec, err := sf.spec(cmd, args, a.stdin)
+			spec, err := sf.spec(cmd, args, a.Stdin)
 			if err != nil {
 				return err
 			}
@@ -115,10 +115,10 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			if dryRun {
 				d := spec
 				d.Default()
-				if ok, err := out.structured(a.stdout, d); ok {
+				if ok, err := out.structured(a.Stdout, d); ok {
 					return err
 				}
-				fmt.Fprintln(a.stdout, jobflags.Command(d).Line)
+				fmt.Fprintln(a.Stdout, jobflags.Command(d).Line)
 				return nil
 			}
 			c, err := a.connect(conn, client.WithPollInterval(poll))
@@ -132,16 +132,16 @@ func (a *app) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			}
 			if !wait {
 				if quiet {
-					fmt.Fprintln(a.stdout, job.ID)
+					fmt.Fprintln(a.Stdout, job.ID)
 					return nil
 				}
 				return a.printJob(&out, job)
 			}
-			fmt.Fprintf(a.stderr, "job %s created\n", job.ID)
+			fmt.Fprintf(a.Stderr, "job %s created\n", job.ID)
 			final, werr := a.waitJob(cmd.Context(), c, job, waitTimeout)
 			if final.ID != "" {
 				if quiet {
-					fmt.Fprintln(a.stdout, final.ID)
+					fmt.Fprintln(a.Stdout, final.ID)
 				} else if err := a.printJob(&out, final); err != nil {
 					return err
 				}
@@ -172,7 +172,7 @@ func elapsed(start time.Time) string {
 // waitJob follows a job until it settles, printing each change of its
 // status line on stderr. Running and degraded end it with exit 0; failed
 // and stopped with exit 3 and the reason.
-func (a *app) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeout time.Duration) (apiv1.Job, error) {
+func (a *App) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeout time.Duration) (apiv1.Job, error) {
 	id := created.ID
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -181,16 +181,16 @@ func (a *app) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeou
 	}
 	start := time.Now()
 	last := describeStatus(created.Status)
-	fmt.Fprintf(a.stderr, "[%s] %s\n", elapsed(start), last)
+	fmt.Fprintf(a.Stderr, "[%s] %s\n", elapsed(start), last)
 	j, err := c.WaitJob(ctx, id, client.Settled, func(j cosmic.Job) {
 		if line := describeStatus(j.Status); line != last {
-			fmt.Fprintf(a.stderr, "[%s] %s\n", elapsed(start), line)
+			fmt.Fprintf(a.Stderr, "[%s] %s\n", elapsed(start), line)
 			last = line
 		}
 	})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
-			return j, withExit(ExitFailure, fmt.Errorf("gave up waiting after %s: job %s is %s", timeout, id, j.Status.State))
+			return j, WithExit(ExitFailure, fmt.Errorf("gave up waiting after %s: job %s is %s", timeout, id, j.Status.State))
 		}
 		return j, c.explain(err)
 	}
@@ -205,16 +205,16 @@ func (a *app) waitJob(ctx context.Context, c *apiConn, created apiv1.Job, timeou
 		} else if j.Status.Message != "" {
 			msg += ": " + j.Status.Message
 		}
-		return j, withExit(ExitJobFailed, errors.New(msg))
+		return j, WithExit(ExitJobFailed, errors.New(msg))
 	case cosmic.StateDegraded:
 		if r := j.Status.Reason; r != nil {
-			fmt.Fprintf(a.stderr, "warning: job %s is degraded: %s: %s\n", id, r.Code, r.Message)
+			fmt.Fprintf(a.Stderr, "warning: job %s is degraded: %s: %s\n", id, r.Code, r.Message)
 		}
 	}
 	return j, nil
 }
 
-func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsListCommand(conn *connFlags) *cobra.Command {
 	var (
 		out                outputFlag
 		states, labels     []string
@@ -237,14 +237,14 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 			for _, s := range states {
 				st := cosmic.State(s)
 				if !st.Valid() {
-					return usageErrorf("--state %q: not a job state (%s)", s, stateNames())
+					return UsageErrorf("--state %q: not a job state (%s)", s, stateNames())
 				}
 				o.States = append(o.States, st)
 			}
 			for _, kv := range labels {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
-					return usageErrorf("--label %q: want NAME=VALUE", kv)
+					return UsageErrorf("--label %q: want NAME=VALUE", kv)
 				}
 				if o.Labels == nil {
 					o.Labels = map[string]string{}
@@ -252,10 +252,10 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 				o.Labels[k] = v
 			}
 			if all && cmd.Flags().Changed("page") {
-				return usageErrorf("--all and --page go not together")
+				return UsageErrorf("--all and --page go not together")
 			}
 			if order != "" && order != "asc" && order != "desc" {
-				return usageErrorf("--order %q: want asc or desc", order)
+				return UsageErrorf("--order %q: want asc or desc", order)
 			}
 			for _, t := range []struct {
 				flag, v string
@@ -266,12 +266,12 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 				}
 				tm, err := parseWhen(t.v)
 				if err != nil {
-					return usageErrorf("--%s: %v", t.flag, err)
+					return UsageErrorf("--%s: %v", t.flag, err)
 				}
 				*t.dst = tm
 			}
 			if watch && all {
-				return usageErrorf("--watch and --all go not together: a watch shows one page")
+				return UsageErrorf("--watch and --all go not together: a watch shows one page")
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -293,18 +293,18 @@ func (a *app) jobsListCommand(conn *connFlags) *cobra.Command {
 			if l.Items == nil {
 				l.Items = []apiv1.Job{}
 			}
-			if ok, err := out.structured(a.stdout, l); ok {
+			if ok, err := out.structured(a.Stdout, l); ok {
 				return err
 			}
 			if len(l.Items) == 0 {
-				fmt.Fprintln(a.stderr, "no jobs")
+				fmt.Fprintln(a.Stderr, "no jobs")
 				return nil
 			}
-			if err := writeJobsTable(a.stdout, l.Items, a.color()); err != nil {
+			if err := writeJobsTable(a.Stdout, l.Items, a.color()); err != nil {
 				return err
 			}
 			if shown := (max(l.Page, 1)-1)*l.Size + len(l.Items); shown < l.Total {
-				fmt.Fprintf(a.stderr, "showing %d of %d jobs: use --page %d or --all for more\n", len(l.Items), l.Total, max(l.Page, 1)+1)
+				fmt.Fprintf(a.Stderr, "showing %d of %d jobs: use --page %d or --all for more\n", len(l.Items), l.Total, max(l.Page, 1)+1)
 			}
 			return nil
 		},
@@ -358,7 +358,7 @@ type jobAction struct {
 	do                  func(ctx context.Context, c *apiConn, id string, args []string) (apiv1.Job, string, error)
 }
 
-func (a *app) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
+func (a *App) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use:               act.use,
@@ -387,7 +387,7 @@ func (a *app) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 				return c.explain(err)
 			}
 			if out.format == outTable && msg != "" {
-				fmt.Fprintln(a.stdout, msg)
+				fmt.Fprintln(a.Stdout, msg)
 				return nil
 			}
 			return a.printJob(&out, j)
@@ -400,7 +400,7 @@ func (a *app) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 	return cmd
 }
 
-func (a *app) jobsGetCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsGetCommand(conn *connFlags) *cobra.Command {
 	var (
 		out   outputFlag
 		watch bool
@@ -431,10 +431,10 @@ func (a *app) jobsGetCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, j); ok {
+			if ok, err := out.structured(a.Stdout, j); ok {
 				return err
 			}
-			return writeJobDetail(a.stdout, j, c.url)
+			return writeJobDetail(a.Stdout, j, c.url)
 		},
 	}
 	out.add(cmd)
@@ -447,7 +447,7 @@ func replicaFlag(cmd *cobra.Command, n *int, usage string) {
 	cmd.Flags().IntVar(n, "replica", -1, usage)
 }
 
-func (a *app) jobsDeleteCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsDeleteCommand(conn *connFlags) *cobra.Command {
 	var force bool
 	replica := -1
 	return a.jobActionCommand(conn, jobAction{
@@ -461,7 +461,7 @@ func (a *app) jobsDeleteCommand(conn *connFlags) *cobra.Command {
 		do: func(ctx context.Context, c *apiConn, id string, _ []string) (apiv1.Job, string, error) {
 			if replica >= 0 {
 				if force {
-					return apiv1.Job{}, "", usageErrorf("--force and --replica go not together")
+					return apiv1.Job{}, "", UsageErrorf("--force and --replica go not together")
 				}
 				j, err := c.DeleteReplica(ctx, id, replica)
 				return j, fmt.Sprintf("deleted replica %d of job %s", replica, id), err
@@ -469,7 +469,7 @@ func (a *app) jobsDeleteCommand(conn *connFlags) *cobra.Command {
 			j, err := c.DeleteJob(ctx, id, force)
 			if errors.Is(err, cosmic.ErrConflict) && !force {
 				// The API's "delete it with force" is this flag.
-				return j, "", withExit(ExitFailure, &explained{msg: c.explain(err).Error() + "\nrun `cosmicac jobs delete " + id + " --force` to kill and delete it", err: err})
+				return j, "", WithExit(ExitFailure, &explained{msg: c.explain(err).Error() + "\nrun `cosmicac jobs delete " + id + " --force` to kill and delete it", err: err})
 			}
 			msg := "deleted job " + id
 			if j.Status.State == cosmic.StateDeleting {
@@ -480,7 +480,7 @@ func (a *app) jobsDeleteCommand(conn *connFlags) *cobra.Command {
 	})
 }
 
-func (a *app) jobsRestartCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsRestartCommand(conn *connFlags) *cobra.Command {
 	replica := -1
 	return a.jobActionCommand(conn, jobAction{
 		use:     "restart ID",
@@ -500,7 +500,7 @@ func (a *app) jobsRestartCommand(conn *connFlags) *cobra.Command {
 	})
 }
 
-func (a *app) jobsKillCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsKillCommand(conn *connFlags) *cobra.Command {
 	return a.jobActionCommand(conn, jobAction{
 		use:     "kill ID",
 		short:   "Stop a job: its GPUs are released, its storage kept; restart runs it again",
@@ -512,7 +512,7 @@ func (a *app) jobsKillCommand(conn *connFlags) *cobra.Command {
 	})
 }
 
-func (a *app) jobsLabelCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsLabelCommand(conn *connFlags) *cobra.Command {
 	return a.jobActionCommand(conn, jobAction{
 		use:       "label ID NAME=VALUE",
 		short:     "Set a label of a job (NAME= or NAME- removes it)",
@@ -523,12 +523,12 @@ func (a *app) jobsLabelCommand(conn *connFlags) *cobra.Command {
 			if !ok {
 				n, removed := strings.CutSuffix(args[0], "-")
 				if !removed {
-					return apiv1.Job{}, "", usageErrorf("%q: want NAME=VALUE, or NAME- to remove the label", args[0])
+					return apiv1.Job{}, "", UsageErrorf("%q: want NAME=VALUE, or NAME- to remove the label", args[0])
 				}
 				name = n
 			}
 			if err := cosmic.ValidateLabel("labels", name, value); err != nil {
-				return apiv1.Job{}, "", usageErrorf("%v", err)
+				return apiv1.Job{}, "", UsageErrorf("%v", err)
 			}
 			j, err := c.LabelJob(ctx, id, name, value)
 			msg := fmt.Sprintf("job %s: label %s=%s", id, name, value)
@@ -540,7 +540,7 @@ func (a *app) jobsLabelCommand(conn *connFlags) *cobra.Command {
 	})
 }
 
-func (a *app) jobsCommandCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsCommandCommand(conn *connFlags) *cobra.Command {
 	var (
 		sf  specFlags
 		out outputFlag
@@ -554,7 +554,7 @@ func (a *app) jobsCommandCommand(conn *connFlags) *cobra.Command {
 			if err := out.check(); err != nil {
 				return err
 			}
-			spec, err := sf.spec(cmd, args, a.stdin)
+			spec, err := sf.spec(cmd, args, a.Stdin)
 			if err != nil {
 				return err
 			}
@@ -566,12 +566,12 @@ func (a *app) jobsCommandCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, line); ok {
+			if ok, err := out.structured(a.Stdout, line); ok {
 				return err
 			}
-			fmt.Fprintln(a.stdout, line.Line)
+			fmt.Fprintln(a.Stdout, line.Line)
 			if len(line.Unexpressed) > 0 {
-				fmt.Fprintf(a.stderr, "note: no flag expresses %s; save the spec to a file and run: %s\n",
+				fmt.Fprintf(a.Stderr, "note: no flag expresses %s; save the spec to a file and run: %s\n",
 					strings.Join(line.Unexpressed, ", "), cosmic.FileCommand)
 			}
 			return nil

@@ -9,7 +9,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
-func (a *app) jobsRequireAuthCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsRequireAuthCommand(conn *connFlags) *cobra.Command {
 	return a.jobActionCommand(conn, jobAction{
 		use: "require-auth JOB on|off",
 		short: "Turn a managed inference job's \"require authorization\" on or off while it runs " +
@@ -23,7 +23,7 @@ func (a *app) jobsRequireAuthCommand(conn *connFlags) *cobra.Command {
 				on = true
 			case "off", "false":
 			default:
-				return apiv1.Job{}, "", usageErrorf("%q: want on or off", args[0])
+				return apiv1.Job{}, "", UsageErrorf("%q: want on or off", args[0])
 			}
 			j, err := c.SetRequireAuth(ctx, id, on)
 			msg := fmt.Sprintf("job %s: an API key is required (proxy-inference follows within a second)", id)

@@ -37,10 +37,10 @@ import (
 func runCLIIn(t *testing.T, env map[string]string, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	a := &App{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: func(k string) string { return env[k] }}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	code := a.run(ctx, args)
+	code := a.Run(ctx, args)
 	return code, out.String(), errb.String()
 }
 

@@ -40,16 +40,16 @@ func (f *specFlags) spec(cmd *cobra.Command, args []string, stdin io.Reader) (co
 	var s cosmic.Spec
 	dash := cmd.ArgsLenAtDash()
 	if dash < 0 && len(args) > 0 || dash > 0 {
-		return s, usageErrorf("unexpected argument %q: put the job's command after --, as in: cosmicac jobs create ... -- python train.py", args[0])
+		return s, UsageErrorf("unexpected argument %q: put the job's command after --, as in: cosmicac jobs create ... -- python train.py", args[0])
 	}
 	if f.file != "" {
 		var err error
 		if s, err = readSpecFile(f.file, stdin); err != nil {
-			return s, withExit(ExitUsage, err)
+			return s, WithExit(ExitUsage, err)
 		}
 	}
 	if err := f.Flags.Apply(cmd.Flags(), &s, f.file != ""); err != nil {
-		return s, withExit(ExitUsage, err)
+		return s, WithExit(ExitUsage, err)
 	}
 	if dash >= 0 {
 		s.Command = append([]string(nil), args[dash:]...)
@@ -121,7 +121,7 @@ func jobDocumentSpec(js []byte) (spec json.RawMessage, ok bool, err error) {
 func validateSpec(s cosmic.Spec) (cosmic.Spec, error) {
 	s.Default()
 	if err := s.Validate(); err != nil {
-		return s, withExit(ExitUsage, fieldProblems("invalid job spec", cosmic.FieldErrors(err), err))
+		return s, WithExit(ExitUsage, fieldProblems("invalid job spec", cosmic.FieldErrors(err), err))
 	}
 	return s, nil
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-func init() { register((*app).keysCommand) }
+func init() { Register((*App).keysCommand) }
 
-func (a *app) keysCommand() *cobra.Command {
+func (a *App) keysCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Show or generate fabric identity keys",
@@ -29,7 +29,7 @@ func (a *app) keysCommand() *cobra.Command {
 			path := keyFile
 			switch {
 			case path == "" && dataDir == "":
-				return usageErrorf("give --data-dir DIR or --key-file FILE")
+				return UsageErrorf("give --data-dir DIR or --key-file FILE")
 			case path == "":
 				path = filepath.Join(dataDir, fabric.IdentityFile)
 			}
@@ -37,7 +37,7 @@ func (a *app) keysCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stdout, id.PublicKey())
+			fmt.Fprintln(a.Stdout, id.PublicKey())
 			return nil
 		},
 	}
@@ -51,7 +51,7 @@ func (a *app) keysCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
-				return usageErrorf("give --out FILE")
+				return UsageErrorf("give --out FILE")
 			}
 			id, err := fabric.GenerateIdentity()
 			if err != nil {
@@ -63,7 +63,7 @@ func (a *app) keysCommand() *cobra.Command {
 				}
 				return err
 			}
-			fmt.Fprintln(a.stdout, id.PublicKey())
+			fmt.Fprintln(a.Stdout, id.PublicKey())
 			return nil
 		},
 	}

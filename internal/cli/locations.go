@@ -13,12 +13,12 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 )
 
-func init() { register((*app).locationsCommand) }
+func init() { Register((*App).locationsCommand) }
 
 // locationsCommand is the read-only view of the racks every team member
 // may run (GET /api/v1/fleet, jobs.read): what `racks list` shows platform
 // admins, without naming racks, nodes or workers.
-func (a *app) locationsCommand() *cobra.Command {
+func (a *App) locationsCommand() *cobra.Command {
 	var (
 		conn connFlags
 		out  outputFlag
@@ -46,14 +46,14 @@ func (a *app) locationsCommand() *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, f); ok {
+			if ok, err := out.structured(a.Stdout, f); ok {
 				return err
 			}
 			if len(f.Locations) == 0 {
-				fmt.Fprintln(a.stderr, "no locations: no rack is registered yet (a platform admin registers racks)")
+				fmt.Fprintln(a.Stderr, "no locations: no rack is registered yet (a platform admin registers racks)")
 				return nil
 			}
-			return writeLocationsTable(a.stdout, f)
+			return writeLocationsTable(a.Stdout, f)
 		},
 	}
 	conn.add(cmd)

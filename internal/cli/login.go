@@ -14,9 +14,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 )
 
-func init() { register((*app).loginCommand) }
+func init() { Register((*App).loginCommand) }
 
-func (a *app) loginCommand() *cobra.Command {
+func (a *App) loginCommand() *cobra.Command {
 	var (
 		conn          connFlags
 		tokenFile     string
@@ -42,13 +42,13 @@ func (a *app) loginCommand() *cobra.Command {
 			token := conn.token
 			switch {
 			case user != "" && (token != "" || tokenFile != ""):
-				return usageErrorf("give --user or a token, not both")
+				return UsageErrorf("give --user or a token, not both")
 			case passwordStdin && user == "":
-				return usageErrorf("--password-stdin goes with --user")
+				return UsageErrorf("--password-stdin goes with --user")
 			case cmd.Flags().Changed("expires") && user == "":
-				return usageErrorf("--expires goes with --user (a token has its own expiry)")
+				return UsageErrorf("--expires goes with --user (a token has its own expiry)")
 			case token != "" && tokenFile != "":
-				return usageErrorf("give --token or --token-file, not both")
+				return UsageErrorf("give --token or --token-file, not both")
 			case user != "":
 			case tokenFile != "":
 				data, err := os.ReadFile(tokenFile)
@@ -57,10 +57,10 @@ func (a *app) loginCommand() *cobra.Command {
 				}
 				token = strings.TrimSpace(string(data))
 			case token == "":
-				fmt.Fprint(a.stderr, "Token: ")
-				line, err := bufio.NewReader(a.stdin).ReadString('\n')
+				fmt.Fprint(a.Stderr, "Token: ")
+				line, err := bufio.NewReader(a.Stdin).ReadString('\n')
 				if err != nil && line == "" {
-					return usageErrorf("no token: give --user, --token, --token-file or the token on stdin")
+					return UsageErrorf("no token: give --user, --token, --token-file or the token on stdin")
 				}
 				token = strings.TrimSpace(line)
 			}
@@ -83,7 +83,7 @@ func (a *app) loginCommand() *cobra.Command {
 				token = tok.Secret
 			}
 			if token == "" {
-				return usageErrorf("the token is empty")
+				return UsageErrorf("the token is empty")
 			}
 			c, err := a.connect(&connFlags{url: conn.url, token: token})
 			if err != nil {
@@ -105,9 +105,9 @@ func (a *app) loginCommand() *cobra.Command {
 			if err := writeConfigFile(path, next); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "Logged in to %s as %s%s.\nSaved to %s.\n", c.url, who.User, describeTeams(who), path)
-			if a.getenv(envToken) != "" || a.getenv(envURL) != "" {
-				fmt.Fprintf(a.stderr, "note: $%s or $%s is set and wins over the saved config\n", envURL, envToken)
+			fmt.Fprintf(a.Stdout, "Logged in to %s as %s%s.\nSaved to %s.\n", c.url, who.User, describeTeams(who), path)
+			if a.Getenv(envToken) != "" || a.Getenv(envURL) != "" {
+				fmt.Fprintf(a.Stderr, "note: $%s or $%s is set and wins over the saved config\n", envURL, envToken)
 			}
 			return nil
 		},
@@ -154,23 +154,23 @@ func describeTeams(w apiv1.WhoAmI) string {
 
 // readPassword asks for a password on the terminal without echo, or reads
 // one line of stdin (fromStdin, or when stdin is not a terminal).
-func (a *app) readPassword(prompt string, fromStdin bool) (string, error) {
-	if f, ok := a.stdin.(*os.File); ok && !fromStdin && term.IsTerminal(int(f.Fd())) {
-		fmt.Fprint(a.stderr, prompt)
+func (a *App) readPassword(prompt string, fromStdin bool) (string, error) {
+	if f, ok := a.Stdin.(*os.File); ok && !fromStdin && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(a.Stderr, prompt)
 		b, err := term.ReadPassword(int(f.Fd()))
-		fmt.Fprintln(a.stderr)
+		fmt.Fprintln(a.Stderr)
 		if err != nil {
 			return "", fmt.Errorf("read password: %w", err)
 		}
 		return string(b), nil
 	}
-	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	line, err := bufio.NewReader(a.Stdin).ReadString('\n')
 	if err != nil && err != io.EOF {
 		return "", fmt.Errorf("read password: %w", err)
 	}
 	pw := strings.TrimRight(line, "\r\n")
 	if pw == "" {
-		return "", usageErrorf("no password: type it when asked, or give it on the first line of stdin with --password-stdin")
+		return "", UsageErrorf("no password: type it when asked, or give it on the first line of stdin with --password-stdin")
 	}
 	return pw, nil
 }

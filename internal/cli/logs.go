@@ -19,7 +19,7 @@ import (
 // the API's address (cosmicac up serves both at one).
 const envMonitorURL = "COSMICAC_MONITOR_URL"
 
-func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsLogsCommand(conn *connFlags) *cobra.Command {
 	var (
 		follow     bool
 		source     string
@@ -49,25 +49,25 @@ func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
 			case "", joblog.SourceSystem, joblog.SourceApplication:
 				o.Source = source
 			default:
-				return usageErrorf("--source %q: want system or application", source)
+				return UsageErrorf("--source %q: want system or application", source)
 			}
 			if cmd.Flags().Changed("replica") {
 				if replica < 0 {
-					return usageErrorf("--replica %d: want a replica index from 0", replica)
+					return UsageErrorf("--replica %d: want a replica index from 0", replica)
 				}
 				o.Replica = &replica
 			}
 			if since != "" {
 				if _, err := parseWhen(since); err != nil {
-					return usageErrorf("--since: %v", err)
+					return UsageErrorf("--since: %v", err)
 				}
 			}
 			if output != outTable && output != outJSON {
-				return usageErrorf("-o %q: want table or json (one record per line)", output)
+				return UsageErrorf("-o %q: want table or json (one record per line)", output)
 			}
 			o.MonitorURL = monitorURL
 			if o.MonitorURL == "" {
-				o.MonitorURL = a.getenv(envMonitorURL)
+				o.MonitorURL = a.Getenv(envMonitorURL)
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -77,7 +77,7 @@ func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(a.stdout)
+			enc := json.NewEncoder(a.Stdout)
 			noted := false
 			err = c.JobLogs(cmd.Context(), id, o, func(ev client.LogEvent) error {
 				switch ev.Type {
@@ -85,16 +85,16 @@ func (a *app) jobsLogsCommand(conn *connFlags) *cobra.Command {
 					if output == outJSON {
 						return enc.Encode(ev.Record)
 					}
-					return writeLogLine(a.stdout, ev.Record)
+					return writeLogLine(a.Stdout, ev.Record)
 				case client.LogMetaEvent:
 					if ev.Meta.Partial && !noted {
 						noted = true
-						fmt.Fprintln(a.stderr, "note: no Loki is configured: older records than the monitor's buffer are not shown")
+						fmt.Fprintln(a.Stderr, "note: no Loki is configured: older records than the monitor's buffer are not shown")
 					}
 				case client.LogWarningEvent:
-					fmt.Fprintln(a.stderr, "warning: "+ev.Message)
+					fmt.Fprintln(a.Stderr, "warning: "+ev.Message)
 				case client.LogCutoffEvent:
-					fmt.Fprintln(a.stderr, "note: the monitor cut this stream off for reading too slowly; resuming")
+					fmt.Fprintln(a.Stderr, "note: the monitor cut this stream off for reading too slowly; resuming")
 				}
 				return nil
 			})

@@ -38,7 +38,7 @@ func (o *outputFlag) check() error {
 	case outTable, outJSON, outYAML:
 		return nil
 	}
-	return usageErrorf("-o %q: want table, json or yaml", o.format)
+	return UsageErrorf("-o %q: want table, json or yaml", o.format)
 }
 
 // structured prints v as JSON or YAML and reports true, or reports false for

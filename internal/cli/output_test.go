@@ -42,11 +42,11 @@ func TestColoredJobsTableLinesUp(t *testing.T) {
 
 // NO_COLOR, --no-color and a stdout that is not a terminal paint nothing.
 func TestNoColor(t *testing.T) {
-	a := &app{stdout: &bytes.Buffer{}, getenv: func(string) string { return "" }}
+	a := &App{Stdout: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
 	if a.color() {
 		t.Error("a buffer is not a terminal, yet colored")
 	}
-	a = &app{stdout: nil, getenv: func(k string) string { return map[string]string{"NO_COLOR": "1"}[k] }}
+	a = &App{Stdout: nil, Getenv: func(k string) string { return map[string]string{"NO_COLOR": "1"}[k] }}
 	if a.color() {
 		t.Error("NO_COLOR=1, yet colored")
 	}

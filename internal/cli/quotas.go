@@ -9,9 +9,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
-func init() { register((*app).quotasCommand) }
+func init() { Register((*App).quotasCommand) }
 
-func (a *app) quotasCommand() *cobra.Command {
+func (a *App) quotasCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "quotas",
@@ -26,7 +26,7 @@ func (a *app) quotasCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) quotasListCommand(conn *connFlags) *cobra.Command {
+func (a *App) quotasListCommand(conn *connFlags) *cobra.Command {
 	var (
 		out outputFlag
 		all bool
@@ -39,7 +39,7 @@ func (a *app) quotasListCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if all && conn.team != "" {
-				return usageErrorf("give --team or --all-teams, not both")
+				return UsageErrorf("give --team or --all-teams, not both")
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -55,14 +55,14 @@ func (a *app) quotasListCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, apiv1.QuotaList{Items: qs, Total: len(qs)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.QuotaList{Items: qs, Total: len(qs)}); ok {
 				return err
 			}
 			if len(qs) == 0 {
-				fmt.Fprintln(a.stderr, "no quotas: the team's jobs are capped only by the GPUs there are")
+				fmt.Fprintln(a.Stderr, "no quotas: the team's jobs are capped only by the GPUs there are")
 				return nil
 			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TEAM\tLOCATION\tGPU MODEL\tUSED\tQUOTA\tSET BY")
 			for _, q := range qs {
 				model := q.GPUModel
@@ -79,7 +79,7 @@ func (a *app) quotasListCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) quotasSetCommand(conn *connFlags) *cobra.Command {
+func (a *App) quotasSetCommand(conn *connFlags) *cobra.Command {
 	var (
 		out           outputFlag
 		location, gpu string
@@ -95,7 +95,7 @@ func (a *app) quotasSetCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			if conn.team == "" || location == "" || !cmd.Flags().Changed("gpus") {
-				return usageErrorf("give --team, --location and --gpus")
+				return UsageErrorf("give --team, --location and --gpus")
 			}
 			// --team names the quota's team; a platform admin sets it
 			// without acting in that team.
@@ -107,10 +107,10 @@ func (a *app) quotasSetCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, q); ok {
+			if ok, err := out.structured(a.Stdout, q); ok {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "team %s: at most %d GPUs%s in %s (uses %d)\n", q.Team, q.GPUs, modelSuffix(q.GPUModel), q.Location, q.Used)
+			fmt.Fprintf(a.Stdout, "team %s: at most %d GPUs%s in %s (uses %d)\n", q.Team, q.GPUs, modelSuffix(q.GPUModel), q.Location, q.Used)
 			return nil
 		},
 	}
@@ -128,7 +128,7 @@ func modelSuffix(m string) string {
 	return " of " + m
 }
 
-func (a *app) quotasDeleteCommand(conn *connFlags) *cobra.Command {
+func (a *App) quotasDeleteCommand(conn *connFlags) *cobra.Command {
 	var (
 		location, gpu string
 		out           outputFlag
@@ -138,7 +138,7 @@ func (a *app) quotasDeleteCommand(conn *connFlags) *cobra.Command {
 		Short: "Remove a team's quota (platform admins)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if conn.team == "" || location == "" {
-				return usageErrorf("give --team and --location")
+				return UsageErrorf("give --team and --location")
 			}
 			c, err := a.connect(&connFlags{url: conn.url, token: conn.token})
 			if err != nil {

@@ -16,9 +16,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
-func init() { register((*app).racksCommand) }
+func init() { Register((*App).racksCommand) }
 
-func (a *app) racksCommand() *cobra.Command {
+func (a *App) racksCommand() *cobra.Command {
 	var conn connFlags
 	cmd := &cobra.Command{
 		Use:     "racks",
@@ -39,7 +39,7 @@ func rackRows(racks []apiv1.Rack) []rackRow {
 	return rows
 }
 
-func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
+func (a *App) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	var (
 		out      outputFlag
 		r        apiv1.RegisterRack
@@ -65,22 +65,22 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 				}
 			}
 			if len(missing) > 0 {
-				return usageErrorf("give %s", strings.Join(missing, ", "))
+				return UsageErrorf("give %s", strings.Join(missing, ", "))
 			}
 			for _, ad := range addrs {
 				if _, _, err := net.SplitHostPort(ad); err != nil {
-					return usageErrorf("--worker-addr %q: want HOST:PORT", ad)
+					return UsageErrorf("--worker-addr %q: want HOST:PORT", ad)
 				}
 			}
 			r.WorkerAddrs = addrs
 			if deadline%time.Second != 0 || deadline < 0 {
-				return usageErrorf("--agent-deadline %s: want whole seconds, e.g. 10m or 90s", deadline)
+				return UsageErrorf("--agent-deadline %s: want whole seconds, e.g. 10m or 90s", deadline)
 			}
 			r.AgentDeadline = int(deadline / time.Second)
 			rack := cosmic.Rack{ID: r.ID, Type: cosmic.RackTypeServer, Location: r.Location, GPUModel: r.GPUModel, WorkerKey: r.WorkerKey,
 				AgentDeadline: r.AgentDeadline, PlacementPolicy: r.PlacementPolicy}
 			if err := rack.Validate(); err != nil {
-				return withExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
+				return WithExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
 			}
 			c, err := a.connect(conn)
 			if err != nil {
@@ -90,10 +90,10 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.stdout, got); ok {
+			if ok, err := out.structured(a.Stdout, got); ok {
 				return err
 			}
-			return writeRacksTable(a.stdout, rackRows([]apiv1.Rack{got}))
+			return writeRacksTable(a.Stdout, rackRows([]apiv1.Rack{got}))
 		},
 	}
 	f := cmd.Flags()
@@ -109,7 +109,7 @@ func (a *app) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	return cmd
 }
 
-func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
+func (a *App) racksListCommand(conn *connFlags) *cobra.Command {
 	var (
 		out   outputFlag
 		nodes bool
@@ -144,18 +144,18 @@ func (a *app) racksListCommand(conn *connFlags) *cobra.Command {
 			if racks == nil {
 				racks = []apiv1.Rack{}
 			}
-			if ok, err := out.structured(a.stdout, apiv1.RackList{Items: racks, Total: len(racks)}); ok {
+			if ok, err := out.structured(a.Stdout, apiv1.RackList{Items: racks, Total: len(racks)}); ok {
 				return err
 			}
 			if len(racks) == 0 {
-				fmt.Fprintln(a.stderr, "no racks: register one with `cosmicac racks register`")
+				fmt.Fprintln(a.Stderr, "no racks: register one with `cosmicac racks register`")
 				return nil
 			}
-			if err := writeRacksTable(a.stdout, rackRows(racks)); err != nil || !nodes {
+			if err := writeRacksTable(a.Stdout, rackRows(racks)); err != nil || !nodes {
 				return err
 			}
-			fmt.Fprintln(a.stdout)
-			return writeNodesTable(a.stdout, racks)
+			fmt.Fprintln(a.Stdout)
+			return writeNodesTable(a.Stdout, racks)
 		},
 	}
 	out.add(cmd)
@@ -200,7 +200,7 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func (a *app) racksRemoveCommand(conn *connFlags) *cobra.Command {
+func (a *App) racksRemoveCommand(conn *connFlags) *cobra.Command {
 	var force bool
 	cmd := &cobra.Command{
 		Use:     "remove ID",
@@ -234,7 +234,7 @@ func (a *app) racksRemoveCommand(conn *connFlags) *cobra.Command {
 			if err := c.RemoveRack(cmd.Context(), args[0], force); err != nil {
 				return c.explain(err)
 			}
-			fmt.Fprintf(a.stdout, "removed rack %s\n", args[0])
+			fmt.Fprintf(a.Stdout, "removed rack %s\n", args[0])
 			return nil
 		},
 	}

@@ -43,37 +43,37 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// usageErrorf reports a wrong command line (exit 2).
-func usageErrorf(format string, args ...any) error {
+// UsageErrorf reports a wrong command line (exit 2).
+func UsageErrorf(format string, args ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// withExit attaches an exit code to err.
-func withExit(code int, err error) error {
+// WithExit attaches an exit code to err.
+func WithExit(code int, err error) error {
 	if err == nil {
 		return nil
 	}
 	return &exitError{code: code, err: err}
 }
 
-// app is what every command shares: the streams, so tests can capture them.
-type app struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
+// App is what every command shares: the streams, so tests can capture them.
+type App struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
 	// noColor is --no-color.
 	noColor bool
 }
 
 // color says whether to paint what goes to stdout: only a terminal, and
 // neither --no-color nor NO_COLOR (https://no-color.org) nor TERM=dumb.
-func (a *app) color() bool {
-	return !a.noColor && a.getenv("NO_COLOR") == "" && a.getenv("TERM") != "dumb" && a.stdoutTerminal()
+func (a *App) color() bool {
+	return !a.noColor && a.Getenv("NO_COLOR") == "" && a.Getenv("TERM") != "dumb" && a.stdoutTerminal()
 }
 
 // stdoutTerminal says whether stdout is a terminal.
-func (a *app) stdoutTerminal() bool {
-	f, ok := a.stdout.(*os.File)
+func (a *App) stdoutTerminal() bool {
+	f, ok := a.Stdout.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
@@ -81,22 +81,23 @@ func (a *app) stdoutTerminal() bool {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
-	return a.run(ctx, args)
+	a := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	return a.Run(ctx, args)
 }
 
-func (a *app) run(ctx context.Context, args []string) int {
-	root := a.rootCommand()
+// Run runs the command line args and returns the exit code.
+func (a *App) Run(ctx context.Context, args []string) int {
+	root := a.RootCommand()
 	root.SetArgs(args)
-	root.SetIn(a.stdin)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
+	root.SetIn(a.Stdin)
+	root.SetOut(a.Stdout)
+	root.SetErr(a.Stderr)
 	return a.report(ctx, root.ExecuteContext(ctx))
 }
 
 // report prints a command's error, unless it is Silent (a remote exit code
 // that is the exit code), and returns the exit code.
-func (a *app) report(ctx context.Context, err error) int {
+func (a *App) report(ctx context.Context, err error) int {
 	if err == nil {
 		return ExitOK
 	}
@@ -105,7 +106,7 @@ func (a *app) report(ctx context.Context, err error) int {
 	}
 	var silent interface{ Silent() bool }
 	if !errors.As(err, &silent) || !silent.Silent() {
-		fmt.Fprintln(a.stderr, "error:", err)
+		fmt.Fprintln(a.Stderr, "error:", err)
 	}
 	var ee *exitError
 	var coded interface{ ExitCode() int } // another package's, as agentcmd.UsageError
@@ -123,7 +124,8 @@ func (a *app) report(ctx context.Context, err error) int {
 	}
 }
 
-func (a *app) rootCommand() *cobra.Command {
+// RootCommand is the command tree: every command registered with Register.
+func (a *App) RootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "cosmicac",
 		Short:         "CosmicAC runs GPU workloads on your own Kubernetes cluster",
@@ -136,7 +138,7 @@ func (a *app) rootCommand() *cobra.Command {
 	// --version says what cosmicac version says, not cobra's one line.
 	root.SetVersionTemplate(version.Long())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErrorf("%v\nSee '%s --help'.", err, c.CommandPath())
+		return UsageErrorf("%v\nSee '%s --help'.", err, c.CommandPath())
 	})
 	for _, add := range commandBuilders {
 		root.AddCommand(add(a))
@@ -166,15 +168,15 @@ func refuseUnknownSubcommands(c *cobra.Command) {
 		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
 			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
 		}
-		return usageErrorf("%s\nRun '%s --help' for usage.", msg, c.CommandPath())
+		return UsageErrorf("%s\nRun '%s --help' for usage.", msg, c.CommandPath())
 	}
 }
 
 // commandBuilders lists the top-level commands; each file adds its own in an
 // init function, so that the tree is assembled in one place.
-var commandBuilders []func(*app) *cobra.Command
+var commandBuilders []func(*App) *cobra.Command
 
-func register(f func(*app) *cobra.Command) { commandBuilders = append(commandBuilders, f) }
+func Register(f func(*App) *cobra.Command) { commandBuilders = append(commandBuilders, f) }
 
 func isCobraUsageError(err error) bool {
 	// cobra reports unknown commands and arg-count problems as plain errors.

@@ -15,7 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-func init() { register((*app).rpcCommand) }
+func init() { Register((*App).rpcCommand) }
 
 // cliIdentityPath is where the CLI keeps its own fabric key.
 func cliIdentityPath() (string, error) {
@@ -26,7 +26,7 @@ func cliIdentityPath() (string, error) {
 	return filepath.Join(dir, "cosmicac", fabric.IdentityFile), nil
 }
 
-func (a *app) rpcCommand() *cobra.Command {
+func (a *App) rpcCommand() *cobra.Command {
 	var (
 		peer, method, data, keyFile, transport string
 		timeout                                time.Duration
@@ -43,23 +43,23 @@ func (a *app) rpcCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if peer == "" || method == "" {
-				return usageErrorf("--peer and --method are required")
+				return UsageErrorf("--peer and --method are required")
 			}
 			key, addrs, err := fabric.ParsePeer(peer)
 			if err != nil {
-				return usageErrorf("--peer: %v", err)
+				return UsageErrorf("--peer: %v", err)
 			}
 			if len(addrs) == 0 {
-				return usageErrorf("--peer: give an address, KEY@HOST:PORT")
+				return UsageErrorf("--peer: give an address, KEY@HOST:PORT")
 			}
 			var params json.RawMessage
 			if data != "" {
 				if !json.Valid([]byte(data)) {
-					return usageErrorf("--data is not valid JSON")
+					return UsageErrorf("--data is not valid JSON")
 				}
 				params = json.RawMessage(data)
 			}
-			id, err := a.loadCLIIdentity(keyFile)
+			id, err := a.LoadCLIIdentity(keyFile)
 			if err != nil {
 				return err
 			}
@@ -94,7 +94,7 @@ func (a *app) rpcCommand() *cobra.Command {
 				out.Reset()
 				out.Write(res)
 			}
-			fmt.Fprintln(a.stdout, out.String())
+			fmt.Fprintln(a.Stdout, out.String())
 			return nil
 		},
 	}
@@ -108,8 +108,8 @@ func (a *app) rpcCommand() *cobra.Command {
 	return cmd
 }
 
-// loadCLIIdentity reads the CLI's key, creating the default one on first use.
-func (a *app) loadCLIIdentity(keyFile string) (*fabric.Identity, error) {
+// LoadCLIIdentity reads the CLI's key, creating the default one on first use.
+func (a *App) LoadCLIIdentity(keyFile string) (*fabric.Identity, error) {
 	if keyFile != "" {
 		return fabric.ReadIdentityFile(keyFile)
 	}
@@ -122,4 +122,19 @@ func (a *app) loadCLIIdentity(keyFile string) (*fabric.Identity, error) {
 		return nil, err
 	}
 	return id, nil
+}
+
+// ParsePeerFlag parses a KEY@HOST:PORT flag value.
+func ParsePeerFlag(name, v string) (fabric.PublicKey, []string, error) {
+	if v == "" {
+		return fabric.PublicKey{}, nil, UsageErrorf("--%s KEY@HOST:PORT is required", name)
+	}
+	k, addrs, err := fabric.ParsePeer(v)
+	if err != nil {
+		return k, nil, UsageErrorf("--%s: %v", name, err)
+	}
+	if len(addrs) == 0 {
+		return k, nil, UsageErrorf("--%s: give an address, KEY@HOST:PORT", name)
+	}
+	return k, addrs, nil
 }

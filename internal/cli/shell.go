@@ -20,7 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-func (a *app) jobsShellCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 	var (
 		forceTTY, noTTY bool
 		env             []string
@@ -43,25 +43,25 @@ func (a *app) jobsShellCommand(conn *connFlags) *cobra.Command {
 		ValidArgsFunction: a.completeJobIDs(conn),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if forceTTY && noTTY {
-				return usageErrorf("-t and -T contradict each other")
+				return UsageErrorf("-t and -T contradict each other")
 			}
 			if dash := cmd.ArgsLenAtDash(); dash > 1 || dash < 0 && len(args) > 1 {
-				return usageErrorf("give the command after --: cosmicac jobs shell JOB -- COMMAND...")
+				return UsageErrorf("give the command after --: cosmicac jobs shell JOB -- COMMAND...")
 			}
 			for _, e := range env {
 				if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-					return usageErrorf("--env %q: want NAME=value", e)
+					return UsageErrorf("--env %q: want NAME=value", e)
 				}
 			}
 			jobID := args[0]
 			var dialer agent.ShellDialer
 			if agentPeer != "" {
 				// Straight to an agent that listens (operators, development).
-				key, addrs, err := parsePeerFlag("agent", agentPeer)
+				key, addrs, err := ParsePeerFlag("agent", agentPeer)
 				if err != nil {
 					return err
 				}
-				id, err := a.loadCLIIdentity(keyFile)
+				id, err := a.LoadCLIIdentity(keyFile)
 				if err != nil {
 					return err
 				}
@@ -119,16 +119,16 @@ type shellOptions struct {
 
 // runShell opens the session and runs it on the app's streams; it returns
 // the remote exit code.
-func (a *app) runShell(ctx context.Context, dialer agent.ShellDialer, jobID string, o shellOptions) (int, error) {
-	inFile, _ := a.stdin.(*os.File)
-	outFile, _ := a.stdout.(*os.File)
+func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID string, o shellOptions) (int, error) {
+	inFile, _ := a.Stdin.(*os.File)
+	outFile, _ := a.Stdout.(*os.File)
 	inTerm := inFile != nil && term.IsTerminal(int(inFile.Fd()))
 	outTerm := outFile != nil && term.IsTerminal(int(outFile.Fd()))
 	tty := !o.noTTY && (o.forceTTY || inTerm && outTerm)
 
 	p := shellproto.OpenParams{Argv: o.argv, TTY: tty, Env: o.env}
 	if tty {
-		p.Term = a.getenv("TERM")
+		p.Term = a.Getenv("TERM")
 		fd := -1
 		if outTerm {
 			fd = int(outFile.Fd())
@@ -149,10 +149,10 @@ func (a *app) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 	c, _, err := dialer.DialShell(octx, jobID, p)
 	cancel()
 	if err != nil {
-		return 0, withExit(ExitFailure, fmt.Errorf("open a shell in job %s: %w", jobID, relayError(err)))
+		return 0, WithExit(ExitFailure, fmt.Errorf("open a shell in job %s: %w", jobID, relayError(err)))
 	}
 
-	sio := agent.SessionIO{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr}
+	sio := agent.SessionIO{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr}
 	if tty && inTerm {
 		old, err := term.MakeRaw(int(inFile.Fd()))
 		if err == nil {
@@ -225,7 +225,7 @@ func (a *app) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 		if errors.Is(err, io.ErrClosedPipe) {
 			err = agent.ErrNoExit
 		}
-		return 0, withExit(ExitFailure, err)
+		return 0, WithExit(ExitFailure, err)
 	}
 	return es.Code, nil
 }

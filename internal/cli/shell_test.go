@@ -114,14 +114,14 @@ func (term *terminal) waitFor(t *testing.T, want string) {
 // runOnTerminal runs the CLI with the terminal as stdin, stdout and stderr.
 func runOnTerminal(t *testing.T, term *terminal, args []string) <-chan int {
 	t.Helper()
-	a := &app{stdin: term.tty, stdout: term.tty, stderr: term.tty, getenv: func(k string) string {
+	a := &App{Stdin: term.tty, Stdout: term.tty, Stderr: term.tty, Getenv: func(k string) string {
 		if k == "TERM" {
 			return "xterm"
 		}
 		return ""
 	}}
 	code := make(chan int, 1)
-	go func() { code <- a.run(context.Background(), args) }()
+	go func() { code <- a.Run(context.Background(), args) }()
 	return code
 }
 
@@ -188,14 +188,14 @@ func TestJobsShellCommandOnTerminal(t *testing.T) {
 func TestJobsShellPiped(t *testing.T) {
 	r := newShellRig(t)
 	var out, errb bytes.Buffer
-	a := &app{stdin: strings.NewReader("a\nb\n"), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if c := a.run(context.Background(), r.args("--", "wc", "-l")); c != 0 || strings.TrimSpace(out.String()) != "2" {
+	a := &App{Stdin: strings.NewReader("a\nb\n"), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	if c := a.Run(context.Background(), r.args("--", "wc", "-l")); c != 0 || strings.TrimSpace(out.String()) != "2" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", c, out.String(), errb.String())
 	}
 	out.Reset()
 	errb.Reset()
-	a = &app{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if c := a.run(context.Background(), r.args("--", "sh", "-c", "uname -s; echo oops >&2; exit 7")); c != 7 ||
+	a = &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	if c := a.Run(context.Background(), r.args("--", "sh", "-c", "uname -s; echo oops >&2; exit 7")); c != 7 ||
 		strings.TrimSpace(out.String()) != "Linux" || !strings.Contains(errb.String(), "oops") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", c, out.String(), errb.String())
 	}

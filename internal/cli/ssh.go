@@ -16,7 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
-func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
+func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
 	var (
 		proxy              bool
 		agentPeer, keyFile string
@@ -74,17 +74,17 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				}
 				sshArgs := append([]string{"-o", "ProxyCommand=" + strings.Join(pc, " "), target}, args[1:]...)
 				c := exec.CommandContext(cmd.Context(), "ssh", sshArgs...)
-				c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
+				c.Stdin, c.Stdout, c.Stderr = a.Stdin, a.Stdout, a.Stderr
 				if err := c.Run(); err != nil {
 					if ee, ok := err.(*exec.ExitError); ok {
 						if ee.ExitCode() == 255 && job.ID != "" {
 							// ssh's own failure (a command's 255 is rare):
 							// most often a key or user the VM does not take.
-							fmt.Fprint(a.stderr, sshHint(job, user))
+							fmt.Fprint(a.Stderr, sshHint(job, user))
 						}
 						return &exitError{code: ee.ExitCode(), err: silentExit{ee.ExitCode()}}
 					}
-					return withExit(ExitFailure, err)
+					return WithExit(ExitFailure, err)
 				}
 				return nil
 			}
@@ -92,11 +92,11 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 			defer cancel()
 			var c agent.Conn
 			if agentPeer != "" {
-				key, addrs, err := parsePeerFlag("agent", agentPeer)
+				key, addrs, err := ParsePeerFlag("agent", agentPeer)
 				if err != nil {
 					return err
 				}
-				id, err := a.loadCLIIdentity(keyFile)
+				id, err := a.LoadCLIIdentity(keyFile)
 				if err != nil {
 					return err
 				}
@@ -108,7 +108,7 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				n.AddAddrs(key, addrs...)
 				st, err := agent.DialTCP(ctx, n, key, agent.DefaultSSHPort)
 				if err != nil {
-					return withExit(ExitFailure, err)
+					return WithExit(ExitFailure, err)
 				}
 				c = st
 			} else {
@@ -121,17 +121,17 @@ func (a *app) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				}
 				cfg, _ := a.clientConfig(conn)
 				if c, err = (agent.HTTPShellDialer{BaseURL: ac.url, Token: cfg.Token}).DialSSH(ctx, jobID); err != nil {
-					return withExit(ExitFailure, relayError(err))
+					return WithExit(ExitFailure, relayError(err))
 				}
 			}
 			defer c.Close()
 			done := make(chan struct{})
 			go func() {
-				io.Copy(c, a.stdin)
+				io.Copy(c, a.Stdin)
 				c.CloseWrite()
 			}()
 			go func() {
-				io.Copy(a.stdout, c)
+				io.Copy(a.Stdout, c)
 				close(done)
 			}()
 			<-done

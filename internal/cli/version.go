@@ -9,7 +9,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/version"
 )
 
-func init() { register((*app).versionCommand) }
+func init() { Register((*App).versionCommand) }
 
 // versionInfo is what cosmicac version -o json|yaml prints.
 type versionInfo struct {
@@ -20,7 +20,7 @@ type versionInfo struct {
 	Platform  string `json:"platform"`
 }
 
-func (a *app) versionCommand() *cobra.Command {
+func (a *App) versionCommand() *cobra.Command {
 	var out outputFlag
 	cmd := &cobra.Command{
 		Use:   "version",
@@ -34,11 +34,11 @@ func (a *app) versionCommand() *cobra.Command {
 			if err := out.check(); err != nil {
 				return err
 			}
-			if ok, err := out.structured(a.stdout, versionInfo{Version: version.Version, Revision: version.Revision, Modified: version.Modified,
+			if ok, err := out.structured(a.Stdout, versionInfo{Version: version.Version, Revision: version.Revision, Modified: version.Modified,
 				GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}); ok {
 				return err
 			}
-			fmt.Fprint(a.stdout, version.Long())
+			fmt.Fprint(a.Stdout, version.Long())
 			return nil
 		},
 	}

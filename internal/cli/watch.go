@@ -24,7 +24,7 @@ const clearScreen = "\x1b[H\x1b[2J"
 // watchJobs prints the jobs table (or the page as JSON or YAML) each time
 // it changes: redrawn in place on a terminal, appended after a blank line
 // otherwise.
-func (a *app) watchJobs(ctx context.Context, c *apiConn, o client.ListOptions, out *outputFlag) error {
+func (a *App) watchJobs(ctx context.Context, c *apiConn, o client.ListOptions, out *outputFlag) error {
 	version, last := "", []byte(nil)
 	for {
 		l, v, err := c.WatchJobs(ctx, o, version)
@@ -56,11 +56,11 @@ func (a *app) watchJobs(ctx context.Context, c *apiConn, o client.ListOptions, o
 		}
 		switch {
 		case a.stdoutTerminal() && out.format == outTable:
-			fmt.Fprintf(a.stdout, "%s%s\nEvery change, %s. Ctrl-C to stop.\n", clearScreen, b.Bytes(), time.Now().Format(time.TimeOnly))
+			fmt.Fprintf(a.Stdout, "%s%s\nEvery change, %s. Ctrl-C to stop.\n", clearScreen, b.Bytes(), time.Now().Format(time.TimeOnly))
 		case last != nil && out.format == outTable:
-			fmt.Fprintf(a.stdout, "\n%s", b.Bytes())
+			fmt.Fprintf(a.Stdout, "\n%s", b.Bytes())
 		default:
-			a.stdout.Write(b.Bytes())
+			a.Stdout.Write(b.Bytes())
 		}
 		last = b.Bytes()
 	}
@@ -69,7 +69,7 @@ func (a *app) watchJobs(ctx context.Context, c *apiConn, o client.ListOptions, o
 // watchJob prints a line per change of one job's status (its time and the
 // line --wait prints), or the job as JSON or YAML each time, until the job
 // is deleted.
-func (a *app) watchJob(ctx context.Context, c *apiConn, id string, out *outputFlag) error {
+func (a *App) watchJob(ctx context.Context, c *apiConn, id string, out *outputFlag) error {
 	version, last := "", ""
 	for {
 		j, v, err := c.WatchJob(ctx, id, version)
@@ -77,7 +77,7 @@ func (a *app) watchJob(ctx context.Context, c *apiConn, id string, out *outputFl
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, cosmic.ErrNotFound) && version != "":
-			fmt.Fprintf(a.stderr, "%s  job %s deleted\n", time.Now().Format(time.TimeOnly), id)
+			fmt.Fprintf(a.Stderr, "%s  job %s deleted\n", time.Now().Format(time.TimeOnly), id)
 			return nil
 		case err != nil:
 			return c.explain(err)
@@ -91,12 +91,12 @@ func (a *app) watchJob(ctx context.Context, c *apiConn, id string, out *outputFl
 			continue
 		}
 		last = line
-		if ok, err := out.structured(a.stdout, j); ok {
+		if ok, err := out.structured(a.Stdout, j); ok {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintf(a.stdout, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
+		fmt.Fprintf(a.Stdout, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
 	}
 }

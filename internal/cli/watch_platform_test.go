@@ -15,9 +15,9 @@ import (
 // startCLI runs the CLI in the background until ctx ends; the returned
 // channel gets its exit code.
 func startCLI(ctx context.Context, env map[string]string, out, errs *lockedBuffer, args ...string) <-chan int {
-	a := &app{stdin: strings.NewReader(""), stdout: out, stderr: errs, getenv: func(k string) string { return env[k] }}
+	a := &App{Stdin: strings.NewReader(""), Stdout: out, Stderr: errs, Getenv: func(k string) string { return env[k] }}
 	code := make(chan int, 1)
-	go func() { code <- a.run(ctx, args) }()
+	go func() { code <- a.Run(ctx, args) }()
 	return code
 }
 

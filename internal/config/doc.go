@@ -4,6 +4,6 @@
 //
 // Any package may import it; it imports only the standard library. The
 // components keep time.Duration in their Go APIs: the file formats (the
-// `--config` structs of internal/cli) carry Duration and convert where the
+// `--config` structs of internal/cli/components) carry Duration and convert where the
 // component is built.
 package config

@@ -8,7 +8,7 @@
 // keeps in the lock file). A lock file left by a dead process does not
 // block: the kernel drops a process's locks when it dies.
 //
-// Importers: internal/platform and internal/cli (the components' wiring).
+// Importers: internal/platform and internal/cli/components (the components' wiring).
 package datadir
 
 import (

@@ -7,7 +7,7 @@
 // operator's own Caddy (docs/gateway.md).
 //
 // Caddy keeps one running config per process: Start replaces it, so a
-// process runs one Gateway at a time. Only internal/cli may import it.
+// process runs one Gateway at a time. Only the wiring (internal/cli/components, internal/platform) may import it.
 package gateway
 
 import (

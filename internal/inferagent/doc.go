@@ -24,6 +24,6 @@
 // vLLM API server (the head) and is the replica's endpoint; the others run
 // `vllm serve … --headless` and join it. See docs/inference.md.
 //
-// Importers: internal/cli (the agent command), internal/inferproxy, and the
+// Importers: internal/agentcmd (the agent command), internal/inferproxy, and the
 // rack workers (HandleReports, Status).
 package inferagent

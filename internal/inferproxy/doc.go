@@ -19,5 +19,5 @@
 // probes and the proxy's observed error rate and latency per replica
 // (JobHealth, GET /inference/health, the fabric method proxyapi.Health).
 //
-// See docs/inference.md. Importers: internal/cli and the platform wiring.
+// See docs/inference.md. Importers: internal/cli/components and the platform wiring.
 package inferproxy

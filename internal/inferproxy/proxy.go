@@ -33,8 +33,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
-// Prefix is where the OpenAI-compatible API is served.
-const Prefix = "/inference/v1"
+// Prefix is where the OpenAI-compatible API is served (proxyapi.Prefix).
+const Prefix = proxyapi.Prefix
 
 // Config tunes the proxy.
 type Config struct {

@@ -4,7 +4,7 @@
 // default), and the app-node serving the HTTP API. `cosmicac up` runs it;
 // the whole-system tests (internal/cosmictest) start it per test.
 //
-// Importers: internal/cli and internal/cosmictest.
+// Importers: internal/cli/components and internal/cosmictest.
 package platform
 
 import (

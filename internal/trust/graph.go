@@ -9,7 +9,7 @@
 // keyring into a component's fabric policy, deny by default.
 //
 // `cosmicac up` (internal/platform) and every standalone subcommand
-// (internal/cli) build their policies here and nowhere else; a new edge of
+// (internal/cli/components) build their policies here and nowhere else; a new edge of
 // the graph is a line in Graph. The handlers of methods that agents and
 // workers may call confine them further to their own job or rack
 // (Method.Confined says how); CallerOf gives a handler its caller.
@@ -105,7 +105,7 @@ const (
 )
 
 // Graph is the declaration: every fabric method of every component and the
-// roles that may call it. internal/cosmictest and internal/cli test every
+// roles that may call it. internal/cosmictest and internal/cli/systest test every
 // cell of it against `cosmicac up` and separate processes, and keep it in
 // step with the methods the components register and with
 // docs/security.md.

@@ -5,7 +5,7 @@
 // simulator; the wiring (internal/platform, the CLI's `agent inference
 // --simulated`) and the tests choose it.
 //
-// Importers: internal/platform, internal/cli, tests.
+// Importers: internal/platform, internal/cli/components, tests.
 package simlaunch
 
 import (

@@ -14,6 +14,10 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
+// Prefix is where proxy-inference serves the OpenAI-compatible API, behind
+// the gateway as on its own listener.
+const Prefix = "/inference/v1"
+
 // Health answers a job's ModelHealth (read-only; the trust graph lets the
 // app-node and operators call it).
 var Health = fabric.Method[HealthParams, ModelHealth]{Name: "inference.modelHealth"}

@@ -13,7 +13,7 @@
 // only a few low-level packages of the standard library. It imports no
 // net, so it speaks to the socket with system calls.
 //
-// Importers: internal/cli (blank, for the init), internal/qemu's tests.
+// Importers: internal/cli/components (blank, for the init), internal/qemu's tests.
 package handoff
 
 import (

@@ -6,7 +6,7 @@
 // key), must be allowed exactly where the declaration allows it, agents
 // and workers confined to their own job or rack. The same Matrix runs
 // against `cosmicac up` (internal/cosmictest) and against the components
-// started as separate processes (internal/cli).
+// started as separate processes (internal/cli/systest).
 //
 // The caller holds every key a class stands for, as an attacker who has it
 // would: the platform's keys are read from the data directories, a job's
