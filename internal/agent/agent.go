@@ -11,18 +11,21 @@
 //   - agent.status (a call): ready, version, sessions, the job's command;
 //
 // runs the job's command, if any, sending its output as application log
-// records and reporting its exit (Status.Command, CommandStatus.Outcome),
-// and pushes its status to the rack worker (MethodReport events) on every
-// change and every ReportInterval.
+// records and reporting its exit (agentapi.Status.Command,
+// agentapi.CommandStatus.Outcome), and pushes its status to the rack worker
+// (agentapi.MethodReport events) on every change and every ReportInterval.
+// Its contract with the platform (the methods, Status, the peer roles, the
+// client side of shells and TCP) is internal/agent/agentapi's, which the
+// platform's servers import instead of this package.
 //
 // It is also the home of what the inference agent (internal/inferagent)
 // shares with it: the bootstrap file both read (FileBootstrap, the peers
 // and their roles) and what they do with the peers (NewNode, KeepConnected,
 // NotifyWorkers).
 //
-// See docs/shell.md. Importers: internal/agentcmd (the agent command), internal/cli (`jobs
-// shell`), internal/inferagent, and the rack workers for the report types
-// and the bootstrap's peer roles.
+// See docs/shell.md. Importers: internal/agentcmd (the agent command),
+// internal/inferagent, the in-process agents of internal/platform and
+// simcluster, tests.
 package agent
 
 import (
@@ -36,30 +39,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
 
-// Fabric methods of the agent.
-const (
-	// MethodStatus is a call answered with Status (read-only access).
-	MethodStatus = "agent.status"
-	// MethodShell opens a shell session (a stream).
-	MethodShell = shellproto.Method
-	// MethodReport is the event the agent sends to its worker peers with its
-	// Status, on every change and every ReportInterval. Events are at most
-	// once: a worker that must not miss one also calls MethodStatus.
-	MethodReport = "agent.report"
-)
-
 // Component is the agent's component name in pings.
 const Component = string(trust.InstanceAgent)
-
-// Topic is the directory topic an agent of job announces itself under.
-func Topic(jobID string) string { return trust.AgentTopic(trust.InstanceAgent, jobID) }
 
 // Intervals.
 var (
@@ -69,37 +57,6 @@ var (
 	// ReconnectInterval is how often unconnected peers are dialled again.
 	ReconnectInterval = 3 * time.Second
 )
-
-// Status is what MethodStatus answers and MethodReport carries.
-type Status struct {
-	JobID    string `json:"jobId"`
-	Replica  int    `json:"replica"`
-	VMIIndex int    `json:"vmiIndex"`
-	// Key is the agent's public key.
-	Key string `json:"key"`
-	// Ready: the agent serves shells and has reached the platform (at least
-	// one dialled peer is connected, or it has none to dial).
-	Ready     bool      `json:"ready"`
-	Version   string    `json:"version"`
-	StartedAt time.Time `json:"startedAt"`
-	// Sessions are the open shell sessions.
-	Sessions []SessionInfo `json:"sessions"`
-	// SessionsTotal counts every session opened since the start.
-	SessionsTotal int `json:"sessionsTotal"`
-	// Command is the job's command, when the spec has one.
-	Command *CommandStatus `json:"command,omitempty"`
-}
-
-// SessionInfo describes one open shell session.
-type SessionInfo struct {
-	ID        string    `json:"id"`
-	Peer      string    `json:"peer"` // the key that opened it (the relay, or the CLI)
-	User      string    `json:"user,omitempty"`
-	Argv      []string  `json:"argv,omitempty"`
-	TTY       bool      `json:"tty"`
-	PID       int       `json:"pid"`
-	StartedAt time.Time `json:"startedAt"`
-}
 
 // Agent is one instance agent.
 type Agent struct {
@@ -117,7 +74,7 @@ type Agent struct {
 	sessions  map[string]*session
 	nextID    int
 	total     int
-	command   *CommandStatus
+	command   *agentapi.CommandStatus
 	cmdDone   chan struct{}
 	sessionWG sync.WaitGroup
 }
@@ -142,7 +99,7 @@ func New(cfg Config, log *slog.Logger) *Agent {
 // unless the agent made one (Config.Logs), for its metrics.
 func (a *Agent) Forwarder() *joblog.Forwarder { return a.fwd }
 
-// Ready is closed once the agent is ready (Status.Ready).
+// Ready is closed once the agent is ready (agentapi.Status.Ready).
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
 
 // Node is the agent's fabric node, once Run has started it (else nil).
@@ -161,25 +118,25 @@ func (a *Agent) CommandDone() <-chan struct{} {
 }
 
 // Status returns the agent's status now.
-func (a *Agent) Status() Status {
+func (a *Agent) Status() agentapi.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.statusLocked()
 }
 
-func (a *Agent) statusLocked() Status {
-	s := Status{JobID: a.cfg.JobID, Replica: a.cfg.Replica, VMIIndex: a.cfg.VMIIndex,
+func (a *Agent) statusLocked() agentapi.Status {
+	s := agentapi.Status{JobID: a.cfg.JobID, Replica: a.cfg.Replica, VMIIndex: a.cfg.VMIIndex,
 		Ready: a.isReady, Version: version.Version, StartedAt: a.started,
-		Sessions: []SessionInfo{}, SessionsTotal: a.total}
+		Sessions: []agentapi.SessionInfo{}, SessionsTotal: a.total}
 	if a.cfg.Identity != nil {
 		s.Key = a.cfg.Identity.PublicKey().String()
 	}
 	for _, ss := range a.sessions {
 		s.Sessions = append(s.Sessions, ss.info)
 	}
-	slices.SortFunc(s.Sessions, func(x, y SessionInfo) int { return x.StartedAt.Compare(y.StartedAt) })
+	slices.SortFunc(s.Sessions, func(x, y agentapi.SessionInfo) int { return x.StartedAt.Compare(y.StartedAt) })
 	if a.command != nil {
-		c := a.command.clone()
+		c := a.command.Clone()
 		s.Command = &c
 	}
 	return s
@@ -194,9 +151,9 @@ func (a *Agent) changed() {
 	a.report(st)
 }
 
-func (a *Agent) report(st Status) {
+func (a *Agent) report(st agentapi.Status) {
 	if n := a.Node(); n != nil {
-		NotifyWorkers(n, a.cfg.Peers, MethodReport, st, a.log)
+		NotifyWorkers(n, a.cfg.Peers, agentapi.MethodReport, st, a.log)
 	}
 }
 
@@ -215,9 +172,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer n.Close()
-	n.HandleStream(MethodShell, a.handleShell)
-	n.HandleStream(MethodTCPConnect, a.handleTCP)
-	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
+	n.HandleStream(agentapi.MethodShell, a.handleShell)
+	n.HandleStream(agentapi.MethodTCPConnect, a.handleTCP)
+	fabric.HandleFunc(n, agentapi.MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (agentapi.Status, error) {
 		return a.Status(), nil
 	}, fabric.ReadOnly())
 	dial, dirs := PeerKeys(cfg.Peers)
@@ -241,7 +198,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(dirs) > 0 {
 		meta, _ := json.Marshal(map[string]any{"jobId": cfg.JobID, "replica": cfg.Replica, "vmiIndex": cfg.VMIIndex, "version": version.Version})
 		wg.Go(func() {
-			n.KeepAnnounced(rctx, fabric.AnnounceParams{Topic: Topic(cfg.JobID), Meta: meta}, dirs...)
+			n.KeepAnnounced(rctx, fabric.AnnounceParams{Topic: agentapi.Topic(cfg.JobID), Meta: meta}, dirs...)
 		})
 	}
 	if len(cfg.Command) > 0 {
@@ -265,7 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// setReady makes the agent ready (Status.Ready) the first time it is
+// setReady makes the agent ready (agentapi.Status.Ready) the first time it is
 // called: after the first round of KeepConnected that reached a peer.
 func (a *Agent) setReady() {
 	a.mu.Lock()
@@ -286,22 +243,14 @@ func (a *Agent) record(step, format string, args ...any) {
 		Source: joblog.SourceSystem, Stream: Component, Step: step, OK: joblog.Bool(true), Line: fmt.Sprintf(format, args...)})
 }
 
-// HandleReports registers f for the MethodReport events agents send; a
+// HandleReports registers f for the agentapi.MethodReport events agents send; a
 // rack worker calls it on its fabric node (whose allow-list must admit the
 // agents' keys).
-func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st Status)) {
-	fabric.HandleFunc(r, MethodReport, func(_ context.Context, peer fabric.PublicKey, st Status) (struct{}, error) {
+func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st agentapi.Status)) {
+	fabric.HandleFunc(r, agentapi.MethodReport, func(_ context.Context, peer fabric.PublicKey, st agentapi.Status) (struct{}, error) {
 		f(peer, st)
 		return struct{}{}, nil
 	})
-}
-
-// GetStatus calls MethodStatus on the agent with key (over the connection
-// it opened, or at an address the caller knows).
-func GetStatus(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (Status, error) {
-	var st Status
-	err := n.Call(ctx, key, MethodStatus, struct{}{}, &st)
-	return st, err
 }
 
 func hostEnv() []string { return os.Environ() }

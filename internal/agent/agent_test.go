@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -26,7 +27,7 @@ type testRig struct {
 	platform *fabric.Node
 	agent    *Agent
 	logs     *joblog.Ring
-	dialer   FabricDialer
+	dialer   agentapi.FabricDialer
 	cancel   context.CancelFunc
 	done     chan error
 }
@@ -51,7 +52,7 @@ func newRig(t testing.TB, mod func(*Config)) *testRig {
 	t.Cleanup(func() { pn.Close() })
 	r := &testRig{platform: pn, logs: joblog.NewRing(10000), done: make(chan error, 1)}
 	cfg := Config{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml", Identity: agentID,
-		Peers: []Peer{{Role: RoleAppNode, Key: pn.PublicKey(), Addrs: []string{pn.Addr()}}},
+		Peers: []Peer{{Role: agentapi.RoleAppNode, Key: pn.PublicKey(), Addrs: []string{pn.Addr()}}},
 		Shell: "/bin/bash", Env: []string{"COSMICAC_TEST=1"}, WorkDir: t.TempDir(), Logs: r.logs}
 	if mod != nil {
 		mod(&cfg)
@@ -75,7 +76,7 @@ func newRig(t testing.TB, mod func(*Config)) *testRig {
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent not ready")
 	}
-	r.dialer = FabricDialer{Node: pn, Agent: agentID.PublicKey()}
+	r.dialer = agentapi.FabricDialer{Node: pn, Agent: agentID.PublicKey()}
 	return r
 }
 
@@ -112,7 +113,7 @@ type tsession struct {
 	in     *io.PipeWriter
 	out    *syncBuf
 	errb   *syncBuf
-	resize chan Size
+	resize chan agentapi.Size
 	sig    chan string
 	res    chan result
 }
@@ -131,9 +132,9 @@ func (r *testRig) open(t testing.TB, p shellproto.OpenParams) *tsession {
 		t.Fatal(err)
 	}
 	pr, pw := io.Pipe()
-	s := &tsession{in: pw, out: &syncBuf{}, errb: &syncBuf{}, resize: make(chan Size, 1), sig: make(chan string, 1), res: make(chan result, 1)}
+	s := &tsession{in: pw, out: &syncBuf{}, errb: &syncBuf{}, resize: make(chan agentapi.Size, 1), sig: make(chan string, 1), res: make(chan result, 1)}
 	go func() {
-		es, err := RunSession(context.Background(), c, SessionIO{Stdin: pr, Stdout: s.out, Stderr: s.errb, Resize: s.resize, Signals: s.sig})
+		es, err := agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdin: pr, Stdout: s.out, Stderr: s.errb, Resize: s.resize, Signals: s.sig})
 		s.res <- result{es, err}
 	}()
 	return s
@@ -190,7 +191,7 @@ func TestShellResize(t *testing.T) {
 	waitFor(t, s.out, "24 80")
 	// The resize frame and the next input go by different goroutines: the
 	// shell waits for the new size (the echo of this line does not match).
-	s.resize <- Size{Rows: 50, Cols: 132}
+	s.resize <- agentapi.Size{Rows: 50, Cols: 132}
 	s.send(t, "until [ \"$(stty size)\" = '50 132' ]; do sleep 0.01; done; echo resized-$((50+132)); exit\n")
 	waitFor(t, s.out, "resized-182")
 	if es := s.wait(t); es.Code != 0 {
@@ -247,7 +248,7 @@ func TestShellStdinPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	es, err := RunSession(context.Background(), c, SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out, Stderr: &errb})
+	es, err := agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestShellStdinPipe(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	es, err = RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb})
+	es, err = agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdout: &out, Stderr: &errb})
 	if err != nil || es.Code != 7 || out.String() != "out\n" || errb.String() != "err\n" {
 		t.Fatalf("exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
 	}
@@ -270,7 +271,7 @@ func TestShellStdinPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err = RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb})
+	es, err = agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdout: &out, Stderr: &errb})
 	if err != nil || es.Code != 127 {
 		t.Fatalf("exit %+v %v", es, err)
 	}
@@ -284,7 +285,7 @@ func TestShellConcurrent(t *testing.T) {
 		sessions[i] = r.open(t, shellproto.OpenParams{TTY: i%2 == 0, Argv: []string{"bash"}})
 	}
 	// All 20 are open at once.
-	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == n })
+	waitStatus(t, r.agent, func(s agentapi.Status) bool { return len(s.Sessions) == n })
 	for i, s := range sessions {
 		s.send(t, fmt.Sprintf("echo session-$((%d*1000)); exit %d\n", i, i))
 	}
@@ -306,7 +307,7 @@ func TestShellConcurrent(t *testing.T) {
 // command, and the agent keeps serving.
 func TestClosedShellLeavesAgentAndJob(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.Command = []string{"sh", "-c", "echo job-up; sleep 100"} })
-	waitStatus(t, r.agent, func(s Status) bool { return s.Command != nil && len(s.Command.Tail) > 0 })
+	waitStatus(t, r.agent, func(s agentapi.Status) bool { return s.Command != nil && len(s.Command.Tail) > 0 })
 
 	c, reply, err := r.dialer.DialShell(context.Background(), "", shellproto.OpenParams{TTY: true, Argv: []string{"sleep", "100"}})
 	if err != nil {
@@ -315,12 +316,12 @@ func TestClosedShellLeavesAgentAndJob(t *testing.T) {
 	if reply.PID == 0 || reply.Session == "" {
 		t.Fatalf("reply %+v", reply)
 	}
-	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == 1 })
+	waitStatus(t, r.agent, func(s agentapi.Status) bool { return len(s.Sessions) == 1 })
 	c.Close() // the user's terminal goes away
-	waitStatus(t, r.agent, func(s Status) bool { return len(s.Sessions) == 0 })
+	waitStatus(t, r.agent, func(s agentapi.Status) bool { return len(s.Sessions) == 0 })
 
 	st := r.agent.Status()
-	if st.Command.State != CommandRunning {
+	if st.Command.State != agentapi.CommandRunning {
 		t.Fatalf("the job's command stopped with the session: %+v", st.Command)
 	}
 	s := r.open(t, shellproto.OpenParams{Argv: []string{"echo", "still-here"}})
@@ -329,9 +330,9 @@ func TestClosedShellLeavesAgentAndJob(t *testing.T) {
 	}
 }
 
-func waitStatus(t testing.TB, a *Agent, ok func(Status) bool) Status {
+func waitStatus(t testing.TB, a *Agent, ok func(agentapi.Status) bool) agentapi.Status {
 	t.Helper()
-	var st Status
+	var st agentapi.Status
 	waittest.NoError(t, func() error {
 		if st = a.Status(); !ok(st) {
 			return fmt.Errorf("status %+v", st)
@@ -351,22 +352,22 @@ func TestUnlistedPeerRefused(t *testing.T) {
 	stranger.AddAddrs(r.dialer.Agent, r.agent.Node().Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err = FabricDialer{Node: stranger, Agent: r.dialer.Agent}.DialShell(ctx, "", shellproto.OpenParams{Argv: []string{"id"}})
+	_, _, err = agentapi.FabricDialer{Node: stranger, Agent: r.dialer.Agent}.DialShell(ctx, "", shellproto.OpenParams{Argv: []string{"id"}})
 	if fabric.ErrorCode(err) != fabric.CodeRefused {
 		t.Fatalf("stranger's shell: %v (code %q), want refused", err, fabric.ErrorCode(err))
 	}
-	if _, err := GetStatus(ctx, stranger, r.dialer.Agent); fabric.ErrorCode(err) != fabric.CodeRefused {
+	if _, err := agentapi.GetStatus(ctx, stranger, r.dialer.Agent); fabric.ErrorCode(err) != fabric.CodeRefused {
 		t.Fatalf("stranger's status: %v, want refused", err)
 	}
 	// The listed platform peer still gets in.
-	st, err := GetStatus(ctx, r.platform, r.dialer.Agent)
+	st, err := agentapi.GetStatus(ctx, r.platform, r.dialer.Agent)
 	if err != nil || !st.Ready || st.JobID != r.agent.cfg.JobID {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
 
 func TestCommandExitAndReports(t *testing.T) {
-	reports := make(chan Status, 100)
+	reports := make(chan agentapi.Status, 100)
 	var worker *fabric.Node
 	r := newRig(t, func(c *Config) {
 		var err error
@@ -376,12 +377,12 @@ func TestCommandExitAndReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { worker.Close() })
-		HandleReports(worker, func(peer fabric.PublicKey, st Status) {
+		HandleReports(worker, func(peer fabric.PublicKey, st agentapi.Status) {
 			if peer == c.Identity.PublicKey() {
 				reports <- st
 			}
 		})
-		c.Peers = append(c.Peers, Peer{Role: RoleWorker, Key: worker.PublicKey(), Addrs: []string{worker.Addr()}})
+		c.Peers = append(c.Peers, Peer{Role: agentapi.RoleWorker, Key: worker.PublicKey(), Addrs: []string{worker.Addr()}})
 		c.Command = []string{"sh", "-c", "echo hello $COSMICAC_TEST; echo oops >&2; exit 4"}
 	})
 	select {
@@ -409,7 +410,7 @@ func TestCommandExitAndReports(t *testing.T) {
 	for {
 		select {
 		case rep := <-reports:
-			if rep.Command != nil && rep.Command.State == CommandExited && *rep.Command.ExitCode == 4 && rep.Ready {
+			if rep.Command != nil && rep.Command.State == agentapi.CommandExited && *rep.Command.ExitCode == 4 && rep.Ready {
 				return
 			}
 		case <-deadline:
@@ -420,37 +421,39 @@ func TestCommandExitAndReports(t *testing.T) {
 
 func TestCommandSuccessOutcome(t *testing.T) {
 	code := 0
-	c := CommandStatus{State: CommandExited, ExitCode: &code}
+	c := agentapi.CommandStatus{State: agentapi.CommandExited, ExitCode: &code}
 	if s, r, done := c.Outcome(); s != "stopped" || r != nil || !done {
 		t.Fatalf("%v %v %v", s, r, done)
 	}
-	if _, _, done := (CommandStatus{State: CommandRunning}).Outcome(); done {
+	if _, _, done := (agentapi.CommandStatus{State: agentapi.CommandRunning}).Outcome(); done {
 		t.Fatal("running command is done")
 	}
 }
 
-// The app-node's relay (ServeShellRelay) and the CLI's HTTP dialer.
+// The app-node's relay (agentapi.ServeShellRelay) and the CLI's HTTP dialer.
 func TestHTTPRelay(t *testing.T) {
 	r := newRig(t, nil)
 	var gotUser string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Header.Get("Authorization") != "Bearer good" {
-			writeJSONError(w, http.StatusForbidden, "forbidden", "not on the job's team")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"error":{"code":"forbidden","message":"not on the job's team"}}`)
 			return
 		}
-		ServeShellRelay(w, req, "alice", func(ctx context.Context, p shellproto.OpenParams) (Conn, shellproto.OpenReply, error) {
+		agentapi.ServeShellRelay(w, req, "alice", func(ctx context.Context, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 			gotUser = p.User
 			return r.dialer.DialShell(ctx, "", p)
 		})
 	}))
 	defer srv.Close()
 	ctx := context.Background()
-	_, _, err := HTTPShellDialer{BaseURL: srv.URL, Token: "bad"}.DialShell(ctx, "job", shellproto.OpenParams{})
-	var he *HTTPError
+	_, _, err := agentapi.HTTPShellDialer{BaseURL: srv.URL, Token: "bad"}.DialShell(ctx, "job", shellproto.OpenParams{})
+	var he *agentapi.HTTPError
 	if !errors.As(err, &he) || he.Status != http.StatusForbidden || he.Code != "forbidden" {
 		t.Fatalf("bad token: %v", err)
 	}
-	c, reply, err := HTTPShellDialer{BaseURL: srv.URL, Token: "good"}.DialShell(ctx, "job", shellproto.OpenParams{Argv: []string{"wc", "-l"}, User: "mallory"})
+	c, reply, err := agentapi.HTTPShellDialer{BaseURL: srv.URL, Token: "good"}.DialShell(ctx, "job", shellproto.OpenParams{Argv: []string{"wc", "-l"}, User: "mallory"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +461,7 @@ func TestHTTPRelay(t *testing.T) {
 		t.Fatalf("reply %+v", reply)
 	}
 	var out bytes.Buffer
-	es, err := RunSession(ctx, c, SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out})
+	es, err := agentapi.RunSession(ctx, c, agentapi.SessionIO{Stdin: strings.NewReader("a\nb\n"), Stdout: &out})
 	if err != nil || es.Code != 0 || strings.TrimSpace(out.String()) != "2" {
 		t.Fatalf("exit %+v %v, out %q", es, err, out.String())
 	}
@@ -485,7 +488,7 @@ func TestShellNoticeAndRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if es, err := RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 0 ||
+	if es, err := agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 0 ||
 		out.String() != "out\n" || errb.String() != notice+"\n" {
 		t.Fatalf("pipes: exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
 	}
@@ -504,7 +507,7 @@ func TestShellNoticeAndRefusal(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	if es, err := RunSession(context.Background(), c, SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 126 ||
+	if es, err := agentapi.RunSession(context.Background(), c, agentapi.SessionIO{Stdout: &out, Stderr: &errb}); err != nil || es.Code != 126 ||
 		out.String() != "" || errb.String() != off+"\n" {
 		t.Fatalf("refused: exit %+v %v, stdout %q, stderr %q", es, err, out.String(), errb.String())
 	}
@@ -539,7 +542,7 @@ func TestRecordsGoToTheMonitorTheBootstrapNames(t *testing.T) {
 	})
 	r := newRig(t, func(c *Config) {
 		c.Identity, c.Logs = agentID, nil
-		c.Peers = append(c.Peers, Peer{Role: RoleMonitor, Key: mon.PublicKey(), Addrs: []string{mon.Addr()}})
+		c.Peers = append(c.Peers, Peer{Role: agentapi.RoleMonitor, Key: mon.PublicKey(), Addrs: []string{mon.Addr()}})
 		c.Command = []string{"sh", "-c", "echo to-the-monitor; sleep 100"}
 	})
 	if r.agent.Forwarder() == nil {
@@ -550,7 +553,7 @@ func TestRecordsGoToTheMonitorTheBootstrapNames(t *testing.T) {
 		defer mu.Unlock()
 		return slices.ContainsFunc(got, func(rec joblog.Record) bool { return strings.Contains(rec.Line, "to-the-monitor") })
 	}, "the command's output at the monitor")
-	if New(Config{Identity: agentID, Logs: joblog.Discard, Peers: []Peer{{Role: RoleMonitor, Key: mon.PublicKey()}}}, nil).Forwarder() != nil {
+	if New(Config{Identity: agentID, Logs: joblog.Discard, Peers: []Peer{{Role: agentapi.RoleMonitor, Key: mon.PublicKey()}}}, nil).Forwarder() != nil {
 		t.Error("an agent given a sink forwards too")
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
@@ -122,7 +123,7 @@ func fabricCat(t *testing.T, r *testRig, file string) time.Duration {
 		t.Fatal(err)
 	}
 	cw := &countWriter{}
-	es, err := RunSession(ctx, c, SessionIO{Stdout: cw})
+	es, err := agentapi.RunSession(ctx, c, agentapi.SessionIO{Stdout: cw})
 	d := time.Since(start)
 	if err != nil || es.Code != 0 || cw.n != benchFileSize {
 		t.Fatalf("cat: %+v %v, %d bytes", es, err, cw.n)

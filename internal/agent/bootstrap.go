@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -16,25 +17,13 @@ import (
 // inference agent (internal/inferagent) both read it, and share what
 // follows.
 
-// Peer roles of the bootstrap (the strings of k8sworker.Peer.Role). Each
-// is the class of key (trust.Role) the agent admits the peer as, so what
-// the peer may call on the agent is what internal/trust's Graph says; the
-// role also decides what else an agent does with it.
-const (
-	RoleDirectory = "directory"       // the agents' directory: the agent announces itself there
-	RoleWorker    = "worker"          // the rack worker: receives the agent's report events
-	RoleAppNode   = "app-node"        // relays users' shells (and later HTTP) to the instance agent
-	RoleMonitor   = "monitor"         // wrk-monitor: receives the agent's log records
-	RoleProxy     = "proxy-inference" // reaches the inference agent over the connection it opened
-)
-
 // peerRoles maps the bootstrap's roles to the classes of key they are.
 var peerRoles = map[string]trust.Role{
-	RoleDirectory: trust.Directory,
-	RoleWorker:    trust.Worker,
-	RoleAppNode:   trust.AppNode,
-	RoleMonitor:   trust.Monitor,
-	RoleProxy:     trust.Proxy,
+	agentapi.RoleDirectory: trust.Directory,
+	agentapi.RoleWorker:    trust.Worker,
+	agentapi.RoleAppNode:   trust.AppNode,
+	agentapi.RoleMonitor:   trust.Monitor,
+	agentapi.RoleProxy:     trust.Proxy,
 }
 
 // FileIdentity is the agent's key pair as the bootstrap carries it.

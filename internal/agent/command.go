@@ -13,76 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
-
-// Command states.
-const (
-	CommandRunning = "running"
-	CommandExited  = "exited"
-)
-
-// TailLines is how many last lines of the command's output are kept for the
-// failure reason.
-const TailLines = 20
-
-// CommandStatus is the job's command as the agent runs it.
-type CommandStatus struct {
-	Argv  []string `json:"argv"`
-	State string   `json:"state"` // running | exited
-	PID   int      `json:"pid,omitempty"`
-	// ExitCode is set once the command has exited: its code, 128+signo when
-	// a signal killed it, 127 when it could not be started.
-	ExitCode *int   `json:"exitCode,omitempty"`
-	Signal   string `json:"signal,omitempty"`
-	// Error says why the command could not be started.
-	Error     string     `json:"error,omitempty"`
-	StartedAt time.Time  `json:"startedAt"`
-	EndedAt   *time.Time `json:"endedAt,omitempty"`
-	// Tail is the last TailLines lines of its output (stdout and stderr).
-	Tail []string `json:"tail,omitempty"`
-}
-
-func (c CommandStatus) clone() CommandStatus {
-	c.Argv = append([]string(nil), c.Argv...)
-	c.Tail = append([]string(nil), c.Tail...)
-	if c.ExitCode != nil {
-		v := *c.ExitCode
-		c.ExitCode = &v
-	}
-	if c.EndedAt != nil {
-		v := *c.EndedAt
-		c.EndedAt = &v
-	}
-	return c
-}
-
-// Outcome is the job state the command's exit stands for (the ork's
-// contract): exit 0 gives stopped, anything else failed with
-// command_failed, the code and the last lines of output. done is false
-// while the command runs.
-func (c CommandStatus) Outcome() (state cosmic.State, reason *cosmic.Reason, done bool) {
-	if c.State != CommandExited || c.ExitCode == nil {
-		return "", nil, false
-	}
-	if *c.ExitCode == 0 {
-		return cosmic.StateStopped, nil, true
-	}
-	detail := fmt.Sprintf("exit code %d", *c.ExitCode)
-	if c.Signal != "" {
-		detail += " (signal " + c.Signal + ")"
-	}
-	if c.Error != "" {
-		detail += ": " + c.Error
-	}
-	if len(c.Tail) > 0 {
-		last := c.Tail[max(0, len(c.Tail)-5):]
-		detail += "; last output: " + strings.Join(last, " | ")
-	}
-	r := cosmic.NewReason(cosmic.ReasonCommandFailed, detail)
-	return cosmic.StateFailed, &r, true
-}
 
 // runCommand runs the job's command once, with the config's environment,
 // sending each output line as an application record; on ctx's end it
@@ -90,7 +23,7 @@ func (c CommandStatus) Outcome() (state cosmic.State, reason *cosmic.Reason, don
 func (a *Agent) runCommand(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	cfg := a.cfg
-	st := &CommandStatus{Argv: append([]string(nil), cfg.Command...), State: CommandRunning, StartedAt: time.Now()}
+	st := &agentapi.CommandStatus{Argv: append([]string(nil), cfg.Command...), State: agentapi.CommandRunning, StartedAt: time.Now()}
 	a.mu.Lock()
 	a.command = st
 	a.mu.Unlock()
@@ -101,15 +34,15 @@ func (a *Agent) runCommand(ctx context.Context, done chan struct{}) {
 		defer tailMu.Unlock()
 		a.mu.Lock()
 		st.Tail = append(st.Tail, line)
-		if len(st.Tail) > TailLines {
-			st.Tail = st.Tail[len(st.Tail)-TailLines:]
+		if len(st.Tail) > agentapi.TailLines {
+			st.Tail = st.Tail[len(st.Tail)-agentapi.TailLines:]
 		}
 		a.mu.Unlock()
 	}
 	finish := func(code int, sig, errMsg string) {
 		now := time.Now()
 		a.mu.Lock()
-		st.State, st.ExitCode, st.Signal, st.Error, st.EndedAt = CommandExited, &code, sig, errMsg, &now
+		st.State, st.ExitCode, st.Signal, st.Error, st.EndedAt = agentapi.CommandExited, &code, sig, errMsg, &now
 		a.mu.Unlock()
 		ok := code == 0
 		a.cfg.Logs.Emit(joblog.Record{Time: now, JobID: cfg.JobID, Team: cfg.Team, Replica: cfg.Replica,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
@@ -75,7 +76,7 @@ type Config struct {
 	// OnChange, if set, is called with the new status after each change
 	// (ready, a session opened or closed, the command exited). It must not
 	// block.
-	OnChange func(Status)
+	OnChange func(agentapi.Status)
 }
 
 // LoadConfig reads the agent's YAML file, the env file it names and the
@@ -93,7 +94,7 @@ func (fc FileConfig) Parse() (Config, error) {
 	var errs []error
 	cfg := Config{JobID: fc.JobID, Team: fc.Team, Replica: fc.Replica, VMIIndex: fc.VMIIndex,
 		Shell: fc.Shell, Command: fc.Command, WorkDir: fc.WorkDir, Listen: fc.Listen, SSHPort: fc.SSHPort}
-	cfg.TCPPorts = []int{DefaultSSHPort}
+	cfg.TCPPorts = []int{agentapi.DefaultSSHPort}
 	for _, port := range []int{fc.HTTPPort, fc.GRPCPort} {
 		if port > 0 {
 			cfg.TCPPorts = append(cfg.TCPPorts, port)

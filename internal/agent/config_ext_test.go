@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
@@ -43,8 +44,8 @@ func TestLoadConfigFromWorkerUserData(t *testing.T) {
 	}}
 	boot := k8sworker.Bootstrap{
 		Agents: []k8sworker.AgentIdentity{{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}},
-		Peers: []k8sworker.Peer{{Role: agent.RoleDirectory, Key: ork, Addrs: []string{"10.0.0.1:7420"}},
-			{Role: agent.RoleAppNode, Key: app, Addrs: []string{"10.0.0.2:7421"}}},
+		Peers: []k8sworker.Peer{{Role: agentapi.RoleDirectory, Key: ork, Addrs: []string{"10.0.0.1:7420"}},
+			{Role: agentapi.RoleAppNode, Key: app, Addrs: []string{"10.0.0.2:7421"}}},
 	}
 	ud, err := k8sworker.UserData(k8sworker.DefaultRackConfig(), job, 0, 0, 1, 1, nil, boot)
 	if err != nil {
@@ -76,7 +77,7 @@ func TestLoadConfigFromWorkerUserData(t *testing.T) {
 	}
 	if cfg.JobID != job.ID || cfg.Team != "ml" || cfg.Identity.PublicKey() != id.PublicKey() ||
 		!slices.Equal(cfg.Command, job.Spec.Command) || len(cfg.Peers) != 2 ||
-		cfg.Peers[0].Role != agent.RoleDirectory || cfg.Peers[0].Key.String() != ork || cfg.Peers[1].Addrs[0] != "10.0.0.2:7421" {
+		cfg.Peers[0].Role != agentapi.RoleDirectory || cfg.Peers[0].Key.String() != ork || cfg.Peers[1].Addrs[0] != "10.0.0.2:7421" {
 		t.Fatalf("config %+v", cfg)
 	}
 	want := []string{"COSMICAC_JOB_ID=" + job.ID, "COSMICAC_REPLICA=0", "COSMICAC_VMI_INDEX=0", "LR=it's 0.1", "MULTI=a\nb"}

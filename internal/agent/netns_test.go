@@ -25,6 +25,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/netnstest"
@@ -54,7 +55,7 @@ func TestNetns(t *testing.T) {
 	pem, _ := agentID.MarshalPEM()
 	fc := FileConfig{FileBootstrap: FileBootstrap{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml",
 		Identity: &FileIdentity{PrivateKeyPEM: string(pem), PublicKey: agentID.PublicKey().String()},
-		Peers:    []FilePeer{{Role: RoleAppNode, Key: platID.PublicKey().String(), Addrs: []string{nsPlatformIP + ":" + nsPort}}}},
+		Peers:    []FilePeer{{Role: agentapi.RoleAppNode, Key: platID.PublicKey().String(), Addrs: []string{nsPlatformIP + ":" + nsPort}}}},
 		Shell: "/bin/bash", WorkDir: dir}
 	b, _ := yaml.Marshal(fc)
 	cfgPath := filepath.Join(dir, "agent.yaml")
@@ -140,7 +141,7 @@ func netnsPlatform(t *testing.T) {
 	// Ready follows the agent's first successful ping, which may end just
 	// after its connection shows here.
 	waittest.NoError(t, func() error {
-		st, err := GetStatus(ctx, n, agentKey)
+		st, err := agentapi.GetStatus(ctx, n, agentKey)
 		if err != nil {
 			t.Fatalf("status: %v", err)
 		}
@@ -149,7 +150,7 @@ func netnsPlatform(t *testing.T) {
 		}
 		return nil
 	}, "the agent to be ready")
-	r := &testRig{platform: n, dialer: FabricDialer{Node: n, Agent: agentKey}}
+	r := &testRig{platform: n, dialer: agentapi.FabricDialer{Node: n, Agent: agentKey}}
 
 	// A terminal: input, resize, Ctrl-C, the exit code.
 	s := r.open(t, shellproto.OpenParams{TTY: true, Rows: 24, Cols: 80})
@@ -159,7 +160,7 @@ func netnsPlatform(t *testing.T) {
 	// The shell watches for the new size, then the window changes: the
 	// resize frame may overtake typed input or follow it.
 	s.send(t, "until [ \"$(stty size)\" = '40 120' ]; do sleep 0.01; done; echo resized-$((40+120))\n")
-	s.resize <- Size{Rows: 40, Cols: 120}
+	s.resize <- agentapi.Size{Rows: 40, Cols: 120}
 	waitFor(t, s.out, "resized-160")
 	s.send(t, "sh -c 'echo sleeping-$((2*3)); exec sleep 100'\n")
 	waitFor(t, s.out, "sleeping-6") // the foreground process: the ^C is its
@@ -176,7 +177,7 @@ func netnsPlatform(t *testing.T) {
 	}
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
 	var out bytes.Buffer
-	es, err := RunSession(ctx, c, SessionIO{Stdin: bytes.NewReader(data), Stdout: &out})
+	es, err := agentapi.RunSession(ctx, c, agentapi.SessionIO{Stdin: bytes.NewReader(data), Stdout: &out})
 	sum := sha256.Sum256(data)
 	if err != nil || es.Code != 0 || !strings.HasPrefix(out.String(), hex.EncodeToString(sum[:])) {
 		t.Fatalf("sha256sum: %+v %v %q", es, err, out.String())

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -60,7 +61,7 @@ func PeerKeys(peers []Peer) (dial, dirs []fabric.PublicKey) {
 		if len(p.Addrs) > 0 {
 			dial = append(dial, p.Key)
 		}
-		if p.Role == RoleDirectory {
+		if p.Role == agentapi.RoleDirectory {
 			dirs = append(dirs, p.Key)
 		}
 	}
@@ -136,11 +137,11 @@ func KeepConnected(ctx context.Context, n *fabric.Node, peers []fabric.PublicKey
 }
 
 // NotifyWorkers sends the event method with params to every worker peer
-// (RoleWorker), each in a goroutine of its own and within 5 s. Events are
+// (agentapi.RoleWorker), each in a goroutine of its own and within 5 s. Events are
 // at most once: a failure is only logged.
 func NotifyWorkers(n *fabric.Node, peers []Peer, method string, params any, log *slog.Logger) {
 	for _, p := range peers {
-		if p.Role != RoleWorker {
+		if p.Role != agentapi.RoleWorker {
 			continue
 		}
 		go func() {
@@ -173,33 +174,9 @@ func KeepReporting(ctx context.Context, d time.Duration, report func()) {
 // (node, nil until the agent runs). The agent runs it while it runs.
 func MonitorForwarder(peers []Peer, node func() *fabric.Node) *joblog.Forwarder {
 	for _, p := range peers {
-		if p.Role == RoleMonitor {
+		if p.Role == agentapi.RoleMonitor {
 			return joblog.NewForwarder(joblog.NodeFunc(node), p.Key, 0)
 		}
 	}
 	return nil
-}
-
-// WorkerReport is what a rack worker reads of either agent's status
-// (Status here, inferagent.Status: the same fields), as their report
-// events carry it.
-type WorkerReport struct {
-	JobID    string `json:"jobId"`
-	Replica  int    `json:"replica"`
-	VMIIndex int    `json:"vmiIndex"`
-	Ready    bool   `json:"ready"`
-	// Command is the job's command (instance agents of a job with one).
-	Command *CommandStatus `json:"command,omitempty"`
-}
-
-// ServeWorkerReports registers f on a rack worker's node r for the agents'
-// report events of methods: MethodReport and inferagent.MethodReport,
-// which this package cannot name.
-func ServeWorkerReports(r fabric.Registrar, f func(peer fabric.PublicKey, rep WorkerReport), methods ...string) {
-	for _, m := range methods {
-		fabric.HandleFunc(r, m, func(_ context.Context, peer fabric.PublicKey, rep WorkerReport) (struct{}, error) {
-			f(peer, rep)
-			return struct{}{}, nil
-		})
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/waittest"
@@ -27,8 +28,8 @@ func TestKeepConnectedHooks(t *testing.T) {
 	}
 	defer platform.Close()
 	gone := mustID(t).PublicKey() // never reachable
-	peers := []Peer{{Role: RoleAppNode, Key: platform.PublicKey(), Addrs: []string{platform.Addr()}},
-		{Role: RoleDirectory, Key: gone}, {Role: RoleWorker, Key: gone, Addrs: []string{"127.0.0.1:1"}}}
+	peers := []Peer{{Role: agentapi.RoleAppNode, Key: platform.PublicKey(), Addrs: []string{platform.Addr()}},
+		{Role: agentapi.RoleDirectory, Key: gone}, {Role: agentapi.RoleWorker, Key: gone, Addrs: []string{"127.0.0.1:1"}}}
 	n, err := NewNode(trust.InstanceAgent, agentID, "", peers, nil)
 	if err != nil {
 		t.Fatal(err)

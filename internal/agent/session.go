@@ -16,6 +16,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -38,7 +39,7 @@ func signalName(s syscall.Signal) string {
 
 // session is one open shell session.
 type session struct {
-	info SessionInfo
+	info agentapi.SessionInfo
 	cmd  *exec.Cmd
 	tty  *os.File // the PTY's master, in TTY mode
 
@@ -141,7 +142,7 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 	}
 	cmd.Env = append(cmd.Env, p.Env...)
 
-	s := &session{cmd: cmd, exited: make(chan struct{}), info: SessionInfo{ID: id, Peer: req.Peer.String(), User: p.User,
+	s := &session{cmd: cmd, exited: make(chan struct{}), info: agentapi.SessionInfo{ID: id, Peer: req.Peer.String(), User: p.User,
 		Argv: p.Argv, TTY: p.TTY, StartedAt: time.Now()}}
 	var (
 		startErr      error

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/testenv"
 )
@@ -37,7 +38,7 @@ func TestSSHThroughFabric(t *testing.T) {
 	}
 	r := newRig(t, func(c *Config) {
 		c.Listen = "127.0.0.1:0"
-		c.Peers = append(c.Peers, Peer{Role: RoleAppNode, Key: proxyID.PublicKey()})
+		c.Peers = append(c.Peers, Peer{Role: agentapi.RoleAppNode, Key: proxyID.PublicKey()})
 		c.TCPPorts = []int{port}
 	})
 	proxy := strings.Join([]string{os.Args[0], "-test.run=^TestSSHProxyHelper$"}, " ")
@@ -53,7 +54,7 @@ func TestSSHThroughFabric(t *testing.T) {
 	// A port the agent does not open is refused.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := DialTCP(ctx, r.platform, r.dialer.Agent, 25); fabric.ErrorCode(err) != fabric.CodeForbidden {
+	if _, err := agentapi.DialTCP(ctx, r.platform, r.dialer.Agent, 25); fabric.ErrorCode(err) != fabric.CodeForbidden {
 		t.Fatalf("port 25: %v", err)
 	}
 }
@@ -78,7 +79,7 @@ func TestSSHProxyHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.AddAddrs(key, addrs...)
-	st, err := DialTCP(context.Background(), n, key, port)
+	st, err := agentapi.DialTCP(context.Background(), n, key, port)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,42 +9,30 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
-
-// MethodTCPConnect opens a stream spliced to a TCP port on the VM's
-// loopback: 22 for `cosmicac jobs ssh` (the user's ssh with the CLI as
-// ProxyCommand), the job's HTTP port for /api/v1/jobs/{id}/http/… later.
-const MethodTCPConnect = "tcp.connect"
-
-// TCPConnectParams are the parameters of MethodTCPConnect.
-type TCPConnectParams struct {
-	Port int `json:"port"`
-}
-
-// DefaultSSHPort is the port `jobs ssh` connects to.
-const DefaultSSHPort = 22
 
 func (a *Agent) allowedPort(p int) bool {
 	if len(a.cfg.TCPPorts) > 0 {
 		return slices.Contains(a.cfg.TCPPorts, p)
 	}
-	return p == DefaultSSHPort
+	return p == agentapi.DefaultSSHPort
 }
 
 func (a *Agent) handleTCP(ctx context.Context, req *fabric.StreamRequest) error {
-	var p TCPConnectParams
+	var p agentapi.TCPConnectParams
 	if err := req.Decode(&p); err != nil {
 		return err
 	}
 	if p.Port == 0 {
-		p.Port = DefaultSSHPort
+		p.Port = agentapi.DefaultSSHPort
 	}
 	if !a.allowedPort(p.Port) {
 		return fabric.Errorf(fabric.CodeForbidden, "port %d is not open to the platform", p.Port)
 	}
 	target := p.Port
-	if target == DefaultSSHPort && a.cfg.SSHPort > 0 {
+	if target == agentapi.DefaultSSHPort && a.cfg.SSHPort > 0 {
 		target = a.cfg.SSHPort
 	}
 	var d net.Dialer
@@ -69,9 +57,4 @@ func (a *Agent) handleTCP(ctx context.Context, req *fabric.StreamRequest) error 
 	st.CloseWrite()
 	wg.Wait()
 	return nil
-}
-
-// DialTCP opens a MethodTCPConnect stream to port on the agent with key.
-func DialTCP(ctx context.Context, n *fabric.Node, key fabric.PublicKey, port int) (*fabric.Stream, error) {
-	return n.OpenStream(ctx, key, MethodTCPConnect, TCPConnectParams{Port: port}, nil)
 }

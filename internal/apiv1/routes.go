@@ -184,8 +184,8 @@ var JobHTTPOps = map[string]string{
 	http.MethodOptions: OpJobHTTPOptions,
 }
 
-// Upgrade tokens of the shell and SSH routes (agent.ShellUpgrade and
-// agent.TCPUpgrade).
+// Upgrade tokens of the shell and SSH routes (agentapi.ShellUpgrade and
+// agentapi.TCPUpgrade).
 const (
 	UpgradeShell = "cosmicac-shell.v1"
 	UpgradeTCP   = "cosmicac-tcp.v1"

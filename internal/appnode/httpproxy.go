@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -222,7 +222,7 @@ func pathUnescape(p string) string {
 
 // streamConn is a tcp.connect stream as the net.Conn http.Transport wants.
 type streamConn struct {
-	agent.Conn
+	agentapi.Conn
 }
 
 type fabricAddr struct{}

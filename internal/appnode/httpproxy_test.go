@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode"
@@ -37,11 +37,11 @@ func (f *tcpShells) setErr(err error) {
 	f.mu.Unlock()
 }
 
-func (f *tcpShells) DialShell(context.Context, cosmic.Job, int, shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (f *tcpShells) DialShell(context.Context, cosmic.Job, int, shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	return nil, shellproto.OpenReply{}, fabric.Errorf(fabric.CodeUnavailable, "no shells here")
 }
 
-func (f *tcpShells) DialTCP(ctx context.Context, j cosmic.Job, replica, port int) (agent.Conn, error) {
+func (f *tcpShells) DialTCP(ctx context.Context, j cosmic.Job, replica, port int) (agentapi.Conn, error) {
 	f.mu.Lock()
 	f.asks = append(f.asks, fmt.Sprintf("%s/%d:%d", j.ID, replica, port))
 	err := f.err

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
@@ -26,7 +26,7 @@ type slowShells struct{ fakeShells }
 
 const slowShellFor = 3 * time.Second
 
-func (s *slowShells) DialShell(_ context.Context, _ cosmic.Job, _ int, _ shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (s *slowShells) DialShell(_ context.Context, _ cosmic.Job, _ int, _ shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	a, b := net.Pipe()
 	go io.Copy(io.Discard, b) // the client's frames
 	go func() {
@@ -78,12 +78,12 @@ func TestServeLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, _, err := agent.HTTPShellDialer{BaseURL: "http://" + addr, Token: e.AdminToken}.DialShell(ctx, j.ID, shellproto.OpenParams{Argv: []string{"sleep", "3"}})
+	c, _, err := agentapi.HTTPShellDialer{BaseURL: "http://" + addr, Token: e.AdminToken}.DialShell(ctx, j.ID, shellproto.OpenParams{Argv: []string{"sleep", "3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	st, err := agent.RunSession(ctx, c, agent.SessionIO{Stdout: &out})
+	st, err := agentapi.RunSession(ctx, c, agentapi.SessionIO{Stdout: &out})
 	if err != nil || st.Code != 0 || out.String() != "done\n" {
 		t.Errorf("a shell of %v (limits %+v): code %d, output %q, err %v; want 0, \"done\\n\"", slowShellFor, lim, st.Code, out.String(), err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -23,10 +23,10 @@ import (
 type Shells interface {
 	// DialShell opens a shell session on the agent of the job's replica;
 	// p.User is the caller the app-node vouches for.
-	DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error)
+	DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error)
 	// DialTCP opens a byte stream to port on the loopback of the replica's
 	// VM.
-	DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error)
+	DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error)
 }
 
 // written is the body of a handler that answered on its own (an upgraded
@@ -76,7 +76,7 @@ func (s *Server) jobShell(w http.ResponseWriter, r *http.Request, c *caller) (an
 	start := time.Now()
 	s.log.Info("shell requested", "job_id", j.ID, "replica", replica, "user", c.user.Name)
 	s.auditSession(r, c, AuditShellOpen, fmt.Sprintf("%s/%d", j.ID, replica))
-	agent.ServeShellRelay(w, r, c.user.Name, func(ctx context.Context, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+	agentapi.ServeShellRelay(w, r, c.user.Name, func(ctx context.Context, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 		return s.shells.DialShell(ctx, j, replica, p)
 	})
 	s.log.Info("shell ended", "job_id", j.ID, "replica", replica, "user", c.user.Name, "duration_ms", time.Since(start).Milliseconds())
@@ -92,7 +92,7 @@ func (s *Server) jobSSH(w http.ResponseWriter, r *http.Request, c *caller) (any,
 		return nil, badRequest("ssh needs `Upgrade: %s`", apiv1.UpgradeTCP)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-	st, err := s.shells.DialTCP(ctx, j, replica, agent.DefaultSSHPort)
+	st, err := s.shells.DialTCP(ctx, j, replica, agentapi.DefaultSSHPort)
 	cancel()
 	if err != nil {
 		return nil, agentError(err)
@@ -109,7 +109,7 @@ func (s *Server) jobSSH(w http.ResponseWriter, r *http.Request, c *caller) (any,
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Time{})
-	agent.Splice(conn, brw.Reader, st)
+	agentapi.Splice(conn, brw.Reader, st)
 	return written{}, nil
 }
 
@@ -124,7 +124,7 @@ func agentError(err error) error {
 	return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "reach the job's agent: %v", err)
 }
 
-// FabricShells finds a job's agent by a fabric Lookup of agent.Topic(job)
+// FabricShells finds a job's agent by a fabric Lookup of agentapi.Topic(job)
 // on Directories and opens its streams over Node (the agent dialled Node,
 // so the streams ride the agent's own connection).
 type FabricShells struct {
@@ -180,7 +180,7 @@ func (f FabricShells) findFor(ctx context.Context, job cosmic.Job, replica int) 
 }
 
 func (f FabricShells) find(ctx context.Context, jobID string, replica int, verify func(string, int, fabric.PublicKey) bool) (fabric.PublicKey, error) {
-	peers, err := f.Node.Lookup(ctx, agent.Topic(jobID), f.Directories...)
+	peers, err := f.Node.Lookup(ctx, agentapi.Topic(jobID), f.Directories...)
 	if err != nil {
 		return fabric.PublicKey{}, fabric.Errorf(fabric.CodeUnavailable, "look up the agent of job %s: %v", jobID, err)
 	}
@@ -210,19 +210,19 @@ func (f FabricShells) find(ctx context.Context, jobID string, replica int, verif
 }
 
 // DialShell implements Shells.
-func (f FabricShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (f FabricShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	key, err := f.findFor(ctx, job, replica)
 	if err != nil {
 		return nil, shellproto.OpenReply{}, err
 	}
-	return agent.FabricDialer{Node: f.Node, Agent: key}.DialShell(ctx, job.ID, p)
+	return agentapi.FabricDialer{Node: f.Node, Agent: key}.DialShell(ctx, job.ID, p)
 }
 
 // DialTCP implements Shells.
-func (f FabricShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error) {
+func (f FabricShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error) {
 	key, err := f.findFor(ctx, job, replica)
 	if err != nil {
 		return nil, err
 	}
-	return agent.DialTCP(ctx, f.Node, key, port)
+	return agentapi.DialTCP(ctx, f.Node, key, port)
 }

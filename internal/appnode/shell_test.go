@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
@@ -29,7 +29,7 @@ type pipeConn struct{ net.Conn }
 
 func (pipeConn) CloseWrite() error { return nil }
 
-func (f *fakeShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (f *fakeShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	f.mu.Lock()
 	f.users = append(f.users, p.User)
 	f.mu.Unlock()
@@ -44,21 +44,21 @@ func (f *fakeShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellpr
 	return pipeConn{a}, shellproto.OpenReply{Session: "s1", PID: 42}, nil
 }
 
-func (f *fakeShells) DialTCP(context.Context, cosmic.Job, int, int) (agent.Conn, error) {
+func (f *fakeShells) DialTCP(context.Context, cosmic.Job, int, int) (agentapi.Conn, error) {
 	return nil, fabric.Errorf(fabric.CodeUnavailable, "no agent")
 }
 
 func openShell(e *appnodetest.Env, token, id string) (int, error) {
-	c, _, err := agent.HTTPShellDialer{BaseURL: e.URL(), Token: token}.DialShell(context.Background(), id, shellproto.OpenParams{Argv: []string{"true"}})
+	c, _, err := agentapi.HTTPShellDialer{BaseURL: e.URL(), Token: token}.DialShell(context.Background(), id, shellproto.OpenParams{Argv: []string{"true"}})
 	if err != nil {
 		return 0, err
 	}
-	st, err := agent.RunSession(context.Background(), c, agent.SessionIO{})
+	st, err := agentapi.RunSession(context.Background(), c, agentapi.SessionIO{})
 	return st.Code, err
 }
 
 func status(err error) int {
-	var he *agent.HTTPError
+	var he *agentapi.HTTPError
 	if errors.As(err, &he) {
 		return he.Status
 	}
@@ -114,7 +114,7 @@ func TestShellRoute(t *testing.T) {
 		t.Fatalf("bad replica: %d %s", a.status, a.body)
 	}
 	// SSH: the agent is unreachable, 503; no upgrade, 400.
-	if _, err := (agent.HTTPShellDialer{BaseURL: e.URL(), Token: e.AdminToken}).DialSSH(context.Background(), j.ID); status(err) != http.StatusServiceUnavailable {
+	if _, err := (agentapi.HTTPShellDialer{BaseURL: e.URL(), Token: e.AdminToken}).DialSSH(context.Background(), j.ID); status(err) != http.StatusServiceUnavailable {
 		t.Fatalf("ssh: %v, want 503", err)
 	}
 	if a := call(t, e, "POST", apiv1.Prefix+"/jobs/"+j.ID+"/ssh", e.AdminToken, ""); a.status != http.StatusBadRequest {

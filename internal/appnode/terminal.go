@@ -13,7 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
@@ -127,7 +127,7 @@ func headerHasToken(h http.Header, name, token string) bool {
 // (the stream to the agent closes, which hangs the session up), a bad
 // message from the client, or the agent's stream ending. It returns how it
 // ended, for the log.
-func bridgeTerminal(ctx context.Context, ws *websocket.Conn, st agent.Conn) string {
+func bridgeTerminal(ctx context.Context, ws *websocket.Conn, st agentapi.Conn) string {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := shellproto.NewWriter(st)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
@@ -29,7 +29,7 @@ type echoShells struct {
 	opens []shellproto.OpenParams
 }
 
-func (f *echoShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (f *echoShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	f.mu.Lock()
 	f.opens = append(f.opens, p)
 	f.mu.Unlock()
@@ -59,7 +59,7 @@ func (f *echoShells) DialShell(_ context.Context, _ cosmic.Job, _ int, p shellpr
 	return pipeConn{a}, shellproto.OpenReply{Session: "s1", PID: 42}, nil
 }
 
-func (f *echoShells) DialTCP(context.Context, cosmic.Job, int, int) (agent.Conn, error) {
+func (f *echoShells) DialTCP(context.Context, cosmic.Job, int, int) (agentapi.Conn, error) {
 	return nil, fabric.Errorf(fabric.CodeUnavailable, "no agent")
 }
 

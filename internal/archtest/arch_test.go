@@ -65,7 +65,8 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 // HTTP servers' limits, httpserve) use the standard library and each other
 // only, so that any package may import them. The agent binary
 // (cmd/cosmicac-agent, internal/agentcmd) carries none of the platform's
-// components, drivers or Kubernetes.
+// components, drivers or Kubernetes. The servers reach the agents through
+// agentapi only.
 func TestBoundaries(t *testing.T) {
 	const mod = "github.com/cosmicac/cosmicac/internal/"
 	kube := []string{"k8s.io/", "kubevirt.io/", "sigs.k8s.io/controller-runtime"}
@@ -108,6 +109,14 @@ func TestBoundaries(t *testing.T) {
 		// standard library: any component may serve it.
 		mod + "webui": append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 	}
+	// The servers reach the agents in the VMs through their contract
+	// (agentapi, shellproto), never the agents' implementation (issue 33);
+	// the contract knows no implementation either.
+	for _, p := range []string{"appnode", "inferproxy$", "k8sworker", "qemuworker", "cli$", "ork", "monitor"} {
+		rules[mod+p] = append(rules[mod+p], mod+"agent$", mod+"inferagent")
+	}
+	rules[mod+"agent/agentapi"] = append([]string{mod + "agent$", mod + "inferagent", mod + "appnode", mod + "ork", mod + "store",
+		mod + "inferproxy", mod + "monitor", mod + "platform", mod + "cli", "github.com/creack/"}, kube...)
 	// What runs in a tenant's VM carries the agents only: no Kubernetes
 	// client, gateway, database driver or platform component (issue 33).
 	inVM := append([]string{"github.com/caddyserver/", "modernc.org/", "github.com/jackc/",

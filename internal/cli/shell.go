@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -54,7 +54,7 @@ func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 				}
 			}
 			jobID := args[0]
-			var dialer agent.ShellDialer
+			var dialer agentapi.ShellDialer
 			if agentPeer != "" {
 				// Straight to an agent that listens (operators, development).
 				key, addrs, err := ParsePeerFlag("agent", agentPeer)
@@ -71,7 +71,7 @@ func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 				}
 				defer n.Close()
 				n.AddAddrs(key, addrs...)
-				dialer = agent.FabricDialer{Node: n, Agent: key}
+				dialer = agentapi.FabricDialer{Node: n, Agent: key}
 			} else {
 				c, err := a.connect(conn)
 				if err != nil {
@@ -81,7 +81,7 @@ func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 					return err
 				}
 				cfg, _ := a.clientConfig(conn)
-				dialer = agent.HTTPShellDialer{BaseURL: c.url, Token: cfg.Token}
+				dialer = agentapi.HTTPShellDialer{BaseURL: c.url, Token: cfg.Token}
 			}
 			code, err := a.runShell(cmd.Context(), dialer, jobID, shellOptions{argv: args[1:], forceTTY: forceTTY, noTTY: noTTY, env: env})
 			if err != nil {
@@ -119,7 +119,7 @@ type shellOptions struct {
 
 // runShell opens the session and runs it on the app's streams; it returns
 // the remote exit code.
-func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID string, o shellOptions) (int, error) {
+func (a *App) runShell(ctx context.Context, dialer agentapi.ShellDialer, jobID string, o shellOptions) (int, error) {
 	inFile, _ := a.Stdin.(*os.File)
 	outFile, _ := a.Stdout.(*os.File)
 	inTerm := inFile != nil && term.IsTerminal(int(inFile.Fd()))
@@ -152,7 +152,7 @@ func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 		return 0, WithExit(ExitFailure, fmt.Errorf("open a shell in job %s: %w", jobID, relayError(err)))
 	}
 
-	sio := agent.SessionIO{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr}
+	sio := agentapi.SessionIO{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr}
 	if tty && inTerm {
 		old, err := term.MakeRaw(int(inFile.Fd()))
 		if err == nil {
@@ -167,7 +167,7 @@ func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 			fd = int(inFile.Fd())
 		}
 		if fd >= 0 {
-			resize := make(chan agent.Size, 1)
+			resize := make(chan agentapi.Size, 1)
 			winch := make(chan os.Signal, 1)
 			signal.Notify(winch, syscall.SIGWINCH)
 			defer signal.Stop(winch)
@@ -181,7 +181,7 @@ func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 					case <-winch:
 						if w, h, err := term.GetSize(fd); err == nil {
 							select {
-							case resize <- agent.Size{Rows: uint16(h), Cols: uint16(w)}:
+							case resize <- agentapi.Size{Rows: uint16(h), Cols: uint16(w)}:
 							default:
 							}
 						}
@@ -220,10 +220,10 @@ func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 	}()
 	sio.Signals = fwd
 
-	es, err := agent.RunSession(sctx, c, sio)
+	es, err := agentapi.RunSession(sctx, c, sio)
 	if err != nil {
 		if errors.Is(err, io.ErrClosedPipe) {
-			err = agent.ErrNoExit
+			err = agentapi.ErrNoExit
 		}
 		return 0, WithExit(ExitFailure, err)
 	}
@@ -233,7 +233,7 @@ func (a *App) runShell(ctx context.Context, dialer agent.ShellDialer, jobID stri
 // relayError words a refused relay as the API client's errors are: a
 // token the API does not take is the same "not logged in".
 func relayError(err error) error {
-	var he *agent.HTTPError
+	var he *agentapi.HTTPError
 	if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
 		return fmt.Errorf("not logged in or token invalid: run `cosmicac login` (%s)", he.Message)
 	}

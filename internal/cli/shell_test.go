@@ -16,6 +16,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/testenv"
 	"github.com/cosmicac/cosmicac/internal/waittest"
@@ -39,7 +40,7 @@ func newShellRig(t *testing.T) *shellRig {
 	}
 	agentID, _ := fabric.GenerateIdentity()
 	ag := agent.New(agent.Config{JobID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Identity: agentID, Listen: "127.0.0.1:0",
-		Peers: []agent.Peer{{Role: agent.RoleAppNode, Key: cliID.PublicKey()}}, Shell: "/bin/bash", WorkDir: dir}, nil)
+		Peers: []agent.Peer{{Role: agentapi.RoleAppNode, Key: cliID.PublicKey()}}, Shell: "/bin/bash", WorkDir: dir}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ag.Run(ctx) }()

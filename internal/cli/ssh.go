@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -90,7 +90,7 @@ func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			var c agent.Conn
+			var c agentapi.Conn
 			if agentPeer != "" {
 				key, addrs, err := ParsePeerFlag("agent", agentPeer)
 				if err != nil {
@@ -106,7 +106,7 @@ func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
 				}
 				defer n.Close()
 				n.AddAddrs(key, addrs...)
-				st, err := agent.DialTCP(ctx, n, key, agent.DefaultSSHPort)
+				st, err := agentapi.DialTCP(ctx, n, key, agentapi.DefaultSSHPort)
 				if err != nil {
 					return WithExit(ExitFailure, err)
 				}
@@ -120,7 +120,7 @@ func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
 					return err
 				}
 				cfg, _ := a.clientConfig(conn)
-				if c, err = (agent.HTTPShellDialer{BaseURL: ac.url, Token: cfg.Token}).DialSSH(ctx, jobID); err != nil {
+				if c, err = (agentapi.HTTPShellDialer{BaseURL: ac.url, Token: cfg.Token}).DialSSH(ctx, jobID); err != nil {
 					return WithExit(ExitFailure, relayError(err))
 				}
 			}

@@ -169,6 +169,15 @@ type InferenceSpec struct {
 	Args            map[string]string `json:"args,omitempty"`
 }
 
+// ServedName is the model name clients ask for: ServedModelName, else the
+// model id.
+func (in InferenceSpec) ServedName() string {
+	if in.ServedModelName != "" {
+		return in.ServedModelName
+	}
+	return in.Model
+}
+
 // AuthRequired reports whether the endpoint demands an API key (default true).
 func (in *InferenceSpec) AuthRequired() bool {
 	return in == nil || in.RequireAuth == nil || *in.RequireAuth

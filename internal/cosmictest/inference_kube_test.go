@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
@@ -87,7 +88,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 		t.Fatalf("agent config: job %s replica %d placement %+v inference %+v", acfg.JobID, acfg.Replica, acfg.Placement, acfg.Inference)
 	}
 	if !slices.ContainsFunc(acfg.Peers, func(p inferagent.Peer) bool {
-		return p.Role == inferagent.RoleProxy && p.Key == e.P.ProxyNode.PublicKey() && len(p.Addrs) > 0
+		return p.Role == agentapi.RoleProxy && p.Key == e.P.ProxyNode.PublicKey() && len(p.Addrs) > 0
 	}) {
 		t.Fatalf("the agent's peers %+v do not name proxy-inference (%s) with an address", acfg.Peers, e.P.ProxyNode.PublicKey())
 	}
@@ -110,7 +111,7 @@ func TestInferenceOnKubernetes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, ok := m[acfg.Identity.PublicKey()]; !ok || got.Ready || got.Role != inferagent.RoleHead || launcher.Runtime() == nil {
+		if got, ok := m[acfg.Identity.PublicKey()]; !ok || got.Ready || got.Role != agentapi.PlacementHead || launcher.Runtime() == nil {
 			return fmt.Errorf("announcements %+v, runtime started %v", m, launcher.Runtime() != nil)
 		}
 		return nil

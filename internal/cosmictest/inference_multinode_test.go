@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -31,7 +32,7 @@ import (
 func (e *Env) agentHTTP(key fabric.PublicKey, method, path, body string) (*http.Response, []byte) {
 	e.T.Helper()
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return inferagent.DialStream(ctx, e.P.ProxyNode, key)
+		return agentapi.DialInference(ctx, e.P.ProxyNode, key)
 	}}
 	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(e.Ctx, 20*time.Second)
@@ -55,16 +56,16 @@ func (e *Env) agentHTTP(key fabric.PublicKey, method, path, body string) (*http.
 
 // announced returns the announcements under the job's inference topic in
 // the platform's agents' directory, by key.
-func (e *Env) announced(jobID string) (map[fabric.PublicKey]inferagent.Meta, error) {
+func (e *Env) announced(jobID string) (map[fabric.PublicKey]agentapi.InferenceMeta, error) {
 	ctx, cancel := context.WithTimeout(e.Ctx, 5*time.Second)
 	defer cancel()
-	peers, err := e.P.ProxyNode.Lookup(ctx, inferagent.Topic(jobID), e.P.DirectoryNode.PublicKey())
+	peers, err := e.P.ProxyNode.Lookup(ctx, agentapi.InferenceTopic(jobID), e.P.DirectoryNode.PublicKey())
 	if err != nil {
 		return nil, err
 	}
-	out := map[fabric.PublicKey]inferagent.Meta{}
+	out := map[fabric.PublicKey]agentapi.InferenceMeta{}
 	for _, p := range peers {
-		var m inferagent.Meta
+		var m agentapi.InferenceMeta
 		if err := json.Unmarshal(p.Meta, &m); err != nil {
 			return nil, fmt.Errorf("announcement of %s: %v", p.Key.Short(), err)
 		}
@@ -132,15 +133,15 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 	}, "the replica's inference agents")
 	head, worker := agents[0], agents[1]
 	hs, ws := head.Status(), worker.Status()
-	if hs.VMIIndex != 0 || hs.Role != inferagent.RoleHead || ws.VMIIndex != 1 || ws.Role != inferagent.RoleWorker ||
+	if hs.VMIIndex != 0 || hs.Role != agentapi.PlacementHead || ws.VMIIndex != 1 || ws.Role != agentapi.PlacementWorker ||
 		hs.Replica != 0 || ws.Replica != 0 || hs.Key == ws.Key {
-		t.Fatalf("head %+v\nworker %+v\nwant VMI 0 head, VMI 1 worker, one key each", hs.Meta, ws.Meta)
+		t.Fatalf("head %+v\nworker %+v\nwant VMI 0 head, VMI 1 worker, one key each", hs.InferenceMeta, ws.InferenceMeta)
 	}
 	master := flagValue(hs.Command, "--master-addr")
 	if master == "" {
 		t.Fatalf("head command %q has no --master-addr", hs.Command)
 	}
-	for i, st := range []inferagent.Status{hs, ws} {
+	for i, st := range []agentapi.InferenceStatus{hs, ws} {
 		// Only Hosts[0] (the master address) appears in the command.
 		want, err := inferagent.BuildCommand(*spec.Inference, inferagent.Placement{VMIIndex: i, VMICount: 2, GPUs: 8, Hosts: []string{master, "vmi-1"}})
 		if err != nil {
@@ -184,7 +185,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 			return err
 		}
 		h, w := m[head.Node().PublicKey()], m[worker.Node().PublicKey()]
-		if len(m) != 2 || h.Role != inferagent.RoleHead || h.Ready || w.Role != inferagent.RoleWorker || !w.Ready {
+		if len(m) != 2 || h.Role != agentapi.PlacementHead || h.Ready || w.Role != agentapi.PlacementWorker || !w.Ready {
 			return fmt.Errorf("announcements %+v: want the head not ready, the worker ready", m)
 		}
 		return nil
@@ -207,7 +208,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 	msg := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello")}
 	_, err = a.Chat.Completions.New(e.Ctx, openai.ChatCompletionNewParams{Model: "big", Messages: msg, MaxTokens: openai.Int(3)})
 	wantOpenAIError(t, "the worker ready, the head not", err, http.StatusServiceUnavailable, "no_ready_replica")
-	if c, err := inferagent.DialStream(e.Ctx, e.P.ProxyNode, worker.Node().PublicKey()); fabric.ErrorCode(err) != fabric.CodeUnavailable || !strings.Contains(err.Error(), "headless worker") {
+	if c, err := agentapi.DialInference(e.Ctx, e.P.ProxyNode, worker.Node().PublicKey()); fabric.ErrorCode(err) != fabric.CodeUnavailable || !strings.Contains(err.Error(), "headless worker") {
 		if c != nil {
 			c.Close()
 		}
@@ -264,7 +265,7 @@ func TestInferenceMultiNodeReplica(t *testing.T) {
 	if r := mh.Replicas[0]; r.Key != hs.Key || r.Requests != n || r.ErrorRate != 0 || r.Health != "healthy" {
 		t.Fatalf("the proxy's replica %+v: want the head %s with %d requests, none failed", r, hs.Key, n)
 	}
-	if m, err := e.announced(j.ID); err != nil || len(m) != 2 || !m[head.Node().PublicKey()].Ready || m[worker.Node().PublicKey()].Role != inferagent.RoleWorker {
+	if m, err := e.announced(j.ID); err != nil || len(m) != 2 || !m[head.Node().PublicKey()].Ready || m[worker.Node().PublicKey()].Role != agentapi.PlacementWorker {
 		t.Fatalf("announcements once running %+v (%v)", m, err)
 	}
 }

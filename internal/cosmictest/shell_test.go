@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/client"
@@ -26,13 +26,13 @@ import (
 // code and output.
 func (e *Env) shell(token, jobID, stdin string, argv ...string) (code int, stdout, stderr string, err error) {
 	e.T.Helper()
-	d := agent.HTTPShellDialer{BaseURL: e.P.URL, Token: token}
+	d := agentapi.HTTPShellDialer{BaseURL: e.P.URL, Token: token}
 	c, _, err := d.DialShell(e.Ctx, jobID, shellproto.OpenParams{Argv: argv})
 	if err != nil {
 		return 0, "", "", err
 	}
 	var out, errb bytes.Buffer
-	st, err := agent.RunSession(e.Ctx, c, agent.SessionIO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	st, err := agentapi.RunSession(e.Ctx, c, agentapi.SessionIO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
 	return st.Code, out.String(), errb.String(), err
 }
 
@@ -136,7 +136,7 @@ func TestJobsShellThroughThePlatform(t *testing.T) {
 		t.Fatalf("member: code %d, out %q, err %v", code, out, err)
 	}
 	viewer := e.AddUser("vera", appnode.BootstrapTeam, cosmic.RoleViewer)
-	var he *agent.HTTPError
+	var he *agentapi.HTTPError
 	if _, _, _, err := e.shell(viewer, j.ID, "", "true"); !errors.As(err, &he) || he.Status != http.StatusForbidden {
 		t.Fatalf("viewer: %v, want 403", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -28,62 +29,11 @@ import (
 	"github.com/cosmicac/cosmicac/internal/wav"
 )
 
-// Fabric methods of the inference agent.
-const (
-	// MethodHTTP is a stream carrying HTTP/1.1 to the local runtime: the
-	// opener writes requests, the agent answers each (keep-alive), streaming
-	// response bodies as the runtime produces them.
-	MethodHTTP = "inference.http"
-	// MethodStatus is a call answered with Status (read-only access).
-	MethodStatus = "inference.status"
-	// MethodReport is the event carrying Status to the worker peers, on
-	// every change and every ReportInterval.
-	MethodReport = "inference.report"
-)
-
 // Component is the agent's component name in pings.
 const Component = string(trust.InferenceAgent)
 
 // ReportInterval is how often the status is pushed without a change.
 var ReportInterval = 10 * time.Second
-
-// Topic is the directory topic the agents of a job announce under.
-func Topic(jobID string) string { return trust.AgentTopic(trust.InferenceAgent, jobID) }
-
-// Meta is what an agent announces under Topic (its directory meta).
-type Meta struct {
-	JobID    string `json:"jobId"`
-	Team     string `json:"team,omitempty"`
-	Replica  int    `json:"replica"`
-	VMIIndex int    `json:"vmiIndex"`
-	Role     string `json:"role"`
-	// Model is the served model name; Runtime vllm or parakeet.
-	Model   string `json:"model"`
-	Runtime string `json:"runtime"`
-	// Ready: the runtime answered a real probe (head), or joined (worker).
-	Ready bool `json:"ready"`
-	// ProbeMs is the last probe's latency.
-	ProbeMs float64 `json:"probeMs,omitempty"`
-	// Error is why the replica is not ready, when known.
-	Error string `json:"error,omitempty"`
-}
-
-// Status is what MethodStatus answers and MethodReport carries.
-//
-// The Kubernetes worker reads the reports of both agents with one shape
-// (jobId, replica, vmiIndex, ready, and the instance agent's "command", an
-// agent.CommandStatus object), so the runtime's command line is
-// "commandLine": under "command" the worker could not decode a report, and
-// a managed-inference replica on Kubernetes never turned running.
-type Status struct {
-	Meta
-	Key             string    `json:"key"`
-	Version         string    `json:"version"`
-	StartedAt       time.Time `json:"startedAt"`
-	Command         string    `json:"commandLine"`
-	RuntimeRestarts int       `json:"runtimeRestarts"`
-	LastProbeAt     time.Time `json:"lastProbeAt,omitzero"`
-}
 
 // Agent is one inference agent.
 type Agent struct {
@@ -104,7 +54,7 @@ type Agent struct {
 
 	mu   sync.Mutex
 	node *fabric.Node
-	st   Status
+	st   agentapi.InferenceStatus
 	addr string // the runtime's host:port while it runs
 
 	hc *http.Client
@@ -126,8 +76,8 @@ func New(cfg Config, log *slog.Logger) *Agent {
 		}
 	}
 	a.cfg = cfg
-	a.st.Meta = Meta{JobID: cfg.JobID, Team: cfg.Team, Replica: cfg.Replica, VMIIndex: cfg.Placement.VMIIndex,
-		Role: cfg.Placement.Role(), Model: ServedModelName(cfg.Inference), Runtime: string(cfg.Inference.Runtime), Error: "starting"}
+	a.st.InferenceMeta = agentapi.InferenceMeta{JobID: cfg.JobID, Team: cfg.Team, Replica: cfg.Replica, VMIIndex: cfg.Placement.VMIIndex,
+		Role: cfg.Placement.Role(), Model: cfg.Inference.ServedName(), Runtime: string(cfg.Inference.Runtime), Error: "starting"}
 	if a.st.Runtime == "" {
 		a.st.Runtime = string(cosmic.RuntimeVLLM)
 	}
@@ -201,7 +151,7 @@ func (a *Agent) Node() *fabric.Node {
 }
 
 // Status returns the agent's status now.
-func (a *Agent) Status() Status {
+func (a *Agent) Status() agentapi.InferenceStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.st
@@ -219,7 +169,7 @@ func (a *Agent) runtimeAddr() string {
 func (a *Agent) Crash() { a.crashOnce.Do(func() { close(a.crashed) }) }
 
 // update changes the status under the lock and tells everyone.
-func (a *Agent) update(f func(st *Status)) {
+func (a *Agent) update(f func(st *agentapi.InferenceStatus)) {
 	a.mu.Lock()
 	before := a.st
 	f(&a.st)
@@ -235,11 +185,11 @@ func (a *Agent) update(f func(st *Status)) {
 }
 
 // published is the status the agent tells its workers (reports, and
-// MethodStatus): ready only once the runtime is ready and the directories
+// agentapi.MethodInferenceStatus): ready only once the runtime is ready and the directories
 // announce it so, for a replica is running ("Active": its endpoint accepts
 // requests) only once proxy-inference can find it. It closes Ready the
 // first time it is ready, and sends the report.
-func (a *Agent) published() Status {
+func (a *Agent) published() agentapi.InferenceStatus {
 	st := a.Status()
 	if st.Ready && !a.routable.Load() {
 		st.Ready, st.Error = false, "not announced to the directory yet"
@@ -253,9 +203,9 @@ func (a *Agent) published() Status {
 // publish sends the published status to the workers.
 func (a *Agent) publish() { a.report(a.published()) }
 
-func (a *Agent) report(st Status) {
+func (a *Agent) report(st agentapi.InferenceStatus) {
 	if n := a.Node(); n != nil {
-		agent.NotifyWorkers(n, a.cfg.Peers, MethodReport, st, a.log)
+		agent.NotifyWorkers(n, a.cfg.Peers, agentapi.MethodInferenceReport, st, a.log)
 	}
 }
 
@@ -284,8 +234,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.HandleStream(MethodHTTP, a.openRelay)
-	fabric.HandleFunc(n, MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (Status, error) {
+	n.HandleStream(agentapi.MethodInferenceHTTP, a.openRelay)
+	fabric.HandleFunc(n, agentapi.MethodInferenceStatus, func(context.Context, fabric.PublicKey, struct{}) (agentapi.InferenceStatus, error) {
 		return a.published(), nil
 	}, fabric.ReadOnly())
 	a.mu.Lock()
@@ -349,7 +299,7 @@ func (a *Agent) supervise(ctx context.Context) {
 		}
 		if err != nil {
 			a.record("runtime_start", false, "start the runtime: %v", err)
-			a.update(func(st *Status) { st.Ready, st.Error = false, "start the runtime: "+err.Error() })
+			a.update(func(st *agentapi.InferenceStatus) { st.Ready, st.Error = false, "start the runtime: "+err.Error() })
 		} else {
 			a.record("runtime_start", true, "runtime started: %s", a.cmd)
 			a.mu.Lock()
@@ -359,10 +309,10 @@ func (a *Agent) supervise(ctx context.Context) {
 			probed := make(chan struct{})
 			go func() {
 				defer close(probed)
-				if a.cfg.Placement.Role() == RoleHead {
+				if a.cfg.Placement.Role() == agentapi.PlacementHead {
 					a.probeLoop(pctx, p.Addr())
 				} else {
-					a.update(func(st *Status) { st.Ready, st.Error = true, "" })
+					a.update(func(st *agentapi.InferenceStatus) { st.Ready, st.Error = true, "" })
 				}
 			}()
 			select {
@@ -387,7 +337,7 @@ func (a *Agent) supervise(ctx context.Context) {
 				return
 			}
 			a.record("runtime_exit", false, "runtime exited: %v", p.Err())
-			a.update(func(st *Status) {
+			a.update(func(st *agentapi.InferenceStatus) {
 				st.Ready, st.Error = false, fmt.Sprintf("runtime exited: %v", p.Err())
 				st.RuntimeRestarts++
 			})
@@ -433,7 +383,9 @@ func (a *Agent) probeLoop(ctx context.Context, addr string) {
 		if err == nil {
 			failures = 0
 			first := !a.Status().Ready
-			a.update(func(st *Status) { st.Ready, st.Error, st.ProbeMs, st.LastProbeAt = true, "", ms, time.Now() })
+			a.update(func(st *agentapi.InferenceStatus) {
+				st.Ready, st.Error, st.ProbeMs, st.LastProbeAt = true, "", ms, time.Now()
+			})
 			if first {
 				a.record("ready", true, "runtime answered a real probe in %.1f ms: the replica is ready", ms)
 			}
@@ -446,7 +398,9 @@ func (a *Agent) probeLoop(ctx context.Context, addr string) {
 			if a.Status().Ready {
 				a.record("probe", false, "runtime failed two probes: %v", err)
 			}
-			a.update(func(st *Status) { st.Ready, st.Error, st.LastProbeAt = false, "probe: "+err.Error(), time.Now() })
+			a.update(func(st *agentapi.InferenceStatus) {
+				st.Ready, st.Error, st.LastProbeAt = false, "probe: "+err.Error(), time.Now()
+			})
 		}
 		wait = a.cfg.HealthPoll
 		if a.Status().Ready {
@@ -549,7 +503,7 @@ type errNotServed struct{ msg string }
 func (e errNotServed) Error() string { return e.msg }
 
 func (a *Agent) probeTask(ctx context.Context, base string, task cosmic.Task) error {
-	model := ServedModelName(a.cfg.Inference)
+	model := a.cfg.Inference.ServedName()
 	var req *http.Request
 	switch task {
 	case cosmic.TaskEmbed:
@@ -606,7 +560,7 @@ func (a *Agent) probeTask(ctx context.Context, base string, task cosmic.Task) er
 	return nil
 }
 
-// announce keeps the agent announced under the job's topic with its Meta,
+// announce keeps the agent announced under the job's topic with its agentapi.InferenceMeta,
 // refreshing every third of the TTL and at once on every change; at the end
 // it withdraws the announcement (not after Crash).
 func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.PublicKey) {
@@ -619,7 +573,7 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
-		m := a.Status().Meta
+		m := a.Status().InferenceMeta
 		if m.Ready && !a.proxyConnected(n) {
 			// The proxy reaches the agent only over a connection the agent
 			// opened: ready means reachable too.
@@ -627,7 +581,7 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 		}
 		meta, _ := json.Marshal(m)
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := n.Announce(actx, fabric.AnnounceParams{Topic: Topic(a.cfg.JobID), TTLSeconds: a.cfg.AnnounceTTL.Seconds(), Meta: meta}, dirs...)
+		err := n.Announce(actx, fabric.AnnounceParams{Topic: agentapi.InferenceTopic(a.cfg.JobID), TTLSeconds: a.cfg.AnnounceTTL.Seconds(), Meta: meta}, dirs...)
 		cancel()
 		next := every
 		if err == nil && a.routable.Swap(m.Ready) != m.Ready {
@@ -657,7 +611,7 @@ func (a *Agent) announce(ctx context.Context, n *fabric.Node, dirs []fabric.Publ
 			}
 			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			for _, d := range dirs {
-				n.Call(wctx, d, fabric.MethodUnannounce, fabric.LookupParams{Topic: Topic(a.cfg.JobID)}, nil)
+				n.Call(wctx, d, fabric.MethodUnannounce, fabric.LookupParams{Topic: agentapi.InferenceTopic(a.cfg.JobID)}, nil)
 			}
 			cancel()
 			return
@@ -679,7 +633,7 @@ func (a *Agent) kickAnnounce() {
 func (a *Agent) proxyConnected(n *fabric.Node) bool {
 	some := false
 	for _, p := range a.cfg.Peers {
-		if p.Role != agent.RoleProxy || len(p.Addrs) == 0 {
+		if p.Role != agentapi.RoleProxy || len(p.Addrs) == 0 {
 			continue
 		}
 		some = true
@@ -739,17 +693,10 @@ func (w *lineWriter) Flush() {
 	}
 }
 
-// GetStatus calls MethodStatus on the agent with key.
-func GetStatus(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (Status, error) {
-	var st Status
-	err := n.Call(ctx, key, MethodStatus, struct{}{}, &st)
-	return st, err
-}
-
-// HandleReports registers f for the MethodReport events agents send; a
+// HandleReports registers f for the agentapi.MethodInferenceReport events agents send; a
 // rack worker calls it on its fabric node (whose policy admits the agents).
-func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st Status)) {
-	fabric.HandleFunc(r, MethodReport, func(_ context.Context, peer fabric.PublicKey, st Status) (struct{}, error) {
+func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st agentapi.InferenceStatus)) {
+	fabric.HandleFunc(r, agentapi.MethodInferenceReport, func(_ context.Context, peer fabric.PublicKey, st agentapi.InferenceStatus) (struct{}, error) {
 		f(peer, st)
 		return struct{}{}, nil
 	})

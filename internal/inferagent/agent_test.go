@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -38,7 +38,7 @@ func node(t *testing.T, name string, listen string, policy fabric.Policy) *fabri
 
 // TestAgentServesOverFabric: a dial-only agent with the simulated runtime
 // announces itself ready, with its meta, and answers HTTP/1.1 (SSE
-// included) over inferagent.MethodHTTP streams that the proxy side dials.
+// included) over agentapi.MethodInferenceHTTP streams that the proxy side dials.
 func TestAgentServesOverFabric(t *testing.T) {
 	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
 	dir := node(t, "ork", "127.0.0.1:0", anyone)
@@ -54,9 +54,9 @@ func TestAgentServesOverFabric(t *testing.T) {
 		Identity:  id, Logs: logs, HealthPoll: 10 * time.Millisecond,
 		Launcher: sim,
 
-		Peers: []inferagent.Peer{{Role: inferagent.RoleDirectory, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
-			{Role: inferagent.RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}},
-			{Role: agent.RoleWorker, Key: wrk.PublicKey(), Addrs: []string{wrk.Addr()}}}}, nil)
+		Peers: []inferagent.Peer{{Role: agentapi.RoleDirectory, Key: dir.PublicKey(), Addrs: []string{dir.Addr()}},
+			{Role: agentapi.RoleProxy, Key: proxy.PublicKey(), Addrs: []string{proxy.Addr()}},
+			{Role: agentapi.RoleWorker, Key: wrk.PublicKey(), Addrs: []string{wrk.Addr()}}}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()
@@ -68,19 +68,19 @@ func TestAgentServesOverFabric(t *testing.T) {
 	}
 	var peers []fabric.PeerInfo
 	waittest.NoError(t, func() error {
-		peers, _ = proxy.Lookup(ctx, inferagent.Topic("job1"), dir.PublicKey())
-		var m inferagent.Meta
+		peers, _ = proxy.Lookup(ctx, agentapi.InferenceTopic("job1"), dir.PublicKey())
+		var m agentapi.InferenceMeta
 		if len(peers) != 1 || json.Unmarshal(peers[0].Meta, &m) != nil || !m.Ready {
 			return fmt.Errorf("announced %+v", peers)
 		}
-		if m.Model != "qwen" || m.Replica != 1 || m.Role != inferagent.RoleHead {
+		if m.Model != "qwen" || m.Replica != 1 || m.Role != agentapi.PlacementHead {
 			t.Fatalf("meta %+v", m)
 		}
 		return nil
 	}, "the agent announced ready")
 	key := peers[0].Key
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return inferagent.DialStream(ctx, proxy, key)
+		return agentapi.DialInference(ctx, proxy, key)
 	}}}
 	for i := range 3 { // keep-alive: the same stream serves several requests
 		resp, err := hc.Post("http://agent/v1/chat/completions", "application/json",
@@ -132,11 +132,11 @@ func TestAgentServesOverFabric(t *testing.T) {
 		t.Fatalf("records: %+v", logs.Job("job1"))
 	}
 	// Its worker reads its status; the proxy may not (internal/trust).
-	st, err := inferagent.GetStatus(ctx, wrk, key)
+	st, err := agentapi.InferenceStatusCall.Call(ctx, wrk, key, struct{}{})
 	if err != nil || !st.Ready || !strings.HasPrefix(st.Command, "vllm serve Qwen/Qwen3-8B") {
 		t.Fatalf("status %+v %v", st, err)
 	}
-	if _, err := inferagent.GetStatus(ctx, proxy, key); fabric.ErrorCode(err) != fabric.CodeForbidden {
+	if _, err := agentapi.InferenceStatusCall.Call(ctx, proxy, key, struct{}{}); fabric.ErrorCode(err) != fabric.CodeForbidden {
 		t.Fatalf("the proxy read the status: %v, want forbidden", err)
 	}
 	// The runtime dies: the agent reports not ready, restarts it, and is ready again.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -50,15 +51,6 @@ const (
 	NGCAPIKeyEnv = "NGC_API_KEY"
 )
 
-// Roles of a VMI in a replica.
-const (
-	// RoleHead runs the runtime's API server (the only role of a
-	// single-VMI replica).
-	RoleHead = "head"
-	// RoleWorker joins the head of a multi-node vLLM replica (headless).
-	RoleWorker = "worker"
-)
-
 // Placement is what the agent knows of where its replica runs, from the
 // bootstrap.
 type Placement struct {
@@ -79,9 +71,9 @@ type Placement struct {
 // messages: every agent knows its index and the count from the bootstrap.
 func (p Placement) Role() string {
 	if p.VMIIndex == 0 {
-		return RoleHead
+		return agentapi.PlacementHead
 	}
-	return RoleWorker
+	return agentapi.PlacementWorker
 }
 
 // TensorParallel is the tensor-parallel size: the GPUs of one node.
@@ -124,15 +116,6 @@ var vllmOnByDefault = []string{"enable-chunked-prefill", "enable-prefix-caching"
 // vllmBoolFlags are the allowed flags that take no value.
 var vllmBoolFlags = []string{"enable-auto-tool-choice", "enable-chunked-prefill", "enable-prefix-caching", "enforce-eager", "trust-remote-code"}
 
-// ServedModelName is the name clients ask for: servedModelName, else the
-// model id.
-func ServedModelName(in cosmic.InferenceSpec) string {
-	if in.ServedModelName != "" {
-		return in.ServedModelName
-	}
-	return in.Model
-}
-
 // BuildCommand is the runtime command line of one VMI of a replica.
 //
 // vLLM, one VMI: `vllm serve MODEL --served-model-name NAME --host 127.0.0.1
@@ -157,7 +140,7 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 	if port == 0 {
 		port = DefaultPort
 	}
-	name := ServedModelName(in)
+	name := in.ServedName()
 	if in.Model == "" {
 		return Command{}, errors.New("inference.model is empty")
 	}
@@ -182,7 +165,7 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 		}
 		args = append(args, "--distributed-executor-backend", "mp", "--nnodes", strconv.Itoa(p.VMICount),
 			"--node-rank", strconv.Itoa(p.VMIIndex), "--master-addr", p.Hosts[0])
-		if p.Role() == RoleWorker {
+		if p.Role() == agentapi.PlacementWorker {
 			args = append(args, "--headless")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -39,10 +40,10 @@ const DefaultNGCKeyFile = "/etc/cosmicac/ngc-api-key"
 type Peer = agent.Peer
 
 // Peer roles of the bootstrap that internal/inferproxy's tests name here
-// (the others are agent's only: agent.RoleDirectory, agent.RoleWorker, …).
+// (the others are agent's only: agentapi.RoleDirectory, agentapi.RoleWorker, …).
 const (
-	RoleDirectory = agent.RoleDirectory
-	RoleProxy     = agent.RoleProxy
+	RoleDirectory = agentapi.RoleDirectory
+	RoleProxy     = agentapi.RoleProxy
 )
 
 // Config is a parsed agent configuration.
@@ -73,7 +74,7 @@ type Config struct {
 	// name, over the agent's node (agent.MonitorForwarder), else discard.
 	Logs joblog.Sink
 	// OnChange is called with the status after each change; it must not block.
-	OnChange func(Status)
+	OnChange func(agentapi.InferenceStatus)
 
 	// ProbeInterval is the time between readiness probes once ready
 	// (default 10s); HealthPoll between /health polls while starting

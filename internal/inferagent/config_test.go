@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
@@ -43,7 +44,7 @@ func TestLoadConfig(t *testing.T) {
 		!slices.Equal(cfg.Placement.Hosts, want.Hosts) || cfg.Placement.Port != want.Port ||
 		cfg.Identity.PublicKey() != id.PublicKey() || cfg.Inference.Runtime != cosmic.RuntimeVLLM ||
 		!slices.Equal(cfg.Env, []string{"A=x y"}) || len(cfg.Peers) != 1 ||
-		cfg.Peers[0].Role != agent.RoleProxy || cfg.Peers[0].Key != proxy.PublicKey() {
+		cfg.Peers[0].Role != agentapi.RoleProxy || cfg.Peers[0].Key != proxy.PublicKey() {
 		t.Fatalf("config %+v", cfg)
 	}
 }

@@ -10,13 +10,13 @@
 //
 // It is a dial-only fabric node: it connects out to the platform peers of
 // its bootstrap, admits only them, announces itself under
-// "inference/<job id>" with Meta {replica, role, model, ready, …}, and
-// serves MethodHTTP streams: each is relayed byte for byte to a TCP
+// "inference/<job id>" with agentapi.InferenceMeta {replica, role, model, ready, …}, and
+// serves agentapi.MethodInferenceHTTP streams: each is relayed byte for byte to a TCP
 // connection of its own to the local runtime (the proxy speaks HTTP/1.1
 // keep-alive through it), every read of the runtime's answer written to the
 // stream at once, so SSE events are never held back; it refuses them while
 // its runtime is not running or when it is a headless worker. The proxy
-// (internal/inferproxy) dials those streams with DialStream. The bootstrap it reads and what it does with the peers
+// (internal/inferproxy) dials those streams with agentapi.DialInference. The bootstrap it reads and what it does with the peers
 // (admit, keep connected, report to) it shares with the instance agent:
 // see agent.FileBootstrap, agent.KeepConnected.
 //
@@ -25,5 +25,5 @@
 // `vllm serve … --headless` and join it. See docs/inference.md.
 //
 // Importers: internal/agentcmd (the agent command), internal/inferproxy, and the
-// rack workers (HandleReports, Status).
+// rack workers (HandleReports, agentapi.InferenceStatus).
 package inferagent

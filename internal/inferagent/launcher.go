@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -78,7 +79,7 @@ func (ExecLauncher) Start(ctx context.Context, l Launch) (Process, error) {
 		return nil, err
 	}
 	p := &execProcess{cmd: cmd, done: make(chan struct{})}
-	if l.Role == RoleHead {
+	if l.Role == agentapi.PlacementHead {
 		p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(portOf(l.Placement)))
 	}
 	go func() {

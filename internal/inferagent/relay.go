@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
 // The agent passes the proxy's HTTP/1.1 connections to the runtime byte for
-// byte: each MethodHTTP stream is relayed to a TCP connection of its own to
+// byte: each agentapi.MethodInferenceHTTP stream is relayed to a TCP connection of its own to
 // the runtime, with no HTTP parsing in between. The proxy speaks HTTP/1.1
 // (keep-alive) to the runtime through it; every read of the runtime's
 // answer (an SSE event, as the runtime flushed it) is written to the stream
@@ -24,11 +25,11 @@ const relayLinger = 10 * time.Second
 
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// openRelay answers a MethodHTTP stream: refused unless this VMI is the
+// openRelay answers an agentapi.MethodInferenceHTTP stream: refused unless this VMI is the
 // replica's head and its runtime runs, else relayed to a new connection to
 // the runtime.
 func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error {
-	if a.cfg.Placement.Role() != RoleHead {
+	if a.cfg.Placement.Role() != agentapi.PlacementHead {
 		return fabric.Errorf(fabric.CodeUnavailable, "this VMI is a headless worker; send requests to the replica's head")
 	}
 	addr := a.runtimeAddr()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -126,7 +125,7 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 		if j.Spec.Type != cosmic.TypeManagedInference || in == nil {
 			continue
 		}
-		out = append(out, Model{Name: inferagent.ServedModelName(*in), JobID: j.ID, Team: j.Team,
+		out = append(out, Model{Name: in.ServedName(), JobID: j.ID, Team: j.Team,
 			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State})
 	}
 	return out

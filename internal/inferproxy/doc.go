@@ -8,8 +8,8 @@
 // that name to the caller (Catalog: its team's jobs, and jobs whose
 // requireAuth is off), and sent to the ready replica with the fewest
 // requests in flight. Replicas are found through the fabric's directory
-// lookup of "inference/<job id>" (inferagent.Meta) and reached over fabric
-// streams carrying HTTP/1.1 to the inference agent (inferagent.MethodHTTP).
+// lookup of "inference/<job id>" (agentapi.InferenceMeta) and reached over fabric
+// streams carrying HTTP/1.1 to the inference agent (agentapi.MethodInferenceHTTP).
 // A request that fails before any byte reached the client is tried on
 // another replica; SSE streams pass through event by event, flushed at
 // once; a client that goes away cancels the upstream request. Errors have

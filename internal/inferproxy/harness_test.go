@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -180,8 +181,8 @@ func (h *harness) addJobSpec(jobID, team string, in cosmic.InferenceSpec, replic
 				cfg.Launcher, sl = h.launcher, nil
 			}
 			cfg.Peers = []inferagent.Peer{
-				{Role: inferagent.RoleDirectory, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
-				{Role: inferagent.RoleProxy, Key: h.pnode.PublicKey(), Addrs: []string{h.pnode.Addr()}},
+				{Role: agentapi.RoleDirectory, Key: h.dir.PublicKey(), Addrs: []string{h.dir.Addr()}},
+				{Role: agentapi.RoleProxy, Key: h.pnode.PublicKey(), Addrs: []string{h.pnode.Addr()}},
 			}
 			a := inferagent.New(cfg, nil)
 			ctx, cancel := context.WithCancel(context.Background())

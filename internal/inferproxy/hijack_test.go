@@ -9,10 +9,10 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -48,7 +48,7 @@ func TestRoutesOnlyToBoundHeads(t *testing.T) {
 		t.Cleanup(func() { n.Close() })
 		n.AddAddrs(h.dir.PublicKey(), h.dir.Addr())
 		n.AddAddrs(h.pnode.PublicKey(), h.pnode.Addr())
-		n.HandleStream(inferagent.MethodHTTP, func(context.Context, *fabric.StreamRequest) error {
+		n.HandleStream(agentapi.MethodInferenceHTTP, func(context.Context, *fabric.StreamRequest) error {
 			captured.Add(1)
 			return fabric.Errorf(fabric.CodeUnavailable, "captured")
 		})
@@ -56,8 +56,8 @@ func TestRoutesOnlyToBoundHeads(t *testing.T) {
 		if err := n.Call(ctx, h.pnode.PublicKey(), fabric.MethodPing, nil, nil); err != nil {
 			t.Fatalf("attacker %d: %v", i, err)
 		}
-		meta, _ := json.Marshal(inferagent.Meta{JobID: "job-qwen", Role: inferagent.RoleHead, Model: "qwen", Ready: true})
-		if err := n.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic("job-qwen"), TTLSeconds: 60, Meta: meta}, h.dir.PublicKey()); err != nil {
+		meta, _ := json.Marshal(agentapi.InferenceMeta{JobID: "job-qwen", Role: agentapi.PlacementHead, Model: "qwen", Ready: true})
+		if err := n.Announce(ctx, fabric.AnnounceParams{Topic: agentapi.InferenceTopic("job-qwen"), TTLSeconds: 60, Meta: meta}, h.dir.PublicKey()); err != nil {
 			t.Fatal(err)
 		}
 	}

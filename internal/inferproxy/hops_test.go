@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -212,8 +213,8 @@ func runAgentHop() error {
 		Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Launcher:  runtimeAt(cfg.Runtime),
 		Peers: []inferagent.Peer{
-			{Role: inferagent.RoleDirectory, Key: dirKey, Addrs: []string{cfg.Dir.Addr}},
-			{Role: inferagent.RoleProxy, Key: proxyKey, Addrs: []string{cfg.Proxy.Addr}},
+			{Role: agentapi.RoleDirectory, Key: dirKey, Addrs: []string{cfg.Dir.Addr}},
+			{Role: agentapi.RoleProxy, Key: proxyKey, Addrs: []string{cfg.Proxy.Addr}},
 		}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/config"
@@ -27,7 +28,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/hop"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -214,7 +214,7 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 		if err != nil {
 			return nil, err
 		}
-		c, err := inferagent.DialStream(ctx, node, key)
+		c, err := agentapi.DialInference(ctx, node, key)
 		if err != nil {
 			return nil, err
 		}

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -26,7 +26,7 @@ const (
 // replica is what the proxy knows of one replica's head agent.
 type replica struct {
 	key  fabric.PublicKey
-	meta atomic.Pointer[inferagent.Meta]
+	meta atomic.Pointer[agentapi.InferenceMeta]
 
 	outstanding atomic.Int64
 	hostName    atomic.Pointer[string]
@@ -206,7 +206,7 @@ func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Ti
 		p.loading, p.loadingSince = ch, began
 		p.mu.Unlock()
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		peers, err := s.node.Lookup(lctx, inferagent.Topic(jobID), s.dirs...)
+		peers, err := s.node.Lookup(lctx, agentapi.InferenceTopic(jobID), s.dirs...)
 		cancel()
 		p.mu.Lock()
 		p.loading = nil
@@ -222,8 +222,8 @@ func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Ti
 		next := make(map[fabric.PublicKey]*replica, len(peers))
 		order := make([]*replica, 0, len(peers))
 		for _, pi := range peers {
-			var m inferagent.Meta
-			if json.Unmarshal(pi.Meta, &m) != nil || m.Role != inferagent.RoleHead || m.JobID != jobID {
+			var m agentapi.InferenceMeta
+			if json.Unmarshal(pi.Meta, &m) != nil || m.Role != agentapi.PlacementHead || m.JobID != jobID {
 				continue // workers of multi-node replicas serve no API
 			}
 			// The directory takes an agent's word for its meta; the ork's

@@ -24,6 +24,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -128,7 +129,7 @@ func (h *harness) runAgentLogging(secret string, log *slog.Logger) (*agent.Agent
 func TestIntegrationAgentGatesRunning(t *testing.T) {
 	h := newHarness(t, k8stest.Shared(t), func(c *RackConfig) {
 		c.AgentTimeout = config.Duration(2 * time.Second)
-		c.Peers = []Peer{{Role: agent.RoleMonitor, Key: seededIdentity("monitor").PublicKey().String()}}
+		c.Peers = []Peer{{Role: agentapi.RoleMonitor, Key: seededIdentity("monitor").PublicKey().String()}}
 	})
 	node := h.nodeName(0)
 	h.addNode(node, 8)
@@ -158,7 +159,7 @@ func TestIntegrationAgentGatesRunning(t *testing.T) {
 	if s.Annotations[AnnotationAgentKey] != key.String() || ac.Identity.PublicKey != key.String() {
 		t.Fatalf("annotation %q, config %q, private key's %s", s.Annotations[AnnotationAgentKey], ac.Identity.PublicKey, key)
 	}
-	wantPeers := []Peer{h.cfg.Peers[0], {Role: agent.RoleWorker, Key: rig.node.PublicKey().String(), Addrs: []string{rig.node.Addr()}}}
+	wantPeers := []Peer{h.cfg.Peers[0], {Role: agentapi.RoleWorker, Key: rig.node.PublicKey().String(), Addrs: []string{rig.node.Addr()}}}
 	if !slices.EqualFunc(ac.Peers, wantPeers, func(a, b Peer) bool {
 		return a.Role == b.Role && a.Key == b.Key && slices.Equal(a.Addrs, b.Addrs)
 	}) {

@@ -13,10 +13,9 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
@@ -29,8 +28,8 @@ import (
 // the agent admits and dials: RackConfig.Peers plus the worker itself.
 // The worker binds its agents' keys to their job, replica and VMI in its
 // keyring (trust.Keyring; its node's trust policy admits them) while their
-// replica exists, and takes their reports (agent.MethodReport,
-// inferagent.MethodReport): a replica of a job type in
+// replica exists, and takes their reports (agentapi.MethodReport,
+// agentapi.MethodInferenceReport): a replica of a job type in
 // RackConfig.RequireAgent is running only once its VMIs are Ready and
 // every VMI's agent has reported ready since the VMI was created.
 
@@ -131,7 +130,7 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 		addrs = []string{o.Node.Addr()}
 	}
 	h := &agentHub{opts: o, started: w.now(), now: w.now,
-		self:  Peer{Role: agent.RoleWorker, Key: o.Node.PublicKey().String(), Addrs: addrs},
+		self:  Peer{Role: agentapi.RoleWorker, Key: o.Node.PublicKey().String(), Addrs: addrs},
 		slots: map[fabric.PublicKey]agentSlot{}, byReplica: map[replicaKey][]fabric.PublicKey{},
 		seen: map[agentSlot]agentSeen{}, silent: map[agentSlot]bool{},
 		exits: map[agentSlot]exitSeen{}, ran: map[replicaKey]bool{}, polled: map[fabric.PublicKey]time.Time{},
@@ -139,7 +138,7 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 	if h.opts.PollInterval <= 0 {
 		h.opts.PollInterval = DefaultAgentPoll
 	}
-	agent.ServeWorkerReports(o.Node, w.onAgentReport, agent.MethodReport, inferagent.MethodReport)
+	agentapi.ServeWorkerReports(o.Node, w.onAgentReport)
 	w.agents = h
 	return nil
 }
@@ -147,7 +146,7 @@ func (w *Worker) ServeAgents(o AgentOptions) error {
 // onAgentReport takes one report. An agent speaks only for its own VMI:
 // a report naming another slot than the one its key was issued for is
 // dropped.
-func (w *Worker) onAgentReport(peer fabric.PublicKey, r agent.WorkerReport) {
+func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentapi.WorkerReport) {
 	h := w.agents
 	h.mu.Lock()
 	slot, ok := h.slots[peer]

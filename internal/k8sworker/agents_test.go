@@ -13,6 +13,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -32,10 +33,10 @@ func seededIdentity(name string) *fabric.Identity {
 // app-node, monitor) and the worker.
 func testPeers() []Peer {
 	return []Peer{
-		{Role: agent.RoleDirectory, Key: seededIdentity("directory").PublicKey().String(), Addrs: []string{"10.0.0.5:7401"}},
-		{Role: agent.RoleAppNode, Key: seededIdentity("app-node").PublicKey().String(), Addrs: []string{"10.0.0.5:7402"}},
-		{Role: agent.RoleMonitor, Key: seededIdentity("monitor").PublicKey().String(), Addrs: []string{"10.0.0.5:7403"}},
-		{Role: agent.RoleWorker, Key: seededIdentity("worker").PublicKey().String(), Addrs: []string{"10.0.0.5:7946"}},
+		{Role: agentapi.RoleDirectory, Key: seededIdentity("directory").PublicKey().String(), Addrs: []string{"10.0.0.5:7401"}},
+		{Role: agentapi.RoleAppNode, Key: seededIdentity("app-node").PublicKey().String(), Addrs: []string{"10.0.0.5:7402"}},
+		{Role: agentapi.RoleMonitor, Key: seededIdentity("monitor").PublicKey().String(), Addrs: []string{"10.0.0.5:7403"}},
+		{Role: agentapi.RoleWorker, Key: seededIdentity("worker").PublicKey().String(), Addrs: []string{"10.0.0.5:7946"}},
 	}
 }
 
@@ -77,7 +78,7 @@ func TestAgentLoadsUserData(t *testing.T) {
 	if cfg.JobID != testJobID || cfg.Identity.PublicKey().String() != tc.boot.Agents[0].PublicKey {
 		t.Errorf("loaded job %s key %s", cfg.JobID, cfg.Identity.PublicKey())
 	}
-	if len(cfg.Peers) != 4 || cfg.Peers[3].Role != agent.RoleWorker || cfg.Peers[3].Addrs[0] != "10.0.0.5:7946" {
+	if len(cfg.Peers) != 4 || cfg.Peers[3].Role != agentapi.RoleWorker || cfg.Peers[3].Addrs[0] != "10.0.0.5:7946" {
 		t.Errorf("peers %+v", cfg.Peers)
 	}
 	ac, err := AgentConfigOf(s.Data[UserDataKey])

@@ -9,7 +9,7 @@ import (
 
 	virtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -17,7 +17,7 @@ import (
 
 // The job's command (issue 7, docs/k8s-worker.md "Agents"). Each VMI's
 // instance agent runs the spec's command and reports its exit
-// (agent.CommandStatus in its agent.report events and agent.status
+// (agentapi.CommandStatus in its agent.report events and agent.status
 // answers). The worker maps it to the replica's state as the simulated
 // rack does: once every VMI's command exited 0, the replica's VMIs are
 // deleted (its root disks and Secrets kept, as by Stop) and it is reported
@@ -44,7 +44,7 @@ var agentTick = 500 * time.Millisecond
 // exitSeen is the end of one VMI's command, as reported, and when the
 // worker learnt it.
 type exitSeen struct {
-	cmd agent.CommandStatus
+	cmd agentapi.CommandStatus
 	at  time.Time
 }
 
@@ -52,7 +52,7 @@ type exitSeen struct {
 // held) and reports whether it is an exit not known before. Reports may
 // arrive out of order: a running report of the run whose exit is known
 // is stale; one of another run (the VMI's replacement) clears it.
-func (h *agentHub) noteCommandLocked(slot agentSlot, c *agent.CommandStatus) bool {
+func (h *agentHub) noteCommandLocked(slot agentSlot, c *agentapi.CommandStatus) bool {
 	if c == nil {
 		return false
 	}
@@ -153,7 +153,7 @@ func (w *Worker) pollAgents(ctx context.Context) {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			st, err := agent.GetStatus(cctx, h.opts.Node, pk)
+			st, err := agentapi.GetStatus(cctx, h.opts.Node, pk)
 			if err != nil {
 				if fabric.ErrorCode(err) == fabric.CodeNotFound {
 					h.mu.Lock()
@@ -165,7 +165,7 @@ func (w *Worker) pollAgents(ctx context.Context) {
 				w.log.Debug("agent.status", "agent", pk.Short(), "err", err)
 				return
 			}
-			w.onAgentReport(pk, agent.WorkerReport{JobID: st.JobID, Replica: st.Replica, VMIIndex: st.VMIIndex, Ready: st.Ready, Command: st.Command})
+			w.onAgentReport(pk, agentapi.WorkerReport{JobID: st.JobID, Replica: st.Replica, VMIIndex: st.VMIIndex, Ready: st.Ready, Command: st.Command})
 		})
 	}
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -161,7 +162,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: withWorker(s.peers, boot.Worker), Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: boot.Logs,
 		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
-		OnChange: func(st agent.Status) {
+		OnChange: func(st agentapi.Status) {
 			if st.Command == nil {
 				return
 			}
@@ -239,7 +240,7 @@ func sshdRecorder(logs joblog.Sink, job cosmic.Job, replica int) func(string) {
 }
 
 func tcpPorts(spec cosmic.Spec) []int {
-	ports := []int{agent.DefaultSSHPort}
+	ports := []int{agentapi.DefaultSSHPort}
 	for _, p := range []int{spec.DefaultHTTPPort, spec.GRPCPort} {
 		if p > 0 {
 			ports = append(ports, p)
@@ -289,5 +290,5 @@ func withWorker(peers []agent.Peer, w simcluster.Peer) []agent.Peer {
 	if w.Key == (fabric.PublicKey{}) {
 		return peers
 	}
-	return append(slices.Clip(peers), agent.Peer{Role: agent.RoleWorker, Key: w.Key, Addrs: w.Addrs})
+	return append(slices.Clip(peers), agent.Peer{Role: agentapi.RoleWorker, Key: w.Key, Addrs: w.Addrs})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -93,7 +94,7 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 			Inference: *job.Spec.Inference, Identity: id, Peers: withWorker(s.peers, boot.Worker),
 			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: boot.Logs,
 			HealthPoll: 20 * time.Millisecond, AnnounceTTL: 6 * time.Second,
-			OnChange: func(st inferagent.Status) {
+			OnChange: func(st agentapi.InferenceStatus) {
 				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)
 			}}, log)
 		agents = append(agents, a)

@@ -10,9 +10,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -56,10 +55,10 @@ func (p *Platform) startKubeWorker(runCtx context.Context) (orkapi.RegisterRackP
 	// Each of them admits an agent's key once the ork binds it, from the
 	// worker's report.
 	rc.Peers = append(slices.Clone(rc.Peers),
-		k8sworker.Peer{Role: agent.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
-		k8sworker.Peer{Role: agent.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
-		k8sworker.Peer{Role: inferagent.RoleProxy, Key: p.ProxyNode.PublicKey().String(), Addrs: []string{p.ProxyNode.Addr()}},
-		k8sworker.Peer{Role: agent.RoleMonitor, Key: p.MonitorNode.PublicKey().String()},
+		k8sworker.Peer{Role: agentapi.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
+		k8sworker.Peer{Role: agentapi.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
+		k8sworker.Peer{Role: agentapi.RoleProxy, Key: p.ProxyNode.PublicKey().String(), Addrs: []string{p.ProxyNode.Addr()}},
+		k8sworker.Peer{Role: agentapi.RoleMonitor, Key: p.MonitorNode.PublicKey().String()},
 	)
 	w, err := k8sworker.New(rc, restCfg, worker.NewReporterClient(n, p.OrkNode.PublicKey()), logs, p.log.With("component", "wrk-server-k8s-nvidia"))
 	if err != nil {

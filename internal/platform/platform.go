@@ -165,7 +165,7 @@ type Platform struct {
 	// the bound keys as the ork lists them.
 	Keys *trust.Keyring
 	// DirectoryNode hosts the directory the agents announce themselves in
-	// (agent.Topic, inferagent.Topic); the app-node and the proxy look them
+	// (agentapi.Topic, agentapi.InferenceTopic); the app-node and the proxy look them
 	// up there.
 	DirectoryNode *fabric.Node
 	Directory     *fabric.Directory

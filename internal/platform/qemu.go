@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/qemu"
@@ -40,9 +40,9 @@ func (p *Platform) startQEMUWorker(runCtx context.Context) (orkapi.RegisterRackP
 	// the monitor (their records), each forwarded into the VM at
 	// qemuworker.GuestIP; the worker adds itself.
 	peers := []vmboot.Peer{
-		{Role: agent.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
-		{Role: agent.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
-		{Role: agent.RoleMonitor, Key: p.MonitorNode.PublicKey().String(), Addrs: []string{p.MonitorNode.Addr()}},
+		{Role: agentapi.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
+		{Role: agentapi.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
+		{Role: agentapi.RoleMonitor, Key: p.MonitorNode.PublicKey().String(), Addrs: []string{p.MonitorNode.Addr()}},
 	}
 	w, err := qemuworker.New(rc, qemuworker.Options{Images: qc.Images, AgentBinary: qc.AgentBinary, Relay: qc.Relay, Node: n, Keys: ring,
 		Peers: peers, Reporter: worker.NewReporterClient(n, p.OrkNode.PublicKey()), Logs: logs, Log: p.log.With("component", "wrk-server-qemu")})

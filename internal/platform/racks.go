@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
@@ -87,19 +88,19 @@ func (p *Platform) startSimWorker(runCtx context.Context) (orkapi.RegisterRackPa
 	// (requests), and the monitor (named, not dialled: their records go
 	// into the rack's sink, as its own do). Each starts once the platform
 	// has bound the key the rack issued it.
-	dir := agent.Peer{Role: agent.RoleDirectory, Key: p.DirectoryNode.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}}
+	dir := agent.Peer{Role: agentapi.RoleDirectory, Key: p.DirectoryNode.PublicKey(), Addrs: []string{p.DirectoryNode.Addr()}}
 	runner := agentRunner{log: p.log, rack: cfg.Sim.Rack, local: ring, bound: p.Keys}
 	p.agents = &simAgents{agentRunner: runner, dataDir: cfg.DataDir, sshPort: cfg.AgentSSHPort, noHostShells: cfg.Sim.NoHostShells,
 		peers: []agent.Peer{dir,
-			{Role: agent.RoleAppNode, Key: p.AppNode.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
-			{Role: agent.RoleMonitor, Key: mon},
+			{Role: agentapi.RoleAppNode, Key: p.AppNode.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
+			{Role: agentapi.RoleMonitor, Key: mon},
 		},
 		ids: map[agentSlot]*fabric.Identity{},
 	}
 	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(),
 		peers: []agent.Peer{dir,
-			{Role: agent.RoleProxy, Key: p.ProxyNode.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
-			{Role: agent.RoleMonitor, Key: mon},
+			{Role: agentapi.RoleProxy, Key: p.ProxyNode.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
+			{Role: agentapi.RoleMonitor, Key: mon},
 		},
 		agents: map[string][]*inferagent.Agent{},
 	}

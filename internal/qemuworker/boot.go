@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/qemu"
@@ -231,7 +231,7 @@ func (w *Worker) identity(dir string) (*fabric.Identity, error) {
 // not the host ports: those are the host's to pick, and two of them can
 // be a pair libslirp refuses (qemu.CheckForwards).
 func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
-	self := vmboot.Peer{Role: agent.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
+	self := vmboot.Peer{Role: agentapi.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
 	var peers []vmboot.Peer
 	var fwd []qemu.Forward
 	guest := map[string]string{} // host address -> guest address

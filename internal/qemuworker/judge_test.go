@@ -3,7 +3,7 @@ package qemuworker
 import (
 	"testing"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 )
 
@@ -11,28 +11,30 @@ import (
 // its replica.
 func TestJudgeAgentReport(t *testing.T) {
 	code := func(n int) *int { return &n }
-	exited := func(n int) *agent.CommandStatus { return &agent.CommandStatus{State: "exited", ExitCode: code(n)} }
+	exited := func(n int) *agentapi.CommandStatus {
+		return &agentapi.CommandStatus{State: "exited", ExitCode: code(n)}
+	}
 	for _, tc := range []struct {
 		name      string
 		state     cosmic.State
 		vmUp      bool
 		ready     bool
-		report    agent.WorkerReport
+		report    agentapi.WorkerReport
 		connected bool
 		exit      *int
 	}{
-		{"starting, first ready: runs", cosmic.StateStarting, true, false, agent.WorkerReport{Ready: true}, true, nil},
-		{"running, ready again: nothing", cosmic.StateRunning, true, true, agent.WorkerReport{Ready: true}, false, nil},
-		{"starting, not ready: nothing", cosmic.StateStarting, true, false, agent.WorkerReport{}, false, nil},
-		{"running, the command exits 0: ends", cosmic.StateRunning, true, true, agent.WorkerReport{Ready: true, Command: exited(0)}, false, code(0)},
-		{"running, the command exits 3: ends", cosmic.StateRunning, true, true, agent.WorkerReport{Ready: true, Command: exited(3)}, false, code(3)},
-		{"first ready with the command already exited: runs, then ends", cosmic.StateStarting, true, false, agent.WorkerReport{Ready: true, Command: exited(1)}, true, code(1)},
-		{"starting, an exit before ready: nothing", cosmic.StateStarting, true, false, agent.WorkerReport{Command: exited(0)}, false, nil},
-		{"running, a command still running: nothing", cosmic.StateRunning, true, true, agent.WorkerReport{Ready: true, Command: &agent.CommandStatus{State: "running"}}, false, nil},
-		{"an exit without a code: nothing", cosmic.StateRunning, true, true, agent.WorkerReport{Ready: true, Command: &agent.CommandStatus{State: "exited"}}, false, nil},
-		{"the VM is down: nothing", cosmic.StateStarting, false, false, agent.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
-		{"restarting: nothing", cosmic.StateRestarting, true, false, agent.WorkerReport{Ready: true}, false, nil},
-		{"stopped: nothing", cosmic.StateStopped, true, true, agent.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
+		{"starting, first ready: runs", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true}, true, nil},
+		{"running, ready again: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true}, false, nil},
+		{"starting, not ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{}, false, nil},
+		{"running, the command exits 0: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, code(0)},
+		{"running, the command exits 3: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(3)}, false, code(3)},
+		{"first ready with the command already exited: runs, then ends", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true, Command: exited(1)}, true, code(1)},
+		{"starting, an exit before ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{Command: exited(0)}, false, nil},
+		{"running, a command still running: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "running"}}, false, nil},
+		{"an exit without a code: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "exited"}}, false, nil},
+		{"the VM is down: nothing", cosmic.StateStarting, false, false, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
+		{"restarting: nothing", cosmic.StateRestarting, true, false, agentapi.WorkerReport{Ready: true}, false, nil},
+		{"stopped: nothing", cosmic.StateStopped, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
 	} {
 		v := judgeAgentReport(tc.state, tc.vmUp, tc.ready, tc.report)
 		if v.connected != tc.connected || (v.exit == nil) != (tc.exit == nil) || v.exit != nil && *v.exit != *tc.exit {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -16,7 +16,7 @@ import (
 
 // onAgentReport takes an agent's report: judgeAgentReport says what it
 // does to its replica, which this carries out.
-func (w *Worker) onAgentReport(peer fabric.PublicKey, a agent.WorkerReport) {
+func (w *Worker) onAgentReport(peer fabric.PublicKey, a agentapi.WorkerReport) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k, ok := w.agents[peer]
@@ -59,7 +59,7 @@ type agentVerdict struct {
 // judgeAgentReport is the rule of an agent's report, pure: a replica
 // whose VM is up and that is starting or running takes it; the agent's
 // first ready runs it; a command's exit, once it runs, ends it.
-func judgeAgentReport(state cosmic.State, vmUp, ready bool, a agent.WorkerReport) agentVerdict {
+func judgeAgentReport(state cosmic.State, vmUp, ready bool, a agentapi.WorkerReport) agentVerdict {
 	var v agentVerdict
 	if !vmUp || (state != cosmic.StateStarting && state != cosmic.StateRunning) {
 		return v

@@ -28,11 +28,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -209,7 +208,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
 	w.queue = worker.NewReportQueue(&w.mu)
 	opts.Keys.OnRevoke(opts.Node.Revoke)
-	agent.ServeWorkerReports(opts.Node, w.onAgentReport, agent.MethodReport, inferagent.MethodReport)
+	agentapi.ServeWorkerReports(opts.Node, w.onAgentReport)
 	return w, nil
 }
 

@@ -3,7 +3,7 @@ package qemuworker
 import (
 	"testing"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
@@ -25,9 +25,9 @@ func TestGuestPeersPortsOfTheirOwn(t *testing.T) {
 	}
 	defer n.Close()
 	w := &Worker{opts: Options{Node: n, Peers: []vmboot.Peer{
-		{Role: agent.RoleDirectory, Key: "d", Addrs: []string{"127.0.0.1:45016"}},
-		{Role: agent.RoleAppNode, Key: "a", Addrs: []string{"0.0.0.0:55471", "127.0.0.1:45016"}},
-		{Role: agent.RoleMonitor, Key: "m", Addrs: []string{"[::1]:45016"}},
+		{Role: agentapi.RoleDirectory, Key: "d", Addrs: []string{"127.0.0.1:45016"}},
+		{Role: agentapi.RoleAppNode, Key: "a", Addrs: []string{"0.0.0.0:55471", "127.0.0.1:45016"}},
+		{Role: agentapi.RoleMonitor, Key: "m", Addrs: []string{"[::1]:45016"}},
 	}}}
 	peers, fwd, err := w.guestPeers()
 	if err != nil {
@@ -48,7 +48,7 @@ func TestGuestPeersPortsOfTheirOwn(t *testing.T) {
 		}
 	}
 	wantAddrs := [][]string{{"10.0.2.100:7001"}, {"10.0.2.100:7002", "10.0.2.100:7001"}, {"10.0.2.100:7003"}, {"10.0.2.100:7004"}}
-	if len(peers) != len(wantAddrs) || peers[3].Role != agent.RoleWorker || peers[3].Key != n.PublicKey().String() {
+	if len(peers) != len(wantAddrs) || peers[3].Role != agentapi.RoleWorker || peers[3].Key != n.PublicKey().String() {
 		t.Fatalf("peers %+v", peers)
 	}
 	for i, p := range peers {

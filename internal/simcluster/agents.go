@@ -281,7 +281,7 @@ func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
 	}
 }
 
-// The agents' report events (agent.MethodReport, inferagent.MethodReport;
+// The agents' report events (agentapi.MethodReport, agentapi.MethodInferenceReport;
 // this package does not import the agents).
 const (
 	MethodAgentReport     = "agent.report"

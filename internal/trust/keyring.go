@@ -61,7 +61,7 @@ func AgentRole(t cosmic.JobType) Role {
 }
 
 // AgentTopic is the directory topic the agents of role announce job under
-// (agent.Topic and inferagent.Topic are these).
+// (agentapi.Topic and agentapi.InferenceTopic are these).
 func AgentTopic(role Role, jobID string) string {
 	if role == InferenceAgent {
 		return "inference/" + jobID

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -565,7 +565,7 @@ func (s *swapShells) get() (appnode.Shells, error) {
 	return s.sh, nil
 }
 
-func (s *swapShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agent.Conn, shellproto.OpenReply, error) {
+func (s *swapShells) DialShell(ctx context.Context, job cosmic.Job, replica int, p shellproto.OpenParams) (agentapi.Conn, shellproto.OpenReply, error) {
 	sh, err := s.get()
 	if err != nil {
 		return nil, shellproto.OpenReply{}, err
@@ -573,7 +573,7 @@ func (s *swapShells) DialShell(ctx context.Context, job cosmic.Job, replica int,
 	return sh.DialShell(ctx, job, replica, p)
 }
 
-func (s *swapShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agent.Conn, error) {
+func (s *swapShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error) {
 	sh, err := s.get()
 	if err != nil {
 		return nil, err

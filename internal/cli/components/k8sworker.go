@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -63,17 +63,17 @@ func (c k8sFileConfig) agentPeers() ([]k8sworker.Peer, error) {
 		}
 		return nil
 	}
-	if err := add("directory", agent.RoleDirectory, c.Directory...); err != nil {
+	if err := add("directory", agentapi.RoleDirectory, c.Directory...); err != nil {
 		return nil, err
 	}
-	if err := add("app-node", agent.RoleAppNode, c.AppNode...); err != nil {
+	if err := add("app-node", agentapi.RoleAppNode, c.AppNode...); err != nil {
 		return nil, err
 	}
-	if err := add("proxy-inference", agent.RoleProxy, c.ProxyInference...); err != nil {
+	if err := add("proxy-inference", agentapi.RoleProxy, c.ProxyInference...); err != nil {
 		return nil, err
 	}
 	if c.Monitor != "" {
-		if err := add("monitor", agent.RoleMonitor, c.Monitor); err != nil {
+		if err := add("monitor", agentapi.RoleMonitor, c.Monitor); err != nil {
 			return nil, err
 		}
 	}

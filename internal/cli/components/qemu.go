@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -193,10 +193,10 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 				}
 				return nil
 			}
-			if err := add("directory", agent.RoleDirectory, cfg.Directory...); err != nil {
+			if err := add("directory", agentapi.RoleDirectory, cfg.Directory...); err != nil {
 				return err
 			}
-			if err := add("app-node", agent.RoleAppNode, cfg.AppNode...); err != nil {
+			if err := add("app-node", agentapi.RoleAppNode, cfg.AppNode...); err != nil {
 				return err
 			}
 			var monKey fabric.PublicKey
@@ -205,7 +205,7 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 				if monKey, monAddrs, err = cli.ParsePeerFlag("monitor", cfg.Monitor); err != nil {
 					return err
 				}
-				peers = append(peers, vmboot.Peer{Role: agent.RoleMonitor, Key: monKey.String(), Addrs: monAddrs})
+				peers = append(peers, vmboot.Peer{Role: agentapi.RoleMonitor, Key: monKey.String(), Addrs: monAddrs})
 			}
 			q, err := a.qemuRack(cmd.Context(), cfg.Rack, cfg.Images, cfg.AgentBinary, cfg.DataDir)
 			if err != nil {

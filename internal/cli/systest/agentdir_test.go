@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
@@ -170,21 +171,21 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 		return agent.Peer{Role: role, Key: k, Addrs: addrs}
 	}
 	ag := agent.New(agent.Config{JobID: j.ID, Team: j.Team, Identity: agentID, Shell: "/bin/sh", WorkDir: t.TempDir(),
-		Peers: []agent.Peer{peer(agent.RoleDirectory, dir), peer(agent.RoleAppNode, app)}}, nil)
+		Peers: []agent.Peer{peer(agentapi.RoleDirectory, dir), peer(agentapi.RoleAppNode, app)}}, nil)
 	actx, acancel := context.WithCancel(ctx)
 	adone := make(chan error, 1)
 	go func() { adone <- ag.Run(actx) }()
 	defer func() { acancel(); <-adone }()
 
 	// A shell through the app-node reaches it.
-	dialer := agent.HTTPShellDialer{BaseURL: baseURL, Token: token}
+	dialer := agentapi.HTTPShellDialer{BaseURL: baseURL, Token: token}
 	waittest.NoError(t, func() error {
 		conn, _, err := dialer.DialShell(ctx, j.ID, shellproto.OpenParams{Argv: []string{"echo", "hello-from-the-vm"}})
 		if err != nil {
 			return err
 		}
 		var out bytes.Buffer
-		st, err := agent.RunSession(ctx, conn, agent.SessionIO{Stdout: &out})
+		st, err := agentapi.RunSession(ctx, conn, agentapi.SessionIO{Stdout: &out})
 		if err != nil {
 			return err
 		}

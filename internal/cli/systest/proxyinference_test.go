@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -135,7 +135,7 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	}
 	ag := inferagent.New(inferagent.Config{JobID: j.ID, Team: j.Team, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: *spec.Inference, Identity: agentID,
-		Peers:      []inferagent.Peer{peer(agent.RoleDirectory, dir), peer(agent.RoleProxy, prox["fabric"])},
+		Peers:      []inferagent.Peer{peer(agentapi.RoleDirectory, dir), peer(agentapi.RoleProxy, prox["fabric"])},
 		Launcher:   &simlaunch.Launcher{Config: simruntime.Config{TTFT: time.Millisecond}},
 		HealthPoll: 20 * time.Millisecond, ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second}, nil)
 	actx, acancel := context.WithCancel(ctx)

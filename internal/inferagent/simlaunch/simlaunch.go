@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -55,7 +56,7 @@ func (s *Launcher) Start(ctx context.Context, l inferagent.Launch) (inferagent.P
 	fmt.Fprintf(out, "INFO [cosmicac-simulated] this is a SIMULATED runtime: no model is loaded and replies are deterministic text\n")
 	fmt.Fprintf(out, "INFO [cosmicac-simulated] on a GPU node the agent would run: %s\n", l.Command)
 	p := &simProcess{done: make(chan struct{})}
-	if l.Role != inferagent.RoleHead {
+	if l.Role != agentapi.PlacementHead {
 		fmt.Fprintf(out, "INFO [cosmicac-simulated] headless worker (node rank %d) joined the head at %s\n", l.Placement.VMIIndex, first(l.Placement.Hosts))
 		return p, nil
 	}
@@ -64,7 +65,7 @@ func (s *Launcher) Start(ctx context.Context, l inferagent.Launch) (inferagent.P
 	if cfg.Runtime == "" {
 		cfg.Runtime = simruntime.RuntimeVLLM
 	}
-	cfg.Model, cfg.ServedModelName = l.Inference.Model, inferagent.ServedModelName(l.Inference)
+	cfg.Model, cfg.ServedModelName = l.Inference.Model, l.Inference.ServedName()
 	cfg.Embeddings = cfg.Embeddings || l.Inference.Task() == cosmic.TaskEmbed
 	// vLLM answers tool_choice "auto" only with both flags.
 	cfg.AutoToolChoice = cfg.AutoToolChoice || (l.Inference.Args["enable-auto-tool-choice"] == "true" && l.Inference.Args["tool-call-parser"] != "")

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
@@ -172,13 +173,13 @@ func Setup(ctx context.Context, t *testing.T, d Deployment) *Fixture {
 		p := d.Servers[r]
 		return agent.Peer{Role: role, Key: p.Key, Addrs: p.Addrs}
 	}
-	wp := agent.Peer{Role: agent.RoleWorker, Key: f.rack.id.PublicKey(), Addrs: []string{f.rack.node.Addr()}}
-	mon := agent.Peer{Role: agent.RoleMonitor, Key: d.Servers[trust.Monitor].Key}
+	wp := agent.Peer{Role: agentapi.RoleWorker, Key: f.rack.id.PublicKey(), Addrs: []string{f.rack.node.Addr()}}
+	mon := agent.Peer{Role: agentapi.RoleMonitor, Key: d.Servers[trust.Monitor].Key}
 	ka := agent.New(agent.Config{JobID: f.K.ID, Team: f.K.Team, Identity: f.agentIDs[f.K.ID], Shell: "/bin/sh", WorkDir: t.TempDir(),
-		Listen: "127.0.0.1:0", Peers: []agent.Peer{peer(agent.RoleDirectory, trust.Directory), peer(agent.RoleAppNode, trust.AppNode), wp, mon}}, nil)
+		Listen: "127.0.0.1:0", Peers: []agent.Peer{peer(agentapi.RoleDirectory, trust.Directory), peer(agentapi.RoleAppNode, trust.AppNode), wp, mon}}, nil)
 	la := inferagent.New(inferagent.Config{JobID: f.L.ID, Team: f.L.Team, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: *f.L.Spec.Inference, Identity: f.agentIDs[f.L.ID], Listen: "127.0.0.1:0",
-		Peers:    []agent.Peer{peer(agent.RoleDirectory, trust.Directory), peer(agent.RoleProxy, trust.Proxy), wp, mon},
+		Peers:    []agent.Peer{peer(agentapi.RoleDirectory, trust.Directory), peer(agentapi.RoleProxy, trust.Proxy), wp, mon},
 		Launcher: &simlaunch.Launcher{Config: simruntime.Config{TTFT: time.Millisecond}}, HealthPoll: 20 * time.Millisecond,
 		ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second}, nil)
 	wg.Go(func() { ka.Run(actx) })
@@ -458,7 +459,7 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 	case "unannounce":
 		return f.probeUnannounce(ctx, n, tgt, c, target)
 	case "lookup":
-		return call(fabric.LookupParams{Topic: agent.Topic(f.K.ID)}, nil)
+		return call(fabric.LookupParams{Topic: agentapi.Topic(f.K.ID)}, nil)
 	// proxy-inference
 	case "inference.modelHealth":
 		return call(map[string]string{"jobId": f.L.ID}, nil)
@@ -482,7 +483,7 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 	case "shell.open":
 		return stream(shellproto.OpenParams{Argv: []string{"true"}})
 	case "tcp.connect":
-		return stream(agent.TCPConnectParams{Port: agent.DefaultSSHPort}) // open to the platform; nothing need listen
+		return stream(agentapi.TCPConnectParams{Port: agentapi.DefaultSSHPort}) // open to the platform; nothing need listen
 	case "agent.status", "inference.status":
 		return call(struct{}{}, nil)
 	case "inference.http":
@@ -589,7 +590,7 @@ func newMatrixRack(t *testing.T, ork Peer) *matrixRack {
 	r := &matrixRack{id: id, node: n, ring: ring, rep: worker.NewReporterClient(n, ork.Key), jobs: map[string]worker.ReplicaReport{}, agents: map[string]*fabric.Identity{}}
 	worker.Serve(n, r)
 	// The agents of K and L report here too.
-	for _, method := range []string{agent.MethodReport, inferagent.MethodReport} {
+	for _, method := range []string{agentapi.MethodReport, agentapi.MethodInferenceReport} {
 		fabric.HandleFunc(n, method, func(context.Context, fabric.PublicKey, json.RawMessage) (struct{}, error) { return struct{}{}, nil })
 	}
 	return r
@@ -676,21 +677,21 @@ func (f *Fixture) Hijack(ctx context.Context, t *testing.T, infURL string) {
 	defer atk.Close()
 	atk.AddAddrs(dir.Key, dir.Addrs...)
 	atk.AddAddrs(proxy.Key, proxy.Addrs...)
-	atk.HandleStream(inferagent.MethodHTTP, func(context.Context, *fabric.StreamRequest) error {
+	atk.HandleStream(agentapi.MethodInferenceHTTP, func(context.Context, *fabric.StreamRequest) error {
 		streams.Add(1)
 		return fabric.Errorf(fabric.CodeUnavailable, "captured")
 	})
 	if err := atk.Call(ctx, proxy.Key, fabric.MethodPing, nil, nil); err != nil {
 		t.Fatalf("the attacker's key reaches proxy-inference as an agent's does: %v", err)
 	}
-	meta, _ := json.Marshal(inferagent.Meta{JobID: f.L.ID, Replica: 0, Role: inferagent.RoleHead, Model: "matrix-l", Ready: true})
-	err = atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L.ID), TTLSeconds: 600, Meta: meta}, dir.Key)
+	meta, _ := json.Marshal(agentapi.InferenceMeta{JobID: f.L.ID, Replica: 0, Role: agentapi.PlacementHead, Model: "matrix-l", Ready: true})
+	err = atk.Announce(ctx, fabric.AnnounceParams{Topic: agentapi.InferenceTopic(f.L.ID), TTLSeconds: 600, Meta: meta}, dir.Key)
 	if fabric.ErrorCode(err) != fabric.CodeForbidden {
 		t.Fatalf("another job's agent announcing as job %s's head: %v, want forbidden", f.L.ID, err)
 	}
 	// It announces its own job's topic, claiming L in its meta: not L's
 	// topic, so not L's replica either.
-	if err := atk.Announce(ctx, fabric.AnnounceParams{Topic: inferagent.Topic(f.L2.ID), TTLSeconds: 60, Meta: meta}, dir.Key); err != nil {
+	if err := atk.Announce(ctx, fabric.AnnounceParams{Topic: agentapi.InferenceTopic(f.L2.ID), TTLSeconds: 60, Meta: meta}, dir.Key); err != nil {
 		t.Fatalf("the attacker's own topic: %v", err)
 	}
 	body := `{"model":"matrix-l","messages":[{"role":"user","content":"my secret prompt"}],"max_tokens":4}`
@@ -810,7 +811,7 @@ func (f *Fixture) Revoke(ctx context.Context, t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	ln.AddAddrs(dir.Key, dir.Addrs...)
-	peers, err := ln.Lookup(ctx, agent.Topic(f.K.ID), dir.Key)
+	peers, err := ln.Lookup(ctx, agentapi.Topic(f.K.ID), dir.Key)
 	ln.Close()
 	if err != nil || slices.ContainsFunc(peers, func(p fabric.PeerInfo) bool { return p.Key == f.agentIDs[f.K.ID].PublicKey() }) {
 		t.Fatalf("the directory still lists the killed job's agent: %v, %v", peers, err)

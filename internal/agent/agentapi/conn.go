@@ -1,4 +1,4 @@
-package inferagent
+package agentapi
 
 import (
 	"context"
@@ -47,13 +47,13 @@ type Addr fabric.PublicKey
 func (a Addr) Network() string { return "fabric" }
 func (a Addr) String() string  { return fabric.PublicKey(a).String() }
 
-// DialStream opens a MethodHTTP stream to the agent with key and returns
+// DialStream opens a MethodInferenceHTTP stream to the agent with key and returns
 // it as a net.Conn. It is a direct stream (a TCP+TLS connection of its own,
 // fabric.OpenDirectStream: one the agent parked with us, or dialled when its
 // address is known), so that a proxied request and each of its events cross
 // no multiplexer.
-func DialStream(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (*StreamConn, error) {
-	s, err := n.OpenDirectStream(ctx, key, MethodHTTP, nil, nil)
+func DialInference(ctx context.Context, n *fabric.Node, key fabric.PublicKey) (*StreamConn, error) {
+	s, err := n.OpenDirectStream(ctx, key, MethodInferenceHTTP, nil, nil)
 	if err != nil {
 		return nil, err
 	}
