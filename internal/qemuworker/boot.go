@@ -186,21 +186,42 @@ func (w *Worker) vmExited(k replicaKey, gen int, vm *qemu.VM) {
 		return
 	}
 	r.vm = nil
-	if r.state == cosmic.StateStopped || r.state == cosmic.StateFailed {
+	v := judgeVMExit(r.state, err, func() string { return qemu.ConsoleTail(r.dir, 400) })
+	if !v.crashed {
 		return
+	}
+	r.reason = &v.reason
+	w.recordLocked(r, "vm", false, "the VM ended: %s", v.detail)
+	w.setLocked(r, cosmic.StateFailed)
+	w.unbindLocked(r)
+}
+
+// judgeVMExit is the rule of a VM's end, pure: expected when its replica
+// was stopped or had failed (Stop, Delete, a command's exit, a refusal;
+// Restart boots anew and so never sees its old VM's end); otherwise a
+// crash (vmi_crashed), saying how QEMU ended (err: its exit status; nil:
+// the guest powered off) and the console's last lines (consoleTail, read
+// only then).
+func judgeVMExit(state cosmic.State, err error, consoleTail func() string) vmExitVerdict {
+	if state == cosmic.StateStopped || state == cosmic.StateFailed {
+		return vmExitVerdict{}
 	}
 	detail := "the VM powered off"
 	if err != nil {
 		detail = err.Error()
 	}
-	if tail := qemu.ConsoleTail(r.dir, 400); tail != "" {
+	if tail := consoleTail(); tail != "" {
 		detail += "; console: " + tail
 	}
-	reason := cosmic.NewReason(cosmic.ReasonVMICrashed, detail)
-	r.reason = &reason
-	w.recordLocked(r, "vm", false, "the VM ended: %s", detail)
-	w.setLocked(r, cosmic.StateFailed)
-	w.unbindLocked(r)
+	return vmExitVerdict{crashed: true, detail: detail, reason: cosmic.NewReason(cosmic.ReasonVMICrashed, detail)}
+}
+
+// vmExitVerdict is what a VM's end does to its replica: crashed, it fails
+// with reason; detail is how it ended, for the replica's log.
+type vmExitVerdict struct {
+	crashed bool
+	detail  string
+	reason  cosmic.Reason
 }
 
 // identity is the replica's agent key, kept in its directory so that a

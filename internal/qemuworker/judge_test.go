@@ -1,6 +1,8 @@
 package qemuworker
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
@@ -39,6 +41,37 @@ func TestJudgeAgentReport(t *testing.T) {
 		v := judgeAgentReport(tc.state, tc.vmUp, tc.ready, tc.report)
 		if v.connected != tc.connected || (v.exit == nil) != (tc.exit == nil) || v.exit != nil && *v.exit != *tc.exit {
 			t.Errorf("%s: connected %v exit %v, want %v %v", tc.name, v.connected, deref(v.exit), tc.connected, deref(tc.exit))
+		}
+	}
+}
+
+// TestJudgeVMExit: a row per case of what a VM's end does to its replica.
+func TestJudgeVMExit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		state   cosmic.State
+		err     error
+		console string
+		crashed bool
+		detail  string
+	}{
+		{"stopped (Stop, Delete, the command's exit): expected", cosmic.StateStopped, nil, "x", false, ""},
+		{"failed already (a refusal, the command's failure): expected", cosmic.StateFailed, errors.New("exit status 1"), "x", false, ""},
+		{"running, the guest powered off", cosmic.StateRunning, nil, "", true, "the VM powered off"},
+		{"running, QEMU died, with the console", cosmic.StateRunning, errors.New("signal: killed"), "Kernel panic", true, "signal: killed; console: Kernel panic"},
+		{"starting, QEMU exited", cosmic.StateStarting, errors.New("exit status 1"), "", true, "exit status 1"},
+		{"restarting (a reboot that did not come back)", cosmic.StateRestarting, nil, "reboot: Power down", true, "the VM powered off; console: reboot: Power down"},
+	} {
+		read := false
+		v := judgeVMExit(tc.state, tc.err, func() string { read = true; return tc.console })
+		if v.crashed != tc.crashed || v.detail != tc.detail {
+			t.Errorf("%s: crashed %v %q, want %v %q", tc.name, v.crashed, v.detail, tc.crashed, tc.detail)
+		}
+		if v.crashed && (v.reason.Code != cosmic.ReasonVMICrashed || !strings.Contains(v.reason.Message, tc.detail)) {
+			t.Errorf("%s: reason %+v, want vmi_crashed naming %q", tc.name, v.reason, tc.detail)
+		}
+		if !v.crashed && read {
+			t.Errorf("%s: read the console of an expected end", tc.name)
 		}
 	}
 }
