@@ -4,7 +4,11 @@
 #   hack/webui.sh --build   npm ci, then esbuild web/src into internal/webui/dist
 #   hack/webui.sh --check   --build, then fail if dist differs from the
 #                           committed files (the build is reproducible: the
-#                           same sources and lock file give the same bytes)
+#                           same sources and lock file give the same bytes),
+#                           and type-check the sources that say @ts-check
+#                           against types generated from the API's OpenAPI
+#                           document (web/types/openapi.json, kept current
+#                           by internal/apiv1's TestWebTypesSourceIsCurrent)
 #   hack/webui.sh --test    build cosmicac and run the browser tests
 #                           (web/tests) in Debian's Chromium against a real
 #                           `cosmicac up`; screenshots and axe-core results
@@ -25,6 +29,14 @@ build() {
   (cd web && node build.mjs)
 }
 
+# typecheck generates web/types/api.d.ts from the API's OpenAPI document
+# (openapi-typescript) and runs tsc over web/src: the files that say
+# // @ts-check are checked, strictly, against it.
+typecheck() {
+  log "types from web/types/openapi.json (openapi-typescript); tsc over the @ts-check sources"
+  (cd web && npx --no-install openapi-typescript types/openapi.json -o types/api.d.ts >/dev/null && npx --no-install tsc -p .)
+}
+
 case "${1:-}" in
 --build)
   build
@@ -37,6 +49,7 @@ case "${1:-}" in
     exit 1
   fi
   log "internal/webui/dist is the build of web/src"
+  typecheck
   ;;
 --test)
   [[ -d web/node_modules ]] || (cd web && npm ci --no-audit --no-fund --loglevel=error)

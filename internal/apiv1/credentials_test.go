@@ -11,7 +11,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/security.md's credentials table")
+var update = flag.Bool("update", false, "rewrite docs/security.md's credentials table and web/types/openapi.json")
 
 // TestSecurityDocCredentials: docs/security.md's table of platform
 // credentials is apiv1.Credentials (go test ./internal/apiv1 -run

@@ -1,8 +1,23 @@
+// @ts-check
 // The new-job form's pure part: the spec it builds from its fields and
 // back (Duplicate), which control shows an API field's error, and what a
 // location's racks run. No DOM, no Preact: web/tests/spec.test.mjs runs it
 // under node --test.
 
+/**
+ * @typedef {import("../types/api").components["schemas"]} Schemas
+ * @typedef {Schemas["Spec"]} Spec
+ * @typedef {Schemas["Fleet"]} Fleet
+ * @typedef {Schemas["Catalogue"]} Catalogue
+ * @typedef {{
+ *   type: Spec["type"], name: string, labels: string, location: string, gpuModel: string,
+ *   gpu: number | string, cpu: number | string, memory: number | string, image: string,
+ *   diskGB: number | string, sshKeys: string, httpPort: number | string, runtime: string,
+ *   model: string, servedModelName: string, args: string, replicas: number | string, requireAuth: boolean,
+ * }} Form the new-job form's fields, as typed (numbers may be text the API refuses)
+ */
+
+/** @type {Form} */
 export const blank = {
   type: "gpu-container",
   name: "",
@@ -24,7 +39,9 @@ export const blank = {
   requireAuth: true,
 };
 
+/** @param {string} text */
 function pairs(text) {
+  /** @type {Record<string, string>} */
   const out = {};
   for (const line of text.split(/[\n,]/)) {
     const t = line.trim();
@@ -36,10 +53,17 @@ function pairs(text) {
   return out;
 }
 
+/** @param {Record<string, string> | undefined} m */
 function unpairs(m) {
   return Object.entries(m || {}).map(([k, v]) => `${k}=${v}`).join("\n");
 }
 
+// num is a field's number; what is not one is sent as typed, for the API
+// to refuse with the field's error.
+/**
+ * @param {string | number | null | undefined} v
+ * @returns {any}
+ */
 function num(v) {
   if (v === "" || v === null || v === undefined) return undefined;
   const n = Number(v);
@@ -49,18 +73,26 @@ function num(v) {
 // toSpec builds the spec from the form, over base (a duplicated job's
 // spec keeps the fields the form has no control for: command, envVars,
 // volumes …).
+/**
+ * @param {Form} f
+ * @param {Partial<Spec>} [base]
+ * @returns {Spec}
+ */
 export function toSpec(f, base = {}) {
+  /** @type {Record<string, any>} */
   const spec = { ...base, type: f.type, location: f.location };
+  /** @type {(k: string, v: any) => void} */
   const set = (k, v) => {
     if (v === undefined || v === "" || (typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 0)) delete spec[k];
     else spec[k] = v;
   };
   set("name", f.name.trim());
   set("labels", pairs(f.labels));
+  /** @type {Record<string, any>} */
   const res = { ...(base.resources || {}), gpu: num(f.gpu) ?? 0 };
   if (f.gpuModel) res.gpuModel = f.gpuModel;
   else delete res.gpuModel;
-  for (const k of ["cpu", "memory"]) {
+  for (const k of /** @type {const} */ (["cpu", "memory"])) {
     if (num(f[k]) === undefined) delete res[k];
     else res[k] = num(f[k]);
   }
@@ -74,6 +106,7 @@ export function toSpec(f, base = {}) {
   } else {
     delete spec.image;
     delete spec.sshPublicKeys;
+    /** @type {Record<string, any>} */
     const inf = { ...(base.inference || {}), runtime: f.runtime, model: f.model.trim(), replicas: num(f.replicas), requireAuth: f.requireAuth };
     if (f.servedModelName.trim()) inf.servedModelName = f.servedModelName.trim();
     else delete inf.servedModelName;
@@ -83,10 +116,14 @@ export function toSpec(f, base = {}) {
     delete inf.gpusPerReplica; // resources.gpu says it
     spec.inference = inf;
   }
-  return spec;
+  return /** @type {Spec} */ (spec);
 }
 
 // fromSpec fills the form from a spec (Duplicate).
+/**
+ * @param {Spec} spec
+ * @returns {Form}
+ */
 export function fromSpec(spec) {
   const r = spec.resources || {};
   const inf = spec.inference || {};
@@ -114,6 +151,7 @@ export function fromSpec(spec) {
 }
 
 // The API's field paths and the control that shows each.
+/** @type {Record<string, string>} */
 const FIELD_OF = {
   type: "type",
   name: "name",
@@ -137,6 +175,7 @@ const FIELD_OF = {
   "inference.requireAuth": "requireAuth",
 };
 
+/** @param {string} field */
 export function controlOf(field) {
   let best = "";
   for (const k of Object.keys(FIELD_OF)) {
@@ -149,13 +188,21 @@ export function controlOf(field) {
 // chosen) run together, from the fleet's catalogues: null where one has not
 // reported its catalogue (the form then offers free text). images is null
 // where a rack takes any image.
+/**
+ * @param {Fleet | null | undefined} fleet
+ * @param {string} location
+ * @param {string} [gpuModel]
+ */
 export function catalogueOf(fleet, location, gpuModel) {
   const loc = ((fleet && fleet.locations) || []).find((l) => l.name === location);
   const models = ((loc && loc.gpuModels) || []).filter((m) => !gpuModel || m.model === gpuModel);
-  const cats = models.map((m) => m.catalogue);
-  if (!cats.length || !cats.every(Boolean)) return null;
-  const all = (k) => [...new Set(cats.flatMap((c) => c[k] || []))].sort();
-  const capped = (k) => (cats.every((c) => c[k]) ? Math.max(...cats.map((c) => c[k])) : 0);
+  const some = models.map((m) => m.catalogue);
+  if (!some.length || !some.every(Boolean)) return null;
+  const cats = /** @type {Catalogue[]} */ (some);
+  /** @param {"images" | "jobTypes" | "runtimes"} k */
+  const all = (k) => [.../** @type {Set<string>} */ (new Set(cats.flatMap((c) => c[k] || [])))].sort();
+  /** @param {"maxVmCpus" | "maxVmMemoryMiB"} k */
+  const capped = (k) => (cats.every((c) => c[k]) ? Math.max(...cats.map((c) => c[k] || 0)) : 0);
   return {
     images: cats.every((c) => c.images && c.images.length) ? all("images") : null,
     jobTypes: all("jobTypes"),
@@ -167,6 +214,11 @@ export function catalogueOf(fleet, location, gpuModel) {
 
 // withCatalogueImage keeps the form's image one the location's racks boot:
 // the first of their catalogue when the form's is not in it.
+/**
+ * @param {Form} form
+ * @param {Fleet | null | undefined} fleet
+ * @returns {Form}
+ */
 export function withCatalogueImage(form, fleet) {
   const cat = catalogueOf(fleet, form.location, form.gpuModel);
   if (cat && cat.images && !cat.images.includes(form.image)) return { ...form, image: cat.images[0] };

@@ -1,3 +1,4 @@
+// @ts-check
 // A server-sent events parser (the HTML standard's event stream
 // interpretation, less retry): feed it the stream's text as it comes, in
 // chunks cut anywhere, and it hands each complete event to onEvent({event,
@@ -6,8 +7,14 @@
 // web/tests/sse.test.mjs runs it under node --test. The monitor's log
 // streams (api.js events) and the playground's OpenAI stream (job.jsx) read
 // through it.
+/**
+ * @typedef {{ event: string, id: string, data: string }} SSEvent
+ * @param {(ev: SSEvent) => void} onEvent
+ * @returns {(text: string) => void}
+ */
 export function sseParser(onEvent) {
   let buf = "";
+  /** @type {{ event: string, id: string, data: string[] }} */
   let ev = { event: "message", id: "", data: [] };
   return (text) => {
     buf += text;
