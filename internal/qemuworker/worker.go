@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ import (
 // the platform's peers: each peer address is forwarded from a port there
 // to the host (qemu.Forward), and nothing else is reachable.
 const GuestIP = "10.0.2.100"
+
+// maxSocketPath is the longest path of a unix socket (Linux's sun_path,
+// less its terminating NUL).
+const maxSocketPath = 107
 
 // GuestPortBase is the first guest port of the forwards (guestPeers).
 const GuestPortBase = 7001
@@ -175,6 +180,14 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	}
 	if len(cfg.VFIO) != 0 && len(cfg.VFIO) != cfg.Nodes*cfg.GPUsPerNode {
 		return nil, fmt.Errorf("qemuworker: %d VFIO devices for %d nodes × %d GPUs", len(cfg.VFIO), cfg.Nodes, cfg.GPUsPerNode)
+	}
+	// A VM's unix sockets (its monitor, its relay) live in its replica's
+	// directory, Dir/<job id>-r<replica>/: a path of a unix socket has at
+	// most 107 bytes.
+	if abs, err := filepath.Abs(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("qemuworker: dir: %w", err)
+	} else if n := len(filepath.Join(abs, cosmic.NewJobID()+"-r99", qemu.MonitorFile)); n > maxSocketPath {
+		return nil, fmt.Errorf("qemuworker: dir %s is too long by %d bytes for its VMs' unix sockets (%d bytes at most)", abs, n-maxSocketPath, maxSocketPath)
 	}
 	if len(opts.Relay) == 0 {
 		return nil, errors.New("qemuworker: the relay command (cosmicac qemu-relay) is required")

@@ -1,11 +1,15 @@
 package qemuworker
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
@@ -64,5 +68,38 @@ func TestGuestPeersPortsOfTheirOwn(t *testing.T) {
 	}
 	if err := qemu.CheckForwards(fwd); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestDirTooLongForSockets: a rack directory too long for its VMs' unix
+// sockets is refused when the worker is made, not when a VM fails to
+// start.
+func TestDirTooLongForSockets(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cosmicac")
+	if err := os.WriteFile(bin, []byte("agent"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir string
+		ok  bool
+	}{
+		{"/var/lib/cosmicac/vms", true},
+		{"/" + strings.Repeat("d", 40), true},
+		{"/" + strings.Repeat("d", 60), false},
+	} {
+		id, err := fabric.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := fabric.New(fabric.Config{Component: "wrk-qemu", Identity: id, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		_, err = New(Config{Rack: "q1", Location: "local", GPUModel: "H100", Nodes: 1, GPUsPerNode: 1, Dir: tc.dir, Accel: "tcg"},
+			Options{AgentBinary: bin, Relay: []string{"relay"}, Node: n, Keys: trust.NewKeyring(), Reporter: noReporter{}})
+		if ok := err == nil; ok != tc.ok || !ok && !strings.Contains(err.Error(), "too long") {
+			t.Errorf("dir %s (%d bytes): %v, want ok %v", tc.dir, len(tc.dir), err, tc.ok)
+		}
 	}
 }
