@@ -2,13 +2,11 @@ package components
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -16,13 +14,8 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cli"
-	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
-	"github.com/cosmicac/cosmicac/internal/metrics"
-	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/trust"
-	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 func init() {
@@ -155,77 +148,31 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
-			if err != nil {
-				return err
-			}
-			var monKey fabric.PublicKey
-			var monAddrs []string
-			if cfg.Monitor != "" {
-				if monKey, monAddrs, err = cli.ParsePeerFlag("monitor", cfg.Monitor); err != nil {
-					return err
-				}
-			}
 			log := a.componentLogger(cfg.Verbose)
 			ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 			klog.SetSlogLogger(log) // client-go logs through klog: into the component's log too
-			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
-			if cfg.Monitor != "" {
-				dialled[trust.Monitor] = []fabric.PublicKey{monKey}
-			}
-			// The worker's keyring: the ork, the monitor, the operators, and
-			// its agents as it issues their keys (ServeAgents).
-			ring, err := cfg.keyring(dialled)
+			wn, err := cfg.workerNode("wrk-server-k8s-nvidia", rack.Rack, cfg.Ork, cfg.Monitor, log)
 			if err != nil {
 				return err
 			}
-			n, err := cfg.trustNode("wrk-server-k8s-nvidia", ring, log, trust.OnRack(rack.Rack))
+			w, err := k8sworker.New(rack, restCfg, wn.reporter, wn.logs, log.With("component", "wrk-server-k8s-nvidia"))
 			if err != nil {
-				return err
-			}
-			defer cfg.unlock() // after the node: the data dir is free once all is closed
-			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
-			var logs joblog.Sink = joblog.Discard
-			reg := metrics.NewRegistry()
-			serveMetrics, err := cfg.listenMetrics(reg)
-			if err != nil {
-				return err
-			}
-			var fwd *joblog.Forwarder
-			if cfg.Monitor != "" {
-				n.AddAddrs(monKey, monAddrs...)
-				fwd = joblog.NewForwarder(n, monKey, 10000)
-				reg.MustRegister(monitor.ForwarderCollector("wrk-server-k8s-nvidia", fwd))
-				logs = fwd
-			}
-			w, err := k8sworker.New(rack, restCfg, worker.NewReporterClient(n, orkKey), logs, log.With("component", "wrk-server-k8s-nvidia"))
-			if err != nil {
+				wn.close()
 				return cli.UsageErrorf("%v", err)
 			}
-			if err := w.ServeAgents(k8sworker.AgentOptions{Node: n, Keys: ring, Addrs: cfg.AgentAddr}); err != nil {
+			// The worker binds its agents' keys in the keyring as it issues them.
+			if err := w.ServeAgents(k8sworker.AgentOptions{Node: wn.node, Keys: wn.ring, Addrs: cfg.AgentAddr}); err != nil {
+				wn.close()
 				return err
 			}
-			worker.Serve(n, w)
-			a.printNode(n)
+			a.printNode(wn.node)
 			fmt.Fprintf(a.Stdout, "rack %s (%s) on %s, namespace %s\n", rack.Rack, rack.Location, restCfg.Host, rack.Namespace)
-			g, ctx := errgroup.WithContext(cmd.Context())
-			if fwd != nil {
-				g.Go(func() error { return fwd.Run(ctx) })
-			}
-			g.Go(func() error { return serveMetrics(ctx) })
-			g.Go(func() error { return w.Run(ctx) })
-			g.Go(func() error {
+			return wn.run(cmd.Context(), w, func(ctx context.Context) error {
 				if w.WaitSynced(ctx) == nil {
 					fmt.Fprintf(a.Stdout, "synced rack %s with the apiserver\n", rack.Rack)
 				}
 				return nil
 			})
-			err = g.Wait()
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
 		},
 	}
 	cfg.bind(cmd.Flags(), "0.0.0.0:7424", trust.Worker, trust.Ork, trust.Monitor)

@@ -10,21 +10,15 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cli"
-	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/joblog"
-	"github.com/cosmicac/cosmicac/internal/metrics"
-	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/qemu/handoff"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
-	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // qemuRack is `up --rack qemu`'s rack: the catalogue from --image (or the
@@ -178,10 +172,17 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 			if cfg.DataDir == "" {
 				return cli.UsageErrorf("--data-dir is required: the VMs' disks live there")
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
+			q, err := a.qemuRack(cmd.Context(), cfg.Rack, cfg.Images, cfg.AgentBinary, cfg.DataDir)
 			if err != nil {
 				return err
 			}
+			log := a.componentLogger(cfg.Verbose)
+			wn, err := cfg.workerNode("wrk-server-qemu", q.Rack.Rack, cfg.Ork, cfg.Monitor, log)
+			if err != nil {
+				return err
+			}
+			// The agents dial the directory, the app-nodes and the monitor,
+			// each forwarded into the VMs; the worker adds itself.
 			var peers []vmboot.Peer
 			add := func(flag, role string, vals ...string) error {
 				for _, v := range vals {
@@ -193,73 +194,23 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 				}
 				return nil
 			}
-			if err := add("directory", agentapi.RoleDirectory, cfg.Directory...); err != nil {
+			if err := errors.Join(add("directory", agentapi.RoleDirectory, cfg.Directory...), add("app-node", agentapi.RoleAppNode, cfg.AppNode...)); err != nil {
+				wn.close()
 				return err
 			}
-			if err := add("app-node", agentapi.RoleAppNode, cfg.AppNode...); err != nil {
-				return err
-			}
-			var monKey fabric.PublicKey
-			var monAddrs []string
 			if cfg.Monitor != "" {
-				if monKey, monAddrs, err = cli.ParsePeerFlag("monitor", cfg.Monitor); err != nil {
-					return err
-				}
-				peers = append(peers, vmboot.Peer{Role: agentapi.RoleMonitor, Key: monKey.String(), Addrs: monAddrs})
-			}
-			q, err := a.qemuRack(cmd.Context(), cfg.Rack, cfg.Images, cfg.AgentBinary, cfg.DataDir)
-			if err != nil {
-				return err
-			}
-			log := a.componentLogger(cfg.Verbose)
-			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
-			if cfg.Monitor != "" {
-				dialled[trust.Monitor] = []fabric.PublicKey{monKey}
-			}
-			ring, err := cfg.keyring(dialled)
-			if err != nil {
-				return err
-			}
-			n, err := cfg.trustNode("wrk-server-qemu", ring, log, trust.OnRack(q.Rack.Rack))
-			if err != nil {
-				return err
-			}
-			defer cfg.unlock()
-			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
-			var logs joblog.Sink = joblog.Discard
-			reg := metrics.NewRegistry()
-			serveMetrics, err := cfg.listenMetrics(reg)
-			if err != nil {
-				return err
-			}
-			var fwd *joblog.Forwarder
-			if cfg.Monitor != "" {
-				n.AddAddrs(monKey, monAddrs...)
-				fwd = joblog.NewForwarder(n, monKey, 10000)
-				reg.MustRegister(monitor.ForwarderCollector("wrk-server-qemu", fwd))
-				logs = fwd
+				peers = append(peers, vmboot.Peer{Role: agentapi.RoleMonitor, Key: wn.monitor.String(), Addrs: wn.monitorAddrs})
 			}
 			w, err := qemuworker.New(q.Rack, qemuworker.Options{Images: q.Images, AgentBinary: q.AgentBinary, Relay: q.Relay,
-				Node: n, Keys: ring, Peers: peers, Reporter: worker.NewReporterClient(n, orkKey), Logs: logs,
+				Node: wn.node, Keys: wn.ring, Peers: peers, Reporter: wn.reporter, Logs: wn.logs,
 				Log: log.With("component", "wrk-server-qemu")})
 			if err != nil {
+				wn.close()
 				return cli.UsageErrorf("%v", err)
 			}
-			worker.Serve(n, w)
-			a.printNode(n)
+			a.printNode(wn.node)
 			fmt.Fprintf(a.Stdout, "rack %s (%s): VMs under QEMU (%s) in %s; images %v\n", q.Rack.Rack, q.Rack.Location, w.Accel(), q.Rack.Dir, q.Images.Names())
-			g, ctx := errgroup.WithContext(cmd.Context())
-			if fwd != nil {
-				g.Go(func() error { return fwd.Run(ctx) })
-			}
-			g.Go(func() error { return serveMetrics(ctx) })
-			g.Go(func() error { return w.Run(ctx) })
-			err = g.Wait()
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
+			return wn.run(cmd.Context(), w)
 		},
 	}
 	cfg.bind(cmd.Flags(), "127.0.0.1:7425", trust.Worker, trust.Ork, trust.Monitor)
