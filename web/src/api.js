@@ -1,3 +1,4 @@
+// @ts-check
 // The HTTP API client of the web interface: every call goes to the
 // platform's own origin (/api, /monitor, /inference through the gateway),
 // with the session cookie, the CSRF token on anything that changes
@@ -5,12 +6,19 @@
 
 import { sseParser } from "./sse.js";
 
+/**
+ * @typedef {import("../types/api").components["schemas"]} Schemas
+ * @typedef {import("./sse.js").SSEvent} SSEvent
+ */
+
 const session = { csrf: "", team: "" };
 
+/** @param {string | null | undefined} token */
 export function setCSRF(token) {
   session.csrf = token || "";
 }
 
+/** @param {string | null | undefined} team */
 export function setTeam(team) {
   session.team = team || "";
 }
@@ -22,6 +30,12 @@ export function activeTeam() {
 // ApiError is an answer other than 2xx: status, the API's code and
 // message, and details (per-field errors of a refused spec).
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} code
+   * @param {string} message
+   * @param {any} [details]
+   */
   constructor(status, code, message, details) {
     super(message);
     this.status = status;
@@ -30,14 +44,22 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * @param {string} method
+ * @param {Record<string, string>} [extra]
+ * @returns {Record<string, string>}
+ */
 function headers(method, extra) {
+  /** @type {Record<string, string>} */
   const h = { Accept: "application/json", ...extra };
   if (session.team && !("X-Cosmicac-Team" in h)) h["X-Cosmicac-Team"] = session.team;
   if (method !== "GET" && method !== "HEAD" && session.csrf) h["X-CSRF-Token"] = session.csrf;
   return h;
 }
 
+/** @param {Response} res */
 async function errorOf(res) {
+  /** @type {Partial<Schemas["ErrorResponse"]> | null} */
   let body = null;
   try {
     body = await res.json();
@@ -53,6 +75,12 @@ async function errorOf(res) {
 // /monitor or /inference) and answers the decoded JSON (null for 204).
 // opts: method, body (JSON-encoded), headers, signal, raw (answer the
 // Response itself).
+/**
+ * @typedef {{ method?: string, body?: unknown, headers?: Record<string, string>, signal?: AbortSignal, raw?: boolean }} CallOptions
+ * @param {string} path
+ * @param {CallOptions} [opts]
+ * @returns {Promise<any>}
+ */
 export async function call(path, opts = {}) {
   const method = opts.method || (opts.body === undefined ? "GET" : "POST");
   const url = path.startsWith("/monitor") || path.startsWith("/inference") ? path : "/api/v1" + path;
@@ -74,12 +102,17 @@ export async function call(path, opts = {}) {
 // which sends the same headers as every call, and hands each event to
 // onEvent({event, id, data}). It returns when the stream ends or signal
 // aborts.
+/**
+ * @param {string} path
+ * @param {{ signal?: AbortSignal, lastId?: string | number | null, onEvent: (ev: SSEvent) => void, onOpen?: (res: Response) => void }} opts
+ */
 export async function events(path, { signal, lastId, onEvent, onOpen }) {
   const h = headers("GET", { Accept: "text/event-stream" });
   if (lastId !== undefined && lastId !== null) h["Last-Event-ID"] = String(lastId);
   const res = await fetch(path, { headers: h, signal, credentials: "same-origin" });
   if (!res.ok) throw await errorOf(res);
   if (onOpen) onOpen(res);
+  if (!res.body) return;
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   const feed = sseParser(onEvent);
   for (;;) {
@@ -92,6 +125,12 @@ export async function events(path, { signal, lastId, onEvent, onOpen }) {
 // watchJobs follows a job list (query: URLSearchParams of listJobs) with
 // the API's watch: each answer is held until the jobs change, and carries
 // the version to wait on next. onList gets every list; errors back off.
+/**
+ * @param {string | URLSearchParams | Record<string, string>} query
+ * @param {(list: Schemas["JobList"]) => void} onList
+ * @param {(e: unknown) => void} onError
+ * @returns {() => void} what stops the watch
+ */
 export function watchJobs(query, onList, onError) {
   const ctl = new AbortController();
   (async () => {
@@ -118,6 +157,12 @@ export function watchJobs(query, onList, onError) {
 }
 
 // watchJob follows one job as watchJobs follows a list.
+/**
+ * @param {string} id
+ * @param {(job: Schemas["Job"]) => void} onJob
+ * @param {(e: unknown) => void} onError
+ * @returns {() => void} what stops the watch
+ */
 export function watchJob(id, onJob, onError) {
   const ctl = new AbortController();
   (async () => {
@@ -136,7 +181,7 @@ export function watchJob(id, onJob, onError) {
       } catch (e) {
         if (ctl.signal.aborted) return;
         onError(e);
-        if (e.status === 404) return;
+        if (e instanceof ApiError && e.status === 404) return;
         await sleep(delay, ctl.signal);
         delay = Math.min(delay * 2, 10000);
       }
@@ -145,6 +190,11 @@ export function watchJob(id, onJob, onError) {
   return () => ctl.abort();
 }
 
+/**
+ * @param {number} ms
+ * @param {AbortSignal} signal
+ * @returns {Promise<void>}
+ */
 function sleep(ms, signal) {
   return new Promise((resolve) => {
     const t = setTimeout(resolve, ms);

@@ -7,8 +7,9 @@
 // web/tests/sse.test.mjs runs it under node --test. The monitor's log
 // streams (api.js events) and the playground's OpenAI stream (job.jsx) read
 // through it.
+/** @typedef {{ event: string, id: string, data: string }} SSEvent */
+
 /**
- * @typedef {{ event: string, id: string, data: string }} SSEvent
  * @param {(ev: SSEvent) => void} onEvent
  * @returns {(text: string) => void}
  */
