@@ -341,49 +341,29 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
 				return err
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
+			var p peers
+			orkKey, err := p.one("ork", trust.Ork, cfg.Ork)
 			if err != nil {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			var dirs []fabric.PublicKey
-			dirAddrs := map[fabric.PublicKey][]string{}
-			for _, d := range cfg.Directories {
-				k, addrs, err := cli.ParsePeerFlag("directory", d)
-				if err != nil {
-					return err
-				}
-				dirs, dirAddrs[k] = append(dirs, k), addrs
+			dirs, err := p.add("directory", trust.Directory, cfg.Directories...)
+			if err != nil {
+				return err
+			}
+			proxies, err := p.add("proxy-inference", trust.Proxy, given(cfg.ProxyInference)...)
+			if err != nil {
+				return err
 			}
 			// The jobs' agents dial the app-node (which opens shells back
 			// over their connections): the keyring follows the ork's
 			// binding of them.
-			dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.Directory: dirs}
-			var (
-				proxyKey   fabric.PublicKey
-				proxyAddrs []string
-			)
-			if cfg.ProxyInference != "" {
-				if proxyKey, proxyAddrs, err = cli.ParsePeerFlag("proxy-inference", cfg.ProxyInference); err != nil {
-					return err
-				}
-				dialled[trust.Proxy] = []fabric.PublicKey{proxyKey}
-			}
-			ring, err := cfg.keyring(dialled)
-			if err != nil {
-				return err
-			}
-			n, err := cfg.trustNode("app-node", ring, log)
+			n, ring, err := cfg.dialNode("app-node", p, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
-			for k, addrs := range dirAddrs {
-				n.AddAddrs(k, addrs...)
-			}
-			n.AddAddrs(proxyKey, proxyAddrs...)
 			storeMetrics := store.NewMetrics()
 			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "app.db"), storeMetrics)
 			if err != nil {
@@ -422,8 +402,8 @@ func (a *app) appNodeCommand() *cobra.Command {
 						return ring.IsAgent(key, jobID, replica, 0)
 					}}
 			}
-			if len(proxyAddrs) > 0 {
-				deps.ModelHealth = proxyapi.HealthClient{Node: n, Proxy: proxyKey}
+			if len(proxies) > 0 {
+				deps.ModelHealth = proxyapi.HealthClient{Node: n, Proxy: proxies[0]}
 			}
 			s, err := appnode.New(apiCfg, deps)
 			if err != nil {
@@ -591,22 +571,18 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			if cfg.AppNodeURL == "" {
 				return cli.UsageErrorf("--app-node-url is required (viewers' tokens are checked there)")
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
+			var p peers
+			orkKey, err := p.one("ork", trust.Ork, cfg.Ork)
 			if err != nil {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}})
-			if err != nil {
-				return err
-			}
-			n, err := cfg.trustNode("wrk-monitor", ring, log)
+			n, ring, err := cfg.dialNode("wrk-monitor", p, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
 			mcfg := cfg.Monitor
 			if mcfg.DataDir == "" {
 				mcfg.DataDir = filepath.Join(cfg.DataDir, "spool")

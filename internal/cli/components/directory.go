@@ -4,8 +4,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cosmicac/cosmicac/internal/cli"
-	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -43,22 +41,18 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
 				return err
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
+			var p peers
+			orkKey, err := p.one("ork", trust.Ork, cfg.Ork)
 			if err != nil {
 				return err
 			}
 			log := a.componentLogger(cfg.Verbose)
-			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}})
-			if err != nil {
-				return err
-			}
-			n, err := cfg.trustNode("wrk-directory", ring, log)
+			n, ring, err := cfg.dialNode("wrk-directory", p, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
 			dir := trust.ServeAgentDirectory(n, ring) // a revoked agent's announcements go with it
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(metrics.DirectoryCollector(dir)))
 			if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/config"
-	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -57,11 +56,12 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			if err := loadConfigFile(cmd, configFile, &cfg); err != nil {
 				return err
 			}
-			orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", cfg.Ork)
+			var dialled peers
+			orkKey, err := dialled.one("ork", trust.Ork, cfg.Ork)
 			if err != nil {
 				return err
 			}
-			appKey, appAddrs, err := cli.ParsePeerFlag("app-node", cfg.AppNode)
+			appKey, err := dialled.one("app-node", trust.AppNode, cfg.AppNode)
 			if err != nil {
 				return err
 			}
@@ -69,30 +69,16 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				return cli.UsageErrorf("--directory KEY@HOST:PORT is required (the agents' directory)")
 			}
 			log := a.componentLogger(cfg.Verbose)
-			var dirs []fabric.PublicKey
-			dirAddrs := map[fabric.PublicKey][]string{}
-			for _, d := range cfg.Directories {
-				k, addrs, err := cli.ParsePeerFlag("directory", d)
-				if err != nil {
-					return err
-				}
-				dirs, dirAddrs[k] = append(dirs, k), addrs
-			}
-			ring, err := cfg.keyring(map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}, trust.AppNode: {appKey}, trust.Directory: dirs})
+			dirs, err := dialled.add("directory", trust.Directory, cfg.Directories...)
 			if err != nil {
 				return err
 			}
-			n, err := cfg.trustNode("proxy-inference", ring, log)
+			n, ring, err := cfg.dialNode("proxy-inference", dialled, log)
 			if err != nil {
 				return err
 			}
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
-			n.AddAddrs(orkKey, orkAddrs...)
-			n.AddAddrs(appKey, appAddrs...)
-			for k, addrs := range dirAddrs {
-				n.AddAddrs(k, addrs...)
-			}
 			pcfg := cfg.Proxy
 			if err := pcfg.Validate(); err != nil {
 				return cli.UsageErrorf("proxy: %v", err)

@@ -124,3 +124,64 @@ func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *s
 	c.lockAddr(n.Addr())
 	return n, nil
 }
+
+// peers are the platform peers a component dials, from their flags
+// (KEY@HOST:PORT each): their keys by role, for its keyring, and their
+// addresses, for its node.
+type peers struct {
+	keys  map[trust.Role][]fabric.PublicKey
+	addrs map[fabric.PublicKey][]string
+}
+
+// add parses the values of --flag, the peers of role, and returns their
+// keys; no value adds none.
+func (p *peers) add(flag string, role trust.Role, vals ...string) ([]fabric.PublicKey, error) {
+	if p.keys == nil {
+		p.keys, p.addrs = map[trust.Role][]fabric.PublicKey{}, map[fabric.PublicKey][]string{}
+	}
+	var keys []fabric.PublicKey
+	for _, v := range vals {
+		k, addrs, err := cli.ParsePeerFlag(flag, v)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+		p.keys[role] = append(p.keys[role], k)
+		p.addrs[k] = append(p.addrs[k], addrs...)
+	}
+	return keys, nil
+}
+
+// given is v as a flag's values: none when it is "".
+func given(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return []string{v}
+}
+
+// one is add of a required flag's one value.
+func (p *peers) one(flag string, role trust.Role, val string) (fabric.PublicKey, error) {
+	keys, err := p.add(flag, role, val)
+	if err != nil {
+		return fabric.PublicKey{}, err
+	}
+	return keys[0], nil
+}
+
+// dialNode is trustNode over the keyring of these peers (and the
+// operators and --ROLE-key flags), which then knows their addresses.
+func (c *componentFlags) dialNode(component string, p peers, log *slog.Logger, opts ...trust.PolicyOption) (*fabric.Node, *trust.Keyring, error) {
+	ring, err := c.keyring(p.keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := c.trustNode(component, ring, log, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, addrs := range p.addrs {
+		n.AddAddrs(k, addrs...)
+	}
+	return n, ring, nil
+}

@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -41,38 +40,33 @@ type workerNode struct {
 // workerNode starts the node of the component (the worker of rack) from
 // the --ork and --monitor flags (ork, mon: KEY@HOST:PORT; mon may be "").
 func (c *componentFlags) workerNode(component, rack, ork, mon string, log *slog.Logger) (*workerNode, error) {
-	orkKey, orkAddrs, err := cli.ParsePeerFlag("ork", ork)
+	var p peers
+	orkKey, err := p.one("ork", trust.Ork, ork)
 	if err != nil {
 		return nil, err
 	}
 	wn := &workerNode{logs: joblog.Discard}
-	dialled := map[trust.Role][]fabric.PublicKey{trust.Ork: {orkKey}}
 	if mon != "" {
-		if wn.monitor, wn.monitorAddrs, err = cli.ParsePeerFlag("monitor", mon); err != nil {
+		if wn.monitor, err = p.one("monitor", trust.Monitor, mon); err != nil {
 			return nil, err
 		}
-		dialled[trust.Monitor] = []fabric.PublicKey{wn.monitor}
+		wn.monitorAddrs = p.addrs[wn.monitor]
 	}
-	if wn.ring, err = c.keyring(dialled); err != nil {
-		return nil, err
-	}
-	n, err := c.trustNode(component, wn.ring, log, trust.OnRack(rack))
+	n, ring, err := c.dialNode(component, p, log, trust.OnRack(rack))
 	if err != nil {
 		return nil, err
 	}
-	wn.node = n
+	wn.node, wn.ring = n, ring
 	wn.close = func() {
 		n.Close()
 		c.unlock() // after the node: the data dir is free once all is closed
 	}
-	n.AddAddrs(orkKey, orkAddrs...)
 	reg := metrics.NewRegistry()
 	if wn.serveMetrics, err = c.listenMetrics(reg); err != nil {
 		wn.close()
 		return nil, err
 	}
 	if mon != "" {
-		n.AddAddrs(wn.monitor, wn.monitorAddrs...)
 		wn.fwd = joblog.NewForwarder(n, wn.monitor, 10000)
 		reg.MustRegister(monitor.ForwarderCollector(component, wn.fwd))
 		wn.logs = wn.fwd
