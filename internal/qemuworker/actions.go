@@ -93,7 +93,17 @@ func (w *Worker) Stop(_ context.Context, ref worker.ReplicaRef) error {
 func (w *Worker) Restart(_ context.Context, ref worker.ReplicaRef) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, r := range w.matchLocked(ref) {
+	rs := w.matchLocked(ref)
+	if len(rs) == 0 {
+		// As every rack kind answers (workertest): the ork then knows the
+		// replica is not here, rather than waiting for a restart that
+		// never comes.
+		if ref.Replica == worker.AllReplicas {
+			return fabric.Errorf(fabric.CodeNotFound, "restart: no job %s on rack %s", ref.JobID, w.cfg.Rack)
+		}
+		return fabric.Errorf(fabric.CodeNotFound, "restart: job %s has no replica %d on rack %s", ref.JobID, ref.Replica, w.cfg.Rack)
+	}
+	for _, r := range rs {
 		w.recordLocked(r, "restart", true, "the VM restarts on its disk")
 		r.gen++ // the old VM's end and a boot in progress give up
 		r.reason, r.exit, r.ready = nil, nil, false

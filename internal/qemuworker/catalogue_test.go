@@ -44,7 +44,13 @@ func newTestWorker(t *testing.T) (*Worker, *records) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	dir := t.TempDir()
+	// A short directory: a VM's unix sockets live in it (New checks their
+	// length; a test's TempDir can be too long).
+	dir, err := os.MkdirTemp("", "qw-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "cosmicac")
 	if err := os.WriteFile(bin, []byte("agent"), 0o700); err != nil {
 		t.Fatal(err)

@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // TestGuestPeersPortsOfTheirOwn: each distinct host address gets a guest
@@ -100,6 +102,18 @@ func TestDirTooLongForSockets(t *testing.T) {
 			Options{AgentBinary: bin, Relay: []string{"relay"}, Node: n, Keys: trust.NewKeyring(), Reporter: noReporter{}})
 		if ok := err == nil; ok != tc.ok || !ok && !strings.Contains(err.Error(), "too long") {
 			t.Errorf("dir %s (%d bytes): %v, want ok %v", tc.dir, len(tc.dir), err, tc.ok)
+		}
+	}
+}
+
+// TestRestartOfAnUnknownJobIsNotFound: as every rack kind answers (the
+// conformance suite's check, which found the QEMU worker answering nil).
+func TestRestartOfAnUnknownJobIsNotFound(t *testing.T) {
+	w, _ := newTestWorker(t)
+	for _, replica := range []int{worker.AllReplicas, 0} {
+		err := w.Restart(t.Context(), worker.ReplicaRef{JobID: cosmic.NewJobID(), Replica: replica})
+		if fabric.ErrorCode(err) != fabric.CodeNotFound {
+			t.Errorf("replica %d: %v, want not_found", replica, err)
 		}
 	}
 }
