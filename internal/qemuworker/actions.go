@@ -6,8 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -42,7 +45,7 @@ func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
 		k := replicaKey{p.Job.ID, res.Replica}
 		r := w.replicas[k]
 		if r == nil {
-			r = &replica{key: k, dir: filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-r%d", p.Job.ID, res.Replica))}
+			r = &replica{key: k, dir: w.replicaDir(p.Job.ID, res.Replica)}
 			w.replicas[k] = r
 		}
 		if refused != "" {
@@ -161,7 +164,51 @@ func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
 		w.queue.SetCapacity()
 		w.queue.Push()
 	}
+	if _, err := cosmic.ParseJobID(p.JobID); len(rs) == 0 && err == nil && p.Replica >= worker.AllReplicas {
+		// Replicas this worker does not hold (never applied here, or left on
+		// disk by a worker before this one): their directories go too, and
+		// each is reported gone, as every rack kind does (workertest), so
+		// that the ork need not wait for a report that never comes.
+		refs, err := w.onDiskLocked(p.JobID, p.Replica)
+		errs = append(errs, err)
+		for _, ref := range refs {
+			dir := w.replicaDir(ref.JobID, ref.Replica)
+			qemu.KillStale(dir)
+			if err := qemu.Remove(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			w.queue.SetGone(ref)
+		}
+		w.queue.Push()
+	}
 	return errors.Join(errs...)
+}
+
+// replicaDir is where replica's VM lives: its disk, seed, sockets, console.
+func (w *Worker) replicaDir(job string, replica int) string {
+	return filepath.Join(w.cfg.Dir, fmt.Sprintf("%s-r%d", job, replica))
+}
+
+// onDiskLocked names the replicas of job the worker does not hold: the one
+// named (whether or not it has a directory), or, for AllReplicas, those
+// whose directories are in Dir.
+func (w *Worker) onDiskLocked(job string, replica int) ([]worker.ReplicaRef, error) {
+	if replica != worker.AllReplicas {
+		return []worker.ReplicaRef{{JobID: job, Replica: replica}}, nil
+	}
+	ents, err := os.ReadDir(w.cfg.Dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var out []worker.ReplicaRef
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), job+"-r")
+		if n, err := strconv.Atoi(rest); ok && err == nil && e.IsDir() {
+			out = append(out, worker.ReplicaRef{JobID: job, Replica: n})
+		}
+	}
+	return out, nil
 }
 
 // Jobs implements worker.Worker.

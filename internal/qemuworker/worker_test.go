@@ -1,6 +1,9 @@
 package qemuworker
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +15,9 @@ import (
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/worker"
+	"github.com/cosmicac/cosmicac/internal/worker/workertest"
 )
 
 // TestGuestPeersPortsOfTheirOwn: each distinct host address gets a guest
@@ -115,5 +120,40 @@ func TestRestartOfAnUnknownJobIsNotFound(t *testing.T) {
 		if fabric.ErrorCode(err) != fabric.CodeNotFound {
 			t.Errorf("replica %d: %v, want not_found", replica, err)
 		}
+	}
+}
+
+// TestDeleteOfReplicasNotHeld: a Delete names a replica the worker never
+// applied: it is reported gone (as every rack kind does); a job's replica
+// directories left by an earlier worker go, each reported gone.
+func TestDeleteOfReplicasNotHeld(t *testing.T) {
+	w, _ := newTestWorker(t)
+	rec := &workertest.Recorder{}
+	w.opts.Reporter = rec
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	job := cosmic.NewJobID()
+	left := filepath.Join(w.cfg.Dir, job+"-r1")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(t.Context(), worker.DeleteParams{JobID: job, Replica: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(t.Context(), worker.DeleteParams{JobID: job, Replica: worker.AllReplicas}); err != nil {
+		t.Fatal(err)
+	}
+	for _, replica := range []int{3, 1} {
+		waittest.NoErrorWithin(t, waittest.Timeout, func() error {
+			if r, ok := rec.Last(job, replica); !ok || !r.Gone {
+				return fmt.Errorf("last report %+v", r)
+			}
+			return nil
+		}, "replica %d reported gone", replica)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the left replica's directory: %v, want it gone", err)
 	}
 }
