@@ -9,7 +9,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
 
-
 // webOpenAPI is the OpenAPI document the web interface's types are
 // generated from (hack/webui.sh --check: openapi-typescript, then tsc
 // over the files that say @ts-check).
