@@ -10,7 +10,8 @@
 // A rack kind joins by giving Run a Rack: its worker, the reports it
 // delivered, and what the suite cannot do through the Worker interface
 // (place a replica, play the infrastructure a test has no controller for,
-// name the root disk, restart the worker).
+// name the root disk, restart the worker). A rack kind whose checks wait
+// on real VMs runs them at once (Parallel).
 //
 // Importers: the rack kinds' tests.
 package workertest
@@ -58,6 +59,11 @@ type Rack struct {
 	// VMs takes minutes to boot one.
 	Timeout time.Duration
 }
+
+// Parallel, given to Run, runs the checks at once, each on its own rack:
+// for racks whose checks mostly wait (real VMs booting), so that the
+// suite takes about as long as its longest check.
+type Parallel bool
 
 // Reports are a worker's delivered reports, as the suite reads them.
 type Reports interface {
@@ -131,7 +137,8 @@ func (r *Recorder) LastCapacity() *worker.Capacity {
 }
 
 // Run runs the suite; newRack makes a fresh rack for each check.
-func Run(t *testing.T, newRack func(t *testing.T) *Rack) {
+func Run(t *testing.T, newRack func(t *testing.T) *Rack, opts ...Parallel) {
+	parallel := len(opts) > 0 && bool(opts[0])
 	checks := []struct {
 		name string
 		f    func(t *testing.T, s *suite)
@@ -144,6 +151,9 @@ func Run(t *testing.T, newRack func(t *testing.T) *Rack) {
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
 			r := newRack(t)
 			s := &suite{t: t, r: r, w: r.Worker, timeout: cmp(r.Timeout, waittest.Timeout)}
 			c.f(t, s)
@@ -386,7 +396,7 @@ func deleteEndsInGone(t *testing.T, s *suite) {
 // rack still runs, as running, with no Apply.
 func restartedWorker(t *testing.T, s *suite) {
 	if s.r.RestartWorker == nil {
-		t.Skip("this rack lives in its worker's memory: a restarted worker is a new rack")
+		t.Skip("this rack's replicas end with its worker (the simulated rack's memory, the QEMU worker's child VMs): a restarted worker is a new rack")
 	}
 	j, _, before := s.run()
 	disk := s.r.RootDisk(j.ID, 0)

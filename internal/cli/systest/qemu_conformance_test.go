@@ -1,0 +1,102 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/qemuworker"
+	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/worker/workertest"
+	"golang.org/x/sys/unix"
+)
+
+// TestQEMUWorkerConformance runs the worker conformance suite
+// (internal/worker/workertest) against wrk-server-qemu's worker with real
+// VMs from hack/vm-image.sh's image (KVM where the host has it, else TCG):
+// each check boots its own VM on a rack of its own, all at once, and a
+// replica is running when the agent in it has reported to the worker.
+// The check of a restarted worker skips: the rack's VMs are the worker's
+// children and stop with it (docs/qemu-rack.md).
+func TestQEMUWorkerConformance(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the QEMU rack runs linux/amd64 guests")
+	}
+	im, _ := vmImage(t)
+	agentBin, relay := staticAgent(t), relayCommand(t)
+	workertest.Run(t, func(t *testing.T) *workertest.Rack {
+		// A short directory: the VMs' unix sockets live in it, at most 107
+		// bytes a path (a subtest's TempDir is longer).
+		dir, err := os.MkdirTemp("", "qc-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		consolesOnFailure(t, dir)
+		id, err := fabric.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rack = "q1"
+		ring := trust.NewKeyring()
+		n, err := fabric.New(fabric.Config{Component: "wrk-server-qemu", Identity: id, Listen: "127.0.0.1:0",
+			Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(rack))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &workertest.Recorder{}
+		w, err := qemuworker.New(qemuworker.Config{Rack: rack, Location: "local", GPUModel: "H100", Nodes: 1, GPUsPerNode: 1, Dir: dir, MaxBoots: 1},
+			qemuworker.Options{Images: qemu.Catalogue{"debian-12": im}, AgentBinary: agentBin, Relay: relay, Node: n, Keys: ring,
+				Reporter: rec, Logs: testLogs{t}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run = %v", err)
+			}
+			n.Close()
+		})
+		return &workertest.Rack{
+			Worker:  w,
+			Reports: rec,
+			Job: func() cosmic.Job {
+				return cosmic.Job{ID: cosmic.NewJobID(), Team: "t", Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "local",
+					Image: "debian-12", DiskGB: 10, Resources: cosmic.Resources{GPU: 1}}}
+			},
+			Place: func(j cosmic.Job, replica int) cosmic.Reservation {
+				return cosmic.Reservation{JobID: j.ID, Replica: replica, Rack: rack, Nodes: []cosmic.NodeAlloc{{Node: rack + "-node-0", GPUs: []int{0}}}}
+			},
+			// The replica's root disk is its overlay on the base image: a
+			// new file is a new disk.
+			RootDisk: func(job string, replica int) string {
+				var st unix.Statx_t
+				path := filepath.Join(dir, fmt.Sprintf("%s-r%d", job, replica), qemu.OverlayFile)
+				if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_BTIME, &st); err != nil {
+					return ""
+				}
+				return fmt.Sprintf("inode %d, born %d.%09d", st.Ino, st.Btime.Sec, st.Btime.Nsec)
+			},
+			Timeout: 10 * time.Minute,
+		}
+	}, workertest.Parallel(true))
+}
+
+// testLogs writes a rack's job records to the test's log.
+type testLogs struct{ t *testing.T }
+
+func (l testLogs) Emit(r joblog.Record) {
+	l.t.Logf("%s r%d %s: %s", r.JobID[:8], r.Replica, r.Step, r.Line)
+}
