@@ -233,8 +233,8 @@ func (w *Worker) Accel() string { return w.accel }
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.ctx = ctx
+	w.queue.SetCapacity() // the queue is guarded by w.mu
 	w.mu.Unlock()
-	w.queue.SetCapacity()
 	w.queue.Deliver(ctx, worker.Delivery{Rack: w.cfg.Rack, Reporter: w.opts.Reporter, Log: w.log, Capacity: w.Capacity})
 	w.mu.Lock()
 	vms := []*qemu.VM{}
