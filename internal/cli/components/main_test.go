@@ -19,10 +19,4 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, s
 	return clitest.Run(t, env, "", args...)
 }
 
-// runCLIIn is runCLI with stdin.
-func runCLIIn(t *testing.T, env map[string]string, stdin string, args ...string) (int, string, string) {
-	t.Helper()
-	return clitest.Run(t, env, stdin, args...)
-}
-
 type lockedBuffer = clitest.LockedBuffer
