@@ -1,8 +1,11 @@
-// Package cli is the cosmicac command tree: the components (app-node,
-// wrk-ork, wrk-server-k8s-nvidia, wrk-monitor, proxy-inference, agent, up) and
-// the user verbs (jobs, racks, keys, rpc, login, ...). It wires the
-// components for their standalone commands, as internal/platform does for
-// `cosmicac up`; nothing imports it but cmd/cosmicac.
+// Package cli is the cosmicac command tree's root (Main, App, Register,
+// the exit codes) and the user verbs (jobs, racks, keys, rpc, login, ...),
+// which reach the platform through internal/client (and the fabric for
+// keys, rpc and shells) and link no server (archtest). The component
+// commands (app-node, wrk-ork, the workers, up, ...) are
+// internal/cli/components', which add themselves with Register;
+// cmd/cosmicac links both, and the tests of internal/cli/clitest and
+// internal/cli/systest run the tree.
 //
 // Exit codes: 0 success, 1 the operation failed (the error is printed on
 // stderr), 2 the command line was wrong, 3 a waited-for job ended failed,
