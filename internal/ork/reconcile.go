@@ -325,7 +325,9 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		o.log.Warn("ignoring illegal aggregate transition", "job_id", jr.JobID, "from", out.Ignored.From, "to", out.Ignored.To)
 	}
 	if err != nil {
-		o.log.Error("apply worker report", "rack", rack, "job_id", jr.JobID, "err", err)
+		if ctx.Err() == nil { // else the ork is stopping: the report is taken again after a restart
+			o.log.Error("apply worker report", "rack", rack, "job_id", jr.JobID, "err", err)
+		}
 		o.mu.Unlock()
 		return
 	}
