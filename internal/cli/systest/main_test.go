@@ -11,11 +11,7 @@ import (
 // TestMain lets tests run this test binary as the cosmicac binary, with
 // every command (clitest.Main).
 func TestMain(m *testing.M) {
-	os.Exit(clitest.Main(m, func() {
-		if agentDir != "" {
-			os.RemoveAll(agentDir)
-		}
-	}))
+	os.Exit(clitest.Main(m, nil))
 }
 
 // runCLI runs the command line in-process (clitest.Run).

@@ -1,4 +1,4 @@
-package systest
+package vms
 
 import (
 	"bytes"
