@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -27,9 +26,7 @@ import (
 // The check of a restarted worker skips: the rack's VMs are the worker's
 // children and stop with it (docs/qemu-rack.md).
 func TestQEMUWorkerConformance(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the QEMU rack runs linux/amd64 guests")
-	}
+	needAMD64Host(t)
 	im, _ := vmImage(t)
 	agentBin, relay := staticAgent(t), relayCommand(t)
 	workertest.Run(t, func(t *testing.T) *workertest.Rack {

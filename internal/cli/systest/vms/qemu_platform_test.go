@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,9 +152,7 @@ var (
 // survives a restart; delete removes the disk; a job's command's exit
 // code is reported. Under TCG each boot takes about a minute.
 func TestQEMURackEndToEnd(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the QEMU rack runs linux/amd64 guests")
-	}
+	needAMD64Host(t)
 	im, guestKernel := vmImage(t)
 	testenv.RequireCommands(t, "apt-get install openssh-client", "ssh", "ssh-keygen")
 	agentBin := staticAgent(t)
@@ -403,9 +400,7 @@ func vmBootDisk(t *testing.T) (qemu.Image, string) {
 // the serial console tells them (before, nothing for ~95 s after "boot"),
 // and the job's log has them all, in order.
 func TestQEMURackFromDisk(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the QEMU rack runs linux/amd64 guests")
-	}
+	needAMD64Host(t)
 	im, guestKernel := vmBootDisk(t)
 	agentBin := staticAgent(t)
 	vms := t.TempDir()
