@@ -242,9 +242,12 @@ func (w *Worker) stopVMLocked(r *replica) {
 	if vm := r.vm; vm != nil {
 		r.vm = nil
 		grace := w.cfg.StopGrace.D()
+		halted := make(chan struct{})
+		r.halted = halted
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
+			defer close(halted)
 			vm.Stop(grace)
 		}()
 	}

@@ -37,6 +37,15 @@ func (w *Worker) bootLocked(r *replica, state cosmic.State) {
 
 // boot prepares the disk and seed of a replica's VM and starts it.
 func (w *Worker) boot(k replicaKey, gen int) {
+	w.mu.Lock()
+	var halted <-chan struct{}
+	if r := w.replicas[k]; r != nil {
+		halted = r.halted
+	}
+	w.mu.Unlock()
+	if halted != nil {
+		<-halted // the VM stopped before powers off first (StopGrace at most)
+	}
 	w.boots <- struct{}{}
 	defer func() { <-w.boots }()
 	w.mu.Lock()

@@ -138,14 +138,18 @@ func (k replicaKey) ref() worker.ReplicaRef {
 
 // replica is one replica's VM and what the worker reports of it.
 type replica struct {
-	key   replicaKey
-	job   cosmic.Job
-	res   cosmic.Reservation
-	dir   string
-	id    *fabric.Identity
-	vm    *qemu.VM
-	gen   int // each boot's number: a VM's exit speaks only for its boot
-	state cosmic.State
+	key replicaKey
+	job cosmic.Job
+	res cosmic.Reservation
+	dir string
+	id  *fabric.Identity
+	vm  *qemu.VM
+	// halted is closed once the VM that Stop powers off has gone (nil:
+	// none): a boot on the same disk waits for it, or it would kill a
+	// guest that is still writing its disk.
+	halted <-chan struct{}
+	gen    int // each boot's number: a VM's exit speaks only for its boot
+	state  cosmic.State
 	// reason, exit and step: why it failed or stopped, the command's exit
 	// code, the last system log step.
 	reason *cosmic.Reason
