@@ -131,7 +131,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 		team = in.Team
 	}
 	c.auditTeam = team
-	k, secret, err := keyapi.NewAPIKey(in.Name, team, c.user.Name, now)
+	k, secret, err := NewAPIKey(in.Name, team, c.user.Name, now)
 	if err != nil {
 		return nil, fmt.Errorf("make API key: %w", err)
 	}

@@ -29,7 +29,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
 	"github.com/cosmicac/cosmicac/internal/platform"
-	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -216,7 +216,7 @@ func TestJobsCreateWait(t *testing.T) {
 			"--wait", "--poll-interval", "5ms"}
 	}
 
-	e.Fault(simcluster.MethodFailImport, simcluster.ReplicaParams{})
+	e.Fault(simapi.MethodFailImport, simapi.ReplicaParams{})
 	code, _, errs := runCLI(t, env, args("broken", 1)...)
 	if code != ExitJobFailed {
 		t.Fatalf("failed job: exit %d, want %d: %s", code, ExitJobFailed, errs)
@@ -309,7 +309,7 @@ func TestJobsList(t *testing.T) {
 		}
 		return j
 	}
-	e.Fault(simcluster.MethodFailImport, simcluster.ReplicaParams{})
+	e.Fault(simapi.MethodFailImport, simapi.ReplicaParams{})
 	c := e.WaitState(create("c", 1, map[string]string{"team": "ml"}).ID, cosmic.StateFailed)
 	e.WaitState(create("a", 8, map[string]string{"team": "ml"}).ID, cosmic.StateRunning)
 	b := create("", 1, nil)

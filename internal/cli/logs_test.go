@@ -8,7 +8,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
-	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 )
 
 // logLine is what a test reads of a line of `jobs logs -o json`.
@@ -44,7 +44,7 @@ func logLines(t *testing.T, env map[string]string, args ...string) []logLine {
 // command's output, and one replica's records of a job of two.
 func TestJobsLogs(t *testing.T) {
 	e, env := onPlatform(t)
-	e.Fault(simcluster.MethodFailImport, simcluster.ReplicaParams{})
+	e.Fault(simapi.MethodFailImport, simapi.ReplicaParams{})
 	broken := cosmictest.Container("broken", 1)
 	broken.Image = "ubuntu"
 	id := e.WaitState(e.Create(broken).ID, cosmic.StateFailed).ID

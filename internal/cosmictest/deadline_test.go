@@ -8,7 +8,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -81,7 +81,7 @@ func TestAgentTimeoutOnTheSimulatedRack(t *testing.T) {
 	if err != nil || r.AgentDeadline != 1 {
 		t.Fatalf("register the rack with a deadline of 1s: %+v %v", r, err)
 	}
-	e.Fault(simcluster.MethodHoldAgent, simcluster.ReplicaParams{})
+	e.Fault(simapi.MethodHoldAgent, simapi.ReplicaParams{})
 	j := e.Create(Container("held", 1))
 	j = e.WaitState(j.ID, cosmic.StateFailed)
 	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonAgentTimeout {

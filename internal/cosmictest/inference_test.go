@@ -21,7 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/platform"
-	"github.com/cosmicac/cosmicac/internal/simcluster"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 	"github.com/cosmicac/cosmicac/internal/wav"
@@ -289,7 +289,7 @@ func TestInferenceReplicaCrash(t *testing.T) {
 		return nil
 	}, "the requests to wait for their first token")
 	t.Logf("outstanding by replica before the crash: %v", before)
-	e.Fault(simcluster.MethodCrash, simcluster.ReplicaParams{JobID: j.ID, Replica: 0})
+	e.Fault(simapi.MethodCrash, simapi.ReplicaParams{JobID: j.ID, Replica: 0})
 	// Those at replica 0 lose it before their first token and go to replica
 	// 1, where they wait again; once all are there, they may go on.
 	waittest.NoError(t, func() error {

@@ -23,10 +23,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/benchtest"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/waittest"
@@ -466,7 +466,7 @@ func BenchmarkKeyCheck(b *testing.B) {
 	if err := st.CreateTeam(ctx, cosmic.Team{Name: "team-a"}); err != nil {
 		b.Fatal(err)
 	}
-	k, secret, err := keyapi.NewAPIKey("bench", "team-a", "ann", time.Now())
+	k, secret, err := appnode.NewAPIKey("bench", "team-a", "ann", time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -269,7 +269,7 @@ type keyEntry struct {
 
 // keyToucher is the store's TouchAPIKey (store.APIKeys): where the proxy
 // reads keys from the store itself (cosmicac up), it records their use; over
-// the fabric the app-node does it when it is asked (keyapi.Serve).
+// the fabric the app-node does it when it is asked (appnode.ServeKeyLookup).
 type keyToucher interface {
 	TouchAPIKey(ctx context.Context, id string, at time.Time) error
 }

@@ -4,7 +4,7 @@
 //
 // A request is authenticated by its API key (Authorization: Bearer KEY or
 // X-API-Key: KEY; keys belong to a team and are stored hashed, see
-// keyapi.NewAPIKey and store.APIKeys), routed by its "model" to the jobs that serve
+// appnode.NewAPIKey and store.APIKeys), routed by its "model" to the jobs that serve
 // that name to the caller (Catalog: its team's jobs, and jobs whose
 // requireAuth is off), and sent to the ready replica with the fewest
 // requests in flight. Replicas are found through the fabric's directory

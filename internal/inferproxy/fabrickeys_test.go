@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
@@ -35,7 +37,7 @@ func (c *countingKeys) APIKeyByHash(_ context.Context, hash []byte) (store.APIKe
 // finds keys, says not found for others, and caches both briefly.
 func TestFabricKeys(t *testing.T) {
 	ctx := context.Background()
-	k, secret, err := keyapi.NewAPIKey("ci", "team-a", "alice", time.Now())
+	k, secret, err := appnode.NewAPIKey("ci", "team-a", "alice", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +49,8 @@ func TestFabricKeys(t *testing.T) {
 	if err := ring.Add(trust.Proxy, proxy.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	ring.BindAgents(trust.Placement{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r"}, []fabric.PublicKey{rogue.PublicKey()})
-	keyapi.Serve(app, ks)
+	ring.BindAgents(orkapi.Placement{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r"}, []fabric.PublicKey{rogue.PublicKey()})
+	appnode.ServeKeyLookup(app, ks)
 	proxy.AddAddrs(app.PublicKey(), app.Addr())
 	rogue.AddAddrs(app.PublicKey(), app.Addr())
 
@@ -98,7 +100,7 @@ func TestOpenAIErrorTypes(t *testing.T) {
 func TestFabricKeysLimits(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
-	k, cur, err := keyapi.NewAPIKey("ci", "team-a", "alice", now)
+	k, cur, err := appnode.NewAPIKey("ci", "team-a", "alice", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestFabricKeysLimits(t *testing.T) {
 	if err := ring.Add(trust.Proxy, proxy.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
-	keyapi.Serve(app, ks)
+	appnode.ServeKeyLookup(app, ks)
 	proxy.AddAddrs(app.PublicKey(), app.Addr())
 	fk := NewFabricKeys(proxy, app.PublicKey(), 0)
 	for _, tt := range []struct {

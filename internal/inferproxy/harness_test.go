@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -114,7 +115,7 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		if err := h.store.CreateTeam(ctx, cosmic.Team{Name: team}); err != nil {
 			t.Fatal(err)
 		}
-		k, secret, err := keyapi.NewAPIKey("test", team, "admin", time.Now())
+		k, secret, err := appnode.NewAPIKey("test", team, "admin", time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +194,7 @@ func (h *harness) addJobSpec(jobID, team string, in cosmic.InferenceSpec, replic
 			}()
 			h.agents[jobID] = append(h.agents[jobID], ah)
 		}
-		h.ring.BindAgents(trust.Placement{Job: jobID, Team: team, Type: cosmic.TypeManagedInference, Replica: r, Rack: "r1"}, keys)
+		h.ring.BindAgents(orkapi.Placement{Job: jobID, Team: team, Type: cosmic.TypeManagedInference, Replica: r, Rack: "r1"}, keys)
 	}
 }
 

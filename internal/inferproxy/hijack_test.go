@@ -13,8 +13,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
-	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // The proxy routes a job's requests only to keys the ork binds as that
@@ -27,7 +27,7 @@ func TestRoutesOnlyToBoundHeads(t *testing.T) {
 	h.addJob("job-qwen", "team-a", "qwen", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
 	h.waitReady("job-qwen", 1)
 	var captured atomic.Int64
-	for i, bind := range []trust.Placement{
+	for i, bind := range []orkapi.Placement{
 		{Job: "job-other", Team: "team-b", Type: cosmic.TypeManagedInference, Rack: "r1"},
 		{Job: "job-qwen", Team: "team-a", Type: cosmic.TypeManagedInference, Rack: "r1"},
 	} {

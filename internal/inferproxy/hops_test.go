@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/waittest"
@@ -138,7 +139,7 @@ func runProxyHop() error {
 	}
 	defer pnode.Close()
 	pnode.AddAddrs(dir.PublicKey(), dir.Addr())
-	ring.BindAgents(trust.Placement{Job: benchJob, Team: benchTeam, Type: cosmic.TypeManagedInference, Rack: "r1"}, []fabric.PublicKey{agentKey})
+	ring.BindAgents(orkapi.Placement{Job: benchJob, Team: benchTeam, Type: cosmic.TypeManagedInference, Rack: "r1"}, []fabric.PublicKey{agentKey})
 
 	tmp, err := os.MkdirTemp("", "cosmicac-bench-proxy")
 	if err != nil {
@@ -154,7 +155,7 @@ func runProxyHop() error {
 	if err := st.CreateTeam(ctx, cosmic.Team{Name: benchTeam}); err != nil {
 		return err
 	}
-	k, secret, err := keyapi.NewAPIKey("bench", benchTeam, "admin", time.Now())
+	k, secret, err := appnode.NewAPIKey("bench", benchTeam, "admin", time.Now())
 	if err != nil {
 		return err
 	}

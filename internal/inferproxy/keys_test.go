@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
@@ -55,7 +56,7 @@ func (m *memKeys) delete(id string) {
 // stores it in m.
 func (m *memKeys) newKey(t *testing.T, change func(*store.APIKey)) (store.APIKey, string) {
 	t.Helper()
-	k, secret, err := keyapi.NewAPIKey("k", "team-a", "ann", time.Now())
+	k, secret, err := appnode.NewAPIKey("k", "team-a", "ann", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
@@ -285,7 +286,7 @@ func (w *Worker) syncAgents(k replicaKey, typ cosmic.JobType, keys []string, gon
 	}
 	h.mu.Unlock()
 	// Unbinding revokes the keys taken off (ServeAgents' OnRevoke).
-	h.opts.Keys.BindAgents(trust.Placement{Job: k.job, Type: typ, Replica: k.replica, Rack: w.cfg.Rack}, want)
+	h.opts.Keys.BindAgents(orkapi.Placement{Job: k.job, Type: typ, Replica: k.replica, Rack: w.cfg.Rack}, want)
 }
 
 // jobTypeOf is the replica's job type from its root (or carrier).

@@ -17,6 +17,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/monitor/lokitest"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
@@ -39,8 +40,8 @@ func agentOf(t *testing.T, m *monitor.Monitor) func(ctx context.Context, recs ..
 	m.Serve(mon, ring)
 	agent := node(t, "agent", nil)
 	agent.AddAddrs(mon.PublicKey(), mon.Addr())
-	src.set(trust.Peers{Epoch: "e", Version: 1,
-		Placements: []trust.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
+	src.set(orkapi.Peers{Epoch: "e", Version: 1,
+		Placements: []orkapi.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
 	<-ring.Synced()
 	return func(ctx context.Context, recs ...joblog.Record) joblog.AppendReply {
 		t.Helper()

@@ -14,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/monitor"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
@@ -128,9 +129,9 @@ func TestAppendIsConfined(t *testing.T) {
 		n.AddAddrs(mon.PublicKey(), mon.Addr())
 	}
 	const jobB = "00000000-0000-4000-8000-00000000000b"
-	src.set(trust.Peers{Epoch: "e", Version: 1,
-		Racks:      []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
-		Placements: []trust.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 1, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
+	src.set(orkapi.Peers{Epoch: "e", Version: 1,
+		Racks:      []orkapi.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
+		Placements: []orkapi.Placement{{Job: jobA, Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 1, Rack: "a", AgentKeys: []string{agent.PublicKey().String()}}}}, false)
 	<-ring.Synced()
 	waittest.Until(t, func() bool { return ring.OnRack(jobA, "a") }, "the keyring to place %s on rack a", jobA)
 	appendAs := func(n *fabric.Node, recs ...joblog.Record) joblog.AppendReply {
@@ -152,8 +153,8 @@ func TestAppendIsConfined(t *testing.T) {
 	}
 	// The ork places jobB on rack b only now: the worker's first record
 	// of it makes the monitor look again.
-	src.set(trust.Peers{Epoch: "e", Version: 2, Racks: []trust.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
-		Placements: []trust.Placement{{Job: jobB, Team: "t2", Type: cosmic.TypeGPUContainer, Rack: "b"}}}, true)
+	src.set(orkapi.Peers{Epoch: "e", Version: 2, Racks: []orkapi.RackPeer{{Rack: "a", WorkerKey: wA.PublicKey().String()}, {Rack: "b", WorkerKey: wB.PublicKey().String()}},
+		Placements: []orkapi.Placement{{Job: jobB, Team: "t2", Type: cosmic.TypeGPUContainer, Rack: "b"}}}, true)
 	if rep := appendAs(wB, rec(jobB, joblog.SourceSystem, "wrk-server-sim", "placed a moment ago")); rep.Accepted != 1 {
 		t.Fatalf("a job the worker's rack just took: %+v", rep)
 	}
@@ -175,11 +176,11 @@ func TestAppendIsConfined(t *testing.T) {
 // is still on its way.
 type lateOrk struct {
 	mu      sync.Mutex
-	peers   trust.Peers
+	peers   orkapi.Peers
 	changed chan struct{}
 }
 
-func (o *lateOrk) set(p trust.Peers, quiet bool) {
+func (o *lateOrk) set(p orkapi.Peers, quiet bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.peers = p
@@ -192,7 +193,7 @@ func (o *lateOrk) set(p trust.Peers, quiet bool) {
 	}
 }
 
-func (o *lateOrk) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
+func (o *lateOrk) WatchPeers(ctx context.Context, p orkapi.WatchPeersParams) (orkapi.Peers, error) {
 	o.mu.Lock()
 	if o.changed == nil {
 		o.changed = make(chan struct{})
@@ -205,7 +206,7 @@ func (o *lateOrk) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (tru
 	select {
 	case <-ch:
 	case <-ctx.Done():
-		return trust.Peers{}, ctx.Err()
+		return orkapi.Peers{}, ctx.Err()
 	}
-	return o.WatchPeers(ctx, trust.WatchPeersParams{})
+	return o.WatchPeers(ctx, orkapi.WatchPeersParams{})
 }

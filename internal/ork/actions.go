@@ -14,7 +14,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
-	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -62,7 +61,7 @@ func (o *Ork) Serve(r fabric.Registrar) {
 	orkapi.WatchJobs.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error) {
 		return o.WatchJobs(ctx, p)
 	}, fabric.ReadOnly())
-	orkapi.WatchPeers.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p trust.WatchPeersParams) (trust.Peers, error) {
+	orkapi.WatchPeers.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchPeersParams) (orkapi.Peers, error) {
 		return o.WatchPeers(ctx, p)
 	})
 	orkapi.ForgetRacks.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {

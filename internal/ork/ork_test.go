@@ -80,19 +80,19 @@ func TestWatchPeers(t *testing.T) {
 		if p, ok := ring.Principal(w.key); !ok || p.Role != trust.Worker || p.Rack != "r1" {
 			t.Fatalf("the ork's keyring has the worker as %+v, %v", p, ok)
 		}
-		p0, err := o.WatchPeers(ctx, trust.WatchPeersParams{})
+		p0, err := o.WatchPeers(ctx, orkapi.WatchPeersParams{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := trust.Peers{Epoch: p0.Epoch, Version: p0.Version, Racks: []trust.RackPeer{{Rack: "r1", WorkerKey: w.key.String()}},
-			Placements: []trust.Placement{{Job: j.ID, Team: "t", Type: cosmic.TypeGPUContainer, Replica: 0, Rack: "r1"}}}
+		want := orkapi.Peers{Epoch: p0.Epoch, Version: p0.Version, Racks: []orkapi.RackPeer{{Rack: "r1", WorkerKey: w.key.String()}},
+			Placements: []orkapi.Placement{{Job: j.ID, Team: "t", Type: cosmic.TypeGPUContainer, Replica: 0, Rack: "r1"}}}
 		if diff := cmp.Diff(want, p0); diff != "" {
 			t.Fatalf("peers (-want +got):\n%s", diff)
 		}
 		agent, _ := fabric.GenerateIdentity()
-		woke := make(chan trust.Peers, 1)
+		woke := make(chan orkapi.Peers, 1)
 		go func() {
-			p, _ := o.WatchPeers(ctx, trust.WatchPeersParams{Epoch: p0.Epoch, Since: p0.Version, WaitMillis: 20000})
+			p, _ := o.WatchPeers(ctx, orkapi.WatchPeersParams{Epoch: p0.Epoch, Since: p0.Version, WaitMillis: 20000})
 			woke <- p
 		}()
 		synctest.Wait()
@@ -116,7 +116,7 @@ func TestWatchPeers(t *testing.T) {
 		if _, err := o.KillJob(ctx, j.ID); err != nil {
 			t.Fatal(err)
 		}
-		p, err := o.WatchPeers(ctx, trust.WatchPeersParams{})
+		p, err := o.WatchPeers(ctx, orkapi.WatchPeersParams{})
 		if err != nil || len(p.Placements) != 0 {
 			t.Fatalf("after the kill: %+v, %v", p, err)
 		}
@@ -125,7 +125,7 @@ func TestWatchPeers(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		p, err = o.WatchPeers(ctx, trust.WatchPeersParams{})
+		p, err = o.WatchPeers(ctx, orkapi.WatchPeersParams{})
 		if err != nil || len(p.Placements) != 1 || len(p.Placements[0].AgentKeys) != 0 {
 			t.Fatalf("the restarted job is not placed anew without agent keys: %+v, %v", p, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
@@ -128,14 +129,14 @@ func (o *Ork) loadBoundLocked(ctx context.Context) error {
 }
 
 // peersLocked is the book's answer now.
-func (o *Ork) peersLocked() trust.Peers {
-	p := trust.Peers{Epoch: o.book.epoch, Version: o.book.version, Racks: []trust.RackPeer{}, Placements: []trust.Placement{}}
+func (o *Ork) peersLocked() orkapi.Peers {
+	p := orkapi.Peers{Epoch: o.book.epoch, Version: o.book.version, Racks: []orkapi.RackPeer{}, Placements: []orkapi.Placement{}}
 	for _, id := range keys(o.racks) {
-		p.Racks = append(p.Racks, trust.RackPeer{Rack: id, WorkerKey: o.racks[id].Rack.WorkerKey})
+		p.Racks = append(p.Racks, orkapi.RackPeer{Rack: id, WorkerKey: o.racks[id].Rack.WorkerKey})
 	}
 	for _, r := range o.snap.Reservations() {
 		b := o.book.jobs[r.JobID]
-		p.Placements = append(p.Placements, trust.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
+		p.Placements = append(p.Placements, orkapi.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
 			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica])})
 	}
 	return p
@@ -143,9 +144,9 @@ func (o *Ork) peersLocked() trust.Peers {
 
 // WatchPeers answers watchPeers: the bound keys, at once when the caller
 // has another epoch or an older version, else when they change or the
-// wait (at most trust.MaxWatchWait) ends.
-func (o *Ork) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
-	wait := min(time.Duration(p.WaitMillis)*time.Millisecond, trust.MaxWatchWait)
+// wait (at most orkapi.MaxWatchWait) ends.
+func (o *Ork) WatchPeers(ctx context.Context, p orkapi.WatchPeersParams) (orkapi.Peers, error) {
+	wait := min(time.Duration(p.WaitMillis)*time.Millisecond, orkapi.MaxWatchWait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -162,7 +163,7 @@ func (o *Ork) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.P
 		case <-timer.C:
 			wait = 0
 		case <-ctx.Done():
-			return trust.Peers{}, ctx.Err()
+			return orkapi.Peers{}, ctx.Err()
 		}
 	}
 }

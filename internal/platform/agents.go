@@ -17,6 +17,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simsshd"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -38,7 +39,7 @@ type agentRunner struct {
 // bindLocal binds the agents' keys (by VMI index) in the worker's keyring
 // and returns the func that unbinds them.
 func (r agentRunner) bindLocal(job cosmic.Job, replica int, keys []fabric.PublicKey) (unbind func()) {
-	r.local.BindAgents(trust.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: replica, Rack: r.rack}, keys)
+	r.local.BindAgents(orkapi.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: replica, Rack: r.rack}, keys)
 	return func() { r.local.UnbindAgents(job.ID, replica, keys) }
 }
 

@@ -28,7 +28,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
@@ -420,7 +419,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	keyapi.Serve(p.AppNode, p.Store) // as a standalone app-node serves them
+	appnode.ServeKeyLookup(p.AppNode, p.Store) // as a standalone app-node serves them
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {

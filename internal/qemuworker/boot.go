@@ -16,8 +16,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/qemu"
-	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
@@ -87,7 +87,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	w.agents[id.PublicKey()] = k
 	w.recordLocked(r, "prepare_disk", true, "overlay on image %s (%s, %s)", job.Spec.Image, filepath.Base(img.Disk), img.Format)
 	w.mu.Unlock()
-	w.opts.Keys.BindAgents(trust.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: k.replica, Rack: w.cfg.Rack}, []fabric.PublicKey{id.PublicKey()})
+	w.opts.Keys.BindAgents(orkapi.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: k.replica, Rack: w.cfg.Rack}, []fabric.PublicKey{id.PublicKey()})
 
 	pem, err := id.MarshalPEM()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
@@ -267,26 +268,10 @@ func (c *Cluster) endCommand(r *replica, now time.Time) {
 // logged. A standalone rack, which runs no agents, serves them too, as
 // every rack worker does (internal/trust).
 func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
-	type report struct {
-		JobID    string `json:"jobId"`
-		Replica  int    `json:"replica"`
-		VMIIndex int    `json:"vmiIndex"`
-		Ready    bool   `json:"ready"`
-	}
-	for _, method := range []string{MethodAgentReport, MethodInferenceReport} {
-		fabric.HandleFunc(r, method, func(_ context.Context, peer fabric.PublicKey, st report) (struct{}, error) {
-			log.Debug("agent report", "method", method, "agent", peer.Short(), "job_id", st.JobID, "replica", st.Replica, "vmi_index", st.VMIIndex, "ready", st.Ready)
-			return struct{}{}, nil
-		})
-	}
+	agentapi.ServeWorkerReports(r, func(peer fabric.PublicKey, rep agentapi.WorkerReport) {
+		log.Debug("agent report", "agent", peer.Short(), "job_id", rep.JobID, "replica", rep.Replica, "vmi_index", rep.VMIIndex, "ready", rep.Ready)
+	})
 }
-
-// The agents' report events (agentapi.MethodReport, agentapi.MethodInferenceReport;
-// this package does not import the agents).
-const (
-	MethodAgentReport     = "agent.report"
-	MethodInferenceReport = "inference.report"
-)
 
 // boot is the bootstrap the rack gives its agents.
 func (c *Cluster) boot() Boot { return Boot{Worker: c.worker, Logs: c.logs} }

@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -67,8 +68,8 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 	ops := newNode(t, "cli", opsID, fabric.NewAllowList(sim.PublicKey()))
 	ops.AddAddrs(sim.PublicKey(), sim.Addr())
 
-	call := func(method, params string) (FaultAck, error) {
-		var ack FaultAck
+	call := func(method, params string) (simapi.FaultAck, error) {
+		var ack simapi.FaultAck
 		var p any
 		if params != "" {
 			p = json.RawMessage(params)
@@ -92,19 +93,19 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 	errors := map[string]struct {
 		method, params, code string
 	}{
-		"unknown field":          {MethodFailImport, `{"job":"x"}`, fabric.CodeBadRequest},
-		"not JSON object":        {MethodCrash, `[1]`, fabric.CodeBadRequest},
-		"import of unknown job":  {MethodFailImport, `{"jobId":"` + jobB + `","replica":0}`, fabric.CodeNotFound},
-		"import already done":    {MethodFailImport, `{"jobId":"` + jobA + `","replica":0}`, fabric.CodeBadRequest},
-		"crash without job":      {MethodCrash, `{}`, fabric.CodeBadRequest},
-		"crash unknown replica":  {MethodCrash, `{"jobId":"` + jobA + `","replica":7}`, fabric.CodeNotFound},
-		"lose unknown node":      {MethodLoseNode, `{"node":"sim-us-1-node-9"}`, fabric.CodeNotFound},
-		"lose no node":           {MethodLoseNode, `{}`, fabric.CodeBadRequest},
-		"restore unknown node":   {MethodRestoreNode, `{"node":"nope"}`, fabric.CodeNotFound},
-		"unreachable no seconds": {MethodUnreachable, `{}`, fabric.CodeBadRequest},
-		"unreachable too long":   {MethodUnreachable, `{"seconds":1e9}`, fabric.CodeBadRequest},
-		"hold a running agent":   {MethodHoldAgent, `{"jobId":"` + jobA + `","replica":0}`, fabric.CodeBadRequest},
-		"hold unknown replica":   {MethodHoldAgent, `{"jobId":"` + jobA + `","replica":7}`, fabric.CodeNotFound},
+		"unknown field":          {simapi.MethodFailImport, `{"job":"x"}`, fabric.CodeBadRequest},
+		"not JSON object":        {simapi.MethodCrash, `[1]`, fabric.CodeBadRequest},
+		"import of unknown job":  {simapi.MethodFailImport, `{"jobId":"` + jobB + `","replica":0}`, fabric.CodeNotFound},
+		"import already done":    {simapi.MethodFailImport, `{"jobId":"` + jobA + `","replica":0}`, fabric.CodeBadRequest},
+		"crash without job":      {simapi.MethodCrash, `{}`, fabric.CodeBadRequest},
+		"crash unknown replica":  {simapi.MethodCrash, `{"jobId":"` + jobA + `","replica":7}`, fabric.CodeNotFound},
+		"lose unknown node":      {simapi.MethodLoseNode, `{"node":"sim-us-1-node-9"}`, fabric.CodeNotFound},
+		"lose no node":           {simapi.MethodLoseNode, `{}`, fabric.CodeBadRequest},
+		"restore unknown node":   {simapi.MethodRestoreNode, `{"node":"nope"}`, fabric.CodeNotFound},
+		"unreachable no seconds": {simapi.MethodUnreachable, `{}`, fabric.CodeBadRequest},
+		"unreachable too long":   {simapi.MethodUnreachable, `{"seconds":1e9}`, fabric.CodeBadRequest},
+		"hold a running agent":   {simapi.MethodHoldAgent, `{"jobId":"` + jobA + `","replica":0}`, fabric.CodeBadRequest},
+		"hold unknown replica":   {simapi.MethodHoldAgent, `{"jobId":"` + jobA + `","replica":7}`, fabric.CodeNotFound},
 	}
 	for name, tc := range errors {
 		t.Run(name, func(t *testing.T) {
@@ -114,15 +115,15 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 		})
 	}
 
-	ack, err := call(MethodCrash, `{"jobId":"`+jobA+`","replica":1}`)
-	if err != nil || ack.Fault != MethodCrash || ack.Detail == "" {
+	ack, err := call(simapi.MethodCrash, `{"jobId":"`+jobA+`","replica":1}`)
+	if err != nil || ack.Fault != simapi.MethodCrash || ack.Detail == "" {
 		t.Fatalf("simCrash = %+v, %v", ack, err)
 	}
 	if r := e.waitState(t, jobA, 1, cosmic.StateFailed); reasonCode(r) != cosmic.ReasonVMICrashed {
 		t.Errorf("crashed replica reason = %+v", r.Reason)
 	}
 
-	if _, err := call(MethodLoseNode, `{"node":"sim-us-1-node-0"}`); err != nil {
+	if _, err := call(simapi.MethodLoseNode, `{"node":"sim-us-1-node-0"}`); err != nil {
 		t.Fatal(err)
 	}
 	if r := e.waitState(t, jobA, 0, cosmic.StateFailed); reasonCode(r) != cosmic.ReasonNodeLost {
@@ -132,14 +133,14 @@ func TestFaultMethodsOverTheFabric(t *testing.T) {
 	if err != nil || capa.Nodes[0].Ready {
 		t.Errorf("capacity after simLoseNode = %+v, %v", capa, err)
 	}
-	if _, err := call(MethodRestoreNode, `{"node":"sim-us-1-node-0"}`); err != nil {
+	if _, err := call(simapi.MethodRestoreNode, `{"node":"sim-us-1-node-0"}`); err != nil {
 		t.Fatal(err)
 	}
 	if capa, err := w.Capacity(callCtx(t)); err != nil || !capa.Nodes[0].Ready {
 		t.Errorf("capacity after simRestoreNode = %+v, %v", capa, err)
 	}
 
-	if _, err := call(MethodFailImport, `{"jobId":""}`); err != nil {
+	if _, err := call(simapi.MethodFailImport, `{"jobId":""}`); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Apply(callCtx(t), worker.ApplyParams{Job: testJob(jobB), Reservations: []cosmic.Reservation{resv(jobB, 0, on(0, 0))}}); err != nil {
@@ -199,8 +200,8 @@ func TestUnreachableTakesTheWorkerOffTheFabric(t *testing.T) {
 	}
 	waitFor(t, "a report at the ork", func() bool { return rcv.count() > 0 })
 
-	var ack FaultAck
-	if err := ork.Call(callCtx(t), simID.PublicKey(), MethodUnreachable, UnreachableParams{Seconds: 1}, &ack); err != nil {
+	var ack simapi.FaultAck
+	if err := ork.Call(callCtx(t), simID.PublicKey(), simapi.MethodUnreachable, simapi.UnreachableParams{Seconds: 1}, &ack); err != nil {
 		t.Fatalf("simUnreachable: %v", err)
 	}
 	if ack.Until.IsZero() {

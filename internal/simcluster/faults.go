@@ -10,65 +10,28 @@ import (
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 )
-
-// Fault methods, served over the fabric by RegisterFaults.
-const (
-	MethodFailImport  = "simFailImport"
-	MethodCrash       = "simCrash"
-	MethodLoseNode    = "simLoseNode"
-	MethodRestoreNode = "simRestoreNode"
-	MethodUnreachable = "simUnreachable"
-	MethodHoldAgent   = "simHoldAgent"
-)
-
-// MaxUnreachable bounds one simUnreachable.
-const MaxUnreachable = time.Hour
-
-// ReplicaParams names a replica: the params of simFailImport and simCrash.
-// For simFailImport an empty JobID means "the next import to start".
-type ReplicaParams struct {
-	JobID   string `json:"jobId"`
-	Replica int    `json:"replica"`
-}
-
-// NodeParams names a node: the params of simLoseNode and simRestoreNode.
-type NodeParams struct {
-	Node string `json:"node"`
-}
-
-// UnreachableParams is the params of simUnreachable.
-type UnreachableParams struct {
-	Seconds float64 `json:"seconds"`
-}
-
-// FaultAck answers a fault method.
-type FaultAck struct {
-	Fault  string `json:"fault"`
-	Detail string `json:"detail"`
-	// Until is when an outage ends (simUnreachable only).
-	Until time.Time `json:"until,omitzero"`
-}
 
 // RegisterFaults serves the fault methods on r. Params are decoded strictly
 // (an unknown field is a bad_request, so a typo never silently means
 // "any job"). Errors: bad_request for bad params, not_found for an unknown
 // job, replica or node.
 func (c *Cluster) RegisterFaults(r fabric.Registrar) {
-	handle(r, MethodFailImport, func(p ReplicaParams) (FaultAck, error) { return c.FailImport(p.JobID, p.Replica) })
-	handle(r, MethodCrash, func(p ReplicaParams) (FaultAck, error) { return c.Crash(p.JobID, p.Replica) })
-	handle(r, MethodHoldAgent, func(p ReplicaParams) (FaultAck, error) { return c.HoldAgent(p.JobID, p.Replica) })
-	handle(r, MethodLoseNode, func(p NodeParams) (FaultAck, error) { return c.LoseNode(p.Node) })
-	handle(r, MethodRestoreNode, func(p NodeParams) (FaultAck, error) { return c.RestoreNode(p.Node) })
-	handle(r, MethodUnreachable, func(p UnreachableParams) (FaultAck, error) {
-		if p.Seconds <= 0 || p.Seconds > MaxUnreachable.Seconds() {
-			return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: seconds must be above 0 and at most %.0f, got %v", MethodUnreachable, MaxUnreachable.Seconds(), p.Seconds)
+	handle(r, simapi.MethodFailImport, func(p simapi.ReplicaParams) (simapi.FaultAck, error) { return c.FailImport(p.JobID, p.Replica) })
+	handle(r, simapi.MethodCrash, func(p simapi.ReplicaParams) (simapi.FaultAck, error) { return c.Crash(p.JobID, p.Replica) })
+	handle(r, simapi.MethodHoldAgent, func(p simapi.ReplicaParams) (simapi.FaultAck, error) { return c.HoldAgent(p.JobID, p.Replica) })
+	handle(r, simapi.MethodLoseNode, func(p simapi.NodeParams) (simapi.FaultAck, error) { return c.LoseNode(p.Node) })
+	handle(r, simapi.MethodRestoreNode, func(p simapi.NodeParams) (simapi.FaultAck, error) { return c.RestoreNode(p.Node) })
+	handle(r, simapi.MethodUnreachable, func(p simapi.UnreachableParams) (simapi.FaultAck, error) {
+		if p.Seconds <= 0 || p.Seconds > simapi.MaxUnreachable.Seconds() {
+			return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: seconds must be above 0 and at most %.0f, got %v", simapi.MethodUnreachable, simapi.MaxUnreachable.Seconds(), p.Seconds)
 		}
 		return c.Unreachable(time.Duration(p.Seconds * float64(time.Second)))
 	})
 }
 
-func handle[P any](r fabric.Registrar, method string, f func(P) (FaultAck, error)) {
+func handle[P any](r fabric.Registrar, method string, f func(P) (simapi.FaultAck, error)) {
 	r.Handle(method, func(_ context.Context, req *fabric.Request) (any, error) {
 		var p P
 		if len(req.Params) > 0 && !bytes.Equal(bytes.TrimSpace(req.Params), []byte("null")) {
@@ -85,21 +48,21 @@ func handle[P any](r fabric.Registrar, method string, f func(P) (FaultAck, error
 // FailImport makes an import fail at about 50% with import_failed: the
 // running or next import of the named replica, or with jobID "" the next
 // import to start anywhere on the rack.
-func (c *Cluster) FailImport(jobID string, replica int) (FaultAck, error) {
+func (c *Cluster) FailImport(jobID string, replica int) (simapi.FaultAck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ack := FaultAck{Fault: MethodFailImport}
+	ack := simapi.FaultAck{Fault: simapi.MethodFailImport}
 	if jobID == "" {
 		c.failNextImport = true
 		ack.Detail = "the next root-disk import to start will fail at 50%"
 		return ack, nil
 	}
-	r, err := c.replicaLocked(MethodFailImport, jobID, replica)
+	r, err := c.replicaLocked(simapi.MethodFailImport, jobID, replica)
 	if err != nil {
-		return FaultAck{}, err
+		return simapi.FaultAck{}, err
 	}
 	if r.disk {
-		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: replica %d of job %s already has its root disk; no import left to fail", MethodFailImport, replica, jobID)
+		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: replica %d of job %s already has its root disk; no import left to fail", simapi.MethodFailImport, replica, jobID)
 	}
 	r.failImport = true
 	ack.Detail = fmt.Sprintf("the root-disk import of replica %d of job %s will fail at 50%%", replica, jobID)
@@ -113,21 +76,21 @@ func (c *Cluster) FailImport(jobID string, replica int) (FaultAck, error) {
 // image without cloud-init: the replica stays starting after its boot
 // step (and after every restart) until the ork's agent deadline fails it.
 // With jobID "" it holds the next replica to boot anywhere on the rack.
-func (c *Cluster) HoldAgent(jobID string, replica int) (FaultAck, error) {
+func (c *Cluster) HoldAgent(jobID string, replica int) (simapi.FaultAck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ack := FaultAck{Fault: MethodHoldAgent}
+	ack := simapi.FaultAck{Fault: simapi.MethodHoldAgent}
 	if jobID == "" {
 		c.holdNextAgent = true
 		ack.Detail = "the agent of the next replica to boot will not connect"
 		return ack, nil
 	}
-	r, err := c.replicaLocked(MethodHoldAgent, jobID, replica)
+	r, err := c.replicaLocked(simapi.MethodHoldAgent, jobID, replica)
 	if err != nil {
-		return FaultAck{}, err
+		return simapi.FaultAck{}, err
 	}
 	if r.state == cosmic.StateRunning {
-		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: the agent of replica %d of job %s connected already (it is running)", MethodHoldAgent, replica, jobID)
+		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: the agent of replica %d of job %s connected already (it is running)", simapi.MethodHoldAgent, replica, jobID)
 	}
 	r.holdAgent = true
 	ack.Detail = fmt.Sprintf("the agent of replica %d of job %s will not connect", replica, jobID)
@@ -136,37 +99,37 @@ func (c *Cluster) HoldAgent(jobID string, replica int) (FaultAck, error) {
 
 // Crash crashes the replica's VMIs: the replica fails with vmi_crashed and
 // releases its GPUs; its disk is kept.
-func (c *Cluster) Crash(jobID string, replica int) (FaultAck, error) {
+func (c *Cluster) Crash(jobID string, replica int) (simapi.FaultAck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if jobID == "" {
-		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: jobId is required", MethodCrash)
+		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: jobId is required", simapi.MethodCrash)
 	}
-	r, err := c.replicaLocked(MethodCrash, jobID, replica)
+	r, err := c.replicaLocked(simapi.MethodCrash, jobID, replica)
 	if err != nil {
-		return FaultAck{}, err
+		return simapi.FaultAck{}, err
 	}
 	if len(r.vmis) == 0 {
-		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: replica %d of job %s has no VMI to crash (it is %s)", MethodCrash, replica, jobID, r.state)
+		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: replica %d of job %s has no VMI to crash (it is %s)", simapi.MethodCrash, replica, jobID, r.state)
 	}
 	what := describeVMIs(r.vmis)
 	c.record(r, time.Now(), "crash", false, "%s crashed", what)
 	c.crashAgent(r)
 	c.fail(r, cosmic.ReasonVMICrashed, what+" crashed (simulated)")
-	return FaultAck{Fault: MethodCrash, Detail: fmt.Sprintf("replica %d of job %s: %s crashed", replica, jobID, what)}, nil
+	return simapi.FaultAck{Fault: simapi.MethodCrash, Detail: fmt.Sprintf("replica %d of job %s: %s crashed", replica, jobID, what)}, nil
 }
 
 // LoseNode makes a node NotReady: every replica holding GPUs on it fails
 // with node_lost (its VMIs on other nodes go too), and the capacity report
 // shows the node not ready. Losing a lost node again changes nothing.
-func (c *Cluster) LoseNode(node string) (FaultAck, error) {
+func (c *Cluster) LoseNode(node string) (simapi.FaultAck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, err := c.nodeLocked(MethodLoseNode, node)
+	n, err := c.nodeLocked(simapi.MethodLoseNode, node)
 	if err != nil {
-		return FaultAck{}, err
+		return simapi.FaultAck{}, err
 	}
-	ack := FaultAck{Fault: MethodLoseNode, Detail: fmt.Sprintf("node %s was already lost", node)}
+	ack := simapi.FaultAck{Fault: simapi.MethodLoseNode, Detail: fmt.Sprintf("node %s was already lost", node)}
 	if n.lost {
 		return ack, nil
 	}
@@ -194,14 +157,14 @@ func (c *Cluster) LoseNode(node string) (FaultAck, error) {
 
 // RestoreNode makes a lost node Ready again. Its failed replicas stay
 // failed: the ork places them again.
-func (c *Cluster) RestoreNode(node string) (FaultAck, error) {
+func (c *Cluster) RestoreNode(node string) (simapi.FaultAck, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n, err := c.nodeLocked(MethodRestoreNode, node)
+	n, err := c.nodeLocked(simapi.MethodRestoreNode, node)
 	if err != nil {
-		return FaultAck{}, err
+		return simapi.FaultAck{}, err
 	}
-	ack := FaultAck{Fault: MethodRestoreNode, Detail: fmt.Sprintf("node %s was ready", node)}
+	ack := simapi.FaultAck{Fault: simapi.MethodRestoreNode, Detail: fmt.Sprintf("node %s was ready", node)}
 	if n.lost {
 		n.lost = false
 		c.markCapacity()
@@ -215,9 +178,9 @@ func (c *Cluster) RestoreNode(node string) (FaultAck, error) {
 // and comes back up when d has passed; until then worker methods answer
 // unavailable and no report is sent, while the VMIs go on living. Back up,
 // the worker reports its whole state (every replica and its capacity).
-func (c *Cluster) Unreachable(d time.Duration) (FaultAck, error) {
-	if d <= 0 || d > MaxUnreachable {
-		return FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: duration must be above 0 and at most %s, got %s", MethodUnreachable, MaxUnreachable, d)
+func (c *Cluster) Unreachable(d time.Duration) (simapi.FaultAck, error) {
+	if d <= 0 || d > simapi.MaxUnreachable {
+		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: duration must be above 0 and at most %s, got %s", simapi.MethodUnreachable, simapi.MaxUnreachable, d)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -226,7 +189,7 @@ func (c *Cluster) Unreachable(d time.Duration) (FaultAck, error) {
 		c.offlineUntil = until
 	}
 	signal(c.outage)
-	return FaultAck{Fault: MethodUnreachable, Detail: fmt.Sprintf("rack %s unreachable for %s", c.cfg.Rack, d), Until: c.offlineUntil}, nil
+	return simapi.FaultAck{Fault: simapi.MethodUnreachable, Detail: fmt.Sprintf("rack %s unreachable for %s", c.cfg.Rack, d), Until: c.offlineUntil}, nil
 }
 
 func onNode(res cosmic.Reservation, node string) bool {

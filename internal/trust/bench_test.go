@@ -7,6 +7,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
 // bigRing is a keyring of a large platform: the five components, 100
@@ -22,16 +23,16 @@ func bigRing(b *testing.B) (*Keyring, fabric.PublicKey, fabric.PublicKey) {
 			app = id.PublicKey()
 		}
 	}
-	p := Peers{Epoch: "e", Version: 1}
+	p := orkapi.Peers{Epoch: "e", Version: 1}
 	var agent fabric.PublicKey
 	for i := range 100 {
 		id, _ := fabric.GenerateIdentity()
-		p.Racks = append(p.Racks, RackPeer{Rack: fmt.Sprint("r", i), WorkerKey: id.PublicKey().String()})
+		p.Racks = append(p.Racks, orkapi.RackPeer{Rack: fmt.Sprint("r", i), WorkerKey: id.PublicKey().String()})
 	}
 	for i := range 10000 {
 		id, _ := fabric.GenerateIdentity()
 		agent = id.PublicKey()
-		p.Placements = append(p.Placements, Placement{Job: fmt.Sprint("job-", i), Type: cosmic.TypeManagedInference, Rack: fmt.Sprint("r", i%100), AgentKeys: []string{agent.String()}})
+		p.Placements = append(p.Placements, orkapi.Placement{Job: fmt.Sprint("job-", i), Type: cosmic.TypeManagedInference, Rack: fmt.Sprint("r", i%100), AgentKeys: []string{agent.String()}})
 	}
 	ring.Apply(p)
 	return ring, app, agent

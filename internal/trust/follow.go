@@ -7,53 +7,12 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/backoff"
-	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
-
-// Peers is the bound part of the graph as the ork holds it: every rack's
-// worker key and every placed replica with its agents' keys. It is the
-// answer of the ork's watchPeers.
-type Peers struct {
-	// Epoch names the ork process; Version counts its changes. A follower
-	// with another epoch takes the next answer whatever its version.
-	Epoch      string      `json:"epoch"`
-	Version    uint64      `json:"version"`
-	Racks      []RackPeer  `json:"racks"`
-	Placements []Placement `json:"placements"`
-}
-
-// RackPeer is a rack and its worker's key.
-type RackPeer struct {
-	Rack      string `json:"rack"`
-	WorkerKey string `json:"workerKey"`
-}
-
-// Placement is a replica that holds GPUs on a rack, and the keys its
-// worker issued to its agents (by VMI index; none until the worker
-// reports them).
-type Placement struct {
-	Job       string         `json:"job"`
-	Team      string         `json:"team"`
-	Type      cosmic.JobType `json:"type"`
-	Replica   int            `json:"replica"`
-	Rack      string         `json:"rack"`
-	AgentKeys []string       `json:"agentKeys,omitempty"`
-}
-
-// WatchPeersParams asks for Peers newer than (Epoch, Since), waiting up to
-// WaitMillis for a change (0: answer at once).
-type WatchPeersParams struct {
-	Epoch      string `json:"epoch,omitempty"`
-	Since      uint64 `json:"since,omitempty"`
-	WaitMillis int    `json:"waitMillis,omitempty"`
-}
-
-// MaxWatchWait bounds how long the ork holds a watchPeers call.
-const MaxWatchWait = 30 * time.Second
 
 // PeerSource answers watchPeers; orkapi.Client is one.
 type PeerSource interface {
-	WatchPeers(ctx context.Context, p WatchPeersParams) (Peers, error)
+	WatchPeers(ctx context.Context, p orkapi.WatchPeersParams) (orkapi.Peers, error)
 }
 
 // Follow keeps the keyring's bound keys what the ork lists until ctx ends:
@@ -72,12 +31,12 @@ func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) 
 	retry := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		k.mu.RLock()
-		p := WatchPeersParams{Epoch: k.epoch, Since: k.version, WaitMillis: int(MaxWatchWait / time.Millisecond)}
+		p := orkapi.WatchPeersParams{Epoch: k.epoch, Since: k.version, WaitMillis: int(orkapi.MaxWatchWait / time.Millisecond)}
 		k.mu.RUnlock()
 		if p.Epoch == "" {
 			p.WaitMillis = 0
 		}
-		cctx, cancel := context.WithTimeout(ctx, MaxWatchWait+10*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, orkapi.MaxWatchWait+10*time.Second)
 		peers, err := src.WatchPeers(cctx, p)
 		cancel()
 		switch {
@@ -101,7 +60,7 @@ func (k *Keyring) Follow(ctx context.Context, src PeerSource, log *slog.Logger) 
 
 // apply takes an answer unless an older one (a Sync's and the long poll's
 // can cross).
-func (k *Keyring) apply(p Peers) {
+func (k *Keyring) apply(p orkapi.Peers) {
 	k.mu.RLock()
 	stale := p.Epoch == k.epoch && p.Version < k.version
 	k.mu.RUnlock()
@@ -129,7 +88,7 @@ func (k *Keyring) Sync(ctx context.Context) error {
 		return k.syncErr
 	}
 	covers := k.syncAsked.Load()
-	peers, err := src.WatchPeers(ctx, WatchPeersParams{})
+	peers, err := src.WatchPeers(ctx, orkapi.WatchPeersParams{})
 	if err == nil {
 		k.apply(peers)
 	}

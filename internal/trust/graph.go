@@ -14,8 +14,9 @@
 // workers may call confine them further to their own job or rack
 // (Method.Confined says how); CallerOf gives a handler its caller.
 //
-// Any package may import trust; it imports the fabric, the domain and
-// internal/backoff only.
+// Any package but those contracts may import trust; it imports the fabric,
+// the domain, internal/backoff and the contract packages whose methods the
+// graph names (orkapi, agentapi, worker, keyapi, proxyapi, joblog, simapi).
 package trust
 
 import (
@@ -23,6 +24,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // Role is a class of key: a platform component, an operator, a rack's
@@ -68,7 +78,9 @@ const (
 	Stream = "stream"
 )
 
-// Method is one fabric method of a server and who may call it. Operators
+// Method is one fabric method of a server and who may call it. Its Name is
+// the one its contract package declares (orkapi, agentapi, worker, keyapi,
+// proxyapi, joblog, simapi, the fabric's own), never retyped here. Operators
 // may call every method but those marked NoOperators; no one else may call
 // a method not declared.
 type Method struct {
@@ -111,65 +123,65 @@ const (
 // docs/security.md.
 var Graph = []Server{
 	{Role: Ork, Doc: "jobs, racks, placement; the keys bound to racks and jobs", Methods: []Method{
-		{Name: "createJob", Kind: Call, Callers: []Role{AppNode}, Doc: "create a job"},
-		{Name: "getJob", Kind: Call, Callers: []Role{AppNode}, Doc: "read a job"},
-		{Name: "listJobs", Kind: Call, Callers: []Role{AppNode, Proxy}, Doc: "list jobs (the proxy: its model catalog)"},
-		{Name: "deleteJob", Kind: Call, Callers: []Role{AppNode}, Doc: "delete a job or a replica"},
-		{Name: "restartJob", Kind: Call, Callers: []Role{AppNode}, Doc: "restart a job or a replica"},
-		{Name: "killJob", Kind: Call, Callers: []Role{AppNode}, Doc: "kill a job"},
-		{Name: "labelJob", Kind: Call, Callers: []Role{AppNode}, Doc: "set a label"},
-		{Name: "setRequireAuth", Kind: Call, Callers: []Role{AppNode}, Doc: "turn a managed-inference job's \"require authorization\" on or off"},
-		{Name: "registerRack", Kind: Call, Callers: []Role{AppNode}, Doc: "register a rack"},
-		{Name: "listRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
-		{Name: "forgetRacks", Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},
-		{Name: "watchPeers", Kind: Call, Callers: []Role{AppNode, Monitor, Directory, Proxy}, Doc: "the keys bound to racks and jobs, long-polled"},
-		{Name: "watchJobs", Kind: Call, Callers: []Role{AppNode}, Doc: "the jobs' version, long-polled (the API's watches)"},
-		{Name: "setQuota", Kind: Call, Callers: []Role{AppNode}, Doc: "set a team's GPU quota"},
-		{Name: "deleteQuota", Kind: Call, Callers: []Role{AppNode}, Doc: "remove a team's GPU quota"},
-		{Name: "listQuotas", Kind: Call, Callers: []Role{AppNode}, Doc: "list the teams' GPU quotas and their use"},
-		{Name: "ork.workerReport", Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
+		{Name: orkapi.MethodCreateJob, Kind: Call, Callers: []Role{AppNode}, Doc: "create a job"},
+		{Name: orkapi.MethodGetJob, Kind: Call, Callers: []Role{AppNode}, Doc: "read a job"},
+		{Name: orkapi.MethodListJobs, Kind: Call, Callers: []Role{AppNode, Proxy}, Doc: "list jobs (the proxy: its model catalog)"},
+		{Name: orkapi.MethodDeleteJob, Kind: Call, Callers: []Role{AppNode}, Doc: "delete a job or a replica"},
+		{Name: orkapi.MethodRestartJob, Kind: Call, Callers: []Role{AppNode}, Doc: "restart a job or a replica"},
+		{Name: orkapi.MethodKillJob, Kind: Call, Callers: []Role{AppNode}, Doc: "kill a job"},
+		{Name: orkapi.MethodLabelJob, Kind: Call, Callers: []Role{AppNode}, Doc: "set a label"},
+		{Name: orkapi.MethodSetRequireAuth, Kind: Call, Callers: []Role{AppNode}, Doc: "turn a managed-inference job's \"require authorization\" on or off"},
+		{Name: orkapi.MethodRegisterRack, Kind: Call, Callers: []Role{AppNode}, Doc: "register a rack"},
+		{Name: orkapi.MethodListRacks, Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
+		{Name: orkapi.MethodForgetRacks, Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},
+		{Name: orkapi.MethodWatchPeers, Kind: Call, Callers: []Role{AppNode, Monitor, Directory, Proxy}, Doc: "the keys bound to racks and jobs, long-polled"},
+		{Name: orkapi.MethodWatchJobs, Kind: Call, Callers: []Role{AppNode}, Doc: "the jobs' version, long-polled (the API's watches)"},
+		{Name: orkapi.MethodSetQuota, Kind: Call, Callers: []Role{AppNode}, Doc: "set a team's GPU quota"},
+		{Name: orkapi.MethodDeleteQuota, Kind: Call, Callers: []Role{AppNode}, Doc: "remove a team's GPU quota"},
+		{Name: orkapi.MethodListQuotas, Kind: Call, Callers: []Role{AppNode}, Doc: "list the teams' GPU quotas and their use"},
+		{Name: worker.MethodReport, Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
-		{Name: "inference.apiKeyByHash", Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
+		{Name: keyapi.ByHash.Name, Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
 	}},
 	{Role: Monitor, Doc: "job log records in; live streams and Loki out", Methods: []Method{
-		{Name: "monitor.append", Kind: Call, Callers: []Role{Worker, InstanceAgent, InferenceAgent},
+		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Worker, InstanceAgent, InferenceAgent},
 			Confined: "workers: only records of jobs placed on their rack; agents: only records of their own job (team and replica set from the key's binding, system lines marked as the agent's)",
 			Doc:      "append log records"},
 	}},
 	{Role: Directory, Doc: "where the agents announce themselves", Methods: []Method{
-		{Name: "announce", Kind: Call, Callers: []Role{InstanceAgent, InferenceAgent}, Confined: confinedTopic, Doc: "announce under a topic"},
-		{Name: "unannounce", Kind: Call, Callers: []Role{InstanceAgent, InferenceAgent}, Confined: "the caller's own announcements only", Doc: "withdraw an announcement"},
-		{Name: "lookup", Kind: Call, Callers: []Role{AppNode, Proxy}, Doc: "the live announcements of a topic"},
+		{Name: fabric.MethodAnnounce, Kind: Call, Callers: []Role{InstanceAgent, InferenceAgent}, Confined: confinedTopic, Doc: "announce under a topic"},
+		{Name: fabric.MethodUnannounce, Kind: Call, Callers: []Role{InstanceAgent, InferenceAgent}, Confined: "the caller's own announcements only", Doc: "withdraw an announcement"},
+		{Name: fabric.MethodLookup, Kind: Call, Callers: []Role{AppNode, Proxy}, Doc: "the live announcements of a topic"},
 	}},
 	{Role: Proxy, Doc: "the OpenAI-compatible endpoint", Methods: []Method{
-		{Name: "inference.modelHealth", Kind: Call, Callers: []Role{AppNode}, Doc: "a job's model health"},
+		{Name: proxyapi.Health.Name, Kind: Call, Callers: []Role{AppNode}, Doc: "a job's model health"},
 	}},
 	{Role: Worker, Doc: "a rack's worker (simulated or Kubernetes)", Methods: []Method{
-		{Name: "worker.capacity", Kind: Call, Callers: []Role{Ork}, Doc: "the rack's nodes"},
-		{Name: "worker.apply", Kind: Call, Callers: []Role{Ork}, Doc: "run a job's replicas"},
-		{Name: "worker.stop", Kind: Call, Callers: []Role{Ork}, Doc: "stop a replica"},
-		{Name: "worker.restart", Kind: Call, Callers: []Role{Ork}, Doc: "restart a replica"},
-		{Name: "worker.delete", Kind: Call, Callers: []Role{Ork}, Doc: "delete a job's replicas"},
-		{Name: "worker.jobs", Kind: Call, Callers: []Role{Ork}, Doc: "every job the rack runs"},
-		{Name: "agent.report", Kind: Event, Callers: []Role{InstanceAgent}, Confined: confinedReport, Doc: "an instance agent's status"},
-		{Name: "inference.report", Kind: Event, Callers: []Role{InferenceAgent}, Confined: confinedReport, Doc: "an inference agent's status"},
-		{Name: "simFailImport", Kind: Call, Doc: "simulated rack: fail a disk import (operators only)"},
-		{Name: "simCrash", Kind: Call, Doc: "simulated rack: crash a VMI (operators only)"},
-		{Name: "simLoseNode", Kind: Call, Doc: "simulated rack: lose a node (operators only)"},
-		{Name: "simRestoreNode", Kind: Call, Doc: "simulated rack: restore a node (operators only)"},
-		{Name: "simUnreachable", Kind: Call, Doc: "simulated rack: stop answering (operators only)"},
-		{Name: "simHoldAgent", Kind: Call, Doc: "simulated rack: keep a replica's agent from connecting (operators only)"},
+		{Name: worker.MethodCapacity, Kind: Call, Callers: []Role{Ork}, Doc: "the rack's nodes"},
+		{Name: worker.MethodApply, Kind: Call, Callers: []Role{Ork}, Doc: "run a job's replicas"},
+		{Name: worker.MethodStop, Kind: Call, Callers: []Role{Ork}, Doc: "stop a replica"},
+		{Name: worker.MethodRestart, Kind: Call, Callers: []Role{Ork}, Doc: "restart a replica"},
+		{Name: worker.MethodDelete, Kind: Call, Callers: []Role{Ork}, Doc: "delete a job's replicas"},
+		{Name: worker.MethodJobs, Kind: Call, Callers: []Role{Ork}, Doc: "every job the rack runs"},
+		{Name: agentapi.MethodReport, Kind: Event, Callers: []Role{InstanceAgent}, Confined: confinedReport, Doc: "an instance agent's status"},
+		{Name: agentapi.MethodInferenceReport, Kind: Event, Callers: []Role{InferenceAgent}, Confined: confinedReport, Doc: "an inference agent's status"},
+		{Name: simapi.MethodFailImport, Kind: Call, Doc: "simulated rack: fail a disk import (operators only)"},
+		{Name: simapi.MethodCrash, Kind: Call, Doc: "simulated rack: crash a VMI (operators only)"},
+		{Name: simapi.MethodLoseNode, Kind: Call, Doc: "simulated rack: lose a node (operators only)"},
+		{Name: simapi.MethodRestoreNode, Kind: Call, Doc: "simulated rack: restore a node (operators only)"},
+		{Name: simapi.MethodUnreachable, Kind: Call, Doc: "simulated rack: stop answering (operators only)"},
+		{Name: simapi.MethodHoldAgent, Kind: Call, Doc: "simulated rack: keep a replica's agent from connecting (operators only)"},
 	}},
 	{Role: InstanceAgent, Doc: "inside a gpu-container VM", Methods: []Method{
-		{Name: "shell.open", Kind: Stream, Callers: []Role{AppNode}, Doc: "a shell session"},
-		{Name: "tcp.connect", Kind: Stream, Callers: []Role{AppNode}, Doc: "a TCP stream to a port of the VM"},
-		{Name: "agent.status", Kind: Call, Callers: []Role{AppNode, Worker}, Confined: confinedBootstrap, Doc: "the agent's status"},
+		{Name: agentapi.MethodShell, Kind: Stream, Callers: []Role{AppNode}, Doc: "a shell session"},
+		{Name: agentapi.MethodTCPConnect, Kind: Stream, Callers: []Role{AppNode}, Doc: "a TCP stream to a port of the VM"},
+		{Name: agentapi.MethodStatus, Kind: Call, Callers: []Role{AppNode, Worker}, Confined: confinedBootstrap, Doc: "the agent's status"},
 	}},
 	{Role: InferenceAgent, Doc: "inside a managed-inference VM", Methods: []Method{
-		{Name: "inference.http", Kind: Stream, Callers: []Role{Proxy}, Doc: "an HTTP connection to the model server"},
-		{Name: "inference.status", Kind: Call, Callers: []Role{Worker}, Confined: confinedBootstrap, Doc: "the agent's status"},
-		{Name: "fabric.park", Kind: Call, Callers: []Role{Proxy}, Doc: "park direct connections with the caller"},
+		{Name: agentapi.MethodInferenceHTTP, Kind: Stream, Callers: []Role{Proxy}, Doc: "an HTTP connection to the model server"},
+		{Name: agentapi.MethodInferenceStatus, Kind: Call, Callers: []Role{Worker}, Confined: confinedBootstrap, Doc: "the agent's status"},
+		{Name: fabric.MethodPark, Kind: Call, Callers: []Role{Proxy}, Doc: "park direct connections with the caller"},
 	}},
 }
 

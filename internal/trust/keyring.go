@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
 // Principal is what a key is: its role and, for a bound key, what it is
@@ -61,12 +63,12 @@ func AgentRole(t cosmic.JobType) Role {
 }
 
 // AgentTopic is the directory topic the agents of role announce job under
-// (agentapi.Topic and agentapi.InferenceTopic are these).
+// (agentapi.Topic or agentapi.InferenceTopic).
 func AgentTopic(role Role, jobID string) string {
 	if role == InferenceAgent {
-		return "inference/" + jobID
+		return agentapi.InferenceTopic(jobID)
 	}
-	return "instance/" + jobID
+	return agentapi.Topic(jobID)
 }
 
 // rackGrace is how long a worker may still write a job's records after the
@@ -225,7 +227,7 @@ func (k *Keyring) BindRack(rack string, key fabric.PublicKey) {
 // BindAgents binds keys (by VMI index) as the agents of the replica of a
 // job, placed on rack; nil keys unbind the replica. Keys the replica had
 // and no longer has are revoked.
-func (k *Keyring) BindAgents(p Placement, keys []fabric.PublicKey) {
+func (k *Keyring) BindAgents(p orkapi.Placement, keys []fabric.PublicKey) {
 	k.mu.Lock()
 	ref := replicaRef{p.Job, p.Replica}
 	old := k.slots[ref]
@@ -271,7 +273,7 @@ func (k *Keyring) UnbindAgents(jobID string, replica int, keys []fabric.PublicKe
 // it): the racks' workers and the placed replicas' agents. Keys that lose
 // their binding are revoked; placements that go away still count for
 // OnRack for ten minutes.
-func (k *Keyring) Apply(p Peers) {
+func (k *Keyring) Apply(p orkapi.Peers) {
 	workers := make(map[fabric.PublicKey]*Principal, len(p.Racks))
 	racks := make(map[string]fabric.PublicKey, len(p.Racks))
 	for _, r := range p.Racks {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
 func key(t *testing.T) fabric.PublicKey {
@@ -99,8 +100,8 @@ func TestPolicy(t *testing.T) {
 	agentJ, agentK := key(t), key(t)
 	ring.BindRack("a", wA)
 	ring.BindRack("b", wB)
-	ring.BindAgents(Placement{Job: "j", Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 0, Rack: "a"}, []fabric.PublicKey{agentJ})
-	ring.BindAgents(Placement{Job: "k", Team: "t2", Type: cosmic.TypeManagedInference, Replica: 1, Rack: "b"}, []fabric.PublicKey{agentK})
+	ring.BindAgents(orkapi.Placement{Job: "j", Team: "t1", Type: cosmic.TypeGPUContainer, Replica: 0, Rack: "a"}, []fabric.PublicKey{agentJ})
+	ring.BindAgents(orkapi.Placement{Job: "k", Team: "t2", Type: cosmic.TypeManagedInference, Replica: 1, Rack: "b"}, []fabric.PublicKey{agentK})
 
 	ork := NewPolicy(Ork, ring)
 	for _, tc := range []struct {
@@ -153,8 +154,8 @@ func TestKeyringRevokesAndForgets(t *testing.T) {
 	var revoked []fabric.PublicKey
 	ring.OnRevoke(func(k fabric.PublicKey) { mu.Lock(); revoked = append(revoked, k); mu.Unlock() })
 	w, a0, a1 := key(t), key(t), key(t)
-	ring.Apply(Peers{Epoch: "e", Version: 1, Racks: []RackPeer{{Rack: "r", WorkerKey: w.String()}},
-		Placements: []Placement{{Job: "j", Team: "t", Type: cosmic.TypeManagedInference, Replica: 2, Rack: "r", AgentKeys: []string{a0.String(), a1.String()}}}})
+	ring.Apply(orkapi.Peers{Epoch: "e", Version: 1, Racks: []orkapi.RackPeer{{Rack: "r", WorkerKey: w.String()}},
+		Placements: []orkapi.Placement{{Job: "j", Team: "t", Type: cosmic.TypeManagedInference, Replica: 2, Rack: "r", AgentKeys: []string{a0.String(), a1.String()}}}})
 	select {
 	case <-ring.Synced():
 	default:
@@ -168,7 +169,7 @@ func TestKeyringRevokesAndForgets(t *testing.T) {
 	}
 	// The replica goes away: its keys are revoked; its rack still counts
 	// for a while.
-	ring.Apply(Peers{Epoch: "e", Version: 2, Racks: []RackPeer{{Rack: "r", WorkerKey: w.String()}}})
+	ring.Apply(orkapi.Peers{Epoch: "e", Version: 2, Racks: []orkapi.RackPeer{{Rack: "r", WorkerKey: w.String()}}})
 	if _, ok := ring.Principal(a0); ok {
 		t.Fatal("a0 still bound")
 	}
@@ -185,7 +186,7 @@ func TestKeyringRevokesAndForgets(t *testing.T) {
 		t.Fatal("a job that just left its rack no longer counts")
 	}
 	clock = clock.Add(rackGrace + time.Second)
-	ring.Apply(Peers{Epoch: "e", Version: 3})
+	ring.Apply(orkapi.Peers{Epoch: "e", Version: 3})
 	if ring.OnRack("j", "r") {
 		t.Fatal("a job gone for longer than the grace still counts")
 	}
@@ -198,11 +199,11 @@ func TestKeyringRevokesAndForgets(t *testing.T) {
 // older version, else when the version moves or the wait ends.
 type fakeOrk struct {
 	mu      sync.Mutex
-	peers   Peers
+	peers   orkapi.Peers
 	changed chan struct{}
 }
 
-func (f *fakeOrk) set(p Peers) {
+func (f *fakeOrk) set(p orkapi.Peers) {
 	f.mu.Lock()
 	p.Epoch, p.Version = "e", f.peers.Version+1
 	f.peers = p
@@ -211,7 +212,7 @@ func (f *fakeOrk) set(p Peers) {
 	f.mu.Unlock()
 }
 
-func (f *fakeOrk) WatchPeers(ctx context.Context, p WatchPeersParams) (Peers, error) {
+func (f *fakeOrk) WatchPeers(ctx context.Context, p orkapi.WatchPeersParams) (orkapi.Peers, error) {
 	for {
 		f.mu.Lock()
 		cur, ch := f.peers, f.changed
@@ -222,13 +223,13 @@ func (f *fakeOrk) WatchPeers(ctx context.Context, p WatchPeersParams) (Peers, er
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return Peers{}, ctx.Err()
+			return orkapi.Peers{}, ctx.Err()
 		}
 	}
 }
 
 func TestFollow(t *testing.T) {
-	src := &fakeOrk{peers: Peers{Epoch: "e"}, changed: make(chan struct{})}
+	src := &fakeOrk{peers: orkapi.Peers{Epoch: "e"}, changed: make(chan struct{})}
 	ring := NewKeyring()
 	revoked := make(chan fabric.PublicKey, 4)
 	ring.OnRevoke(func(k fabric.PublicKey) { revoked <- k })
@@ -238,7 +239,7 @@ func TestFollow(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	<-ring.Synced()
 	a := key(t)
-	src.set(Peers{Placements: []Placement{{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r", AgentKeys: []string{a.String()}}}})
+	src.set(orkapi.Peers{Placements: []orkapi.Placement{{Job: "j", Type: cosmic.TypeGPUContainer, Rack: "r", AgentKeys: []string{a.String()}}}})
 	deadline := time.After(10 * time.Second)
 	for !ring.IsAgent(a, "j", 0, 0) {
 		select {
@@ -247,7 +248,7 @@ func TestFollow(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	src.set(Peers{})
+	src.set(orkapi.Peers{})
 	select {
 	case k := <-revoked:
 		if k != a {

@@ -22,7 +22,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/shellproto"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Fabric methods of the agent.
@@ -41,7 +40,7 @@ const (
 var StatusCall = fabric.Method[struct{}, Status]{Name: MethodStatus}
 
 // Topic is the directory topic an agent of job announces itself under.
-func Topic(jobID string) string { return trust.AgentTopic(trust.InstanceAgent, jobID) }
+func Topic(jobID string) string { return "instance/" + jobID }
 
 // Status is what MethodStatus answers and MethodReport carries.
 type Status struct {

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Fabric methods of the inference agent.
@@ -24,7 +23,7 @@ const (
 var InferenceStatusCall = fabric.Method[struct{}, InferenceStatus]{Name: MethodInferenceStatus}
 
 // InferenceTopic is the directory topic the inference agents of a job announce under.
-func InferenceTopic(jobID string) string { return trust.AgentTopic(trust.InferenceAgent, jobID) }
+func InferenceTopic(jobID string) string { return "inference/" + jobID }
 
 // InferenceMeta is what an inference agent announces under InferenceTopic (its directory meta).
 type InferenceMeta struct {

@@ -11,7 +11,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/authz/authztest"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
@@ -93,7 +92,7 @@ func NewAccessEnv(t testing.TB, withPassword bool) *AccessEnv {
 	if _, err := e.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: cosmic.Rack{ID: "r1", Type: "server", Location: "us", GPUModel: "H100", WorkerKey: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}}); err != nil {
 		t.Fatal(err)
 	}
-	k, _, err := keyapi.NewAPIKey("k", "ml", "mia", time.Now()) // the member's: every role that may manage it reaches it
+	k, _, err := appnode.NewAPIKey("k", "ml", "mia", time.Now()) // the member's: every role that may manage it reaches it
 	if err != nil {
 		t.Fatal(err)
 	}

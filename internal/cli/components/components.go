@@ -24,7 +24,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
-	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
@@ -411,7 +410,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 			}
 			// proxy-inference checks keys here (inference.apiKeyByHash; the
 			// trust graph lets no one else call it).
-			keyapi.Serve(n, st)
+			appnode.ServeKeyLookup(n, st)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err

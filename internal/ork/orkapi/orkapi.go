@@ -13,7 +13,6 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
-	"github.com/cosmicac/cosmicac/internal/trust"
 )
 
 // Methods served by the ork.
@@ -32,7 +31,7 @@ const (
 	MethodListRacks      = "listRacks"
 	MethodForgetRacks    = "forgetRacks"
 	// MethodWatchPeers answers the keys bound to racks and jobs
-	// (trust.Peers), long-polled by the other components' keyrings.
+	// (Peers), long-polled by the other components' keyrings.
 	MethodWatchPeers = "watchPeers"
 	// MethodWatchJobs answers the jobs' version (JobsVersion) once it
 	// passes the one given, long-polled by the app-node's watches.
@@ -58,7 +57,7 @@ var (
 	RegisterRack   = fabric.Method[RegisterRackParams, RackInfo]{Name: MethodRegisterRack}
 	ListRacks      = fabric.Method[struct{}, ListRacksReply]{Name: MethodListRacks}
 	WatchJobs      = fabric.Method[WatchJobsParams, JobsVersion]{Name: MethodWatchJobs}
-	WatchPeers     = fabric.Method[trust.WatchPeersParams, trust.Peers]{Name: MethodWatchPeers}
+	WatchPeers     = fabric.Method[WatchPeersParams, Peers]{Name: MethodWatchPeers}
 	ForgetRacks    = fabric.Method[ForgetRacksParams, struct{}]{Name: MethodForgetRacks}
 	SetQuota       = fabric.Method[SetQuotaParams, Quota]{Name: MethodSetQuota}
 	DeleteQuota    = fabric.Method[QuotaRef, struct{}]{Name: MethodDeleteQuota}
@@ -334,7 +333,7 @@ func (c *Client) WatchJobs(ctx context.Context, p WatchJobsParams) (JobsVersion,
 
 // WatchPeers is MethodWatchPeers: the keys bound to racks and jobs, once
 // they differ from p's version or the wait ends (trust.PeerSource).
-func (c *Client) WatchPeers(ctx context.Context, p trust.WatchPeersParams) (trust.Peers, error) {
+func (c *Client) WatchPeers(ctx context.Context, p WatchPeersParams) (Peers, error) {
 	return WatchPeers.Call(ctx, c.node, c.key, p)
 }
 

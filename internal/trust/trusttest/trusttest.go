@@ -37,7 +37,11 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -417,34 +421,34 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 	case trust.MethodPing:
 		return call(nil, nil)
 	// wrk-ork: params that change nothing.
-	case "createJob", "registerRack":
+	case orkapi.MethodCreateJob, orkapi.MethodRegisterRack:
 		return call(struct{}{}, nil)
-	case "getJob":
+	case orkapi.MethodGetJob:
 		return call(map[string]string{"id": f.K.ID}, nil)
-	case "listJobs", "listRacks":
+	case orkapi.MethodListJobs, orkapi.MethodListRacks:
 		return call(struct{}{}, nil)
-	case "deleteJob", "restartJob", "killJob", "labelJob", "setRequireAuth":
+	case orkapi.MethodDeleteJob, orkapi.MethodRestartJob, orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodSetRequireAuth:
 		return call(map[string]any{"id": nowhere, "name": "a", "value": "b"}, nil)
-	case "forgetRacks":
+	case orkapi.MethodForgetRacks:
 		return call(map[string]any{"ids": []string{"no-such-rack"}}, nil)
-	case "watchPeers":
-		return call(trust.WatchPeersParams{}, nil)
-	case "watchJobs": // without a version: answered at once
+	case orkapi.MethodWatchPeers:
+		return call(orkapi.WatchPeersParams{}, nil)
+	case orkapi.MethodWatchJobs: // without a version: answered at once
 		return call(struct{}{}, nil)
-	case "setQuota": // without a team: invalid, nothing set
+	case orkapi.MethodSetQuota: // without a team: invalid, nothing set
 		return call(struct{}{}, nil)
-	case "deleteQuota":
+	case orkapi.MethodDeleteQuota:
 		return call(map[string]any{"team": "no-such-team", "location": "nowhere"}, nil)
-	case "listQuotas":
+	case orkapi.MethodListQuotas:
 		return call(struct{}{}, nil)
-	case "ork.workerReport":
+	case worker.MethodReport:
 		return call(worker.Report{Rack: TestRack, Jobs: []worker.JobReport{}}, nil)
 	// app-node
-	case "inference.apiKeyByHash":
+	case keyapi.ByHash.Name:
 		return call(map[string]any{"hash": make([]byte, 32)}, nil)
 	// wrk-monitor: a record of the target job; a caller outside its
 	// binding has it refused.
-	case "monitor.append":
+	case joblog.Append.Name:
 		var rep joblog.AppendReply
 		rec := joblog.Record{Time: time.Now(), JobID: target.ID, Source: joblog.SourceApplication, Stream: "stdout", Line: "matrix probe by " + c.name}
 		ok, detail, err := call(joblog.AppendParams{Records: []joblog.Record{rec}}, &rep)
@@ -453,42 +457,42 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		}
 		return ok, detail, err
 	// wrk-directory
-	case "announce":
+	case fabric.MethodAnnounce:
 		meta, _ := json.Marshal(map[string]any{"jobId": target.ID, "replica": 0, "vmiIndex": 0, "role": "head"})
 		return call(fabric.AnnounceParams{Topic: trust.AgentTopic(agentRoleOr(c.role), target.ID), TTLSeconds: 30, Meta: meta}, nil)
-	case "unannounce":
+	case fabric.MethodUnannounce:
 		return f.probeUnannounce(ctx, n, tgt, c, target)
-	case "lookup":
+	case fabric.MethodLookup:
 		return call(fabric.LookupParams{Topic: agentapi.Topic(f.K.ID)}, nil)
 	// proxy-inference
-	case "inference.modelHealth":
+	case proxyapi.Health.Name:
 		return call(map[string]string{"jobId": f.L.ID}, nil)
 	// a rack's worker
-	case "worker.capacity", "worker.jobs":
+	case worker.MethodCapacity, worker.MethodJobs:
 		return call(struct{}{}, nil)
-	case "worker.apply":
+	case worker.MethodApply:
 		return call(struct{}{}, nil) // a job without an ID: refused as bad_request
-	case "worker.stop", "worker.restart", "worker.delete":
+	case worker.MethodStop, worker.MethodRestart, worker.MethodDelete:
 		return call(map[string]any{"jobId": nowhere, "replica": 0}, nil)
-	case "agent.report", "inference.report":
+	case agentapi.MethodReport, agentapi.MethodInferenceReport:
 		// Reports are events; called as calls, their refusal is seen.
 		return call(map[string]any{"jobId": nowhere}, nil)
-	case "simFailImport", "simCrash", "simHoldAgent":
+	case simapi.MethodFailImport, simapi.MethodCrash, simapi.MethodHoldAgent:
 		return call(map[string]any{"jobId": nowhere}, nil)
-	case "simLoseNode", "simRestoreNode":
+	case simapi.MethodLoseNode, simapi.MethodRestoreNode:
 		return call(map[string]any{"node": "no-such-node"}, nil)
-	case "simUnreachable":
+	case simapi.MethodUnreachable:
 		return call(map[string]any{"seconds": 0}, nil) // refused as bad_request
 	// the agents
-	case "shell.open":
+	case agentapi.MethodShell:
 		return stream(shellproto.OpenParams{Argv: []string{"true"}})
-	case "tcp.connect":
+	case agentapi.MethodTCPConnect:
 		return stream(agentapi.TCPConnectParams{Port: agentapi.DefaultSSHPort}) // open to the platform; nothing need listen
-	case "agent.status", "inference.status":
+	case agentapi.MethodStatus, agentapi.MethodInferenceStatus:
 		return call(struct{}{}, nil)
-	case "inference.http":
+	case agentapi.MethodInferenceHTTP:
 		return stream(nil)
-	case "fabric.park":
+	case fabric.MethodPark:
 		return call(fabric.ParkParams{Count: 1}, nil)
 	}
 	return false, "", fmt.Errorf("the matrix has no probe for %s.%s: add one", server, m.Name)
@@ -509,7 +513,7 @@ func (f *Fixture) probeUnannounce(ctx context.Context, n *fabric.Node, tgt Peer,
 	key := tgt.Key
 	topicRole := agentRoleOr(c.role)
 	if !c.role.IsAgent() {
-		refused, detail, err := refusal(n.Call(ctx, key, "unannounce", fabric.LookupParams{Topic: trust.AgentTopic(topicRole, target.ID)}, nil))
+		refused, detail, err := refusal(n.Call(ctx, key, fabric.MethodUnannounce, fabric.LookupParams{Topic: trust.AgentTopic(topicRole, target.ID)}, nil))
 		return !refused, detail, err
 	}
 	topic := trust.AgentTopic(topicRole, target.ID)
@@ -522,7 +526,7 @@ func (f *Fixture) probeUnannounce(ctx context.Context, n *fabric.Node, tgt Peer,
 	on.AddAddrs(key, tgt.Addrs...)
 	meta, _ := json.Marshal(map[string]any{"jobId": target.ID, "replica": 0, "vmiIndex": 0, "role": "head", "ready": true})
 	announce := func() error {
-		return on.Call(ctx, key, "announce", fabric.AnnounceParams{Topic: topic, TTLSeconds: 30, Meta: meta}, nil)
+		return on.Call(ctx, key, fabric.MethodAnnounce, fabric.AnnounceParams{Topic: topic, TTLSeconds: 30, Meta: meta}, nil)
 	}
 	if err := announce(); err != nil {
 		return false, "", fmt.Errorf("the target's agent could not announce: %w", err)
@@ -540,7 +544,7 @@ func (f *Fixture) probeUnannounce(ctx context.Context, n *fabric.Node, tgt Peer,
 	// tries; one that is ignored never does.
 	listed := true
 	for try := 0; try < 3 && listed; try++ {
-		refused, detail, err := refusal(n.Call(ctx, key, "unannounce", fabric.LookupParams{Topic: topic}, nil))
+		refused, detail, err := refusal(n.Call(ctx, key, fabric.MethodUnannounce, fabric.LookupParams{Topic: topic}, nil))
 		if refused || err != nil {
 			return false, detail, err
 		}
@@ -623,7 +627,7 @@ func (w *matrixRack) Apply(_ context.Context, p worker.ApplyParams) error {
 			w.agents[p.Job.ID] = id
 		}
 		w.mu.Unlock()
-		w.ring.BindAgents(trust.Placement{Job: p.Job.ID, Team: p.Job.Team, Type: p.Job.Spec.Type, Replica: r.Replica, Rack: TestRack}, []fabric.PublicKey{id.PublicKey()})
+		w.ring.BindAgents(orkapi.Placement{Job: p.Job.ID, Team: p.Job.Team, Type: p.Job.Spec.Type, Replica: r.Replica, Rack: TestRack}, []fabric.PublicKey{id.PublicKey()})
 		w.set(p.Job.ID, worker.ReplicaReport{Replica: r.Replica, State: cosmic.StateRunning, Nodes: []string{"m0"}, AgentKeys: []string{id.PublicKey().String()}})
 	}
 	return nil
