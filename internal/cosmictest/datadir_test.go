@@ -1,14 +1,18 @@
 package cosmictest
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/platform"
@@ -96,3 +100,73 @@ func TestSecondPlatformOnTheSameDataDirRefuses(t *testing.T) {
 	// Restart closes the first, freeing the dir.
 	e.Restart()
 }
+
+// TestPlatformsSharingADatabaseElectOneOrk: two `cosmicac up` on one
+// database (a shared SQLite file here; PostgreSQL alike) do not both run
+// an ork: the second follows the lease, and its start waits, until the
+// first stops and releases it; then it leads and its API answers.
+func TestPlatformsSharingADatabaseElectOneOrk(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "shared.db")
+	shared := func(c *platform.Config) { c.Database = db }
+	a := newEnvAt(t, t.TempDir(), 5*time.Minute, shared)
+	tok, err := a.P.AdminToken() // the database's: the second platform makes none
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	following := make(chan struct{})
+	cfg := platform.DefaultConfig(t.TempDir())
+	cfg.Listen, cfg.MetricsListen, cfg.Database = "127.0.0.1:0", "", db
+	cfg.Logger = slog.New(onMessage{"following", sync.OnceFunc(func() { close(following) })})
+	type started struct {
+		p   *platform.Platform
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		p, err := platform.Start(a.Ctx, cfg)
+		done <- started{p, err}
+	}()
+	select {
+	case <-following:
+	case s := <-done:
+		if s.p != nil {
+			s.p.Close()
+		}
+		t.Fatalf("the second platform started (err %v) while the first led the shared database", s.err)
+	}
+	select {
+	case s := <-done:
+		if s.p != nil {
+			s.p.Close()
+		}
+		t.Fatalf("the second platform started (err %v) while the first led the shared database", s.err)
+	default:
+	}
+	a.Stop() // releases the lease
+	s := <-done
+	if s.err != nil {
+		t.Fatalf("second platform: %v", s.err)
+	}
+	defer s.p.Close()
+	if _, err := client.New(s.p.URL, tok).ListJobs(a.Ctx, client.ListOptions{}); err != nil {
+		t.Fatalf("the second platform's API: %v", err)
+	}
+}
+
+// onMessage is a slog handler that calls f for each record whose message
+// is msg.
+type onMessage struct {
+	msg string
+	f   func()
+}
+
+func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.f()
+	}
+	return nil
+}
+func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onMessage) WithGroup(string) slog.Handler      { return h }

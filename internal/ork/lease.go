@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -40,6 +42,18 @@ type LeaseConfig struct {
 // DefaultLeaseConfig: a 10 s lease renewed every 3 s.
 func DefaultLeaseConfig() LeaseConfig {
 	return LeaseConfig{TTL: config.Duration(10 * time.Second), Renew: config.Duration(3 * time.Second)}
+}
+
+// DefaultHolder names an ork in the lease: its host and data dir, the same
+// across its restarts (so that a restarted leader takes its lease back at
+// once) and unique among orks that do not share a data dir (which its lock
+// forbids).
+func DefaultHolder(dataDir string) string {
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return host + ":" + dataDir
 }
 
 // Validate reports every problem of the config.

@@ -73,6 +73,10 @@ type Config struct {
 	QEMU *QEMUConfig
 	// Ork tunes the ork.
 	Ork ork.Config
+	// Lease elects the ork among those sharing the database, as for a
+	// standalone wrk-ork (zero: ork.DefaultLeaseConfig; the holder
+	// defaults to ork.DefaultHolder of DataDir).
+	Lease ork.LeaseConfig
 	// SimRuntime is the simulated runtime of the simulated rack's
 	// inference agents (time to first token, faults, …); zero takes
 	// platform.SimRuntime.
@@ -307,15 +311,20 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return n, err
 	}
 
-	// wrk-ork: its racks' workers are bound as they are registered.
+	// wrk-ork's node: its racks' workers are bound as they are
+	// registered. The ork serves on it once it leads (below).
 	if p.OrkNode, err = node(trust.Ork, orkRing); err != nil {
 		return nil, err
 	}
-	if p.Ork, err = ork.New(cfg.Ork, ork.Deps{Store: p.Store, Dial: ork.FabricDialer(p.OrkNode), Keys: orkRing, Log: log.With("component", "wrk-ork")}); err != nil {
-		return nil, err
+	lcfg := cfg.Lease
+	if lcfg == (ork.LeaseConfig{}) {
+		lcfg = ork.DefaultLeaseConfig()
 	}
-	p.Ork.Serve(p.OrkNode)
-	if err := p.Ork.Start(ctx); err != nil {
+	if lcfg.Holder == "" {
+		lcfg.Holder = ork.DefaultHolder(cfg.DataDir)
+	}
+	lease, err := ork.NewLease(lcfg, p.Store, log.With("component", "wrk-ork"))
+	if err != nil {
 		return nil, err
 	}
 
@@ -383,10 +392,34 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s rack: %w", kind.name, err)
 	}
-	if _, err := p.Ork.RegisterRack(ctx, reg); err != nil {
-		return nil, fmt.Errorf("register the %s rack %s: %w", kind.name, reg.Rack.ID, err)
+	// wrk-ork, as a standalone ork runs (ork.Lead): elected among the
+	// orks sharing the database, its writes fenced by its term; it
+	// registers the rack before it acts. With the database to itself it
+	// leads at once; with another ork leading a shared one, `up` waits
+	// (the lease logs who leads) rather than run a second leader.
+	led := make(chan *ork.Ork, 1)
+	p.goRun("wrk-ork", func() error {
+		return ork.Lead(rctx, cfg.Ork, ork.LeaderDeps{
+			Deps:  ork.Deps{Store: p.Store, Keys: orkRing, Log: log.With("component", "wrk-ork")},
+			Lease: lease,
+			Node:  func() (*fabric.Node, error) { return p.OrkNode, nil },
+			Ready: func(ctx context.Context, o *ork.Ork, _ *fabric.Node) error {
+				if _, err := o.RegisterRack(ctx, reg); err != nil {
+					return fmt.Errorf("register the %s rack %s: %w", kind.name, reg.Rack.ID, err)
+				}
+				led <- o
+				return nil
+			},
+			Lost: func(err error) { p.fail(fmt.Errorf("wrk-ork: %w", err)) },
+		})
+	})
+	select {
+	case p.Ork = <-led:
+	case err := <-p.errs:
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	p.goRun("wrk-ork", func() error { return p.Ork.Run(rctx) })
 
 	// app-node: the HTTP API.
 	if p.TokenFile, _, err = appnode.Bootstrap(ctx, p.Store, cfg.DataDir); err != nil {
@@ -420,7 +453,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	appnode.ServeKeyLookup(p.AppNode, p.Store) // as a standalone app-node serves them
-	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
+	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), lease.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
 		return nil, err
@@ -492,11 +525,14 @@ func (p *Platform) goRun(name string, f func() error) {
 		if err != nil {
 			err = fmt.Errorf("%s: %w", name, err)
 			p.log.Error("component stopped", "name", name, "err", err)
-			p.failed.Do(func() { p.errs <- err })
+			p.fail(err)
 		}
 		return err
 	})
 }
+
+// fail makes err the platform's Err, if it is the first failure.
+func (p *Platform) fail(err error) { p.failed.Do(func() { p.errs <- err }) }
 
 // Err delivers the first component failure; the platform stops the others
 // when one fails (Close still has to be called).

@@ -195,7 +195,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 			}
 			log := a.componentLogger(cfg.Verbose)
 			if cfg.Lease.Holder == "" {
-				cfg.Lease.Holder = leaseHolder(cfg.DataDir)
+				cfg.Lease.Holder = ork.DefaultHolder(cfg.DataDir)
 			}
 			if err := cfg.Lease.Validate(); err != nil {
 				return cli.UsageErrorf("%v", err)
@@ -242,76 +242,43 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	return cmd
 }
 
-// leaseHolder names an ork in the lease: its host and data dir, the same
-// across its restarts (so that a restarted leader takes its lease back at
-// once) and unique among orks, one per data dir (the data dir's lock).
-func leaseHolder(dataDir string) string {
-	host, _ := os.Hostname()
-	if abs, err := filepath.Abs(dataDir); err == nil {
-		dataDir = abs
-	}
-	return host + ":" + dataDir
-}
-
-// leadOrk waits for the ork lease, then runs the ork, fenced by its term,
-// until ctx ends (it releases the lease) or the lease is lost (an error:
-// the process ends, and its supervisor starts it again as a follower). A
-// follower does not listen on the fabric: the orks share one identity and
-// peers are given every ork's address, so they reach whichever leads.
+// leadOrk runs the ork while it holds the lease (ork.Lead). A follower
+// does not listen on the fabric: the orks share one identity and peers are
+// given every ork's address, so they reach whichever leads. A deposed
+// leader fails stop: if what is in flight does not end within a TTL (a
+// database that does not answer), the process ends anyway, and its
+// supervisor starts it again as a follower.
 func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, lease *ork.Lease, reg *prometheus.Registry, log *slog.Logger) error {
-	if _, err := lease.Acquire(ctx); err != nil {
-		return nil // ctx ended while following
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := lease.Release(rctx); err != nil {
-			log.Warn("release lease", "err", err)
-		}
-	}()
 	// The racks' workers are bound as the ork registers them.
 	ring, err := cfg.keyring(nil)
 	if err != nil {
 		return err
 	}
-	n, err := cfg.trustNode("wrk-ork", ring, log)
-	if err != nil {
-		return err
-	}
-	defer n.Close()
-	o, err := ork.New(cfg.Ork, ork.Deps{Store: lease.Fenced(st), Dial: ork.FabricDialer(n), Keys: ring, Log: log.With("component", "wrk-ork")})
-	if err != nil {
-		return cli.UsageErrorf("%v", err)
-	}
-	o.Serve(n)
-	if err := o.Start(ctx); err != nil {
-		return err
-	}
-	if err := reg.Register(o.Collector()); err != nil {
-		return err
-	}
-	a.printNode(n)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return o.Run(gctx) })
-	g.Go(func() error {
-		if err := lease.Hold(gctx); err != nil {
-			err = fmt.Errorf("stepping down: %w", err)
-			// Off the fabric at once: the listeners and connections close
-			// first, so no call is served and nothing is sent; Close then
-			// waits for the calls in flight (their writes are fenced).
-			go n.Close()
-			// A deposed leader fails stop: if what is in flight does not
-			// end within a TTL (a database that does not answer), the
-			// process ends anyway.
+	var n *fabric.Node
+	defer func() {
+		if n != nil {
+			n.Close()
+		}
+	}()
+	err = ork.Lead(ctx, cfg.Ork, ork.LeaderDeps{
+		Deps:  ork.Deps{Store: st, Keys: ring, Log: log.With("component", "wrk-ork")},
+		Lease: lease,
+		Node: func() (*fabric.Node, error) {
+			n, err = cfg.trustNode("wrk-ork", ring, log)
+			return n, err
+		},
+		Ready: func(_ context.Context, o *ork.Ork, n *fabric.Node) error {
+			a.printNode(n)
+			return reg.Register(o.Collector())
+		},
+		Lost: func(err error) {
 			time.AfterFunc(cfg.Lease.TTL.D(), func() {
 				fmt.Fprintln(a.Stderr, "error:", err)
 				os.Exit(1)
 			})
-			return err
-		}
-		return nil
+		},
 	})
-	return g.Wait()
+	return err // the config was checked before (a usage error)
 }
 
 // ---- app-node
