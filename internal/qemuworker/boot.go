@@ -59,14 +59,14 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	w.setLocked(r, cosmic.StateStarting)
 	w.mu.Unlock()
 
-	fail := func(code cosmic.ReasonCode, err error) {
+	fail := func(step bootStep, err error) {
 		w.log.Warn("boot failed", "job_id", k.job, "replica", k.replica, "err", err)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if r.gen != gen {
 			return
 		}
-		reason := cosmic.NewReason(code, err.Error())
+		reason := judgeBootFailure(step, err)
 		r.reason = &reason
 		w.recordLocked(r, r.step, false, "%v", err)
 		w.setLocked(r, cosmic.StateFailed)
@@ -74,12 +74,12 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	}
 	img, err := w.opts.Images.Lookup(job.Spec.Image)
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepImage, err)
 		return
 	}
 	id, err := w.identity(r.dir)
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepIdentity, err)
 		return
 	}
 	w.mu.Lock()
@@ -91,25 +91,25 @@ func (w *Worker) boot(k replicaKey, gen int) {
 
 	pem, err := id.MarshalPEM()
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepSeed, err)
 		return
 	}
 	ai := vmboot.AgentIdentity{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}
 	peers, forwards, err := w.guestPeers()
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepSeed, err)
 		return
 	}
 	gpus := res.Count()
 	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
 		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}})
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepAgentDisk, err)
 		return
 	}
 	agentDisk, err := qemu.AgentDiskFor(ctx, filepath.Join(w.cfg.Dir, ".agent"), w.opts.AgentBinary)
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepSeed, err)
 		return
 	}
 	cpus, memMiB := w.vmSize(job)
@@ -119,14 +119,14 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
 	if w.cfg.DebugSSH {
 		if vc.SSHPort, err = freePort(); err != nil {
-			fail(cosmic.ReasonImportFailed, err)
+			fail(stepDisk, err)
 			return
 		}
 	}
 	qemu.KillStale(r.dir)
 	created, err := qemu.Prepare(ctx, vc)
 	if err != nil {
-		fail(cosmic.ReasonImportFailed, err)
+		fail(stepDisk, err)
 		return
 	}
 	w.mu.Lock()
@@ -143,7 +143,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	vm, err := qemu.Start(vc)
 	if err != nil {
 		w.mu.Unlock()
-		fail(cosmic.ReasonVMICrashed, err)
+		fail(stepStart, err)
 		return
 	}
 	r.vm = vm
@@ -203,6 +203,36 @@ func (w *Worker) vmExited(k replicaKey, gen int, vm *qemu.VM) {
 	w.recordLocked(r, "vm", false, "the VM ended: %s", v.detail)
 	w.setLocked(r, cosmic.StateFailed)
 	w.unbindLocked(r)
+}
+
+// bootStep is a step of a boot that can fail.
+type bootStep int
+
+const (
+	stepImage     bootStep = iota // the image, looked up in the catalogue
+	stepIdentity                  // the agent's key, in the replica's directory
+	stepSeed                      // the cloud-init seed: the agent's peers, the user data, a debug port
+	stepAgentDisk                 // the read-only disk that brings the agent
+	stepDisk                      // the replica's disk: its overlay, prepared
+	stepStart                     // QEMU, started
+)
+
+// judgeBootFailure is the rule of a boot's failure, pure: the reason its
+// replica fails with when step fails with err. An image gone from the
+// catalogue since Apply admitted it is not_in_catalogue (the job cannot
+// run here until it is back); what the rack could not make on its disk
+// (key, seed, agent disk, the replica's disk) is import_failed, as a
+// Kubernetes rack's failed disk import is; a QEMU that would not start is
+// vmi_crashed.
+func judgeBootFailure(step bootStep, err error) cosmic.Reason {
+	code := cosmic.ReasonImportFailed
+	switch step {
+	case stepImage:
+		code = cosmic.ReasonNotInCatalogue
+	case stepStart:
+		code = cosmic.ReasonVMICrashed
+	}
+	return cosmic.NewReason(code, err.Error())
 }
 
 // judgeVMExit is the rule of a VM's end, pure: expected when its replica

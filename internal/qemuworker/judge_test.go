@@ -82,3 +82,26 @@ func deref(p *int) any {
 	}
 	return *p
 }
+
+// TestJudgeBootFailure: a row per step of a boot that can fail, and the
+// reason its replica fails with.
+func TestJudgeBootFailure(t *testing.T) {
+	err := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		step bootStep
+		want cosmic.ReasonCode
+	}{
+		{"the image left the catalogue after Apply", stepImage, cosmic.ReasonNotInCatalogue},
+		{"the agent's key could not be kept", stepIdentity, cosmic.ReasonImportFailed},
+		{"the seed could not be written", stepSeed, cosmic.ReasonImportFailed},
+		{"the agent disk could not be made", stepAgentDisk, cosmic.ReasonImportFailed},
+		{"the replica's disk could not be made", stepDisk, cosmic.ReasonImportFailed},
+		{"QEMU would not start", stepStart, cosmic.ReasonVMICrashed},
+	} {
+		got := judgeBootFailure(tc.step, err)
+		if got.Code != tc.want || !strings.HasSuffix(got.Message, ": boom") {
+			t.Errorf("%s: %s %q, want %s ending in the error", tc.name, got.Code, got.Message, tc.want)
+		}
+	}
+}
