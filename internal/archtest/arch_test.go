@@ -107,6 +107,8 @@ func TestBoundaries(t *testing.T) {
 		// methods it names (issue 33), never a server.
 		mod + "trust$": {mod + "ork$", mod + "ork/placement", mod + "ork/fairq", mod + "appnode", mod + "agent$", mod + "inferagent", mod + "inferproxy$",
 			mod + "monitor", mod + "directory", mod + "k8sworker", mod + "qemuworker", mod + "simcluster$", mod + "store", mod + "platform", mod + "cli", "k8s.io/"},
+		// The GGUF reader and writer: the standard library only.
+		mod + "gguf$":     append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		mod + "httpserve": append([]string{mod, "github.com/", "golang.org/x/", "sigs.k8s.io/"}, kube...),
 		// The web interface's server is the embedded files and the
 		// standard library: any component may serve it.
