@@ -3,6 +3,8 @@ package agent
 import (
 	"os"
 	"os/exec"
+	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,6 +32,22 @@ func LoginShell(configured string) string {
 func ExitStatus(ps *os.ProcessState) (code int, signal string) {
 	return exitCode(ps, nil)
 }
+
+// SessionsHearHangup makes the processes sessions start from now on take
+// SIGHUP's default action even when this process was started with it
+// ignored (under nohup): exec keeps an ignored signal ignored in the child
+// but resets a caught one to its default, so SIGHUP is caught here, and
+// dropped (this process still outlives its terminal). Hangup then ends a
+// session's processes as a terminal's hang-up does.
+func SessionsHearHangup() {
+	hupOnce.Do(func() {
+		if signal.Ignored(syscall.SIGHUP) {
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+		}
+	})
+}
+
+var hupOnce sync.Once
 
 // Hangup ends the processes of a session whose process group leader is
 // pid: SIGHUP to the group (as a terminal's hang-up does), then SIGKILL

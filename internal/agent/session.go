@@ -123,6 +123,7 @@ func (a *Agent) handleShell(ctx context.Context, req *fabric.StreamRequest) erro
 	}
 
 	// The command.
+	SessionsHearHangup()
 	var cmd *exec.Cmd
 	if len(p.Argv) == 0 {
 		sh := a.loginShell()

@@ -194,6 +194,7 @@ func (s *Server) start(sc *ssh.ServerConn, ch ssh.Channel, pr *ptyRequest, env [
 	sh := agent.LoginShell(s.cfg.Shell)
 	p := &process{s: s, id: id, who: who(sc), what: "login shell", started: time.Now(),
 		exited: make(chan struct{}), done: make(chan struct{})}
+	agent.SessionsHearHangup()
 	if command == nil {
 		p.cmd = exec.Command(sh)
 		p.cmd.Args = []string{"-" + filepath.Base(sh)} // a login shell, as login(1) starts it
