@@ -10,8 +10,9 @@
 // A rack kind joins by giving Run a Rack: its worker, the reports it
 // delivered, and what the suite cannot do through the Worker interface
 // (place a replica, play the infrastructure a test has no controller for,
-// name the root disk, restart the worker). A rack kind whose checks wait
-// on real VMs runs them at once (Parallel).
+// name the root disk, restart the worker). A rack kind whose boots cost
+// minutes of CPU (real VMs under emulation) runs the checks chained on one
+// replica (Chained).
 //
 // Importers: the rack kinds' tests.
 package workertest
@@ -60,10 +61,24 @@ type Rack struct {
 	Timeout time.Duration
 }
 
-// Parallel, given to Run, runs the checks at once, each on its own rack:
-// for racks whose checks mostly wait (real VMs booting), so that the
-// suite takes about as long as its longest check.
-type Parallel bool
+// Mode is how Run runs the checks.
+type Mode int
+
+const (
+	// Separate runs each check on its own rack with its own jobs, one
+	// after another (the default).
+	Separate Mode = iota
+	// Parallel runs the checks at once, each on its own rack: for racks
+	// whose checks mostly wait, so that the suite takes about as long as
+	// its longest check.
+	Parallel
+	// Chained runs the checks one after another on one rack, each taking
+	// over the running replica the one before left (applied, then
+	// restarted, stopped and applied again, deleted): for racks where a
+	// boot costs minutes of CPU (real VMs under emulation), three boots
+	// instead of six. A check that finds no running replica starts one.
+	Chained
+)
 
 // Reports are a worker's delivered reports, as the suite reads them.
 type Reports interface {
@@ -136,9 +151,13 @@ func (r *Recorder) LastCapacity() *worker.Capacity {
 	return nil
 }
 
-// Run runs the suite; newRack makes a fresh rack for each check.
-func Run(t *testing.T, newRack func(t *testing.T) *Rack, opts ...Parallel) {
-	parallel := len(opts) > 0 && bool(opts[0])
+// Run runs the suite; newRack makes a fresh rack for each check (one for
+// them all, Chained).
+func Run(t *testing.T, newRack func(t *testing.T) *Rack, mode ...Mode) {
+	m := Separate
+	if len(mode) > 0 {
+		m = mode[0]
+	}
 	checks := []struct {
 		name string
 		f    func(t *testing.T, s *suite)
@@ -149,9 +168,22 @@ func Run(t *testing.T, newRack func(t *testing.T) *Rack, opts ...Parallel) {
 		{"DeleteEndsInGone", deleteEndsInGone},
 		{"ARestartedWorkerReportsWhatRuns", restartedWorker},
 	}
+	if m == Chained {
+		r := newRack(t)
+		s := &suite{t: t, r: r, w: r.Worker, timeout: cmp(r.Timeout, waittest.Timeout), chained: true}
+		for _, c := range checks {
+			t.Run(c.name, func(t *testing.T) {
+				s.t = t
+				c.f(t, s)
+			})
+		}
+		s.t = t
+		s.checkReports()
+		return
+	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
-			if parallel {
+			if m == Parallel {
 				t.Parallel()
 			}
 			r := newRack(t)
@@ -175,6 +207,15 @@ type suite struct {
 	w       worker.Worker
 	timeout time.Duration
 	touched []worker.ReplicaRef // the replicas whose reports checkReports reads
+	// chained: the checks share the rack; cur is the replica the last
+	// one left running (nil: none).
+	chained bool
+	cur     *placed
+}
+
+type placed struct {
+	job cosmic.Job
+	res cosmic.Reservation
 }
 
 func (s *suite) ctx() context.Context {
@@ -235,13 +276,28 @@ func (s *suite) waitState(job string, replica int, want cosmic.State) worker.Rep
 	})
 }
 
-// run applies a new job's replica 0 and waits for it to run.
+// run applies a new job's replica 0 and waits for it to run; chained, it
+// answers the replica the check before left running, if it still runs.
 func (s *suite) run() (cosmic.Job, cosmic.Reservation, worker.ReplicaReport) {
 	s.t.Helper()
+	if c := s.cur; c != nil {
+		if r, ok := s.last(c.job.ID, 0); ok && r.State == cosmic.StateRunning && !r.Gone {
+			return c.job, c.res, r
+		}
+	}
 	j := s.r.Job()
 	res := s.r.Place(j, 0)
 	s.apply(j, res)
-	return j, res, s.waitState(j.ID, 0, cosmic.StateRunning)
+	rep := s.waitState(j.ID, 0, cosmic.StateRunning)
+	s.leave(j, res)
+	return j, res, rep
+}
+
+// leave records, chained, the replica a check leaves running for the next.
+func (s *suite) leave(j cosmic.Job, res cosmic.Reservation) {
+	if s.chained {
+		s.cur = &placed{j, res}
+	}
 }
 
 // jobs is the worker's Jobs answer, by job ID.
@@ -290,6 +346,7 @@ func applyIsIdempotent(t *testing.T, s *suite) {
 	if !slices.Equal(running.Nodes, nodesOf(res)) {
 		t.Errorf("running on %v, placed on %v", running.Nodes, nodesOf(res))
 	}
+	s.leave(j, res)
 }
 
 // stopKeepsTheDisk: Stop ends the replica's VMs as killed, keeps its root
@@ -362,6 +419,7 @@ func restartedBefore(h []worker.ReplicaReport) bool {
 // succeeds (a named one is reported Gone).
 func deleteEndsInGone(t *testing.T, s *suite) {
 	j, _, _ := s.run()
+	s.cur = nil // gone, whatever follows
 	if err := s.w.Delete(s.ctx(), worker.DeleteParams{JobID: j.ID, Replica: worker.AllReplicas}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,11 +21,13 @@ import (
 // TestQEMUWorkerConformance runs the worker conformance suite
 // (internal/worker/workertest) against wrk-server-qemu's worker with real
 // VMs from hack/vm-image.sh's image (KVM where the host has it, else TCG):
-// each check boots its own VM on a rack of its own, all at once, and a
-// replica is running when the agent in it has reported to the worker.
+// the checks run chained on one rack (workertest.Chained: three boots, not
+// six, each minutes of CPU under TCG), and a replica is running when the
+// agent in it has reported to the worker.
 // The check of a restarted worker skips: the rack's VMs are the worker's
 // children and stop with it (docs/qemu-rack.md).
 func TestQEMUWorkerConformance(t *testing.T) {
+	t.Parallel() // minutes of emulated boots: beside the others
 	needAMD64Host(t)
 	im, _ := vmImage(t)
 	agentBin, relay := staticAgent(t), relayCommand(t)
@@ -88,7 +90,7 @@ func TestQEMUWorkerConformance(t *testing.T) {
 			},
 			Timeout: 10 * time.Minute,
 		}
-	}, workertest.Parallel(true))
+	}, workertest.Chained)
 }
 
 // testLogs writes a rack's job records to the test's log.
