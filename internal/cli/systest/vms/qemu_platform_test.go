@@ -151,7 +151,7 @@ var (
 // worker's, the serial console's, the agent's); a file
 // survives a restart; delete removes the disk; a job's command's exit
 // code is reported. Under TCG each boot takes about a minute.
-func TestQEMURackEndToEnd(t *testing.T) {
+func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environment
 	needAMD64Host(t)
 	im, guestKernel := vmImage(t)
 	testenv.RequireCommands(t, "apt-get install openssh-client", "ssh", "ssh-keygen")
@@ -400,6 +400,7 @@ func vmBootDisk(t *testing.T) (qemu.Image, string) {
 // the serial console tells them (before, nothing for ~95 s after "boot"),
 // and the job's log has them all, in order.
 func TestQEMURackFromDisk(t *testing.T) {
+	t.Parallel() // minutes of emulated boots: beside the others
 	needAMD64Host(t)
 	im, guestKernel := vmBootDisk(t)
 	agentBin := staticAgent(t)
