@@ -143,6 +143,24 @@ var (
 	builtBins = map[string]string{} // by command name
 )
 
+// qemuPlatform starts a platform (within d) whose rack is a QEMU rack of
+// one node with gpus GPUs, booting one VM at a time, with image im as
+// name; its VMs live in the directory it answers, whose consoles are
+// logged if t fails.
+func qemuPlatform(t *testing.T, d time.Duration, name string, im qemu.Image, gpus int) (*cosmictest.Env, string) {
+	t.Helper()
+	agentBin := staticAgent(t)
+	vms := t.TempDir()
+	consolesOnFailure(t, vms)
+	e := cosmictest.NewEnvWithin(t, d, func(c *platform.Config) {
+		c.QEMU = &platform.QEMUConfig{
+			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: gpus, Dir: vms, MaxBoots: 1},
+			Images: qemu.Catalogue{name: im}, AgentBinary: agentBin, Relay: relayCommand(t),
+		}
+	})
+	return e, vms
+}
+
 // TestQEMURackEndToEnd: a GPU Container Job on the QEMU rack boots the
 // Debian base image (no CosmicAC in it) in a real VM: the job is running
 // because the agent, delivered on its read-only disk, connected; the shell
@@ -155,15 +173,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	needAMD64Host(t)
 	im, guestKernel := vmImage(t)
 	testenv.RequireCommands(t, "apt-get install openssh-client", "ssh", "ssh-keygen")
-	agentBin := staticAgent(t)
-	vms := t.TempDir()
-	consolesOnFailure(t, vms)
-	e := cosmictest.NewEnvWithin(t, 15*time.Minute, func(c *platform.Config) {
-		c.QEMU = &platform.QEMUConfig{
-			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms, MaxBoots: 1},
-			Images: qemu.Catalogue{"debian-12": im}, AgentBinary: agentBin, Relay: relayCommand(t),
-		}
-	})
+	e, vms := qemuPlatform(t, 15*time.Minute, "debian-12", im, 2)
 	key := filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
@@ -403,15 +413,7 @@ func TestQEMURackFromDisk(t *testing.T) {
 	t.Parallel() // minutes of emulated boots: beside the others
 	needAMD64Host(t)
 	im, guestKernel := vmBootDisk(t)
-	agentBin := staticAgent(t)
-	vms := t.TempDir()
-	consolesOnFailure(t, vms)
-	e := cosmictest.NewEnvWithin(t, 10*time.Minute, func(c *platform.Config) {
-		c.QEMU = &platform.QEMUConfig{
-			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 1, Dir: vms, MaxBoots: 1},
-			Images: qemu.Catalogue{"stock": im}, AgentBinary: agentBin, Relay: relayCommand(t),
-		}
-	})
+	e, vms := qemuPlatform(t, 10*time.Minute, "stock", im, 1)
 	tok, err := e.P.AdminToken()
 	if err != nil {
 		t.Fatal(err)
