@@ -26,6 +26,7 @@ type APIKeyStore interface {
 	GetAPIKey(ctx context.Context, id string) (store.APIKey, error)
 	RotateAPIKey(ctx context.Context, id string, r store.APIKeyRotation) (store.APIKey, error)
 	DeleteAPIKey(ctx context.Context, id string) error
+	KeyStore // proxy-inference's lookups (Deps.Fabric)
 }
 
 var _ APIKeyStore = store.APIKeys(nil)

@@ -59,6 +59,9 @@ func (noAPIKeys) RotateAPIKey(_ context.Context, id string, _ store.APIKeyRotati
 func (noAPIKeys) DeleteAPIKey(_ context.Context, id string) error {
 	return fmt.Errorf("api key %s: %w", id, cosmic.ErrNotFound)
 }
+func (noAPIKeys) APIKeyByHash(context.Context, []byte) (store.APIKey, error) {
+	return store.APIKey{}, fmt.Errorf("api key: %w", cosmic.ErrNotFound)
+}
 
 // fuzzServer is an app-node on fakes, its admin's token and its ork.
 func fuzzServer(f *testing.F) (http.Handler, string, *recordingOrk) {

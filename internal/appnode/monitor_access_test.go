@@ -18,13 +18,13 @@ func TestMonitorAccessMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newAccessEnv(t, true)
-	m, err := monitor.New(monitor.DefaultConfig(""), nil)
+	auth := monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(e.App.Handler()))
+	auth.TTL = -1 // no cache: each caller is asked anew
+	m, err := monitor.New(monitor.DefaultConfig(""), monitor.Deps{Viewers: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(e.App.Handler()))
-	auth.TTL = -1 // no cache: each caller is asked anew
-	h := m.Handler(auth)
+	h := m.Handler()
 	for _, w := range callers {
 		want := authztest.Expect(doc, http.MethodGet, "/api/v1/jobs/{id}", w)
 		if w.Foreign {

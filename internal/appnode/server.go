@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -98,6 +99,10 @@ type Deps struct {
 	WebUI http.Handler
 	// Observer sees every answered request (metrics).
 	Observer Observer
+	// Fabric is the app-node's fabric node: proxy-inference looks the API
+	// keys up there (keyapi.ByHash, answered from APIKeys; nil or no
+	// APIKeys: not served).
+	Fabric fabric.Registrar
 }
 
 // New returns the app-node's server of cfg on d.
@@ -134,6 +139,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	for op := range handlers {
 		return nil, fmt.Errorf("app-node: handler %s has no route", op)
+	}
+	if d.Fabric != nil && d.APIKeys != nil {
+		ServeKeyLookup(d.Fabric, d.APIKeys)
 	}
 	return s, nil
 }
@@ -389,19 +397,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := httpserve.New(s.Handler(), s.cfg.HTTP, s.log)
 	hs.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	s.log.Info("app-node listening", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("app-node: serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownGrace.D())
-	defer cancel()
-	err := hs.Shutdown(sctx)
-	<-errc // Serve returned ErrServerClosed
-	if err != nil {
-		return fmt.Errorf("app-node: shutdown: %w", err)
+	if err := httpserve.Run(ctx, hs, ln, s.cfg.ShutdownGrace.D()); err != nil {
+		return fmt.Errorf("app-node: %w", err)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ package httpserve
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -330,3 +331,32 @@ func (s *stream) FlushError() error {
 
 // Unwrap lets http.ResponseController reach the server's writer.
 func (s *stream) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Run serves hs on ln until ctx ends, then shuts it down, giving the
+// requests in flight grace to finish (at most 5 s when grace is 0). It
+// returns once hs has stopped: nil after a shutdown in time, else why it
+// stopped. It closes ln. Every component that serves HTTP of its own
+// (the app-node, wrk-monitor, proxy-inference) runs its server with it.
+func Run(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration) error {
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) { // closed by its owner
+			return nil
+		}
+		return fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	<-errc // Serve returned ErrServerClosed
+	if err != nil {
+		return fmt.Errorf("shut down the server on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}

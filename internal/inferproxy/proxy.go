@@ -38,6 +38,9 @@ const Prefix = proxyapi.Prefix
 
 // Config tunes the proxy.
 type Config struct {
+	// HTTP bounds the clients of the server Run serves (zero fields:
+	// httpserve.DefaultLimits); the component's `http` section.
+	HTTP httpserve.Limits `json:"-"`
 	// MaxBodyBytes bounds a JSON request (default 16 MiB); MaxAudioBytes an
 	// audio upload (default 64 MiB). Larger ones are answered 413.
 	MaxBodyBytes  int64 `json:"maxBodyBytes,omitempty"`
@@ -171,8 +174,8 @@ type Agents interface {
 // Deps are what a proxy is built on. Catalog and Keys are required.
 type Deps struct {
 	// Node is proxy-inference's fabric node, where it looks replicas up
-	// and reaches their agents (nil: no replica is ever found, for tests
-	// of what comes before forwarding).
+	// and reaches their agents, and serves proxyapi (nil: no replica is
+	// ever found, for tests of what comes before forwarding).
 	Node *fabric.Node
 	// Directories are the agents' directories (wrk-directory).
 	Directories []fabric.PublicKey
@@ -240,7 +243,28 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s %s is not an endpoint of this API", r.Method, r.URL.Path))
 	})
 	p.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.metrics.observe(p.mux, w, r) })
+	if node != nil {
+		p.serve(node)
+	}
 	return p, nil
+}
+
+// Run serves the proxy's HTTP API (Handler) on ln, its clients bounded by
+// cfg.HTTP, until ctx ends, and returns once the server has stopped, with
+// the idle connections to agents closed. With ln nil the caller serves
+// Handler, and Run only waits for ctx.
+func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
+	defer p.Close()
+	if ln == nil {
+		<-ctx.Done()
+		return nil
+	}
+	hs := httpserve.New(p.Handler(), p.cfg.HTTP, p.log)
+	p.log.Info("proxy-inference listening", "addr", ln.Addr().String())
+	if err := httpserve.Run(ctx, hs, ln, 0); err != nil {
+		return fmt.Errorf("proxy-inference: %w", err)
+	}
+	return nil
 }
 
 // Handler serves /inference/v1/… and /inference/health.
@@ -486,8 +510,9 @@ func (p *Proxy) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"models": out})
 }
 
-// Serve registers the proxy's fabric methods on r (proxyapi).
-func (p *Proxy) Serve(r fabric.Registrar) {
+// serve registers the proxy's fabric methods on r (proxyapi): New does,
+// on Deps.Node.
+func (p *Proxy) serve(r fabric.Registrar) {
 	proxyapi.Health.Handle(r, func(ctx context.Context, _ fabric.PublicKey, q proxyapi.HealthParams) (ModelHealth, error) {
 		return p.JobHealth(ctx, q.JobID)
 	}, fabric.ReadOnly())

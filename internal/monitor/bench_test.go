@@ -390,7 +390,7 @@ func BenchmarkLokiDrainReal(b *testing.B) {
 			away := monitor.DefaultConfig(dir)
 			away.Loki.URL = "http://127.0.0.1:1"
 			away.Loki.MinBackoff = config.Duration(time.Hour)
-			m, err := monitor.New(away, nil)
+			m, err := monitor.New(away, monitor.Deps{})
 			if err != nil {
 				b.Fatal(err)
 			}

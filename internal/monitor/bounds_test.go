@@ -174,12 +174,12 @@ func TestSpoolBoundedPerJob(t *testing.T) {
 	t.Cleanup(lk.Close)
 	cfg := lokiConfig(t, lk, t.TempDir())
 	cfg.Loki.SpoolBytes, cfg.Loki.SegmentBytes, cfg.Loki.SpoolBytesPerJob = 4<<20, 1<<20, 256<<10
-	m, err := monitor.New(cfg, nil)
+	m, err := monitor.New(cfg, monitor.Deps{Viewers: allowAll})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	srv := httptest.NewServer(m.Handler(allowAll))
+	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -216,7 +216,7 @@ func TestSpoolBoundedPerJob(t *testing.T) {
 	}
 
 	// Loki drains the spool; job A's next record is taken, after a note.
-	go m.Run(ctx)
+	go m.Run(ctx, nil)
 	waittest.Until(t, func() bool { return metric(t, m, "cosmicac_monitor_spool_bytes") == 0 }, "Loki to drain the spool")
 	if rep, err := m.Append(ctx, []joblog.Record{rec(9999)}); err != nil || rep.Accepted != 1 {
 		t.Fatalf("job A after the drain: %+v, %v", rep, err)
@@ -251,11 +251,11 @@ func TestFollowsPerUserBounded(t *testing.T) {
 			w.Write([]byte(`{}`))
 		}
 	})
-	m, err := monitor.New(cfg, nil)
+	m, err := monitor.New(cfg, monitor.Deps{Viewers: monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(m.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api))))
+	srv := httptest.NewServer(m.Handler())
 	t.Cleanup(srv.Close)
 	defer srv.CloseClientConnections()
 

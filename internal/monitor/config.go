@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/httpserve"
+
 	"github.com/cosmicac/cosmicac/internal/config"
 )
 
@@ -14,6 +16,9 @@ type Config struct {
 	// DataDir holds the Loki spool (DataDir/spool). Required when Loki is
 	// configured.
 	DataDir string `json:"dataDir"`
+	// HTTP bounds the clients of the HTTP API that Run serves (zero
+	// fields: httpserve.DefaultLimits); the component's `http` section.
+	HTTP httpserve.Limits `json:"-"`
 	// BufferPerJob is how many records of each job are kept in memory: the
 	// history of a just-opened view without Loki, and how far a viewer may
 	// fall behind. Default 10000.

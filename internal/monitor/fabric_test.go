@@ -87,11 +87,11 @@ func TestAPIAuthorizer(t *testing.T) {
 			w.Write([]byte(`{"id":"` + jobA + `"}`))
 		}
 	})
-	m, err := monitor.New(monitor.DefaultConfig(""), nil)
+	m, err := monitor.New(monitor.DefaultConfig(""), monitor.Deps{Viewers: monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(m.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api))))
+	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	for _, tc := range []struct {
 		name, token string

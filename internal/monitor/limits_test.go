@@ -208,7 +208,7 @@ func spoolRecords(t *testing.T, dir string, now time.Time, rs []joblog.Record) {
 	cfg := monitor.DefaultConfig(dir)
 	cfg.Loki.URL = "http://127.0.0.1:1" // nothing listens
 	cfg.Loki.MinBackoff = config.Duration(time.Hour)
-	m, err := monitor.New(cfg, nil)
+	m, err := monitor.New(cfg, monitor.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,14 +345,14 @@ func TestTooFarBehindIsDroppedOnce(t *testing.T) {
 		waitLines(t, lk.url, jobA, 1)
 		e1.stop()
 
-		m2, err := monitor.New(limitsConfig(lk, t.TempDir()), nil)
+		m2, err := monitor.New(limitsConfig(lk, t.TempDir()), monitor.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		monitor.SetClock(m2, func() time.Time { return time.Now().Add(-2 * time.Hour) })
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); m2.Run(ctx) }()
+		go func() { defer close(done); m2.Run(ctx, nil) }()
 		defer func() { cancel(); <-done; m2.Close() }()
 		appendN(t, m2, 1, 11, 10)
 		waittest.Until(t, func() bool { return dropped(t, m2, "too_far_behind") >= 10 }, "10 records dropped as too far behind")

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,8 +19,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
@@ -48,10 +53,11 @@ func entrySize(e *entry) int64 {
 // Monitor is wrk-monitor. Serve registers its fabric method, Handler serves
 // the HTTP API, Run forwards to Loki.
 type Monitor struct {
-	cfg Config
-	log *slog.Logger
-	met *metrics
-	now func() time.Time
+	cfg     Config
+	log     *slog.Logger
+	viewers Authorizer
+	met     *metrics
+	now     func() time.Time
 
 	// mu orders appends: a batch gets its numbers, is spooled and reaches
 	// the buffers under it, so every job's buffer is in sequence order. It
@@ -100,17 +106,41 @@ type viewer struct {
 	wake chan struct{}
 }
 
-// New returns a monitor of cfg. With cfg.Loki.URL it opens (and replays)
-// the spool in cfg.DataDir/spool.
-func New(cfg Config, log *slog.Logger) (*Monitor, error) {
+// Deps are what a monitor runs with, from its assembly (the standalone
+// wrk-monitor command, or `cosmicac up`).
+type Deps struct {
+	// Fabric is the monitor's node, whose trust policy admits the
+	// producers (workers and agents): joblog.append is served there (nil:
+	// records come only through Append, or a later Serve).
+	Fabric fabric.Registrar
+	// Producers says which rack each job is placed on, so that each
+	// producer writes only what is its own (confine; the keyring the
+	// assembly follows from the ork). Nil refuses every worker's record.
+	Producers Placements
+	// Viewers authorizes each viewer of the HTTP API (Handler); nil
+	// refuses every viewer.
+	Viewers Authorizer
+	Log     *slog.Logger
+}
+
+// New returns a monitor of cfg on d. With cfg.Loki.URL it opens (and
+// replays) the spool in cfg.DataDir/spool.
+func New(cfg Config, d Deps) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("monitor config: %w", err)
 	}
 	cfg.setDefaults()
+	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Monitor{cfg: cfg, log: log, now: time.Now, jobs: map[string]*jobLog{}, quit: make(chan struct{}),
+	viewers := d.Viewers
+	if viewers == nil {
+		viewers = AuthorizerFunc(func(*http.Request, string) error {
+			return &AuthError{Status: http.StatusForbidden, Code: apiv1.CodeForbidden, Message: "this monitor admits no viewers"}
+		})
+	}
+	m := &Monitor{cfg: cfg, log: log, viewers: viewers, now: time.Now, jobs: map[string]*jobLog{}, quit: make(chan struct{}),
 		shareDropped: map[string]*droppedRecords{}, follows: map[string]int{}}
 	m.met = newMetrics(m)
 	if cfg.Loki.URL != "" {
@@ -124,6 +154,9 @@ func New(cfg Config, log *slog.Logger) (*Monitor, error) {
 			m.pushed.Store(sp.maxSeq) // else the replay's first push sets it
 		}
 		m.loki = newLokiClient(cfg.Loki)
+	}
+	if d.Fabric != nil {
+		m.Serve(d.Fabric, d.Producers)
 	}
 	return m, nil
 }
@@ -149,7 +182,8 @@ func (m *Monitor) Registry() *prometheus.Registry { return m.met.reg }
 func (m *Monitor) HasLoki() bool { return m.loki != nil }
 
 // Serve registers joblog.Append on r (the monitor's fabric node,
-// whose trust policy admits the producers: workers and agents). Each
+// whose trust policy admits the producers: workers and agents), as New
+// does on Deps.Fabric; it is for a node made after the monitor. Each
 // caller writes only what is its own (confine): where says which rack a
 // job is placed on; nil refuses every worker's record.
 func (m *Monitor) Serve(r fabric.Registrar, where Placements) {
@@ -560,25 +594,42 @@ func (m *Monitor) unsubscribe(j *jobLog, v *viewer) {
 	m.met.viewers.Dec()
 }
 
-// Run forwards spooled records to Loki (when configured) and drops idle
-// job buffers, until ctx ends.
-func (m *Monitor) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
+// Run forwards spooled records to Loki (when configured), drops idle job
+// buffers and, when ln is not nil, serves the HTTP API (Handler) on ln,
+// its clients bounded by cfg.HTTP, until ctx ends; it returns once all it
+// started has stopped (the open log streams end at shutdown: viewers
+// reconnect with Last-Event-ID). With ln nil the caller serves Handler
+// itself. Close the monitor after.
+func (m *Monitor) Run(ctx context.Context, ln net.Listener) error {
+	g, ctx := errgroup.WithContext(ctx)
 	if m.loki != nil {
-		wg.Go(func() { m.forward(ctx) })
+		g.Go(func() error { m.forward(ctx); return nil })
 	}
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
+	if ln != nil {
+		hs := httpserve.New(m.Handler(), m.cfg.HTTP, m.log)
+		hs.RegisterOnShutdown(m.CloseStreams)
+		m.log.Info("wrk-monitor listening", "addr", ln.Addr().String())
+		g.Go(func() error {
+			if err := httpserve.Run(ctx, hs, ln, 0); err != nil {
+				return fmt.Errorf("wrk-monitor: %w", err)
+			}
 			return nil
-		case <-t.C:
-			m.mu.Lock()
-			m.evictLocked(false)
-			m.mu.Unlock()
-			m.noteShareDrops()
-		}
+		})
 	}
+	g.Go(func() error {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				m.mu.Lock()
+				m.evictLocked(false)
+				m.mu.Unlock()
+				m.noteShareDrops()
+			}
+		}
+	})
+	return g.Wait()
 }

@@ -45,12 +45,12 @@ func start(t testing.TB, cfg monitor.Config, small bool) *env {
 // startLogged is start with the monitor logging to log.
 func startLogged(t testing.TB, cfg monitor.Config, small bool, log *slog.Logger) *env {
 	t.Helper()
-	m, err := monitor.New(cfg, log)
+	m, err := monitor.New(cfg, monitor.Deps{Viewers: allowAll, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{m: m, done: make(chan struct{})}
-	e.srv = httptest.NewUnstartedServer(m.Handler(allowAll))
+	e.srv = httptest.NewUnstartedServer(m.Handler())
 	if small {
 		e.srv.Listener = smallBufListener{e.srv.Listener}
 	}
@@ -58,7 +58,7 @@ func startLogged(t testing.TB, cfg monitor.Config, small bool, log *slog.Logger)
 	e.c = client.New(e.srv.URL, "tok")
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	go func() { defer close(e.done); m.Run(ctx) }()
+	go func() { defer close(e.done); m.Run(ctx, nil) }()
 	t.Cleanup(e.stop)
 	return e
 }
@@ -519,5 +519,64 @@ func TestUnknownPathsAreJSON404(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(b), `"not_found"`) {
 			t.Errorf("GET %s: %d %s %s, want a JSON 404", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 		}
+	}
+}
+
+// TestRunServesItsListener: what the standalone wrk-monitor runs. Run
+// serves the API on its listener until its context ends; a follower's
+// stream ends at shutdown instead of holding it, and Run returns only once
+// the server has stopped. A monitor given no viewers' authorizer refuses
+// every viewer.
+func TestRunServesItsListener(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		viewers monitor.Authorizer
+		want    int
+	}{{"viewers", allowAll, http.StatusOK}, {"no viewers", nil, http.StatusForbidden}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := monitor.New(monitor.DefaultConfig(""), monitor.Deps{Viewers: tc.viewers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			appendN(t, m, 0, 3, 3)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := "http://" + ln.Addr().String()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- m.Run(ctx, ln) }()
+			resp, err := http.Get(url + monitor.LogsPath + jobA + "/logs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("GET logs: %d, want %d", resp.StatusCode, tc.want)
+			}
+			followed := make(chan error, 1)
+			if tc.viewers != nil {
+				go func() {
+					_, _, err := collect(context.Background(), client.New(url, "tok"), client.LogOptions{Follow: true, MaxReconnects: -1}, 0)
+					followed <- err
+				}()
+				waittest.Until(t, func() bool { return metric(t, m, "cosmicac_monitor_viewers") > 0 }, "the follower's stream")
+			}
+			cancel()
+			if err := <-ran; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if tc.viewers != nil {
+				if err := <-followed; err == nil {
+					t.Fatal("the follower's stream outlived the monitor")
+				}
+			}
+			if _, err := http.Get(url + monitor.LogsPath + jobA + "/logs"); err == nil {
+				t.Fatal("the monitor still answers after Run returned")
+			}
+		})
 	}
 }

@@ -61,9 +61,10 @@ type Cutoff struct {
 }
 
 // Handler serves GET /monitor/v1/jobs/{id}/logs, authorizing each request
-// with auth; any other path is a JSON 404 (the metrics are not here: they
-// are on the component's metrics listener).
-func (m *Monitor) Handler(auth Authorizer) http.Handler {
+// with the monitor's Deps.Viewers; any other path is a JSON 404 (the
+// metrics are not here: they are on the component's metrics listener).
+func (m *Monitor) Handler() http.Handler {
+	auth := m.viewers
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+LogsPath+"{id}/logs", func(w http.ResponseWriter, r *http.Request) { m.serveLogs(w, r, auth) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -22,14 +22,14 @@ import (
 // accepted means what it says (since is the start of history, clamped to
 // the records' numbering).
 func FuzzLogsRequest(f *testing.F) {
-	m, err := New(DefaultConfig(f.TempDir()), nil)
+	m, err := New(DefaultConfig(f.TempDir()), Deps{Viewers: AuthorizerFunc(func(*http.Request, string) error { return nil })})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { m.Close() })
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	m.now = func() time.Time { return now }
-	h := m.Handler(AuthorizerFunc(func(*http.Request, string) error { return nil }))
+	h := m.Handler()
 	const job = "3f2a9c1e-0b7d-4c1e-9a55-2b8e4f6d7a10"
 	for _, s := range []struct{ id, query, lastEventID string }{
 		{job, "", ""},

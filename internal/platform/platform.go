@@ -328,21 +328,6 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 
-	// wrk-monitor: takes log records from the workers and agents over the
-	// fabric, each confined to its own rack or job.
-	mcfg := cfg.Monitor
-	if mcfg.DataDir == "" {
-		mcfg.DataDir = filepath.Join(cfg.DataDir, "wrk-monitor")
-	}
-	if p.Monitor, err = monitor.New(mcfg, log.With("component", "wrk-monitor")); err != nil {
-		return nil, err
-	}
-	if p.MonitorNode, err = node(trust.Monitor, p.Keys); err != nil {
-		return nil, err
-	}
-	p.Monitor.Serve(p.MonitorNode, p.Keys)
-	p.goRun("wrk-monitor", func() error { return p.Monitor.Run(rctx) })
-
 	// The app-node's fabric node: a client of the ork, and the peer the
 	// instance agents dial so that it can open their shells.
 	if p.AppNode, err = node(trust.AppNode, p.Keys); err != nil {
@@ -372,6 +357,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	p.ProxyNode.AddAddrs(dirID.PublicKey(), p.DirectoryNode.Addr())
 	p.ProxyNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
+	p.AppNode.AddAddrs(proxyID.PublicKey(), p.ProxyNode.Addr())
 	pcfg := cfg.Proxy
 	if cfg.Front != nil && len(pcfg.TrustedProxies) == 0 {
 		pcfg.TrustedProxies = embeddedGateway
@@ -383,7 +369,54 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		Log: log.With("component", "proxy-inference")}); err != nil {
 		return nil, err
 	}
-	p.Proxy.Serve(p.ProxyNode)
+
+	// app-node: the HTTP API, on the same dependencies as a standalone
+	// app-node's (cli/components), its HTTP served below. It answers API
+	// key lookups on its node, and asks proxy-inference for model health.
+	acfg := appnode.DefaultConfig()
+	acfg.Listen, acfg.DataDir = cfg.Listen, cfg.DataDir
+	if cfg.JobCreatesPerMinute != 0 {
+		acfg.JobCreatesPerMinute = cfg.JobCreatesPerMinute
+	}
+	if cfg.Front != nil {
+		acfg.TrustedProxies = embeddedGateway
+	}
+	apiObs := metrics.NewAPIObserver()
+	api, err := appnode.New(acfg, appnode.Deps{
+		Ork:      orkapi.NewClient(p.AppNode, orkID.PublicKey()),
+		Accounts: p.Store,
+		APIKeys:  p.Store,
+		Log:      log.With("component", "app-node"),
+		Shells: appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
+			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
+				return p.Keys.IsAgent(key, jobID, replica, 0)
+			}},
+		ModelHealth: proxyapi.HealthClient{Node: p.AppNode, Proxy: proxyID.PublicKey()},
+		Observer:    apiObs,
+		Fabric:      p.AppNode,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// wrk-monitor: takes log records from the workers and agents over the
+	// fabric, each confined to its own rack or job; its viewers' tokens are
+	// checked with the app-node, in process.
+	mcfg := cfg.Monitor
+	if mcfg.DataDir == "" {
+		mcfg.DataDir = filepath.Join(cfg.DataDir, "wrk-monitor")
+	}
+	if p.MonitorNode, err = node(trust.Monitor, p.Keys); err != nil {
+		return nil, err
+	}
+	if p.Monitor, err = monitor.New(mcfg, monitor.Deps{Fabric: p.MonitorNode, Producers: p.Keys,
+		Viewers: monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler())),
+		Log:     log.With("component", "wrk-monitor")}); err != nil {
+		return nil, err
+	}
+	// Their HTTP is served below, on one listener or behind the gateway.
+	p.goRun("wrk-monitor", func() error { return p.Monitor.Run(rctx, nil) })
+	p.goRun("proxy-inference", func() error { return p.Proxy.Run(rctx, nil) })
 
 	// The rack, of the kind the config asks for (racks.go), registered
 	// (or registered again, at its new address) with the ork.
@@ -420,45 +453,18 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-
-	// app-node: the HTTP API.
+	// The first admin, once this process leads (orks sharing a database
+	// bootstrap one at a time).
 	if p.TokenFile, _, err = appnode.Bootstrap(ctx, p.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
-	acfg := appnode.DefaultConfig()
-	acfg.Listen, acfg.DataDir = cfg.Listen, cfg.DataDir
-	if cfg.JobCreatesPerMinute != 0 {
-		acfg.JobCreatesPerMinute = cfg.JobCreatesPerMinute
-	}
-	if cfg.Front != nil {
-		acfg.TrustedProxies = embeddedGateway
-	}
-	// The model health comes from proxy-inference over the fabric, as a
-	// standalone app-node asks it.
-	p.AppNode.AddAddrs(proxyID.PublicKey(), p.ProxyNode.Addr())
-	apiObs := metrics.NewAPIObserver()
-	api, err := appnode.New(acfg, appnode.Deps{
-		Ork:      orkapi.NewClient(p.AppNode, orkID.PublicKey()),
-		Accounts: p.Store,
-		APIKeys:  p.Store,
-		Log:      log.With("component", "app-node"),
-		Shells: appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
-			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
-				return p.Keys.IsAgent(key, jobID, replica, 0)
-			}},
-		ModelHealth: proxyapi.HealthClient{Node: p.AppNode, Proxy: proxyID.PublicKey()},
-		Observer:    apiObs,
-	})
-	if err != nil {
-		return nil, err
-	}
-	appnode.ServeKeyLookup(p.AppNode, p.Store) // as a standalone app-node serves them
+
 	p.Metrics = metrics.NewRegistry(apiObs, p.Ork.Collector(), lease.Collector(), monitor.ForwarderCollector(p.workerName, p.workerFwd), p.Proxy.Collector(), metrics.DirectoryCollector(p.Directory), storeMetrics)
 	ui, err := webui.New()
 	if err != nil {
 		return nil, err
 	}
-	monitorHTTP := p.Monitor.Handler(monitor.NewAPIAuthorizer("http://app-node", monitor.HandlerTransport(api.Handler())))
+	monitorHTTP := p.Monitor.Handler()
 	p.goRun("app-node", func() error { return api.Run(rctx, nil) }) // its HTTP is served below
 	if cfg.Front == nil {
 		// One HTTP server, routed as the Caddy gateway routes: /api to the

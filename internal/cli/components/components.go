@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,23 +88,6 @@ func (c *componentFlags) bind(f *pflag.FlagSet, defListen string, role trust.Rol
 // ends; its caller runs it in the component's group.
 func (c *componentFlags) listenMetrics(reg *prometheus.Registry) (serve func(context.Context) error, err error) {
 	return metrics.Listen(c.MetricsListen, reg, c.HTTP)
-}
-
-// serveHTTP serves hs on ln in g until ctx ends, then shuts it down
-// gracefully (5 s at most).
-func serveHTTP(ctx context.Context, g *errgroup.Group, hs *http.Server, ln net.Listener) {
-	g.Go(func() error {
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return hs.Shutdown(sctx)
-	})
 }
 
 // waitAll waits for g; its context ending (an interrupt) is no error.
@@ -359,6 +341,9 @@ func (a *app) appNodeCommand() *cobra.Command {
 				Log:      log.With("component", "app-node"),
 				WebUI:    ui, // the gateway's default for every path outside the APIs
 				Observer: obs,
+				// proxy-inference checks keys here (keyapi.ByHash; the trust
+				// graph lets no one else call it).
+				Fabric: n,
 			}
 			if len(dirs) > 0 {
 				// Shells reach an agent found in the directories only if the
@@ -375,9 +360,6 @@ func (a *app) appNodeCommand() *cobra.Command {
 			if err != nil {
 				return cli.UsageErrorf("%v", err)
 			}
-			// proxy-inference checks keys here (inference.apiKeyByHash; the
-			// trust graph lets no one else call it).
-			appnode.ServeKeyLookup(n, st)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(obs, storeMetrics))
 			if err != nil {
 				return err
@@ -553,19 +535,17 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 			if mcfg.DataDir == "" {
 				mcfg.DataDir = filepath.Join(cfg.DataDir, "spool")
 			}
-			m, err := monitor.New(mcfg, log.With("component", "wrk-monitor"))
+			mcfg.HTTP = cfg.HTTP
+			m, err := monitor.New(mcfg, monitor.Deps{Fabric: n, Producers: ring,
+				Viewers: monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil), Log: log.With("component", "wrk-monitor")})
 			if err != nil {
 				return cli.UsageErrorf("%v", err)
 			}
 			defer m.Close()
-			m.Serve(n, ring)
 			ln, err := net.Listen("tcp", cfg.HTTPListen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			// The logs only: the metrics are on --metrics-listen.
-			hs := httpserve.New(m.Handler(monitor.NewAPIAuthorizer(cfg.AppNodeURL, nil)), cfg.HTTP, nil)
-			hs.RegisterOnShutdown(m.CloseStreams)
 			a.printNode(n)
 			fmt.Fprintf(a.Stdout, "monitor http://%s/monitor/v1\n", ln.Addr())
 			serveMetrics, err := cfg.listenMetrics(m.Registry())
@@ -573,13 +553,12 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 				return err
 			}
 			g, ctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return m.Run(ctx) })
+			g.Go(func() error { return m.Run(ctx, ln) }) // the logs only: the metrics are on --metrics-listen
 			g.Go(func() error {
 				ring.Follow(ctx, orkapi.NewClient(n, orkKey), log.With("component", "trust"))
 				return nil
 			})
 			g.Go(func() error { return serveMetrics(ctx) })
-			serveHTTP(ctx, g, hs, ln)
 			return waitAll(g)
 		},
 	}

@@ -3,7 +3,6 @@ package components
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/config"
-	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -80,6 +78,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			defer cfg.unlock() // after the node: the data dir is free once all is closed
 			defer n.Close()
 			pcfg := cfg.Proxy
+			pcfg.HTTP = cfg.HTTP
 			if err := pcfg.Validate(); err != nil {
 				return cli.UsageErrorf("proxy: %v", err)
 			}
@@ -93,15 +92,10 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 			if err != nil {
 				return cli.UsageErrorf("%v", err)
 			}
-			defer p.Close()
-			p.Serve(n)
-			mux := http.NewServeMux()
-			mux.Handle("/inference/", p.Handler())
 			ln, err := net.Listen("tcp", cfg.HTTPListen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
-			hs := httpserve.New(mux, cfg.HTTP, nil)
 			a.printNode(n)
 			fmt.Fprintf(a.Stdout, "inference http://%s%s\n", ln.Addr(), inferproxy.Prefix)
 			serveMetrics, err := cfg.listenMetrics(metrics.NewRegistry(p.Collector()))
@@ -114,7 +108,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				return nil
 			})
 			g.Go(func() error { return serveMetrics(ctx) })
-			serveHTTP(ctx, g, hs, ln)
+			g.Go(func() error { return p.Run(ctx, ln) })
 			return waitAll(g)
 		},
 	}
