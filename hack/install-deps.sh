@@ -28,6 +28,11 @@ command -v genisoimage >/dev/null 2>&1 || need+=(genisoimage)
 command -v sfdisk >/dev/null 2>&1 || need+=(fdisk)
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql-15)
 [[ -f /usr/lib/grub/i386-pc/boot.img ]] && command -v grub-mkimage >/dev/null 2>&1 || need+=(grub-pc-bin)
+# llama.cpp's llama-server, built from source (hack/build-llama.sh).
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v git >/dev/null 2>&1 || need+=(git)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2

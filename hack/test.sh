@@ -14,7 +14,7 @@ log() { printf '[test %s] %s\n' "$(date +%T)" "$*" >&2; }
 # fresh machine this command alone sets everything up.
 hack/install-deps.sh
 
-# Four things the tests need are built once per machine and cached outside
+# Five things the tests need are built once per machine and cached outside
 # the checkout, each by its version or content; later runs find them and do
 # nothing. On a machine with empty caches they are built side by side: each
 # spends much of its time downloading (Go modules, Debian packages) or in a
@@ -30,6 +30,11 @@ hack/install-deps.sh
 #   hack/build-loki.sh, about 15 minutes cold on 2 cores). COSMICAC_LOKI_BIN
 #   set means those tests run (under CI, a missing Loki fails them); a
 #   COSMICAC_LOKI_BIN given is used as it is.
+# - llama.cpp's llama-server, the real engine of the llama.cpp runtime's
+#   tests (hack/build-llama.sh, from the source the npm package
+#   node-llama-cpp ships; about 17 minutes cold on 2 cores).
+#   COSMICAC_LLAMA_SERVER set means those tests run (under CI, a missing
+#   engine fails them); one given is used as it is.
 # - staticcheck, at a pinned version.
 # - The QEMU rack's base VM image (docs/vm-image.md; hack/vm-image.sh, about
 #   3 minutes cold). Building it needs root (mmdebstrap); elsewhere the QEMU
@@ -39,6 +44,10 @@ export KUBEBUILDER_ASSETS
 if [[ -z "${COSMICAC_LOKI_BIN:-}" ]]; then
   loki_dir=$(hack/build-loki.sh --print-dest)
   export COSMICAC_LOKI_BIN=$loki_dir/loki
+fi
+if [[ -z "${COSMICAC_LLAMA_SERVER:-}" ]]; then
+  llama_dir=$(hack/build-llama.sh --print-dest)
+  export COSMICAC_LLAMA_SERVER=$llama_dir/bin/llama-server
 fi
 STATICCHECK_VERSION=v0.8.2
 sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
@@ -70,6 +79,7 @@ prepared() {
 }
 prep test-apiserver hack/build-test-apiserver.sh "$KUBEBUILDER_ASSETS"
 [[ -n "${loki_dir:-}" ]] && prep loki hack/build-loki.sh "$loki_dir"
+[[ -n "${llama_dir:-}" ]] && prep llama.cpp hack/build-llama.sh "$llama_dir"
 [[ -x "$sc_dir/staticcheck" ]] || prep staticcheck env GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 [[ $(id -u) == 0 ]] && prep vm-image hack/vm-image.sh
 for name in "${!prep_pid[@]}"; do
@@ -82,7 +92,7 @@ if [[ -n "${prep_pid[vm-image]:-}" ]]; then
 else
   log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
 fi
-log "test kube-apiserver and etcd: $KUBEBUILDER_ASSETS; Loki: $COSMICAC_LOKI_BIN"
+log "test kube-apiserver and etcd: $KUBEBUILDER_ASSETS; Loki: $COSMICAC_LOKI_BIN; llama-server: $COSMICAC_LLAMA_SERVER"
 
 # The PostgreSQL store's tests start a real PostgreSQL (initdb in a temp
 # dir, a loopback port; as the user nobody when run as root) from the server

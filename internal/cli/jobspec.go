@@ -30,7 +30,7 @@ func (f *specFlags) add(cmd *cobra.Command) {
 	f.Flags.Add(fs)
 	fs.StringVarP(&f.file, "file", "f", "", "a full job spec, YAML or JSON ('-' reads stdin); flags override its fields")
 	_ = cmd.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{string(cosmic.TypeGPUContainer), string(cosmic.TypeManagedInference)}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions([]string{string(cosmic.RuntimeVLLM), string(cosmic.RuntimeParakeet)}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(runtimeNames(), cobra.ShellCompDirectiveNoFileComp))
 }
 
 // spec builds the spec from -f FILE (if any), then the flags given, then
@@ -138,4 +138,13 @@ func fieldProblems(headline string, fes []*cosmic.FieldError, err error) error {
 		b.WriteString("\n  " + fe.Error())
 	}
 	return errors.New(b.String())
+}
+
+// runtimeNames are the inference runtimes, for completion.
+func runtimeNames() []string {
+	out := make([]string, len(cosmic.Runtimes))
+	for i, r := range cosmic.Runtimes {
+		out[i] = string(r)
+	}
+	return out
 }

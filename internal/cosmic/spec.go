@@ -28,7 +28,13 @@ type Runtime string
 const (
 	RuntimeVLLM     Runtime = "vllm"
 	RuntimeParakeet Runtime = "parakeet"
+	// RuntimeLlamaCPP is llama.cpp's llama-server serving a GGUF model of
+	// the node's model directory (docs/inference.md, "llama.cpp").
+	RuntimeLlamaCPP Runtime = "llama.cpp"
 )
+
+// Runtimes are every inference runtime, the default first.
+var Runtimes = []Runtime{RuntimeVLLM, RuntimeParakeet, RuntimeLlamaCPP}
 
 // Task is what a managed-inference job's model server serves, and so which
 // request proves it works (the inference agent's probe).
@@ -56,6 +62,11 @@ func (in *InferenceSpec) Task() Task {
 	switch {
 	case in.Runtime == RuntimeParakeet:
 		return TaskTranscription
+	case in.Runtime == RuntimeLlamaCPP:
+		if in.Args["embeddings"] == "true" {
+			return TaskEmbed
+		}
+		return TaskGenerate
 	case in.Args["runner"] == "pooling", in.Args["convert"] == "embed":
 		return TaskEmbed
 	}

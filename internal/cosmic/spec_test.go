@@ -332,6 +332,25 @@ func TestValidateRules(t *testing.T) {
 		}},
 		{"vllm swap-space (removed from vllm serve)", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"swap-space": "4"} }, []string{"inference.args.swap-space"}},
 		{"gpu memory utilization NaN", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"gpu-memory-utilization": "NaN"} }, []string{"inference.args.gpu-memory-utilization"}},
+		{"llama.cpp good", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU = RuntimeLlamaCPP, "cosmicac/test-chat", 1, 1
+			s.Inference.Args = map[string]string{"ctx-size": "2048", "parallel": "4", "n-predict": "-1", "embeddings": "false", "cont-batching": "false", "pooling": "mean", "flash-attn": "auto"}
+		}, nil},
+		{"llama.cpp variables are not its flags", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU, s.Inference.Args = RuntimeLlamaCPP, "cosmicac/test-chat", 1, 1, nil
+			s.EnvVars = []EnvVar{{Name: "LANG", Value: "C"}, {Name: "LLAMA_ARG_HOST", Value: "0.0.0.0"}, {Name: "llama_arg_model", Value: "/etc/shadow"}}
+		}, []string{"envVars[1].name", "envVars[2].name"}},
+		{"llama.cpp model is no path", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU, s.Inference.Args = RuntimeLlamaCPP, "/etc/shadow", 1, 1, nil
+		}, []string{"inference.model"}},
+		{"llama.cpp model leaves no directory", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU, s.Inference.Args = RuntimeLlamaCPP, "../models", 1, 1, nil
+		}, []string{"inference.model"}},
+		{"llama.cpp one gpu, its own args", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model = RuntimeLlamaCPP, "cosmicac/test-chat"
+			s.Inference.Args = map[string]string{"ctx-size": "-1", "parallel": "0", "pooling": "max", "jinja": "yes", "port": "1", "max-model-len": "8", "threads": "99999999999"}
+		}, []string{"inference.gpusPerReplica", "inference.args.ctx-size", "inference.args.jinja", "inference.args.max-model-len",
+			"inference.args.parallel", "inference.args.pooling", "inference.args.port", "inference.args.threads"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -648,6 +667,9 @@ func TestInferenceTask(t *testing.T) {
 		"vllm runner auto": {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "auto"}}, TaskGenerate},
 		"vllm pooling":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"runner": "pooling"}}, TaskEmbed},
 		"vllm convert":     {InferenceSpec{Runtime: RuntimeVLLM, Args: map[string]string{"convert": "embed"}}, TaskEmbed},
+		"llama.cpp":        {InferenceSpec{Runtime: RuntimeLlamaCPP}, TaskGenerate},
+		"llama.cpp embed":  {InferenceSpec{Runtime: RuntimeLlamaCPP, Args: map[string]string{"embeddings": "true"}}, TaskEmbed},
+		"llama.cpp runner": {InferenceSpec{Runtime: RuntimeLlamaCPP, Args: map[string]string{"runner": "pooling"}}, TaskGenerate},
 		"parakeet":         {InferenceSpec{Runtime: RuntimeParakeet}, TaskTranscription},
 	} {
 		if got := c.in.Task(); got != c.want {

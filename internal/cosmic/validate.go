@@ -378,15 +378,17 @@ func checkVolumes(p *problems, vols []Volume) {
 func checkInference(p *problems, s Spec) {
 	in := s.Inference
 	switch in.Runtime {
-	case RuntimeVLLM, RuntimeParakeet:
+	case RuntimeVLLM, RuntimeParakeet, RuntimeLlamaCPP:
 	case "":
-		p.add("inference.runtime", "is required (%s or %s)", RuntimeVLLM, RuntimeParakeet)
+		p.add("inference.runtime", "is required (%s)", joinOr(Runtimes))
 	default:
-		p.add("inference.runtime", "unknown runtime %q (want %s or %s)", in.Runtime, RuntimeVLLM, RuntimeParakeet)
+		p.add("inference.runtime", "unknown runtime %q (want %s)", in.Runtime, joinOr(Runtimes))
 	}
 	switch {
 	case in.Model == "":
 		p.add("inference.model", "is required")
+	case in.Runtime == RuntimeLlamaCPP && (len(in.Model) > 256 || !hfModelRe.MatchString(in.Model)):
+		p.add("inference.model", "%q is not a model of the node's model directory (want NAME or ORG/NAME: the file ORG/NAME.gguf there; docs/inference.md)", in.Model)
 	case len(in.Model) > 256 || !hfModelRe.MatchString(in.Model):
 		p.add("inference.model", "%q is not a model name (want ORG/NAME as on Hugging Face)", in.Model)
 	case in.Runtime == RuntimeParakeet && in.Model != ParakeetModel:
@@ -427,11 +429,80 @@ func checkInference(p *problems, s Spec) {
 		}
 		return
 	}
+	if in.Runtime == RuntimeLlamaCPP {
+		if in.GPUsPerReplica > 1 {
+			p.add("inference.gpusPerReplica", "the llama.cpp runtime runs a replica on one GPU")
+		}
+		for _, k := range sortedKeys(in.Args) {
+			if msg := llamaArgProblem(k, in.Args[k]); msg != "" {
+				p.add("inference.args."+k, "%s", msg)
+			}
+		}
+		// llama-server reads LLAMA_ARG_* as its flags: a variable could set
+		// what the platform sets (the host it listens on, the model file).
+		for i, e := range s.EnvVars {
+			if strings.HasPrefix(strings.ToUpper(e.Name), "LLAMA_") {
+				p.add(fmt.Sprintf("envVars[%d].name", i), "%q: llama-server reads LLAMA_ variables as its flags; set serving options in inference.args", e.Name)
+			}
+		}
+		return
+	}
 	for _, k := range sortedKeys(in.Args) {
 		if msg := vllmArgProblem(k, in.Args[k]); msg != "" {
 			p.add("inference.args."+k, "%s", msg)
 		}
 	}
+}
+
+// LlamaCPPArgs lists the llama-server flags (without "--") that
+// inference.args may set for the llama.cpp runtime. The model, its alias,
+// the host and port, the web UI (off), the metrics and slots endpoints
+// (on) are the platform's. Every one is a flag of the llama-server that
+// CosmicAC builds (hack/build-llama.sh; internal/inferagent's
+// testdata/llama-server-help-*.txt, kept so by a test).
+var LlamaCPPArgs = []string{
+	"batch-size", "cache-reuse", "cont-batching", "ctx-size", "embeddings", "flash-attn",
+	"jinja", "n-predict", "parallel", "pooling", "seed", "threads", "threads-batch", "ubatch-size",
+}
+
+// LlamaCPPBoolArgs are the LlamaCPPArgs that take true or false, and
+// LlamaCPPOnByDefault those llama-server turns on unless told --no-….
+var (
+	LlamaCPPBoolArgs    = []string{"cont-batching", "embeddings", "jinja"}
+	LlamaCPPOnByDefault = []string{"cont-batching", "jinja"}
+)
+
+func llamaArgProblem(k, v string) string {
+	intAtLeast := func(min int64) string {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < min || n > 1<<30 {
+			return fmt.Sprintf("%q is not an integer from %d to %d", v, min, 1<<30)
+		}
+		return ""
+	}
+	oneOf := func(set []string) string {
+		if !slices.Contains(set, v) {
+			return fmt.Sprintf("%q is not one of %s", v, strings.Join(set, ", "))
+		}
+		return ""
+	}
+	switch k {
+	case "ctx-size", "cache-reuse":
+		return intAtLeast(0)
+	case "n-predict", "seed":
+		return intAtLeast(-1)
+	case "parallel", "batch-size", "ubatch-size", "threads", "threads-batch":
+		return intAtLeast(1)
+	case "pooling":
+		return oneOf([]string{"none", "mean", "cls", "last", "rank"})
+	case "flash-attn":
+		return oneOf([]string{"on", "off", "auto"})
+	case "cont-batching", "embeddings", "jinja":
+		return oneOf([]string{"true", "false"})
+	case "model", "alias", "host", "port", "api-key", "api-key-file", "webui", "metrics", "slots", "props":
+		return "is set by the platform and cannot be set"
+	}
+	return fmt.Sprintf("--%s is not an allowed llama.cpp argument (allowed: %s)", k, strings.Join(LlamaCPPArgs, ", "))
 }
 
 // VLLMArgs lists the vLLM flags (without "--") that inference.args may set.

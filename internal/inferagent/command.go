@@ -3,6 +3,8 @@ package inferagent
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +67,25 @@ type Placement struct {
 	Hosts []string
 	// Port is the runtime's port (0: DefaultPort).
 	Port int
+	// LlamaServer is the node's llama-server (default "llama-server", on
+	// PATH), and ModelDir its directory of GGUF models (default
+	// DefaultModelDir): the llama.cpp runtime's.
+	LlamaServer string
+	ModelDir    string
+}
+
+// DefaultModelDir is where a node keeps the GGUF models the llama.cpp
+// runtime serves: the model ORG/NAME is the file ORG/NAME.gguf there.
+const DefaultModelDir = "/var/lib/cosmicac/models"
+
+// ModelFile is the GGUF file of model in dir (DefaultModelDir when
+// empty). The model's name was validated (cosmic: NAME or ORG/NAME, no
+// path of its own), so the file is inside dir.
+func ModelFile(dir, model string) string {
+	if dir == "" {
+		dir = DefaultModelDir
+	}
+	return filepath.Join(dir, filepath.FromSlash(model)+".gguf")
 }
 
 // Role is the VMI's role: the lowest VMI index leads. The election needs no
@@ -150,6 +171,11 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 			return Command{}, fmt.Errorf("the parakeet runtime runs on one VMI, not %d", p.VMICount)
 		}
 		return parakeetCommand(port), nil
+	case cosmic.RuntimeLlamaCPP:
+		if p.VMICount > 1 {
+			return Command{}, fmt.Errorf("the llama.cpp runtime runs on one VMI, not %d", p.VMICount)
+		}
+		return llamaCommand(in, p, port)
 	case cosmic.RuntimeVLLM, "":
 	default:
 		return Command{}, fmt.Errorf("unknown runtime %q", in.Runtime)
@@ -193,6 +219,42 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 		args = append(args, "--"+k, v)
 	}
 	return Command{Path: "vllm", Args: args}, nil
+}
+
+// llamaCommand is llama-server serving the model's GGUF under the served
+// name, on the VMI's loopback (the agent is its one client): without its
+// web UI, with its Prometheus /metrics and its /slots (the agent's and an
+// operator's view of its load). inference.args (validated against
+// cosmic.LlamaCPPArgs) follow in key order as in vLLM's: --KEY VALUE, a
+// boolean --KEY, or --no-KEY for false where llama-server's default is on.
+// Every flag it can emit is in the pinned llama-server's --help
+// (TestLlamaFlagsAreTheServers).
+func llamaCommand(in cosmic.InferenceSpec, p Placement, port int) (Command, error) {
+	path := p.LlamaServer
+	if path == "" {
+		path = "llama-server"
+	}
+	args := []string{"--model", ModelFile(p.ModelDir, in.Model), "--alias", in.ServedName(),
+		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui", "--metrics", "--slots"}
+	for _, k := range slices.Sorted(maps.Keys(in.Args)) {
+		if !slices.Contains(cosmic.LlamaCPPArgs, k) {
+			return Command{}, fmt.Errorf("inference.args.%s is not an allowed llama.cpp argument", k)
+		}
+		v := in.Args[k]
+		if slices.Contains(cosmic.LlamaCPPBoolArgs, k) {
+			switch {
+			case v == "true":
+				args = append(args, "--"+k)
+			case v == "false" && slices.Contains(cosmic.LlamaCPPOnByDefault, k):
+				args = append(args, "--no-"+k)
+			case v != "false":
+				return Command{}, fmt.Errorf("inference.args.%s: %q is not true or false", k, v)
+			}
+			continue
+		}
+		args = append(args, "--"+k, v)
+	}
+	return Command{Path: path, Args: args}, nil
 }
 
 // parakeetCommand runs the ASR NIM's container as NVIDIA documents it

@@ -48,6 +48,16 @@ func TestCommandGolden(t *testing.T) {
 		in   cosmic.InferenceSpec
 		p    Placement
 	}{"parakeet", cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet, Model: cosmic.ParakeetModel}, Placement{VMICount: 1, GPUs: 1}})
+	cases = append(cases, []struct {
+		name string
+		in   cosmic.InferenceSpec
+		p    Placement
+	}{
+		{"llama.cpp, defaults", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat"}, Placement{VMICount: 1, GPUs: 1}},
+		{"llama.cpp embeddings, served name, args, the node's engine and models", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "test-embed",
+			ServedModelName: "embed", Args: map[string]string{"embeddings": "true", "pooling": "mean", "ctx-size": "512", "cont-batching": "false", "jinja": "true", "parallel": "4"}},
+			Placement{VMICount: 1, GPUs: 1, Port: 8100, LlamaServer: "/opt/llama/bin/llama-server", ModelDir: "/srv/models"}},
+	}...)
 
 	var b strings.Builder
 	for _, c := range cases {
@@ -77,11 +87,14 @@ func TestCommandErrors(t *testing.T) {
 		in cosmic.InferenceSpec
 		p  Placement
 	}{
-		"no model":            {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM}, Placement{GPUs: 1}},
-		"arg not allowed":     {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b", Args: map[string]string{"tensor-parallel-size": "4"}}, Placement{GPUs: 1}},
-		"bad boolean":         {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b", Args: map[string]string{"enforce-eager": "yes"}}, Placement{GPUs: 1}},
-		"multi-node no hosts": {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b"}, Placement{VMICount: 2, GPUs: 8}},
-		"parakeet multi-node": {cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet, Model: cosmic.ParakeetModel}, Placement{VMICount: 2, GPUs: 1, Hosts: []string{"a", "b"}}},
+		"no model":             {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM}, Placement{GPUs: 1}},
+		"arg not allowed":      {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b", Args: map[string]string{"tensor-parallel-size": "4"}}, Placement{GPUs: 1}},
+		"bad boolean":          {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b", Args: map[string]string{"enforce-eager": "yes"}}, Placement{GPUs: 1}},
+		"multi-node no hosts":  {cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b"}, Placement{VMICount: 2, GPUs: 8}},
+		"parakeet multi-node":  {cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet, Model: cosmic.ParakeetModel}, Placement{VMICount: 2, GPUs: 1, Hosts: []string{"a", "b"}}},
+		"llama.cpp multi-node": {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m"}, Placement{VMICount: 2, GPUs: 1, Hosts: []string{"a", "b"}}},
+		"llama.cpp vLLM arg":   {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m", Args: map[string]string{"max-model-len": "8"}}, Placement{GPUs: 1}},
+		"llama.cpp bad bool":   {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m", Args: map[string]string{"embeddings": "1"}}, Placement{GPUs: 1}},
 	} {
 		if _, err := BuildCommand(c.in, c.p); err == nil {
 			t.Errorf("%s: no error", name)
@@ -190,5 +203,91 @@ func TestCommandFlagsKnownToTargetVLLM(t *testing.T) {
 	}
 	if emitted == 0 {
 		t.Fatal("no flag was checked")
+	}
+}
+
+// llamaHelpFile is `llama-server --help` of the llama.cpp CosmicAC builds
+// (hack/build-llama.sh: node-llama-cpp 3.21.1's release, commit 80fb11a).
+const llamaHelpFile = "llama-server-help-80fb11a.txt"
+
+// llamaServerFlags reads the long flags (and their --no- forms) of
+// testdata/llamaHelpFile: each option line starts with its spellings,
+// comma-separated, before the description.
+func llamaServerFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", llamaHelpFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := map[string]bool{}
+	for line := range strings.Lines(string(b)) {
+		if !strings.HasPrefix(line, "-") || strings.HasPrefix(line, "-----") {
+			continue
+		}
+		// "-c,    --ctx-size N    size of the prompt context (default: 0, …)":
+		// comma-separated spellings, each maybe with its argument, then
+		// the description after a run of spaces.
+		for _, f := range strings.Split(line, ",") {
+			f = strings.TrimSpace(f)
+			if !strings.HasPrefix(f, "-") {
+				break
+			}
+			if name := strings.Fields(f)[0]; strings.HasPrefix(name, "--") {
+				flags[name] = true
+			}
+			if strings.Contains(f, "  ") {
+				break // the description has begun
+			}
+		}
+	}
+	if len(flags) < 100 {
+		t.Fatalf("%s: read only %d flags", llamaHelpFile, len(flags))
+	}
+	return flags
+}
+
+// TestLlamaFlagsAreTheServers: every flag BuildCommand can emit for the
+// llama.cpp runtime, for every serving option (each of cosmic.LlamaCPPArgs,
+// booleans both ways), is a flag of the llama-server CosmicAC builds
+// (testdata/llamaHelpFile): one it does not know stops it at start.
+func TestLlamaFlagsAreTheServers(t *testing.T) {
+	known := llamaServerFlags(t)
+	samples := map[string][]string{"batch-size": {"512"}, "cache-reuse": {"256"}, "ctx-size": {"2048"}, "flash-attn": {"auto"},
+		"n-predict": {"128"}, "parallel": {"4"}, "pooling": {"mean"}, "seed": {"7"}, "threads": {"2"}, "threads-batch": {"2"}, "ubatch-size": {"256"}}
+	for _, k := range cosmic.LlamaCPPBoolArgs {
+		samples[k] = []string{"true", "false"}
+	}
+	for _, k := range cosmic.LlamaCPPArgs {
+		vs, ok := samples[k]
+		if !ok {
+			t.Errorf("no sample value for cosmic.LlamaCPPArgs %q", k)
+			continue
+		}
+		for _, v := range vs {
+			in := cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat", Args: map[string]string{k: v}}
+			s := cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "us", Inference: &in}
+			s.Default()
+			if err := s.Validate(); err != nil {
+				t.Errorf("%s=%s: the spec is refused: %v", k, v, err)
+				continue
+			}
+			cmd, err := BuildCommand(in, Placement{VMICount: 1, GPUs: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range cmd.Args {
+				if strings.HasPrefix(a, "--") && !known[a] {
+					t.Errorf("%s=%s: %s is not a flag of llama-server (%s)", k, v, a, llamaHelpFile)
+				}
+			}
+		}
+	}
+	for _, f := range []string{"--ctx-size", "--no-cont-batching", "--no-jinja", "--embeddings", "--alias", "--no-webui", "--metrics", "--slots"} {
+		if !known[f] {
+			t.Errorf("the reading of %s misses %s", llamaHelpFile, f)
+		}
+	}
+	if known["--no-such-flag"] || known["--ctx"] {
+		t.Error("the reading of the help file invents flags")
 	}
 }

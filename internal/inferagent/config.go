@@ -29,6 +29,11 @@ type FileConfig struct {
 	// (the ASR NIM) downloads its model with (default
 	// DefaultNGCKeyFile; a missing file: no key).
 	NGCKeyFile string `json:"ngcKeyFile,omitempty"`
+	// LlamaServer and ModelDir are the node's llama-server and its GGUF
+	// models, for the llama.cpp runtime (defaults: llama-server on PATH,
+	// DefaultModelDir).
+	LlamaServer string `json:"llamaServer,omitempty"`
+	ModelDir    string `json:"modelDir,omitempty"`
 }
 
 // DefaultNGCKeyFile is where the VMI holds the rack's NGC API key (0600,
@@ -126,7 +131,8 @@ func LoadConfig(path string) (Config, error) {
 func (fc FileConfig) Parse() (Config, error) {
 	var errs []error
 	cfg := Config{JobID: fc.JobID, Team: fc.Team, Replica: fc.Replica, Listen: fc.Listen,
-		Placement: Placement{VMIIndex: fc.VMIIndex, VMICount: max(fc.VMICount, 1), GPUs: fc.GPUs, Hosts: fc.Hosts, Port: fc.Port}}
+		Placement: Placement{VMIIndex: fc.VMIIndex, VMICount: max(fc.VMICount, 1), GPUs: fc.GPUs, Hosts: fc.Hosts, Port: fc.Port,
+			LlamaServer: fc.LlamaServer, ModelDir: fc.ModelDir}}
 	if fc.JobID == "" {
 		errs = append(errs, errors.New("jobId is required"))
 	}

@@ -62,7 +62,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.unsecureHTTP, "unsecure-http", false, "the HTTP port needs no token")
 	fs.StringVar(&f.timeout, "timeout", "", "kill the job after `SECONDS` (or a duration such as 2h)")
 	fs.BoolVar(&f.timeoutAutoRestart, "timeout-auto-restart", false, "restart instead of kill at the timeout")
-	fs.StringVar(&f.runtime, "runtime", "", "inference runtime: vllm or parakeet")
+	fs.StringVar(&f.runtime, "runtime", "", "inference runtime: vllm, parakeet or llama.cpp (docs/inference.md)")
 	fs.StringVar(&f.model, "model", "", "Hugging Face model ORG/NAME to serve")
 	fs.StringVar(&f.servedModelName, "served-model-name", "", "the model name clients ask for (default the model)")
 	fs.IntVar(&f.replicas, "replicas", 0, "inference replicas (default 1)")

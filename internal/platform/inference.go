@@ -3,6 +3,8 @@ package platform
 import (
 	"context"
 	"fmt"
+	"net"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -42,6 +44,9 @@ type simInference struct {
 	agentRunner
 	peers   []inferagent.Peer
 	runtime simruntime.Config
+	// llamaServer and modelDir run the llama.cpp runtime's replicas: a
+	// real llama-server on this host each ("": the rack has none).
+	llamaServer, modelDir string
 
 	mu     sync.Mutex
 	agents map[string][]*inferagent.Agent // "job/replica" → the live agents, by VMI index
@@ -63,6 +68,18 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 	if job.Spec.Inference == nil || len(vmis) == 0 {
 		fail(fmt.Errorf("job %s has no inference spec or no VMI", job.ID))
 		return simcluster.AgentHandle{Done: done, Stop: func() {}}
+	}
+	// The llama.cpp runtime is the real engine, one process on this host
+	// (its replica has one VMI): on a port of its own, as the replicas
+	// share the host's loopback, and with none of the job's variables (the
+	// host is the operator's).
+	var llamaPort int
+	if job.Spec.Inference.Runtime == cosmic.RuntimeLlamaCPP {
+		var err error
+		if llamaPort, err = freePort(); err != nil {
+			fail(fmt.Errorf("a port for llama-server: %w", err))
+			return simcluster.AgentHandle{Done: done, Stop: func() {}}
+		}
 	}
 	hosts := make([]string, len(vmis))
 	for i, v := range vmis {
@@ -89,10 +106,15 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		if len(vmis) > 1 {
 			pl.Hosts = hosts
 		}
+		var launcher inferagent.Launcher = &simlaunch.Launcher{Config: s.runtime}
+		if llamaPort != 0 {
+			pl.Port, pl.LlamaServer, pl.ModelDir = llamaPort, s.llamaServer, s.modelDir
+			launcher = inferagent.ExecLauncher{}
+		}
 		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi_index", i)
 		a := inferagent.New(inferagent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Placement: pl,
 			Inference: *job.Spec.Inference, Identity: id, Peers: withWorker(s.peers, boot.Worker),
-			Launcher: &simlaunch.Launcher{Config: s.runtime}, Logs: boot.Logs,
+			Launcher: launcher, Logs: boot.Logs,
 			HealthPoll: 20 * time.Millisecond, AnnounceTTL: 6 * time.Second,
 			OnChange: func(st agentapi.InferenceStatus) {
 				log.Debug("inference agent", "ready", st.Ready, "err", st.Error, "restarts", st.RuntimeRestarts)
@@ -157,4 +179,25 @@ func (p *Platform) InferenceAgents(jobID string, replica int) []*inferagent.Agen
 		return nil
 	}
 	return p.inference.Agents(jobID, replica)
+}
+
+// freePort is a TCP port of the loopback free now: the kernel's choice for
+// a listener, closed again. Another process could take it before the
+// runtime does; the runtime then fails to start and the agent restarts it
+// (on the same port: a replica that keeps failing shows it in its log).
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// modelDir is the llama.cpp runtime's model directory on this host.
+func (c Config) modelDir() string {
+	if c.ModelDir != "" {
+		return c.ModelDir
+	}
+	return filepath.Join(c.DataDir, "models")
 }

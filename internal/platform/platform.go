@@ -77,6 +77,14 @@ type Config struct {
 	// standalone wrk-ork (zero: ork.DefaultLeaseConfig; the holder
 	// defaults to ork.DefaultHolder of DataDir).
 	Lease ork.LeaseConfig
+	// LlamaServer, when set, is the llama-server the simulated rack runs
+	// its llama.cpp replicas with: a real process on this host per replica
+	// (docs/inference.md, "llama.cpp"). Unset, the rack's catalogue has no
+	// llama.cpp and such jobs are refused at create. ModelDir is its GGUF
+	// models' directory (default DATA_DIR/models), where `up` installs the
+	// test models (testmodel.Install).
+	LlamaServer string
+	ModelDir    string
 	// SimRuntime is the simulated runtime of the simulated rack's
 	// inference agents (time to first token, faults, …); zero takes
 	// platform.SimRuntime.

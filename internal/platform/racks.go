@@ -97,14 +97,18 @@ func (p *Platform) startSimWorker(runCtx context.Context) (orkapi.RegisterRackPa
 		},
 		ids: map[agentSlot]*fabric.Identity{},
 	}
-	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(),
+	sim := cfg.Sim
+	if cfg.LlamaServer != "" {
+		sim.LlamaCPP = true
+	}
+	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(), llamaServer: cfg.LlamaServer, modelDir: cfg.modelDir(),
 		peers: []agent.Peer{dir,
 			{Role: agentapi.RoleProxy, Key: p.ProxyNode.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
 			{Role: agentapi.RoleMonitor, Key: mon},
 		},
 		agents: map[string][]*inferagent.Agent{},
 	}
-	if p.Sim, err = simcluster.NewServer(cfg.Sim, simcluster.ServerDeps{
+	if p.Sim, err = simcluster.NewServer(sim, simcluster.ServerDeps{
 		Fabric: fabric.Config{Component: "wrk-server-sim", Identity: id, Listen: net.JoinHostPort(cfg.FabricHost, "0"),
 			Policy: trust.NewPolicy(trust.Worker, ring, trust.OnRack(cfg.Sim.Rack)), Logger: p.log},
 		Ork: p.OrkNode.PublicKey(), OrkAddrs: []string{p.OrkNode.Addr()},

@@ -227,7 +227,7 @@ func (c *Cluster) Capacity(ctx context.Context) (worker.Capacity, error) {
 }
 
 func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
-	out := worker.Capacity{Rack: c.cfg.Rack, ObservedAt: now, Catalogue: Catalogue()}
+	out := worker.Capacity{Rack: c.cfg.Rack, ObservedAt: now, Catalogue: Catalogue(c.cfg)}
 	for _, n := range c.nodes {
 		out.Nodes = append(out.Nodes, cosmic.Node{
 			Name:        n.name,
@@ -243,11 +243,16 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 	return out
 }
 
-// Catalogue is what a simulated rack runs: any image, both job types and
-// every runtime, in VMs as large as their node.
-func Catalogue() *cosmic.Catalogue {
-	return &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
+// Catalogue is what a simulated rack of cfg runs: any image, both job
+// types, the simulated runtimes (vLLM, Parakeet) and llama.cpp where its
+// host runs the real engine (cfg.LlamaCPP), in VMs as large as their node.
+func Catalogue(cfg Config) *cosmic.Catalogue {
+	c := &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
 		Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM, cosmic.RuntimeParakeet}}
+	if cfg.LlamaCPP {
+		c.Runtimes = append(c.Runtimes, cosmic.RuntimeLlamaCPP)
+	}
+	return c
 }
 
 // Apply implements worker.Worker. For each reservation whose replica is not

@@ -814,12 +814,18 @@ func TestReportsAreStamped(t *testing.T) {
 }
 
 // TestSimulatedRackReportsCatalogueAndGiven: the simulated rack reports
-// that it runs both job types, every runtime and any image, and gives a
-// replica its share of the job (cosmic.ShareOf).
+// that it runs both job types, the simulated runtimes (and llama.cpp when
+// its host has the engine) and any image, and gives a replica its share of
+// the job (cosmic.ShareOf).
 func TestSimulatedRackReportsCatalogueAndGiven(t *testing.T) {
-	c := Catalogue()
-	if len(c.Images) != 0 || len(c.JobTypes) != 2 || len(c.Runtimes) != 2 || c.MaxVMCPUs != 0 || c.MaxVMMemoryMiB != 0 {
+	c := Catalogue(DefaultConfig())
+	if len(c.Images) != 0 || len(c.JobTypes) != 2 || !slices.Equal(c.Runtimes, []cosmic.Runtime{cosmic.RuntimeVLLM, cosmic.RuntimeParakeet}) || c.MaxVMCPUs != 0 || c.MaxVMMemoryMiB != 0 {
 		t.Fatalf("catalogue %+v", c)
+	}
+	llama := DefaultConfig()
+	llama.LlamaCPP = true
+	if c := Catalogue(llama); !slices.Equal(c.Runtimes, cosmic.Runtimes) {
+		t.Fatalf("with the engine, runtimes %v, want %v", c.Runtimes, cosmic.Runtimes)
 	}
 	spec := cosmic.Spec{Type: cosmic.TypeGPUContainer, Resources: cosmic.Resources{GPU: 2}}
 	spec.Default()

@@ -38,6 +38,11 @@ type Config struct {
 	// simulated sshd refuse every session, saying why (`cosmicac up
 	// --sim-host-shells=false`).
 	NoHostShells bool `json:"noHostShells,omitempty"`
+	// LlamaCPP says the rack's host runs the llama.cpp runtime's replicas
+	// as real llama-server processes (`cosmicac up` sets it when it has
+	// the engine): its catalogue then lists the runtime. The other
+	// runtimes are simulated.
+	LlamaCPP bool `json:"-"`
 }
 
 // Defaults and bounds of a Config.

@@ -226,6 +226,7 @@ export function NewJobPage({ me }) {
                 <select {...attrs("runtime")} onChange={set("runtime")}>
                   <option value="vllm" disabled={cat && !cat.runtimes.includes("vllm")}>vLLM (chat, completions, embeddings)</option>
                   <option value="parakeet" disabled={cat && !cat.runtimes.includes("parakeet")}>Parakeet (speech to text)</option>
+                  <option value="llama.cpp" disabled={cat && !cat.runtimes.includes("llama.cpp")}>llama.cpp (GGUF models of the rack's model directory)</option>
                 </select>,
               )}
               {field("model", "Model", <input {...attrs("model")} autoComplete="off" placeholder="meta-llama/Llama-3.1-8B-Instruct" />)}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/gateway"
+	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/k8sworker"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/qemuworker"
@@ -160,6 +163,13 @@ func (a *app) upCommand() *cobra.Command {
 			default:
 				return cli.UsageErrorf("--rack %q: want one of %s", rack, strings.Join(platform.RackKinds(), ", "))
 			}
+			if rack == platform.RackSim {
+				if err := a.llamaEngine(&cfg, cmd.Flags().Changed("llama-server")); err != nil {
+					return err
+				}
+			} else if cmd.Flags().Changed("llama-server") || cmd.Flags().Changed("model-dir") {
+				return cli.UsageErrorf("--llama-server and --model-dir go with the simulated rack (--rack sim)")
+			}
 			level := slog.LevelWarn
 			if verbose {
 				level = slog.LevelInfo
@@ -210,8 +220,13 @@ func (a *app) upCommand() *cobra.Command {
 					q.Rack.Rack, q.Rack.Nodes, q.Rack.GPUsPerNode, q.Rack.GPUModel, q.Rack.Location, p.QEMU.Accel(), gpus)
 				fmt.Fprintf(a.Stdout, "  images       %s\n  VMs          %s\n\n", strings.Join(q.Images.Names(), ", "), q.Rack.Dir)
 			default:
-				fmt.Fprintf(a.Stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n\n",
+				fmt.Fprintf(a.Stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
+				if cfg.LlamaServer != "" {
+					fmt.Fprintf(a.Stdout, "  llama.cpp    real: %s, models in %s (test models %s, %s)\n\n", cfg.LlamaServer, cfg.ModelDir, testmodel.ChatModel, testmodel.EmbedModel)
+				} else {
+					fmt.Fprintf(a.Stdout, "  llama.cpp    off: no llama-server (build it with hack/build-llama.sh, or give --llama-server)\n\n")
+				}
 				fmt.Fprint(a.Stdout, simulatedRackNote(currentUser(), !cfg.Sim.NoHostShells))
 			}
 			fmt.Fprintf(a.Stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
@@ -250,6 +265,8 @@ func (a *app) upCommand() *cobra.Command {
 	f.IntVar(&cfg.Sim.MemoryGiBPerNode, "sim-memory-per-node", 0, "GiB of memory of each simulated node for jobs (default 256 per GPU)")
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
+	f.StringVar(&cfg.LlamaServer, "llama-server", "", "the llama-server the simulated rack runs llama.cpp jobs with, a real process on this machine per replica (default: hack/build-llama.sh's build, else llama-server on PATH; none: the runtime is off)")
+	f.StringVar(&cfg.ModelDir, "model-dir", "", "the GGUF models of llama.cpp jobs (the model ORG/NAME is ORG/NAME.gguf there; default DATA_DIR/models, where the test models are installed)")
 	f.BoolVar(&hostShells, "sim-host-shells", true, "let the simulated rack's jobs open shells (jobs shell, the web Terminal, jobs ssh), which run on this machine as its user, not in a VM; false refuses them")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
 	f.IntVar(&jobCreates, "job-creates-per-minute", appnode.DefaultConfig().JobCreatesPerMinute, "the jobs one team may create a minute (a burst of that many, refilled at that rate); 0 or negative: no bound")
@@ -309,4 +326,38 @@ func startGateway(c gateway.Config, u platform.Upstreams, dataDir string) (platf
 		return nil, err
 	}
 	return upGateway{Gateway: g, log: f}, nil
+}
+
+// llamaEngine finds the simulated rack's llama-server (cfg.LlamaServer as
+// given; else hack/build-llama.sh's build in the cache, the newest; else
+// llama-server on PATH; else none: the llama.cpp runtime is off) and
+// installs the test models into its model directory.
+func (a *app) llamaEngine(cfg *platform.Config, given bool) error {
+	if cfg.ModelDir == "" {
+		cfg.ModelDir = filepath.Join(cfg.DataDir, "models")
+	}
+	if given {
+		if cfg.LlamaServer == "" {
+			return nil // --llama-server "": off
+		}
+		p, err := exec.LookPath(cfg.LlamaServer)
+		if err != nil {
+			return cli.UsageErrorf("--llama-server: %v", err)
+		}
+		cfg.LlamaServer = p
+	} else {
+		builds, _ := filepath.Glob(filepath.Join(a.cacheDir(), "llama", "*", "bin", "llama-server"))
+		slices.Sort(builds)
+		if len(builds) > 0 {
+			cfg.LlamaServer = builds[len(builds)-1]
+		} else if p, err := exec.LookPath("llama-server"); err == nil {
+			cfg.LlamaServer = p
+		} else {
+			return nil
+		}
+	}
+	if _, err := testmodel.Install(cfg.ModelDir); err != nil {
+		return fmt.Errorf("install the test models: %w", err)
+	}
+	return nil
 }

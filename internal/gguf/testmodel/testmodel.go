@@ -22,8 +22,10 @@
 // conversion/base.py (which tensors stay F32 in an F16 model: 1-D ones,
 // norms, position and token-type embeddings).
 //
-// Tests and test harnesses import testmodel; it imports gguf and the
-// standard library only.
+// Tests and test harnesses import testmodel, and `cosmicac up`, which
+// installs the two test models (Install) into its model directory for the
+// simulated rack's llama.cpp jobs; it imports gguf and the standard
+// library only.
 package testmodel
 
 import (

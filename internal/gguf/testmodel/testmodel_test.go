@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -389,5 +391,39 @@ func TestDeterministic(t *testing.T) {
 		if name != "chat" && first == sum(write(8)) {
 			t.Errorf("%s: seeds 7 and 8 write the same file", name)
 		}
+	}
+}
+
+// TestInstall writes both test models once: a second Install leaves the
+// files as they are, and each is the model its function writes.
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := Install(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{ChatModel, EmbedModel} {
+		f, err := gguf.ReadFile(paths[name])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if paths[name] != filepath.Join(dir, name+".gguf") {
+			t.Errorf("%s at %s", name, paths[name])
+		}
+		arch, _ := f.Lookup("general.architecture")
+		if want := map[string]string{ChatModel: "llama", EmbedModel: "bert"}[name]; arch != want {
+			t.Errorf("%s: architecture %q, want %q", name, arch, want)
+		}
+	}
+	st, _ := os.Stat(paths[ChatModel])
+	again, err := Install(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(again[ChatModel]); !st2.ModTime().Equal(st.ModTime()) {
+		t.Error("a second Install wrote the chat model again")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "cosmicac", ".model-*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
 	}
 }

@@ -1,0 +1,160 @@
+package cosmictest
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/joblog"
+	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/simruntime"
+	"github.com/cosmicac/cosmicac/internal/testenv"
+	"github.com/cosmicac/cosmicac/internal/waittest"
+)
+
+// llamaServer is the llama-server the tests run: $COSMICAC_LLAMA_SERVER,
+// which hack/test.sh sets to hack/build-llama.sh's build.
+func llamaServer(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("COSMICAC_LLAMA_SERVER")
+	_, err := os.Stat(p)
+	testenv.Require(t, p != "" && err == nil, "COSMICAC_LLAMA_SERVER is not a llama-server (%q): hack/build-llama.sh builds one, hack/test.sh sets it", p)
+	return p
+}
+
+// withLlama runs the simulated rack's llama.cpp replicas with the real
+// llama-server, on the test models.
+func withLlama(t *testing.T) Option {
+	server, dir := llamaServer(t), t.TempDir()
+	if _, err := testmodel.Install(dir); err != nil {
+		t.Fatal(err)
+	}
+	return func(c *platform.Config) { c.LlamaServer, c.ModelDir = server, dir }
+}
+
+// TestLlamaCPPServesRealTokens: a llama.cpp job on the simulated rack is
+// served by a real llama-server (the rack's one real part), through
+// proxy-inference, to the official OpenAI SDK: a streamed chat with its
+// usage, a completion, and a model's embeddings as float and as base64,
+// of the model's dimension. No answer says it is simulated.
+func TestLlamaCPPServesRealTokens(t *testing.T) {
+	e := NewEnv(t, withLlama(t))
+	chat := inference("tiny-chat", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
+	chat.Inference.Args = map[string]string{"ctx-size": "1024", "parallel": "2"}
+	embed := inference("tiny-embed", cosmic.RuntimeLlamaCPP, testmodel.EmbedModel, 1, 1)
+	embed.Inference.Args = map[string]string{"embeddings": "true", "pooling": "mean"}
+	cj, ej := e.Create(chat), e.Create(embed)
+	key, err := e.Client.CreateAPIKey(e.Ctx, "llama", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(cj.ID, cosmic.StateRunning)
+	e.WaitState(ej.ID, cosmic.StateRunning)
+	e.waitReplicas(cj.ID, 1)
+	e.waitReplicas(ej.ID, 1)
+	oa := e.openAI(key.Key)
+
+	stream := oa.Chat.Completions.NewStreaming(e.Ctx, openai.ChatCompletionNewParams{
+		Model:         "tiny-chat",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},
+		MaxTokens:     openai.Int(16),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	var text strings.Builder
+	var usage openai.CompletionUsage
+	chunks := 0
+	for stream.Next() {
+		c := stream.Current()
+		chunks++
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+		if c.Usage.TotalTokens > 0 {
+			usage = c.Usage
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("chat stream: %v", err)
+	}
+	if text.Len() == 0 || chunks < 2 || usage.CompletionTokens == 0 || usage.CompletionTokens > 16 || usage.PromptTokens == 0 {
+		t.Fatalf("chat: %d chunks, text %q, usage %+v", chunks, text.String(), usage)
+	}
+
+	var raw *http.Response
+	comp, err := oa.Completions.New(e.Ctx, openai.CompletionNewParams{
+		Model: "tiny-chat", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+		MaxTokens: openai.Int(8),
+	}, option.WithResponseInto(&raw))
+	if err != nil {
+		t.Fatalf("completion: %v", err)
+	}
+	if len(comp.Choices) != 1 || comp.Usage.CompletionTokens == 0 {
+		t.Fatalf("completion %+v", comp)
+	}
+	if v := raw.Header.Get(simruntime.HeaderSimulated); v != "" {
+		t.Fatalf("the real engine's answer has %s: %s", simruntime.HeaderSimulated, v)
+	}
+
+	vec, err := oa.Embeddings.New(e.Ctx, openai.EmbeddingNewParams{Model: "tiny-embed",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a cat", "a dog"}}, EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat})
+	if err != nil {
+		t.Fatalf("embeddings: %v", err)
+	}
+	if len(vec.Data) != 2 || len(vec.Data[0].Embedding) != 128 {
+		t.Fatalf("embeddings: %d vectors of %d, want 2 of 128", len(vec.Data), len(vec.Data[0].Embedding))
+	}
+	// base64, the Node SDK's default: 128 little-endian float32s, the
+	// same vector.
+	req, _ := http.NewRequestWithContext(e.Ctx, http.MethodPost, e.P.URL+inferproxy.Prefix+"/embeddings",
+		strings.NewReader(`{"model":"tiny-embed","input":"a cat","encoding_format":"base64"}`))
+	req.Header.Set("Authorization", "Bearer "+key.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var b64 struct {
+		Data []struct {
+			Embedding string `json:"embedding"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &b64) != nil || len(b64.Data) != 1 {
+		t.Fatalf("base64 embeddings: %d %s", resp.StatusCode, body)
+	}
+	bs, err := base64.StdEncoding.DecodeString(b64.Data[0].Embedding)
+	if err != nil || len(bs) != 4*128 {
+		t.Fatalf("base64 embedding: %d bytes (%v), want %d", len(bs), err, 4*128)
+	}
+	for i := range 128 {
+		got := math.Float32frombits(binary.LittleEndian.Uint32(bs[4*i:]))
+		if d := math.Abs(float64(got) - vec.Data[0].Embedding[i]); d > 1e-4 {
+			t.Fatalf("base64 component %d is %v, the float answer's %v", i, got, vec.Data[0].Embedding[i])
+		}
+	}
+
+	// The engine's own output reaches the job's log as application
+	// records: llama-server's, which no simulator writes.
+	waittest.NoError(t, func() error {
+		for _, r := range e.P.Logs.Job(cj.ID) {
+			if r.Source == joblog.SourceApplication && strings.Contains(r.Line, "llama") && strings.Contains(r.Line, "model") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no line of llama-server's among %d records", len(e.P.Logs.Job(cj.ID)))
+	}, "llama-server's output in the job's log")
+}
