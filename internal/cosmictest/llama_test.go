@@ -147,6 +147,17 @@ func TestLlamaCPPServesRealTokens(t *testing.T) {
 		}
 	}
 
+	// On the platform's host the engine listens on a unix socket of its
+	// own, not on the loopback, where other users and web pages reach.
+	started := ""
+	for _, r := range e.P.Logs.Job(cj.ID) {
+		if r.Step == "runtime_start" {
+			started = r.Line
+		}
+	}
+	if !strings.Contains(started, "--host /") || !strings.Contains(started, ".sock ") || strings.Contains(started, "--port") {
+		t.Errorf("the runtime's start: %q, want it on a unix socket", started)
+	}
 	// The engine's own output reaches the job's log as application
 	// records: llama-server's, which no simulator writes.
 	waittest.NoError(t, func() error {

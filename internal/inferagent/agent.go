@@ -96,7 +96,10 @@ func New(cfg Config, log *slog.Logger) *Agent {
 // the runtime's access log names it, and those lines are the agent's, not
 // the job's output (probeLine).
 func (a *Agent) dialProbe(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	if addr == socketHost+":80" {
+		addr = a.runtimeAddr()
+	}
+	c, err := dialRuntime(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -356,6 +359,9 @@ func (a *Agent) supervise(ctx context.Context) {
 // ready until a probe passes again.
 func (a *Agent) probeLoop(ctx context.Context, addr string) {
 	base := "http://" + addr
+	if isSocket(addr) {
+		base = "http://" + socketHost // dialProbe dials the socket
+	}
 	for {
 		if a.healthy(ctx, base) {
 			break
@@ -700,4 +706,21 @@ func HandleReports(r fabric.Registrar, f func(peer fabric.PublicKey, st agentapi
 		f(peer, st)
 		return struct{}{}, nil
 	})
+}
+
+// socketHost is the host of the probes' URLs to a runtime on a unix socket.
+const socketHost = "runtime.sock"
+
+// isSocket says whether a runtime's address is a unix socket's path
+// (Placement.Socket), not host:port.
+func isSocket(addr string) bool { return strings.HasPrefix(addr, "/") }
+
+// dialRuntime connects to the runtime at addr: host:port, or a unix
+// socket's path.
+func dialRuntime(ctx context.Context, addr string) (net.Conn, error) {
+	network := "tcp"
+	if isSocket(addr) {
+		network = "unix"
+	}
+	return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
 }

@@ -72,6 +72,12 @@ type Placement struct {
 	// DefaultModelDir): the llama.cpp runtime's.
 	LlamaServer string
 	ModelDir    string
+	// Socket, when set, is the path of a unix socket (ending in .sock)
+	// the llama.cpp runtime serves on instead of Port: where the runtime
+	// shares its host's loopback with others (the simulated rack runs it
+	// on the platform's host), a socket in a directory of the agent's own
+	// is reachable by no other user and no web page.
+	Socket string
 }
 
 // DefaultModelDir is where a node keeps the GGUF models the llama.cpp
@@ -234,8 +240,15 @@ func llamaCommand(in cosmic.InferenceSpec, p Placement, port int) (Command, erro
 	if path == "" {
 		path = "llama-server"
 	}
-	args := []string{"--model", ModelFile(p.ModelDir, in.Model), "--alias", in.ServedName(),
-		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui", "--metrics", "--slots"}
+	listen := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(port)}
+	if p.Socket != "" {
+		if !strings.HasSuffix(p.Socket, ".sock") || !filepath.IsAbs(p.Socket) {
+			return Command{}, fmt.Errorf("the runtime's socket %q is not an absolute path ending in .sock", p.Socket)
+		}
+		listen = []string{"--host", p.Socket}
+	}
+	args := append([]string{"--model", ModelFile(p.ModelDir, in.Model), "--alias", in.ServedName()}, listen...)
+	args = append(args, "--no-webui", "--metrics", "--slots")
 	for _, k := range slices.Sorted(maps.Keys(in.Args)) {
 		if !slices.Contains(cosmic.LlamaCPPArgs, k) {
 			return Command{}, fmt.Errorf("inference.args.%s is not an allowed llama.cpp argument", k)

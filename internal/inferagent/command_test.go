@@ -57,6 +57,8 @@ func TestCommandGolden(t *testing.T) {
 		{"llama.cpp embeddings, served name, args, the node's engine and models", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "test-embed",
 			ServedModelName: "embed", Args: map[string]string{"embeddings": "true", "pooling": "mean", "ctx-size": "512", "cont-batching": "false", "jinja": "true", "parallel": "4"}},
 			Placement{VMICount: 1, GPUs: 1, Port: 8100, LlamaServer: "/opt/llama/bin/llama-server", ModelDir: "/srv/models"}},
+		{"llama.cpp on a unix socket", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat"},
+			Placement{VMICount: 1, GPUs: 1, Socket: "/run/cosmicac-llama-1/runtime.sock"}},
 	}...)
 
 	var b strings.Builder
@@ -95,6 +97,7 @@ func TestCommandErrors(t *testing.T) {
 		"llama.cpp multi-node": {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m"}, Placement{VMICount: 2, GPUs: 1, Hosts: []string{"a", "b"}}},
 		"llama.cpp vLLM arg":   {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m", Args: map[string]string{"max-model-len": "8"}}, Placement{GPUs: 1}},
 		"llama.cpp bad bool":   {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m", Args: map[string]string{"embeddings": "1"}}, Placement{GPUs: 1}},
+		"llama.cpp socket":     {cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "m"}, Placement{GPUs: 1, Socket: "relative.sock"}},
 	} {
 		if _, err := BuildCommand(c.in, c.p); err == nil {
 			t.Errorf("%s: no error", name)

@@ -81,6 +81,9 @@ func (ExecLauncher) Start(ctx context.Context, l Launch) (Process, error) {
 	p := &execProcess{cmd: cmd, done: make(chan struct{})}
 	if l.Role == agentapi.PlacementHead {
 		p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(portOf(l.Placement)))
+		if l.Placement.Socket != "" {
+			p.addr = l.Placement.Socket
+		}
 	}
 	go func() {
 		p.err = cmd.Wait()

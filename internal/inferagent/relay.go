@@ -36,8 +36,7 @@ func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error 
 	if addr == "" {
 		return fabric.Errorf(fabric.CodeUnavailable, "the replica's runtime is not running")
 	}
-	d := net.Dialer{Timeout: 5 * time.Second}
-	rc, err := d.DialContext(ctx, "tcp", addr)
+	rc, err := dialRuntime(ctx, addr)
 	if err != nil {
 		return fabric.Errorf(fabric.CodeUnavailable, "the replica's runtime did not answer: %v", err)
 	}

@@ -3,7 +3,7 @@ package platform
 import (
 	"context"
 	"fmt"
-	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -70,16 +70,19 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 		return simcluster.AgentHandle{Done: done, Stop: func() {}}
 	}
 	// The llama.cpp runtime is the real engine, one process on this host
-	// (its replica has one VMI): on a port of its own, as the replicas
-	// share the host's loopback, and with none of the job's variables (the
-	// host is the operator's).
-	var llamaPort int
+	// (its replica has one VMI), with none of the job's variables (the host
+	// is the operator's). It serves on a unix socket in a directory of its
+	// own (0700), not on the host's loopback, where any local user and any
+	// web page the operator's browser opens could reach it (llama-server
+	// allows every CORS origin).
+	var llamaSocket string
 	if job.Spec.Inference.Runtime == cosmic.RuntimeLlamaCPP {
-		var err error
-		if llamaPort, err = freePort(); err != nil {
-			fail(fmt.Errorf("a port for llama-server: %w", err))
+		dir, err := os.MkdirTemp("", "cosmicac-llama-")
+		if err != nil {
+			fail(fmt.Errorf("a directory for llama-server's socket: %w", err))
 			return simcluster.AgentHandle{Done: done, Stop: func() {}}
 		}
+		llamaSocket = filepath.Join(dir, "runtime.sock")
 	}
 	hosts := make([]string, len(vmis))
 	for i, v := range vmis {
@@ -107,8 +110,8 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 			pl.Hosts = hosts
 		}
 		var launcher inferagent.Launcher = &simlaunch.Launcher{Config: s.runtime}
-		if llamaPort != 0 {
-			pl.Port, pl.LlamaServer, pl.ModelDir = llamaPort, s.llamaServer, s.modelDir
+		if llamaSocket != "" {
+			pl.Socket, pl.LlamaServer, pl.ModelDir = llamaSocket, s.llamaServer, s.modelDir
 			launcher = inferagent.ExecLauncher{}
 		}
 		log := s.log.With("component", inferagent.Component, "job_id", job.ID, "replica", replica, "vmi_index", i)
@@ -135,6 +138,9 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 	s.wg.Go(func() {
 		running.Wait()
 		unbind()
+		if llamaSocket != "" {
+			os.RemoveAll(filepath.Dir(llamaSocket))
+		}
 	})
 	k := slotKey(job.ID, replica)
 	s.mu.Lock()
@@ -179,19 +185,6 @@ func (p *Platform) InferenceAgents(jobID string, replica int) []*inferagent.Agen
 		return nil
 	}
 	return p.inference.Agents(jobID, replica)
-}
-
-// freePort is a TCP port of the loopback free now: the kernel's choice for
-// a listener, closed again. Another process could take it before the
-// runtime does; the runtime then fails to start and the agent restarts it
-// (on the same port: a replica that keeps failing shows it in its log).
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // modelDir is the llama.cpp runtime's model directory on this host.
