@@ -63,3 +63,35 @@ test("chat n and the Responses API answer as vLLM does", async () => {
   assert.equal(events.at(-1).type, "response.completed");
   assert.equal(events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join(""), r.output_text);
 });
+
+// llama.cpp: the real engine (llama-server on the project's test embedding
+// model, 128 dimensions) answers the SDK's default base64 request with the
+// vector its float answer has. Under CI the engine must be there.
+test("llama.cpp embeddings: the SDK's default (base64) from the real engine, of the model's dimension", async (t) => {
+  const racks = await waitFor("the rack's catalogue", async () => {
+    const l = await p.api("GET", "/racks");
+    return l.items.some((r) => r.catalogue) && l;
+  }, 30000);
+  const has = racks.items.some((r) => (r.catalogue?.runtimes || []).includes("llama.cpp"));
+  if (!has) {
+    if (process.env.CI) assert.fail("CI is set, but no rack serves llama.cpp: COSMICAC_LLAMA_SERVER names no llama-server (hack/build-llama.sh)");
+    t.skip("no llama-server: set COSMICAC_LLAMA_SERVER (hack/build-llama.sh builds one)");
+    return;
+  }
+  const job = await p.api("POST", "/jobs", {
+    type: "managed-inference", name: "tiny-embed", location: "us", resources: { gpu: 1 },
+    inference: { runtime: "llama.cpp", model: "cosmicac/test-embed", servedModelName: "tiny-embed", args: { embeddings: "true", pooling: "mean" } },
+  });
+  await waitFor("the llama.cpp job to run", async () => (await p.api("GET", `/jobs/${job.id}`)).status.state === "running", 90000);
+  const input = ["the sky is blue", "grass is green"];
+  const byDefault = await waitFor("llama.cpp embeddings", () => client.embeddings.create({ model: "tiny-embed", input }), 90000);
+  const floats = await client.embeddings.create({ model: "tiny-embed", input, encoding_format: "float" });
+  for (const i of [0, 1]) {
+    const a = byDefault.data[i].embedding;
+    const b = floats.data[i].embedding;
+    assert.equal(a.length, 128, `dimensions of the default (base64) embedding ${i}`);
+    assert.equal(b.length, 128, `dimensions of the float embedding ${i}`);
+    for (let k = 0; k < 128; k++) assert.ok(Math.abs(a[k] - b[k]) < 1e-5, `embedding ${i}[${k}]: base64 ${a[k]}, float ${b[k]}`);
+  }
+  assert.notDeepEqual(byDefault.data[0].embedding, byDefault.data[1].embedding);
+});

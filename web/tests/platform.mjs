@@ -11,7 +11,11 @@ export async function startPlatform() {
   const dataDir = mkdtempSync(join(tmpdir(), "cosmicac-ui-"));
   // The load test creates 1,000 jobs in one team at once: lift the
   // per-team create rate (120 a minute by default) for this platform.
-  const proc = spawn(bin, ["up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "300ms", "--job-creates-per-minute", "2000"], {
+  // The llama.cpp runtime's engine (hack/test.sh builds it and names it
+  // here): with HOME the fresh data directory, up would not find the
+  // cache's build by itself.
+  const llama = process.env.COSMICAC_LLAMA_SERVER ? ["--llama-server", process.env.COSMICAC_LLAMA_SERVER] : [];
+  const proc = spawn(bin, ["up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "300ms", "--job-creates-per-minute", "2000", ...llama], {
     env: { ...process.env, HOME: dataDir, XDG_CONFIG_HOME: join(dataDir, "config") },
     stdio: ["ignore", "pipe", "pipe"],
   });
