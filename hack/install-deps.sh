@@ -33,6 +33,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v file >/dev/null 2>&1 || need+=(file)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2

@@ -80,19 +80,12 @@ type Placement struct {
 	Socket string
 }
 
-// DefaultModelDir is where a node keeps the GGUF models the llama.cpp
-// runtime serves: the model ORG/NAME is the file ORG/NAME.gguf there.
-const DefaultModelDir = "/var/lib/cosmicac/models"
+// DefaultModelDir is agentapi's: where a node keeps the GGUF models the
+// llama.cpp runtime serves.
+const DefaultModelDir = agentapi.DefaultModelDir
 
-// ModelFile is the GGUF file of model in dir (DefaultModelDir when
-// empty). The model's name was validated (cosmic: NAME or ORG/NAME, no
-// path of its own), so the file is inside dir.
-func ModelFile(dir, model string) string {
-	if dir == "" {
-		dir = DefaultModelDir
-	}
-	return filepath.Join(dir, filepath.FromSlash(model)+".gguf")
-}
+// ModelFile is agentapi.ModelFile: the GGUF file of model in dir.
+func ModelFile(dir, model string) string { return agentapi.ModelFile(dir, model) }
 
 // Role is the VMI's role: the lowest VMI index leads. The election needs no
 // messages: every agent knows its index and the count from the bootstrap.

@@ -77,12 +77,14 @@ type Config struct {
 	// standalone wrk-ork (zero: ork.DefaultLeaseConfig; the holder
 	// defaults to ork.DefaultHolder of DataDir).
 	Lease ork.LeaseConfig
-	// LlamaServer, when set, is the llama-server the simulated rack runs
-	// its llama.cpp replicas with: a real process on this host per replica
-	// (docs/inference.md, "llama.cpp"). Unset, the rack's catalogue has no
-	// llama.cpp and such jobs are refused at create. ModelDir is its GGUF
-	// models' directory (default DATA_DIR/models), where `up` installs the
-	// test models (testmodel.Install).
+	// LlamaServer, when set, is the llama-server the rack runs its
+	// llama.cpp replicas with (docs/inference.md, "llama.cpp"): the
+	// simulated rack as a real process on this host per replica, the QEMU
+	// rack inside each replica's VM, from an engine disk with the model.
+	// Unset, the rack's catalogue has no llama.cpp and such jobs are
+	// refused at create. ModelDir is its GGUF models' directory (default
+	// DATA_DIR/models), where `up` installs the test models
+	// (testmodel.Install).
 	LlamaServer string
 	ModelDir    string
 	// SimRuntime is the simulated runtime of the simulated rack's

@@ -37,15 +37,18 @@ func (p *Platform) startQEMUWorker(runCtx context.Context) (orkapi.RegisterRackP
 	}
 	p.QEMUNode = n
 	// The agents dial the directory (announce), the app-node (shells) and
-	// the monitor (their records), each forwarded into the VM at
+	// the monitor (their records), and the inference agents
+	// proxy-inference (requests), each forwarded into the VM at
 	// qemuworker.GuestIP; the worker adds itself.
 	peers := []vmboot.Peer{
 		{Role: agentapi.RoleDirectory, Key: p.DirectoryNode.PublicKey().String(), Addrs: []string{p.DirectoryNode.Addr()}},
 		{Role: agentapi.RoleAppNode, Key: p.AppNode.PublicKey().String(), Addrs: []string{p.AppNode.Addr()}},
 		{Role: agentapi.RoleMonitor, Key: p.MonitorNode.PublicKey().String(), Addrs: []string{p.MonitorNode.Addr()}},
+		{Role: agentapi.RoleProxy, Key: p.ProxyNode.PublicKey().String(), Addrs: []string{p.ProxyNode.Addr()}},
 	}
 	w, err := qemuworker.New(rc, qemuworker.Options{Images: qc.Images, AgentBinary: qc.AgentBinary, Relay: qc.Relay, Node: n, Keys: ring,
-		Peers: peers, Reporter: worker.NewReporterClient(n, p.OrkNode.PublicKey()), Logs: logs, Log: p.log.With("component", "wrk-server-qemu")})
+		Peers: peers, Reporter: worker.NewReporterClient(n, p.OrkNode.PublicKey()), Logs: logs, Log: p.log.With("component", "wrk-server-qemu"),
+		LlamaServer: p.cfg.LlamaServer, ModelDir: p.cfg.modelDir()})
 	if err != nil {
 		return orkapi.RegisterRackParams{}, err
 	}

@@ -15,6 +15,7 @@ package qemu
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -104,6 +105,10 @@ type Config struct {
 	// AgentDisk is a read-only ISO (label COSMICAC) with the agent binary,
 	// shared by the VMs (AgentDiskFor builds it); "" attaches none.
 	AgentDisk string
+	// EngineDisk is a read-only ISO (label CACENGINE) with llama-server and
+	// the job's model, for a llama.cpp replica (EngineDiskFor); "" attaches
+	// none.
+	EngineDisk string
 	// Forwards are the host ports the guest may reach.
 	Forwards []Forward
 	// SSHPort, when not 0, forwards 127.0.0.1:SSHPort on the host to the
@@ -174,6 +179,9 @@ func (c Config) Args() []string {
 	}
 	if c.AgentDisk != "" {
 		args = append(args, "-drive", "file="+c.AgentDisk+",if=virtio,format=raw,readonly=on")
+	}
+	if c.EngineDisk != "" {
+		args = append(args, "-drive", "file="+c.EngineDisk+",if=virtio,format=raw,readonly=on")
 	}
 	if c.Image.Kernel != "" {
 		args = append(args, "-kernel", c.Image.Kernel, "-append", c.Image.Cmdline)
@@ -258,6 +266,46 @@ func AgentDiskFor(ctx context.Context, dir, binary string) (string, error) {
 	return path, writeISO(ctx, path, AgentDiskLabel, map[string][]byte{AgentFile: b})
 }
 
+// EngineDiskFor is the engine disk of a llama.cpp replica
+// (vmboot.EngineDisk): llama-server (the file server) at its root and the
+// model file at models/REL (REL: the model's name, ORG/NAME.gguf), built
+// once in dir for each engine and model (by their sizes, times and REL)
+// and shared by the replicas that serve it.
+func EngineDiskFor(ctx context.Context, dir, server, model, rel string) (string, error) {
+	var key []string
+	for _, f := range []string{server, model} {
+		st, err := os.Stat(f)
+		if err != nil {
+			return "", fmt.Errorf("engine disk: %w", err)
+		}
+		key = append(key, fmt.Sprintf("%d-%d", st.Size(), st.ModTime().UnixNano()))
+	}
+	h := sha256.Sum256([]byte(strings.Join(append(key, rel), "/")))
+	path := filepath.Join(dir, fmt.Sprintf("engine-%x.iso", h[:8]))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	files := map[string][]byte{}
+	for name, f := range map[string]string{EngineServerFile: server, "models/" + rel: model} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("engine disk: %w", err)
+		}
+		files[name] = b
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return path, writeISO(ctx, path, EngineDiskLabel, files)
+}
+
+// EngineDiskLabel is the ISO 9660 label of the engine disk, and
+// EngineServerFile its llama-server (vmboot.EngineDisk).
+const (
+	EngineDiskLabel  = "CACENGINE"
+	EngineServerFile = "llama-server"
+)
+
 // writeISO builds an ISO 9660 image (Rock Ridge, so modes are kept) of
 // files with genisoimage, atomically.
 func writeISO(ctx context.Context, path, label string, files map[string][]byte) error {
@@ -268,8 +316,11 @@ func writeISO(ctx context.Context, path, label string, files map[string][]byte) 
 	defer os.RemoveAll(src)
 	for name, b := range files {
 		mode := os.FileMode(0o644)
-		if name == AgentFile {
+		if name == AgentFile || name == EngineServerFile {
 			mode = 0o755
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
+			return err
 		}
 		if err := os.WriteFile(filepath.Join(src, name), b, mode); err != nil {
 			return err

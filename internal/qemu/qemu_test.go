@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -191,4 +192,47 @@ func fwdAt(guest ...string) []qemu.Forward {
 		out = append(out, qemu.Forward{GuestAddr: g, HostAddr: "127.0.0.1:1"})
 	}
 	return out
+}
+
+// TestEngineDisk: the engine disk holds llama-server (executable) at its
+// root and the model at models/ORG/NAME.gguf, under the label the guest
+// mounts it by; it is built once per engine and model, and attached
+// read-only.
+func TestEngineDisk(t *testing.T) {
+	need(t, "genisoimage", "isoinfo")
+	ctx := context.Background()
+	dir := t.TempDir()
+	server, model := filepath.Join(dir, "llama-server"), filepath.Join(dir, "m.gguf")
+	if err := os.WriteFile(server, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, []byte("GGUF model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	iso, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/test-chat.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/test-chat.gguf"); err != nil || again != iso {
+		t.Errorf("EngineDiskFor twice: %s, %v; want %s", again, err, iso)
+	}
+	if other, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/other.gguf"); err != nil || other == iso {
+		t.Errorf("another model's disk: %s, %v", other, err)
+	}
+	out, err := exec.Command("isoinfo", "-R", "-l", "-i", iso).CombinedOutput()
+	if err != nil {
+		t.Fatalf("isoinfo: %v %s", err, out)
+	}
+	l := string(out)
+	if !strings.Contains(l, "Directory listing of /models/cosmicac/") || !regexp.MustCompile(`-r-xr-xr-x .* llama-server`).MatchString(l) ||
+		!strings.Contains(l, "test-chat.gguf") {
+		t.Errorf("the disk holds:\n%s", l)
+	}
+	if out, err := exec.Command("isoinfo", "-d", "-i", iso).CombinedOutput(); err != nil || !strings.Contains(string(out), "Volume id: CACENGINE") {
+		t.Errorf("label: %v %s", err, out)
+	}
+	vc := qemu.Config{EngineDisk: iso}
+	if !strings.Contains(strings.Join(vc.Args(), " "), "file="+iso+",if=virtio,format=raw,readonly=on") {
+		t.Errorf("args %v lack the engine disk, read-only", vc.Args())
+	}
 }

@@ -72,7 +72,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		w.setLocked(r, cosmic.StateFailed)
 		w.unbindLocked(r)
 	}
-	img, err := w.opts.Images.Lookup(job.Spec.Image)
+	imgName, img, err := w.imageOf(job)
 	if err != nil {
 		fail(stepImage, err)
 		return
@@ -85,7 +85,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	w.mu.Lock()
 	r.id = id
 	w.agents[id.PublicKey()] = k
-	w.recordLocked(r, "prepare_disk", true, "overlay on image %s (%s, %s)", job.Spec.Image, filepath.Base(img.Disk), img.Format)
+	w.recordLocked(r, "prepare_disk", true, "overlay on image %s (%s, %s)", imgName, filepath.Base(img.Disk), img.Format)
 	w.mu.Unlock()
 	w.opts.Keys.BindAgents(orkapi.Placement{Job: job.ID, Team: job.Team, Type: job.Spec.Type, Replica: k.replica, Rack: w.cfg.Rack}, []fabric.PublicKey{id.PublicKey()})
 
@@ -101,8 +101,19 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		return
 	}
 	gpus := res.Count()
+	// A llama.cpp replica brings its engine and its model on a disk of its
+	// own (vmboot.EngineDisk).
+	var engineDisk string
+	if in := job.Spec.Inference; job.Spec.Type == cosmic.TypeManagedInference && in != nil && in.Runtime == cosmic.RuntimeLlamaCPP {
+		engineDisk, err = qemu.EngineDiskFor(ctx, filepath.Join(w.cfg.Dir, ".engine"), w.opts.LlamaServer,
+			agentapi.ModelFile(w.opts.ModelDir, in.Model), in.Model+".gguf")
+		if err != nil {
+			fail(stepAgentDisk, err)
+			return
+		}
+	}
 	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
-		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}})
+		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}, Engine: engineDisk != ""})
 	if err != nil {
 		fail(stepAgentDisk, err)
 		return
@@ -115,7 +126,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	cpus, memMiB := w.vmSize(job)
 	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: cpus, MemoryMiB: memMiB, DiskGiB: job.Spec.DiskGB,
 		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
-		AgentDisk: agentDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
+		AgentDisk: agentDisk, EngineDisk: engineDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
 		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
 	if w.cfg.DebugSSH {
 		if vc.SSHPort, err = freePort(); err != nil {

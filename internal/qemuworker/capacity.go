@@ -5,10 +5,13 @@ package qemuworker
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -39,21 +42,71 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 }
 
 // catalogue is what the rack runs: gpu-container jobs on the images of its
-// catalogue, in VMs of at most MaxCPUs and MaxMemoryMiB.
+// catalogue, and with an engine (Options.LlamaServer) managed-inference
+// jobs of the llama.cpp runtime, in VMs of at most MaxCPUs and
+// MaxMemoryMiB.
 func (w *Worker) catalogue() *cosmic.Catalogue {
-	return &cosmic.Catalogue{Images: w.opts.Images.Names(), JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer},
+	c := &cosmic.Catalogue{Images: w.opts.Images.Names(), JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer},
 		MaxVMCPUs: w.cfg.MaxCPUs, MaxVMMemoryMiB: int64(w.cfg.MaxMemoryMiB)}
+	if w.opts.LlamaServer != "" {
+		c.JobTypes = append(c.JobTypes, cosmic.TypeManagedInference)
+		c.Runtimes = []cosmic.Runtime{cosmic.RuntimeLlamaCPP}
+	}
+	return c
 }
 
 // refusal says why the rack cannot run job ("": it can).
 func (w *Worker) refusal(job cosmic.Job) string {
+	if job.Spec.Type == cosmic.TypeManagedInference {
+		in := job.Spec.Inference
+		switch {
+		case w.opts.LlamaServer == "":
+			return fmt.Sprintf("the QEMU rack %s has no inference engine: it runs gpu-container jobs only (give it llama-server to serve llama.cpp jobs)", w.cfg.Rack)
+		case in == nil || in.Runtime != cosmic.RuntimeLlamaCPP:
+			return fmt.Sprintf("the QEMU rack %s serves the llama.cpp runtime only", w.cfg.Rack)
+		}
+		if _, err := os.Stat(agentapi.ModelFile(w.opts.ModelDir, in.Model)); err != nil {
+			return fmt.Sprintf("the QEMU rack %s has no model %s (no %s.gguf in its model directory)", w.cfg.Rack, in.Model, in.Model)
+		}
+		if _, err := w.inferenceImage(); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
 	if job.Spec.Type != cosmic.TypeGPUContainer {
-		return fmt.Sprintf("the QEMU rack %s runs gpu-container jobs only, not %s (a managed-inference job needs a rack of GPU servers)", w.cfg.Rack, job.Spec.Type)
+		return fmt.Sprintf("the QEMU rack %s does not run %s jobs", w.cfg.Rack, job.Spec.Type)
 	}
 	if _, err := w.opts.Images.Lookup(job.Spec.Image); err != nil {
 		return err.Error()
 	}
 	return ""
+}
+
+// imageOf is the base image of job's VMs: the spec's, or for a
+// managed-inference job (whose spec names a model, not an image) the
+// rack's inference image.
+func (w *Worker) imageOf(job cosmic.Job) (string, qemu.Image, error) {
+	if job.Spec.Type == cosmic.TypeManagedInference {
+		name, err := w.inferenceImage()
+		if err != nil {
+			return "", qemu.Image{}, err
+		}
+		img, err := w.opts.Images.Lookup(name)
+		return name, img, err
+	}
+	img, err := w.opts.Images.Lookup(job.Spec.Image)
+	return job.Spec.Image, img, err
+}
+
+// inferenceImage is the image an inference replica's VM boots: the first of
+// the catalogue's, by name (llama-server is static: any image with
+// cloud-init runs it).
+func (w *Worker) inferenceImage() (string, error) {
+	names := w.opts.Images.Names()
+	if len(names) == 0 {
+		return "", fmt.Errorf("the QEMU rack %s has no image to boot an inference VM from", w.cfg.Rack)
+	}
+	return names[0], nil
 }
 
 // vmSize is the vCPUs and MiB of memory a replica's VM gets: the job's

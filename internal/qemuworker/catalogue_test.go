@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,5 +135,46 @@ func TestGivenIsTheCappedVM(t *testing.T) {
 	g := rep.Given
 	if g == nil || g.CPUs != 1 || g.MemoryMiB != 512 || g.GPUs != 0 || !strings.Contains(g.Note, "at most 1 vCPU and 512 MiB") || !strings.Contains(g.Note, "placement only") {
 		t.Fatalf("given %+v", g)
+	}
+}
+
+// TestLlamaCPPCatalogue: with an engine the rack lists managed-inference
+// of the llama.cpp runtime, and refuses what it cannot serve: another
+// runtime, a model its directory lacks; a llama.cpp job of a model it has
+// is not refused. Without an engine it runs gpu-container jobs only.
+func TestLlamaCPPCatalogue(t *testing.T) {
+	w, _ := newTestWorker(t)
+	llama := func(model string) cosmic.Job {
+		return cosmic.Job{ID: cosmic.NewJobID(), Spec: cosmic.Spec{Type: cosmic.TypeManagedInference,
+			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: model}}}
+	}
+	if got := w.refusal(llama("cosmicac/test-chat")); !strings.Contains(got, "no inference engine") {
+		t.Errorf("without an engine: refusal %q", got)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "cosmicac"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cosmicac", "test-chat.gguf"), []byte("GGUF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.opts.LlamaServer, w.opts.ModelDir = "/usr/bin/true", dir
+	cat := w.catalogue()
+	if !slices.Equal(cat.JobTypes, []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference}) || !slices.Equal(cat.Runtimes, []cosmic.Runtime{cosmic.RuntimeLlamaCPP}) {
+		t.Fatalf("catalogue %+v", cat)
+	}
+	if got := w.refusal(llama("cosmicac/test-chat")); got != "" {
+		t.Errorf("a model it has: refused: %s", got)
+	}
+	if got := w.refusal(llama("cosmicac/missing")); !strings.Contains(got, "no model cosmicac/missing") {
+		t.Errorf("a model it lacks: refusal %q", got)
+	}
+	vllm := llama("Qwen/Qwen3-8B")
+	vllm.Spec.Inference.Runtime = cosmic.RuntimeVLLM
+	if got := w.refusal(vllm); !strings.Contains(got, "llama.cpp runtime only") {
+		t.Errorf("vLLM: refusal %q", got)
+	}
+	if name, _, err := w.imageOf(llama("cosmicac/test-chat")); err != nil || name != "debian-12" {
+		t.Errorf("an inference VM's image: %q, %v", name, err)
 	}
 }

@@ -125,6 +125,12 @@ type Options struct {
 	Reporter worker.Reporter
 	Logs     joblog.Sink
 	Log      *slog.Logger
+	// LlamaServer and ModelDir make the rack serve managed-inference jobs
+	// of the llama.cpp runtime (none else): each such replica's VM gets an
+	// engine disk with this llama-server (a static linux/amd64 build,
+	// hack/build-llama.sh) and the job's model, ModelDir/ORG/NAME.gguf
+	// (docs/qemu-rack.md). Empty: the rack runs gpu-container jobs only.
+	LlamaServer, ModelDir string
 }
 
 type replicaKey struct {

@@ -127,18 +127,48 @@ func MetaData(instanceID, hostname string) []byte {
 // labelled AgentDiskLabel, and mounts it read-only at AgentMountPoint
 // unless something is mounted there already.
 func MountScript() string {
+	return mountScript(AgentDiskLabel, AgentMountPoint, "the CosmicAC agent disk", "no agent disk", "docs/k8s-worker.md")
+}
+
+// EngineDisk is the engine disk of a llama.cpp replica on a rack that
+// brings the engine and the model itself (the QEMU rack): an ISO 9660
+// volume labelled CACENGINE (Rock Ridge) with llama-server at its root and
+// the job's model under models/ (ORG/NAME.gguf), mounted read-only at
+// EngineMountPoint by EngineScript before the agent starts. The agent's
+// config names both (AgentConfig.LlamaServer, ModelDir).
+var EngineDisk = DiskSpec{Label: EngineDiskLabel, Files: []string{EngineServerFile}, MountPoint: EngineMountPoint}
+
+// The engine disk's label, files and mount point (EngineDisk).
+const (
+	EngineDiskLabel  = "CACENGINE"
+	EngineServerFile = "llama-server"
+	EngineModelDir   = "models"
+	EngineMountPoint = "/run/cosmicac-engine"
+)
+
+// EngineScript is the script at EngineScriptPath the unit runs before an
+// agent whose rack attaches the engine disk: it waits up to AgentDiskWait
+// seconds for the disk labelled EngineDiskLabel and mounts it read-only at
+// EngineMountPoint, unless something is mounted there already.
+func EngineScript() string {
+	return mountScript(EngineDiskLabel, EngineMountPoint, "the llama.cpp engine disk", "no engine disk", "docs/qemu-rack.md")
+}
+
+// mountScript waits for the disk labelled label and mounts it read-only
+// at dir.
+func mountScript(label, dir, what, missing, doc string) string {
 	return strings.Join([]string{
 		"#!/bin/sh",
-		"# Mount the CosmicAC agent disk (ISO 9660, label " + AgentDiskLabel + ") read-only at " + AgentMountPoint + ".",
+		"# Mount " + what + " (ISO 9660, label " + label + ") read-only at " + dir + ".",
 		"set -eu",
-		"dev=/dev/disk/by-label/" + AgentDiskLabel,
-		"dir=" + AgentMountPoint,
+		"dev=/dev/disk/by-label/" + label,
+		"dir=" + dir,
 		`if mountpoint -q "$dir"; then exit 0; fi`,
 		"i=0",
 		`while [ ! -e "$dev" ]; do`,
 		"  i=$((i + 1))",
 		"  if [ \"$i\" -gt " + strconv.Itoa(AgentDiskWait) + " ]; then",
-		`    echo "cosmicac: no agent disk: $dev did not appear in ` + strconv.Itoa(AgentDiskWait) + ` s (the rack attaches it; see docs/k8s-worker.md)" >&2`,
+		`    echo "cosmicac: ` + missing + `: $dev did not appear in ` + strconv.Itoa(AgentDiskWait) + ` s (the rack attaches it; see ` + doc + `)" >&2`,
 		"    exit 1",
 		"  fi",
 		"  sleep 1",

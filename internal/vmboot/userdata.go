@@ -22,6 +22,8 @@ const (
 	MountScriptPath = "/etc/cosmicac/mount-agent-disk"
 	// NGCKeyScriptPath copies the rack's NGC key from its disk (VM.NGCKey).
 	NGCKeyScriptPath = "/etc/cosmicac/copy-ngc-key"
+	// EngineScriptPath mounts the engine disk (VM.Engine).
+	EngineScriptPath = "/etc/cosmicac/mount-engine-disk"
 	// DefaultAgentPath is where an image that carries the agent has it
 	// (DeliveryImage).
 	DefaultAgentPath = "/usr/local/bin/cosmicac"
@@ -134,6 +136,10 @@ type AgentConfig struct {
 	Inference *cosmic.InferenceSpec `json:"inference,omitempty"`
 	// NGCKeyFile holds the parakeet runtime's NGC key (VM.NGCKey).
 	NGCKeyFile string `json:"ngcKeyFile,omitempty"`
+	// LlamaServer and ModelDir are the llama.cpp runtime's engine and
+	// models, on the engine disk (VM.Engine).
+	LlamaServer string `json:"llamaServer,omitempty"`
+	ModelDir    string `json:"modelDir,omitempty"`
 }
 
 // VM is one VM of a replica of a job: everything its user data depends on.
@@ -153,6 +159,11 @@ type VM struct {
 	// with the NGC key): the unit copies the key before the agent starts,
 	// and the agent reads it from NGCKeyFile.
 	NGCKey bool
+	// Engine says the rack attaches EngineDisk (a llama.cpp job on a rack
+	// that brings the engine and the model, the QEMU rack): the unit mounts
+	// it before the agent starts, and the agent runs llama-server and the
+	// model from it.
+	Engine bool
 }
 
 // Mode is the agent's subcommand for a job type: "inference" for
@@ -201,6 +212,10 @@ func Config(vm VM) AgentConfig {
 	if vm.NGCKey {
 		ac.NGCKeyFile = NGCKeyFile
 	}
+	if vm.Engine {
+		ac.LlamaServer = EngineMountPoint + "/" + EngineServerFile
+		ac.ModelDir = EngineMountPoint + "/" + EngineModelDir
+	}
 	return ac
 }
 
@@ -248,6 +263,13 @@ func UserData(vm VM) ([]byte, error) {
 	if vm.NGCKey {
 		files = append(files, cloudFile{Path: NGCKeyScriptPath, Owner: "root:root", Permissions: "0755", Content: NGCKeyScript()})
 		unit = strings.Replace(unit, "ExecStart=", "ExecStartPre="+NGCKeyScriptPath+"\nExecStart=", 1)
+		if !strings.Contains(unit, "TimeoutStartSec=") {
+			unit = strings.Replace(unit, "ExecStart=", "TimeoutStartSec="+strconv.Itoa(AgentDiskWait+30)+"\nExecStart=", 1)
+		}
+	}
+	if vm.Engine {
+		files = append(files, cloudFile{Path: EngineScriptPath, Owner: "root:root", Permissions: "0755", Content: EngineScript()})
+		unit = strings.Replace(unit, "ExecStart=", "ExecStartPre="+EngineScriptPath+"\nExecStart=", 1)
 		if !strings.Contains(unit, "TimeoutStartSec=") {
 			unit = strings.Replace(unit, "ExecStart=", "TimeoutStartSec="+strconv.Itoa(AgentDiskWait+30)+"\nExecStart=", 1)
 		}

@@ -274,3 +274,52 @@ func TestNGCKey(t *testing.T) {
 		t.Fatalf("sh -n: %v\n%s", err, out)
 	}
 }
+
+// TestEngineDisk: a VM given the engine disk (a llama.cpp replica on the
+// QEMU rack) mounts it before the agent starts, after the agent disk, and
+// the agent is told where llama-server and the models are; without it,
+// none of that is there. The script is valid sh.
+func TestEngineDisk(t *testing.T) {
+	for _, engine := range []bool{false, true} {
+		vm := testVM(DeliveryDisk)
+		vm.Engine = engine
+		ud, err := UserData(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := files(t, ud)
+		unit := fs[AgentUnitPath].Content
+		pre := strings.Index(unit, "ExecStartPre="+EngineScriptPath+"\n")
+		if (pre >= 0) != engine || engine && pre < strings.Index(unit, "ExecStartPre="+MountScriptPath+"\n") {
+			t.Errorf("Engine %v: unit\n%s", engine, unit)
+		}
+		script, ok := fs[EngineScriptPath]
+		if ok != engine || ok && (script.Permissions != "0755" || script.Content != EngineScript()) {
+			t.Errorf("Engine %v: script %+v", engine, script)
+		}
+		var ac AgentConfig
+		if err := yaml.Unmarshal([]byte(fs[AgentConfigPath].Content), &ac); err != nil {
+			t.Fatal(err)
+		}
+		wantServer, wantDir := "", ""
+		if engine {
+			wantServer, wantDir = "/run/cosmicac-engine/llama-server", "/run/cosmicac-engine/models"
+		}
+		if ac.LlamaServer != wantServer || ac.ModelDir != wantDir {
+			t.Errorf("Engine %v: agent llamaServer %q modelDir %q", engine, ac.LlamaServer, ac.ModelDir)
+		}
+	}
+	s := EngineScript()
+	for _, want := range []string{"/dev/disk/by-label/CACENGINE", "dir=/run/cosmicac-engine", `mount -o ro "$dev" "$dir"`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("engine script lacks %q:\n%s", want, s)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "mount-engine-disk")
+	if err := os.WriteFile(path, []byte(s), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+}

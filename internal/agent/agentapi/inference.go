@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -68,3 +69,19 @@ const (
 	// PlacementWorker joins the head of a multi-node vLLM replica (headless).
 	PlacementWorker = "worker"
 )
+
+// DefaultModelDir is where a node keeps the GGUF models the llama.cpp
+// runtime serves: the model ORG/NAME is the file ORG/NAME.gguf there.
+const DefaultModelDir = "/var/lib/cosmicac/models"
+
+// ModelFile is the GGUF file of model in dir (DefaultModelDir when empty),
+// where the inference agent runs it from and a rack that brings the model
+// (the QEMU rack's engine disk) finds it. The model's name was validated
+// (cosmic: NAME or ORG/NAME, no path of its own), so the file is inside
+// dir.
+func ModelFile(dir, model string) string {
+	if dir == "" {
+		dir = DefaultModelDir
+	}
+	return filepath.Join(dir, filepath.FromSlash(model)+".gguf")
+}

@@ -144,8 +144,12 @@ type qemuFileConfig struct {
 	Monitor        string `json:"monitor,omitempty"`
 	// The agents' peers: KEY@HOST:PORT each, on this host (each port is
 	// forwarded into the VMs).
-	Directory   []string          `json:"directory,omitempty"`
-	AppNode     []string          `json:"appNode,omitempty"`
+	Directory      []string `json:"directory,omitempty"`
+	AppNode        []string `json:"appNode,omitempty"`
+	ProxyInference []string `json:"proxyInference,omitempty"`
+	// LlamaServer and ModelDir: the llama.cpp runtime (up's flags).
+	LlamaServer string            `json:"llamaServer,omitempty"`
+	ModelDir    string            `json:"modelDir,omitempty"`
 	Rack        qemuworker.Config `json:"rack"`
 	Images      []string          `json:"images,omitempty"`
 	AgentBinary string            `json:"agentBinary,omitempty"`
@@ -176,6 +180,10 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			llama, models, err := a.llamaEngine(cfg.LlamaServer, cfg.ModelDir, cfg.DataDir, cmd.Flags().Changed("llama-server") || cfg.LlamaServer != "")
+			if err != nil {
+				return err
+			}
 			log := a.componentLogger(cfg.Verbose)
 			wn, err := cfg.workerNode("wrk-server-qemu", q.Rack.Rack, cfg.Ork, cfg.Monitor, log)
 			if err != nil {
@@ -194,7 +202,8 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 				}
 				return nil
 			}
-			if err := errors.Join(add("directory", agentapi.RoleDirectory, cfg.Directory...), add("app-node", agentapi.RoleAppNode, cfg.AppNode...)); err != nil {
+			if err := errors.Join(add("directory", agentapi.RoleDirectory, cfg.Directory...), add("app-node", agentapi.RoleAppNode, cfg.AppNode...),
+				add("proxy-inference", agentapi.RoleProxy, cfg.ProxyInference...)); err != nil {
 				wn.close()
 				return err
 			}
@@ -203,13 +212,16 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 			}
 			w, err := qemuworker.New(q.Rack, qemuworker.Options{Images: q.Images, AgentBinary: q.AgentBinary, Relay: q.Relay,
 				Node: wn.node, Keys: wn.ring, Peers: peers, Reporter: wn.reporter, Logs: wn.logs,
-				Log: log.With("component", "wrk-server-qemu")})
+				Log: log.With("component", "wrk-server-qemu"), LlamaServer: llama, ModelDir: models})
 			if err != nil {
 				wn.close()
 				return cli.UsageErrorf("%v", err)
 			}
 			a.printNode(wn.node)
 			fmt.Fprintf(a.Stdout, "rack %s (%s): VMs under QEMU (%s) in %s; images %v\n", q.Rack.Rack, q.Rack.Location, w.Accel(), q.Rack.Dir, q.Images.Names())
+			if llama != "" {
+				fmt.Fprintf(a.Stdout, "llama.cpp: %s, models in %s\n", llama, models)
+			}
 			return wn.run(cmd.Context(), w)
 		},
 	}
@@ -220,6 +232,9 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to (also given to the VMs' agents): KEY@HOST:PORT")
 	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory: KEY@HOST:PORT (repeatable)")
 	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMs' agents: KEY@HOST:PORT (repeatable)")
+	f.StringSliceVar(&cfg.ProxyInference, "proxy-inference", nil, "proxy-inference, which the inference agents serve: KEY@HOST:PORT (repeatable)")
+	f.StringVar(&cfg.LlamaServer, "llama-server", "", "the llama-server llama.cpp jobs run with, inside each replica's VM (default: hack/build-llama.sh's build, else llama-server on PATH; \"\": the runtime is off)")
+	f.StringVar(&cfg.ModelDir, "model-dir", "", "the GGUF models of llama.cpp jobs (ORG/NAME.gguf; default DATA_DIR/models, where the test models are installed)")
 	f.StringArrayVar(&cfg.Images, "image", nil, "an image of the catalogue, NAME=PATH (repeatable; default: the images hack/vm-image.sh built)")
 	f.StringVar(&cfg.AgentBinary, "agent-binary", "", "the agent put on each VM's agent disk, a static linux/amd64 cosmicac-agent (default: cosmicac-agent beside this binary, else this binary)")
 	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")

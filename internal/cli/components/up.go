@@ -163,12 +163,13 @@ func (a *app) upCommand() *cobra.Command {
 			default:
 				return cli.UsageErrorf("--rack %q: want one of %s", rack, strings.Join(platform.RackKinds(), ", "))
 			}
-			if rack == platform.RackSim {
-				if err := a.llamaEngine(&cfg, cmd.Flags().Changed("llama-server")); err != nil {
+			if rack != platform.RackKube {
+				var err error
+				if cfg.LlamaServer, cfg.ModelDir, err = a.llamaEngine(cfg.LlamaServer, cfg.ModelDir, cfg.DataDir, cmd.Flags().Changed("llama-server")); err != nil {
 					return err
 				}
 			} else if cmd.Flags().Changed("llama-server") || cmd.Flags().Changed("model-dir") {
-				return cli.UsageErrorf("--llama-server and --model-dir go with the simulated rack (--rack sim)")
+				return cli.UsageErrorf("--llama-server and --model-dir go with --rack sim or qemu (a Kubernetes rack's engine is in its image)")
 			}
 			level := slog.LevelWarn
 			if verbose {
@@ -218,15 +219,12 @@ func (a *app) upCommand() *cobra.Command {
 				}
 				fmt.Fprintf(a.Stdout, "  rack         %s: %d nodes × %d %s in %s, real VMs under QEMU (%s); GPUs %s\n",
 					q.Rack.Rack, q.Rack.Nodes, q.Rack.GPUsPerNode, q.Rack.GPUModel, q.Rack.Location, p.QEMU.Accel(), gpus)
-				fmt.Fprintf(a.Stdout, "  images       %s\n  VMs          %s\n\n", strings.Join(q.Images.Names(), ", "), q.Rack.Dir)
+				fmt.Fprintf(a.Stdout, "  images       %s\n  VMs          %s\n", strings.Join(q.Images.Names(), ", "), q.Rack.Dir)
+				a.printLlama(cfg)
 			default:
 				fmt.Fprintf(a.Stdout, "  rack         %s: %d nodes × %d %s in %s (simulated, %v a step)\n",
 					cfg.Sim.Rack, cfg.Sim.Nodes, cfg.Sim.GPUsPerNode, cfg.Sim.GPUModel, cfg.Sim.Location, cfg.Sim.Step)
-				if cfg.LlamaServer != "" {
-					fmt.Fprintf(a.Stdout, "  llama.cpp    real: %s, models in %s (test models %s, %s)\n\n", cfg.LlamaServer, cfg.ModelDir, testmodel.ChatModel, testmodel.EmbedModel)
-				} else {
-					fmt.Fprintf(a.Stdout, "  llama.cpp    off: no llama-server (build it with hack/build-llama.sh, or give --llama-server)\n\n")
-				}
+				a.printLlama(cfg)
 				fmt.Fprint(a.Stdout, simulatedRackNote(currentUser(), !cfg.Sim.NoHostShells))
 			}
 			fmt.Fprintf(a.Stdout, "Fabric (for `cosmicac rpc`; this CLI's key %s is admitted):\n", cliID.PublicKey().Short())
@@ -265,7 +263,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.IntVar(&cfg.Sim.MemoryGiBPerNode, "sim-memory-per-node", 0, "GiB of memory of each simulated node for jobs (default 256 per GPU)")
 	f.StringVar(&cfg.Sim.GPUModel, "sim-gpu-model", cfg.Sim.GPUModel, "the simulated GPUs' model")
 	f.Var(&cfg.Sim.Step, "sim-step", "time per simulated lifecycle step")
-	f.StringVar(&cfg.LlamaServer, "llama-server", "", "the llama-server the simulated rack runs llama.cpp jobs with, a real process on this machine per replica (default: hack/build-llama.sh's build, else llama-server on PATH; none: the runtime is off)")
+	f.StringVar(&cfg.LlamaServer, "llama-server", "", "the llama-server llama.cpp jobs run with: on the simulated rack a real process on this machine per replica, on the QEMU rack inside each replica's VM (default: hack/build-llama.sh's build, else llama-server on PATH; \"\": the runtime is off)")
 	f.StringVar(&cfg.ModelDir, "model-dir", "", "the GGUF models of llama.cpp jobs (the model ORG/NAME is ORG/NAME.gguf there; default DATA_DIR/models, where the test models are installed)")
 	f.BoolVar(&hostShells, "sim-host-shells", true, "let the simulated rack's jobs open shells (jobs shell, the web Terminal, jobs ssh), which run on this machine as its user, not in a VM; false refuses them")
 	f.Var(&cfg.Ork.Heartbeat, "heartbeat", "how often the ork checks each worker")
@@ -328,36 +326,46 @@ func startGateway(c gateway.Config, u platform.Upstreams, dataDir string) (platf
 	return upGateway{Gateway: g, log: f}, nil
 }
 
-// llamaEngine finds the simulated rack's llama-server (cfg.LlamaServer as
-// given; else hack/build-llama.sh's build in the cache, the newest; else
-// llama-server on PATH; else none: the llama.cpp runtime is off) and
-// installs the test models into its model directory.
-func (a *app) llamaEngine(cfg *platform.Config, given bool) error {
-	if cfg.ModelDir == "" {
-		cfg.ModelDir = filepath.Join(cfg.DataDir, "models")
+// llamaEngine finds the rack's llama-server (server as given; else
+// hack/build-llama.sh's build in the cache, the newest; else llama-server
+// on PATH; else none: the llama.cpp runtime is off) and installs the test
+// models into its model directory (modelDir, default DATA_DIR/models).
+func (a *app) llamaEngine(server, modelDir, dataDir string, given bool) (string, string, error) {
+	if modelDir == "" {
+		modelDir = filepath.Join(dataDir, "models")
 	}
 	if given {
-		if cfg.LlamaServer == "" {
-			return nil // --llama-server "": off
+		if server == "" {
+			return "", modelDir, nil // --llama-server "": off
 		}
-		p, err := exec.LookPath(cfg.LlamaServer)
+		p, err := exec.LookPath(server)
 		if err != nil {
-			return cli.UsageErrorf("--llama-server: %v", err)
+			return "", "", cli.UsageErrorf("--llama-server: %v", err)
 		}
-		cfg.LlamaServer = p
+		server = p
 	} else {
 		builds, _ := filepath.Glob(filepath.Join(a.cacheDir(), "llama", "*", "bin", "llama-server"))
 		slices.Sort(builds)
 		if len(builds) > 0 {
-			cfg.LlamaServer = builds[len(builds)-1]
+			server = builds[len(builds)-1]
 		} else if p, err := exec.LookPath("llama-server"); err == nil {
-			cfg.LlamaServer = p
+			server = p
 		} else {
-			return nil
+			return "", modelDir, nil
 		}
 	}
-	if _, err := testmodel.Install(cfg.ModelDir); err != nil {
-		return fmt.Errorf("install the test models: %w", err)
+	if _, err := testmodel.Install(modelDir); err != nil {
+		return "", "", fmt.Errorf("install the test models: %w", err)
 	}
-	return nil
+	return server, modelDir, nil
+}
+
+// printLlama says in up's banner whether the rack serves llama.cpp, with
+// which engine and models.
+func (a *app) printLlama(cfg platform.Config) {
+	if cfg.LlamaServer != "" {
+		fmt.Fprintf(a.Stdout, "  llama.cpp    %s, models in %s (test models %s, %s)\n\n", cfg.LlamaServer, cfg.ModelDir, testmodel.ChatModel, testmodel.EmbedModel)
+		return
+	}
+	fmt.Fprintf(a.Stdout, "  llama.cpp    off: no llama-server (build it with hack/build-llama.sh, or give --llama-server)\n\n")
 }

@@ -147,17 +147,17 @@ var (
 // one node with gpus GPUs, booting one VM at a time, with image im as
 // name; its VMs live in the directory it answers, whose consoles are
 // logged if t fails.
-func qemuPlatform(t *testing.T, d time.Duration, name string, im qemu.Image, gpus int) (*cosmictest.Env, string) {
+func qemuPlatform(t *testing.T, d time.Duration, name string, im qemu.Image, gpus int, opts ...cosmictest.Option) (*cosmictest.Env, string) {
 	t.Helper()
 	agentBin := staticAgent(t)
 	vms := t.TempDir()
 	consolesOnFailure(t, vms)
-	e := cosmictest.NewEnvWithin(t, d, func(c *platform.Config) {
+	e := cosmictest.NewEnvWithin(t, d, append([]cosmictest.Option{func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: gpus, Dir: vms, MaxBoots: 1},
 			Images: qemu.Catalogue{name: im}, AgentBinary: agentBin, Relay: relayCommand(t),
 		}
-	})
+	}}, opts...)...)
 	return e, vms
 }
 
