@@ -27,7 +27,7 @@ import (
 
 // llamaServer is the llama-server the tests run: $COSMICAC_LLAMA_SERVER,
 // which hack/test.sh sets to hack/build-llama.sh's build.
-func llamaServer(t *testing.T) string {
+func llamaServer(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("COSMICAC_LLAMA_SERVER")
 	_, err := os.Stat(p)
@@ -37,7 +37,7 @@ func llamaServer(t *testing.T) string {
 
 // withLlama runs the simulated rack's llama.cpp replicas with the real
 // llama-server, on the test models.
-func withLlama(t *testing.T) Option {
+func withLlama(t testing.TB) Option {
 	server, dir := llamaServer(t), t.TempDir()
 	if _, err := testmodel.Install(dir); err != nil {
 		t.Fatal(err)

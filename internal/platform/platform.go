@@ -344,11 +344,6 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	p.AppNode.AddAddrs(orkID.PublicKey(), p.OrkNode.Addr())
-	// The bound keys follow the ork from here on.
-	p.goRun("trust", func() error {
-		p.Keys.Follow(rctx, orkapi.NewClient(p.AppNode, orkID.PublicKey()), log.With("component", "trust"))
-		return nil
-	})
 
 	// The agents' directory: the agents announce themselves there, each
 	// under its own job's topic only; the app-node and the proxy look them
@@ -463,6 +458,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	// The bound keys follow the ork from here on (before it leads there is
+	// none to follow: a follow then only logs that it cannot read them).
+	p.goRun("trust", func() error {
+		p.Keys.Follow(rctx, orkapi.NewClient(p.AppNode, orkID.PublicKey()), log.With("component", "trust"))
+		return nil
+	})
 	// The first admin, once this process leads (orks sharing a database
 	// bootstrap one at a time).
 	if p.TokenFile, _, err = appnode.Bootstrap(ctx, p.Store, cfg.DataDir); err != nil {

@@ -1,0 +1,168 @@
+package cosmictest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
+)
+
+// BenchmarkLlamaStreams measures streamed chat completions from a real
+// llama-server (the simulated rack's llama.cpp replica, on the test chat
+// model) two ways in one run: direct to the engine's own socket (the
+// baseline: no platform at all) and through proxy-inference (the gateway
+// path: API key, routing, the fabric stream to the agent, the agent's
+// relay). Each op is a round of c concurrent streams of 32 tokens on each
+// (ignore_eos, so every stream is as long); it reports time to first
+// token and between tokens (p50, p99 over the run's streams) and tokens a
+// second, for each path; the rounds alternate between the paths.
+// docs/benchmarks.md, "Inference: through the proxy and direct".
+//
+//	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
+//	  go test -run '^$' -bench LlamaStreams -benchtime 20x ./internal/cosmictest
+func BenchmarkLlamaStreams(b *testing.B) {
+	e := NewEnv(b, withLlama(b))
+	chat := inference("bench", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
+	chat.Inference.Args = map[string]string{"ctx-size": "4096", "parallel": "16"}
+	j := e.Create(chat)
+	key, err := e.Client.CreateAPIKey(e.Ctx, "bench", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+	e.waitReplicas(j.ID, 1)
+	socket := ""
+	for _, r := range e.P.Logs.Job(j.ID) {
+		if r.Step == "runtime_start" {
+			if f := strings.Fields(r.Line); slices.Contains(f, "--host") {
+				socket = f[slices.Index(f, "--host")+1]
+			}
+		}
+	}
+	if !strings.HasSuffix(socket, ".sock") {
+		b.Fatalf("no socket in the runtime's start: %q", socket)
+	}
+	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}}}
+	proxied := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	paths := []struct {
+		name  string
+		c     *http.Client
+		url   string
+		model string
+		auth  string
+	}{
+		{"direct", direct, "http://llama/v1/chat/completions", "bench", ""},
+		{"proxy", proxied, e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key.Key},
+	}
+	const tokens = 32
+	for _, conc := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("streams=%d", conc), func(b *testing.B) {
+			type stats struct {
+				ttft, itl []time.Duration
+				tokens    int
+				took      time.Duration
+			}
+			got := make([]stats, len(paths))
+			var mu sync.Mutex
+			for b.Loop() {
+				// One round on each path, in turn: what loads the machine
+				// meanwhile weighs on both alike.
+				for i, p := range paths {
+					body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":%d,"ignore_eos":true,"stream":true}`, p.model, tokens)
+					t0 := time.Now()
+					var wg sync.WaitGroup
+					for range conc {
+						wg.Go(func() {
+							first, gaps, n, err := stream(e.Ctx, p.c, p.url, p.auth, body)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							mu.Lock()
+							got[i].ttft = append(got[i].ttft, first)
+							got[i].itl = append(got[i].itl, gaps...)
+							got[i].tokens += n
+							mu.Unlock()
+						})
+					}
+					wg.Wait()
+					got[i].took += time.Since(t0)
+				}
+			}
+			for i, p := range paths {
+				g := got[i]
+				b.ReportMetric(ms(pct(g.ttft, 50)), p.name+"-ttft-p50-ms")
+				b.ReportMetric(ms(pct(g.ttft, 99)), p.name+"-ttft-p99-ms")
+				b.ReportMetric(ms(pct(g.itl, 50)), p.name+"-itl-p50-ms")
+				b.ReportMetric(ms(pct(g.itl, 99)), p.name+"-itl-p99-ms")
+				b.ReportMetric(float64(g.tokens)/g.took.Seconds(), p.name+"-tok/s")
+			}
+		})
+	}
+}
+
+// stream posts a streamed chat and answers the time to its first content
+// event, the gaps between the content events after it, and their count.
+func stream(ctx context.Context, c *http.Client, url, auth, body string) (time.Duration, []time.Duration, int, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, nil, 0, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	var (
+		first time.Duration
+		gaps  []time.Duration
+		last  time.Time
+		n     int
+	)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: {") || !strings.Contains(line, `"content":"`) {
+			continue
+		}
+		now := time.Now()
+		if n == 0 {
+			first = now.Sub(t0)
+		} else {
+			gaps = append(gaps, now.Sub(last))
+		}
+		last = now
+		n++
+	}
+	return first, gaps, n, sc.Err()
+}
+
+// pct is the p-th percentile of ds (nearest rank).
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
