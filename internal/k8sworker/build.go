@@ -71,6 +71,7 @@ const (
 	rootDisk      = "rootdisk"
 	cloudInitDisk = "cloudinitdisk"
 	agentDisk     = "agentdisk"
+	engineDisk    = "enginedisk"
 	ngcKeyDisk    = "ngckey"
 	podNetwork    = "default"
 	overlayNet    = "overlay"
@@ -390,6 +391,11 @@ func planReplica(cfg RackConfig, job cosmic.Job, r cosmic.Reservation) ([]vmiPla
 			image = cfg.Images.VLLM
 		case cosmic.RuntimeParakeet:
 			image = cfg.Images.Parakeet
+		case cosmic.RuntimeLlamaCPP:
+			image = cfg.Images.LlamaCPP
+			if cfg.Images.EngineDisk == "" {
+				bad("spec.inference.runtime", "rack %s serves no llama.cpp (its config has no images.engineDisk)", cfg.Rack)
+			}
 		}
 	}
 	if image == "" {
@@ -504,6 +510,12 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 		disks = append(disks, virtv1.Disk{Name: agentDisk, DiskDevice: virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA, ReadOnly: new(true)}}})
 		volumes = append(volumes, virtv1.Volume{Name: agentDisk, VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: cfg.Images.AgentDisk}}})
 	}
+	if needsEngine(cfg, job) {
+		// The llama.cpp runtime's engine and models (vmboot.EngineDisk): a
+		// read-only SATA CD-ROM from a containerDisk, as the agent disk.
+		disks = append(disks, virtv1.Disk{Name: engineDisk, DiskDevice: virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA, ReadOnly: new(true)}}})
+		volumes = append(volumes, virtv1.Volume{Name: engineDisk, VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: cfg.Images.EngineDisk}}})
+	}
 	if needsNGCKey(cfg, job) {
 		// The rack's NGC key, for the NIM only: a config disk KubeVirt
 		// makes from the Secret (an ISO with a file per data key), found by
@@ -616,8 +628,15 @@ func UserData(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, h
 func bootVM(cfg RackConfig, job cosmic.Job, replica, index, count, gpus int, hosts []string, boot Bootstrap) vmboot.VM {
 	return vmboot.VM{
 		Job: job, Replica: replica, Index: index, Count: count, GPUs: gpus, Hosts: hosts, Boot: boot,
-		Agent: cfg.agent(), NGCKey: needsNGCKey(cfg, job),
+		Agent: cfg.agent(), NGCKey: needsNGCKey(cfg, job), Engine: needsEngine(cfg, job),
 	}
+}
+
+// needsEngine says job's VMIs get the engine disk: a llama.cpp job on a
+// rack that has one.
+func needsEngine(cfg RackConfig, job cosmic.Job) bool {
+	in := job.Spec.Inference
+	return cfg.Images.EngineDisk != "" && job.Spec.Type == cosmic.TypeManagedInference && in != nil && in.Runtime == cosmic.RuntimeLlamaCPP
 }
 
 // needsNGCKey says whether the job's VMIs get the rack's NGC key: those of

@@ -114,6 +114,19 @@ func buildCases() map[string]buildCase {
 			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-3", GPUs: []int{2}}}},
 			boot: testBootstrap(1),
 		},
+		"llama-cpp": {
+			cfg: func() RackConfig {
+				c := DefaultRackConfig()
+				c.Images.LlamaCPP = "docker://ghcr.io/cosmicac/vm-base:debian-12"
+				c.Images.EngineDisk = "ghcr.io/cosmicac/cosmicac-engine-disk:test-models"
+				return c
+			}(),
+			job: testJob("ml", cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "us",
+				Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat", ServedModelName: "tiny",
+					Args: map[string]string{"ctx-size": "2048", "parallel": "4"}}}),
+			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{0}}}},
+			boot: testBootstrap(1),
+		},
 		"parakeet-ngc-key": {
 			cfg: func() RackConfig {
 				c := DefaultRackConfig()
@@ -261,7 +274,8 @@ func TestUserDataIsVMBoot(t *testing.T) {
 				want, err := vmboot.UserData(vmboot.VM{
 					Job: tc.job, Replica: tc.res.Replica, Index: i, Count: len(tc.res.Nodes), GPUs: len(tc.res.Nodes[i].GPUs),
 					Hosts: hosts, Boot: tc.boot, Agent: vmboot.Agent{Delivery: tc.cfg.AgentDelivery, Path: tc.cfg.AgentPath},
-					NGCKey: tc.cfg.NGCKeySecret != "", // only parakeet cases set it
+					NGCKey: tc.cfg.NGCKeySecret != "",      // only parakeet cases set it
+					Engine: tc.cfg.Images.EngineDisk != "", // only the llama.cpp case sets it
 				})
 				if err != nil {
 					t.Fatal(err)

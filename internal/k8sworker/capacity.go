@@ -141,7 +141,11 @@ func GPUsInUse(vmis []virtv1.VirtualMachineInstance) map[string]int {
 // Catalogue is what a Kubernetes rack runs: any image (its disk is imported
 // from the registry reference the spec gives), both job types and every
 // runtime, in VMs as large as their node.
-func Catalogue() *cosmic.Catalogue {
-	return &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
+func Catalogue(cfg RackConfig) *cosmic.Catalogue {
+	c := &cosmic.Catalogue{JobTypes: []cosmic.JobType{cosmic.TypeGPUContainer, cosmic.TypeManagedInference},
 		Runtimes: []cosmic.Runtime{cosmic.RuntimeVLLM, cosmic.RuntimeParakeet}}
+	if cfg.Images.LlamaCPP != "" && cfg.Images.EngineDisk != "" {
+		c.Runtimes = append(c.Runtimes, cosmic.RuntimeLlamaCPP)
+	}
+	return c
 }

@@ -131,6 +131,15 @@ type Images struct {
 	// for AgentDelivery disk. Use the tag of the platform's version: the
 	// agent must speak the platform's protocol.
 	AgentDisk string `json:"agentDisk"`
+	// LlamaCPP and EngineDisk make the rack serve the llama.cpp runtime
+	// (both, or neither): LlamaCPP is the root disk image of its VMs (any
+	// cloud image: llama-server is static), EngineDisk the containerDisk
+	// holding the engine disk (an ISO 9660 file labelled CACENGINE under
+	// /disk/ with llama-server and models/ORG/NAME.gguf: hack/engine-disk.sh,
+	// deploy/engine-disk.Containerfile), attached to each llama.cpp VMI
+	// as a read-only CD-ROM (vmboot.EngineDisk).
+	LlamaCPP   string `json:"llamaCPP,omitempty"`
+	EngineDisk string `json:"engineDisk,omitempty"`
 }
 
 // Firmware is the VMIs' firmware. They always boot UEFI
@@ -318,6 +327,13 @@ func (c RackConfig) Validate() error {
 	images := []struct{ field, ref string }{{"images.vllm", c.Images.VLLM}, {"images.parakeet", c.Images.Parakeet}}
 	if c.AgentDelivery == vmboot.DeliveryDisk {
 		images = append(images, struct{ field, ref string }{"images.agentDisk", c.Images.AgentDisk})
+	}
+	switch {
+	case (c.Images.LlamaCPP == "") != (c.Images.EngineDisk == ""):
+		bad("images", "set both llamaCPP and engineDisk (the llama.cpp runtime's VM image and engine disk) or neither")
+	case c.Images.LlamaCPP != "":
+		images = append(images, struct{ field, ref string }{"images.llamaCPP", c.Images.LlamaCPP},
+			struct{ field, ref string }{"images.engineDisk", c.Images.EngineDisk})
 	}
 	for _, im := range images {
 		if im.ref == "" {

@@ -74,6 +74,17 @@ func TestRackConfigValidate(t *testing.T) {
 			edit:   func(c *RackConfig) { c.GPUResources = []GPUResource{{Resource: "nvidia.com/L40S"}} },
 			fields: []string{"gpuModel"},
 		},
+		"llama.cpp images": {edit: func(c *RackConfig) {
+			c.Images.LlamaCPP, c.Images.EngineDisk = "docker://ghcr.io/cosmicac/vm-base:debian-12", "ghcr.io/cosmicac/cosmicac-engine-disk:v1"
+		}},
+		"llama.cpp image without its engine disk": {
+			edit:   func(c *RackConfig) { c.Images.LlamaCPP = "docker://ghcr.io/cosmicac/vm-base:debian-12" },
+			fields: []string{"images"},
+		},
+		"bad engine disk": {
+			edit:   func(c *RackConfig) { c.Images.LlamaCPP, c.Images.EngineDisk = "docker://ghcr.io/x/y:1", "Not An Image" },
+			fields: []string{"images.engineDisk"},
+		},
 		"half the networks": {
 			edit:   func(c *RackConfig) { c.Networks = Networks{InfiniBand: []string{"ib/bad/name"}} },
 			fields: []string{"networks.infiniband[0]", "networks"},

@@ -175,7 +175,7 @@ func (w *Worker) reportLoop(ctx context.Context) {
 			if err != nil {
 				return worker.Capacity{}, err
 			}
-			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue()}, nil
+			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg)}, nil
 		},
 		Delivered: w.delivered,
 	})

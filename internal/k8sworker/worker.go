@@ -311,7 +311,7 @@ func (w *Worker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err != nil {
 		return worker.Capacity{}, fabric.Errorf(fabric.CodeUnavailable, "rack %s: list nodes: %v", w.cfg.Rack, err)
 	}
-	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, Overhead: KubeVirtOverhead, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue()}, nil
+	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, Overhead: KubeVirtOverhead, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg)}, nil
 }
 
 func (w *Worker) nodes(ctx context.Context) ([]cosmic.Node, error) {
