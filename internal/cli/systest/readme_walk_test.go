@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cli"
+	"github.com/cosmicac/cosmicac/internal/testenv"
 )
 
 // TestREADMEWalk is a newcomer's first hour, as the README tells it: `up`
@@ -34,8 +35,13 @@ func TestREADMEWalk(t *testing.T) {
 	done := make(chan int, 1)
 	// The README's `up`, on another port than 8080 and with a quick
 	// simulated rack.
+	// The README's llama.cpp job needs the engine hack/test.sh builds (HOME
+	// here is a fresh one, where up would not find the cache's build).
+	llama := os.Getenv("COSMICAC_LLAMA_SERVER")
+	_, err := os.Stat(llama)
+	testenv.Require(t, llama != "" && err == nil, "COSMICAC_LLAMA_SERVER is not a llama-server (%q): the README's llama.cpp job needs one (hack/build-llama.sh)", llama)
 	go func() {
-		done <- a.Run(ctx, []string{"up", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "5ms"})
+		done <- a.Run(ctx, []string{"up", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--sim-step", "5ms", "--llama-server", llama})
 	}()
 	t.Cleanup(func() {
 		cancel()
