@@ -331,6 +331,10 @@ func TestValidateRules(t *testing.T) {
 			"inference.args.trust-remote-code", "inference.args.unknown",
 		}},
 		{"vllm swap-space (removed from vllm serve)", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"swap-space": "4"} }, []string{"inference.args.swap-space"}},
+		{"vllm gguf (a plugin since 0.24)", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"quantization": "gguf"} }, []string{"inference.args.quantization"}},
+		{"vllm disable-frontend-multiprocessing (removed in 0.19)", inferenceSpec, func(s *Spec) {
+			s.Inference.Args = map[string]string{"disable-frontend-multiprocessing": "true"}
+		}, []string{"inference.args.disable-frontend-multiprocessing"}},
 		{"gpu memory utilization NaN", inferenceSpec, func(s *Spec) { s.Inference.Args = map[string]string{"gpu-memory-utilization": "NaN"} }, []string{"inference.args.gpu-memory-utilization"}},
 		{"llama.cpp good", inferenceSpec, func(s *Spec) {
 			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Resources.GPU = RuntimeLlamaCPP, "cosmicac/test-chat", 1, 1
@@ -646,8 +650,9 @@ func TestNewReason(t *testing.T) {
 // refused with a message naming it, and a removed one says where it went.
 func TestVLLMArgProblemNamesTheFlag(t *testing.T) {
 	for k, want := range map[string]string{
-		"swap-space":   "--swap-space is not a flag of the vLLM version CosmicAC runs (removed in vLLM PR #36216",
-		"no-such-flag": "--no-such-flag is not an allowed vLLM argument",
+		"swap-space":                       "--swap-space is not a flag of the vLLM version CosmicAC runs (removed in vLLM PR #36216",
+		"disable-frontend-multiprocessing": "--disable-frontend-multiprocessing is not a flag of the vLLM version CosmicAC runs (removed in vLLM PR #37612",
+		"no-such-flag":                     "--no-such-flag is not an allowed vLLM argument",
 	} {
 		s := inferenceSpec()
 		s.Inference.Args = map[string]string{k: "1"}

@@ -49,7 +49,7 @@ var (
 	servedNameRe  = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.:/]*$`)
 	sshKeyTypes   = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
 	dtypes        = []string{"auto", "half", "float16", "bfloat16", "float", "float32"}
-	quantizations = []string{"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "gguf", "compressed-tensors", "experts_int8", "modelopt", "mxfp4"}
+	quantizations = []string{"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors", "experts_int8", "modelopt", "mxfp4"}
 	kvCacheDtypes = []string{"auto", "fp8", "fp8_e4m3", "fp8_e5m2"}
 )
 
@@ -522,7 +522,8 @@ var VLLMArgs = []string{
 // vllmRemovedArgs are flags that vllm serve used to take and the targeted
 // version refuses ("unrecognized arguments"), with where they went.
 var vllmRemovedArgs = map[string]string{
-	"swap-space": "vLLM PR #36216, since 0.18: the V1 engine has no CPU swap space",
+	"swap-space":                       "vLLM PR #36216, since 0.18: the V1 engine has no CPU swap space",
+	"disable-frontend-multiprocessing": "vLLM PR #37612, since 0.19: a V0-engine option, removed with V0",
 }
 
 func vllmArgProblem(k, v string) string {
@@ -549,6 +550,9 @@ func vllmArgProblem(k, v string) string {
 	case "dtype":
 		return oneOf(dtypes)
 	case "quantization":
+		if v == "gguf" { // vllm/model_executor/layers/quantization: gone from the registry
+			return `"gguf" is not a quantization of the vLLM version CosmicAC runs (vLLM PR #39612, since 0.24: GGUF moved to the separate vllm-gguf-plugin); serve a GGUF model with the llama.cpp runtime`
+		}
 		return oneOf(quantizations)
 	case "kv-cache-dtype":
 		return oneOf(kvCacheDtypes)

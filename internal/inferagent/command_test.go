@@ -107,7 +107,7 @@ func TestCommandErrors(t *testing.T) {
 
 // vllmFlagsFile is the list of `vllm serve` flags of the vLLM version
 // CosmicAC targets (docs/inference.md, "The target vLLM version").
-const vllmFlagsFile = "vllm-serve-flags-v0.18.txt"
+const vllmFlagsFile = "vllm-serve-flags-v0.24.0.txt"
 
 // vllmServeFlags reads testdata/vllmFlagsFile.
 func vllmServeFlags(t *testing.T) map[string]bool {
