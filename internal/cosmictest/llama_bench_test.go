@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,10 +23,11 @@ import (
 
 // BenchmarkLlamaStreams measures streamed chat completions from a real
 // llama-server (the simulated rack's llama.cpp replica, on the test chat
-// model) two ways in one run: direct to the engine's own socket (the
-// baseline: no platform at all) and through proxy-inference (the gateway
-// path: API key, routing, the fabric stream to the agent, the agent's
-// relay). Each op is a round of c concurrent streams of 32 tokens on each
+// model) three ways in one run: direct to the engine's own socket (no
+// platform at all), through the standard library's reverse proxy (the
+// ideal baseline of a gateway hop), and through proxy-inference (the
+// gateway path: API key, routing, the fabric stream to the agent, the
+// agent's relay). Each op is a round of c concurrent streams of 32 tokens on each
 // (ignore_eos, so every stream is as long); it reports time to first
 // token and between tokens (p50, p99 over the run's streams) and tokens a
 // second, for each path; the rounds alternate between the paths.
@@ -34,6 +39,12 @@ func BenchmarkLlamaStreams(b *testing.B) {
 	e := NewEnv(b, withLlama(b))
 	chat := inference("bench", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	chat.Inference.Args = map[string]string{"ctx-size": "4096", "parallel": "16"}
+	// COSMICAC_BENCH_LLAMA_THREADS leaves the platform cores of its own:
+	// on a CPU engine the proxy path and the engine share the machine,
+	// which a GPU engine does not.
+	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
+		chat.Inference.Args["threads"], chat.Inference.Args["threads-batch"] = v, v
+	}
 	j := e.Create(chat)
 	key, err := e.Client.CreateAPIKey(e.Ctx, "bench", "")
 	if err != nil {
@@ -52,11 +63,21 @@ func BenchmarkLlamaStreams(b *testing.B) {
 	if !strings.HasSuffix(socket, ".sock") {
 		b.Fatalf("no socket in the runtime's start: %q", socket)
 	}
-	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64,
+	var dials atomic.Int64 // connections opened to the engine's socket, by the direct path and the baseline proxy
+	toEngine := &http.Transport{MaxIdleConnsPerHost: 64,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			dials.Add(1)
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		}}}
-	proxied := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		}}
+	direct := &http.Client{Transport: toEngine}
+	// The ideal baseline of a gateway: the standard library's reverse
+	// proxy on loopback in front of the engine, flushing every write, with
+	// no key, no routing and no fabric.
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "llama" },
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: toEngine.DialContext}, FlushInterval: -1}
+	rpSrv := httptest.NewServer(rp)
+	defer rpSrv.Close()
+	client := func() *http.Client { return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}} }
 	paths := []struct {
 		name  string
 		c     *http.Client
@@ -65,7 +86,8 @@ func BenchmarkLlamaStreams(b *testing.B) {
 		auth  string
 	}{
 		{"direct", direct, "http://llama/v1/chat/completions", "bench", ""},
-		{"proxy", proxied, e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key.Key},
+		{"reverseproxy", client(), rpSrv.URL + "/v1/chat/completions", "bench", ""},
+		{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key.Key},
 	}
 	const tokens = 32
 	for _, conc := range []int{1, 4, 16} {
@@ -102,6 +124,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 					got[i].took += time.Since(t0)
 				}
 			}
+			b.ReportMetric(float64(dials.Load()), "engine-dials")
 			for i, p := range paths {
 				g := got[i]
 				b.ReportMetric(ms(pct(g.ttft, 50)), p.name+"-ttft-p50-ms")

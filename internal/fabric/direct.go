@@ -282,8 +282,8 @@ type ParkReply struct {
 }
 
 const (
-	parkBatch = 4                // connections asked for at a time
-	parkLow   = 2                // ask for more when fewer are left
+	parkBatch = 4                // connections asked for at a time, at least
+	parkLow   = 2                // ask for more when fewer are left, at least
 	maxParked = 32               // parked connections kept per peer
 	parkTTL   = 60 * time.Second // a parked connection unused longer is closed
 	parkIdle  = 90 * time.Second // the parking side's wait for a stream
@@ -305,6 +305,25 @@ type parkPool struct {
 	askedAt   time.Time
 	failUntil time.Time
 	wake      chan struct{} // closed when a connection arrives or an ask ends
+	// takes are when connections were taken in the last second, and
+	// waiters the streams waiting for one now: the demand the pool is
+	// kept for. A runtime that closes its connection after each answer
+	// (llama-server's streams do) makes every request a new stream, so
+	// at 16 concurrent requests four parked connections at a time would
+	// keep 12 of them waiting.
+	takes   []time.Time
+	waiters int
+}
+
+// demand is how many connections were taken in the last second plus those
+// waited for now. Callers hold n.mu.
+func (pp *parkPool) demand(now time.Time) int {
+	i := 0
+	for i < len(pp.takes) && now.Sub(pp.takes[i]) > time.Second {
+		i++
+	}
+	pp.takes = pp.takes[i:]
+	return len(pp.takes) + pp.waiters
 }
 
 func (pp *parkPool) signal() {
@@ -328,6 +347,7 @@ func (n *Node) pool(key PublicKey) *parkPool {
 func (n *Node) takeParked(ctx context.Context, key PublicKey) *directConn {
 	deadline := time.Now().Add(parkWait)
 	var stale []*directConn
+	counted := false
 	defer func() {
 		for _, d := range stale {
 			d.close()
@@ -352,16 +372,33 @@ func (n *Node) takeParked(ctx context.Context, key PublicKey) *directConn {
 				stale = append(stale, c.d)
 			}
 		}
+		if d != nil && len(pp.takes) < 2*maxParked {
+			pp.takes = append(pp.takes, now)
+		}
+		// Kept for the demand: refilled when fewer than half of the last
+		// second's takes are left, with as many as it took (at least
+		// parkBatch, at most maxParked parked).
+		demand := pp.demand(now)
 		canAsk := !pp.asking && now.After(pp.failUntil) && n.liveConn(key) != nil
-		if canAsk && len(pp.conns) < parkLow && !n.closed {
+		if canAsk && len(pp.conns) < max(parkLow, demand/2) && !n.closed {
+			count := min(maxParked-len(pp.conns), max(parkBatch, demand))
 			pp.asking, pp.askedAt = true, now
 			n.wg.Add(1) // under n.mu, the node not closed: Close waits for it
 			go func() {
 				defer n.wg.Done()
-				n.askPark(key)
+				n.askPark(key, count)
 			}()
 		}
 		wake, waiting := pp.wake, pp.asking
+		if d == nil && waiting && now.Before(deadline) && !counted {
+			counted = true // one waiter however many times it wakes
+			pp.waiters++
+			defer func() {
+				n.mu.Lock()
+				pp.waiters--
+				n.mu.Unlock()
+			}()
+		}
 		n.mu.Unlock()
 		if d != nil {
 			return d
@@ -382,12 +419,12 @@ func (n *Node) takeParked(ctx context.Context, key PublicKey) *directConn {
 	}
 }
 
-// askPark asks key to park parkBatch connections with us.
-func (n *Node) askPark(key PublicKey) {
+// askPark asks key to park count connections with us.
+func (n *Node) askPark(key PublicKey, count int) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.DialTimeout)
 	defer cancel()
 	var r ParkReply
-	err := n.Call(ctx, key, MethodPark, ParkParams{Count: parkBatch}, &r)
+	err := n.Call(ctx, key, MethodPark, ParkParams{Count: count}, &r)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	pp := n.pool(key)
