@@ -304,7 +304,12 @@ func (a *Agent) supervise(ctx context.Context) {
 			a.record("runtime_start", false, "start the runtime: %v", err)
 			a.update(func(st *agentapi.InferenceStatus) { st.Ready, st.Error = false, "start the runtime: "+err.Error() })
 		} else {
-			a.record("runtime_start", true, "runtime started: %s", a.cmd)
+			if sim, ok := a.cfg.Launcher.(interface{ Simulated() bool }); ok && sim.Simulated() {
+				// No model server ran: the log must not say one started.
+				a.record("runtime_start", true, "simulated runtime started: no model server runs here (a GPU node would run: %s)", a.cmd)
+			} else {
+				a.record("runtime_start", true, "runtime started: %s", a.cmd)
+			}
 			a.mu.Lock()
 			a.addr = p.Addr()
 			a.mu.Unlock()

@@ -66,6 +66,19 @@ func TestAgentServesOverFabric(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("not ready: %+v", a.Status())
 	}
+	// The system log says the runtime is simulated, never that one started.
+	starts := 0
+	for _, r := range logs.Job("job1") {
+		if r.Step == "runtime_start" {
+			starts++
+			if !strings.HasPrefix(r.Line, "simulated runtime started:") || !strings.Contains(r.Line, "no model server runs") {
+				t.Errorf("runtime_start record %q, want it to say the runtime is simulated", r.Line)
+			}
+		}
+	}
+	if starts == 0 {
+		t.Error("no runtime_start record")
+	}
 	var peers []fabric.PeerInfo
 	waittest.NoError(t, func() error {
 		peers, _ = proxy.Lookup(ctx, agentapi.InferenceTopic("job1"), dir.PublicKey())

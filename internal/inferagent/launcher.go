@@ -48,7 +48,9 @@ type Process interface {
 	Stop(grace time.Duration)
 }
 
-// Launcher starts runtimes.
+// Launcher starts runtimes. A launcher of a simulated runtime also has
+// Simulated() bool, answering true: the agent's log then says no model
+// server ran.
 type Launcher interface {
 	Start(ctx context.Context, l Launch) (Process, error)
 }

@@ -120,3 +120,7 @@ func (p *simProcess) Stop(time.Duration) {
 		close(p.done)
 	})
 }
+
+// Simulated says the runtimes it starts are simulated: the agent's system
+// log says so instead of "runtime started".
+func (*Launcher) Simulated() bool { return true }
