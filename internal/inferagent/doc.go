@@ -11,10 +11,13 @@
 // It is a dial-only fabric node: it connects out to the platform peers of
 // its bootstrap, admits only them, announces itself under
 // "inference/<job id>" with agentapi.InferenceMeta {replica, role, model, ready, …}, and
-// serves agentapi.MethodInferenceHTTP streams: each is relayed byte for byte to a TCP
-// connection of its own to the local runtime (the proxy speaks HTTP/1.1
-// keep-alive through it), every read of the runtime's answer written to the
-// stream at once, so SSE events are never held back; it refuses them while
+// serves agentapi.MethodInferenceHTTP streams: for vLLM and Parakeet each is
+// relayed byte for byte to a TCP connection of its own to the local runtime
+// (the proxy speaks HTTP/1.1 keep-alive through it); for llama.cpp, which
+// closes its connection after each streamed answer, the agent serves the
+// stream's HTTP/1.1 and forwards each request (relay.go). Either way every
+// write of the runtime's answer reaches the stream at once, so SSE events
+// are never held back; it refuses them while
 // its runtime is not running or when it is a headless worker. The proxy
 // (internal/inferproxy) dials those streams with agentapi.DialInference. The bootstrap it reads and what it does with the peers
 // (admit, keep connected, report to) it shares with the instance agent:
