@@ -67,6 +67,16 @@ func TestLlamaCPPServesRealTokens(t *testing.T) {
 	e.waitReplicas(ej.ID, 1)
 	oa := e.openAI(key.Key)
 
+	// The agent reads the engine's own load (its /metrics and /slots) with
+	// each probe: 2 slots, as the job asked (parallel 2).
+	agents := e.P.InferenceAgents(cj.ID, 0)
+	if len(agents) != 1 {
+		t.Fatalf("%d agents of the chat replica", len(agents))
+	}
+	if l := agents[0].Status().Load; l == nil || l.Slots != 2 || l.Running < 0 || l.At.IsZero() {
+		t.Fatalf("the engine's load as the agent read it: %+v", l)
+	}
+
 	stream := oa.Chat.Completions.NewStreaming(e.Ctx, openai.ChatCompletionNewParams{
 		Model:         "tiny-chat",
 		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},

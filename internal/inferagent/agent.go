@@ -401,8 +401,9 @@ func (a *Agent) probeLoop(ctx context.Context, addr string) {
 		if err == nil {
 			failures = 0
 			first := !a.Status().Ready
+			load := a.readLoad(ctx, base)
 			a.update(func(st *agentapi.InferenceStatus) {
-				st.Ready, st.Error, st.ProbeMs, st.LastProbeAt = true, "", ms, time.Now()
+				st.Ready, st.Error, st.ProbeMs, st.LastProbeAt, st.Load = true, "", ms, time.Now(), load
 			})
 			if first {
 				a.record("ready", true, "runtime answered a real probe in %.1f ms: the replica is ready", ms)

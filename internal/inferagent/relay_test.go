@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,5 +105,24 @@ func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
 	}
 	if n := rt.conns.Load() - before; n != 3 {
 		t.Errorf("%d runtime connections for 3 requests, want 3 (it closes each)", n)
+	}
+}
+
+// TestLoadGauges: the load gauges are read from Prometheus text as the
+// runtimes write them (llama.cpp's unlabelled, vLLM's labelled by model,
+// summed); a missing one is an error.
+func TestLoadGauges(t *testing.T) {
+	llama := "# HELP llamacpp:requests_processing Number of requests processing.\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\nllamacpp:requests_deferred 1\nllamacpp:requests_processing_total 99\n"
+	got, err := inferagent.ParseGauges(strings.NewReader(llama), "llamacpp:requests_processing", "llamacpp:requests_deferred")
+	if err != nil || got[0] != 3 || got[1] != 1 {
+		t.Fatalf("llama.cpp: %v, %v", got, err)
+	}
+	vllm := "vllm:num_requests_running{engine=\"0\",model_name=\"q\"} 2.0\nvllm:num_requests_running{engine=\"1\",model_name=\"q\"} 1.0\nvllm:num_requests_waiting{model_name=\"q\"} 0.0\n"
+	got, err = inferagent.ParseGauges(strings.NewReader(vllm), "vllm:num_requests_running", "vllm:num_requests_waiting")
+	if err != nil || got[0] != 3 || got[1] != 0 {
+		t.Fatalf("vLLM: %v, %v", got, err)
+	}
+	if _, err := inferagent.ParseGauges(strings.NewReader(llama), "vllm:num_requests_running"); err == nil {
+		t.Fatal("a missing gauge is no error")
 	}
 }

@@ -59,6 +59,22 @@ type InferenceStatus struct {
 	Command         string    `json:"commandLine"`
 	RuntimeRestarts int       `json:"runtimeRestarts"`
 	LastProbeAt     time.Time `json:"lastProbeAt,omitzero"`
+	// Load is the runtime's own account of its work, read with each
+	// passing probe (nil: the runtime gives none, as the simulated one).
+	Load *RuntimeLoad `json:"load,omitempty"`
+}
+
+// RuntimeLoad is what a runtime says it is doing: requests being
+// generated and waiting (llama.cpp's llamacpp:requests_processing and
+// requests_deferred, vLLM's vllm:num_requests_running and
+// num_requests_waiting, from their /metrics), and llama.cpp's slots and
+// how many are busy (its /slots).
+type RuntimeLoad struct {
+	Running   int       `json:"running"`
+	Waiting   int       `json:"waiting"`
+	Slots     int       `json:"slots,omitempty"`
+	SlotsBusy int       `json:"slotsBusy,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // Roles of a VMI in an inference replica (InferenceMeta.Role).

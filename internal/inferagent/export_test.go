@@ -1,0 +1,4 @@
+package inferagent
+
+// ParseGauges is parseGauges, for the tests.
+var ParseGauges = parseGauges
