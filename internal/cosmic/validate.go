@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"slices"
@@ -473,19 +474,8 @@ var (
 )
 
 func llamaArgProblem(k, v string) string {
-	intAtLeast := func(min int64) string {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < min || n > 1<<30 {
-			return fmt.Sprintf("%q is not an integer from %d to %d", v, min, 1<<30)
-		}
-		return ""
-	}
-	oneOf := func(set []string) string {
-		if !slices.Contains(set, v) {
-			return fmt.Sprintf("%q is not one of %s", v, strings.Join(set, ", "))
-		}
-		return ""
-	}
+	intAtLeast := func(min int64) string { return intProblem(v, min, 1<<30) }
+	oneOf := func(set []string) string { return oneOfProblem(v, set) }
 	switch k {
 	case "ctx-size", "cache-reuse":
 		return intAtLeast(0)
@@ -527,19 +517,8 @@ var vllmRemovedArgs = map[string]string{
 }
 
 func vllmArgProblem(k, v string) string {
-	intAtLeast := func(min int64) string {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < min {
-			return fmt.Sprintf("%q is not an integer ≥ %d", v, min)
-		}
-		return ""
-	}
-	oneOf := func(set []string) string {
-		if !slices.Contains(set, v) {
-			return fmt.Sprintf("%q is not one of %s", v, strings.Join(set, ", "))
-		}
-		return ""
-	}
+	intAtLeast := func(min int64) string { return intProblem(v, min, math.MaxInt64) }
+	oneOf := func(set []string) string { return oneOfProblem(v, set) }
 	switch k {
 	case "max-model-len", "max-num-seqs", "max-num-batched-tokens":
 		return intAtLeast(1)
@@ -594,6 +573,26 @@ func vllmArgProblem(k, v string) string {
 		return fmt.Sprintf("--%s is not a flag of the vLLM version CosmicAC runs (removed in %s)", k, why)
 	}
 	return fmt.Sprintf("--%s is not an allowed vLLM argument (allowed: %s)", k, strings.Join(VLLMArgs, ", "))
+}
+
+// intProblem says why v is not an integer from min to max ("": it is).
+func intProblem(v string, min, max int64) string {
+	n, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case (err != nil || n < min) && max == math.MaxInt64:
+		return fmt.Sprintf("%q is not an integer ≥ %d", v, min)
+	case err != nil || n < min || n > max:
+		return fmt.Sprintf("%q is not an integer from %d to %d", v, min, max)
+	}
+	return ""
+}
+
+// oneOfProblem says why v is not one of set ("": it is).
+func oneOfProblem(v string, set []string) string {
+	if !slices.Contains(set, v) {
+		return fmt.Sprintf("%q is not one of %s", v, strings.Join(set, ", "))
+	}
+	return ""
 }
 
 func printable(s string) bool {

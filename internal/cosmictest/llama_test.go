@@ -1,11 +1,7 @@
 package cosmictest
 
 import (
-	"encoding/base64"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -17,7 +13,6 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
-	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -128,30 +123,11 @@ func TestLlamaCPPServesRealTokens(t *testing.T) {
 	}
 	// base64, the Node SDK's default: 128 little-endian float32s, the
 	// same vector.
-	req, _ := http.NewRequestWithContext(e.Ctx, http.MethodPost, e.P.URL+inferproxy.Prefix+"/embeddings",
-		strings.NewReader(`{"model":"tiny-embed","input":"a cat","encoding_format":"base64"}`))
-	req.Header.Set("Authorization", "Bearer "+key.Key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	bs := base64Embedding(t, e, key.Key, "a cat", "tiny-embed")
+	if len(bs) != 128 {
+		t.Fatalf("base64 embedding: %d values, want 128", len(bs))
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var b64 struct {
-		Data []struct {
-			Embedding string `json:"embedding"`
-		} `json:"data"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &b64) != nil || len(b64.Data) != 1 {
-		t.Fatalf("base64 embeddings: %d %s", resp.StatusCode, body)
-	}
-	bs, err := base64.StdEncoding.DecodeString(b64.Data[0].Embedding)
-	if err != nil || len(bs) != 4*128 {
-		t.Fatalf("base64 embedding: %d bytes (%v), want %d", len(bs), err, 4*128)
-	}
-	for i := range 128 {
-		got := math.Float32frombits(binary.LittleEndian.Uint32(bs[4*i:]))
+	for i, got := range bs {
 		if d := math.Abs(float64(got) - vec.Data[0].Embedding[i]); d > 1e-4 {
 			t.Fatalf("base64 component %d is %v, the float answer's %v", i, got, vec.Data[0].Embedding[i])
 		}

@@ -186,7 +186,7 @@ func TestOpenAISurface(t *testing.T) {
 						t.Fatalf("vector %d: index %d, %d values, want %d", i, d.Index, len(d.Embedding), tg.dims)
 					}
 				}
-				b64 := base64Embedding(t, e, tg.key, in[0])
+				b64 := base64Embedding(t, e, tg.key, in[0], "embed")
 				if len(b64) != tg.dims {
 					t.Fatalf("base64: %d values, want %d", len(b64), tg.dims)
 				}
@@ -259,9 +259,9 @@ func checkUsage(t *testing.T, u openai.CompletionUsage, max int64) {
 
 // base64Embedding asks for input's embedding as base64 (the Node SDK's
 // default) and decodes its little-endian float32s.
-func base64Embedding(t *testing.T, e *Env, key, input string) []float32 {
+func base64Embedding(t *testing.T, e *Env, key, input, model string) []float32 {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": "embed", "input": input, "encoding_format": "base64"})
+	body, _ := json.Marshal(map[string]any{"model": model, "input": input, "encoding_format": "base64"})
 	req, _ := http.NewRequestWithContext(e.Ctx, http.MethodPost, e.P.URL+inferproxy.Prefix+"/embeddings", strings.NewReader(string(body)))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
