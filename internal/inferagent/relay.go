@@ -64,9 +64,14 @@ func newRelay(addr func() string) *relay {
 			}
 			return dialRuntime(ctx, a)
 		},
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true, // the runtime's bytes as they are
+		// A connection per request: llama-server closes its connections
+		// after a streamed answer or a few requests (cpp-httplib's
+		// keep-alive count), and a POST written to a connection it has just
+		// closed would fail (the transport retries only idempotent
+		// requests). A dial to the engine on its socket or loopback costs
+		// microseconds.
+		DisableKeepAlives:  true,
+		DisableCompression: true, // the runtime's bytes as they are
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
