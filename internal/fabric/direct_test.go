@@ -320,3 +320,26 @@ func TestShutdownDeliversEverything(t *testing.T) {
 		})
 	}
 }
+
+// TestParkDemand: the park pool is kept for the connections taken in the
+// last second plus the streams waiting now; older takes no longer count.
+func TestParkDemand(t *testing.T) {
+	now := time.Unix(1000, 0)
+	pp := &parkPool{wake: make(chan struct{})}
+	for i := range 16 {
+		pp.takes = append(pp.takes, now.Add(-2*time.Second+time.Duration(i)*200*time.Millisecond))
+	}
+	pp.waiters = 3
+	// Takes at -2.0 … +1.0 s in steps of 0.2 s: those within a second
+	// of now are at -1.0 … +1.0 (11 of them).
+	if got := pp.demand(now); got != 11+3 {
+		t.Fatalf("demand %d, want 14", got)
+	}
+	if len(pp.takes) != 11 {
+		t.Fatalf("%d takes kept, want the 11 of the last second", len(pp.takes))
+	}
+	pp.waiters = 0
+	if got := pp.demand(now.Add(time.Hour)); got != 0 || len(pp.takes) != 0 {
+		t.Fatalf("an hour later: demand %d, %d takes kept", got, len(pp.takes))
+	}
+}
