@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,24 +21,33 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/platform"
 )
 
 // BenchmarkLlamaStreams measures streamed chat completions from a real
 // llama-server (the simulated rack's llama.cpp replica, on the test chat
-// model) three ways in one run: direct to the engine's own socket (no
-// platform at all), through the standard library's reverse proxy (the
-// ideal baseline of a gateway hop), and through proxy-inference (the
-// gateway path: API key, routing, the fabric stream to the agent, the
-// agent's relay). Each op is a round of c concurrent streams of 32 tokens on each
-// (ignore_eos, so every stream is as long); it reports time to first
-// token and between tokens (p50, p99 over the run's streams) and tokens a
-// second, for each path; the rounds alternate between the paths.
-// docs/benchmarks.md, "Inference: through the proxy and direct".
+// model) four ways in one run: direct to the engine's own socket (no
+// platform at all); through the standard library's reverse proxy (the
+// ideal baseline of one gateway hop, on the engine's host); through two of
+// them with TLS between (the ideal baseline of the platform's topology: a
+// gateway reaching an engine on another host over an encrypted link,
+// through a hop beside the engine); and through proxy-inference (the
+// gateway path: API key, routing, limits, the fabric stream to the agent,
+// the agent's relay). Each op is a round of c concurrent streams of 32
+// tokens on each path in turn (ignore_eos, so every stream is as long); it
+// reports time to first token and between tokens (p50, p99 over the run's
+// streams) and tokens a second, for each path, and the connections the
+// proxy opened to the agent (agent-conns: one per concurrent stream, kept
+// alive across the rounds). docs/benchmarks.md, "Inference on a real
+// engine".
 //
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
-//	  go test -run '^$' -bench LlamaStreams -benchtime 20x ./internal/cosmictest
+//	  go test -run '^$' -bench LlamaStreams -benchtime 60x ./internal/cosmictest
 func BenchmarkLlamaStreams(b *testing.B) {
-	e := NewEnv(b, withLlama(b))
+	// The ork at its default heartbeat (the test environment's 50 ms
+	// reconciles twenty times a second, work no serving path does).
+	e := NewEnv(b, withLlama(b), func(c *platform.Config) { c.Ork.Heartbeat = ork.DefaultConfig().Heartbeat })
 	chat := inference("bench", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	chat.Inference.Args = map[string]string{"ctx-size": "4096", "parallel": "16"}
 	// COSMICAC_BENCH_LLAMA_THREADS leaves the platform cores of its own:
@@ -64,7 +75,10 @@ func BenchmarkLlamaStreams(b *testing.B) {
 		b.Fatalf("no socket in the runtime's start: %q", socket)
 	}
 	var dials atomic.Int64 // connections opened to the engine's socket, by the direct path and the baseline proxy
-	toEngine := &http.Transport{MaxIdleConnsPerHost: 64,
+	// A connection per request to the engine, as the agent does:
+	// llama-server closes its connections after a streamed answer, and a
+	// POST on a connection it has just closed fails.
+	toEngine := &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			dials.Add(1)
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
@@ -74,9 +88,21 @@ func BenchmarkLlamaStreams(b *testing.B) {
 	// proxy on loopback in front of the engine, flushing every write, with
 	// no key, no routing and no fabric.
 	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "llama" },
-		Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: toEngine.DialContext}, FlushInterval: -1}
+		Transport: toEngine, FlushInterval: -1}
 	rpSrv := httptest.NewServer(rp)
 	defer rpSrv.Close()
+	// The ideal baseline of the same topology: a gateway that reaches an
+	// engine on another host (in a tenant's VM) over an encrypted link,
+	// through a hop beside the engine. Two of those reverse proxies, TLS
+	// between them (keep-alive), the second on the engine's socket.
+	side := httptest.NewTLSServer(rp)
+	defer side.Close()
+	tlsTr := side.Client().Transport.(*http.Transport).Clone()
+	tlsTr.MaxIdleConnsPerHost = 64
+	sideURL, _ := url.Parse(side.URL)
+	gw := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(sideURL) },
+		Transport: tlsTr, FlushInterval: -1})
+	defer gw.Close()
 	client := func() *http.Client { return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}} }
 	paths := []struct {
 		name  string
@@ -87,6 +113,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 	}{
 		{"direct", direct, "http://llama/v1/chat/completions", "bench", ""},
 		{"reverseproxy", client(), rpSrv.URL + "/v1/chat/completions", "bench", ""},
+		{"two-reverseproxies-tls", client(), gw.URL + "/v1/chat/completions", "bench", ""},
 		{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key.Key},
 	}
 	const tokens = 32
@@ -99,10 +126,13 @@ func BenchmarkLlamaStreams(b *testing.B) {
 			}
 			got := make([]stats, len(paths))
 			var mu sync.Mutex
-			for b.Loop() {
-				// One round on each path, in turn: what loads the machine
-				// meanwhile weighs on both alike.
-				for i, p := range paths {
+			for round := 0; b.Loop(); round++ {
+				// One round on each path, in turn, each round starting at
+				// the next path: what loads the machine meanwhile, and
+				// what a round leaves the engine in, weigh on all alike.
+				for k := range paths {
+					i := (round + k) % len(paths)
+					p := paths[i]
 					body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":%d,"ignore_eos":true,"stream":true}`, p.model, tokens)
 					t0 := time.Now()
 					var wg sync.WaitGroup
@@ -125,6 +155,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(dials.Load()), "engine-dials")
+			b.ReportMetric(e.metricSum("cosmicac_inference_agent_connections_total"), "agent-conns")
 			for i, p := range paths {
 				g := got[i]
 				b.ReportMetric(ms(pct(g.ttft, 50)), p.name+"-ttft-p50-ms")
@@ -189,3 +220,27 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// metricSum sums a metric's samples on the platform's /metrics.
+func (e *Env) metricSum(name string) float64 {
+	e.T.Helper()
+	resp, err := http.Get(e.P.MetricsURL + "/metrics")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); ok && (rest[0] == ' ' || rest[0] == '{') {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				e.T.Fatalf("%s: %v", line, err)
+			}
+			sum += v
+		}
+	}
+	return sum
+}

@@ -37,11 +37,10 @@ var ReportInterval = 10 * time.Second
 
 // Agent is one inference agent.
 type Agent struct {
-	cfg   Config
-	log   *slog.Logger
-	cmd   Command
-	relay *relay            // the proxy's streams' HTTP server (openRelay)
-	fwd   *joblog.Forwarder // its records to the monitor (nil: Config.Logs)
+	cfg Config
+	log *slog.Logger
+	cmd Command
+	fwd *joblog.Forwarder // its records to the monitor (nil: Config.Logs)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -237,12 +236,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	n, err := agent.NewNode(trust.InferenceAgent, cfg.Identity, cfg.Listen, cfg.Peers, a.log)
 	if err != nil {
 		return err
-	}
-	if cfg.Inference.Runtime == cosmic.RuntimeLlamaCPP {
-		// It closes its connection after each streamed answer: the agent
-		// serves the proxy's streams itself (relay.go).
-		a.relay = newRelay(a.runtimeAddr)
-		defer a.relay.close() // after the node: its streams are gone
 	}
 	n.HandleStream(agentapi.MethodInferenceHTTP, a.openRelay)
 	fabric.HandleFunc(n, agentapi.MethodInferenceStatus, func(context.Context, fabric.PublicKey, struct{}) (agentapi.InferenceStatus, error) {

@@ -14,8 +14,9 @@
 // serves agentapi.MethodInferenceHTTP streams: for vLLM and Parakeet each is
 // relayed byte for byte to a TCP connection of its own to the local runtime
 // (the proxy speaks HTTP/1.1 keep-alive through it); for llama.cpp, which
-// closes its connection after each streamed answer, the agent serves the
-// stream's HTTP/1.1 and forwards each request (relay.go). Either way every
+// closes its connection after each streamed answer, the agent relays each
+// request and its answer on a connection of its own to the runtime, with
+// framing of its own, so the stream outlives them (relay.go). Either way every
 // write of the runtime's answer reaches the stream at once, so SSE events
 // are never held back; it refuses them while
 // its runtime is not running or when it is a headless worker. The proxy

@@ -1,17 +1,20 @@
 package inferagent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/hop"
 )
 
 // How the agent passes the proxy's HTTP/1.1 (each agentapi.MethodInferenceHTTP
@@ -23,19 +26,21 @@ import (
 // "Inference"). Closing either end closes the other.
 //
 // llama.cpp's llama-server closes its connection after each streamed
-// answer, which would cost the proxy a new fabric stream per request: for
-// it the agent serves the proxy's HTTP/1.1 on the stream and forwards every
-// request to the runtime (a reverse proxy of the
-// standard library, on connections of its own to the runtime), flushing
-// every write of the runtime's answer to the stream at once, so SSE events
-// are never held back. The stream outlives the runtime's connections: a
-// runtime that closes its connection after each answer (llama-server does
-// after a stream) leaves the proxy's keep-alive stream open, so a request
-// costs no new fabric stream. A client that leaves the proxy closes the
-// stream, which cancels the request to the runtime, and the runtime stops
-// generating. Only the hop-by-hop headers change on the way (RFC 9110
-// 7.6.1); no X-Forwarded header is added, and the body is passed as the
-// runtime wrote it (no compression is asked for or undone).
+// answer, which relayed byte for byte would cost the proxy a new fabric
+// stream per request. For it the agent relays exchanges (serveExchanges):
+// it reads each request's head from the stream, sends the request on a
+// connection of its own to the runtime (one per request; the runtime may
+// close it), and writes the answer back framed by itself, each read of the
+// runtime's answer written and flushed at once, so SSE events are never
+// held back nor joined. The stream outlives the runtime's connections: a
+// request costs no new fabric stream. The answer is read and written in
+// the stream's own goroutine (no HTTP server, no transport and their
+// goroutines in between); one more goroutine watches the stream meanwhile,
+// so that a proxy that closes it (its client left) closes the runtime's
+// connection, and the runtime stops generating. Only the hop-by-hop headers
+// change on the way (RFC 9110 7.6.1); no X-Forwarded header is added, and
+// the body is passed as the runtime wrote it (no compression is asked for
+// or undone).
 
 // streamIdle is how long a stream may rest between requests; the proxy
 // retires its connections to agents sooner (agentIdleFor there).
@@ -47,61 +52,9 @@ const relayLinger = 10 * time.Second
 
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// relay is the agent's HTTP server of the proxy's streams (llama.cpp).
-type relay struct {
-	srv *http.Server
-	ln  *streamListener
-}
-
-// newRelay returns the server forwarding to whatever runtime addr answers
-// ("" while none runs: 503).
-func newRelay(addr func() string) *relay {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			a := addr()
-			if a == "" {
-				return nil, errors.New("the replica's runtime is not running")
-			}
-			return dialRuntime(ctx, a)
-		},
-		// A connection per request: llama-server closes its connections
-		// after a streamed answer or a few requests (cpp-httplib's
-		// keep-alive count), and a POST written to a connection it has just
-		// closed would fail (the transport retries only idempotent
-		// requests). A dial to the engine on its socket or loopback costs
-		// microseconds.
-		DisableKeepAlives:  true,
-		DisableCompression: true, // the runtime's bytes as they are
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.Out.URL.Scheme, r.Out.URL.Host = "http", "runtime"
-			r.Out.Host = r.In.Host
-		},
-		Transport:     tr,
-		FlushInterval: -1, // every write, at once
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			w.Write([]byte(`{"error":{"message":"the replica's runtime did not answer","type":"runtime_unavailable","code":502}}`))
-		},
-	}
-	r := &relay{ln: newStreamListener()}
-	r.srv = &http.Server{Handler: rp, IdleTimeout: streamIdle, ReadHeaderTimeout: streamIdle,
-		ErrorLog: nil}
-	go r.srv.Serve(r.ln)
-	return r
-}
-
-// close stops the server and its streams.
-func (r *relay) close() {
-	r.srv.Close()
-	r.ln.Close()
-}
-
 // openRelay answers an agentapi.MethodInferenceHTTP stream: refused unless
 // this VMI is the replica's head and its runtime runs, else relayed
-// (byteRelay) or served (relay) until the proxy closes it.
+// (byteRelay, or serveExchanges for llama.cpp) until the proxy closes it.
 func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error {
 	if a.cfg.Placement.Role() != agentapi.PlacementHead {
 		return fabric.Errorf(fabric.CodeUnavailable, "this VMI is a headless worker; send requests to the replica's head")
@@ -110,97 +63,186 @@ func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error 
 	if addr == "" {
 		return fabric.Errorf(fabric.CodeUnavailable, "the replica's runtime is not running")
 	}
-	if a.relay == nil {
-		rc, err := dialRuntime(ctx, addr)
-		if err != nil {
-			return fabric.Errorf(fabric.CodeUnavailable, "the replica's runtime did not answer: %v", err)
-		}
+	if a.cfg.Inference.Runtime == cosmic.RuntimeLlamaCPP {
 		s, err := req.Accept(nil)
 		if err != nil {
-			rc.Close()
 			return err
 		}
-		byteRelay(s, rc)
+		serveExchanges(ctx, s, a.runtimeAddr)
 		return nil
+	}
+	rc, err := dialRuntime(ctx, addr)
+	if err != nil {
+		return fabric.Errorf(fabric.CodeUnavailable, "the replica's runtime did not answer: %v", err)
 	}
 	s, err := req.Accept(nil)
 	if err != nil {
+		rc.Close()
 		return err
 	}
-	c := &streamConn{Stream: s, done: make(chan struct{})}
-	if !a.relay.ln.put(c) {
-		s.Close()
-		return nil
-	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		c.Close()
-	}
+	byteRelay(s, rc)
 	return nil
 }
 
-// streamListener hands the accepted streams to the HTTP server.
-type streamListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+// badGateway is the body of the agent's answer to a request the runtime
+// did not take.
+const badGateway = `{"error":{"message":"the replica's runtime did not answer","type":"runtime_unavailable","code":502}}`
+
+// serveExchanges relays the proxy's requests on s to the runtime at addr()
+// ("" while none runs), one at a time, until the proxy closes s, s rests
+// streamIdle, or ctx ends.
+func serveExchanges(ctx context.Context, s *fabric.Stream, addr func() string) {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	defer s.Close()
+	br, bw := bufio.NewReader(s), bufio.NewWriter(s)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	s.SetReadDeadline(time.Now().Add(streamIdle))
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return // closed, idle, or not HTTP: the proxy opens another
+		}
+		s.SetReadDeadline(time.Time{})
+		if !exchange(ctx, s, br, bw, req, addr(), *bp) {
+			return
+		}
+	}
 }
 
-func newStreamListener() *streamListener {
-	return &streamListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// put gives c to the server; false once the listener is closed.
-func (l *streamListener) put(c net.Conn) bool {
-	select {
-	case l.conns <- c:
-		return true
-	case <-l.done:
+// exchange relays req (read from the stream s through br) to the runtime
+// at addr and its answer back through bw. It answers whether the stream
+// carries a next request (its head is then buffered in br, or on its way
+// within streamIdle): false when either side broke off or the stream ended.
+func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio.Writer, req *http.Request, addr string, buf []byte) bool {
+	var rc net.Conn
+	err := errors.New("the replica's runtime is not running")
+	if addr != "" {
+		rc, err = dialRuntime(ctx, addr)
+	}
+	if err != nil {
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			return false
+		}
+		return writeBadGateway(bw, req) && next(s, br)
+	}
+	defer rc.Close()
+	h := make(http.Header, len(req.Header))
+	hop.CopyHeaders(h, req.Header)
+	req.Header = h
+	req.Close = true // a connection per request: the runtime may close it anyway
+	rw := bufio.NewWriter(rc)
+	if err := req.Write(rw); err != nil {
+		return false // the stream broke mid-body, or the runtime's connection did
+	}
+	if err := rw.Flush(); err != nil {
 		return false
 	}
-}
-
-func (l *streamListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
+	// The request is whole: what arrives on the stream now is the next
+	// one, or the stream's end. Watch for the end meanwhile: it closes the
+	// runtime's connection, which stops the runtime's work on it.
+	watched := make(chan error, 1)
+	go func() {
+		_, err := br.Peek(1)
+		if err != nil {
+			rc.Close()
+		}
+		watched <- err
+	}()
+	if !relayAnswer(rc, bw, req, buf) {
+		s.Close() // ends the watch
+		<-watched
+		return false
 	}
+	s.SetReadDeadline(time.Now().Add(streamIdle)) // bounds the watch's wait for the next request
+	return <-watched == nil
 }
 
-func (l *streamListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
+// next waits for the stream's next request, as long as a stream may rest.
+func next(s *fabric.Stream, br *bufio.Reader) bool {
+	s.SetReadDeadline(time.Now().Add(streamIdle))
+	_, err := br.Peek(1)
+	return err == nil
 }
 
-func (l *streamListener) Addr() net.Addr { return streamAddr{} }
-
-// streamConn is a fabric stream as the net.Conn an HTTP server serves.
-type streamConn struct {
-	*fabric.Stream
-	done chan struct{}
-	once sync.Once
+// relayAnswer reads the runtime's answer to req from rc and writes it to
+// bw: the head with the runtime's end-to-end headers and a framing of the
+// agent's own (Content-Length where the runtime gave one, else chunked),
+// then each read of the body at once. false: the answer broke off, and the
+// stream must close, so that the proxy sees it cut, never complete.
+func relayAnswer(rc net.Conn, bw *bufio.Writer, req *http.Request, buf []byte) bool {
+	rr := bufio.NewReader(rc)
+	resp, err := http.ReadResponse(rr, req)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(rr, req) // informational: the answer follows
+	}
+	if err != nil || resp.StatusCode == http.StatusSwitchingProtocols { // no upgrade was asked for
+		return writeBadGateway(bw, req)
+	}
+	defer resp.Body.Close()
+	h := make(http.Header, len(resp.Header)+1)
+	hop.CopyHeaders(h, resp.Header)
+	h.Del("Content-Length")
+	noBody := req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
+		resp.StatusCode == http.StatusNotModified
+	chunked := false
+	switch {
+	case noBody:
+		if req.Method == http.MethodHead && resp.ContentLength >= 0 {
+			h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		}
+	case resp.ContentLength >= 0:
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	default:
+		h.Set("Transfer-Encoding", "chunked")
+		chunked = true
+	}
+	bw.WriteString("HTTP/1.1 ")
+	bw.WriteString(resp.Status)
+	bw.WriteString("\r\n")
+	h.Write(bw)
+	bw.WriteString("\r\n")
+	// The head goes with the body's first bytes (the proxy holds it back
+	// until then anyway): one write fewer.
+	for !noBody {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if chunked {
+				bw.WriteString(strconv.FormatInt(int64(n), 16))
+				bw.WriteString("\r\n")
+				bw.Write(buf[:n])
+				bw.WriteString("\r\n")
+			} else {
+				bw.Write(buf[:n])
+			}
+			if bw.Flush() != nil {
+				return false
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false
+		}
+	}
+	if chunked {
+		bw.WriteString("0\r\n\r\n")
+	}
+	return bw.Flush() == nil
 }
 
-func (c *streamConn) Close() error {
-	err := c.Stream.Close()
-	c.once.Do(func() { close(c.done) })
-	return err
+// writeBadGateway answers req with the agent's 502.
+func writeBadGateway(bw *bufio.Writer, req *http.Request) bool {
+	bw.WriteString("HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: ")
+	bw.WriteString(strconv.Itoa(len(badGateway)))
+	bw.WriteString("\r\n\r\n")
+	if req.Method != http.MethodHead {
+		bw.WriteString(badGateway)
+	}
+	return bw.Flush() == nil
 }
-
-func (c *streamConn) LocalAddr() net.Addr  { return streamAddr{} }
-func (c *streamConn) RemoteAddr() net.Addr { return streamAddr{peer: c.Peer().Short()} }
-func (c *streamConn) SetDeadline(t time.Time) error {
-	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
-}
-
-// streamAddr names a stream's end: the peer's key.
-type streamAddr struct{ peer string }
-
-func (streamAddr) Network() string  { return "fabric" }
-func (a streamAddr) String() string { return "fabric:" + a.peer }
 
 // byteRelay copies between the proxy's stream s and the runtime's connection
 // rc until either ends.

@@ -1,7 +1,10 @@
 package inferagent_test
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -34,33 +37,10 @@ func (r *closingRuntime) Done() <-chan struct{} { return nil }
 func (r *closingRuntime) Err() error            { return nil }
 func (r *closingRuntime) Stop(time.Duration)    {}
 
-// TestLlamaStreamOutlivesTheRuntimesConnections: for llama.cpp the agent
-// serves the proxy's HTTP on the fabric stream, so a runtime that closes
-// its connection after every answer does not end the stream: three
-// requests go over one stream (three runtime connections), each answered
-// whole, with the runtime's body as it wrote it.
-func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
-	rt := &closingRuntime{}
-	rt.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Connection", "close")
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/health":
-			io.WriteString(w, `{"status":"ok"}`)
-		case "/v1/completions":
-			io.WriteString(w, `{"choices":[{"text":"x"}],"usage":{"completion_tokens":1}}`)
-		default:
-			io.WriteString(w, `{"echo":"`+r.URL.Path+`"}`)
-		}
-	}))
-	rt.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			rt.conns.Add(1)
-		}
-	}
-	rt.srv.Start()
-	defer rt.srv.Close()
-
+// llamaAgent runs an inference agent of a llama.cpp job on rt and answers
+// a stream to it from a proxy node.
+func llamaAgent(t *testing.T, rt *closingRuntime) net.Conn {
+	t.Helper()
 	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
 	proxy := node(t, "proxy", "127.0.0.1:0", anyone)
 	id, _ := fabric.GenerateIdentity()
@@ -71,7 +51,7 @@ func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-a.Ready():
 	case <-time.After(10 * time.Second):
@@ -83,28 +63,164 @@ func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
 		c, err = agentapi.DialInference(ctx, proxy, id.PublicKey())
 		return err
 	}, "a stream to the agent")
-	defer c.Close()
-	before := rt.conns.Load()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startRuntime serves h as the runtime, counting its connections.
+func startRuntime(t *testing.T, h http.HandlerFunc) *closingRuntime {
+	rt := &closingRuntime{}
+	rt.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			io.WriteString(w, `{"status":"ok"}`)
+			return
+		}
+		switch r.URL.Path {
+		case "/v1/completions": // the readiness probe
+			io.WriteString(w, `{"choices":[{"text":"x"}],"usage":{"completion_tokens":1}}`)
+		case "/metrics", "/slots": // the load probes
+			http.NotFound(w, r)
+		default:
+			h(w, r)
+		}
+	}))
+	rt.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			rt.conns.Add(1)
+		}
+	}
+	rt.srv.Start()
+	t.Cleanup(func() { rt.srv.CloseClientConnections(); rt.srv.Close() })
+	return rt
+}
+
+// oneStream is an HTTP client that has only c to send on.
+func oneStream(t *testing.T, c net.Conn) *http.Client {
 	var streams atomic.Int64
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+	return &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
 		if streams.Add(1) > 1 {
 			t.Error("the client needed a second stream")
+			return nil, errors.New("one stream only")
 		}
 		return c, nil
 	}}}
-	for i := range 3 {
-		resp, err := hc.Get("http://agent/v1/models")
+}
+
+// TestLlamaStreamOutlivesTheRuntimesConnections: for llama.cpp the agent
+// relays the proxy's requests one by one, so a runtime that closes its
+// connection after every answer does not end the stream: requests go over
+// one stream (a runtime connection each), each answered whole, with the
+// runtime's status, headers and body as it wrote them, whatever their
+// framing; a runtime that does not answer gets the agent's 502, and the
+// stream goes on.
+func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
+	var down atomic.Bool
+	rt := startRuntime(t, func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			panic(http.ErrAbortHandler) // closes the connection unanswered
+		}
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Runtime", "llama")
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/chunked" {
+			w.(http.Flusher).Flush() // no length: chunked
+		}
+		if r.URL.Path == "/teapot" {
+			w.WriteHeader(http.StatusTeapot)
+		}
+		io.WriteString(w, `{"echo":"`+r.URL.Path+`","body":"`+string(b)+`"}`)
+	})
+	hc := oneStream(t, llamaAgent(t, rt))
+	before := rt.conns.Load()
+	for i, c := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{"GET", "/v1/models", "", 200},
+		{"POST", "/chunked", "hello", 200},
+		{"POST", "/teapot", "tea", http.StatusTeapot},
+		{"HEAD", "/v1/models", "", 200},
+		{"GET", "/v1/models", "", 200},
+	} {
+		req, _ := http.NewRequest(c.method, "http://agent"+c.path, strings.NewReader(c.body))
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || string(b) != `{"echo":"/v1/models"}` || resp.Close {
-			t.Fatalf("request %d: %d %q (close %v)", i, resp.StatusCode, b, resp.Close)
+		want := `{"echo":"` + c.path + `","body":"` + c.body + `"}`
+		if c.method == "HEAD" {
+			want = ""
+		}
+		if resp.StatusCode != c.status || string(b) != want || resp.Close || resp.Header.Get("X-Runtime") != "llama" {
+			t.Fatalf("request %d: %d %q %v (close %v), want %d %q", i, resp.StatusCode, b, resp.Header, resp.Close, c.status, want)
 		}
 	}
-	if n := rt.conns.Load() - before; n != 3 {
-		t.Errorf("%d runtime connections for 3 requests, want 3 (it closes each)", n)
+	if n := rt.conns.Load() - before; n != 5 {
+		t.Errorf("%d runtime connections for 5 requests, want 5 (it closes each)", n)
+	}
+	down.Store(true)
+	resp, err := hc.Post("http://agent/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "runtime did not answer") {
+		t.Fatalf("a runtime that broke off: %d %q, want the agent's 502", resp.StatusCode, b)
+	}
+	down.Store(false)
+	resp, err = hc.Get("http://agent/v1/models")
+	if err != nil {
+		t.Fatalf("after the 502: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the 502: %d", resp.StatusCode)
+	}
+}
+
+// TestLlamaStreamEventsAndCancel: a streamed answer reaches the proxy one
+// event at a time, as the runtime writes them (never held back for the
+// next), and a proxy that closes its stream mid-answer ends the runtime's
+// request, which stops generating.
+func TestLlamaStreamEventsAndCancel(t *testing.T) {
+	next, ended := make(chan struct{}), make(chan struct{})
+	rt := startRuntime(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // the server hears a client leave only after the body
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				close(ended)
+				return
+			}
+		}
+	})
+	c := llamaAgent(t, rt)
+	resp, err := oneStream(t, c).Post("http://agent/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: {\"n\":%d}\n", i) {
+			t.Fatalf("event %d: %q, %v", i, line, err)
+		}
+		br.ReadString('\n')
+		next <- struct{}{} // the runtime writes the next only now
+	}
+	c.Close()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runtime's request went on after the proxy closed the stream")
 	}
 }
 
