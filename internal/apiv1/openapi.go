@@ -21,6 +21,7 @@ var enums = map[reflect.Type][]string{
 	reflect.TypeFor[cosmic.State]():       strs(cosmic.States),
 	reflect.TypeFor[cosmic.JobType]():     {string(cosmic.TypeGPUContainer), string(cosmic.TypeManagedInference)},
 	reflect.TypeFor[cosmic.Runtime]():     strs(cosmic.Runtimes),
+	reflect.TypeFor[cosmic.Routing]():     strs(cosmic.Routings),
 	reflect.TypeFor[cosmic.Role]():        {string(cosmic.RoleAdmin), string(cosmic.RoleMember), string(cosmic.RoleViewer)},
 	reflect.TypeFor[cosmic.ModelHealth](): {string(cosmic.ModelHealthy), string(cosmic.ModelDegraded), string(cosmic.ModelUnhealthy), string(cosmic.ModelUnknown)},
 	reflect.TypeFor[DataSyncDirection]():  strs(DataSyncDirections),

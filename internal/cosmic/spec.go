@@ -36,6 +36,29 @@ const (
 // Runtimes are every inference runtime, the default first.
 var Runtimes = []Runtime{RuntimeVLLM, RuntimeParakeet, RuntimeLlamaCPP}
 
+// Routing is how proxy-inference picks a replica of a managed-inference
+// job for each request (docs/inference.md, "Routing").
+type Routing string
+
+// Routing policies.
+const (
+	// RoutingLeastOutstanding sends each request to the ready replica with
+	// the fewest requests in flight (ties at random).
+	RoutingLeastOutstanding Routing = "least-outstanding"
+	// RoutingPrefix sends a request to the replica most likely to hold its
+	// prompt's prefix in its engine's cache (the replica the longest run of
+	// its leading blocks went to last), bounded by load: a replica with
+	// more than a quarter over the mean of requests in flight is passed
+	// over; with no prefix held, least-outstanding.
+	RoutingPrefix Routing = "prefix"
+)
+
+// DefaultRouting is the routing of a job that names none.
+const DefaultRouting = RoutingPrefix
+
+// Routings are every routing policy, the default first.
+var Routings = []Routing{RoutingPrefix, RoutingLeastOutstanding}
+
 // Task is what a managed-inference job's model server serves, and so which
 // request proves it works (the inference agent's probe).
 type Task string
@@ -178,6 +201,9 @@ type InferenceSpec struct {
 	GPUsPerReplica  int               `json:"gpusPerReplica,omitempty"`
 	RequireAuth     *bool             `json:"requireAuth,omitempty"`
 	Args            map[string]string `json:"args,omitempty"`
+	// Routing is how the proxy picks a replica for each request (default
+	// DefaultRouting).
+	Routing Routing `json:"routing,omitempty"`
 }
 
 // ServedName is the model name clients ask for: ServedModelName, else the
@@ -214,6 +240,7 @@ const (
 //   - inference.runtime: parakeet when the model is ParakeetModel, else vllm;
 //   - inference.model: ParakeetModel for the parakeet runtime;
 //   - inference.replicas: 1; inference.servedModelName: the model;
+//     inference.routing: DefaultRouting;
 //     inference.requireAuth: true.
 //
 // An empty image of a managed-inference job means the platform's default
@@ -255,6 +282,9 @@ func (s *Spec) Default() {
 			}
 			if in.ServedModelName == "" {
 				in.ServedModelName = in.Model
+			}
+			if in.Routing == "" {
+				in.Routing = DefaultRouting
 			}
 			if in.RequireAuth == nil {
 				t := true

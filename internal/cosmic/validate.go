@@ -398,6 +398,9 @@ func checkInference(p *problems, s Spec) {
 	if in.ServedModelName != "" && !ValidServedModelName(in.ServedModelName) {
 		p.add("inference.servedModelName", "%q is not a served model name: at most %d letters, digits, '-', '_', '.', ':' and '/', starting with a letter or a digit", in.ServedModelName, MaxServedModelName)
 	}
+	if in.Routing != "" && !slices.Contains(Routings, in.Routing) {
+		p.add("inference.routing", "unknown routing %q (want %s)", in.Routing, joinOr(Routings))
+	}
 	checkRange(p, "inference.replicas", in.Replicas, 1, MaxReplicas)
 	checkRange(p, "inference.gpusPerReplica", in.GPUsPerReplica, 1, MaxGPUs)
 	if in.GPUsPerReplica > 0 && s.Resources.GPU > 0 && in.GPUsPerReplica != s.Resources.GPU {

@@ -31,6 +31,8 @@ type Model struct {
 	Created time.Time
 	// State is the job's state; "" (a StaticCatalog's) is taken as running.
 	State cosmic.State
+	// Routing is how a replica is picked ("": cosmic.DefaultRouting).
+	Routing cosmic.Routing
 }
 
 // FullName is how anyone calls an open model: "@TEAM/NAME". No served
@@ -126,7 +128,7 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 			continue
 		}
 		out = append(out, Model{Name: in.ServedName(), JobID: j.ID, Team: j.Team,
-			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State})
+			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State, Routing: in.Routing})
 	}
 	return out
 }

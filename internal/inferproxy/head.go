@@ -19,7 +19,15 @@ type requestHead struct {
 	// models are the byte spans of every top-level "model" value in the
 	// body (a key given twice has two), for withModel.
 	models [][2]int
+	// prompt are the byte spans of the top-level values that make the
+	// prompt, in promptKeys' order (zero: absent), for prefix routing.
+	prompt [len(promptKeys)][2]int
 }
+
+// promptKeys are the top-level keys whose values make a request's prompt,
+// in the order an engine puts them: the Responses API's instructions,
+// then the chat's messages, the completion's prompt or the input.
+var promptKeys = [...]string{"instructions", "messages", "prompt", "input"}
 
 // parseHead checks that body is JSON and reads its top-level "model" and
 // "stream". It does not decode the rest: a chat's messages are most of a
@@ -54,6 +62,12 @@ func parseHead(body []byte) (requestHead, error) {
 				h.Model = ""
 			default:
 				err = errors.New("model: want a string")
+			}
+		case promptKeys[0], promptKeys[1], promptKeys[2], promptKeys[3]:
+			for i, pk := range promptKeys {
+				if k.Str == pk {
+					h.prompt[i] = [2]int{v.Index, v.Index + len(v.Raw)}
+				}
 			}
 		case "stream":
 			switch v.Type {

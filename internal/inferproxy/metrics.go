@@ -24,6 +24,7 @@ type proxyMetrics struct {
 	rateLimited *prometheus.CounterVec // reason
 	agentConns  *prometheus.CounterVec // transport
 	uploads     *prometheus.CounterVec // mode
+	prefix      *prometheus.CounterVec // model, outcome
 	outstanding *prometheus.Desc       // job, replica, model
 	replicas    *replicaSet
 }
@@ -76,6 +77,10 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 			Name: "cosmicac_inference_uploads_total",
 			Help: "Audio uploads forwarded, by mode: streamed (sent on as they arrived) or spooled (read to their end first: the form named its model after its file, and the caller reaches several transcription models).",
 		}, []string{"mode"}),
+		prefix: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cosmicac_inference_prefix_routed_total",
+			Help: "Picks of a replica by prefix routing, by outcome: hit (the replica that was sent the longest prefix of the prompt), over_bound (the replicas holding it were over the load bound: least outstanding instead), miss (no prefix of it routed before: least outstanding).",
+		}, []string{"model", "outcome"}),
 		outstanding: prometheus.NewDesc("cosmicac_inference_replica_outstanding_requests",
 			"Requests in flight from this proxy to each announced replica head.", []string{"job", "replica", "model"}, nil),
 		replicas: rs,
@@ -98,6 +103,7 @@ func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.rateLimited.Describe(ch)
 	m.agentConns.Describe(ch)
 	m.uploads.Describe(ch)
+	m.prefix.Describe(ch)
 	ch <- m.outstanding
 }
 
@@ -113,6 +119,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.rateLimited.Collect(ch)
 	m.agentConns.Collect(ch)
 	m.uploads.Collect(ch)
+	m.prefix.Collect(ch)
 	m.replicas.mu.Lock()
 	pools := make([]*pool, 0, len(m.replicas.pools))
 	for _, p := range m.replicas.pools {

@@ -160,6 +160,7 @@ type Proxy struct {
 	mux      *http.ServeMux
 	handler  http.Handler
 	metrics  *proxyMetrics
+	prefixes *prefixIndex // of prefix routing (prefix.go)
 	log      *slog.Logger
 }
 
@@ -209,6 +210,7 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 	}
 	p.proxies, _ = httpserve.ParseProxies(cfg.TrustedProxies) // Validate checked them
 	p.metrics = newProxyMetrics(p.replicas)
+	p.prefixes = newPrefixIndex(prefixEntries)
 	// One pool of keep-alive HTTP/1.1 connections to the agents, each a
 	// fabric stream (direct where the agent's address is known or it parked
 	// connections with us); a replica is the address "<agent key>.agent".
@@ -542,7 +544,19 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 	if served := jobs[0].Name; served != head.Model {
 		body = withModel(body, head, served)
 	}
-	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream)
+	var chain []uint64
+	if routingOf(jobs) == cosmic.RoutingPrefix {
+		chain = p.prefixes.chain(jobs[0].Name, body, head)
+	}
+	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream, chain)
+}
+
+// routingOf is the routing of a model's jobs: the first's.
+func routingOf(jobs []Model) cosmic.Routing {
+	if len(jobs) == 0 || jobs[0].Routing == "" {
+		return cosmic.DefaultRouting
+	}
+	return jobs[0].Routing
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
@@ -715,7 +729,7 @@ func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool)
 // The caller admitted the request (admit). It reports whether it stopped because
 // the body could not be read to its end (body.failed), having answered
 // nothing: the caller answers why.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool) (bodyFailed bool) {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool, chain []uint64) (bodyFailed bool) {
 	setModel(w, model)
 
 	lookup := func(fresh bool) []*replica {
@@ -741,7 +755,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	defer wait.done(p.metrics.waiting)
 	answered, failed := false, 0 // a replica answered 503; replicas tried in all
 	for attempt := 0; ; {
-		rep := pick(rs, tried)
+		var rep *replica
+		if chain != nil {
+			var outcome string
+			rep, outcome = p.prefixes.pickPrefix(rs, tried, chain)
+			if rep != nil {
+				p.prefixes.routed(chain, rep.key)
+				p.metrics.prefix.WithLabelValues(model, outcome).Inc()
+			}
+		} else {
+			rep = pick(rs, tried)
+		}
 		if rep == nil || attempt >= p.cfg.MaxAttempts {
 			if answered {
 				break // the runtimes answered and refused: that is their answer

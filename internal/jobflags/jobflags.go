@@ -33,13 +33,13 @@ type Flags struct {
 	gpus, disk, cpu, memory, httpPort, grpcPort  int
 	timeout                                      string
 	unsecureHTTP, timeoutAutoRestart             bool
-	runtime, model, servedModelName              string
+	runtime, model, servedModelName, routing     string
 	replicas, gpusPerReplica                     int
 	requireAuth, noAuth                          bool
 }
 
 // InferenceFlags are the flags that set the spec's inference section.
-var InferenceFlags = []string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg"}
+var InferenceFlags = []string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg", "routing"}
 
 // Add defines the flags on fs.
 func (f *Flags) Add(fs *pflag.FlagSet) {
@@ -70,6 +70,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.requireAuth, "require-auth", true, "the inference endpoint demands an API key")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "same as --require-auth=false")
 	fs.StringArrayVar(&f.args, "arg", nil, "vLLM argument `K=V` without the leading -- (repeatable)")
+	fs.StringVar(&f.routing, "routing", "", "how requests pick a replica: prefix (default) or least-outstanding (docs/inference.md)")
 }
 
 // Apply sets onto s (a spec file's, or the zero spec) the fields of the
@@ -182,6 +183,9 @@ func (f *Flags) Apply(fs *pflag.FlagSet, s *cosmic.Spec, fromFile bool) error {
 		}
 		str("model", &in.Model, f.model)
 		str("served-model-name", &in.ServedModelName, f.servedModelName)
+		if set("routing") {
+			in.Routing = cosmic.Routing(f.routing)
+		}
 		count("replicas", &in.Replicas, f.replicas)
 		count("gpus-per-replica", &in.GPUsPerReplica, f.gpusPerReplica)
 		switch {
@@ -263,7 +267,7 @@ func parseTimeout(v string) (int, error) {
 //	--cpu --memory --env K=V --ssh-key --http-port --grpc-port
 //	--unsecure-http --timeout --timeout-auto-restart --runtime --model
 //	--served-model-name --replicas --gpus-per-replica --require-auth=false
-//	--arg K=V -- COMMAND...
+//	--arg K=V --routing -- COMMAND...
 //
 // Fields without a flag (volumes, readUser, partnerId and resources other
 // than gpu, gpuModel, cpu and memory) are listed in Unexpressed.
@@ -324,6 +328,9 @@ func Command(spec cosmic.Spec) cosmic.Command {
 		}
 		for _, k := range slices.Sorted(maps.Keys(in.Args)) {
 			args = append(args, "--arg", k+"="+in.Args[k])
+		}
+		if in.Routing != cosmic.DefaultRouting {
+			str("routing", string(in.Routing))
 		}
 	}
 	for _, f := range []struct {

@@ -459,6 +459,8 @@ function Endpoint({ job }) {
         </dd>
         <dt>Authorization</dt>
         <dd>{auth ? <>an API key of {job.team} (<Link href="/team/keys">API keys</Link>)</> : "none required"}</dd>
+        <dt>Routing</dt>
+        <dd>{inf.routing === "least-outstanding" ? "least outstanding requests" : "prefix cache, bounded by load"}</dd>
       </dl>
       <h2>curl</h2>
       <Copy text={curl} label="curl" />

@@ -236,6 +236,16 @@ export function NewJobPage({ me }) {
               <legend>Serving configuration</legend>
               {field("args", "Runtime arguments", <textarea {...attrs("args")} rows={3} placeholder="max-model-len=8192" />, "name=value, one a line.")}
               {field("replicas", "Replicas", <input {...attrs("replicas")} type="number" min="1" />)}
+              {field(
+                "routing",
+                "Routing",
+                <select {...attrs("routing")} onChange={set("routing")}>
+                  <option value="">Default (prefix)</option>
+                  <option value="prefix">Prefix: the replica that holds the prompt's start in cache</option>
+                  <option value="least-outstanding">Least outstanding: the replica with the fewest requests in flight</option>
+                </select>,
+                "How each request picks a replica.",
+              )}
               {field("diskGB", "Disk (GB)", <input {...attrs("diskGB")} type="number" min="1" placeholder="200" />)}
             </fieldset>
             <fieldset>

@@ -14,6 +14,7 @@
  *   gpu: number | string, cpu: number | string, memory: number | string, image: string,
  *   diskGB: number | string, sshKeys: string, httpPort: number | string, runtime: string,
  *   model: string, servedModelName: string, args: string, replicas: number | string, requireAuth: boolean,
+ *   routing: string,
  * }} Form the new-job form's fields, as typed (numbers may be text the API refuses)
  */
 
@@ -37,6 +38,7 @@ export const blank = {
   args: "",
   replicas: 1,
   requireAuth: true,
+  routing: "",
 };
 
 /** @param {string} text */
@@ -110,6 +112,8 @@ export function toSpec(f, base = {}) {
     const inf = { ...(base.inference || {}), runtime: f.runtime, model: f.model.trim(), replicas: num(f.replicas), requireAuth: f.requireAuth };
     if (f.servedModelName.trim()) inf.servedModelName = f.servedModelName.trim();
     else delete inf.servedModelName;
+    if (f.routing) inf.routing = f.routing;
+    else delete inf.routing;
     const args = pairs(f.args);
     if (Object.keys(args).length) inf.args = args;
     else delete inf.args;
@@ -147,6 +151,7 @@ export function fromSpec(spec) {
     args: unpairs(inf.args),
     replicas: inf.replicas ?? 1,
     requireAuth: inf.requireAuth === undefined ? true : !!inf.requireAuth,
+    routing: inf.routing || "",
   };
 }
 
@@ -173,6 +178,7 @@ const FIELD_OF = {
   "inference.args": "args",
   "inference.replicas": "replicas",
   "inference.requireAuth": "requireAuth",
+  "inference.routing": "routing",
 };
 
 /** @param {string} field */
