@@ -11,7 +11,13 @@
 #   - the fabric's 1 KiB round trip beside plain TCP, TLS alone and two
 #     thread wake-ups.
 #   - the proxy's per-request benchmarks (a whole request beside the direct
-#     runtime, the key check, the request's head, the headers' copy).
+#     runtime, the key check, the request's head, the headers' copy, the
+#     prefix policy's pick);
+#   - on the real engine (hack/build-llama.sh's llama-server, built first
+#     when missing): streams through the proxy beside direct and the ideal
+#     baselines (BenchmarkLlamaStreams), and the two routing policies on
+#     three replicas (BenchmarkPrefixRouting; docs/benchmarks.md,
+#     "Prefix-cache-aware routing").
 #
 # Usage: hack/bench.sh [more go test flags for the two harness runs]
 # Output goes to stdout; keep it with `hack/bench.sh | tee bench.txt`.
@@ -44,3 +50,10 @@ go test -run '^$' -bench 'RoundTrip1KiB$' -benchtime 2s -count 2 ./internal/fabr
 log "the proxy's per-request pieces"
 go test -run '^$' -bench 'BenchmarkRequest$|BenchmarkRequestHead|BenchmarkKeyCheck' -count 3 ./internal/inferproxy/
 go test -run '^$' -bench 'BenchmarkCopyHeaders' -count 3 ./internal/hop/
+go test -run '^$' -bench 'BenchmarkPrefixPick' -count 3 ./internal/inferproxy/
+log "the real engine (llama.cpp): streams, then the routing policies"
+COSMICAC_LLAMA_SERVER=${COSMICAC_LLAMA_SERVER:-$(hack/build-llama.sh --print-dest)/bin/llama-server}
+[[ -x $COSMICAC_LLAMA_SERVER ]] || hack/build-llama.sh
+export COSMICAC_LLAMA_SERVER COSMICAC_BENCH_LLAMA_THREADS=${COSMICAC_BENCH_LLAMA_THREADS:-1}
+go test -run '^$' -bench 'LlamaStreams' -benchtime 60x -timeout 30m ./internal/cosmictest
+go test -run '^$' -bench 'PrefixRouting' -benchtime 1x -count 3 -timeout 30m ./internal/cosmictest

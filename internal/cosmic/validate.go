@@ -465,7 +465,7 @@ func checkInference(p *problems, s Spec) {
 // CosmicAC builds (hack/build-llama.sh; internal/inferagent's
 // testdata/llama-server-help-*.txt, kept so by a test).
 var LlamaCPPArgs = []string{
-	"batch-size", "cache-reuse", "cont-batching", "ctx-size", "embeddings", "flash-attn",
+	"batch-size", "cache-ram", "cache-reuse", "cont-batching", "ctx-size", "embeddings", "flash-attn",
 	"jinja", "n-predict", "parallel", "pooling", "seed", "threads", "threads-batch", "ubatch-size",
 }
 
@@ -482,7 +482,7 @@ func llamaArgProblem(k, v string) string {
 	switch k {
 	case "ctx-size", "cache-reuse":
 		return intAtLeast(0)
-	case "n-predict", "seed":
+	case "n-predict", "seed", "cache-ram": // cache-ram: MiB of prompt cache in memory, -1 unbounded, 0 none
 		return intAtLeast(-1)
 	case "parallel", "batch-size", "ubatch-size", "threads", "threads-batch":
 		return intAtLeast(1)

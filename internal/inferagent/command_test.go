@@ -255,7 +255,7 @@ func llamaServerFlags(t *testing.T) map[string]bool {
 // (testdata/llamaHelpFile): one it does not know stops it at start.
 func TestLlamaFlagsAreTheServers(t *testing.T) {
 	known := llamaServerFlags(t)
-	samples := map[string][]string{"batch-size": {"512"}, "cache-reuse": {"256"}, "ctx-size": {"2048"}, "flash-attn": {"auto"},
+	samples := map[string][]string{"batch-size": {"512"}, "cache-ram": {"64"}, "cache-reuse": {"256"}, "ctx-size": {"2048"}, "flash-attn": {"auto"},
 		"n-predict": {"128"}, "parallel": {"4"}, "pooling": {"mean"}, "seed": {"7"}, "threads": {"2"}, "threads-batch": {"2"}, "ubatch-size": {"256"}}
 	for _, k := range cosmic.LlamaCPPBoolArgs {
 		samples[k] = []string{"true", "false"}

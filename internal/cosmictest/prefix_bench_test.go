@@ -1,0 +1,298 @@
+package cosmictest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/ork"
+	"github.com/cosmicac/cosmicac/internal/platform"
+)
+
+// BenchmarkPrefixRouting compares the two routing policies on real
+// llama.cpp replicas in one run: two jobs of the test chat model, three
+// replicas each (the engine on one thread, four slots of 1024 tokens, no
+// prompt cache in memory beyond the slots: a replica holds four prompts,
+// half of the system prompts below, as a GPU's KV cache holds a part of a
+// busy model's conversations), one routed least-outstanding, the other by
+// prefix, and two workloads, each sent to both jobs turn by turn (the job
+// that goes first alternating):
+//
+//   - shared: 24 users in conversations of 3 turns over 8 long system
+//     prompts (about 700 tokens each; each turn resends the conversation
+//     so far), 4 requests at a time;
+//   - distinct: 48 requests, each with a system prompt of its own, 4 at a
+//     time;
+//   - shared8, distinct8: the same, 8 at a time (the same conversations
+//     again: the engines' caches hold what the first round left).
+//
+// Each request streams 8 tokens. It reports, per workload and policy, the
+// mean and p99 time to first token, tokens a second over the workload's
+// time, and the share of prompt tokens the engine took from its cache
+// (llama-server's timings: cache_n / (cache_n + prompt_n)).
+// docs/benchmarks.md, "Prefix-cache-aware routing".
+//
+//	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
+//	  go test -run '^$' -bench PrefixRouting -benchtime 1x ./internal/cosmictest
+func BenchmarkPrefixRouting(b *testing.B) {
+	e := NewEnv(b, withLlama(b), func(c *platform.Config) { c.Ork.Heartbeat = ork.DefaultConfig().Heartbeat })
+	args := map[string]string{"ctx-size": "4096", "parallel": "4", "threads": "1", "threads-batch": "1", "cache-ram": "0"}
+	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
+		args["threads"], args["threads-batch"] = v, v
+	}
+	policies := []cosmic.Routing{cosmic.RoutingLeastOutstanding, cosmic.RoutingPrefix}
+	var jobs []cosmic.Job
+	for _, pol := range policies {
+		spec := inference(string(pol), cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 3, 1)
+		spec.Inference.Args, spec.Inference.Routing = args, pol
+		jobs = append(jobs, e.Create(spec))
+	}
+	key, err := e.Client.CreateAPIKey(e.Ctx, "bench", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, j := range jobs {
+		e.WaitState(j.ID, cosmic.StateRunning)
+		e.waitReplicas(j.ID, 3)
+	}
+	url := e.P.URL + inferproxy.Prefix + "/chat/completions"
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	systems := make([]string, 8)
+	for i := range systems {
+		systems[i] = prose(fmt.Sprintf("You are assistant %d of the Example company. ", i), 2600, uint64(i))
+	}
+	for b.Loop() {
+		// The shared workload: each turn, every user's conversation so far.
+		shared := make([][]chatTurn, 3) // by turn: a request per user
+		for u := range 24 {
+			var history []chatTurn
+			for t := range 3 {
+				msgs := []chatTurn{{"system", systems[u%len(systems)]}}
+				msgs = append(msgs, history...)
+				q := chatTurn{"user", fmt.Sprintf("User %d asks question %d: %s", u, t, prose("", 200, uint64(1000+u*10+t)))}
+				msgs = append(msgs, q)
+				shared[t] = append(shared[t], msgs...)
+				shared[t] = append(shared[t], chatTurn{}) // end of a request
+				history = append(history, q, chatTurn{"assistant", "Noted; here is my answer."})
+			}
+		}
+		distinct := make([][]chatTurn, 3)
+		for i := range 48 {
+			distinct[i%3] = append(distinct[i%3], chatTurn{"system", prose(fmt.Sprintf("Request %d, a prompt of its own. ", i), 2600, uint64(5000+i))},
+				chatTurn{"user", "Summarize the above."}, chatTurn{})
+		}
+		for _, w := range []struct {
+			name  string
+			turns [][]chatTurn
+			conc  int
+		}{{"shared", shared, 4}, {"distinct", distinct, 4}, {"shared8", shared, 8}, {"distinct8", distinct, 8}} {
+			got := make([]routeStats, len(policies))
+			for t, turn := range w.turns {
+				reqs := splitRequests(turn)
+				for k := range policies {
+					i := (t + k) % len(policies) // who goes first alternates
+					t0 := time.Now()
+					got[i].add(runRequests(e.Ctx, hc, url, "Bearer "+key.Key, string(policies[i]), reqs, w.conc))
+					got[i].took += time.Since(t0)
+				}
+			}
+			for i, pol := range policies {
+				g := got[i]
+				if g.errs > 0 {
+					b.Errorf("%s/%s: %d requests failed, the first: %s", w.name, pol, g.errs, g.firstErr)
+				}
+				name := w.name + "-" + string(pol)
+				b.ReportMetric(ms(mean(g.ttft)), name+"-ttft-mean-ms")
+				b.ReportMetric(ms(pct(g.ttft, 99)), name+"-ttft-p99-ms")
+				b.ReportMetric(float64(g.tokens)/g.took.Seconds(), name+"-tok/s")
+				b.ReportMetric(float64(g.cached)/float64(max(g.cached+g.prompt, 1)), name+"-cached-share")
+				b.ReportMetric(float64(g.engineErrs), name+"-engine-errors")
+			}
+		}
+	}
+	b.ReportMetric(e.metricSum("cosmicac_inference_prefix_routed_total"), "prefix-picks")
+}
+
+// chatTurn is a chat message; the zero one ends a request in a list.
+type chatTurn struct{ Role, Content string }
+
+// splitRequests cuts a list of messages at its zero turns.
+func splitRequests(ts []chatTurn) [][]chatTurn {
+	var out [][]chatTurn
+	var cur []chatTurn
+	for _, t := range ts {
+		if t == (chatTurn{}) {
+			out = append(out, cur)
+			cur = nil
+			continue
+		}
+		cur = append(cur, t)
+	}
+	return out
+}
+
+// routeStats are a policy's measurements over a workload.
+type routeStats struct {
+	ttft                         []time.Duration
+	tokens, cached, prompt, errs int
+	// engineErrs are the engine's own error events: the test model's noise,
+	// generated past its end of turn (ignore_eos), now and then fails
+	// llama.cpp's parse of a chat answer ("does not match the expected
+	// peg-native format"), under either policy.
+	engineErrs int
+	took       time.Duration
+	firstErr   string
+}
+
+func (s *routeStats) add(o routeStats) {
+	s.ttft = append(s.ttft, o.ttft...)
+	s.tokens += o.tokens
+	s.cached += o.cached
+	s.prompt += o.prompt
+	s.errs += o.errs
+	s.engineErrs += o.engineErrs
+	if s.firstErr == "" {
+		s.firstErr = o.firstErr
+	}
+}
+
+// runRequests streams each of reqs as a chat of model, conc at a time.
+func runRequests(ctx context.Context, hc *http.Client, url, auth, model string, reqs [][]chatTurn, conc int) routeStats {
+	var (
+		mu  sync.Mutex
+		out routeStats
+		wg  sync.WaitGroup
+	)
+	next := make(chan []chatTurn)
+	for range conc {
+		wg.Go(func() {
+			for msgs := range next {
+				s := chatStream(ctx, hc, url, auth, model, msgs)
+				mu.Lock()
+				out.add(s)
+				mu.Unlock()
+			}
+		})
+	}
+	for _, r := range reqs {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// chatStream streams one chat of 8 tokens and measures it.
+func chatStream(ctx context.Context, hc *http.Client, url, auth, model string, msgs []chatTurn) routeStats {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	body := struct {
+		Model     string `json:"model"`
+		Messages  []msg  `json:"messages"`
+		MaxTokens int    `json:"max_tokens"`
+		IgnoreEOS bool   `json:"ignore_eos"`
+		Stream    bool   `json:"stream"`
+	}{Model: model, MaxTokens: 8, IgnoreEOS: true, Stream: true}
+	for _, m := range msgs {
+		body.Messages = append(body.Messages, msg(m))
+	}
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(raw)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", auth)
+	t0 := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return routeStats{errs: 1, firstErr: err.Error()}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return routeStats{errs: 1, firstErr: resp.Status + ": " + string(b)}
+	}
+	var s routeStats
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var lines []string
+	for sc.Scan() {
+		if len(lines) < 6 {
+			lines = append(lines, sc.Text())
+		}
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || !strings.HasPrefix(data, "{") {
+			continue
+		}
+		if strings.Contains(data, `"content":"`) {
+			if s.tokens == 0 {
+				s.ttft = append(s.ttft, time.Since(t0))
+			}
+			s.tokens++
+		}
+		if strings.HasPrefix(data, `{"error":`) && strings.Contains(data, "expected peg-native format") {
+			s.engineErrs++
+			return s
+		}
+		if strings.Contains(data, `"timings"`) {
+			var ev struct {
+				Timings struct {
+					CacheN  int `json:"cache_n"`
+					PromptN int `json:"prompt_n"`
+				} `json:"timings"`
+			}
+			if json.Unmarshal([]byte(data), &ev) == nil {
+				s.cached, s.prompt = ev.Timings.CacheN, ev.Timings.PromptN
+			}
+		}
+	}
+	if sc.Err() != nil || s.tokens == 0 {
+		s.errs, s.firstErr = 1, fmt.Sprintf("%d tokens, %v: %.600s", s.tokens, sc.Err(), strings.Join(lines, " | "))
+	}
+	return s
+}
+
+// prose is about n bytes of English-like text after head, the same for
+// the same seed.
+func prose(head string, n int, seed uint64) string {
+	words := strings.Fields(`the of and to in is was that for it as with be on not he by this are or his from at which but
+		have an they you were her she there been one all we their has would when if so no what up out who them some could
+		model answer question careful clear short long example company customer order invoice policy account team
+		report data system service request time number people work first year way day thing world life hand part place`)
+	r := rand.New(rand.NewPCG(seed, 7))
+	var sb strings.Builder
+	sb.WriteString(head)
+	for sb.Len() < n {
+		sb.WriteString(words[r.IntN(len(words))])
+		if r.IntN(12) == 0 {
+			sb.WriteString(". ")
+		} else {
+			sb.WriteByte(' ')
+		}
+	}
+	return sb.String()
+}
+
+// mean is the mean of ds.
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
