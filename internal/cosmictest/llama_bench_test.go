@@ -221,7 +221,8 @@ func pct(ds []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// metricSum sums a metric's samples on the platform's /metrics.
+// metricSum sums a metric's samples on the platform's /metrics: those of
+// name, which may end in a whole label set.
 func (e *Env) metricSum(name string) float64 {
 	e.T.Helper()
 	resp, err := http.Get(e.P.MetricsURL + "/metrics")
@@ -233,7 +234,7 @@ func (e *Env) metricSum(name string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name); ok && (rest[0] == ' ' || rest[0] == '{') {
+		if rest, ok := strings.CutPrefix(line, name); ok && rest != "" && (rest[0] == ' ' || rest[0] == '{') {
 			f := strings.Fields(line)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,13 +36,15 @@ import (
 //     so far), 4 requests at a time;
 //   - distinct: 48 requests, each with a system prompt of its own, 4 at a
 //     time;
-//   - shared8, distinct8: the same, 8 at a time (the same conversations
-//     again: the engines' caches hold what the first round left).
+//   - shared8, distinct8: the same with prompts of their own, 8 at a
+//     time.
 //
 // Each request streams 8 tokens. It reports, per workload and policy, the
 // mean and p99 time to first token, tokens a second over the workload's
-// time, and the share of prompt tokens the engine took from its cache
-// (llama-server's timings: cache_n / (cache_n + prompt_n)).
+// time, the share of prompt tokens the engine took from its cache
+// (llama-server's timings: cache_n / (cache_n + prompt_n)), and the mean
+// time to first token of the requests that took at least half of their
+// prompt from the cache (hits) and of the others (misses).
 // docs/benchmarks.md, "Prefix-cache-aware routing".
 //
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
@@ -51,6 +54,9 @@ func BenchmarkPrefixRouting(b *testing.B) {
 	args := map[string]string{"ctx-size": "4096", "parallel": "4", "threads": "1", "threads-batch": "1", "cache-ram": "0"}
 	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
 		args["threads"], args["threads-batch"] = v, v
+	}
+	if v := os.Getenv("COSMICAC_BENCH_CACHE_RAM"); v != "" {
+		args["cache-ram"] = v // MiB of prompt cache in memory beside the slots
 	}
 	policies := []cosmic.Routing{cosmic.RoutingLeastOutstanding, cosmic.RoutingPrefix}
 	var jobs []cosmic.Job
@@ -69,83 +75,85 @@ func BenchmarkPrefixRouting(b *testing.B) {
 	}
 	url := e.P.URL + inferproxy.Prefix + "/chat/completions"
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	systems := make([]string, 8)
-	for i := range systems {
-		systems[i] = prose(fmt.Sprintf("You are assistant %d of the Example company. ", i), 2600, uint64(i))
-	}
 	for b.Loop() {
-		// The shared workload: each turn, every user's conversation so far.
-		shared := make([][]chatTurn, 3) // by turn: a request per user
-		for u := range 24 {
-			var history []chatTurn
-			for t := range 3 {
-				msgs := []chatTurn{{"system", systems[u%len(systems)]}}
-				msgs = append(msgs, history...)
-				q := chatTurn{"user", fmt.Sprintf("User %d asks question %d: %s", u, t, prose("", 200, uint64(1000+u*10+t)))}
-				msgs = append(msgs, q)
-				shared[t] = append(shared[t], msgs...)
-				shared[t] = append(shared[t], chatTurn{}) // end of a request
-				history = append(history, q, chatTurn{"assistant", "Noted; here is my answer."})
-			}
-		}
-		distinct := make([][]chatTurn, 3)
-		for i := range 48 {
-			distinct[i%3] = append(distinct[i%3], chatTurn{"system", prose(fmt.Sprintf("Request %d, a prompt of its own. ", i), 2600, uint64(5000+i))},
-				chatTurn{"user", "Summarize the above."}, chatTurn{})
-		}
-		for _, w := range []struct {
-			name  string
-			turns [][]chatTurn
-			conc  int
-		}{{"shared", shared, 4}, {"distinct", distinct, 4}, {"shared8", shared, 8}, {"distinct8", distinct, 8}} {
-			got := make([]routeStats, len(policies))
-			for t, turn := range w.turns {
-				reqs := splitRequests(turn)
-				for k := range policies {
-					i := (t + k) % len(policies) // who goes first alternates
-					t0 := time.Now()
-					got[i].add(runRequests(e.Ctx, hc, url, "Bearer "+key.Key, string(policies[i]), reqs, w.conc))
-					got[i].took += time.Since(t0)
+		for _, conc := range []int{4, 8} {
+			shared, distinct := prefixWorkloads(uint64(conc))
+			for _, w := range []struct {
+				name  string
+				turns [][][]chatTurn
+			}{{"shared", shared}, {"distinct", distinct}} {
+				if conc != 4 {
+					w.name += strconv.Itoa(conc)
 				}
-			}
-			for i, pol := range policies {
-				g := got[i]
-				if g.errs > 0 {
-					b.Errorf("%s/%s: %d requests failed, the first: %s", w.name, pol, g.errs, g.firstErr)
+				got := make([]routeStats, len(policies))
+				for t, reqs := range w.turns {
+					for k := range policies {
+						i := (t + k) % len(policies) // who goes first alternates
+						t0 := time.Now()
+						got[i].add(runRequests(e.Ctx, hc, url, "Bearer "+key.Key, string(policies[i]), reqs, conc))
+						got[i].took += time.Since(t0)
+					}
 				}
-				name := w.name + "-" + string(pol)
-				b.ReportMetric(ms(mean(g.ttft)), name+"-ttft-mean-ms")
-				b.ReportMetric(ms(pct(g.ttft, 99)), name+"-ttft-p99-ms")
-				b.ReportMetric(float64(g.tokens)/g.took.Seconds(), name+"-tok/s")
-				b.ReportMetric(float64(g.cached)/float64(max(g.cached+g.prompt, 1)), name+"-cached-share")
-				b.ReportMetric(float64(g.engineErrs), name+"-engine-errors")
+				for i, pol := range policies {
+					g := got[i]
+					if g.errs > 0 {
+						b.Errorf("%s/%s: %d requests failed, the first: %s", w.name, pol, g.errs, g.firstErr)
+					}
+					name := w.name + "-" + string(pol)
+					b.ReportMetric(ms(mean(g.ttft)), name+"-ttft-mean-ms")
+					b.ReportMetric(ms(pct(g.ttft, 99)), name+"-ttft-p99-ms")
+					b.ReportMetric(float64(g.tokens)/g.took.Seconds(), name+"-tok/s")
+					b.ReportMetric(float64(g.cached)/float64(max(g.cached+g.prompt, 1)), name+"-cached-share")
+					b.ReportMetric(float64(g.engineErrs), name+"-engine-errors")
+					b.ReportMetric(ms(mean(g.hitTTFT)), name+"-hit-ttft-mean-ms")
+					b.ReportMetric(ms(mean(g.missTTFT)), name+"-miss-ttft-mean-ms")
+					b.ReportMetric(float64(len(g.hitTTFT)), name+"-hits")
+				}
 			}
 		}
 	}
-	b.ReportMetric(e.metricSum("cosmicac_inference_prefix_routed_total"), "prefix-picks")
+	for _, o := range []string{"hit", "over_bound", "miss"} {
+		b.ReportMetric(e.metricSum(`cosmicac_inference_prefix_routed_total{model="prefix",outcome="`+o+`"}`), "prefix-picks-"+o)
+	}
 }
 
-// chatTurn is a chat message; the zero one ends a request in a list.
+// chatTurn is a chat message.
 type chatTurn struct{ Role, Content string }
 
-// splitRequests cuts a list of messages at its zero turns.
-func splitRequests(ts []chatTurn) [][]chatTurn {
-	var out [][]chatTurn
-	var cur []chatTurn
-	for _, t := range ts {
-		if t == (chatTurn{}) {
-			out = append(out, cur)
-			cur = nil
-			continue
-		}
-		cur = append(cur, t)
+// prefixWorkloads are the benchmark's two workloads, by turn, each a list
+// of requests (their messages), of prompts of their own for each seed:
+// shared, 24 users in conversations of 3 turns over 8 system prompts of
+// about 700 tokens (each turn resends the conversation so far); distinct,
+// 48 requests in 3 turns, each with a system prompt of its own.
+func prefixWorkloads(seed uint64) (shared, distinct [][][]chatTurn) {
+	systems := make([]string, 8)
+	for i := range systems {
+		systems[i] = prose(fmt.Sprintf("You are assistant %d of the Example company (%d). ", i, seed), 2600, seed*100+uint64(i))
 	}
-	return out
+	shared = make([][][]chatTurn, 3)
+	for u := range 24 {
+		var history []chatTurn
+		for t := range 3 {
+			msgs := []chatTurn{{"system", systems[u%len(systems)]}}
+			msgs = append(msgs, history...)
+			q := chatTurn{"user", fmt.Sprintf("User %d asks question %d: %s", u, t, prose("", 200, seed*10000+uint64(u*10+t)))}
+			msgs = append(msgs, q)
+			shared[t] = append(shared[t], msgs)
+			history = append(history, q, chatTurn{"assistant", "Noted; here is my answer."})
+		}
+	}
+	distinct = make([][][]chatTurn, 3)
+	for i := range 48 {
+		distinct[i%3] = append(distinct[i%3], []chatTurn{{"system", prose(fmt.Sprintf("Request %d (%d), a prompt of its own. ", i, seed), 2600, seed*100000+uint64(i))},
+			{"user", "Summarize the above."}})
+	}
+	return shared, distinct
 }
 
 // routeStats are a policy's measurements over a workload.
 type routeStats struct {
 	ttft                         []time.Duration
+	hitTTFT, missTTFT            []time.Duration // by whether the engine took most of the prompt from its cache
 	tokens, cached, prompt, errs int
 	// engineErrs are the engine's own error events: the test model's noise,
 	// generated past its end of turn (ignore_eos), now and then fails
@@ -158,6 +166,8 @@ type routeStats struct {
 
 func (s *routeStats) add(o routeStats) {
 	s.ttft = append(s.ttft, o.ttft...)
+	s.hitTTFT = append(s.hitTTFT, o.hitTTFT...)
+	s.missTTFT = append(s.missTTFT, o.missTTFT...)
 	s.tokens += o.tokens
 	s.cached += o.cached
 	s.prompt += o.prompt
@@ -256,6 +266,13 @@ func chatStream(ctx context.Context, hc *http.Client, url, auth, model string, m
 			if json.Unmarshal([]byte(data), &ev) == nil {
 				s.cached, s.prompt = ev.Timings.CacheN, ev.Timings.PromptN
 			}
+		}
+	}
+	if len(s.ttft) == 1 {
+		if s.cached >= s.prompt {
+			s.hitTTFT = s.ttft
+		} else {
+			s.missTTFT = s.ttft
 		}
 	}
 	if sc.Err() != nil || s.tokens == 0 {
