@@ -269,6 +269,11 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 			row("Auth", "none: anyone who reaches the endpoint may call it")
 		}
 		row("Replicas", fmt.Sprintf("%d × %d GPUs", s.Replicas(), s.GPUsPerReplica()))
+		routing := in.Routing
+		if routing == "" {
+			routing = cosmic.DefaultRouting
+		}
+		row("Routing", string(routing))
 		row("Model health", string(j.Status.ModelHealth))
 	}
 	row("Image", s.Image)

@@ -1,6 +1,8 @@
 package cosmictest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
+	"github.com/cosmicac/cosmicac/internal/inferproxy"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
@@ -154,4 +157,60 @@ func TestLlamaCPPServesRealTokens(t *testing.T) {
 		}
 		return fmt.Errorf("no line of llama-server's among %d records", len(e.P.Logs.Job(cj.ID)))
 	}, "llama-server's output in the job's log")
+}
+
+// TestPrefixRoutingFollowsTheCache: with prefix routing (the default), the
+// requests whose prompts start alike go to the replica that was sent that
+// start, and the real engine there takes it from its cache (llama-server's
+// timings); the proxy counts the picks as hits.
+func TestPrefixRoutingFollowsTheCache(t *testing.T) {
+	e := NewEnv(t, withLlama(t))
+	spec := inference("tiny", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 2, 1)
+	spec.Inference.Args = map[string]string{"ctx-size": "2048", "parallel": "1", "cache-ram": "0"}
+	j := e.Create(spec)
+	if j.Spec.Inference.Routing != cosmic.RoutingPrefix {
+		t.Fatalf("routing %q, want the default, prefix", j.Spec.Inference.Routing)
+	}
+	key, err := e.Client.CreateAPIKey(e.Ctx, "prefix", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+	e.waitReplicas(j.ID, 2)
+	complete := func(prompt string) (replica string, cached, processed int) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "max_tokens": 2})
+		req, _ := http.NewRequestWithContext(e.Ctx, http.MethodPost, e.P.URL+inferproxy.Prefix+"/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key.Key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Timings struct {
+				CacheN  int `json:"cache_n"`
+				PromptN int `json:"prompt_n"`
+			} `json:"timings"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("completion: %d, %v", resp.StatusCode, err)
+		}
+		return resp.Header.Get("X-CosmicAC-Replica"), out.Timings.CacheN, out.Timings.PromptN
+	}
+	system := prose("You are the test's assistant. ", 2000, 1)
+	first, _, _ := complete(system + " Question 0: what now?")
+	for i := 1; i < 4; i++ {
+		replica, cached, processed := complete(system + fmt.Sprintf(" Question %d: and then?", i))
+		if replica != first {
+			t.Fatalf("request %d went to replica %s, the prompt's start to replica %s", i, replica, first)
+		}
+		if cached < 4*processed {
+			t.Errorf("request %d: %d prompt tokens from the engine's cache, %d processed: the start was not cached", i, cached, processed)
+		}
+	}
+	if hits := e.metricSum(`cosmicac_inference_prefix_routed_total{model="tiny",outcome="hit"}`); hits != 3 {
+		t.Errorf("%v prefix hits counted, want 3", hits)
+	}
 }

@@ -35,10 +35,12 @@ func TestCommand(t *testing.T) {
 			spec: cosmic.Spec{
 				Type: cosmic.TypeManagedInference, Location: "us", Resources: cosmic.Resources{GPU: 16},
 				Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", ServedModelName: "qwen", Replicas: 2,
-					GPUsPerReplica: 16, RequireAuth: boolp(false), Args: map[string]string{"max-model-len": "8192", "dtype": "auto"}},
+					GPUsPerReplica: 16, RequireAuth: boolp(false), Args: map[string]string{"max-model-len": "8192", "dtype": "auto"},
+					Routing: cosmic.RoutingLeastOutstanding},
 			},
 			wantLine: `cosmicac jobs create --type managed-inference --location us --runtime vllm --model Qwen/Qwen3-32B` +
-				` --served-model-name qwen --replicas 2 --gpus-per-replica 16 --require-auth=false --arg dtype=auto --arg max-model-len=8192`,
+				` --served-model-name qwen --replicas 2 --gpus-per-replica 16 --require-auth=false --arg dtype=auto --arg max-model-len=8192` +
+				` --routing least-outstanding`,
 		},
 		{
 			name: "unexpressed fields",

@@ -47,7 +47,8 @@ func roundTripSpecs() map[string]cosmic.Spec {
 		"vllm": {
 			Type: cosmic.TypeManagedInference, Name: "llama", Location: "us", Resources: cosmic.Resources{GPU: 16},
 			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "meta-llama/Llama-3.1-70B-Instruct", ServedModelName: "llama",
-				Replicas: 2, GPUsPerReplica: 16, RequireAuth: ptr(false), Args: map[string]string{"max-model-len": "8192", "dtype": "bfloat16"}},
+				Replicas: 2, GPUsPerReplica: 16, RequireAuth: ptr(false), Args: map[string]string{"max-model-len": "8192", "dtype": "bfloat16"},
+				Routing: cosmic.RoutingLeastOutstanding},
 		},
 		"parakeet": {
 			Type: cosmic.TypeManagedInference, Location: "eu", Image: "registry.local/parakeet:1",
