@@ -22,9 +22,18 @@ type keyLimit struct {
 	at       time.Time
 }
 
+// rateLeft is what is left of a key's requests per minute after a request
+// (OpenAI's x-ratelimit-*-requests headers): the limit, the requests it may
+// still send at once, and how long until it may send the whole limit again.
+type rateLeft struct {
+	limit, remaining int
+	reset            time.Duration
+}
+
 // acquire admits one request of key, or says how long to wait. release
-// must be called when an admitted request ends.
-func (l *limiter) acquire(key string, now time.Time) (ok bool, retryAfter time.Duration, reason string) {
+// must be called when an admitted request ends. left is set where a
+// requests-per-minute limit holds.
+func (l *limiter) acquire(key string, now time.Time) (ok bool, retryAfter time.Duration, reason string, left *rateLeft) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := l.keys[key]
@@ -39,21 +48,29 @@ func (l *limiter) acquire(key string, now time.Time) (ok bool, retryAfter time.D
 		k = &keyLimit{tokens: float64(l.rpm), at: now}
 		l.keys[key] = k
 	}
-	if l.maxConcurrent > 0 && k.inFlight >= l.maxConcurrent {
-		return false, time.Second, "concurrent"
-	}
 	if l.rpm > 0 {
 		rate := float64(l.rpm) / 60 // tokens per second
 		k.tokens = math.Min(float64(l.rpm), k.tokens+now.Sub(k.at).Seconds()*rate)
 		k.at = now
+		left = &rateLeft{limit: l.rpm}
+		defer func() {
+			left.remaining = int(k.tokens)
+			left.reset = time.Duration((float64(l.rpm) - k.tokens) / rate * float64(time.Second)).Round(time.Millisecond)
+		}()
+	}
+	if l.maxConcurrent > 0 && k.inFlight >= l.maxConcurrent {
+		return false, time.Second, "concurrent", left
+	}
+	if l.rpm > 0 {
+		rate := float64(l.rpm) / 60
 		if k.tokens < 1 {
 			wait := time.Duration((1 - k.tokens) / rate * float64(time.Second))
-			return false, wait, "rpm"
+			return false, wait, "rpm", left
 		}
 		k.tokens--
 	}
 	k.inFlight++
-	return true, 0, ""
+	return true, 0, "", left
 }
 
 func (l *limiter) release(key string) {

@@ -231,14 +231,30 @@ func TestLimits(t *testing.T) {
 	// taken before the body is read; the refused 429 takes none); two more
 	// pass, then 429. A request for a model that does not exist counts
 	// too: it costs a read of the catalog.
-	for range 2 {
+	// Each answer says what is left, as the OpenAI API's headers do.
+	left := func(resp *http.Response) (limit, remaining string, reset time.Duration) {
+		t.Helper()
+		reset, err := time.ParseDuration(resp.Header.Get("X-Ratelimit-Reset-Requests"))
+		if err != nil || reset <= 0 || reset > time.Minute {
+			t.Fatalf("x-ratelimit-reset-requests %q: %v", resp.Header.Get("X-Ratelimit-Reset-Requests"), err)
+		}
+		return resp.Header.Get("X-Ratelimit-Limit-Requests"), resp.Header.Get("X-Ratelimit-Remaining-Requests"), reset
+	}
+	for _, want := range []string{"1", "0"} {
 		resp := post(`{"model":"q","prompt":"hi"}`)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
+		if limit, remaining, _ := left(resp); limit != "5" || remaining != want {
+			t.Fatalf("x-ratelimit-limit-requests %q, remaining %q; want 5, %s", limit, remaining, want)
+		}
 	}
-	shape(post(`{"model":"q","prompt":"hi"}`), 429, "rate_limit_exceeded")
+	resp := post(`{"model":"q","prompt":"hi"}`)
+	if limit, remaining, _ := left(resp); limit != "5" || remaining != "0" {
+		t.Fatalf("the 429: x-ratelimit-limit-requests %q, remaining %q; want 5, 0", limit, remaining)
+	}
+	shape(resp, 429, "rate_limit_exceeded")
 	h2 := newHarness(t, Config{RequestsPerMinute: 2})
 	for i, want := range []int{404, 404, 429} {
 		req, _ := http.NewRequest("POST", h2.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"nope","prompt":"hi"}`))

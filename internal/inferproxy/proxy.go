@@ -705,7 +705,15 @@ func (p *Proxy) admitBody(w http.ResponseWriter, r *http.Request, limit, anonymo
 // address's without one) before any of its body is read, or answers 429.
 // An admitted request calls release when it ends.
 func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool) {
-	ok, retry, why := p.limits.acquire(c.limit, time.Now())
+	ok, retry, why, left := p.limits.acquire(c.limit, time.Now())
+	if left != nil {
+		// As the OpenAI API says them (its "Rate limits" guide): the
+		// SDKs and clients that pace themselves read these.
+		h := w.Header()
+		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(left.limit))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(left.remaining))
+		h.Set("X-Ratelimit-Reset-Requests", left.reset.String())
+	}
 	if !ok {
 		p.metrics.rateLimited.WithLabelValues(why).Inc()
 		secs := int(math.Ceil(retry.Seconds()))
