@@ -28,9 +28,13 @@ const (
 	// EmbedModel is Embedding on the bert-bge vocab (WordPiece, 30522
 	// tokens): /v1/embeddings (llama-server --embeddings).
 	EmbedModel = "cosmicac/test-embed"
+	// ChatLoRAAdapter is ChatLoRA of ChatModel: a LoRA adapter a
+	// llama.cpp job of ChatModel declares in inference.adapters.
+	ChatLoRAAdapter = "cosmicac/test-chat-lora"
 )
 
-// Install writes the test models (ChatModel, EmbedModel) into the model
+// Install writes the test models (ChatModel, EmbedModel) and the adapter
+// ChatLoRAAdapter into the model
 // directory dir, each as dir/NAME.gguf, unless a file of that name is
 // there: they are deterministic, so one written before is the same. Each
 // is written to a temporary file and renamed, so a model file is whole or
@@ -44,6 +48,7 @@ func Install(dir string) (map[string]string, error) {
 	}{
 		{ChatModel, llamaSPM, func(b *bytes.Buffer, v *gguf.File) error { return Chat(b, v, ChatOptions{}) }},
 		{EmbedModel, bertBGE, func(b *bytes.Buffer, v *gguf.File) error { return Embedding(b, v, EmbeddingOptions{}) }},
+		{ChatLoRAAdapter, llamaSPM, func(b *bytes.Buffer, _ *gguf.File) error { return ChatLoRA(b, ChatOptions{}, LoRAOptions{}) }},
 	} {
 		path := filepath.Join(dir, filepath.FromSlash(m.name)+".gguf")
 		paths[m.name] = path

@@ -208,6 +208,70 @@ func Chat(w io.Writer, vocab *gguf.File, opts ChatOptions) error {
 	return writeModel(w, kvs, ts, o.Seed)
 }
 
+// LoRAOptions shape the adapter ChatLoRA writes. A zero field takes its
+// default.
+type LoRAOptions struct {
+	// Name is general.name. Default "cosmicac-test-chat-lora".
+	Name string
+	// Rank is the rank of each A·B pair. Default 8.
+	Rank int
+	// Alpha is adapter.lora.alpha: the update is scaled by Alpha / Rank
+	// (times the scale a request asks for). Default 16.
+	Alpha float32
+	// Seed seeds the factors.
+	Seed uint64
+}
+
+// ChatLoRA writes to w a LoRA adapter of the model Chat writes with base
+// (its shapes): general.architecture "llama", general.type "adapter",
+// adapter.type "lora", adapter.lora.alpha; and, for every matrix of every
+// block (not the vocab-sized ones, whose size is the vocab's), the pair
+// NAME.lora_a {in, rank} and NAME.lora_b {rank, out} as llama.cpp's
+// llama_adapter_lora_init reads them (src/llama-adapter.cpp: lora_a's
+// ne[0] is the base tensor's, lora_b's ne[1] is; lora_a's ne[1] is
+// lora_b's ne[0]), F32, about N(0, 0.1²): far from the usual zero B, so
+// that the adapter changes every answer of the noise model (a test can
+// tell it was applied). Serve it with llama-server -m BASE --lora FILE
+// (--lora-init-without-apply, then a request's "lora": [{"id": 0,
+// "scale": 1}]).
+func ChatLoRA(w io.Writer, base ChatOptions, opts LoRAOptions) error {
+	b, o := base, opts
+	b.defaults()
+	def(&o.Name, "cosmicac-test-chat-lora")
+	def(&o.Rank, 8)
+	def(&o.Alpha, 16)
+	if o.Rank < 0 || b.EmbeddingLength <= 0 || b.HeadCount <= 0 || b.HeadCountKV <= 0 {
+		return fmt.Errorf("testmodel: bad LoRA shape in %+v, %+v", base, opts)
+	}
+	embd, rank := uint64(b.EmbeddingLength), uint64(o.Rank)
+	embdKV := uint64(b.EmbeddingLength/b.HeadCount) * uint64(b.HeadCountKV)
+	ff := uint64(b.FeedForwardLength)
+	kvs := []gguf.KV{
+		{Key: "general.architecture", Value: "llama"},
+		{Key: "general.type", Value: "adapter"},
+		{Key: "general.name", Value: o.Name},
+		{Key: "general.description", Value: description},
+		{Key: "adapter.type", Value: "lora"},
+		{Key: "adapter.lora.alpha", Value: o.Alpha},
+	}
+	var ts []tensor
+	pair := func(name string, in, out uint64) {
+		ts = append(ts, tensor{name + ".lora_a", []uint64{in, rank}, gguf.TypeF32, strong},
+			tensor{name + ".lora_b", []uint64{rank, out}, gguf.TypeF32, strong})
+	}
+	for i := range b.BlockCount {
+		blk := func(name string) string { return fmt.Sprintf("blk.%d.%s.weight", i, name) }
+		pair(blk("attn_q"), embd, embd)
+		pair(blk("attn_k"), embd, embdKV)
+		pair(blk("attn_v"), embd, embdKV)
+		pair(blk("attn_output"), embd, embd)
+		pair(blk("ffn_gate"), embd, ff)
+		pair(blk("ffn_up"), embd, ff)
+		pair(blk("ffn_down"), ff, embd)
+	}
+	return writeModel(w, kvs, ts, o.Seed)
+}
+
 // EmbeddingOptions shape the model Embedding writes. A zero field takes its
 // default.
 type EmbeddingOptions struct {
@@ -372,6 +436,7 @@ const (
 	random fill = iota // about N(0, 0.02²)
 	ones
 	zeros
+	strong // about N(0, 0.1²): a LoRA's factors, whose product shows
 )
 
 // tensor is a tensor to write.
@@ -403,6 +468,11 @@ func writeModel(w io.Writer, kvs []gguf.KV, ts []tensor, seed uint64) error {
 			r := newRNG(seed, t.name)
 			for i := range v {
 				v[i] = r.normal()
+			}
+		case strong:
+			r := newRNG(seed, t.name)
+			for i := range v {
+				v[i] = 5 * r.normal()
 			}
 		case ones:
 			for i := range v {

@@ -402,7 +402,7 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{ChatModel, EmbedModel} {
+	for _, name := range []string{ChatModel, EmbedModel, ChatLoRAAdapter} {
 		f, err := gguf.ReadFile(paths[name])
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -411,7 +411,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("%s at %s", name, paths[name])
 		}
 		arch, _ := f.Lookup("general.architecture")
-		if want := map[string]string{ChatModel: "llama", EmbedModel: "bert"}[name]; arch != want {
+		if want := map[string]string{ChatModel: "llama", EmbedModel: "bert", ChatLoRAAdapter: "llama"}[name]; arch != want {
 			t.Errorf("%s: architecture %q, want %q", name, arch, want)
 		}
 	}
@@ -425,5 +425,52 @@ func TestInstall(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "cosmicac", ".model-*")); len(left) > 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestChatLoRA: the adapter has a lora_a {in, rank} and lora_b {rank, out}
+// pair for every matrix of the chat model's blocks, each pair's outer sizes
+// the base tensor's (as llama.cpp checks them), and the keys llama.cpp's
+// adapter loader requires.
+func TestChatLoRA(t *testing.T) {
+	vocab := readVocab(t, "testdata/ggml-vocab-llama-spm.gguf")
+	base, _ := build(t, func(b *bytes.Buffer) error { return Chat(b, vocab, ChatOptions{}) })
+	lora, _ := build(t, func(b *bytes.Buffer) error { return ChatLoRA(b, ChatOptions{}, LoRAOptions{Rank: 4}) })
+	for k, want := range map[string]any{"general.type": "adapter", "general.architecture": "llama", "adapter.type": "lora", "adapter.lora.alpha": float32(16)} {
+		if v, _ := lora.Lookup(k); v != want {
+			t.Errorf("%s = %v, want %v", k, v, want)
+		}
+	}
+	dims := map[string][]uint64{}
+	for _, ti := range base.Tensors {
+		dims[ti.Name] = ti.Dims
+	}
+	pairs := 0
+	for _, ti := range lora.Tensors {
+		name, ok := strings.CutSuffix(ti.Name, ".lora_a")
+		if !ok {
+			if _, ok := strings.CutSuffix(ti.Name, ".lora_b"); !ok {
+				t.Errorf("tensor %s is neither lora_a nor lora_b", ti.Name)
+			}
+			continue
+		}
+		pairs++
+		bd, ok := dims[name]
+		if !ok {
+			t.Errorf("%s: no such tensor in the base", name)
+			continue
+		}
+		var b gguf.TensorInfo
+		for _, x := range lora.Tensors {
+			if x.Name == name+".lora_b" {
+				b = x
+			}
+		}
+		if ti.Dims[0] != bd[0] || ti.Dims[1] != 4 || b.Dims[0] != 4 || b.Dims[1] != bd[1] {
+			t.Errorf("%s: lora_a %v, lora_b %v, base %v", name, ti.Dims, b.Dims, bd)
+		}
+	}
+	if pairs != 4*7 {
+		t.Errorf("%d pairs, want 7 matrices × 4 blocks", pairs)
 	}
 }
