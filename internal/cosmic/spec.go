@@ -204,6 +204,34 @@ type InferenceSpec struct {
 	// Routing is how the proxy picks a replica for each request (default
 	// DefaultRouting).
 	Routing Routing `json:"routing,omitempty"`
+	// Adapters are LoRA adapters every replica loads beside the model;
+	// a request for SERVED_NAME:ADAPTER is served with that adapter
+	// applied (docs/inference.md, "LoRA adapters").
+	Adapters []Adapter `json:"adapters,omitempty"`
+}
+
+// Adapter is a LoRA adapter of a managed-inference job's model.
+type Adapter struct {
+	// Name is what a request adds to the served model name after a colon.
+	Name string `json:"name"`
+	// Source is where the runtime loads it from: for llama.cpp a GGUF of
+	// the node's model directory, ORG/NAME for ORG/NAME.gguf there (as
+	// inference.model); for vLLM a Hugging Face id.
+	Source string `json:"source"`
+}
+
+// AdapterIndex answers the position of the adapter named name among in's,
+// or -1.
+func (in *InferenceSpec) AdapterIndex(name string) int {
+	if in == nil {
+		return -1
+	}
+	for i, a := range in.Adapters {
+		if a.Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // ServedName is the model name clients ask for: ServedModelName, else the

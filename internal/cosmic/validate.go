@@ -23,6 +23,7 @@ const (
 	MaxEnvVars       = 256
 	MaxSSHKeys       = 32
 	MaxVolumes       = 32
+	MaxAdapters      = 16
 	MaxCommandBytes  = 64 << 10
 	MaxDiskGB        = 64 << 10
 	MaxCPU           = 4096
@@ -398,6 +399,7 @@ func checkInference(p *problems, s Spec) {
 	if in.ServedModelName != "" && !ValidServedModelName(in.ServedModelName) {
 		p.add("inference.servedModelName", "%q is not a served model name: at most %d letters, digits, '-', '_', '.', ':' and '/', starting with a letter or a digit", in.ServedModelName, MaxServedModelName)
 	}
+	checkAdapters(p, in)
 	if in.Routing != "" && !slices.Contains(Routings, in.Routing) {
 		p.add("inference.routing", "unknown routing %q (want %s)", in.Routing, joinOr(Routings))
 	}
@@ -609,4 +611,46 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// adapterNameRe is a LoRA adapter's name: what follows the colon in
+// SERVED_NAME:ADAPTER, so no colon of its own.
+var adapterNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// checkAdapters checks inference.adapters: at most MaxAdapters, each named
+// once by a name of adapterNameRe, its source a model name of the runtime's
+// kind; the parakeet runtime takes none.
+func checkAdapters(p *problems, in *InferenceSpec) {
+	if len(in.Adapters) == 0 {
+		return
+	}
+	if in.Runtime == RuntimeParakeet {
+		p.add("inference.adapters", "the parakeet runtime takes no adapters")
+		return
+	}
+	if len(in.Adapters) > MaxAdapters {
+		p.add("inference.adapters", "%d adapters, more than %d", len(in.Adapters), MaxAdapters)
+		return
+	}
+	seen := map[string]bool{}
+	for i, a := range in.Adapters {
+		f := fmt.Sprintf("inference.adapters[%d]", i)
+		switch {
+		case !adapterNameRe.MatchString(a.Name):
+			p.add(f+".name", "%q is not an adapter name: 1 to 64 letters, digits, '-', '_' and '.', starting with a letter or a digit", a.Name)
+		case seen[a.Name]:
+			p.add(f+".name", "%q is named twice", a.Name)
+		}
+		seen[a.Name] = true
+		switch {
+		case a.Source == "":
+			p.add(f+".source", "is required")
+		case len(a.Source) > 256 || !hfModelRe.MatchString(a.Source):
+			if in.Runtime == RuntimeLlamaCPP {
+				p.add(f+".source", "%q is not a file of the node's model directory (want NAME or ORG/NAME: the file ORG/NAME.gguf there)", a.Source)
+			} else {
+				p.add(f+".source", "%q is not a model name (want ORG/NAME as on Hugging Face)", a.Source)
+			}
+		}
+	}
 }

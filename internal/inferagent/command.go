@@ -217,6 +217,14 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 		}
 		args = append(args, "--"+k, v)
 	}
+	if len(in.Adapters) > 0 {
+		// Each adapter is served as a model of its own name (vLLM's
+		// --lora-modules NAME=SOURCE); the proxy asks for it by that name.
+		args = append(args, "--enable-lora", "--max-loras", strconv.Itoa(len(in.Adapters)), "--lora-modules")
+		for _, a := range in.Adapters {
+			args = append(args, a.Name+"="+a.Source)
+		}
+	}
 	return Command{Path: "vllm", Args: args}, nil
 }
 
@@ -259,6 +267,22 @@ func llamaCommand(in cosmic.InferenceSpec, p Placement, port int) (Command, erro
 			continue
 		}
 		args = append(args, "--"+k, v)
+	}
+	if len(in.Adapters) > 0 {
+		// Loaded at scale 0: a request without "lora" is the base model's,
+		// and the proxy asks for adapter i with "lora": [{"id": i, "scale":
+		// 1}] (llama-server's construct_lora_list). The list is
+		// comma-separated, each FILE:SCALE: a file's path has neither
+		// (validated names under the model directory).
+		files := make([]string, len(in.Adapters))
+		for i, a := range in.Adapters {
+			f := ModelFile(p.ModelDir, a.Source)
+			if strings.ContainsAny(f, ",:") {
+				return Command{}, fmt.Errorf("the adapter file %q has a ',' or ':' llama-server's --lora-scaled cannot take", f)
+			}
+			files[i] = f + ":0"
+		}
+		args = append(args, "--lora-scaled", strings.Join(files, ","))
 	}
 	return Command{Path: path, Args: args}, nil
 }

@@ -59,6 +59,12 @@ func TestCommandGolden(t *testing.T) {
 			Placement{VMICount: 1, GPUs: 1, Port: 8100, LlamaServer: "/opt/llama/bin/llama-server", ModelDir: "/srv/models"}},
 		{"llama.cpp on a unix socket", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat"},
 			Placement{VMICount: 1, GPUs: 1, Socket: "/run/cosmicac-llama-1/runtime.sock"}},
+		{"llama.cpp with two LoRA adapters", cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat",
+			Adapters: []cosmic.Adapter{{Name: "pirate", Source: "cosmicac/test-chat-lora"}, {Name: "legal", Source: "acme/legal-lora"}}},
+			Placement{VMICount: 1, GPUs: 1, ModelDir: "/srv/models"}},
+		{"vllm with two LoRA adapters", cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "meta-llama/Llama-3.1-8B-Instruct",
+			Adapters: []cosmic.Adapter{{Name: "sql", Source: "acme/llama-3.1-8b-sql-lora"}, {Name: "legal", Source: "acme/legal-lora"}}},
+			Placement{VMICount: 1, GPUs: 1}},
 	}...)
 
 	var b strings.Builder
@@ -174,7 +180,8 @@ func TestCommandFlagsKnownToTargetVLLM(t *testing.T) {
 	for _, k := range cosmic.VLLMArgs {
 		all[k] = vllmArgSamples[k][0]
 	}
-	specs = append(specs, cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Args: all})
+	specs = append(specs, cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Args: all},
+		cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Adapters: []cosmic.Adapter{{Name: "sql", Source: "acme/qwen3-sql-lora"}}})
 	emitted := 0
 	for pname, p := range placements {
 		for _, in := range specs {
@@ -285,7 +292,17 @@ func TestLlamaFlagsAreTheServers(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"--ctx-size", "--no-cont-batching", "--no-jinja", "--embeddings", "--alias", "--no-webui", "--metrics", "--slots"} {
+	lora, err := BuildCommand(cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat",
+		Adapters: []cosmic.Adapter{{Name: "a", Source: "cosmicac/test-chat-lora"}}}, Placement{VMICount: 1, GPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range lora.Args {
+		if strings.HasPrefix(a, "--") && !known[a] {
+			t.Errorf("adapters: %s is not a flag of llama-server (%s)", a, llamaHelpFile)
+		}
+	}
+	for _, f := range []string{"--ctx-size", "--no-cont-batching", "--no-jinja", "--embeddings", "--alias", "--no-webui", "--metrics", "--slots", "--lora-scaled"} {
 		if !known[f] {
 			t.Errorf("the reading of %s misses %s", llamaHelpFile, f)
 		}
