@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -212,5 +213,57 @@ func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	}
 	if hits := e.metricSum(`cosmicac_inference_prefix_routed_total{model="tiny",outcome="hit"}`); hits != 3 {
 		t.Errorf("%v prefix hits counted, want 3", hits)
+	}
+}
+
+// TestLlamaCPPAdapters: a llama.cpp job's LoRA adapter (the test model's,
+// testmodel.ChatLoRAAdapter) is served as NAME:ADAPTER by the real engine:
+// greedy completions of one prompt answer the base model's text without
+// it, another with it, each the same every time; the model list names it.
+func TestLlamaCPPAdapters(t *testing.T) {
+	e := NewEnv(t, withLlama(t))
+	spec := inference("tiny", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
+	spec.Inference.Args = map[string]string{"ctx-size": "1024", "parallel": "2"}
+	spec.Inference.Adapters = []cosmic.Adapter{{Name: "noise", Source: testmodel.ChatLoRAAdapter}}
+	j := e.Create(spec)
+	key, err := e.Client.CreateAPIKey(e.Ctx, "lora", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+	e.waitReplicas(j.ID, 1)
+	call := func(method, path, body string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(e.Ctx, method, e.P.URL+inferproxy.Prefix+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	text := func(model string) string {
+		t.Helper()
+		var out struct{ Choices []struct{ Text string } }
+		b := call("POST", "/completions", `{"model":"`+model+`","prompt":"Once upon a time","max_tokens":12,"temperature":0,"seed":1}`)
+		if json.Unmarshal([]byte(b), &out) != nil || len(out.Choices) != 1 || out.Choices[0].Text == "" {
+			t.Fatalf("%s: %s", model, b)
+		}
+		return out.Choices[0].Text
+	}
+	base, adapted := text("tiny"), text("tiny:noise")
+	if base == adapted {
+		t.Fatalf("the adapter changed nothing: %q", base)
+	}
+	if again, adaptedAgain := text("tiny"), text("tiny:noise"); again != base || adaptedAgain != adapted {
+		t.Fatalf("greedy answers changed: %q → %q, %q → %q", base, again, adapted, adaptedAgain)
+	}
+	if list := call("GET", "/models", ""); !strings.Contains(list, `"id":"tiny:noise"`) {
+		t.Fatalf("the model list lacks tiny:noise: %s", list)
 	}
 }

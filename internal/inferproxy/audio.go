@@ -360,7 +360,11 @@ func (p *Proxy) forwardAudio(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &wm):
 			// The upload went to the one transcription model the caller
 			// reaches, and the form names another: answer as that name is.
-			jobs, ok := p.route(w, r, c, wm.model)
+			jobs, adapter, ok := p.route(w, r, c, wm.model)
+			if ok && adapter != "" {
+				writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("`%s` is a LoRA adapter: adapters serve text endpoints, not audio", wm.model))
+				return
+			}
 			switch {
 			case !ok:
 			case jobs[0].Runtime != cosmic.RuntimeParakeet:
@@ -462,7 +466,11 @@ func writeParamError(w http.ResponseWriter, status int, code, param, msg string)
 // routing: it is dropped on the way) and forwards it; it answers forward's
 // bodyFailed.
 func (p *Proxy) routeForward(w http.ResponseWriter, r *http.Request, c caller, model string, body reqBody) (bodyFailed bool) {
-	jobs, ok := p.route(w, r, c, model)
+	jobs, adapter, ok := p.route(w, r, c, model)
+	if ok && adapter != "" {
+		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("`%s` is a LoRA adapter: adapters serve text endpoints, not audio", model))
+		return false
+	}
 	if !ok {
 		return false
 	}

@@ -33,6 +33,9 @@ type Model struct {
 	State cosmic.State
 	// Routing is how a replica is picked ("": cosmic.DefaultRouting).
 	Routing cosmic.Routing
+	// Adapters are the names of the job's LoRA adapters, in the order its
+	// runtime loaded them: a caller asks for NAME:ADAPTER.
+	Adapters []string
 }
 
 // FullName is how anyone calls an open model: "@TEAM/NAME". No served
@@ -128,7 +131,7 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 			continue
 		}
 		out = append(out, Model{Name: in.ServedName(), JobID: j.ID, Team: j.Team,
-			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State, Routing: in.Routing})
+			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State, Routing: in.Routing, Adapters: adapterNames(in)})
 	}
 	return out
 }
@@ -199,12 +202,28 @@ func (c *cachedCatalog) models(ctx context.Context, notBefore time.Time) ([]Mode
 func callable(ms []Model, c caller) []named {
 	var out []named
 	for _, m := range ms {
+		name := ""
 		switch {
 		case c.team != "" && m.Team == c.team:
-			out = append(out, named{m.Name, m})
+			name = m.Name
 		case !m.RequireAuth:
-			out = append(out, named{m.FullName(), m})
+			name = m.FullName()
+		default:
+			continue
 		}
+		out = append(out, named{name, m})
+		for _, a := range m.Adapters {
+			out = append(out, named{name + ":" + a, m})
+		}
+	}
+	return out
+}
+
+// adapterNames are in's adapters' names, in order.
+func adapterNames(in *cosmic.InferenceSpec) []string {
+	var out []string
+	for _, a := range in.Adapters {
+		out = append(out, a.Name)
 	}
 	return out
 }
@@ -213,6 +232,27 @@ func callable(ms []Model, c caller) []named {
 type named struct {
 	name  string
 	model Model
+}
+
+// resolveWithAdapter is resolve, and where name names no model, a model's
+// LoRA adapter: NAME:ADAPTER names the jobs serving NAME that have the
+// adapter ADAPTER (a served name may hold colons of its own: a whole name
+// that names a model is that model).
+func resolveWithAdapter(ms []Model, c caller, name string) (jobs []Model, adapter string) {
+	if jobs, _ = resolve(ms, c, name); len(jobs) > 0 {
+		return jobs, ""
+	}
+	i := strings.LastIndexByte(name, ':')
+	if i <= 0 || i == len(name)-1 {
+		return nil, ""
+	}
+	base, adapter := name[:i], name[i+1:]
+	jobs, _ = resolve(ms, c, base)
+	jobs = slices.DeleteFunc(jobs, func(m Model) bool { return !slices.Contains(m.Adapters, adapter) })
+	if len(jobs) == 0 {
+		return nil, ""
+	}
+	return jobs, adapter
 }
 
 // resolve returns the jobs of ms serving name to the caller (oldest

@@ -159,7 +159,8 @@ func (h *harness) addJob(jobID, team, name string, rt cosmic.Runtime, replicas, 
 func (h *harness) addJobSpec(jobID, team string, in cosmic.InferenceSpec, replicas, vmis int, sim simruntime.Config) {
 	h.t.Helper()
 	h.mu.Lock()
-	h.models = append(h.models, Model{Name: in.ServedModelName, JobID: jobID, Team: team, RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: time.Now()})
+	h.models = append(h.models, Model{Name: in.ServedModelName, JobID: jobID, Team: team, RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: time.Now(),
+		Routing: in.Routing, Adapters: adapterNames(&in)})
 	h.mu.Unlock()
 	var hosts []string
 	for i := range vmis {

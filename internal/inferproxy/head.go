@@ -1,6 +1,7 @@
 package inferproxy
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"strings"
@@ -99,4 +100,31 @@ func withModel(body []byte, h requestHead, name string) []byte {
 		at = span[1]
 	}
 	return append(out, body[at:]...)
+}
+
+// withLoRA is body (a JSON object) with "lora": [{"id": id, "scale": 1}]
+// as its last member (id < 0: [{"id": 0, "scale": 0}], no adapter):
+// llama-server's per-request adapters, of which a key given twice counts
+// the last, so a caller's own "lora" does not override the adapter it
+// asked for by name, or the base model it asked for. A request for the
+// base model says so too: without "lora", llama-server (commit 80fb11a,
+// server-context.cpp launch_slot_with_task) goes back to its adapters'
+// start scales but keeps the slot's prompt cache, computed with the last
+// request's adapter, and answers the base model's prompt from it.
+func withLoRA(body []byte, id int) []byte {
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return body
+	}
+	member := `"lora":[{"id":` + strconv.Itoa(id) + `,"scale":1}]`
+	if id < 0 {
+		member = `"lora":[{"id":0,"scale":0}]`
+	}
+	out := make([]byte, 0, len(body)+len(member)+1)
+	out = append(out, body[:end]...)
+	if inner := bytes.TrimSpace(body[bytes.IndexByte(body, '{')+1 : end]); len(inner) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, member...)
+	return append(out, body[end:]...)
 }

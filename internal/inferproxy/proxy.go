@@ -441,7 +441,7 @@ func (p *Proxy) getModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("model")
-	jobs, _ := resolve(ms, c, name)
+	jobs, _ := resolveWithAdapter(ms, c, name)
 	for _, m := range jobs {
 		if c.allows(m) {
 			writeJSON(w, toObject(named{name, m}))
@@ -537,16 +537,37 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 		return
 	}
-	jobs, ok := p.route(w, r, c, head.Model)
+	jobs, adapter, ok := p.route(w, r, c, head.Model)
 	if !ok {
 		return
 	}
-	if served := jobs[0].Name; served != head.Model {
-		body = withModel(body, head, served)
-	}
+	// The chain is read from the body as it came (head's spans are its).
 	var chain []uint64
 	if routingOf(jobs) == cosmic.RoutingPrefix {
-		chain = p.prefixes.chain(jobs[0].Name, body, head)
+		name := jobs[0].Name
+		if adapter != "" {
+			name += ":" + adapter // an adapter's cache is its own
+		}
+		chain = p.prefixes.chain(name, body, head)
+	}
+	switch served := jobs[0].Name; {
+	case jobs[0].Runtime == cosmic.RuntimeLlamaCPP && len(jobs[0].Adapters) > 0:
+		// llama-server serves one model and applies adapter i when a
+		// request says "lora": [{"id": i, "scale": 1}] (its adapters are
+		// loaded at scale 0: inferagent's llamaCommand); a request for
+		// the base model says scale 0 (withLoRA).
+		if served != head.Model {
+			body = withModel(body, head, served)
+		}
+		id := -1
+		if adapter != "" {
+			id = slices.Index(jobs[0].Adapters, adapter)
+		}
+		body = withLoRA(body, id)
+	case adapter != "":
+		body = withModel(body, head, adapter) // vLLM serves an adapter under its name (--lora-modules)
+	case served != head.Model:
+		body = withModel(body, head, served)
 	}
 	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream, chain)
 }
@@ -615,26 +636,26 @@ func readAll(r io.Reader, declared int64) ([]byte, error) {
 // key); 503 model_not_serving when the caller's own model of that name is
 // stopped, failed or being deleted (never another team's model in its
 // place); 400 a parakeet model off the audio paths.
-func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model string) ([]Model, bool) {
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model string) ([]Model, string, bool) {
 	if model == "" {
 		writeError(w, http.StatusBadRequest, "model_required", "the request names no model")
-		return nil, false
+		return nil, "", false
 	}
 	if c.team == "" && !strings.HasPrefix(model, "@") {
 		// Without a key a bare name names nothing: no catalog read.
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey+" (an open model is called by its full name, @TEAM/NAME)")
-		return nil, false
+		return nil, "", false
 	}
 	ms, err := p.catalog.Models(r.Context())
 	if err != nil {
 		p.log.Error("list models", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "catalog_unavailable", "the model list cannot be read now; retry")
-		return nil, false
+		return nil, "", false
 	}
-	jobs, _ := resolve(ms, c, model)
+	jobs, adapter := resolveWithAdapter(ms, c, model)
 	if len(jobs) == 0 {
 		if ms, err = p.catalog.fresh(r.Context()); err == nil {
-			jobs, _ = resolve(ms, c, model)
+			jobs, adapter = resolveWithAdapter(ms, c, model)
 		}
 	}
 	jobs = slices.DeleteFunc(jobs, func(m Model) bool { return !c.allows(m) })
@@ -642,21 +663,21 @@ func (p *Proxy) route(w http.ResponseWriter, r *http.Request, c caller, model st
 		if m, ok := p.down(r.Context(), c, model); ok {
 			writeError(w, http.StatusServiceUnavailable, "model_not_serving",
 				fmt.Sprintf("the model `%s` of team %s is not serving: its job %s is %s; restart the job to serve it again", model, m.Team, m.JobID, m.State))
-			return nil, false
+			return nil, "", false
 		}
 		if c.team == "" {
 			// Without a key, an unknown model and another team's look alike.
 			writeError(w, http.StatusUnauthorized, "invalid_api_key", errNoKey+" (an open model is called by its full name, @TEAM/NAME)")
-			return nil, false
+			return nil, "", false
 		}
 		writeError(w, http.StatusNotFound, "model_not_found", fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model))
-		return nil, false
+		return nil, "", false
 	}
 	if jobs[0].Runtime == cosmic.RuntimeParakeet && !isAudioPath(r.URL.Path) {
 		writeError(w, http.StatusBadRequest, "unsupported_endpoint", fmt.Sprintf("the model `%s` (parakeet) serves only audio/transcriptions and audio/translations", model))
-		return nil, false
+		return nil, "", false
 	}
-	return jobs, true
+	return jobs, adapter, true
 }
 
 // isAudioPath reports whether path is one of the audio uploads

@@ -29,7 +29,7 @@ import (
 // a spec file field by field.
 type Flags struct {
 	typ, name, location, region, gpuModel, image string
-	labels, tags, env, sshKeys, args             []string
+	labels, tags, env, sshKeys, args, adapters   []string
 	gpus, disk, cpu, memory, httpPort, grpcPort  int
 	timeout                                      string
 	unsecureHTTP, timeoutAutoRestart             bool
@@ -39,7 +39,7 @@ type Flags struct {
 }
 
 // InferenceFlags are the flags that set the spec's inference section.
-var InferenceFlags = []string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg", "routing"}
+var InferenceFlags = []string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg", "routing", "adapter"}
 
 // Add defines the flags on fs.
 func (f *Flags) Add(fs *pflag.FlagSet) {
@@ -70,6 +70,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.requireAuth, "require-auth", true, "the inference endpoint demands an API key")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "same as --require-auth=false")
 	fs.StringArrayVar(&f.args, "arg", nil, "vLLM argument `K=V` without the leading -- (repeatable)")
+	fs.StringArrayVar(&f.adapters, "adapter", nil, "LoRA adapter `NAME=SOURCE` the replicas load, called as MODEL:NAME (repeatable; docs/inference.md)")
 	fs.StringVar(&f.routing, "routing", "", "how requests pick a replica: prefix (default) or least-outstanding (docs/inference.md)")
 }
 
@@ -186,6 +187,17 @@ func (f *Flags) Apply(fs *pflag.FlagSet, s *cosmic.Spec, fromFile bool) error {
 		if set("routing") {
 			in.Routing = cosmic.Routing(f.routing)
 		}
+		if set("adapter") {
+			in.Adapters = nil
+			for _, kv := range f.adapters {
+				name, source, ok := strings.Cut(kv, "=")
+				if !ok || name == "" || source == "" {
+					bad("adapter", "%q is not NAME=SOURCE", kv)
+					continue
+				}
+				in.Adapters = append(in.Adapters, cosmic.Adapter{Name: name, Source: source})
+			}
+		}
 		count("replicas", &in.Replicas, f.replicas)
 		count("gpus-per-replica", &in.GPUsPerReplica, f.gpusPerReplica)
 		switch {
@@ -267,7 +279,7 @@ func parseTimeout(v string) (int, error) {
 //	--cpu --memory --env K=V --ssh-key --http-port --grpc-port
 //	--unsecure-http --timeout --timeout-auto-restart --runtime --model
 //	--served-model-name --replicas --gpus-per-replica --require-auth=false
-//	--arg K=V --routing -- COMMAND...
+//	--arg K=V --routing --adapter NAME=SOURCE -- COMMAND...
 //
 // Fields without a flag (volumes, readUser, partnerId and resources other
 // than gpu, gpuModel, cpu and memory) are listed in Unexpressed.
@@ -331,6 +343,9 @@ func Command(spec cosmic.Spec) cosmic.Command {
 		}
 		if in.Routing != cosmic.DefaultRouting {
 			str("routing", string(in.Routing))
+		}
+		for _, a := range in.Adapters {
+			args = append(args, "--adapter", a.Name+"="+a.Source)
 		}
 	}
 	for _, f := range []struct {

@@ -1,6 +1,7 @@
 package jobflags
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -48,7 +49,7 @@ func roundTripSpecs() map[string]cosmic.Spec {
 			Type: cosmic.TypeManagedInference, Name: "llama", Location: "us", Resources: cosmic.Resources{GPU: 16},
 			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "meta-llama/Llama-3.1-70B-Instruct", ServedModelName: "llama",
 				Replicas: 2, GPUsPerReplica: 16, RequireAuth: ptr(false), Args: map[string]string{"max-model-len": "8192", "dtype": "bfloat16"},
-				Routing: cosmic.RoutingLeastOutstanding},
+				Routing: cosmic.RoutingLeastOutstanding, Adapters: []cosmic.Adapter{{Name: "sql", Source: "acme/sql-lora"}, {Name: "legal", Source: "acme/legal-lora"}}},
 		},
 		"parakeet": {
 			Type: cosmic.TypeManagedInference, Location: "eu", Image: "registry.local/parakeet:1",
@@ -76,5 +77,16 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("%s\n(-want +got):\n%s", c.Line, d)
 			}
 		})
+	}
+}
+
+// TestBadAdapterFlag: an --adapter that is not NAME=SOURCE is an error
+// naming the flag, and sets no adapter.
+func TestBadAdapterFlag(t *testing.T) {
+	for _, arg := range []string{"nosep", "=src", "name="} {
+		s, err := parse(t, "--runtime", "llama.cpp", "--model", "m", "--adapter", arg)
+		if err == nil || !strings.Contains(err.Error(), "--adapter") || len(s.Inference.Adapters) != 0 {
+			t.Errorf("--adapter %q: %v, adapters %v", arg, err, s.Inference.Adapters)
+		}
 	}
 }

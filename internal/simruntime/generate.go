@@ -343,7 +343,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool) (g
 		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 		return req, plan{}, false
 	}
-	if req.Model != s.cfg.ServedModelName {
+	if !s.serves(req.Model) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return req, plan{}, false
 	}

@@ -45,7 +45,10 @@ type Config struct {
 	Runtime string
 	// Model is the model id (e.g. "Qwen/Qwen3-32B"); ServedModelName the
 	// name clients use (default: Model).
-	Model           string
+	Model string
+	// Adapters are the names of LoRA adapters served beside the model,
+	// each as a model of its own name (vLLM's --lora-modules NAME=…).
+	Adapters        []string
 	ServedModelName string
 	// TTFT is the time from a request to its first token; InterTokenDelay
 	// the time between tokens.
@@ -336,7 +339,17 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Runtime == RuntimeVLLM {
 		m.MaxModelLen = s.cfg.MaxModelLen
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []model{m}})
+	data := []model{m}
+	for _, a := range s.cfg.Adapters {
+		data = append(data, model{ID: a, Object: "model", Created: s.created, OwnedBy: Fingerprint, Root: a})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// serves says whether a request for model is served: the served name, or
+// one of the adapters (vLLM answers 404 for any other).
+func (s *Server) serves(model string) bool {
+	return model == s.cfg.ServedModelName || slices.Contains(s.cfg.Adapters, model)
 }
 
 // ---- errors and JSON
@@ -435,7 +448,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error())
 		return
 	}
-	if req.Model != s.cfg.ServedModelName {
+	if !s.serves(req.Model) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
 		return
 	}

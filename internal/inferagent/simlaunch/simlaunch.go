@@ -66,6 +66,10 @@ func (s *Launcher) Start(ctx context.Context, l inferagent.Launch) (inferagent.P
 		cfg.Runtime = simruntime.RuntimeVLLM
 	}
 	cfg.Model, cfg.ServedModelName = l.Inference.Model, l.Inference.ServedName()
+	cfg.Adapters = nil
+	for _, a := range l.Inference.Adapters {
+		cfg.Adapters = append(cfg.Adapters, a.Name)
+	}
 	cfg.Embeddings = cfg.Embeddings || l.Inference.Task() == cosmic.TaskEmbed
 	// vLLM answers tool_choice "auto" only with both flags.
 	cfg.AutoToolChoice = cfg.AutoToolChoice || (l.Inference.Args["enable-auto-tool-choice"] == "true" && l.Inference.Args["tool-call-parser"] != "")
