@@ -459,6 +459,12 @@ function Endpoint({ job }) {
         </dd>
         <dt>Authorization</dt>
         <dd>{auth ? <>an API key of {job.team} (<Link href="/team/keys">API keys</Link>)</> : "none required"}</dd>
+        {inf.adapters && inf.adapters.length > 0 && (
+          <>
+            <dt>LoRA adapters</dt>
+            <dd>{inf.adapters.map((a) => <code key={a.name}>{`${model}:${a.name}`} </code>)}</dd>
+          </>
+        )}
         <dt>Routing</dt>
         <dd>{inf.routing === "least-outstanding" ? "least outstanding requests" : "prefix cache, bounded by load"}</dd>
       </dl>

@@ -236,6 +236,7 @@ export function NewJobPage({ me }) {
               <legend>Serving configuration</legend>
               {field("args", "Runtime arguments", <textarea {...attrs("args")} rows={3} placeholder="max-model-len=8192" />, "name=value, one a line.")}
               {field("replicas", "Replicas", <input {...attrs("replicas")} type="number" min="1" />)}
+              {field("adapters", "LoRA adapters", <textarea {...attrs("adapters")} rows={2} placeholder="sql=acme/llama-sql-lora" />, "name=source, one a line; called as MODEL:name.")}
               {field(
                 "routing",
                 "Routing",

@@ -14,7 +14,7 @@
  *   gpu: number | string, cpu: number | string, memory: number | string, image: string,
  *   diskGB: number | string, sshKeys: string, httpPort: number | string, runtime: string,
  *   model: string, servedModelName: string, args: string, replicas: number | string, requireAuth: boolean,
- *   routing: string,
+ *   routing: string, adapters: string,
  * }} Form the new-job form's fields, as typed (numbers may be text the API refuses)
  */
 
@@ -39,6 +39,7 @@ export const blank = {
   replicas: 1,
   requireAuth: true,
   routing: "",
+  adapters: "",
 };
 
 /** @param {string} text */
@@ -114,6 +115,9 @@ export function toSpec(f, base = {}) {
     else delete inf.servedModelName;
     if (f.routing) inf.routing = f.routing;
     else delete inf.routing;
+    const adapters = Object.entries(pairs(f.adapters)).map(([name, source]) => ({ name, source }));
+    if (adapters.length) inf.adapters = adapters;
+    else delete inf.adapters;
     const args = pairs(f.args);
     if (Object.keys(args).length) inf.args = args;
     else delete inf.args;
@@ -152,6 +156,7 @@ export function fromSpec(spec) {
     replicas: inf.replicas ?? 1,
     requireAuth: inf.requireAuth === undefined ? true : !!inf.requireAuth,
     routing: inf.routing || "",
+    adapters: (inf.adapters || []).map((a) => `${a.name}=${a.source}`).join("\n"),
   };
 }
 
@@ -179,6 +184,7 @@ const FIELD_OF = {
   "inference.replicas": "replicas",
   "inference.requireAuth": "requireAuth",
   "inference.routing": "routing",
+  "inference.adapters": "adapters",
 };
 
 /** @param {string} field */

@@ -23,7 +23,8 @@ test("toSpec: a managed inference job; the GPUs per replica are resources.gpu", 
 test("fromSpec then toSpec keeps what the form shows, and the base keeps the rest (Duplicate)", () => {
   const spec = {
     type: "managed-inference", name: "m", location: "eu", labels: { a: "b" }, resources: { gpu: 2, gpuModel: "GH100_H100_SXM5_80GB", cpu: 8, memory: 64 },
-    diskGB: 50, command: ["sleep", "1"], inference: { runtime: "vllm", model: "x/y", replicas: 3, requireAuth: true, servedModelName: "y", args: { "tp": "2" }, gpusPerReplica: 2, routing: "least-outstanding" },
+    diskGB: 50, command: ["sleep", "1"], inference: { runtime: "vllm", model: "x/y", replicas: 3, requireAuth: true, servedModelName: "y", args: { "tp": "2" }, gpusPerReplica: 2, routing: "least-outstanding",
+      adapters: [{ name: "sql", source: "acme/sql-lora" }, { name: "legal", source: "acme/legal-lora" }] },
   };
   const form = fromSpec(spec);
   assert.equal(form.name, "m-copy");
@@ -38,7 +39,7 @@ test("fromSpec then toSpec keeps what the form shows, and the base keeps the res
 test("controlOf: an API field path names the control that shows its error", () => {
   for (const [field, want] of [
     ["resources.gpu", "gpu"], ["inference.gpusPerReplica", "gpu"], ["inference.args.swap-space", "args"],
-    ["sshPublicKeys[1]", "sshKeys"], ["labels.team", "labels"], ["inference.routing", "routing"], ["spec.unknown", ""], ["", ""],
+    ["sshPublicKeys[1]", "sshKeys"], ["labels.team", "labels"], ["inference.routing", "routing"], ["inference.adapters[1].source", "adapters"], ["spec.unknown", ""], ["", ""],
   ]) {
     assert.equal(controlOf(field), want, field);
   }

@@ -246,11 +246,14 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await page.getByLabel("Model", { exact: true }).fill("facebook/opt-125m");
   await page.getByLabel("GPUs per replica").fill("1");
   await page.getByLabel("Routing").selectOption("least-outstanding");
+  await page.getByLabel("LoRA adapters").fill("sql=acme/opt-sql-lora");
   await check(page, "new-inference-job");
   await page.getByRole("button", { name: "Create job" }).click();
   const id = await jobIdOf(page);
   await page.locator("h1 .badge", { hasText: "Active" }).waitFor({ timeout: 90000 });
-  assert.equal((await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).spec.inference.routing, "least-outstanding");
+  const made = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).spec.inference;
+  assert.equal(made.routing, "least-outstanding");
+  assert.deepEqual(made.adapters, [{ name: "sql", source: "acme/opt-sql-lora" }]);
 
   await page.goto(p.url + "/team/keys");
   await page.getByLabel("Name").fill("playground");
@@ -266,6 +269,7 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
 
   await page.goto(p.url + `/jobs/${id}/endpoint`);
   await page.locator(".endpoint dd", { hasText: "least outstanding requests" }).waitFor();
+  await page.locator(".endpoint dd code", { hasText: "facebook/opt-125m:sql" }).waitFor();
   const curl = await page.getByLabel("curl", { exact: true }).textContent();
   const js = await page.getByLabel("JavaScript", { exact: true }).textContent();
   await check(page, "job-endpoint");
