@@ -266,37 +266,51 @@ func AgentDiskFor(ctx context.Context, dir, binary string) (string, error) {
 	return path, writeISO(ctx, path, AgentDiskLabel, map[string][]byte{AgentFile: b})
 }
 
+// EngineModel is a file of the engine disk's models directory: the host's
+// file Path at models/Rel (Rel: a model's or an adapter's name,
+// ORG/NAME.gguf).
+type EngineModel struct{ Rel, Path string }
+
 // EngineDiskFor is the engine disk of a llama.cpp replica
 // (vmboot.EngineDisk): llama-server (the file server) at its root and the
-// model file at models/REL (REL: the model's name, ORG/NAME.gguf), built
-// once in dir for each engine and model (by their sizes, times and REL)
-// and shared by the replicas that serve it.
-func EngineDiskFor(ctx context.Context, dir, server, model, rel string) (string, error) {
+// model files under models/ (the job's model and its LoRA adapters), built
+// once in dir for each engine and set of files (by their sizes, times and
+// names) and shared by the replicas that serve them.
+func EngineDiskFor(ctx context.Context, dir, server string, models ...EngineModel) (string, error) {
+	models = slices.Clone(models)
+	slices.SortFunc(models, func(a, b EngineModel) int { return strings.Compare(a.Rel, b.Rel) })
+	files := map[string]string{EngineServerFile: server}
 	var key []string
-	for _, f := range []string{server, model} {
-		st, err := os.Stat(f)
+	for _, f := range append([]EngineModel{{Path: server}}, models...) {
+		st, err := os.Stat(f.Path)
 		if err != nil {
 			return "", fmt.Errorf("engine disk: %w", err)
 		}
-		key = append(key, fmt.Sprintf("%d-%d", st.Size(), st.ModTime().UnixNano()))
+		key = append(key, fmt.Sprintf("%s=%d-%d", f.Rel, st.Size(), st.ModTime().UnixNano()))
+		if f.Rel != "" {
+			if strings.HasPrefix(f.Rel, "/") || strings.Contains(f.Rel, "..") {
+				return "", fmt.Errorf("engine disk: %q is not a relative name", f.Rel)
+			}
+			files["models/"+f.Rel] = f.Path
+		}
 	}
-	h := sha256.Sum256([]byte(strings.Join(append(key, rel), "/")))
+	h := sha256.Sum256([]byte(strings.Join(key, "/")))
 	path := filepath.Join(dir, fmt.Sprintf("engine-%x.iso", h[:8]))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	files := map[string][]byte{}
-	for name, f := range map[string]string{EngineServerFile: server, "models/" + rel: model} {
+	contents := map[string][]byte{}
+	for name, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return "", fmt.Errorf("engine disk: %w", err)
 		}
-		files[name] = b
+		contents[name] = b
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	return path, writeISO(ctx, path, EngineDiskLabel, files)
+	return path, writeISO(ctx, path, EngineDiskLabel, contents)
 }
 
 // EngineDiskLabel is the ISO 9660 label of the engine disk, and

@@ -209,15 +209,31 @@ func TestEngineDisk(t *testing.T) {
 	if err := os.WriteFile(model, []byte("GGUF model"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	iso, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/test-chat.gguf")
+	iso, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "cosmicac/test-chat.gguf", Path: model})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/test-chat.gguf"); err != nil || again != iso {
+	if again, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "cosmicac/test-chat.gguf", Path: model}); err != nil || again != iso {
 		t.Errorf("EngineDiskFor twice: %s, %v; want %s", again, err, iso)
 	}
-	if other, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, model, "cosmicac/other.gguf"); err != nil || other == iso {
+	if other, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "cosmicac/other.gguf", Path: model}); err != nil || other == iso {
 		t.Errorf("another model's disk: %s, %v", other, err)
+	}
+	// A model and its adapter, in either order: one disk holding both.
+	withLoRA, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "cosmicac/test-chat.gguf", Path: model},
+		qemu.EngineModel{Rel: "cosmicac/test-chat-lora.gguf", Path: model})
+	if err != nil || withLoRA == iso {
+		t.Fatalf("the disk with an adapter: %s, %v", withLoRA, err)
+	}
+	if again, _ := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "cosmicac/test-chat-lora.gguf", Path: model},
+		qemu.EngineModel{Rel: "cosmicac/test-chat.gguf", Path: model}); again != withLoRA {
+		t.Errorf("the same files in another order: %s, want %s", again, withLoRA)
+	}
+	if out, _ := exec.Command("isoinfo", "-R", "-l", "-i", withLoRA).CombinedOutput(); !strings.Contains(string(out), "test-chat-lora.gguf") {
+		t.Errorf("the disk with an adapter holds:\n%s", out)
+	}
+	if _, err := qemu.EngineDiskFor(ctx, filepath.Join(dir, "cache"), server, qemu.EngineModel{Rel: "../x.gguf", Path: model}); err == nil {
+		t.Error("a name outside models/ was taken")
 	}
 	out, err := exec.Command("isoinfo", "-R", "-l", "-i", iso).CombinedOutput()
 	if err != nil {

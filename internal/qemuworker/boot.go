@@ -105,8 +105,11 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	// own (vmboot.EngineDisk).
 	var engineDisk string
 	if in := job.Spec.Inference; job.Spec.Type == cosmic.TypeManagedInference && in != nil && in.Runtime == cosmic.RuntimeLlamaCPP {
-		engineDisk, err = qemu.EngineDiskFor(ctx, filepath.Join(w.cfg.Dir, ".engine"), w.opts.LlamaServer,
-			agentapi.ModelFile(w.opts.ModelDir, in.Model), in.Model+".gguf")
+		files := []qemu.EngineModel{{Rel: in.Model + ".gguf", Path: agentapi.ModelFile(w.opts.ModelDir, in.Model)}}
+		for _, a := range in.Adapters {
+			files = append(files, qemu.EngineModel{Rel: a.Source + ".gguf", Path: agentapi.ModelFile(w.opts.ModelDir, a.Source)})
+		}
+		engineDisk, err = qemu.EngineDiskFor(ctx, filepath.Join(w.cfg.Dir, ".engine"), w.opts.LlamaServer, files...)
 		if err != nil {
 			fail(stepAgentDisk, err)
 			return

@@ -68,9 +68,10 @@ func (w *Worker) refusal(job cosmic.Job) string {
 		if _, err := os.Stat(agentapi.ModelFile(w.opts.ModelDir, in.Model)); err != nil {
 			return fmt.Sprintf("the QEMU rack %s has no model %s (no %s.gguf in its model directory)", w.cfg.Rack, in.Model, in.Model)
 		}
-		if len(in.Adapters) > 0 {
-			// Its engine disk carries the engine and the model alone.
-			return fmt.Sprintf("the QEMU rack %s does not serve LoRA adapters yet (inference.adapters); the simulated rack and the Kubernetes worker do", w.cfg.Rack)
+		for _, a := range in.Adapters {
+			if _, err := os.Stat(agentapi.ModelFile(w.opts.ModelDir, a.Source)); err != nil {
+				return fmt.Sprintf("the QEMU rack %s has no adapter %s (no %s.gguf in its model directory)", w.cfg.Rack, a.Source, a.Source)
+			}
 		}
 		if _, err := w.inferenceImage(); err != nil {
 			return err.Error()

@@ -42,7 +42,8 @@ func TestQEMURackServesLlamaCPP(t *testing.T) {
 	start := time.Now()
 	j := e.Create(cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "vm-llama", Location: "local",
 		Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: testmodel.ChatModel, ServedModelName: "vm-chat",
-			Replicas: 1, GPUsPerReplica: 1, Args: map[string]string{"ctx-size": "512", "parallel": "1"}}})
+			Replicas: 1, GPUsPerReplica: 1, Args: map[string]string{"ctx-size": "512", "parallel": "1"},
+			Adapters: []cosmic.Adapter{{Name: "noise", Source: testmodel.ChatLoRAAdapter}}}})
 	key, err := e.Client.CreateAPIKey(e.Ctx, "vm", "")
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,19 @@ func TestQEMURackServesLlamaCPP(t *testing.T) {
 	}, "a streamed chat from the VM's llama-server")
 	if hdr != nil && hdr.Header.Get(simruntime.HeaderSimulated) != "" {
 		t.Errorf("the VM's answer says it is simulated")
+	}
+	// The adapter came on the engine disk: the VM's engine answers for it,
+	// not as the base model does.
+	complete := func(model string) string {
+		c, err := oa.Completions.New(e.Ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(model), MaxTokens: openai.Int(8), Temperature: openai.Float(0),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}})
+		if err != nil || len(c.Choices) != 1 {
+			t.Fatalf("%s: %v", model, err)
+		}
+		return c.Choices[0].Text
+	}
+	if base, adapted := complete("vm-chat"), complete("vm-chat:noise"); base == adapted {
+		t.Errorf("the adapter changed nothing in the VM: %q", base)
 	}
 	t.Logf("llama.cpp on the QEMU rack (%s): create → running %v, create → first token %v; %d tokens: %q",
 		e.P.QEMU.Accel(), running.Round(time.Second), first.Round(time.Second), usage.CompletionTokens, text.String())
