@@ -45,9 +45,7 @@ import (
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
 //	  go test -run '^$' -bench LlamaStreams -benchtime 60x ./internal/cosmictest
 func BenchmarkLlamaStreams(b *testing.B) {
-	// The ork at its default heartbeat (the test environment's 50 ms
-	// reconciles twenty times a second, work no serving path does).
-	e := NewEnv(b, withLlama(b), func(c *platform.Config) { c.Ork.Heartbeat = ork.DefaultConfig().Heartbeat })
+	e := NewEnv(b, withLlama(b), atDefaultHeartbeat)
 	chat := inference("bench", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	chat.Inference.Args = map[string]string{"ctx-size": "4096", "parallel": "16"}
 	// COSMICAC_BENCH_LLAMA_THREADS leaves the platform cores of its own:
@@ -167,6 +165,11 @@ func BenchmarkLlamaStreams(b *testing.B) {
 		})
 	}
 }
+
+// atDefaultHeartbeat runs the ork at its default heartbeat: the test
+// environment's 50 ms reconciles twenty times a second, work that no
+// serving path does and that a serving benchmark would measure.
+func atDefaultHeartbeat(c *platform.Config) { c.Ork.Heartbeat = ork.DefaultConfig().Heartbeat }
 
 // stream posts a streamed chat and answers the time to its first content
 // event, the gaps between the content events after it, and their count.

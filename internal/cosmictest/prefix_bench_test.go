@@ -18,8 +18,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
-	"github.com/cosmicac/cosmicac/internal/ork"
-	"github.com/cosmicac/cosmicac/internal/platform"
 )
 
 // BenchmarkPrefixRouting compares the two routing policies on real
@@ -50,7 +48,7 @@ import (
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
 //	  go test -run '^$' -bench PrefixRouting -benchtime 1x ./internal/cosmictest
 func BenchmarkPrefixRouting(b *testing.B) {
-	e := NewEnv(b, withLlama(b), func(c *platform.Config) { c.Ork.Heartbeat = ork.DefaultConfig().Heartbeat })
+	e := NewEnv(b, withLlama(b), atDefaultHeartbeat)
 	args := map[string]string{"ctx-size": "4096", "parallel": "4", "threads": "1", "threads-batch": "1", "cache-ram": "0"}
 	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
 		args["threads"], args["threads-batch"] = v, v
