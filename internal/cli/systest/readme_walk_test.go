@@ -81,6 +81,7 @@ func TestREADMEWalk(t *testing.T) {
 		return out
 	}
 	key, last := "", ""
+	var chats []string // the inference chat commands run
 	apiKey := regexp.MustCompile(`(?m)^\s+(sk-\S+)$`)
 	for _, c := range walk {
 		args := slices.Clone(c.args)
@@ -118,10 +119,14 @@ func TestREADMEWalk(t *testing.T) {
 			if strings.TrimSpace(out) == "" {
 				t.Errorf("%s: the chat answered nothing", c.where)
 			}
+			chats = append(chats, strings.Join(c.args, " "))
 		}
 	}
 	if key == "" {
 		t.Error("the README's walk made no API key")
+	}
+	if !slices.ContainsFunc(chats, func(c string) bool { return strings.Contains(c, "--model tiny:noise") }) {
+		t.Errorf("the walk did not chat with the llama.cpp job's adapter: %q", chats)
 	}
 
 	// Signed in as the last command left it: a member of ml, with ml's quota.
