@@ -128,17 +128,24 @@ func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio
 		return writeBadGateway(bw, req) && next(s, br)
 	}
 	defer rc.Close()
+	// The agent ending closes the runtime's connection too, which ends a
+	// write to a runtime that stopped reading (the stream's close would
+	// not: the watch starts only once the request is whole).
+	stop := context.AfterFunc(ctx, func() { rc.Close() })
+	defer stop()
 	h := make(http.Header, len(req.Header))
 	hop.CopyHeaders(h, req.Header)
 	req.Header = h
 	req.Close = true // a connection per request: the runtime may close it anyway
 	rw := bufio.NewWriter(rc)
+	rc.SetWriteDeadline(time.Now().Add(streamIdle)) // a runtime that stops reading the request
 	if err := req.Write(rw); err != nil {
 		return false // the stream broke mid-body, or the runtime's connection did
 	}
 	if err := rw.Flush(); err != nil {
 		return false
 	}
+	rc.SetWriteDeadline(time.Time{})
 	// The request is whole: what arrives on the stream now is the next
 	// one, or the stream's end. Watch for the end meanwhile: it closes the
 	// runtime's connection, which stops the runtime's work on it.

@@ -3,6 +3,7 @@ package inferproxy
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,5 +84,83 @@ func TestAdapters(t *testing.T) {
 		if code, body := do("POST", "/completions", `{"model":"@team-a/open","prompt":"`+long+`","max_tokens":2}`); code != 200 {
 			t.Fatalf("the open model by its full name, prefix routing: %d %s", code, body)
 		}
+	}
+}
+
+// TestSameServing: of the jobs of one name, those that take a request
+// rewritten for the first: the same runtime and the same adapters in the
+// same order.
+func TestSameServing(t *testing.T) {
+	a := Model{JobID: "a", Runtime: cosmic.RuntimeLlamaCPP, Adapters: []string{"x", "y"}}
+	jobs := []Model{a,
+		{JobID: "b", Runtime: cosmic.RuntimeLlamaCPP, Adapters: []string{"y", "x"}},
+		{JobID: "c", Runtime: cosmic.RuntimeVLLM, Adapters: []string{"x", "y"}},
+		{JobID: "d", Runtime: cosmic.RuntimeLlamaCPP},
+		{JobID: "e", Runtime: cosmic.RuntimeLlamaCPP, Adapters: []string{"x", "y"}},
+	}
+	var got []string
+	for _, m := range sameServing(jobs) {
+		got = append(got, m.JobID)
+	}
+	if strings.Join(got, ",") != "a,e" {
+		t.Errorf("sameServing: %v, want a,e", got)
+	}
+	if len(jobs) != 5 || jobs[1].JobID != "b" {
+		t.Error("sameServing changed its argument")
+	}
+}
+
+// TestRuntimeCannotSpeakForTheProxy: what a runtime (a tenant's VM)
+// answers cannot set the proxy's rate-limit headers, and a status that is
+// no final answer (here 099, which Go's ReadResponse takes) fails the
+// replica with a 502 instead of reaching the client.
+func TestRuntimeCannotSpeakForTheProxy(t *testing.T) {
+	in := benchInference()
+	sim := simruntime.Config{Runtime: string(in.Runtime), Model: in.Model, ServedModelName: in.ServedModelName}
+	srv := simruntime.New(sim)
+	rt := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/completions" {
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(strings.NewReader(string(b)))
+			if strings.Contains(string(b), "weird") {
+				c, bw, _ := w.(http.Hijacker).Hijack()
+				bw.WriteString("HTTP/1.1 099 Weird\r\nContent-Length: 0\r\n\r\n")
+				bw.Flush()
+				c.Close()
+				return
+			}
+			w.Header().Set("X-Ratelimit-Remaining-Requests", "0")
+			w.Header().Set("x-ratelimit-reset-requests", "1h")
+		}
+		srv.ServeHTTP(w, r)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go rt.Serve(ln)
+	t.Cleanup(func() { rt.Close() })
+	h := newHarness(t, Config{RequestsPerMinute: 100})
+	h.launcher = runtimeAt(ln.Addr().String())
+	h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim)
+	h.waitReady(benchJob, 1)
+	post := func(prompt string) *http.Response {
+		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"`+benchModel+`","prompt":"`+prompt+`","max_tokens":2}`))
+		req.Header.Set("Authorization", "Bearer "+h.keys[benchTeam])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("hi")
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ratelimit-Remaining-Requests") == "0" || resp.Header.Get("X-Ratelimit-Reset-Requests") == "1h" ||
+		resp.Header.Get("X-Ratelimit-Limit-Requests") != "100" {
+		t.Fatalf("%d, rate-limit headers %v", resp.StatusCode, resp.Header)
+	}
+	if resp := post("weird"); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a runtime's status 099: %d, want 502", resp.StatusCode)
 	}
 }

@@ -41,9 +41,10 @@ import (
 // English text, some JSON).
 const prefixBlock = 256
 
-// prefixMaxBlocks bounds how much of a prompt is hashed (1 MiB): a longer
-// prompt is routed by its first MiB.
-const prefixMaxBlocks = 4096
+// prefixMaxBlocks bounds how much of a prompt is hashed (128 KiB): a
+// longer prompt is routed by its start, and one request takes at most
+// this many of the index's entries.
+const prefixMaxBlocks = 512
 
 // prefixEntries bounds the index (least recently routed out first): about
 // 64 MiB of prompts' blocks, in under 8 MiB.
@@ -77,12 +78,12 @@ func newPrefixIndex(max int) *prefixIndex {
 }
 
 // chain answers the chained hashes of the prompt of a JSON request of
-// model (body, its head read by parseHead), one per full block; none for
-// a prompt shorter than a block.
+// model (its full name, @TEAM/NAME[:ADAPTER]; body, its head read by
+// parseHead), one per full block; none for a prompt shorter than a block.
 func (x *prefixIndex) chain(model string, body []byte, head requestHead) []uint64 {
 	var h maphash.Hash
 	h.SetSeed(x.seed)
-	h.WriteString(model) // a prefix is a model's: the same prompt to another model is another
+	h.WriteString(model) // a prefix is a model's (a team's): the same prompt to another model is another
 	h.WriteByte(0)
 	var out []uint64
 	var buf [8]byte

@@ -541,10 +541,15 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// The chain is read from the body as it came (head's spans are its).
+	// The body is rewritten for jobs[0] (its runtime, its adapters'
+	// order): the request goes to the jobs of the name that take the same.
+	jobs = sameServing(jobs)
+	// The chain is read from the body as it came (head's spans are its),
+	// seeded with the team's name of the model: one team's prompts never
+	// meet another's in the index.
 	var chain []uint64
 	if routingOf(jobs) == cosmic.RoutingPrefix {
-		name := jobs[0].Name
+		name := jobs[0].FullName()
 		if adapter != "" {
 			name += ":" + adapter // an adapter's cache is its own
 		}
@@ -570,6 +575,19 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 		body = withModel(body, head, served)
 	}
 	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream, chain)
+}
+
+// sameServing is jobs (of one name, oldest first) less those a request
+// rewritten for the first would not suit: another runtime, or other
+// adapters or in another order (llama.cpp's are asked for by position).
+func sameServing(jobs []Model) []Model {
+	if len(jobs) < 2 {
+		return jobs
+	}
+	first := jobs[0]
+	return slices.DeleteFunc(slices.Clone(jobs), func(m Model) bool {
+		return m.Runtime != first.Runtime || !slices.Equal(m.Adapters, first.Adapters)
+	})
 }
 
 // routingOf is the routing of a model's jobs: the first's.
@@ -697,6 +715,9 @@ func (p *Proxy) down(ctx context.Context, c caller, model string) (Model, bool) 
 		return Model{}, false
 	}
 	_, down := resolve(ms, c, model)
+	if i := strings.LastIndexByte(model, ':'); len(down) == 0 && i > 0 {
+		_, down = resolve(ms, c, model[:i]) // an adapter of a model that does not serve
+	}
 	for _, m := range down {
 		if m.Team == c.team && c.allows(m) {
 			return m, true
@@ -973,6 +994,15 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	rb := &eofReader{r: resp.Body}
 	clean := false
 	defer func() { resp.Finish(clean && rb.eof) }()
+	if resp.StatusCode < 200 || resp.StatusCode > 599 {
+		// Not an answer (a 101, or a code no server sends: the bytes come
+		// from a tenant's VM): the replica failed; WriteHeader would panic
+		// on a code below 100.
+		msg := fmt.Sprintf("replica %d answered status %d", rep.meta.Load().Replica, resp.StatusCode)
+		rep.observe(true, 0, msg)
+		rep.markDown(p.cfg.DownFor.D())
+		return false, false, msg
+	}
 	if resp.StatusCode == http.StatusServiceUnavailable { // the runtime is loading, or overloaded: try another
 		b, _ := io.ReadAll(io.LimitReader(rb, 4096))
 		clean = true
@@ -1014,6 +1044,13 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	}
 	if !committed {
 		h := w.Header()
+		for k := range resp.Header {
+			// The proxy's limits are the caller's (admit); a runtime
+			// (a tenant's VM) does not speak for them.
+			if len(k) > len("X-Ratelimit-") && strings.EqualFold(k[:len("X-Ratelimit-")], "X-Ratelimit-") {
+				delete(resp.Header, k)
+			}
+		}
 		hop.CopyHeaders(h, resp.Header)
 		h.Del("Set-Cookie") // a runtime sets no cookie on the platform's origin
 		h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
