@@ -33,6 +33,21 @@ func (e *Env) openAI(key string) openai.Client {
 	return openai.NewClient(option.WithBaseURL(e.P.URL+inferproxy.Prefix+"/"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
+// serving creates a managed-inference job of spec and an API key named
+// key, and waits until proxy-inference routes to all its replicas; it
+// answers the job and the key.
+func (e *Env) serving(spec cosmic.Spec, key string) (cosmic.Job, string) {
+	e.T.Helper()
+	j := e.Create(spec)
+	k, err := e.Client.CreateAPIKey(e.Ctx, key, "")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.WaitState(j.ID, cosmic.StateRunning)
+	e.waitReplicas(j.ID, spec.Inference.Replicas)
+	return j, k.Key
+}
+
 // waitReplicas waits until proxy-inference routes to n ready replicas of job.
 func (e *Env) waitReplicas(jobID string, n int) {
 	e.T.Helper()

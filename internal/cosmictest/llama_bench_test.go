@@ -54,13 +54,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
 		chat.Inference.Args["threads"], chat.Inference.Args["threads-batch"] = v, v
 	}
-	j := e.Create(chat)
-	key, err := e.Client.CreateAPIKey(e.Ctx, "bench", "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	e.WaitState(j.ID, cosmic.StateRunning)
-	e.waitReplicas(j.ID, 1)
+	j, key := e.serving(chat, "bench")
 	socket := ""
 	for _, r := range e.P.Logs.Job(j.ID) {
 		if r.Step == "runtime_start" {
@@ -112,7 +106,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 		{"direct", direct, "http://llama/v1/chat/completions", "bench", ""},
 		{"reverseproxy", client(), rpSrv.URL + "/v1/chat/completions", "bench", ""},
 		{"two-reverseproxies-tls", client(), gw.URL + "/v1/chat/completions", "bench", ""},
-		{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key.Key},
+		{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key},
 	}
 	const tokens = 32
 	for _, conc := range []int{1, 4, 16} {

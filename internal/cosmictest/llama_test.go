@@ -168,21 +168,15 @@ func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	e := NewEnv(t, withLlama(t))
 	spec := inference("tiny", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 2, 1)
 	spec.Inference.Args = map[string]string{"ctx-size": "2048", "parallel": "1", "cache-ram": "0"}
-	j := e.Create(spec)
+	j, key := e.serving(spec, "prefix")
 	if j.Spec.Inference.Routing != cosmic.RoutingPrefix {
 		t.Fatalf("routing %q, want the default, prefix", j.Spec.Inference.Routing)
 	}
-	key, err := e.Client.CreateAPIKey(e.Ctx, "prefix", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.WaitState(j.ID, cosmic.StateRunning)
-	e.waitReplicas(j.ID, 2)
 	complete := func(prompt string) (replica string, cached, processed int) {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "max_tokens": 2})
 		req, _ := http.NewRequestWithContext(e.Ctx, http.MethodPost, e.P.URL+inferproxy.Prefix+"/completions", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key.Key)
+		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -225,17 +219,11 @@ func TestLlamaCPPAdapters(t *testing.T) {
 	spec := inference("tiny", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	spec.Inference.Args = map[string]string{"ctx-size": "1024", "parallel": "2"}
 	spec.Inference.Adapters = []cosmic.Adapter{{Name: "noise", Source: testmodel.ChatLoRAAdapter}}
-	j := e.Create(spec)
-	key, err := e.Client.CreateAPIKey(e.Ctx, "lora", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.WaitState(j.ID, cosmic.StateRunning)
-	e.waitReplicas(j.ID, 1)
+	_, key := e.serving(spec, "lora")
 	call := func(method, path, body string) string {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(e.Ctx, method, e.P.URL+inferproxy.Prefix+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key.Key)
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -219,6 +219,10 @@ func TestModelNamesCannotBeSquatted(t *testing.T) {
 			t.Fatalf("team-a's prompt %d with its model stopped: %d %s, want 503 model_not_serving naming job-own", i, code, body)
 		}
 	}
+	// An adapter of it (NAME:ADAPTER) is not serving either.
+	if code, body := post(h.keys["team-a"], "qwen:sql"); code != http.StatusServiceUnavailable || !strings.Contains(body, "job-own") {
+		t.Fatalf("an adapter of team-a's stopped model: %d %s, want 503 model_not_serving naming job-own", code, body)
+	}
 	// Without a key a bare name reaches nobody's model.
 	if code, body := post("", "qwen"); code != http.StatusUnauthorized {
 		t.Errorf("no key, bare name: %d %s, want 401", code, body)

@@ -3,7 +3,6 @@ package inferproxy
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -118,7 +117,7 @@ func TestRuntimeCannotSpeakForTheProxy(t *testing.T) {
 	in := benchInference()
 	sim := simruntime.Config{Runtime: string(in.Runtime), Model: in.Model, ServedModelName: in.ServedModelName}
 	srv := simruntime.New(sim)
-	rt := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rt := serveRuntime(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/completions" {
 			b, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(strings.NewReader(string(b)))
@@ -133,15 +132,9 @@ func TestRuntimeCannotSpeakForTheProxy(t *testing.T) {
 			w.Header().Set("x-ratelimit-reset-requests", "1h")
 		}
 		srv.ServeHTTP(w, r)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go rt.Serve(ln)
-	t.Cleanup(func() { rt.Close() })
+	}))
 	h := newHarness(t, Config{RequestsPerMinute: 100})
-	h.launcher = runtimeAt(ln.Addr().String())
+	h.launcher = rt
 	h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim)
 	h.waitReady(benchJob, 1)
 	post := func(prompt string) *http.Response {

@@ -3,6 +3,8 @@ package inferproxy
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -48,6 +50,20 @@ type agentHandle struct {
 	sim    *simlaunch.Launcher
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// serveRuntime serves h as a runtime on loopback for the test's length
+// and answers the launcher of it.
+func serveRuntime(t *testing.T, h http.Handler) runtimeAt {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &http.Server{Handler: h}
+	go rt.Serve(ln)
+	t.Cleanup(func() { rt.Close() })
+	return runtimeAt(ln.Addr().String())
 }
 
 // runtimeAt is a launcher whose runtime already serves at its address:

@@ -3,7 +3,6 @@ package inferproxy
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -27,7 +26,7 @@ func TestRuntimeGetsNoCredentialsNorHopHeaders(t *testing.T) {
 	srv := simruntime.New(sim)
 	var mu sync.Mutex
 	var got []http.Header
-	rt := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rt := serveRuntime(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/chat/completions" {
 			mu.Lock()
 			got = append(got, r.Header.Clone())
@@ -39,16 +38,10 @@ func TestRuntimeGetsNoCredentialsNorHopHeaders(t *testing.T) {
 			w.Header().Add("Set-Cookie", "other=1; Path=/")
 		}
 		srv.ServeHTTP(w, r)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go rt.Serve(ln)
-	t.Cleanup(func() { rt.Close() })
+	}))
 
 	h := newHarness(t, Config{})
-	h.launcher = runtimeAt(ln.Addr().String())
+	h.launcher = rt
 	h.addJobSpec(benchJob, benchTeam, in, 1, 1, sim)
 	h.waitReady(benchJob, 1)
 

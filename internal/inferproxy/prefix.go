@@ -146,13 +146,6 @@ func (x *prefixIndex) routed(chain []uint64, rep fabric.PublicKey) {
 	}
 }
 
-// len answers how many blocks the index holds.
-func (x *prefixIndex) len() int {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.lru.Len()
-}
-
 // Outcomes of a prefix-routed pick (the prefix_routed metric).
 const (
 	prefixHit       = "hit"        // the replica holding the deepest block

@@ -186,3 +186,10 @@ func BenchmarkPrefixPick(b *testing.B) {
 		x.routed(chain, r.key)
 	}
 }
+
+// len answers how many blocks the index holds.
+func (x *prefixIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lru.Len()
+}
