@@ -44,10 +44,42 @@ func NewPool(dial DialFunc, maxIdle int, idleFor time.Duration) *Pool {
 
 type conn struct {
 	net.Conn
-	br   *bufio.Reader
+	br   *bufio.Reader // reads through head
 	bw   *bufio.Writer
+	head *headLimit
 	used time.Time // when it went idle
 }
+
+// MaxHead bounds an answer's head (its status line and headers, the 1xx
+// ones before it included), as net/http's server bounds a request's
+// (DefaultMaxHeaderBytes): the server is not trusted to end it (an
+// inference runtime is in a tenant's VM), and the standard library's
+// ReadResponse reads a head of any length.
+const MaxHead = 1 << 20
+
+// headLimit is a connection's reader that fails once more than its budget
+// is read while a head is being read (budget < 0: no bound, the body).
+type headLimit struct {
+	r      io.Reader
+	budget int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.budget < 0 {
+		return l.r.Read(p)
+	}
+	if l.budget == 0 {
+		return 0, errHeadTooLong
+	}
+	if int64(len(p)) > l.budget {
+		p = p[:l.budget]
+	}
+	n, err := l.r.Read(p)
+	l.budget -= int64(n)
+	return n, err
+}
+
+var errHeadTooLong = errors.New("hop: the answer's head is longer than hop.MaxHead")
 
 // get returns an idle connection to addr (reused true) or dials one.
 func (p *Pool) get(ctx context.Context, addr string) (*conn, bool, error) {
@@ -71,7 +103,8 @@ func (p *Pool) get(ctx context.Context, addr string) (*conn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &conn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, false, nil
+	head := &headLimit{r: nc, budget: -1}
+	return &conn{Conn: nc, br: bufio.NewReaderSize(head, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), head: head}, false, nil
 }
 
 func closeAll(cs []*conn) {
@@ -180,6 +213,10 @@ func roundTrip(ctx context.Context, c *conn, req *http.Request) (*http.Response,
 	if err := c.bw.Flush(); err != nil {
 		return nil, stop, err
 	}
+	// What the reader holds already counts against no budget; the head's
+	// bytes read from the connection from here on do.
+	c.head.budget = MaxHead
+	defer func() { c.head.budget = -1 }()
 	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {

@@ -227,6 +227,30 @@ func TestInformationalAnswersSkipped(t *testing.T) {
 	}
 }
 
+// TestHeadIsBounded: an answer whose head never ends (a header line of
+// more than MaxHead bytes) fails the request instead of growing the
+// proxy's memory; the connection is not reused.
+func TestHeadIsBounded(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request, []byte) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nX-Long: " + strings.Repeat("a", 2*MaxHead) + "\r\n\r\n", true
+	})
+	p, _ := tcpPool(4, time.Minute)
+	req, _ := http.NewRequest("GET", "http://x/", nil)
+	if resp, err := p.Do(req, s.ln.Addr().String()); err == nil || !strings.Contains(err.Error(), "MaxHead") {
+		if resp != nil {
+			resp.Finish(false)
+		}
+		t.Fatalf("a head of 2 MiB: %v, want the head's bound", err)
+	}
+	// A head within the bound and a body beyond it are read whole.
+	s2 := newRawServer(t, func(int, *http.Request, []byte) (string, bool) {
+		return ok(strings.Repeat("b", 2*MaxHead)), false
+	})
+	if resp, b := get(t, p, s2.ln.Addr().String(), "x"); resp.StatusCode != 200 || len(b) != 2*MaxHead {
+		t.Fatalf("a 2 MiB body: %d, %d bytes", resp.StatusCode, len(b))
+	}
+}
+
 // TestCancelClosesConnection: a request whose context ends while it waits
 // for its answer returns at once, and its connection is closed (the server
 // sees it go: its work is cancelled).
