@@ -127,7 +127,11 @@ func writeLogLine(w io.Writer, r *client.LogRecord) error {
 	if platformRecord(r.Record) {
 		origin = "platform"
 	}
-	fmt.Fprintf(&b, "  r%d  [%s]  %s", r.Replica, origin, escapeControls(r.Source))
+	who := fmt.Sprintf("r%d", r.Replica)
+	if r.Replica < 0 {
+		who = "job" // the ork's records of the job as a whole (its autoscaler's)
+	}
+	fmt.Fprintf(&b, "  %s  [%s]  %s", who, origin, escapeControls(r.Source))
 	if r.Stream != "" {
 		b.WriteString("/" + escapeControls(r.Stream))
 	}

@@ -32,6 +32,9 @@ const (
 	ReasonRackMisconfigured   ReasonCode = "rack_misconfigured"
 	ReasonNotInCatalogue      ReasonCode = "not_in_catalogue"
 	ReasonRackRefused         ReasonCode = "rack_refused"
+	ReasonScaledDown          ReasonCode = "scaled_down"
+	ReasonScaledToZero        ReasonCode = "scaled_to_zero"
+	ReasonScalingUp           ReasonCode = "scaling_up"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -70,6 +73,9 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonModelLoadFailed:     {"the model server failed to load the model", "Check the model name, its license gating and the GPU memory it needs; see the job's application logs."},
 	ReasonRackMisconfigured:   {"the rack cannot run jobs until an operator fixes its configuration", "Ask the rack's operator: `cosmicac racks list` (platform admins) shows what is wrong and the fix. The job starts once it is fixed."},
 	ReasonNotInCatalogue:      {"no rack of the job's location can run it", "See what each location runs with `cosmicac locations` (images, job types, runtimes, the most vCPUs and memory a VM gets) and change the spec to match, or pick another location."},
+	ReasonScaledDown:          {"the autoscaler removed the replica: the job's load needs fewer", ""},
+	ReasonScaledToZero:        {"no replica runs: the job was idle and holds no GPU", "Nothing to do: the next request to the model starts a replica, and is answered once it is ready."},
+	ReasonScalingUp:           {"no replica is ready yet: the autoscaler is starting one for the requests waiting", "Wait: requests are held until a replica is ready (docs/inference.md, \"Autoscaling\")."},
 	ReasonRackRefused:         {"the rack's worker refused the job, which it cannot run", "See what each location runs with `cosmicac locations`, then create the job again with an image, type and size its rack runs; its GPUs were released."},
 }
 

@@ -208,6 +208,44 @@ type InferenceSpec struct {
 	// a request for SERVED_NAME:ADAPTER is served with that adapter
 	// applied (docs/inference.md, "LoRA adapters").
 	Adapters []Adapter `json:"adapters,omitempty"`
+	// Autoscaling, when set, sizes the job to its load: Replicas is then
+	// the count the scaler set last (it starts at MinReplicas, at least
+	// 1), and may be 0 (docs/inference.md, "Autoscaling").
+	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+}
+
+// Autoscaling sizes a managed-inference job's replicas to the requests it
+// has: in flight at its replicas, and waiting at the proxy for one.
+type Autoscaling struct {
+	// MinReplicas is the fewest replicas the job keeps (0: it holds no
+	// GPU while idle, and the next request starts one).
+	MinReplicas int `json:"minReplicas"`
+	// MaxReplicas is the most replicas the job runs.
+	MaxReplicas int `json:"maxReplicas"`
+	// TargetInFlight is the requests per replica the scaler aims at
+	// (default DefaultTargetInFlight): it runs ceil(requests / target)
+	// replicas, within the bounds.
+	TargetInFlight int `json:"targetInFlight,omitempty"`
+	// ScaleDownDelay is how long, in seconds, the load must have wanted
+	// fewer replicas before the scaler removes any (default
+	// DefaultScaleDownDelay): replicas are added at once, removed after
+	// this cool-down, so a short lull does not cost a cold start.
+	ScaleDownDelay int `json:"scaleDownDelay,omitempty"`
+}
+
+// Autoscaling defaults and bounds.
+const (
+	DefaultTargetInFlight = 4
+	DefaultScaleDownDelay = 300 // seconds
+	MinScaleDownDelay     = 10
+	MaxScaleDownDelay     = 86400
+	MaxTargetInFlight     = 1024
+)
+
+// Autoscaled reports whether s is a managed-inference job whose replicas
+// the scaler sizes.
+func (s Spec) Autoscaled() bool {
+	return s.Type == TypeManagedInference && s.Inference != nil && s.Inference.Autoscaling != nil
 }
 
 // Adapter is a LoRA adapter of a managed-inference job's model.
@@ -267,7 +305,9 @@ const (
 //   - diskGB: 100 for gpu-container, 200 for managed-inference (weights);
 //   - inference.runtime: parakeet when the model is ParakeetModel, else vllm;
 //   - inference.model: ParakeetModel for the parakeet runtime;
-//   - inference.replicas: 1; inference.servedModelName: the model;
+//   - inference.replicas: 1 (autoscaled: minReplicas, at least 1);
+//     inference.autoscaling.targetInFlight: 4, .scaleDownDelay: 300 s;
+//     inference.servedModelName: the model;
 //     inference.routing: DefaultRouting;
 //     inference.requireAuth: true.
 //
@@ -296,6 +336,17 @@ func (s *Spec) Default() {
 			}
 			if in.Runtime == RuntimeParakeet && in.Model == "" {
 				in.Model = ParakeetModel
+			}
+			if a := in.Autoscaling; a != nil {
+				if a.TargetInFlight == 0 {
+					a.TargetInFlight = DefaultTargetInFlight
+				}
+				if a.ScaleDownDelay == 0 {
+					a.ScaleDownDelay = DefaultScaleDownDelay
+				}
+				if in.Replicas == 0 {
+					in.Replicas = max(a.MinReplicas, 1)
+				}
 			}
 			if in.Replicas == 0 {
 				in.Replicas = 1
@@ -335,8 +386,12 @@ func (s *Spec) Default() {
 }
 
 // Replicas is the number of replicas the job runs: inference.replicas for
-// managed-inference (at least 1), else 1.
+// managed-inference (at least 1, or 0 for an autoscaled job scaled to
+// zero), else 1.
 func (s Spec) Replicas() int {
+	if s.Autoscaled() {
+		return max(s.Inference.Replicas, 0)
+	}
 	if s.Type == TypeManagedInference && s.Inference != nil && s.Inference.Replicas > 0 {
 		return s.Inference.Replicas
 	}

@@ -404,12 +404,16 @@ func checkInference(p *problems, s Spec) {
 		p.add("inference.routing", "unknown routing %q (want %s)", in.Routing, joinOr(Routings))
 	}
 	checkRange(p, "inference.replicas", in.Replicas, 1, MaxReplicas)
+	checkAutoscaling(p, in)
 	checkRange(p, "inference.gpusPerReplica", in.GPUsPerReplica, 1, MaxGPUs)
 	if in.GPUsPerReplica > 0 && s.Resources.GPU > 0 && in.GPUsPerReplica != s.Resources.GPU {
 		p.add("resources.gpu", "is the GPU count of one replica and must equal inference.gpusPerReplica (%d != %d)", s.Resources.GPU, in.GPUsPerReplica)
 	}
 	if in.Replicas > 0 && in.GPUsPerReplica > 0 && in.Replicas*in.GPUsPerReplica > MaxGPUs {
 		p.add("inference.replicas", "replicas × gpusPerReplica is %d GPUs, more than %d", in.Replicas*in.GPUsPerReplica, MaxGPUs)
+	}
+	if a := in.Autoscaling; a != nil && a.MaxReplicas > 0 && in.GPUsPerReplica > 0 && a.MaxReplicas*in.GPUsPerReplica > MaxGPUs {
+		p.add("inference.autoscaling.maxReplicas", "maxReplicas × gpusPerReplica is %d GPUs, more than %d", a.MaxReplicas*in.GPUsPerReplica, MaxGPUs)
 	}
 	if in.Runtime == RuntimeParakeet {
 		if in.GPUsPerReplica > 1 {
@@ -653,4 +657,26 @@ func checkAdapters(p *problems, in *InferenceSpec) {
 			}
 		}
 	}
+}
+
+// checkAutoscaling checks inference.autoscaling: 0 ≤ minReplicas ≤
+// maxReplicas ≤ MaxReplicas, maxReplicas at least 1, replicas (the count
+// it starts at) within them, and the target and cool-down in range.
+func checkAutoscaling(p *problems, in *InferenceSpec) {
+	a := in.Autoscaling
+	if a == nil {
+		return
+	}
+	const f = "inference.autoscaling."
+	checkRange(p, f+"minReplicas", a.MinReplicas, 0, MaxReplicas)
+	checkRange(p, f+"maxReplicas", a.MaxReplicas, 1, MaxReplicas)
+	if a.MaxReplicas >= 1 && a.MinReplicas > a.MaxReplicas {
+		p.add(f+"minReplicas", "is %d, more than maxReplicas (%d)", a.MinReplicas, a.MaxReplicas)
+	}
+	if in.Replicas >= 1 && a.MaxReplicas >= 1 && a.MinReplicas <= a.MaxReplicas &&
+		(in.Replicas < a.MinReplicas || in.Replicas > a.MaxReplicas) {
+		p.add("inference.replicas", "is %d: an autoscaled job starts with between minReplicas and maxReplicas (%d to %d)", in.Replicas, max(a.MinReplicas, 1), a.MaxReplicas)
+	}
+	checkRange(p, f+"targetInFlight", a.TargetInFlight, 1, MaxTargetInFlight)
+	checkRange(p, f+"scaleDownDelay", a.ScaleDownDelay, MinScaleDownDelay, MaxScaleDownDelay)
 }

@@ -36,6 +36,10 @@ type Model struct {
 	// Adapters are the names of the job's LoRA adapters, in the order its
 	// runtime loaded them: a caller asks for NAME:ADAPTER.
 	Adapters []string
+	// Autoscaled says the ork sizes the job to its load (and it may have
+	// no replica now): its requests are counted and reported, and wait up
+	// to Config.WakeWait for a replica.
+	Autoscaled bool
 }
 
 // FullName is how anyone calls an open model: "@TEAM/NAME". No served
@@ -131,7 +135,7 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 			continue
 		}
 		out = append(out, Model{Name: in.ServedName(), JobID: j.ID, Team: j.Team,
-			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State, Routing: in.Routing, Adapters: adapterNames(in)})
+			RequireAuth: in.AuthRequired(), Runtime: in.Runtime, ModelID: in.Model, Created: j.CreatedAt, State: j.Status.State, Routing: in.Routing, Adapters: adapterNames(in), Autoscaled: in.Autoscaling != nil})
 	}
 	return out
 }

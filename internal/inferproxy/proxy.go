@@ -82,6 +82,11 @@ type Config struct {
 	// A stream gets an SSE comment every KeepAlive (default 5s) meanwhile.
 	ReadyWait config.Duration `json:"readyWait,omitempty"`
 	KeepAlive config.Duration `json:"keepAlive,omitempty"`
+	// WakeWait is how long a request for an autoscaled model waits for a
+	// ready replica (default 5m): the time for its job to wake from zero
+	// replicas (a VM boots and loads the model), after which it is
+	// answered 503 with Retry-After.
+	WakeWait config.Duration `json:"wakeWait,omitempty"`
 }
 
 // DefaultConfig is the proxy's defaults (New also puts them in the zero
@@ -103,7 +108,7 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	for name, d := range map[string]config.Duration{"catalogTTL": c.CatalogTTL, "lookupTTL": c.LookupTTL, "keyTTL": c.KeyTTL,
-		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte, "keepAlive": c.KeepAlive} {
+		"downFor": c.DownFor, "slowFirstByte": c.SlowFirstByte, "keepAlive": c.KeepAlive, "wakeWait": c.WakeWait} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must not be negative", name, d))
 		}
@@ -144,6 +149,7 @@ func (c *Config) setDefaults() {
 	dur(&c.SlowFirstByte, 10*time.Second)
 	dur(&c.ReadyWait, 30*time.Second)
 	dur(&c.KeepAlive, 5*time.Second)
+	dur(&c.WakeWait, 5*time.Minute)
 }
 
 // Proxy is proxy-inference: the OpenAI-compatible endpoint in front of the
@@ -161,6 +167,8 @@ type Proxy struct {
 	handler  http.Handler
 	metrics  *proxyMetrics
 	prefixes *prefixIndex // of prefix routing (prefix.go)
+	loads    *jobLoads    // of the autoscaled jobs (load.go)
+	reporter LoadReporter
 	log      *slog.Logger
 }
 
@@ -188,7 +196,11 @@ type Deps struct {
 	// Agents says what the ork bound each agent key to (the keyring
 	// following the ork); nil: no agent is routed to.
 	Agents Agents
-	Log    *slog.Logger
+	// Load takes the proxy's load of the autoscaled jobs (the ork's
+	// client); nil: none is reported, and no job is scaled for this
+	// proxy's requests.
+	Load LoadReporter
+	Log  *slog.Logger
 }
 
 // New returns the proxy of cfg on d: it finds replicas through d.Node's
@@ -202,7 +214,7 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{cfg: cfg, node: node, log: log,
+	p := &Proxy{cfg: cfg, node: node, log: log, loads: newJobLoads(), reporter: d.Load,
 		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D()},
 		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), now: time.Now, m: map[string]keyEntry{}},
 		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
@@ -257,6 +269,12 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 // Handler, and Run only waits for ctx.
 func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
 	defer p.Close()
+	if p.reporter != nil {
+		done := make(chan struct{})
+		rctx, cancel := context.WithCancel(ctx)
+		go func() { defer close(done); p.reportLoads(rctx, p.reporter) }()
+		defer func() { cancel(); <-done }()
+	}
 	if ln == nil {
 		<-ctx.Done()
 		return nil
@@ -782,6 +800,14 @@ func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool)
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool, chain []uint64) (bodyFailed bool) {
 	setModel(w, model)
 
+	// The job of each replica, for the autoscaled jobs' load (load.go).
+	var jobOf map[*replica]string
+	var scaled []string
+	for _, j := range jobs {
+		if j.Autoscaled {
+			scaled = append(scaled, j.JobID)
+		}
+	}
 	lookup := func(fresh bool) []*replica {
 		var rs []*replica
 		for _, j := range jobs {
@@ -793,6 +819,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			if err != nil && r.Context().Err() == nil {
 				p.log.Warn("look up replicas", "job_id", j.JobID, "err", err)
 			}
+			if j.Autoscaled {
+				if jobOf == nil {
+					jobOf = map[*replica]string{}
+				}
+				for _, rep := range got {
+					jobOf[rep] = j.JobID
+				}
+			}
 			rs = append(rs, got...)
 		}
 		return rs
@@ -802,6 +836,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 	tried := map[*replica]bool{}
 	lastErr := "no replica of the model is ready"
 	wait := newReadyWait(p.cfg, stream)
+	if len(scaled) > 0 {
+		// A job that may be at zero replicas gets the time to wake one.
+		wait.deadline = wait.start.Add(max(p.cfg.ReadyWait.D(), p.cfg.WakeWait.D()))
+		wait.onWait = func(n int) {
+			for _, id := range scaled {
+				p.loads.add(id, 0, n)
+			}
+		}
+	}
 	defer wait.done(p.metrics.waiting)
 	answered, failed := false, 0 // a replica answered 503; replicas tried in all
 	for attempt := 0; ; {
@@ -835,7 +878,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
 		attempt++
+		job, counted := jobOf[rep]
+		if counted {
+			p.loads.add(job, 1, 0)
+		}
 		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
+		if counted {
+			p.loads.add(job, -1, 0)
+		}
 		if errText == errBodyFailed {
 			return true
 		}
@@ -883,16 +933,19 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 // sees it is waiting); it is then committed, and a failure is an error
 // event, as vLLM sends one mid-stream.
 type readyWait struct {
-	deadline, nextComment time.Time
-	keepAlive             time.Duration
-	stream, committed     bool
-	first, counted        bool
-	b                     backoff.Backoff
+	start, deadline, nextComment time.Time
+	keepAlive                    time.Duration
+	stream, committed            bool
+	first, counted               bool
+	b                            backoff.Backoff
+	// onWait, when set, is told when the request starts waiting (1) and
+	// stops (-1): the autoscaled jobs' load.
+	onWait func(n int)
 }
 
 func newReadyWait(cfg Config, stream bool) *readyWait {
 	now := time.Now()
-	return &readyWait{deadline: now.Add(cfg.ReadyWait.D()), nextComment: now.Add(time.Second), keepAlive: cfg.KeepAlive.D(),
+	return &readyWait{start: now, deadline: now.Add(cfg.ReadyWait.D()), nextComment: now.Add(time.Second), keepAlive: cfg.KeepAlive.D(),
 		stream: stream, first: true, b: backoff.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}}
 }
 
@@ -910,6 +963,9 @@ func (rw *readyWait) next(w http.ResponseWriter, ctx context.Context, waiting pr
 	if !rw.counted {
 		rw.counted = true
 		waiting.Inc()
+		if rw.onWait != nil {
+			rw.onWait(1)
+		}
 	}
 	d := min(rw.b.Next(), rw.deadline.Sub(now))
 	if rw.stream {
@@ -928,6 +984,9 @@ func (rw *readyWait) next(w http.ResponseWriter, ctx context.Context, waiting pr
 func (rw *readyWait) done(waiting prometheus.Gauge) {
 	if rw.counted {
 		waiting.Dec()
+		if rw.onWait != nil {
+			rw.onWait(-1)
+		}
 	}
 }
 

@@ -36,10 +36,15 @@ type Flags struct {
 	runtime, model, servedModelName, routing     string
 	replicas, gpusPerReplica                     int
 	requireAuth, noAuth                          bool
+	minReplicas, maxReplicas, targetInFlight     int
+	scaleDownDelay                               string
 }
 
+// AutoscalingFlags are the flags that set inference.autoscaling.
+var AutoscalingFlags = []string{"min-replicas", "max-replicas", "target-in-flight", "scale-down-delay"}
+
 // InferenceFlags are the flags that set the spec's inference section.
-var InferenceFlags = []string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg", "routing", "adapter"}
+var InferenceFlags = append([]string{"runtime", "model", "served-model-name", "replicas", "gpus-per-replica", "require-auth", "no-auth", "arg", "routing", "adapter"}, AutoscalingFlags...)
 
 // Add defines the flags on fs.
 func (f *Flags) Add(fs *pflag.FlagSet) {
@@ -72,6 +77,10 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.args, "arg", nil, "vLLM argument `K=V` without the leading -- (repeatable)")
 	fs.StringArrayVar(&f.adapters, "adapter", nil, "LoRA adapter `NAME=SOURCE` the replicas load, called as MODEL:NAME (repeatable; docs/inference.md)")
 	fs.StringVar(&f.routing, "routing", "", "how requests pick a replica: prefix (default) or least-outstanding (docs/inference.md)")
+	fs.IntVar(&f.minReplicas, "min-replicas", 0, "autoscale: the fewest replicas (0: none while idle, woken by a request; docs/inference.md)")
+	fs.IntVar(&f.maxReplicas, "max-replicas", 0, "autoscale: the most replicas (turns autoscaling on)")
+	fs.IntVar(&f.targetInFlight, "target-in-flight", 0, "autoscale: requests per replica to aim at (default 4)")
+	fs.StringVar(&f.scaleDownDelay, "scale-down-delay", "", "autoscale: how long the load must want fewer replicas before any go, `SECONDS` or a duration such as 5m (default 300)")
 }
 
 // Apply sets onto s (a spec file's, or the zero spec) the fields of the
@@ -198,6 +207,26 @@ func (f *Flags) Apply(fs *pflag.FlagSet, s *cosmic.Spec, fromFile bool) error {
 				in.Adapters = append(in.Adapters, cosmic.Adapter{Name: name, Source: source})
 			}
 		}
+		autoscale := false
+		for _, name := range AutoscalingFlags {
+			autoscale = autoscale || set(name)
+		}
+		if autoscale {
+			if in.Autoscaling == nil {
+				in.Autoscaling = &cosmic.Autoscaling{}
+			}
+			a := in.Autoscaling
+			num("min-replicas", &a.MinReplicas, f.minReplicas)
+			count("max-replicas", &a.MaxReplicas, f.maxReplicas)
+			count("target-in-flight", &a.TargetInFlight, f.targetInFlight)
+			if set("scale-down-delay") {
+				d, err := parseTimeout(f.scaleDownDelay)
+				if err != nil {
+					bad("scale-down-delay", "%v", err)
+				}
+				a.ScaleDownDelay = d
+			}
+		}
 		count("replicas", &in.Replicas, f.replicas)
 		count("gpus-per-replica", &in.GPUsPerReplica, f.gpusPerReplica)
 		switch {
@@ -279,7 +308,8 @@ func parseTimeout(v string) (int, error) {
 //	--cpu --memory --env K=V --ssh-key --http-port --grpc-port
 //	--unsecure-http --timeout --timeout-auto-restart --runtime --model
 //	--served-model-name --replicas --gpus-per-replica --require-auth=false
-//	--arg K=V --routing --adapter NAME=SOURCE -- COMMAND...
+//	--arg K=V --routing --adapter NAME=SOURCE --min-replicas --max-replicas
+//	--target-in-flight --scale-down-delay -- COMMAND...
 //
 // Fields without a flag (volumes, readUser, partnerId and resources other
 // than gpu, gpuModel, cpu and memory) are listed in Unexpressed.
@@ -346,6 +376,16 @@ func Command(spec cosmic.Spec) cosmic.Command {
 		}
 		for _, a := range in.Adapters {
 			args = append(args, "--adapter", a.Name+"="+a.Source)
+		}
+		if a := in.Autoscaling; a != nil {
+			num("min-replicas", a.MinReplicas)
+			num("max-replicas", a.MaxReplicas)
+			if a.TargetInFlight != cosmic.DefaultTargetInFlight {
+				num("target-in-flight", a.TargetInFlight)
+			}
+			if a.ScaleDownDelay != cosmic.DefaultScaleDownDelay {
+				num("scale-down-delay", a.ScaleDownDelay)
+			}
 		}
 	}
 	for _, f := range []struct {

@@ -51,6 +51,15 @@ func roundTripSpecs() map[string]cosmic.Spec {
 				Replicas: 2, GPUsPerReplica: 16, RequireAuth: ptr(false), Args: map[string]string{"max-model-len": "8192", "dtype": "bfloat16"},
 				Routing: cosmic.RoutingLeastOutstanding, Adapters: []cosmic.Adapter{{Name: "sql", Source: "acme/sql-lora"}, {Name: "legal", Source: "acme/legal-lora"}}},
 		},
+		"autoscaled llama.cpp": {
+			Type: cosmic.TypeManagedInference, Name: "tiny", Location: "eu",
+			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: "cosmicac/test-chat", Replicas: 2,
+				Autoscaling: &cosmic.Autoscaling{MinReplicas: 0, MaxReplicas: 3, TargetInFlight: 2, ScaleDownDelay: 60}},
+		},
+		"autoscaled with defaults": {
+			Type: cosmic.TypeManagedInference, Location: "eu",
+			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-8B", Autoscaling: &cosmic.Autoscaling{MinReplicas: 1, MaxReplicas: 4}},
+		},
 		"parakeet": {
 			Type: cosmic.TypeManagedInference, Location: "eu", Image: "registry.local/parakeet:1",
 			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeParakeet},
@@ -87,6 +96,20 @@ func TestBadAdapterFlag(t *testing.T) {
 		s, err := parse(t, "--runtime", "llama.cpp", "--model", "m", "--adapter", arg)
 		if err == nil || !strings.Contains(err.Error(), "--adapter") || len(s.Inference.Adapters) != 0 {
 			t.Errorf("--adapter %q: %v, adapters %v", arg, err, s.Inference.Adapters)
+		}
+	}
+}
+
+// TestAutoscalingFlags: --scale-down-delay takes seconds or a duration,
+// and a bad autoscaling flag names itself.
+func TestAutoscalingFlags(t *testing.T) {
+	s, err := parse(t, "--model", "m", "--max-replicas", "3", "--scale-down-delay", "2m")
+	if err != nil || s.Inference.Autoscaling == nil || s.Inference.Autoscaling.MaxReplicas != 3 || s.Inference.Autoscaling.ScaleDownDelay != 120 {
+		t.Fatalf("parse: %+v, %v", s.Inference, err)
+	}
+	for _, args := range [][]string{{"--max-replicas", "0"}, {"--target-in-flight", "-1"}, {"--scale-down-delay", "soon"}} {
+		if _, err := parse(t, append([]string{"--model", "m"}, args...)...); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v, want an error naming %s", args, err, args[0])
 		}
 	}
 }

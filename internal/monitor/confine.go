@@ -16,7 +16,7 @@ type Placements interface {
 }
 
 // confine keeps the records the caller of ctx may write (docs/security.md):
-// a rack's worker writes the records of jobs placed on its rack; a job's
+// the ork writes system records of any job, marked as its own; a rack's worker writes the records of jobs placed on its rack; a job's
 // agent writes its own job's records only, under its binding's team and
 // replica, and its system records are marked with its role (a VM cannot
 // write lines that read as the platform's); operators, and calls from no
@@ -29,6 +29,13 @@ func confine(ctx context.Context, recs []joblog.Record, where Placements) ([]job
 	}
 	keep := recs[:0:0]
 	switch {
+	case caller.Role == trust.Ork:
+		// The ork writes the platform's decisions about a job (its
+		// autoscaler's): system records, under its own name.
+		for _, r := range recs {
+			r.Source, r.Stream = joblog.SourceSystem, string(trust.Ork)
+			keep = append(keep, r)
+		}
 	case caller.Role == trust.Worker:
 		synced := false
 		for _, r := range recs {

@@ -124,9 +124,12 @@ func TestAppendIsConfined(t *testing.T) {
 	defer cancel()
 	go ring.Follow(ctx, src, nil)
 	e.m.Serve(mon, ring)
-	wA, wB, agent := node(t, "worker-a", nil), node(t, "worker-b", nil), node(t, "agent", nil)
-	for _, n := range []*fabric.Node{wA, wB, agent} {
+	wA, wB, agent, orkN := node(t, "worker-a", nil), node(t, "worker-b", nil), node(t, "agent", nil), node(t, "wrk-ork", nil)
+	for _, n := range []*fabric.Node{wA, wB, agent, orkN} {
 		n.AddAddrs(mon.PublicKey(), mon.Addr())
+	}
+	if err := ring.Add(trust.Ork, orkN.PublicKey()); err != nil {
+		t.Fatal(err)
 	}
 	const jobB = "00000000-0000-4000-8000-00000000000b"
 	src.set(orkapi.Peers{Epoch: "e", Version: 1,
@@ -161,13 +164,21 @@ func TestAppendIsConfined(t *testing.T) {
 	if rep := appendAs(wA, rec(jobA, joblog.SourceSystem, "wrk-server-sim", "vmi deleted")); rep.Accepted != 1 {
 		t.Fatalf("a job that just left the worker's rack: %+v", rep)
 	}
-	recs, _, err := collect(ctx, e.c, client.LogOptions{}, 2)
+	// The ork writes its decisions about any job, as system records
+	// under its own name whatever it says.
+	if rep := appendAs(orkN, rec(jobA, joblog.SourceApplication, "stdout", "scaled up")); rep.Accepted != 1 {
+		t.Fatalf("the ork: %+v", rep)
+	}
+	recs, _, err := collect(ctx, e.c, client.LogOptions{}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := recs[0]
 	if got.Line != "claims to be the worker" || got.Team != "t1" || got.Replica != 1 || got.Stream != string(trust.InstanceAgent) {
 		t.Fatalf("the agent's record was kept as %+v", got)
+	}
+	if got := recs[len(recs)-1]; got.Line != "scaled up" || got.Source != joblog.SourceSystem || got.Stream != string(trust.Ork) {
+		t.Fatalf("the ork's record was kept as %+v", got)
 	}
 }
 

@@ -78,6 +78,9 @@ func (o *Ork) Serve(r fabric.Registrar) {
 		out, err := o.ListQuotas(ctx, p)
 		return out, wireError(err)
 	}, fabric.ReadOnly())
+	orkapi.ReportLoad.Handle(r, func(ctx context.Context, from fabric.PublicKey, p orkapi.LoadReport) (struct{}, error) {
+		return struct{}{}, o.ReportLoad(from, p)
+	})
 	worker.ServeReporter(r, o)
 }
 
@@ -194,6 +197,9 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 	}
 	if j.Status.State == cosmic.StateQueued {
 		o.enqueueLocked(j)
+	}
+	if spec.Autoscaled() {
+		o.autoscaled[j.ID] = true
 	}
 	o.mu.Unlock()
 	o.schedule(ctx)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/ork"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
@@ -321,6 +322,8 @@ type env struct {
 	created int
 	// tune, if set, changes the ork's config (newEnvConfig).
 	tune func(*ork.Config)
+	// records are the ork's system records of jobs.
+	records *joblog.Ring
 }
 
 // newEnv starts an ork over a new store and registers the workers' racks,
@@ -333,7 +336,7 @@ func newEnv(t *testing.T, workers ...*fakeWorker) *env {
 // newEnvConfig is newEnv with an ork whose config tune changes.
 func newEnvConfig(t *testing.T, tune func(*ork.Config), workers ...*fakeWorker) *env {
 	t.Helper()
-	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}, tune: tune, ring: trust.NewKeyring()}
+	e := &env{t: t, ctx: t.Context(), path: filepath.Join(t.TempDir(), "ork.db"), workers: map[string]*fakeWorker{}, errs: &errorLog{}, tune: tune, ring: trust.NewKeyring(), records: joblog.NewRing(1000)}
 	for _, w := range workers {
 		e.workers[w.key.String()] = w
 	}
@@ -367,7 +370,7 @@ func (e *env) start() {
 	if e.tune != nil {
 		e.tune(&cfg)
 	}
-	o, err := ork.New(cfg, ork.Deps{Store: st, Dial: dial, Keys: e.ring, Log: slog.New(e.errs)})
+	o, err := ork.New(cfg, ork.Deps{Store: st, Dial: dial, Keys: e.ring, Records: e.records, Log: slog.New(e.errs)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -507,6 +510,10 @@ func (e *env) checkBooks() {
 		e.t.Fatal(err)
 	}
 	for _, j := range jobs.Jobs {
+		if j.Spec.Autoscaled() && holds[j.ID] == 0 && j.Spec.Replicas() == 0 || slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) && holds[j.ID] == 0 && j.Spec.Autoscaled() {
+			// Scaled to zero, or waking from it: serving, holding none.
+			continue
+		}
 		if j.Status.State.HoldsGPUs() != (holds[j.ID] > 0) {
 			e.t.Fatalf("job %s is %s and holds %d reservations", j.ID, j.Status.State, holds[j.ID])
 		}

@@ -10,15 +10,30 @@ var (
 	descReachable = prometheus.NewDesc("cosmicac_ork_rack_reachable", "1 when the rack's worker answered the last heartbeat.", []string{"rack"}, nil)
 )
 
-// Collector exports the ork's queue, GPU reservations and rack reachability.
+// orkMetrics are the ork's own counters.
+type orkMetrics struct {
+	scaled *prometheus.CounterVec
+}
+
+func newOrkMetrics() orkMetrics {
+	return orkMetrics{scaled: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cosmicac_ork_autoscale_decisions_total",
+		Help: "Replica counts the autoscaler changed, by direction (up, down).",
+	}, []string{"direction"})}
+}
+
+// Collector exports the ork's queue, GPU reservations, rack reachability
+// and autoscaler decisions.
 func (o *Ork) Collector() prometheus.Collector { return orkCollector{o} }
 
 type orkCollector struct{ o *Ork }
 
 func (c orkCollector) Describe(ch chan<- *prometheus.Desc) {
+	o := c.o
 	ch <- descQueued
 	ch <- descGPUs
 	ch <- descReachable
+	o.metrics.scaled.Describe(ch)
 }
 
 func (c orkCollector) Collect(ch chan<- prometheus.Metric) {
@@ -36,4 +51,5 @@ func (c orkCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descReachable, prometheus.GaugeValue, reach, r.ID)
 	}
+	o.metrics.scaled.Collect(ch)
 }

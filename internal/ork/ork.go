@@ -29,6 +29,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/ork/fairq"
 	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
@@ -53,6 +54,9 @@ type Config struct {
 	// every job list for all. A stopped or failed job counts until it is
 	// deleted.
 	MaxJobsPerTeam int `json:"maxJobsPerTeam,omitempty"`
+	// AutoscaleEvery is how often the autoscaler sizes the autoscaled
+	// jobs to the proxies' load reports (default 1s).
+	AutoscaleEvery config.Duration `json:"autoscaleEvery,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -72,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerTimeout <= 0 {
 		errs = append(errs, errors.New("worker timeout must be positive"))
+	}
+	if c.AutoscaleEvery < 0 {
+		errs = append(errs, errors.New("autoscaleEvery must not be negative (0: 1s)"))
 	}
 	if c.MaxJobsPerTeam < 0 {
 		errs = append(errs, errors.New("maxJobsPerTeam must not be negative (0: no bound)"))
@@ -118,6 +125,18 @@ type Ork struct {
 	feed      *changeFeed   // the jobs' version (watchJobs)
 	// inflight counts the Applies on their way to workers (KillJob waits).
 	inflight applies
+	// The autoscaler's (autoscale.go): the proxies' last load reports,
+	// its memory of each job, and the kick of a report with requests
+	// waiting.
+	loads   map[fabric.PublicKey]proxyLoad
+	scalers map[string]scaler
+	// autoscaled are the autoscaled jobs the autoscaler follows, as of
+	// its last store list (at scaledListed) and the creates since.
+	autoscaled   map[string]bool
+	scaledListed time.Time
+	scaleKick    chan struct{}
+	records      joblog.Sink
+	metrics      orkMetrics
 
 	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
 	stopping bool
@@ -165,6 +184,9 @@ type Deps struct {
 	// Keys, when set, is the keyring of the ork's own policy: its racks'
 	// workers are bound there as they are registered and removed.
 	Keys *trust.Keyring
+	// Records, when set, takes the ork's system records of jobs (its
+	// autoscaler's decisions): a joblog.Forwarder to wrk-monitor.
+	Records joblog.Sink
 	// Log is nil: discard.
 	Log *slog.Logger
 }
@@ -181,19 +203,32 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.AutoscaleEvery == 0 {
+		cfg.AutoscaleEvery = config.Duration(time.Second)
+	}
+	records := d.Records
+	if records == nil {
+		records = joblog.Discard
+	}
 	book := newPeerBook()
 	book.ring = d.Keys
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
-		racks:     make(map[string]*rackState),
-		fq:        fairq.New(),
-		queued:    make(map[string]cosmic.Job),
-		wait:      make(map[string]waitInfo),
-		nodeModel: make(map[string]string),
-		jobTeam:   make(map[string]string),
-		kick:      make(chan struct{}, 1),
-		book:      book,
+		racks:      make(map[string]*rackState),
+		fq:         fairq.New(),
+		queued:     make(map[string]cosmic.Job),
+		wait:       make(map[string]waitInfo),
+		nodeModel:  make(map[string]string),
+		jobTeam:    make(map[string]string),
+		kick:       make(chan struct{}, 1),
+		book:       book,
+		loads:      make(map[fabric.PublicKey]proxyLoad),
+		scalers:    make(map[string]scaler),
+		autoscaled: make(map[string]bool),
+		scaleKick:  make(chan struct{}, 1),
+		records:    records,
+		metrics:    newOrkMetrics(),
 	}, nil
 }
 
@@ -353,6 +388,8 @@ func (o *Ork) Run(ctx context.Context) error {
 	o.schedule(ctx)
 	tick := time.NewTicker(o.cfg.Heartbeat.D())
 	defer tick.Stop()
+	scale := time.NewTicker(o.cfg.AutoscaleEvery.D())
+	defer scale.Stop()
 	defer func() {
 		// No background work starts once Run is ending (a report handled
 		// meanwhile leaves its repair to the next heartbeat), so that Wait
@@ -368,6 +405,10 @@ func (o *Ork) Run(ctx context.Context) error {
 			return nil
 		case <-o.kick:
 			o.schedule(ctx)
+		case <-scale.C:
+			o.autoscale(ctx)
+		case <-o.scaleKick:
+			o.autoscale(ctx)
 		case <-tick.C:
 			o.reconcileAll(ctx)
 			o.enforceDeadlines(ctx)
@@ -469,7 +510,10 @@ type applyWork struct {
 // now reserves its queue, blocking the jobs behind it.
 func (o *Ork) schedule(ctx context.Context) {
 	o.mu.Lock()
-	var work []applyWork
+	var (
+		work   []applyWork
+		capped []cappedJob
+	)
 	clear(o.wait)
 	o.fq.Pass(func(fj fairq.Job) fairq.Outcome {
 		job := o.queued[fj.ID]
@@ -500,6 +544,12 @@ func (o *Ork) schedule(ctx context.Context) {
 			o.wait[job.ID] = waitInfo{what: d.WaitingFor, reason: d.Reason}
 			return fairq.Wait
 		case placement.Impossible:
+			if job.Spec.Autoscaled() && (job.Status.State == cosmic.StateRunning || job.Status.State == cosmic.StateDegraded) {
+				// A scale-up the location can never hold: taken back
+				// to what it can, after the pass.
+				capped = append(capped, cappedJob{job, d.Reason})
+				return fairq.Skip
+			}
 			if _, err := o.updateJobLocked(ctx, job.ID, func(tx Tx, j *cosmic.Job) error {
 				return j.SetState(cosmic.StateFailed, &d.Reason, o.now())
 			}); err != nil {
@@ -513,7 +563,15 @@ func (o *Ork) schedule(ctx context.Context) {
 	}, func(fj fairq.Job, b fairq.Block) {
 		o.wait[fj.ID] = quotaWait(b)
 	})
+	for _, c := range capped {
+		if err := o.capScaleLocked(ctx, c.job, c.why); err != nil {
+			o.log.Error("cap the scale of a job", "job_id", c.job.ID, "err", err)
+		}
+	}
 	o.mu.Unlock()
+	if len(capped) > 0 {
+		o.poke()
+	}
 	// Workers are told in the background: a slow or unreachable worker must
 	// not hold up the caller (an API create), and the heartbeat's reconcile
 	// applies again what does not arrive.

@@ -121,6 +121,20 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		if len(gone) > 0 {
 			o.applyReport(ctx, id, worker.JobReport{JobID: jobID, Replicas: gone})
 		}
+		// A replica deleted on its own (or taken away by the autoscaler)
+		// that the worker still runs: ask again (the first ask may not
+		// have arrived).
+		if j.Status.State != cosmic.StateDeleting {
+			for _, res := range rs {
+				if beingDeleted(j, res.Replica) && listed[worker.ReplicaRef{JobID: jobID, Replica: res.Replica}] {
+					if err := o.onRacks(ctx, []string{id}, func(ctx context.Context, w worker.Worker) error {
+						return w.Delete(ctx, worker.DeleteParams{JobID: jobID, Replica: res.Replica})
+					}); err != nil {
+						o.log.Warn("delete a replica on its worker", "job_id", jobID, "replica", res.Replica, "err", err)
+					}
+				}
+			}
+		}
 		switch {
 		case j.Status.State == cosmic.StateDeleting && len(gone) < len(rs):
 			if err := o.requestDelete(ctx, j.ID, false); err != nil {

@@ -103,6 +103,15 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			out.Release = append(out.Release, res)
 			out.Changed = true
 			continue
+		case cur == cosmic.StateDeleting && rr.Gone && rr.Replica >= j.Spec.Replicas():
+			// The autoscaler took the replica away: it is gone, its GPUs
+			// are free, and its entry goes.
+			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
+				rs.State, rs.Nodes, rs.AgentKeys = cosmic.StateStopped, nil, nil
+			})
+			out.Release = append(out.Release, res)
+			out.Changed = true
+			continue
 		case cur == cosmic.StateDeleting && rr.Gone:
 			// A replica deleted on its own is gone: its GPUs are free and
 			// it is placed afresh.
@@ -187,6 +196,10 @@ func reportRules(in reportInput) (reportOutcome, error) {
 		j.UpdatedAt = in.Now
 		return out, nil
 	}
+	trimReplicas(j, func(i int) bool {
+		_, held := in.Held(i)
+		return held && !slices.ContainsFunc(out.Release, func(r cosmic.Reservation) bool { return r.Replica == i })
+	})
 	ignored, err := aggregate(j, in.Now)
 	if err != nil {
 		return out, err
@@ -202,9 +215,18 @@ func reportRules(in reportInput) (reportOutcome, error) {
 // restarting, not going back to pending. A transition the state machine
 // does not allow is not made: it is returned instead.
 func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
-	states := make([]cosmic.State, len(j.Status.Replicas))
+	// Entries past the replica count are replicas the autoscaler took
+	// away, going: they are not the job's any more.
+	replicas := j.Status.Replicas[:min(len(j.Status.Replicas), j.Spec.Replicas())]
+	if to, reason, ok := scaledState(*j, replicas); ok {
+		if to == j.Status.State && reasonCode(j.Status.Reason) == reasonCode(reason) {
+			return nil, nil
+		}
+		return nil, j.SetState(to, reason, now)
+	}
+	states := make([]cosmic.State, len(replicas))
 	var reason *cosmic.Reason
-	for i, r := range j.Status.Replicas {
+	for i, r := range replicas {
 		states[i] = r.State
 		if r.State == cosmic.StateDeleting && j.Status.State != cosmic.StateDeleting {
 			// Deleted on its own: it is placed again, so it counts as
@@ -252,6 +274,46 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 		reason = nil
 	}
 	return nil, j.SetState(to, reason, now)
+}
+
+// scaledState is the state of an autoscaled job that serves (running or
+// degraded) while its replica count changes: running while a replica
+// runs and the others are on their way up (queued, pending, starting);
+// running with reason scaled_to_zero when it has no replica; running with
+// reason scaling_up when none is ready yet and one is on its way (requests
+// wait for it at the proxy). Otherwise ok is false and the job's state is
+// aggregated as any other's.
+func scaledState(j cosmic.Job, replicas []cosmic.ReplicaStatus) (cosmic.State, *cosmic.Reason, bool) {
+	if !j.Spec.Autoscaled() || (j.Status.State != cosmic.StateRunning && j.Status.State != cosmic.StateDegraded) {
+		return "", nil, false
+	}
+	if len(replicas) == 0 {
+		r := cosmic.NewReason(cosmic.ReasonScaledToZero, "")
+		return cosmic.StateRunning, &r, true
+	}
+	running := 0
+	for _, r := range replicas {
+		switch r.State {
+		case cosmic.StateRunning:
+			running++
+		case cosmic.StateQueued, cosmic.StatePending, cosmic.StateStarting, cosmic.StateDeleting:
+		default:
+			return "", nil, false
+		}
+	}
+	if running > 0 {
+		return cosmic.StateRunning, nil, true
+	}
+	r := cosmic.NewReason(cosmic.ReasonScalingUp, "")
+	return cosmic.StateRunning, &r, true
+}
+
+// reasonCode is r's code, or "" for none.
+func reasonCode(r *cosmic.Reason) cosmic.ReasonCode {
+	if r == nil {
+		return ""
+	}
+	return r.Code
 }
 
 // commandEnded says whether rr reports the end of the job's command (a

@@ -371,7 +371,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// standalone proxy asks the app-node over the fabric: FabricKeys).
 	if p.Proxy, err = inferproxy.New(pcfg, inferproxy.Deps{Node: p.ProxyNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
 		Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, Keys: p.Store, Agents: p.Keys,
-		Log: log.With("component", "proxy-inference")}); err != nil {
+		Load: orkapi.NewClient(p.ProxyNode, orkID.PublicKey()),
+		Log:  log.With("component", "proxy-inference")}); err != nil {
 		return nil, err
 	}
 
@@ -436,9 +437,14 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// leads at once; with another ork leading a shared one, `up` waits
 	// (the lease logs who leads) rather than run a second leader.
 	led := make(chan *ork.Ork, 1)
+	// The ork's own records of jobs (its autoscaler's decisions) go to
+	// wrk-monitor over the fabric, as a standalone ork's do.
+	p.OrkNode.AddAddrs(p.MonitorNode.PublicKey(), p.MonitorNode.Addr())
+	orkRecords := joblog.NewForwarder(joblog.NodeFunc(func() *fabric.Node { return p.OrkNode }), p.MonitorNode.PublicKey(), 10000)
+	p.goRun("wrk-ork log forwarder", func() error { return orkRecords.Run(rctx) })
 	p.goRun("wrk-ork", func() error {
 		return ork.Lead(rctx, cfg.Ork, ork.LeaderDeps{
-			Deps:  ork.Deps{Store: p.Store, Keys: orkRing, Log: log.With("component", "wrk-ork")},
+			Deps:  ork.Deps{Store: p.Store, Keys: orkRing, Records: orkRecords, Log: log.With("component", "wrk-ork")},
 			Lease: lease,
 			Node:  func() (*fabric.Node, error) { return p.OrkNode, nil },
 			Ready: func(ctx context.Context, o *ork.Ork, _ *fabric.Node) error {

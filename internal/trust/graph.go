@@ -139,14 +139,15 @@ var Graph = []Server{
 		{Name: orkapi.MethodSetQuota, Kind: Call, Callers: []Role{AppNode}, Doc: "set a team's GPU quota"},
 		{Name: orkapi.MethodDeleteQuota, Kind: Call, Callers: []Role{AppNode}, Doc: "remove a team's GPU quota"},
 		{Name: orkapi.MethodListQuotas, Kind: Call, Callers: []Role{AppNode}, Doc: "list the teams' GPU quotas and their use"},
+		{Name: orkapi.MethodReportLoad, Kind: Call, Callers: []Role{Proxy}, NoOperators: true, Confined: "counts only toward autoscaled jobs, within their own minReplicas and maxReplicas", Doc: "a proxy's load of the autoscaled jobs"},
 		{Name: worker.MethodReport, Kind: Call, Callers: []Role{Worker}, NoOperators: true, Confined: "workers: only reports of their own rack", Doc: "a worker's report"},
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
 		{Name: keyapi.ByHash.Name, Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
 	}},
 	{Role: Monitor, Doc: "job log records in; live streams and Loki out", Methods: []Method{
-		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Worker, InstanceAgent, InferenceAgent},
-			Confined: "workers: only records of jobs placed on their rack; agents: only records of their own job (team and replica set from the key's binding, system lines marked as the agent's)",
+		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Ork, Worker, InstanceAgent, InferenceAgent},
+			Confined: "the ork: system records only, marked as the ork's; workers: only records of jobs placed on their rack; agents: only records of their own job (team and replica set from the key's binding, system lines marked as the agent's)",
 			Doc:      "append log records"},
 	}},
 	{Role: Directory, Doc: "where the agents announce themselves", Methods: []Method{

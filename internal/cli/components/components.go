@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/metrics"
 	"github.com/cosmicac/cosmicac/internal/monitor"
 	"github.com/cosmicac/cosmicac/internal/ork"
@@ -162,6 +164,9 @@ type orkFileConfig struct {
 	Database       string          `json:"database,omitempty"`
 	Ork            ork.Config      `json:"ork"`
 	Lease          ork.LeaseConfig `json:"lease"`
+	// Monitor, KEY@HOST:PORT, takes the ork's system records of jobs (its
+	// autoscaler's decisions), as `cosmicac up` sends them.
+	Monitor string `json:"monitor,omitempty"`
 }
 
 func (a *app) wrkOrkCommand() *cobra.Command {
@@ -216,6 +221,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7420", trust.Ork)
 	cmd.Flags().StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
 	cmd.Flags().StringVar(&cfg.Database, "database", "", "the database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/ork.db)")
+	cmd.Flags().StringVar(&cfg.Monitor, "monitor", "", "KEY@HOST:PORT of wrk-monitor, where the ork writes its system records of jobs (the autoscaler's decisions)")
 	cmd.Flags().Var(&cfg.Ork.Heartbeat, "heartbeat", "how often each worker is checked")
 	cmd.Flags().StringVar(&cfg.Ork.PlacementPolicy, "placement-policy", "", placementPolicyUsage)
 	cmd.Flags().Var(&cfg.Lease.TTL, "lease-ttl", "how long the leader's lease lasts unless renewed (orks sharing a database elect one leader; docs/store.md)")
@@ -232,22 +238,48 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 // supervisor starts it again as a follower.
 func (a *app) leadOrk(ctx context.Context, cfg *orkFileConfig, st store.Store, lease *ork.Lease, reg *prometheus.Registry, log *slog.Logger) error {
 	// The racks' workers are bound as the ork registers them.
-	ring, err := cfg.keyring(nil)
+	var p peers
+	var records joblog.Sink
+	var fwd *joblog.Forwarder
+	var n *fabric.Node
+	var cur atomic.Pointer[fabric.Node] // n, for the forwarder's goroutine
+	if cfg.Monitor != "" {
+		monKey, err := p.one("monitor", trust.Monitor, cfg.Monitor)
+		if err != nil {
+			return err
+		}
+		fwd = joblog.NewForwarder(joblog.NodeFunc(cur.Load), monKey, 10000)
+		records = fwd
+		reg.MustRegister(monitor.ForwarderCollector("wrk-ork", fwd))
+	}
+	ring, err := cfg.keyring(p.keys)
 	if err != nil {
 		return err
 	}
-	var n *fabric.Node
 	defer func() {
 		if n != nil {
 			n.Close()
 		}
 	}()
+	if fwd != nil {
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); fwd.Run(fctx) }()
+		defer func() { cancel(); <-done }()
+	}
 	err = ork.Lead(ctx, cfg.Ork, ork.LeaderDeps{
-		Deps:  ork.Deps{Store: st, Keys: ring, Log: log.With("component", "wrk-ork")},
+		Deps:  ork.Deps{Store: st, Keys: ring, Records: records, Log: log.With("component", "wrk-ork")},
 		Lease: lease,
 		Node: func() (*fabric.Node, error) {
-			n, err = cfg.trustNode("wrk-ork", ring, log)
-			return n, err
+			node, err := cfg.trustNode("wrk-ork", ring, log)
+			if err == nil {
+				for k, addrs := range p.addrs {
+					node.AddAddrs(k, addrs...)
+				}
+				n = node
+				cur.Store(node)
+			}
+			return node, err
 		},
 		Ready: func(_ context.Context, o *ork.Ork, n *fabric.Node) error {
 			a.printNode(n)

@@ -87,7 +87,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				// 1 s, as with `cosmicac up`.
 				pcfg.KeyTTL = config.Duration(500 * time.Millisecond)
 			}
-			p, err := inferproxy.New(pcfg, inferproxy.Deps{Node: n, Directories: dirs, Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)},
+			p, err := inferproxy.New(pcfg, inferproxy.Deps{Node: n, Directories: dirs, Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)}, Load: orkapi.NewClient(n, orkKey),
 				Keys: inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), Agents: ring, Log: log.With("component", "proxy-inference")})
 			if err != nil {
 				return cli.UsageErrorf("%v", err)

@@ -41,6 +41,10 @@ const (
 	MethodSetQuota    = "setQuota"
 	MethodDeleteQuota = "deleteQuota"
 	MethodListQuotas  = "listQuotas"
+	// MethodReportLoad is proxy-inference's report of the requests each
+	// autoscaled job has (LoadReport): what the ork's autoscaler sizes
+	// the jobs to.
+	MethodReportLoad = "reportLoad"
 )
 
 // The ork's methods, each declared once with its params and result: the
@@ -62,7 +66,25 @@ var (
 	SetQuota       = fabric.Method[SetQuotaParams, Quota]{Name: MethodSetQuota}
 	DeleteQuota    = fabric.Method[QuotaRef, struct{}]{Name: MethodDeleteQuota}
 	ListQuotas     = fabric.Method[ListQuotasParams, ListQuotasReply]{Name: MethodListQuotas}
+	ReportLoad     = fabric.Method[LoadReport, struct{}]{Name: MethodReportLoad}
 )
+
+// LoadReport is one proxy's load of the autoscaled jobs it routes to,
+// as of now: a job it does not list has none there.
+type LoadReport struct {
+	Jobs []JobLoad `json:"jobs"`
+}
+
+// JobLoad is one job's requests at one proxy: in flight at its replicas,
+// and waiting for a replica to be ready.
+type JobLoad struct {
+	ID       string `json:"id"`
+	InFlight int    `json:"inFlight,omitempty"`
+	Waiting  int    `json:"waiting,omitempty"`
+}
+
+// MaxLoadJobs bounds the jobs of one LoadReport.
+const MaxLoadJobs = 10000
 
 // MaxWatchJobsWait bounds how long the ork holds a watchJobs call.
 const MaxWatchJobsWait = 25 * time.Second
@@ -308,6 +330,12 @@ func (c *Client) LabelJob(ctx context.Context, p LabelJobParams) (cosmic.Job, er
 // on or off and returns the job as it now is.
 func (c *Client) SetRequireAuth(ctx context.Context, p SetRequireAuthParams) (cosmic.Job, error) {
 	return SetRequireAuth.Call(ctx, c.node, c.key, p)
+}
+
+// ReportLoad sends this proxy's load of the autoscaled jobs.
+func (c *Client) ReportLoad(ctx context.Context, p LoadReport) error {
+	_, err := ReportLoad.Call(ctx, c.node, c.key, p)
+	return err
 }
 
 // RegisterRack registers or updates a rack.
