@@ -274,6 +274,13 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 			routing = cosmic.DefaultRouting
 		}
 		row("Routing", string(routing))
+		if a := in.Autoscaling; a != nil {
+			v := fmt.Sprintf("%d to %d replicas, %d requests per replica, scale down after %ds", a.MinReplicas, a.MaxReplicas, a.TargetInFlight, a.ScaleDownDelay)
+			if s.Replicas() == 0 {
+				v += " (at zero: the next request starts a replica)"
+			}
+			row("Autoscaling", v)
+		}
 		row("Model health", string(j.Status.ModelHealth))
 	}
 	row("Image", s.Image)

@@ -467,6 +467,16 @@ function Endpoint({ job }) {
         )}
         <dt>Routing</dt>
         <dd>{inf.routing === "least-outstanding" ? "least outstanding requests" : "prefix cache, bounded by load"}</dd>
+        {inf.autoscaling && (
+          <>
+            <dt>Autoscaling</dt>
+            <dd>
+              {inf.autoscaling.minReplicas}–{inf.autoscaling.maxReplicas} replicas, {inf.autoscaling.targetInFlight ?? 4} requests per replica,
+              scale-down after {inf.autoscaling.scaleDownDelay ?? 300} s; now {inf.replicas ?? 0}
+              {(inf.replicas ?? 0) === 0 && <p class="help">No replica runs and no GPU is held: the next request starts one and waits for it.</p>}
+            </dd>
+          </>
+        )}
       </dl>
       <h2>curl</h2>
       <Copy text={curl} label="curl" />

@@ -235,7 +235,21 @@ export function NewJobPage({ me }) {
             <fieldset>
               <legend>Serving configuration</legend>
               {field("args", "Runtime arguments", <textarea {...attrs("args")} rows={3} placeholder="max-model-len=8192" />, "name=value, one a line.")}
-              {field("replicas", "Replicas", <input {...attrs("replicas")} type="number" min="1" />)}
+              {field("replicas", form.autoscale ? "Replicas at start" : "Replicas", <input {...attrs("replicas")} type="number" min="1" placeholder={form.autoscale ? "the minimum, at least 1" : ""} />)}
+              <div class="field">
+                <label class="check">
+                  <input type="checkbox" id="f-autoscale" checked={form.autoscale} onChange={set("autoscale")} /> Autoscale
+                </label>
+                <p class="help">Replicas follow the requests: added at once under load, removed after the scale-down delay. A minimum of 0 holds no GPU while idle; the next request waits while a replica starts.</p>
+              </div>
+              {form.autoscale && (
+                <>
+                  {field("minReplicas", "Minimum replicas", <input {...attrs("minReplicas")} type="number" min="0" />)}
+                  {field("maxReplicas", "Maximum replicas", <input {...attrs("maxReplicas")} type="number" min="1" />)}
+                  {field("targetInFlight", "Requests per replica", <input {...attrs("targetInFlight")} type="number" min="1" placeholder="4" />, "In flight or waiting: the scaler runs requests ÷ this, within the bounds.")}
+                  {field("scaleDownDelay", "Scale-down delay (s)", <input {...attrs("scaleDownDelay")} type="number" min="10" placeholder="300" />, "How long the load must want fewer replicas before any go.")}
+                </>
+              )}
               {field("adapters", "LoRA adapters", <textarea {...attrs("adapters")} rows={2} placeholder="sql=acme/llama-sql-lora" />, "name=source, one a line; called as MODEL:name.")}
               {field(
                 "routing",

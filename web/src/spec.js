@@ -14,7 +14,8 @@
  *   gpu: number | string, cpu: number | string, memory: number | string, image: string,
  *   diskGB: number | string, sshKeys: string, httpPort: number | string, runtime: string,
  *   model: string, servedModelName: string, args: string, replicas: number | string, requireAuth: boolean,
- *   routing: string, adapters: string,
+ *   routing: string, adapters: string, autoscale: boolean, minReplicas: number | string,
+ *   maxReplicas: number | string, targetInFlight: number | string, scaleDownDelay: number | string,
  * }} Form the new-job form's fields, as typed (numbers may be text the API refuses)
  */
 
@@ -40,6 +41,11 @@ export const blank = {
   requireAuth: true,
   routing: "",
   adapters: "",
+  autoscale: false,
+  minReplicas: 0,
+  maxReplicas: 2,
+  targetInFlight: "",
+  scaleDownDelay: "",
 };
 
 /** @param {string} text */
@@ -118,6 +124,16 @@ export function toSpec(f, base = {}) {
     const adapters = Object.entries(pairs(f.adapters)).map(([name, source]) => ({ name, source }));
     if (adapters.length) inf.adapters = adapters;
     else delete inf.adapters;
+    if (f.autoscale) {
+      /** @type {Record<string, any>} */
+      const a = { minReplicas: num(f.minReplicas) ?? 0, maxReplicas: num(f.maxReplicas) };
+      if (num(f.targetInFlight) !== undefined) a.targetInFlight = num(f.targetInFlight);
+      if (num(f.scaleDownDelay) !== undefined) a.scaleDownDelay = num(f.scaleDownDelay);
+      inf.autoscaling = a;
+      // The scaler sets the count: left to it (it starts at the minimum,
+      // at least one) unless the form says where to start.
+      if (f.replicas === "" || f.replicas === null) delete inf.replicas;
+    } else delete inf.autoscaling;
     const args = pairs(f.args);
     if (Object.keys(args).length) inf.args = args;
     else delete inf.args;
@@ -157,6 +173,11 @@ export function fromSpec(spec) {
     requireAuth: inf.requireAuth === undefined ? true : !!inf.requireAuth,
     routing: inf.routing || "",
     adapters: (inf.adapters || []).map((a) => `${a.name}=${a.source}`).join("\n"),
+    autoscale: !!inf.autoscaling,
+    minReplicas: inf.autoscaling ? inf.autoscaling.minReplicas ?? 0 : blank.minReplicas,
+    maxReplicas: inf.autoscaling ? inf.autoscaling.maxReplicas ?? "" : blank.maxReplicas,
+    targetInFlight: inf.autoscaling?.targetInFlight ?? "",
+    scaleDownDelay: inf.autoscaling?.scaleDownDelay ?? "",
   };
 }
 
@@ -185,6 +206,11 @@ const FIELD_OF = {
   "inference.requireAuth": "requireAuth",
   "inference.routing": "routing",
   "inference.adapters": "adapters",
+  "inference.autoscaling": "autoscale",
+  "inference.autoscaling.minReplicas": "minReplicas",
+  "inference.autoscaling.maxReplicas": "maxReplicas",
+  "inference.autoscaling.targetInFlight": "targetInFlight",
+  "inference.autoscaling.scaleDownDelay": "scaleDownDelay",
 };
 
 /** @param {string} field */

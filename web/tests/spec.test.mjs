@@ -36,6 +36,19 @@ test("fromSpec then toSpec keeps what the form shows, and the base keeps the res
   }
 });
 
+test("toSpec and fromSpec: autoscaling, its fields as the API names them", () => {
+  const form = { ...blank, type: "managed-inference", location: "us", model: "cosmicac/test-chat", runtime: "llama.cpp", replicas: "",
+    autoscale: true, minReplicas: "0", maxReplicas: "3", targetInFlight: "2", scaleDownDelay: "" };
+  const spec = toSpec(form);
+  assert.deepEqual(spec.inference.autoscaling, { minReplicas: 0, maxReplicas: 3, targetInFlight: 2 });
+  assert.equal(spec.inference.replicas, undefined, "the scaler's to set");
+  const back = fromSpec(spec);
+  assert.equal(back.autoscale, true);
+  assert.equal(back.maxReplicas, 3);
+  assert.equal(toSpec({ ...back, autoscale: false }).inference.autoscaling, undefined);
+  assert.equal(controlOf("inference.autoscaling.maxReplicas"), "maxReplicas");
+});
+
 test("controlOf: an API field path names the control that shows its error", () => {
   for (const [field, want] of [
     ["resources.gpu", "gpu"], ["inference.gpusPerReplica", "gpu"], ["inference.args.swap-space", "args"],

@@ -247,6 +247,9 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await page.getByLabel("GPUs per replica").fill("1");
   await page.getByLabel("Routing").selectOption("least-outstanding");
   await page.getByLabel("LoRA adapters").fill("sql=acme/opt-sql-lora");
+  await page.getByLabel("Autoscale").check();
+  await page.getByLabel("Minimum replicas").fill("1");
+  await page.getByLabel("Maximum replicas").fill("2");
   await check(page, "new-inference-job");
   await page.getByRole("button", { name: "Create job" }).click();
   const id = await jobIdOf(page);
@@ -254,6 +257,7 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   const made = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).spec.inference;
   assert.equal(made.routing, "least-outstanding");
   assert.deepEqual(made.adapters, [{ name: "sql", source: "acme/opt-sql-lora" }]);
+  assert.deepEqual(made.autoscaling, { minReplicas: 1, maxReplicas: 2, targetInFlight: 4, scaleDownDelay: 300 });
 
   await page.goto(p.url + "/team/keys");
   await page.getByLabel("Name").fill("playground");
@@ -270,6 +274,7 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await page.goto(p.url + `/jobs/${id}/endpoint`);
   await page.locator(".endpoint dd", { hasText: "least outstanding requests" }).waitFor();
   await page.locator(".endpoint dd code", { hasText: "facebook/opt-125m:sql" }).waitFor();
+  await page.locator(".endpoint dd", { hasText: "1–2 replicas, 4 requests per replica" }).waitFor();
   const curl = await page.getByLabel("curl", { exact: true }).textContent();
   const js = await page.getByLabel("JavaScript", { exact: true }).textContent();
   await check(page, "job-endpoint");
