@@ -16,7 +16,8 @@
 #   - on the real engine (hack/build-llama.sh's llama-server, built first
 #     when missing): streams through the proxy beside direct and the ideal
 #     baselines (BenchmarkLlamaStreams), and the two routing policies on
-#     three replicas (BenchmarkPrefixRouting; docs/benchmarks.md,
+#     three replicas (BenchmarkPrefixRouting), autoscaling under a load
+#     ramp beside fixed replica counts (BenchmarkAutoscale; docs/benchmarks.md,
 #     "Prefix-cache-aware routing").
 #
 # Usage: hack/bench.sh [more go test flags for the two harness runs]
@@ -57,3 +58,5 @@ COSMICAC_LLAMA_SERVER=${COSMICAC_LLAMA_SERVER:-$(hack/build-llama.sh --print-des
 export COSMICAC_LLAMA_SERVER COSMICAC_BENCH_LLAMA_THREADS=${COSMICAC_BENCH_LLAMA_THREADS:-1}
 go test -run '^$' -bench 'LlamaStreams' -benchtime 60x -timeout 30m ./internal/cosmictest
 go test -run '^$' -bench 'PrefixRouting' -benchtime 1x -count 3 -timeout 30m ./internal/cosmictest
+log "the real engine (llama.cpp): autoscaling under a ramp, and wakes from zero"
+go test -run '^$' -bench 'BenchmarkAutoscale$' -benchtime 1x -timeout 30m ./internal/cosmictest
