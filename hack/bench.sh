@@ -18,7 +18,7 @@
 #     baselines (BenchmarkLlamaStreams), and the two routing policies on
 #     three replicas (BenchmarkPrefixRouting), autoscaling under a load
 #     ramp beside fixed replica counts (BenchmarkAutoscale; docs/benchmarks.md,
-#     "Prefix-cache-aware routing").
+#     "Prefix-cache-aware routing" and "Autoscaling").
 #
 # Usage: hack/bench.sh [more go test flags for the two harness runs]
 # Output goes to stdout; keep it with `hack/bench.sh | tee bench.txt`.

@@ -442,6 +442,33 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 		o.mu.Unlock()
 		return o.annotate(j), nil // nothing runs yet
 	}
+	if j.Spec.Autoscaled() && j.Spec.Replicas() == 0 && p.Replica == nil {
+		// At zero replicas there is nothing to restart in place: a
+		// stopped or failed job starts again with the scaler's first
+		// count; a serving one stays as it is (a request wakes it).
+		if j.Status.State != cosmic.StateFailed && j.Status.State != cosmic.StateStopped {
+			o.mu.Unlock()
+			return o.annotate(j), nil
+		}
+		j, err = o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
+			j.Spec.Inference.Replicas = max(j.Spec.Inference.Autoscaling.MinReplicas, 1)
+			j.Status.Replicas = nil
+			for i := range j.Spec.Replicas() {
+				setReplica(j, i, func(*cosmic.ReplicaStatus) {})
+			}
+			j.Status.ExitCode = nil
+			return j.SetState(cosmic.StateQueued, nil, o.now())
+		})
+		if err == nil {
+			o.enqueueLocked(j)
+		}
+		o.mu.Unlock()
+		if err != nil {
+			return j, err
+		}
+		o.poke()
+		return o.annotate(j), nil
+	}
 	// Replicas holding GPUs are restarted in place; the others are queued.
 	held := map[int]cosmic.Reservation{}
 	for _, rs := range o.heldLocked(p.ID) {

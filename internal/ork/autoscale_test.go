@@ -237,3 +237,44 @@ func TestReportLoadIsChecked(t *testing.T) {
 		e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning)
 	})
 }
+
+// A job killed at zero replicas starts again, on restart, with the
+// scaler's first count; a restart of a serving job at zero changes
+// nothing (a request wakes it).
+func TestRestartAtZeroReplicas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		p := proxyKey(t)
+		j := e.createSpec(autoscaled(0, 2))
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		for range 32 {
+			e.report(p, j.ID, 0, 0)
+			time.Sleep(time.Second)
+		}
+		synctest.Wait()
+		e.push(w, w.gone(j.ID, 0))
+		e.wantState(j.ID, cosmic.StateRunning)
+		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.wantState(j.ID, cosmic.StateRunning)
+		if _, err := e.o.KillJob(e.ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.wantState(j.ID, cosmic.StateStopped)
+		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got := e.wantState(j.ID, cosmic.StatePending, cosmic.StatePending)
+		if got.Spec.Inference.Replicas != 1 {
+			t.Fatalf("restarted with %d replicas, want 1", got.Spec.Inference.Replicas)
+		}
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning)
+		e.checkBooks()
+	})
+}
