@@ -78,6 +78,59 @@ type Status struct {
 	// AgentDeadline is the earliest of the replicas' agent deadlines
 	// (ReplicaStatus.AgentDeadline); zero when none is set.
 	AgentDeadline time.Time `json:"agentDeadline,omitzero"`
+	// Generation counts the updates of the spec that change what the
+	// replicas run (0 as created); each replica says the one it was
+	// placed with (ReplicaStatus.Generation).
+	Generation int `json:"generation,omitempty"`
+	// Rollout is the update being rolled out to the replicas, one at a
+	// time; nil when none is (docs/inference.md, "Rolling updates").
+	Rollout *Rollout `json:"rollout,omitempty"`
+	// LastRollout is how the last rollout ended.
+	LastRollout *RolloutResult `json:"lastRollout,omitempty"`
+}
+
+// The outcomes of a rollout.
+const (
+	RolloutDone       = "rolled_out"  // every replica runs the new spec
+	RolloutRolledBack = "rolled_back" // a replica of the new spec failed: every replica runs the spec before
+	RolloutAbandoned  = "abandoned"   // it could not end either way (the rollback failed too, or the job stopped)
+)
+
+// RolloutResult is how a rollout ended: RolloutDone, RolloutRolledBack
+// or RolloutAbandoned, why (a rollback's failed replica), and when.
+type RolloutResult struct {
+	Generation int       `json:"generation"`
+	Outcome    string    `json:"outcome"`
+	Reason     *Reason   `json:"reason,omitempty"`
+	Started    time.Time `json:"started"`
+	Ended      time.Time `json:"ended"`
+}
+
+// Rollout is a rolling update of a serving job's replicas: one more
+// replica of the new spec (the surge) starts first; then each replica of
+// an older generation is drained (no new requests; those in flight end)
+// and placed again with the new spec, one at a time; then the surge goes.
+// A replica of the new spec that fails rolls the job back to the spec
+// before, the same way.
+type Rollout struct {
+	// Replicas is the count the job serves with once it ends; the surge
+	// runs beyond it meanwhile.
+	Replicas int `json:"replicas"`
+	// Previous is the spec before the update: what a failed rollout goes
+	// back to.
+	Previous *Spec `json:"previous,omitempty"`
+	// From is the generation before the update: its replicas run
+	// Previous.
+	From int `json:"from"`
+	// RollingBack says a replica of the new spec failed and the job goes
+	// back to Previous (Reason says why).
+	RollingBack bool    `json:"rollingBack,omitempty"`
+	Reason      *Reason `json:"reason,omitempty"`
+	// Draining is the replica being drained before it is replaced (-1:
+	// none), since DrainingSince.
+	Draining      int       `json:"draining"`
+	DrainingSince time.Time `json:"drainingSince,omitzero"`
+	Started       time.Time `json:"started"`
 }
 
 // Progress is how far a starting job is ("import root disk", 42).
@@ -111,6 +164,9 @@ type ReplicaStatus struct {
 	// Actions are what the caller may do to this replica on its own now
 	// (Job.ReplicaActions): filled by the app-node, never stored.
 	Actions []Action `json:"actions,omitempty"`
+	// Generation is the spec's generation the replica was placed with
+	// (Status.Generation then).
+	Generation int `json:"generation,omitempty"`
 }
 
 // SyncAgentDeadlines keeps the agent deadlines consistent with the

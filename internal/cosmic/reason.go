@@ -35,6 +35,8 @@ const (
 	ReasonScaledDown          ReasonCode = "scaled_down"
 	ReasonScaledToZero        ReasonCode = "scaled_to_zero"
 	ReasonScalingUp           ReasonCode = "scaling_up"
+	ReasonReplaced            ReasonCode = "replaced"
+	ReasonRolloutFailed       ReasonCode = "rollout_failed"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -76,6 +78,8 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonScaledDown:          {"the autoscaler removed the replica: the job's load needs fewer", ""},
 	ReasonScaledToZero:        {"no replica runs: the job was idle and holds no GPU", "Nothing to do: the next request to the model starts a replica, and is answered once it is ready."},
 	ReasonScalingUp:           {"no replica is ready yet: the autoscaler is starting one for the requests waiting", "Wait: requests are held until a replica is ready (docs/inference.md, \"Autoscaling\")."},
+	ReasonReplaced:            {"a rolling update replaces the replica with one of the new spec", "Wait: the new replica is placed once this one is gone; the others serve meanwhile."},
+	ReasonRolloutFailed:       {"a replica of the updated spec failed, so the job went back to the spec before", "See the failed replica's system and application logs (cosmicac jobs logs), fix the spec and update the job again."},
 	ReasonRackRefused:         {"the rack's worker refused the job, which it cannot run", "See what each location runs with `cosmicac locations`, then create the job again with an image, type and size its rack runs; its GPUs were released."},
 }
 

@@ -2,18 +2,21 @@ package inferproxy
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
 
-// The proxy's part of autoscaling (docs/inference.md, "Autoscaling"): it
-// counts the requests each autoscaled job has here, in flight at its
-// replicas and waiting for one to be ready, and reports them to the ork
-// every loadEvery, and at once when a request starts waiting (a job
-// scaled to zero wakes without waiting for the next report). The ork sums
-// the reports of every proxy and sizes the jobs.
+// The proxy's part of autoscaling and rolling updates (docs/inference.md,
+// "Autoscaling", "Rolling updates"): it counts the requests each job has
+// here, in flight at each of its replicas and (an autoscaled job's)
+// waiting for one to be ready, and reports them to the ork every
+// loadEvery, and at once when a request starts waiting (a job scaled to
+// zero wakes without waiting for the next report). The ork sums the
+// reports of every proxy: it sizes the autoscaled jobs, and a rollout
+// replaces a drained replica once none is in flight there.
 
 // LoadReporter takes the proxy's load reports (*orkapi.Client).
 type LoadReporter interface {
@@ -36,12 +39,21 @@ func newJobLoads() *jobLoads {
 	return &jobLoads{m: map[string]orkapi.JobLoad{}, kick: make(chan struct{}, 1)}
 }
 
-// add changes job id's counts; a request that starts waiting asks for a
-// report at once.
-func (l *jobLoads) add(id string, inFlight, waiting int) {
+// add changes job id's counts (inFlight at replica, when not negative);
+// a request that starts waiting asks for a report at once.
+func (l *jobLoads) add(id string, replica, inFlight, waiting int) {
 	l.mu.Lock()
 	e := l.m[id]
 	e.ID, e.InFlight, e.Waiting = id, e.InFlight+inFlight, e.Waiting+waiting
+	if replica >= 0 && inFlight != 0 {
+		if e.Replicas == nil {
+			e.Replicas = map[int]int{}
+		}
+		e.Replicas[replica] += inFlight
+		if e.Replicas[replica] == 0 {
+			delete(e.Replicas, replica)
+		}
+	}
 	if e.InFlight == 0 && e.Waiting == 0 {
 		delete(l.m, id)
 	} else {
@@ -62,6 +74,10 @@ func (l *jobLoads) report() orkapi.LoadReport {
 	defer l.mu.Unlock()
 	out := orkapi.LoadReport{Jobs: make([]orkapi.JobLoad, 0, len(l.m))}
 	for _, e := range l.m {
+		if len(out.Jobs) == orkapi.MaxLoadJobs {
+			break // the ork takes no more
+		}
+		e.Replicas = maps.Clone(e.Replicas)
 		out.Jobs = append(out.Jobs, e)
 	}
 	return out

@@ -175,9 +175,15 @@ type Proxy struct {
 // Agents says what the ork bound each agent key to (*trust.Keyring,
 // following the ork): the proxy routes a job's requests only to a key
 // bound as the head agent of one of that job's replicas, whatever the
-// directory lists.
+// directory lists; and not to a replica a rollout drains.
 type Agents interface {
 	Principal(key fabric.PublicKey) (trust.Principal, bool)
+	Draining(job string, replica int) bool
+}
+
+// draining says whether a rollout drains rep.
+func (p *Proxy) draining(rep *replica) bool {
+	return p.replicas.agents != nil && p.replicas.agents.Draining(rep.job, rep.meta.Load().Replica)
 }
 
 // Deps are what a proxy is built on. Catalog and Keys are required.
@@ -800,8 +806,6 @@ func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool)
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool, chain []uint64) (bodyFailed bool) {
 	setModel(w, model)
 
-	// The job of each replica, for the autoscaled jobs' load (load.go).
-	var jobOf map[*replica]string
 	var scaled []string
 	for _, j := range jobs {
 		if j.Autoscaled {
@@ -819,15 +823,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			if err != nil && r.Context().Err() == nil {
 				p.log.Warn("look up replicas", "job_id", j.JobID, "err", err)
 			}
-			if j.Autoscaled {
-				if jobOf == nil {
-					jobOf = map[*replica]string{}
+			for _, rep := range got {
+				if p.draining(rep) {
+					continue // a rollout replaces it once its requests end
 				}
-				for _, rep := range got {
-					jobOf[rep] = j.JobID
-				}
+				rs = append(rs, rep)
 			}
-			rs = append(rs, got...)
 		}
 		return rs
 	}
@@ -841,7 +842,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		wait.deadline = wait.start.Add(max(p.cfg.ReadyWait.D(), p.cfg.WakeWait.D()))
 		wait.onWait = func(n int) {
 			for _, id := range scaled {
-				p.loads.add(id, 0, n)
+				p.loads.add(id, -1, 0, n)
 			}
 		}
 	}
@@ -878,14 +879,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
 		attempt++
-		job, counted := jobOf[rep]
-		if counted {
-			p.loads.add(job, 1, 0)
-		}
+		index := rep.meta.Load().Replica
+		p.loads.add(rep.job, index, 1, 0)
 		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
-		if counted {
-			p.loads.add(job, -1, 0)
-		}
+		p.loads.add(rep.job, index, -1, 0)
 		if errText == errBodyFailed {
 			return true
 		}

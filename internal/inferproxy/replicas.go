@@ -26,6 +26,7 @@ const (
 // replica is what the proxy knows of one replica's head agent.
 type replica struct {
 	key  fabric.PublicKey
+	job  string // the job it is a replica of
 	meta atomic.Pointer[agentapi.InferenceMeta]
 
 	outstanding atomic.Int64
@@ -237,7 +238,7 @@ func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Ti
 			m.Replica = b.Replica
 			r := p.replicas[pi.Key]
 			if r == nil {
-				r = &replica{key: pi.Key}
+				r = &replica{key: pi.Key, job: jobID}
 			}
 			r.meta.Store(&m)
 			next[pi.Key] = r

@@ -78,6 +78,10 @@ func (o *Ork) Serve(r fabric.Registrar) {
 		out, err := o.ListQuotas(ctx, p)
 		return out, wireError(err)
 	}, fabric.ReadOnly())
+	orkapi.UpdateJob.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.UpdateJobParams) (cosmic.Job, error) {
+		j, err := o.UpdateJob(ctx, p)
+		return j, wireError(err)
+	})
 	orkapi.ReportLoad.Handle(r, func(ctx context.Context, from fabric.PublicKey, p orkapi.LoadReport) (struct{}, error) {
 		return struct{}{}, o.ReportLoad(from, p)
 	})

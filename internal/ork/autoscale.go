@@ -187,8 +187,8 @@ func (o *Ork) autoscale(ctx context.Context) {
 			continue // gone, or not autoscaled: a report names what it likes
 		}
 		keep[id] = true
-		if st := j.Status.State; st != cosmic.StateRunning && st != cosmic.StateDegraded {
-			continue
+		if st := j.Status.State; st != cosmic.StateRunning && st != cosmic.StateDegraded || j.Status.Rollout != nil {
+			continue // a rollout sizes the job until it ends
 		}
 		o.mu.Lock()
 		demand, known := o.demandLocked(id, now)
@@ -211,10 +211,8 @@ func (o *Ork) autoscale(ctx context.Context) {
 }
 
 // scaleJob sets an autoscaled job's replica count to n, for why (the
-// load). Added replicas are queued; replicas taken away are deleted on
-// their workers (highest index first) and keep their GPUs until the
-// worker reports them gone, when their entries go. It records the
-// decision in the job's system log and the decisions metric.
+// load), as resizeLocked does. It records the decision in the job's
+// system log and the decisions metric.
 func (o *Ork) scaleJob(ctx context.Context, id string, n int, why string) (cosmic.Job, error) {
 	o.mu.Lock()
 	var (
@@ -225,30 +223,14 @@ func (o *Ork) scaleJob(ctx context.Context, id string, n int, why string) (cosmi
 		if !j.Spec.Autoscaled() {
 			return conflictf("job %s is not autoscaled", j.ID)
 		}
+		if j.Status.Rollout != nil {
+			return conflictf("job %s is rolling out an update", j.ID)
+		}
 		if st := j.Status.State; st != cosmic.StateRunning && st != cosmic.StateDegraded {
 			return conflictf("job %s is %s: only a serving job is scaled", j.ID, st)
 		}
 		from = j.Spec.Replicas()
-		if n == from {
-			return nil
-		}
-		j.Spec.Inference.Replicas = n
-		for i := from; i < n; i++ {
-			if i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateDeleting {
-				continue // still going from a scale-down: placed again once gone
-			}
-			setReplica(j, i, func(rs *cosmic.ReplicaStatus) {
-				rs.State, rs.Reason, rs.Nodes, rs.AgentKeys, rs.Progress = cosmic.StateQueued, nil, nil, nil, nil
-			})
-		}
-		reason := cosmic.NewReason(cosmic.ReasonScaledDown, why)
-		for i := n; i < from; i++ {
-			if res, held := o.snap.Reserved(id, i); held {
-				removed = append(removed, res)
-				setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateDeleting, &reason })
-			}
-		}
-		trimReplicas(j, func(i int) bool { _, held := o.snap.Reserved(id, i); return held })
+		removed = o.resizeLocked(j, n, cosmic.NewReason(cosmic.ReasonScaledDown, why))
 		return o.setAggregate(j)
 	})
 	if err == nil && n > from {
@@ -266,21 +248,58 @@ func (o *Ork) scaleJob(ctx context.Context, id string, n int, why string) (cosmi
 	o.record(j, "autoscale", fmt.Sprintf("scaled %s from %d to %d replicas: %s (target %d per replica, min %d, max %d)",
 		dir, from, n, why, j.Spec.Inference.Autoscaling.TargetInFlight, j.Spec.Inference.Autoscaling.MinReplicas, j.Spec.Inference.Autoscaling.MaxReplicas))
 	o.log.Info("autoscale", "job_id", id, "from", from, "to", n, "why", why)
-	for _, r := range removed {
+	o.deleteOnWorkers(ctx, id, removed)
+	if n > from {
+		o.poke()
+	}
+	return j, nil
+}
+
+// resizeLocked sets job j's replica count to n: added replicas are
+// queued (the caller enqueues the job); replicas taken away, highest index
+// first, are marked deleting with reason gone and answered (the caller
+// deletes them on their workers, deleteOnWorkers), keeping their GPUs
+// until their worker reports them gone, when their entries go. It runs
+// inside updateJobLocked.
+func (o *Ork) resizeLocked(j *cosmic.Job, n int, gone cosmic.Reason) []cosmic.Reservation {
+	from := j.Spec.Replicas()
+	if n == from {
+		return nil
+	}
+	j.Spec.Inference.Replicas = n
+	for i := from; i < n; i++ {
+		if i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateDeleting {
+			continue // still going from a scale-down: placed again once gone
+		}
+		setReplica(j, i, func(rs *cosmic.ReplicaStatus) {
+			rs.State, rs.Reason, rs.Nodes, rs.AgentKeys, rs.Progress = cosmic.StateQueued, nil, nil, nil, nil
+		})
+	}
+	var removed []cosmic.Reservation
+	for i := n; i < from; i++ {
+		if res, held := o.snap.Reserved(j.ID, i); held {
+			removed = append(removed, res)
+			setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateDeleting, &gone })
+		}
+	}
+	trimReplicas(j, func(i int) bool { _, held := o.snap.Reserved(j.ID, i); return held })
+	return removed
+}
+
+// deleteOnWorkers deletes the replicas of job id on their workers, in the
+// background; the heartbeat's reconcile asks again for one whose worker
+// did not answer.
+func (o *Ork) deleteOnWorkers(ctx context.Context, id string, rs []cosmic.Reservation) {
+	for _, r := range rs {
 		o.goBackground(func() {
 			err := o.onRacks(context.WithoutCancel(ctx), []string{r.Rack}, func(ctx context.Context, w worker.Worker) error {
 				return w.Delete(ctx, worker.DeleteParams{JobID: id, Replica: r.Replica})
 			})
 			if err != nil {
-				// The heartbeat's reconcile asks again.
-				o.log.Warn("scale down on worker", "job_id", id, "replica", r.Replica, "err", err)
+				o.log.Warn("delete a replica on its worker", "job_id", id, "replica", r.Replica, "err", err)
 			}
 		})
 	}
-	if n > from {
-		o.poke()
-	}
-	return j, nil
 }
 
 // cappedJob is a scale-up placement found impossible (schedule).

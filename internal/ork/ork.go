@@ -57,6 +57,10 @@ type Config struct {
 	// AutoscaleEvery is how often the autoscaler sizes the autoscaled
 	// jobs to the proxies' load reports (default 1s).
 	AutoscaleEvery config.Duration `json:"autoscaleEvery,omitempty"`
+	// DrainTimeout bounds how long a rollout waits for a drained
+	// replica's requests to end before it replaces it anyway (default
+	// 2m).
+	DrainTimeout config.Duration `json:"drainTimeout,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -77,8 +81,8 @@ func (c Config) Validate() error {
 	if c.WorkerTimeout <= 0 {
 		errs = append(errs, errors.New("worker timeout must be positive"))
 	}
-	if c.AutoscaleEvery < 0 {
-		errs = append(errs, errors.New("autoscaleEvery must not be negative (0: 1s)"))
+	if c.AutoscaleEvery < 0 || c.DrainTimeout < 0 {
+		errs = append(errs, errors.New("autoscaleEvery and drainTimeout must not be negative (0: their defaults)"))
 	}
 	if c.MaxJobsPerTeam < 0 {
 		errs = append(errs, errors.New("maxJobsPerTeam must not be negative (0: no bound)"))
@@ -134,6 +138,8 @@ type Ork struct {
 	// its last store list (at scaledListed) and the creates since.
 	autoscaled   map[string]bool
 	scaledListed time.Time
+	// rolling are the jobs rolling out an update (rollout.go).
+	rolling map[string]bool
 	scaleKick    chan struct{}
 	records      joblog.Sink
 	metrics      orkMetrics
@@ -206,6 +212,9 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	if cfg.AutoscaleEvery == 0 {
 		cfg.AutoscaleEvery = config.Duration(time.Second)
 	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = config.Duration(2 * time.Minute)
+	}
 	records := d.Records
 	if records == nil {
 		records = joblog.Discard
@@ -226,6 +235,7 @@ func New(cfg Config, d Deps) (*Ork, error) {
 		loads:      make(map[fabric.PublicKey]proxyLoad),
 		scalers:    make(map[string]scaler),
 		autoscaled: make(map[string]bool),
+		rolling:    make(map[string]bool),
 		scaleKick:  make(chan struct{}, 1),
 		records:    records,
 		metrics:    newOrkMetrics(),
@@ -256,6 +266,9 @@ func (o *Ork) Start(ctx context.Context) error {
 		return err
 	}
 	if err := o.loadBoundLocked(ctx); err != nil {
+		return err
+	}
+	if err := o.loadRollingLocked(ctx); err != nil {
 		return err
 	}
 	// The queue: jobs still creating (admission was cut short) or queued,
@@ -407,6 +420,7 @@ func (o *Ork) Run(ctx context.Context) error {
 			o.schedule(ctx)
 		case <-scale.C:
 			o.autoscale(ctx)
+			o.advanceRollouts(ctx)
 		case <-o.scaleKick:
 			o.autoscale(ctx)
 		case <-tick.C:
@@ -618,6 +632,7 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 				// one: the worker reports them anew.
 				rs.State, rs.Reason, rs.Nodes, rs.AgentKeys = cosmic.StatePending, nil, r.NodeNames(), nil
 				rs.AgentDeadline, rs.Progress = deadline, nil
+				rs.Generation = j.Status.Generation
 			})
 		}
 		return o.setAggregate(j)

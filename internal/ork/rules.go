@@ -276,15 +276,16 @@ func aggregate(j *cosmic.Job, now time.Time) (*transition, error) {
 	return nil, j.SetState(to, reason, now)
 }
 
-// scaledState is the state of an autoscaled job that serves (running or
-// degraded) while its replica count changes: running while a replica
+// scaledState is the state of an autoscaled job, or one rolling out an
+// update, that serves (running or degraded) while its replicas come and
+// go: running while a replica
 // runs and the others are on their way up (queued, pending, starting);
 // running with reason scaled_to_zero when it has no replica; running with
 // reason scaling_up when none is ready yet and one is on its way (requests
 // wait for it at the proxy). Otherwise ok is false and the job's state is
 // aggregated as any other's.
 func scaledState(j cosmic.Job, replicas []cosmic.ReplicaStatus) (cosmic.State, *cosmic.Reason, bool) {
-	if !j.Spec.Autoscaled() || (j.Status.State != cosmic.StateRunning && j.Status.State != cosmic.StateDegraded) {
+	if !j.Spec.Autoscaled() && j.Status.Rollout == nil || (j.Status.State != cosmic.StateRunning && j.Status.State != cosmic.StateDegraded) {
 		return "", nil, false
 	}
 	if len(replicas) == 0 {

@@ -131,6 +131,7 @@ var Graph = []Server{
 		{Name: orkapi.MethodKillJob, Kind: Call, Callers: []Role{AppNode}, Doc: "kill a job"},
 		{Name: orkapi.MethodLabelJob, Kind: Call, Callers: []Role{AppNode}, Doc: "set a label"},
 		{Name: orkapi.MethodSetRequireAuth, Kind: Call, Callers: []Role{AppNode}, Doc: "turn a managed-inference job's \"require authorization\" on or off"},
+		{Name: orkapi.MethodUpdateJob, Kind: Call, Callers: []Role{AppNode}, Doc: "update a managed-inference job's spec (a rolling update)"},
 		{Name: orkapi.MethodRegisterRack, Kind: Call, Callers: []Role{AppNode}, Doc: "register a rack"},
 		{Name: orkapi.MethodListRacks, Kind: Call, Callers: []Role{AppNode}, Doc: "list racks"},
 		{Name: orkapi.MethodForgetRacks, Kind: Call, Callers: []Role{AppNode}, Doc: "remove racks"},

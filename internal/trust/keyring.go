@@ -93,13 +93,15 @@ type Keyring struct {
 	racks   map[string]fabric.PublicKey
 	agents  map[fabric.PublicKey]*Principal
 	slots   map[replicaRef][]fabric.PublicKey
-	placed  map[jobRack]bool      // the ork's placements (Apply)
-	former  map[jobRack]time.Time // placements gone, and until when they count
-	epoch   string
-	version uint64
-	revoke  []func(fabric.PublicKey)
-	now     func() time.Time
-	synced  chan struct{}
+	placed  map[jobRack]bool // the ork's placements (Apply)
+	// draining are the replicas a rollout drains (Apply, Draining).
+	draining map[replicaRef]bool
+	former   map[jobRack]time.Time // placements gone, and until when they count
+	epoch    string
+	version  uint64
+	revoke   []func(fabric.PublicKey)
+	now      func() time.Time
+	synced   chan struct{}
 
 	src       PeerSource
 	syncAsked atomic.Uint64 // Sync calls so far
@@ -284,8 +286,12 @@ func (k *Keyring) Apply(p orkapi.Peers) {
 	agents := map[fabric.PublicKey]*Principal{}
 	slots := map[replicaRef][]fabric.PublicKey{}
 	placed := map[jobRack]bool{}
+	draining := map[replicaRef]bool{}
 	for _, pl := range p.Placements {
 		placed[jobRack{pl.Job, pl.Rack}] = true
+		if pl.Draining {
+			draining[replicaRef{pl.Job, pl.Replica}] = true
+		}
 		var keys []fabric.PublicKey
 		for i, s := range pl.AgentKeys {
 			key, err := fabric.ParsePublicKey(s)
@@ -322,7 +328,7 @@ func (k *Keyring) Apply(p orkapi.Peers) {
 			delete(k.former, jr)
 		}
 	}
-	k.workers, k.racks, k.agents, k.slots, k.placed = workers, racks, agents, slots, placed
+	k.workers, k.racks, k.agents, k.slots, k.placed, k.draining = workers, racks, agents, slots, placed, draining
 	k.epoch, k.version = p.Epoch, p.Version
 	select {
 	case <-k.synced:
@@ -331,6 +337,16 @@ func (k *Keyring) Apply(p orkapi.Peers) {
 	}
 	k.mu.Unlock()
 	k.revoked(gone)
+}
+
+// Draining says whether the ork drains the replica of the job (a rollout
+// replaces it once its requests end): it takes no new requests. It is
+// apart from the agents' principals, which it does not change: a
+// draining replica's keys stay bound, and its connections open.
+func (k *Keyring) Draining(job string, replica int) bool {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.draining[replicaRef{job, replica}]
 }
 
 // Synced is closed once the keyring has applied the ork's list once.

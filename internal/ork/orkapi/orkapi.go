@@ -45,6 +45,9 @@ const (
 	// autoscaled job has (LoadReport): what the ork's autoscaler sizes
 	// the jobs to.
 	MethodReportLoad = "reportLoad"
+	// MethodUpdateJob changes a managed-inference job's spec, rolling the
+	// change out to its replicas one at a time (UpdateJobParams).
+	MethodUpdateJob = "updateJob"
 )
 
 // The ork's methods, each declared once with its params and result: the
@@ -67,7 +70,16 @@ var (
 	DeleteQuota    = fabric.Method[QuotaRef, struct{}]{Name: MethodDeleteQuota}
 	ListQuotas     = fabric.Method[ListQuotasParams, ListQuotasReply]{Name: MethodListQuotas}
 	ReportLoad     = fabric.Method[LoadReport, struct{}]{Name: MethodReportLoad}
+	UpdateJob      = fabric.Method[UpdateJobParams, cosmic.Job]{Name: MethodUpdateJob}
 )
+
+// UpdateJobParams is a managed-inference job's new spec (whole, as create
+// takes it; defaulted by the ork). Asked is as CreateJobParams'.
+type UpdateJobParams struct {
+	ID    string           `json:"id"`
+	Spec  cosmic.Spec      `json:"spec"`
+	Asked cosmic.Resources `json:"asked"`
+}
 
 // LoadReport is one proxy's load of the autoscaled jobs it routes to,
 // as of now: a job it does not list has none there.
@@ -81,6 +93,9 @@ type JobLoad struct {
 	ID       string `json:"id"`
 	InFlight int    `json:"inFlight,omitempty"`
 	Waiting  int    `json:"waiting,omitempty"`
+	// Replicas are the requests in flight at each replica (by index),
+	// those with any: a rollout waits for a draining replica's to end.
+	Replicas map[int]int `json:"replicas,omitempty"`
 }
 
 // MaxLoadJobs bounds the jobs of one LoadReport.
@@ -336,6 +351,11 @@ func (c *Client) SetRequireAuth(ctx context.Context, p SetRequireAuthParams) (co
 func (c *Client) ReportLoad(ctx context.Context, p LoadReport) error {
 	_, err := ReportLoad.Call(ctx, c.node, c.key, p)
 	return err
+}
+
+// UpdateJob changes a managed-inference job's spec.
+func (c *Client) UpdateJob(ctx context.Context, p UpdateJobParams) (cosmic.Job, error) {
+	return UpdateJob.Call(ctx, c.node, c.key, p)
 }
 
 // RegisterRack registers or updates a rack.

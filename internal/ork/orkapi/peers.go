@@ -37,6 +37,9 @@ type Placement struct {
 	Replica   int            `json:"replica"`
 	Rack      string         `json:"rack"`
 	AgentKeys []string       `json:"agentKeys,omitempty"`
+	// Draining says the replica takes no new requests: a rollout replaces
+	// it once those in flight end (proxy-inference routes around it).
+	Draining bool `json:"draining,omitempty"`
 }
 
 // WatchPeersParams asks for Peers newer than (Epoch, Since), waiting up to

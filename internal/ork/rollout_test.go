@@ -1,0 +1,245 @@
+package ork_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+)
+
+// served is a vLLM job of two 4-GPU replicas.
+func served() cosmic.Spec {
+	return cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "served", Location: "eu",
+		Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "Qwen/Qwen3-32B", Replicas: 2, GPUsPerReplica: 4}}
+}
+
+// generations are the job's replicas' generations.
+func generations(j cosmic.Job) []int {
+	var out []int
+	for _, r := range j.Status.Replicas {
+		out = append(out, r.Generation)
+	}
+	return out
+}
+
+// draining is the replica of job id the ork's peers mark draining (-1).
+func (e *env) draining(id string) int {
+	e.t.Helper()
+	p, err := e.o.WatchPeers(e.ctx, orkapi.WatchPeersParams{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, pl := range p.Placements {
+		if pl.Job == id && pl.Draining {
+			return pl.Replica
+		}
+	}
+	return -1
+}
+
+// rolloutRecords are the rollout's system records of the job.
+func (e *env) rolloutRecords(id string) []string {
+	var out []string
+	for _, r := range e.records.Job(id) {
+		if r.Step == "rollout" {
+			out = append(out, r.Line)
+		}
+	}
+	return out
+}
+
+// A rolling update of a serving job: one replica of the new spec first,
+// then each old replica drained (routed around; replaced once the proxies
+// report nothing in flight there) and placed again with the new spec, one
+// at a time, then the surge goes. The job serves on throughout.
+func TestRollingUpdate(t *testing.T) {
+	for how, confirm := range confirmations {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorker(t, "r1", 8, 8)
+				e := newEnv(t, w)
+				p := proxyKey(t)
+				j := e.createSpec(served())
+				e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+				e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+				next := j.Spec
+				in := *next.Inference
+				in.Args = map[string]string{"max-model-len": "8192"}
+				next.Inference = &in
+				got, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Status.Rollout == nil || got.Status.Generation != 1 || got.Spec.Inference.Replicas != 3 || got.Spec.Inference.Args["max-model-len"] != "8192" {
+					t.Fatalf("after the update: rollout %+v, generation %d, replicas %d, args %v", got.Status.Rollout, got.Status.Generation, got.Spec.Inference.Replicas, got.Spec.Inference.Args)
+				}
+				synctest.Wait()
+				got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StatePending)
+				if g := generations(got); !slices.Equal(g, []int{0, 0, 1}) {
+					t.Fatalf("generations %v, want the surge of generation 1", g)
+				}
+				// Nothing is drained until the surge runs.
+				time.Sleep(3 * time.Second)
+				synctest.Wait()
+				if d := e.draining(j.ID); d != -1 {
+					t.Fatalf("replica %d drained before the surge runs", d)
+				}
+				e.push(w, w.observe(j.ID, 2, cosmic.StateRunning))
+				for i := range 2 {
+					time.Sleep(time.Second)
+					synctest.Wait()
+					if d := e.draining(j.ID); d != i {
+						t.Fatalf("draining %d, want replica %d", d, i)
+					}
+					// A request in flight there holds it.
+					e.report(p, j.ID, 1, 0)
+					if err := e.o.ReportLoad(p, orkapi.LoadReport{Jobs: []orkapi.JobLoad{{ID: j.ID, InFlight: 1, Replicas: map[int]int{i: 1}}}}); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(3 * time.Second)
+					synctest.Wait()
+					e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+					// It ends: replaced.
+					e.report(p, j.ID, 0, 0)
+					time.Sleep(time.Second)
+					synctest.Wait()
+					want := []cosmic.State{cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning}
+					want[i] = cosmic.StateDeleting
+					got = e.wantState(j.ID, cosmic.StateRunning, want...)
+					if r := got.Status.Replicas[i].Reason; r == nil || r.Code != cosmic.ReasonReplaced {
+						t.Fatalf("replica %d going with reason %+v, want replaced", i, r)
+					}
+					confirm(e, w, j.ID, i)
+					want[i] = cosmic.StatePending
+					got = e.wantState(j.ID, cosmic.StateRunning, want...)
+					if got.Status.Replicas[i].Generation != 1 {
+						t.Fatalf("replica %d placed again with generation %d", i, got.Status.Replicas[i].Generation)
+					}
+					e.push(w, w.observe(j.ID, i, cosmic.StateRunning))
+					e.checkBooks()
+				}
+				// Every replica is of generation 1: the surge goes.
+				time.Sleep(time.Second)
+				synctest.Wait()
+				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting)
+				confirm(e, w, j.ID, 2)
+				got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+				if got.Status.Rollout != nil || got.Status.LastRollout == nil || got.Status.LastRollout.Outcome != cosmic.RolloutDone || got.Spec.Inference.Replicas != 2 {
+					t.Fatalf("after the rollout: %+v, last %+v, replicas %d", got.Status.Rollout, got.Status.LastRollout, got.Spec.Inference.Replicas)
+				}
+				if g := generations(got); !slices.Equal(g, []int{1, 1}) {
+					t.Fatalf("generations %v", g)
+				}
+				e.checkBooks()
+				recs := e.rolloutRecords(j.ID)
+				if len(recs) < 6 || !strings.Contains(recs[len(recs)-1], "rolled_out") {
+					t.Fatalf("rollout records:\n%s", strings.Join(recs, "\n"))
+				}
+			})
+		})
+	}
+}
+
+// A replica of the new spec that fails rolls the job back: the spec
+// before is restored, the replicas that still run it are kept, and the
+// failed one is placed again with the spec before; the last rollout says
+// why.
+func TestRollbackOnAFailedReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8, 8)
+		e := newEnv(t, w)
+		j := e.createSpec(served())
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+		next := j.Spec
+		in := *next.Inference
+		in.Model = "Qwen/Qwen3-8B"
+		next.Inference = &in
+		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.push(w, w.observe(j.ID, 2, cosmic.StateFailed))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		got := e.job(j.ID)
+		if got.Spec.Inference.Model != "Qwen/Qwen3-32B" || got.Status.Rollout == nil || !got.Status.Rollout.RollingBack || got.Status.Generation != 2 {
+			t.Fatalf("after the failure: model %s, rollout %+v, generation %d", got.Spec.Inference.Model, got.Status.Rollout, got.Status.Generation)
+		}
+		if g := generations(got); !slices.Equal(g, []int{2, 2, 1}) {
+			t.Fatalf("generations %v, want the old replicas kept as generation 2", g)
+		}
+		// The failed surge is placed again with the spec before, then goes.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StatePending)
+		e.push(w, w.observe(j.ID, 2, cosmic.StateRunning))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		e.push(w, w.gone(j.ID, 2))
+		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+		lr := got.Status.LastRollout
+		if got.Status.Rollout != nil || lr == nil || lr.Outcome != cosmic.RolloutRolledBack || lr.Reason == nil || lr.Reason.Code != cosmic.ReasonRolloutFailed ||
+			!strings.Contains(lr.Reason.Message, "replica 2 of generation 1 failed") {
+			t.Fatalf("last rollout %+v (reason %+v)", lr, lr.Reason)
+		}
+		if w.count("delete "+j.ID+"/0") != 0 || w.count("delete "+j.ID+"/1") != 0 {
+			t.Error("a replica of the spec before was replaced")
+		}
+		e.checkBooks()
+	})
+}
+
+// What an update may change: a field fixed at create is refused naming
+// it; a job on its way up is a conflict; a stopped job takes the new spec
+// for its next start; a change that replaces nothing (routing) takes
+// effect at once, without a rollout.
+func TestUpdateRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8, 8)
+		e := newEnv(t, w)
+		j := e.createSpec(served())
+		fixed := j.Spec
+		fixed.Location = "us"
+		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: fixed}); err == nil || !strings.Contains(err.Error(), "location") {
+			t.Errorf("a new location: %v", err)
+		}
+		next := j.Spec
+		in := *next.Inference
+		in.Model = "Qwen/Qwen3-8B"
+		next.Inference = &in
+		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next}); cosmic.CodeOf(err) != cosmic.CodeConflict {
+			t.Errorf("an update of a pending job: %v, want a conflict", err)
+		}
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+		routed := j.Spec
+		rin := *routed.Inference
+		rin.Routing = cosmic.RoutingLeastOutstanding
+		routed.Inference = &rin
+		got, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: routed})
+		if err != nil || got.Status.Rollout != nil || got.Spec.Inference.Routing != cosmic.RoutingLeastOutstanding || got.Status.Generation != 0 {
+			t.Fatalf("a routing change: %v, rollout %+v, generation %d", err, got.Status.Rollout, got.Status.Generation)
+		}
+		if _, err := e.o.KillJob(e.ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got, err = e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next})
+		if err != nil || got.Status.Rollout != nil || got.Spec.Inference.Model != "Qwen/Qwen3-8B" || got.Status.Generation != 1 {
+			t.Fatalf("an update of a stopped job: %v, rollout %+v, model %s", err, got.Status.Rollout, got.Spec.Inference.Model)
+		}
+		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got = e.job(j.ID)
+		if g := generations(got); !slices.Equal(g, []int{1, 1}) {
+			t.Fatalf("restarted with generations %v, want 1, 1", g)
+		}
+	})
+}
