@@ -122,6 +122,7 @@ const (
 	OpLabelJob       = "labelJob"
 	OpJobCommand     = "jobCommand"
 	OpInferenceAuth  = "setInferenceAuth"
+	OpUpdateJob      = "updateJob"
 	OpRestartReplica = "restartReplica"
 	OpDeleteReplica  = "deleteReplica"
 	OpJobShell       = "jobShell"
@@ -283,6 +284,14 @@ func Routes() []Route {
 				"without an API key (and by every team's keys); on, only with a key of its team. proxy-inference follows within 1 s. " +
 				"Any other job is refused (409).",
 			Params: []Param{jobID}, Request: InferenceAuth{}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
+		{Op: OpUpdateJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/spec", Tag: "jobs", Perm: authz.JobsOperate,
+			Summary: "Update a managed-inference job's spec (a rolling update)",
+			Description: "Takes the job's whole new spec, as create does. inference.routing, .requireAuth, .autoscaling, .replicas and labels change at once. " +
+				"A change of what the replicas run (inference.model, .args, .adapters, image, envVars, command) of a running job is rolled out: one replica of the new spec " +
+				"starts first, then each older replica is drained (no new requests; those in flight end) and replaced, one at a time, and the job serves throughout; " +
+				"a replica of the new spec that fails rolls the job back (status.rollout while it runs, status.lastRollout after). A stopped, failed or queued job " +
+				"takes the new spec for its next start. Any other field is fixed at create (400, naming it); a job starting, restarting or rolling out is a conflict (409).",
+			Params: []Param{jobID}, Request: cosmic.Spec{}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpJobCommand, Method: http.MethodPost, Path: Prefix + "/jobs/command", Tag: "jobs", Perm: authz.Self,
 			Summary: "The CLI command equivalent to a spec",
 			Description: "Validates the spec as create does and answers the `cosmicac jobs create` line that creates it. Fields no flag expresses are listed in unexpressed; then use `cosmicac jobs create -f FILE`. " +

@@ -56,6 +56,7 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 	body := map[string]string{
 		apiv1.OpCreateJob:      `{"type":"gpu-container","name":"b","location":"us","image":"ubuntu:24.04"}`,
 		apiv1.OpJobCommand:     containerSpec,
+		apiv1.OpUpdateJob:      containerSpec,
 		apiv1.OpLabelJob:       `{"name":"b","value":"c"}`,
 		apiv1.OpDataSyncJob:    `{"direction":"push","volume":"v"}`,
 		apiv1.OpRegisterRack:   `{"id":"r2","location":"us","gpuModel":"H100","workerKey":"` + rackKey + `"}`,

@@ -163,6 +163,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpLabelJob:       s.labelJob,
 		apiv1.OpJobCommand:     s.jobCommand,
 		apiv1.OpInferenceAuth:  s.setInferenceAuth,
+		apiv1.OpUpdateJob:      s.updateJob,
 		apiv1.OpRestartReplica: s.restartReplica,
 		apiv1.OpDeleteReplica:  s.deleteReplica,
 		apiv1.OpJobShell:       s.jobShell,

@@ -37,6 +37,7 @@ func (a *App) jobsCommand() *cobra.Command {
 		a.jobsKillCommand(&conn),
 		a.jobsLabelCommand(&conn),
 		a.jobsRequireAuthCommand(&conn),
+		a.jobsUpdateCommand(&conn),
 		a.jobsCommandCommand(&conn),
 		a.jobsLogsCommand(&conn),
 		a.jobsShellCommand(&conn),

@@ -281,6 +281,19 @@ func writeJobDetail(w io.Writer, j cosmic.Job, apiURL string) error {
 			}
 			row("Autoscaling", v)
 		}
+		if j.Status.Generation > 0 || j.Status.Rollout != nil {
+			row("Generation", strconv.Itoa(j.Status.Generation))
+		}
+		if j.Status.Rollout != nil {
+			row("Rollout", describeRollout(j))
+		}
+		if lr := j.Status.LastRollout; lr != nil {
+			v := fmt.Sprintf("generation %d %s at %s", lr.Generation, lr.Outcome, lr.Ended.Local().Format(time.DateTime))
+			if lr.Reason != nil {
+				v += ": " + lr.Reason.Message
+			}
+			row("Last rollout", v)
+		}
 		row("Model health", string(j.Status.ModelHealth))
 	}
 	row("Image", s.Image)

@@ -139,10 +139,10 @@ type Ork struct {
 	autoscaled   map[string]bool
 	scaledListed time.Time
 	// rolling are the jobs rolling out an update (rollout.go).
-	rolling map[string]bool
-	scaleKick    chan struct{}
-	records      joblog.Sink
-	metrics      orkMetrics
+	rolling   map[string]bool
+	scaleKick chan struct{}
+	records   joblog.Sink
+	metrics   orkMetrics
 
 	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
 	stopping bool
