@@ -151,8 +151,10 @@ func describeRollout(j cosmic.Job) string {
 	if ro.RollingBack {
 		line += " (rolling back)"
 	}
-	if ro.Draining >= 0 {
-		line += fmt.Sprintf("; draining replica %d", ro.Draining)
+	for _, r := range j.Status.Replicas {
+		if r.Drain != nil {
+			line += fmt.Sprintf("; draining replica %d", r.Index)
+		}
 	}
 	return line
 }

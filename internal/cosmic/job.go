@@ -124,13 +124,9 @@ type Rollout struct {
 	From int `json:"from"`
 	// RollingBack says a replica of the new spec failed and the job goes
 	// back to Previous (Reason says why).
-	RollingBack bool    `json:"rollingBack,omitempty"`
-	Reason      *Reason `json:"reason,omitempty"`
-	// Draining is the replica being drained before it is replaced (-1:
-	// none), since DrainingSince.
-	Draining      int       `json:"draining"`
-	DrainingSince time.Time `json:"drainingSince,omitzero"`
-	Started       time.Time `json:"started"`
+	RollingBack bool      `json:"rollingBack,omitempty"`
+	Reason      *Reason   `json:"reason,omitempty"`
+	Started     time.Time `json:"started"`
 }
 
 // Progress is how far a starting job is ("import root disk", 42).
@@ -167,6 +163,29 @@ type ReplicaStatus struct {
 	// Generation is the spec's generation the replica was placed with
 	// (Status.Generation then).
 	Generation int `json:"generation,omitempty"`
+	// Drain, while set, says the replica is being drained: it runs and
+	// answers the requests it has, but takes no new ones; once those end
+	// (or the ork's drain timeout passes) it is deleted, with Drain.Then
+	// as the reason. A replica the autoscaler takes away, and one a
+	// rollout replaces, is drained first.
+	Drain *Drain `json:"drain,omitempty"`
+}
+
+// Drain is a replica's drain: since when, and the reason it is deleted
+// with once drained.
+type Drain struct {
+	Since time.Time `json:"since"`
+	Then  Reason    `json:"then"`
+}
+
+// SyncDrains ends the drain of every replica that no longer runs (a
+// drain holds only while the replica answers requests).
+func (j *Job) SyncDrains() {
+	for i := range j.Status.Replicas {
+		if r := &j.Status.Replicas[i]; r.State != StateRunning && r.State != StateUnknown {
+			r.Drain = nil
+		}
+	}
 }
 
 // SyncAgentDeadlines keeps the agent deadlines consistent with the

@@ -173,11 +173,11 @@ func TestRollbackWithTheRealEngine(t *testing.T) {
 func describeReplicas(j cosmic.Job) string {
 	s := fmt.Sprintf("%s, generation %d:", j.Status.State, j.Status.Generation)
 	for _, r := range j.Status.Replicas {
-		s += fmt.Sprintf(" [%d %s g%d]", r.Index, r.State, r.Generation)
-	}
-	if ro := j.Status.Rollout; ro != nil {
-		s += fmt.Sprintf(" draining %d", ro.Draining)
+		s += fmt.Sprintf(" [%d %s g%d", r.Index, r.State, r.Generation)
+		if r.Drain != nil {
+			s += " draining"
+		}
+		s += "]"
 	}
 	return s
 }
-

@@ -257,10 +257,11 @@ func (o *Ork) scaleJob(ctx context.Context, id string, n int, why string) (cosmi
 
 // resizeLocked sets job j's replica count to n: added replicas are
 // queued (the caller enqueues the job); replicas taken away, highest index
-// first, are marked deleting with reason gone and answered (the caller
-// deletes them on their workers, deleteOnWorkers), keeping their GPUs
-// until their worker reports them gone, when their entries go. It runs
-// inside updateJobLocked.
+// first, are drained when they run (deleted with reason gone once their
+// requests end: drain.go), else marked deleting with reason gone and
+// answered (the caller deletes them on their workers, deleteOnWorkers);
+// either keeps its GPUs until its worker reports it gone, when its entry
+// goes. It runs inside updateJobLocked.
 func (o *Ork) resizeLocked(j *cosmic.Job, n int, gone cosmic.Reason) []cosmic.Reservation {
 	from := j.Spec.Replicas()
 	if n == from {
@@ -268,8 +269,15 @@ func (o *Ork) resizeLocked(j *cosmic.Job, n int, gone cosmic.Reason) []cosmic.Re
 	}
 	j.Spec.Inference.Replicas = n
 	for i := from; i < n; i++ {
-		if i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateDeleting {
-			continue // still going from a scale-down: placed again once gone
+		if i < len(j.Status.Replicas) {
+			r := &j.Status.Replicas[i]
+			if r.Drain != nil {
+				r.Drain = nil // still draining from a scale-down: it serves on
+				continue
+			}
+			if r.State == cosmic.StateDeleting {
+				continue // still going from a scale-down: placed again once gone
+			}
 		}
 		setReplica(j, i, func(rs *cosmic.ReplicaStatus) {
 			rs.State, rs.Reason, rs.Nodes, rs.AgentKeys, rs.Progress = cosmic.StateQueued, nil, nil, nil, nil
@@ -277,7 +285,12 @@ func (o *Ork) resizeLocked(j *cosmic.Job, n int, gone cosmic.Reason) []cosmic.Re
 	}
 	var removed []cosmic.Reservation
 	for i := n; i < from; i++ {
-		if res, held := o.snap.Reserved(j.ID, i); held {
+		res, held := o.snap.Reserved(j.ID, i)
+		switch {
+		case !held:
+		case j.Status.Replicas[i].State == cosmic.StateRunning:
+			o.drainReplica(j, i, gone) // deleted once its requests end (drain.go)
+		default:
 			removed = append(removed, res)
 			setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateDeleting, &gone })
 		}

@@ -37,6 +37,17 @@ func (e *env) report(from fabric.PublicKey, id string, inFlight, waiting int) {
 	}
 }
 
+// idleFor reports no load of job id from proxy p every second for secs
+// seconds, as a proxy with nothing in flight does: a drained replica goes.
+func (e *env) idleFor(p fabric.PublicKey, id string, secs int) {
+	e.t.Helper()
+	for range secs {
+		e.report(p, id, 0, 0)
+		time.Sleep(time.Second)
+	}
+	synctest.Wait()
+}
+
 // scaleRecords are the autoscaler's system records of the job.
 func (e *env) scaleRecords(id string) []string {
 	var out []string
@@ -95,13 +106,24 @@ func TestAutoscaleUpDownToZeroAndBack(t *testing.T) {
 				// 1 replica) is what stays.
 				e.report(p1, j.ID, 6, 0)
 				time.Sleep(time.Second)
-				for range 31 {
-					e.report(p1, j.ID, 1, 0)
+				// The one request in flight is at replica 2.
+				for range 34 {
+					if err := e.o.ReportLoad(p1, orkapi.LoadReport{Jobs: []orkapi.JobLoad{{ID: j.ID, InFlight: 1, Replicas: map[int]int{2: 1}}}}); err != nil {
+						t.Fatal(err)
+					}
 					e.report(p2, j.ID, 0, 0)
 					time.Sleep(time.Second)
 				}
 				synctest.Wait()
-				got := e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting, cosmic.StateDeleting)
+				// Drained first: a replica being taken away takes no new
+				// request and goes once the proxies report none in flight
+				// there: replica 1 is gone, replica 2 still drains.
+				got := e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting, cosmic.StateRunning)
+				if got.Spec.Inference.Replicas != 1 || got.Status.Replicas[2].Drain == nil || !slices.Equal(e.draining(j.ID), []int{1, 2}) {
+					t.Fatalf("scaling down: replicas %d, %+v", got.Spec.Inference.Replicas, got.Status.Replicas)
+				}
+				e.idleFor(p1, j.ID, 3)
+				got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting, cosmic.StateDeleting)
 				if got.Spec.Inference.Replicas != 1 || got.Status.Replicas[2].Reason == nil || got.Status.Replicas[2].Reason.Code != cosmic.ReasonScaledDown {
 					t.Fatalf("scaled down: replicas %d, replica 2 %+v; want 1 replica, replica 2 going (scaled_down)", got.Spec.Inference.Replicas, got.Status.Replicas[2])
 				}
@@ -120,11 +142,7 @@ func TestAutoscaleUpDownToZeroAndBack(t *testing.T) {
 
 				// Idle for the cool-down (p2 stopped reporting): zero
 				// replicas, no GPU, and the status says so.
-				for range 32 {
-					e.report(p1, j.ID, 0, 0)
-					time.Sleep(time.Second)
-				}
-				synctest.Wait()
+				e.idleFor(p1, j.ID, 35)
 				confirm(e, w, j.ID, 0)
 				got = e.wantState(j.ID, cosmic.StateRunning)
 				if got.Status.Reason == nil || got.Status.Reason.Code != cosmic.ReasonScaledToZero || got.Spec.Inference.Replicas != 0 {
@@ -248,11 +266,7 @@ func TestRestartAtZeroReplicas(t *testing.T) {
 		p := proxyKey(t)
 		j := e.createSpec(autoscaled(0, 2))
 		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
-		for range 32 {
-			e.report(p, j.ID, 0, 0)
-			time.Sleep(time.Second)
-		}
-		synctest.Wait()
+		e.idleFor(p, j.ID, 35)
 		e.push(w, w.gone(j.ID, 0))
 		e.wantState(j.ID, cosmic.StateRunning)
 		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: j.ID}); err != nil {

@@ -138,11 +138,13 @@ type Ork struct {
 	// its last store list (at scaledListed) and the creates since.
 	autoscaled   map[string]bool
 	scaledListed time.Time
-	// rolling are the jobs rolling out an update (rollout.go).
-	rolling   map[string]bool
-	scaleKick chan struct{}
-	records   joblog.Sink
-	metrics   orkMetrics
+	// rolling are the jobs rolling out an update (rollout.go), and
+	// drainingJobs those draining a replica (drain.go).
+	rolling      map[string]bool
+	drainingJobs map[string]bool
+	scaleKick    chan struct{}
+	records      joblog.Sink
+	metrics      orkMetrics
 
 	bgMu     sync.Mutex // orders goBackground's Add before Run's Wait
 	stopping bool
@@ -224,21 +226,22 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
-		racks:      make(map[string]*rackState),
-		fq:         fairq.New(),
-		queued:     make(map[string]cosmic.Job),
-		wait:       make(map[string]waitInfo),
-		nodeModel:  make(map[string]string),
-		jobTeam:    make(map[string]string),
-		kick:       make(chan struct{}, 1),
-		book:       book,
-		loads:      make(map[fabric.PublicKey]proxyLoad),
-		scalers:    make(map[string]scaler),
-		autoscaled: make(map[string]bool),
-		rolling:    make(map[string]bool),
-		scaleKick:  make(chan struct{}, 1),
-		records:    records,
-		metrics:    newOrkMetrics(),
+		racks:        make(map[string]*rackState),
+		fq:           fairq.New(),
+		queued:       make(map[string]cosmic.Job),
+		wait:         make(map[string]waitInfo),
+		nodeModel:    make(map[string]string),
+		jobTeam:      make(map[string]string),
+		kick:         make(chan struct{}, 1),
+		book:         book,
+		loads:        make(map[fabric.PublicKey]proxyLoad),
+		scalers:      make(map[string]scaler),
+		autoscaled:   make(map[string]bool),
+		rolling:      make(map[string]bool),
+		drainingJobs: make(map[string]bool),
+		scaleKick:    make(chan struct{}, 1),
+		records:      records,
+		metrics:      newOrkMetrics(),
 	}, nil
 }
 
@@ -421,6 +424,7 @@ func (o *Ork) Run(ctx context.Context) error {
 		case <-scale.C:
 			o.autoscale(ctx)
 			o.advanceRollouts(ctx)
+			o.advanceDrains(ctx)
 		case <-o.scaleKick:
 			o.autoscale(ctx)
 		case <-tick.C:
@@ -685,10 +689,14 @@ func (o *Ork) updateJobLocked(ctx context.Context, id string, f func(Tx, *cosmic
 			return err
 		}
 		j.SyncAgentDeadlines()
+		j.SyncDrains()
 		j.UpdatedAt = o.now()
 		out = j
 		return tx.PutJob(ctx, j)
 	})
+	if err == nil {
+		o.noteDrainsLocked(out)
+	}
 	return out, err
 }
 

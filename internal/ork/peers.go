@@ -27,8 +27,8 @@ type peerBook struct {
 	version uint64
 	changed chan struct{} // closed (and replaced) on every change
 	jobs    map[string]boundJob
-	// draining is the replica of each job a rollout drains.
-	draining map[string]int
+	// draining are the replicas of each job being drained (drain.go).
+	draining map[string]map[int]bool
 	// ring, when set, is the ork's own keyring: its racks' workers are
 	// bound there as they are registered.
 	ring *trust.Keyring
@@ -44,7 +44,7 @@ type boundJob struct {
 func newPeerBook() peerBook {
 	b := make([]byte, 8)
 	rand.Read(b)
-	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}, draining: map[string]int{}}
+	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}, draining: map[string]map[int]bool{}}
 }
 
 // bindRackLocked binds key (a worker key's string; "" unbinds) as rack's
@@ -138,9 +138,8 @@ func (o *Ork) peersLocked() orkapi.Peers {
 	}
 	for _, r := range o.snap.Reservations() {
 		b := o.book.jobs[r.JobID]
-		d, ok := o.book.draining[r.JobID]
 		p.Placements = append(p.Placements, orkapi.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
-			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica]), Draining: ok && d == r.Replica})
+			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica]), Draining: o.book.draining[r.JobID][r.Replica]})
 	}
 	return p
 }
@@ -169,19 +168,4 @@ func (o *Ork) WatchPeers(ctx context.Context, p orkapi.WatchPeersParams) (orkapi
 			return orkapi.Peers{}, ctx.Err()
 		}
 	}
-}
-
-// setDrainingLocked marks replica of job as draining (-1: none) in the
-// book.
-func (o *Ork) setDrainingLocked(job string, replica int) {
-	cur, ok := o.book.draining[job]
-	switch {
-	case replica < 0 && ok:
-		delete(o.book.draining, job)
-	case replica >= 0 && (!ok || cur != replica):
-		o.book.draining[job] = replica
-	default:
-		return
-	}
-	o.peersChangedLocked()
 }

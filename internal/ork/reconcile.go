@@ -360,6 +360,9 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 	if out.Requeue {
 		o.enqueueLocked(out.Job)
 	}
+	if out.Changed && !out.Remove {
+		o.noteDrainsLocked(out.Job)
+	}
 	for replica, ks := range out.AgentKeys {
 		if _, held := o.snap.Reserved(out.Job.ID, replica); held {
 			o.boundKeysLocked(out.Job, replica, ks)

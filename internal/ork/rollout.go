@@ -25,11 +25,6 @@ import (
 // same way. The steps are taken by rolloutStep, each heartbeat tick and
 // after each report; its decisions are pure (rolloutRule).
 
-// drainSettle is how long after a drain begins a proxy's report counts
-// for it: the proxies learn of the drain through the keyring within
-// milliseconds, and report every second.
-const drainSettle = 1500 * time.Millisecond
-
 // UpdateJob changes a managed-inference job's spec. Fields that change no
 // replica (routing, authorization, autoscaling, the replica count, labels)
 // take effect at once; a change of what the replicas run is rolled out
@@ -108,7 +103,7 @@ func (o *Ork) UpdateJob(ctx context.Context, p orkapi.UpdateJobParams) (cosmic.J
 		j.Spec = next
 		j.Spec.Inference.Replicas = n
 		removed = o.resizeLocked(j, n+1, cosmic.Reason{})
-		j.Status.Rollout = &cosmic.Rollout{Replicas: target, Previous: &prev, From: j.Status.Generation - 1, Draining: -1, Started: o.now()}
+		j.Status.Rollout = &cosmic.Rollout{Replicas: target, Previous: &prev, From: j.Status.Generation - 1, Started: o.now()}
 		return o.setAggregate(j)
 	})
 	if err == nil {
@@ -136,10 +131,11 @@ type rolloutAction int
 
 const (
 	rolloutWait     rolloutAction = iota
-	rolloutDrain                  // stop sending requests to Replica
-	rolloutReplace                // delete Replica, to be placed again with the new spec
+	rolloutDrain                  // drain Replica, to be deleted and placed again with the new spec (drain.go)
+	rolloutReplace                // place Replica (which serves nothing) again with the new spec
 	rolloutRollBack               // a replica of the new spec failed: back to the spec before
-	rolloutFinish                 // every replica runs the new spec: the surge goes
+	rolloutShrink                 // every replica runs the new spec: the surge goes (drained first)
+	rolloutFinish                 // the job is back to its count, every replica of the new spec
 	rolloutAbandon                // the job stopped, or the rollback failed too
 )
 
@@ -153,22 +149,17 @@ type rolloutDecision struct {
 // rolloutInput is what rolloutRule decides on.
 type rolloutInput struct {
 	Job cosmic.Job
-	Now time.Time
-	// InFlight is what the proxies' reports since a drain settled say is
-	// in flight at a replica, and whether any report came since.
-	InFlight     func(replica int, since time.Time) (int, bool)
-	DrainTimeout time.Duration
 }
 
 // rolloutRule decides a rollout's next step. A job that stopped, failed
 // or is going ends it (abandoned). A replica of the current generation
 // that failed rolls the job back (or, rolling back already, abandons).
 // While a replica is on its way (being deleted, or of the current
-// generation and not running yet), it waits: one replica at a time. A
-// drained replica is replaced once the proxies report nothing in flight
-// there, or DrainTimeout has passed. Then the lowest replica of an older
-// generation is drained (running) or replaced at once (not serving). With
-// none left, the rollout finishes.
+// generation and not running yet, or draining), it waits: one replica at
+// a time. Then the lowest replica of an older generation is drained
+// (running: it is deleted once drained, and placed again) or replaced at
+// once (it serves nothing). With none left, the surge goes (drained
+// first); once it has gone, the rollout finishes.
 func rolloutRule(in rolloutInput) rolloutDecision {
 	j := in.Job
 	ro := j.Status.Rollout
@@ -197,17 +188,10 @@ func rolloutRule(in rolloutInput) rolloutDecision {
 	}
 	for _, r := range replicas {
 		switch {
-		case r.State == cosmic.StateDeleting,
+		case r.State == cosmic.StateDeleting, r.Drain != nil,
 			r.Generation == g && r.State != cosmic.StateRunning && r.State != cosmic.StateFailed:
 			return rolloutDecision{Action: rolloutWait}
 		}
-	}
-	if i := ro.Draining; i >= 0 && i < len(replicas) {
-		left, known := in.InFlight(i, ro.DrainingSince.Add(drainSettle))
-		if known && left == 0 || in.Now.Sub(ro.DrainingSince) >= in.DrainTimeout {
-			return rolloutDecision{Action: rolloutReplace, Replica: i}
-		}
-		return rolloutDecision{Action: rolloutWait}
 	}
 	for _, r := range replicas {
 		if r.Generation == g {
@@ -217,6 +201,12 @@ func rolloutRule(in rolloutInput) rolloutDecision {
 			return rolloutDecision{Action: rolloutDrain, Replica: r.Index}
 		}
 		return rolloutDecision{Action: rolloutReplace, Replica: r.Index}
+	}
+	switch {
+	case n > ro.Replicas:
+		return rolloutDecision{Action: rolloutShrink}
+	case len(j.Status.Replicas) > n:
+		return rolloutDecision{Action: rolloutWait} // the surge still goes
 	}
 	return rolloutDecision{Action: rolloutFinish}
 }
@@ -255,8 +245,7 @@ func (o *Ork) advanceRollouts(ctx context.Context) {
 // rolloutStep takes job j's next rollout step (rolloutRule) and records it.
 func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 	o.mu.Lock()
-	d := rolloutRule(rolloutInput{Job: j, Now: o.now(), DrainTimeout: o.cfg.DrainTimeout.D(),
-		InFlight: func(i int, since time.Time) (int, bool) { return o.inFlightLocked(j.ID, i, since) }})
+	d := rolloutRule(rolloutInput{Job: j})
 	if d.Action == rolloutWait {
 		o.mu.Unlock()
 		return
@@ -274,10 +263,9 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 		}
 		switch d.Action {
 		case rolloutDrain:
-			ro.Draining, ro.DrainingSince = d.Replica, now
+			o.drainReplica(j, d.Replica, cosmic.NewReason(cosmic.ReasonReplaced, fmt.Sprintf("by generation %d", j.Status.Generation)))
 			line = fmt.Sprintf("draining replica %d (generation %d): no new requests; it is replaced once those in flight end", d.Replica, replicaGeneration(*j, d.Replica))
 		case rolloutReplace:
-			ro.Draining, ro.DrainingSince = -1, time.Time{}
 			i := d.Replica
 			if res, held := o.snap.Reserved(j.ID, i); held {
 				removed = append(removed, res)
@@ -301,8 +289,14 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 					r.Generation = j.Status.Generation // they run the spec gone back to
 				}
 			}
-			ro.RollingBack, ro.Reason, ro.Draining, ro.DrainingSince = true, d.Reason, -1, time.Time{}
+			for i := range j.Status.Replicas {
+				j.Status.Replicas[i].Drain = nil // a replica of the spec gone back to serves on
+			}
+			ro.RollingBack, ro.Reason = true, d.Reason
 			line = fmt.Sprintf("%s: rolling back to the spec before, as generation %d", d.Reason.Message, j.Status.Generation)
+		case rolloutShrink:
+			removed = o.resizeLocked(j, ro.Replicas, cosmic.NewReason(cosmic.ReasonReplaced, "the surge replica of the rollout"))
+			line = fmt.Sprintf("every replica runs generation %d: the surge replica goes once drained", j.Status.Generation)
 		case rolloutFinish, rolloutAbandon:
 			outcome, reason := cosmic.RolloutDone, d.Reason
 			switch {
@@ -337,14 +331,8 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 		}
 		return
 	}
-	switch {
-	case ended:
+	if ended {
 		delete(o.rolling, j.ID)
-		o.setDrainingLocked(j.ID, -1)
-	case d.Action == rolloutDrain:
-		o.setDrainingLocked(j.ID, d.Replica)
-	default:
-		o.setDrainingLocked(j.ID, -1)
 	}
 	if slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) {
 		o.enqueueLocked(j)
@@ -374,10 +362,8 @@ func (o *Ork) loadRollingLocked(ctx context.Context) error {
 	for _, j := range jobs {
 		if j.Status.Rollout != nil {
 			o.rolling[j.ID] = true
-			if d := j.Status.Rollout.Draining; d >= 0 {
-				o.book.draining[j.ID] = d
-			}
 		}
 	}
+	o.loadDrainsLocked(jobs)
 	return nil
 }

@@ -26,19 +26,22 @@ func generations(j cosmic.Job) []int {
 	return out
 }
 
-// draining is the replica of job id the ork's peers mark draining (-1).
-func (e *env) draining(id string) int {
+// draining are the replicas of job id the ork's peers mark draining
+// (drained, or being deleted: no new request goes there).
+func (e *env) draining(id string) []int {
 	e.t.Helper()
 	p, err := e.o.WatchPeers(e.ctx, orkapi.WatchPeersParams{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	var out []int
 	for _, pl := range p.Placements {
 		if pl.Job == id && pl.Draining {
-			return pl.Replica
+			out = append(out, pl.Replica)
 		}
 	}
-	return -1
+	slices.Sort(out)
+	return out
 }
 
 // rolloutRecords are the rollout's system records of the job.
@@ -85,15 +88,15 @@ func TestRollingUpdate(t *testing.T) {
 				// Nothing is drained until the surge runs.
 				time.Sleep(3 * time.Second)
 				synctest.Wait()
-				if d := e.draining(j.ID); d != -1 {
-					t.Fatalf("replica %d drained before the surge runs", d)
+				if d := e.draining(j.ID); len(d) != 0 {
+					t.Fatalf("replicas %v drained before the surge runs", d)
 				}
 				e.push(w, w.observe(j.ID, 2, cosmic.StateRunning))
 				for i := range 2 {
 					time.Sleep(time.Second)
 					synctest.Wait()
-					if d := e.draining(j.ID); d != i {
-						t.Fatalf("draining %d, want replica %d", d, i)
+					if d := e.draining(j.ID); !slices.Equal(d, []int{i}) {
+						t.Fatalf("draining %v, want replica %d", d, i)
 					}
 					// A request in flight there holds it.
 					e.report(p, j.ID, 1, 0)
@@ -122,11 +125,18 @@ func TestRollingUpdate(t *testing.T) {
 					e.push(w, w.observe(j.ID, i, cosmic.StateRunning))
 					e.checkBooks()
 				}
-				// Every replica is of generation 1: the surge goes.
+				// Every replica is of generation 1: the surge is drained,
+				// then goes.
 				time.Sleep(time.Second)
 				synctest.Wait()
+				if d := e.draining(j.ID); !slices.Equal(d, []int{2}) {
+					t.Fatalf("draining %v, want the surge, 2", d)
+				}
+				e.idleFor(p, j.ID, 3)
 				e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateDeleting)
 				confirm(e, w, j.ID, 2)
+				time.Sleep(time.Second)
+				synctest.Wait()
 				got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
 				if got.Status.Rollout != nil || got.Status.LastRollout == nil || got.Status.LastRollout.Outcome != cosmic.RolloutDone || got.Spec.Inference.Replicas != 2 {
 					t.Fatalf("after the rollout: %+v, last %+v, replicas %d", got.Status.Rollout, got.Status.LastRollout, got.Spec.Inference.Replicas)
@@ -136,7 +146,7 @@ func TestRollingUpdate(t *testing.T) {
 				}
 				e.checkBooks()
 				recs := e.rolloutRecords(j.ID)
-				if len(recs) < 6 || !strings.Contains(recs[len(recs)-1], "rolled_out") {
+				if len(recs) != 5 || !strings.Contains(recs[len(recs)-1], "rolled_out") || !strings.HasPrefix(recs[1], "draining replica 0") {
 					t.Fatalf("rollout records:\n%s", strings.Join(recs, "\n"))
 				}
 			})
@@ -178,14 +188,15 @@ func TestRollbackOnAFailedReplica(t *testing.T) {
 		synctest.Wait()
 		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StatePending)
 		e.push(w, w.observe(j.ID, 2, cosmic.StateRunning))
+		e.idleFor(proxyKey(t), j.ID, 4)
+		e.push(w, w.gone(j.ID, 2))
 		time.Sleep(time.Second)
 		synctest.Wait()
-		e.push(w, w.gone(j.ID, 2))
 		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
 		lr := got.Status.LastRollout
 		if got.Status.Rollout != nil || lr == nil || lr.Outcome != cosmic.RolloutRolledBack || lr.Reason == nil || lr.Reason.Code != cosmic.ReasonRolloutFailed ||
 			!strings.Contains(lr.Reason.Message, "replica 2 of generation 1 failed") {
-			t.Fatalf("last rollout %+v (reason %+v)", lr, lr.Reason)
+			t.Fatalf("last rollout %+v", lr)
 		}
 		if w.count("delete "+j.ID+"/0") != 0 || w.count("delete "+j.ID+"/1") != 0 {
 			t.Error("a replica of the spec before was replaced")

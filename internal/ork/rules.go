@@ -186,6 +186,7 @@ func reportRules(in reportInput) (reportOutcome, error) {
 		return out, nil
 	}
 	j.SyncAgentDeadlines()
+	j.SyncDrains()
 	if deleting {
 		out.Remove = true
 		for i := range max(j.Spec.Replicas(), len(j.Status.Replicas)) {
