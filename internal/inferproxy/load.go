@@ -3,6 +3,7 @@ package inferproxy
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,39 +29,29 @@ var _ LoadReporter = (*orkapi.Client)(nil)
 // loadEvery is how often the proxy reports its load.
 const loadEvery = time.Second
 
-// jobLoads counts the requests of the autoscaled jobs at this proxy.
+// jobLoads counts the requests of the autoscaled jobs waiting at this
+// proxy for a replica to be ready (those in flight are the replicas' own
+// counts: replica.outstanding, read when a report is made).
 type jobLoads struct {
-	mu   sync.Mutex
-	m    map[string]orkapi.JobLoad
-	kick chan struct{}
+	mu      sync.Mutex
+	waiting map[string]int
+	kick    chan struct{}
 }
 
 func newJobLoads() *jobLoads {
-	return &jobLoads{m: map[string]orkapi.JobLoad{}, kick: make(chan struct{}, 1)}
+	return &jobLoads{waiting: map[string]int{}, kick: make(chan struct{}, 1)}
 }
 
-// add changes job id's counts (inFlight at replica, when not negative);
-// a request that starts waiting asks for a report at once.
-func (l *jobLoads) add(id string, replica, inFlight, waiting int) {
+// wait changes job id's count of waiting requests; a request that starts
+// waiting asks for a report at once.
+func (l *jobLoads) wait(id string, n int) {
 	l.mu.Lock()
-	e := l.m[id]
-	e.ID, e.InFlight, e.Waiting = id, e.InFlight+inFlight, e.Waiting+waiting
-	if replica >= 0 && inFlight != 0 {
-		if e.Replicas == nil {
-			e.Replicas = map[int]int{}
-		}
-		e.Replicas[replica] += inFlight
-		if e.Replicas[replica] == 0 {
-			delete(e.Replicas, replica)
-		}
-	}
-	if e.InFlight == 0 && e.Waiting == 0 {
-		delete(l.m, id)
-	} else {
-		l.m[id] = e
+	l.waiting[id] += n
+	if l.waiting[id] <= 0 {
+		delete(l.waiting, id)
 	}
 	l.mu.Unlock()
-	if waiting > 0 {
+	if n > 0 {
 		select {
 		case l.kick <- struct{}{}:
 		default:
@@ -68,17 +59,47 @@ func (l *jobLoads) add(id string, replica, inFlight, waiting int) {
 	}
 }
 
-// report is the counts now: the jobs with requests here.
-func (l *jobLoads) report() orkapi.LoadReport {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := orkapi.LoadReport{Jobs: make([]orkapi.JobLoad, 0, len(l.m))}
-	for _, e := range l.m {
+// loadReport is the load now: for each job with requests here, those in
+// flight at each of its replicas and those waiting for one.
+func (p *Proxy) loadReport() orkapi.LoadReport {
+	byJob := map[string]*orkapi.JobLoad{}
+	get := func(id string) *orkapi.JobLoad {
+		jl := byJob[id]
+		if jl == nil {
+			jl = &orkapi.JobLoad{ID: id}
+			byJob[id] = jl
+		}
+		return jl
+	}
+	s := p.replicas
+	s.mu.Lock()
+	pools := slices.Collect(maps.Values(s.pools))
+	s.mu.Unlock()
+	for _, pl := range pools {
+		pl.mu.Lock()
+		for _, r := range pl.order {
+			if n := int(r.outstanding.Load()); n > 0 {
+				jl := get(pl.jobID)
+				if jl.Replicas == nil {
+					jl.Replicas = map[int]int{}
+				}
+				jl.InFlight += n
+				jl.Replicas[r.meta.Load().Replica] += n
+			}
+		}
+		pl.mu.Unlock()
+	}
+	p.loads.mu.Lock()
+	for id, n := range p.loads.waiting {
+		get(id).Waiting += n
+	}
+	p.loads.mu.Unlock()
+	out := orkapi.LoadReport{Jobs: make([]orkapi.JobLoad, 0, len(byJob))}
+	for _, jl := range byJob {
 		if len(out.Jobs) == orkapi.MaxLoadJobs {
 			break // the ork takes no more
 		}
-		e.Replicas = maps.Clone(e.Replicas)
-		out.Jobs = append(out.Jobs, e)
+		out.Jobs = append(out.Jobs, *jl)
 	}
 	return out
 }
@@ -98,7 +119,7 @@ func (p *Proxy) reportLoads(ctx context.Context, r LoadReporter) {
 		case <-p.loads.kick:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*loadEvery)
-		err := r.ReportLoad(cctx, p.loads.report())
+		err := r.ReportLoad(cctx, p.loadReport())
 		cancel()
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:

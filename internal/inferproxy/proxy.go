@@ -842,7 +842,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		wait.deadline = wait.start.Add(max(p.cfg.ReadyWait.D(), p.cfg.WakeWait.D()))
 		wait.onWait = func(n int) {
 			for _, id := range scaled {
-				p.loads.add(id, -1, 0, n)
+				p.loads.wait(id, n)
 			}
 		}
 	}
@@ -879,10 +879,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
 		attempt++
-		index := rep.meta.Load().Replica
-		p.loads.add(rep.job, index, 1, 0)
 		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
-		p.loads.add(rep.job, index, -1, 0)
 		if errText == errBodyFailed {
 			return true
 		}
