@@ -166,6 +166,21 @@ function Overview({ me, job, onError }) {
           <>
             <dt>Model</dt><dd>{s.inference.model} ({s.inference.runtime})</dd>
             <dt>Model health</dt><dd><span class={`health h-${job.status.modelHealth || "unknown"}`}>{job.status.modelHealth || "unknown"}</span></dd>
+            {job.status.rollout && (
+              <>
+                <dt>Rolling update</dt>
+                <dd>{rolloutText(job)}</dd>
+              </>
+            )}
+            {job.status.lastRollout && (
+              <>
+                <dt>Last update</dt>
+                <dd>
+                  generation {job.status.lastRollout.generation} {job.status.lastRollout.outcome.replace("_", " ")} <Time t={job.status.lastRollout.ended} />
+                  {job.status.lastRollout.reason && <p class="help">{job.status.lastRollout.reason.message}</p>}
+                </dd>
+              </>
+            )}
           </>
         ) : (
           <>
@@ -192,6 +207,15 @@ function Overview({ me, job, onError }) {
   );
 }
 
+// rolloutText says how far a rolling update is: replicas of the new
+// generation running, out of the count it ends at.
+function rolloutText(job) {
+  const ro = job.status.rollout;
+  const g = job.status.generation;
+  const done = (job.status.replicas || []).filter((r) => r.index < ro.replicas && r.generation === g && r.state === "running").length;
+  return `${ro.rollingBack ? "rolling back: " : ""}${done} of ${ro.replicas} replicas run generation ${g}`;
+}
+
 function Replicas({ me, job, onError }) {
   const inf = job.spec.type === "managed-inference";
   const [confirm, setConfirm] = useState(null);
@@ -214,7 +238,11 @@ function Replicas({ me, job, onError }) {
           {job.status.replicas.map((r) => (
             <tr data-replica={r.index}>
               <td>{r.index}</td>
-              <td><StateBadge state={r.state} /> {r.reason && <span class="detail">{r.reason.message}</span>}</td>
+              <td>
+                <StateBadge state={r.state} /> {r.drain && <span class="detail">draining: it answers what it has and takes no new request.</span>}{" "}
+                {r.reason && <span class="detail">{r.reason.message}</span>}
+                {job.status.generation > 0 && <span class="muted"> (generation {r.generation || 0})</span>}
+              </td>
               <td>{(r.nodes || []).join(", ") || "—"}</td>
               <td class="given">{r.given ? <>{givenText(r.given)}{r.given.note && <span class="detail"> {r.given.note}</span>}</> : "—"}</td>
               {inf && can(me, "jobs.operate") && (

@@ -295,6 +295,17 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await page.getByRole("button", { name: "Send" }).click();
   await waitFor("the playground's answer", async () => ((await page.getByLabel("Answer").textContent()) || "").trim().length > 0, 30000);
   await check(page, "job-playground");
+
+  // A rolling update through the API: the job's page shows how it ended.
+  const spec = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).spec;
+  spec.inference.args = { "max-model-len": "4096" };
+  const updated = await p.api("PUT", `/jobs/${id}/spec`, spec, p.token, "ml");
+  assert.equal(updated.status.generation, 1);
+  assert.ok(updated.status.rollout, "a rollout started");
+  await page.goto(p.url + `/jobs/${id}`);
+  await page.locator(".facts dd", { hasText: "generation 1 rolled out" }).waitFor({ timeout: 90000 });
+  await page.locator("table.replicas td", { hasText: "(generation 1)" }).first().waitFor();
+  await check(page, "job-rolled-out");
   await page.context().close();
 });
 
