@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -105,6 +106,9 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 					return WithExit(ExitFailure, fmt.Errorf("gave up waiting after %s: the rollout goes on", waitTimeout))
 				}
 				return c.explain(err)
+			}
+			if lr := final.Status.LastRollout; lr != nil {
+				fmt.Fprintf(a.Stderr, "[%s] generation %d %s in %s\n", elapsed(start), lr.Generation, strings.ReplaceAll(lr.Outcome, "_", " "), lr.Ended.Sub(lr.Started).Round(time.Second))
 			}
 			if err := a.printJob(&out, final); err != nil {
 				return err

@@ -200,6 +200,9 @@ func (o *Ork) autoscale(ctx context.Context) {
 			continue
 		}
 		why := fmt.Sprintf("%d requests in flight or waiting", demand)
+		if demand == 1 {
+			why = "1 request in flight or waiting"
+		}
 		if _, err := o.scaleJob(ctx, id, n, why); err != nil {
 			o.log.Warn("autoscale", "job_id", id, "from", cur, "to", n, "err", err)
 		}

@@ -292,3 +292,28 @@ func TestRestartAtZeroReplicas(t *testing.T) {
 		e.checkBooks()
 	})
 }
+
+// A job updated to be autoscaled is scaled from then on (not only after
+// the autoscaler's next read of the store's list).
+func TestUpdateToAutoscaled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		p := proxyKey(t)
+		spec := autoscaled(0, 2)
+		spec.Inference.Autoscaling = nil
+		j := e.createSpec(spec)
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		next := j.Spec
+		in := *next.Inference
+		in.Autoscaling = &cosmic.Autoscaling{MinReplicas: 0, MaxReplicas: 2, ScaleDownDelay: 10}
+		next.Inference = &in
+		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next}); err != nil {
+			t.Fatal(err)
+		}
+		e.idleFor(p, j.ID, 14)
+		if got := e.job(j.ID); got.Spec.Inference.Replicas != 0 {
+			t.Fatalf("14 s idle after the update: %d replicas, want 0 (cool-down 10 s)", got.Spec.Inference.Replicas)
+		}
+	})
+}

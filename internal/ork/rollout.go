@@ -113,6 +113,9 @@ func (o *Ork) UpdateJob(ctx context.Context, p orkapi.UpdateJobParams) (cosmic.J
 		if started {
 			o.rolling[j.ID] = true
 		}
+		if j.Spec.Autoscaled() {
+			o.autoscaled[j.ID] = true // autoscaled from now
+		}
 	}
 	o.mu.Unlock()
 	if err != nil {
