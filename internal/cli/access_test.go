@@ -45,7 +45,10 @@ var cliRoutes = map[string]cliRoute{
 	"jobs require-auth": {args: func(e *appnodetest.AccessEnv, _ string) []string {
 		return []string{"jobs", "require-auth", e.Job.ID, "off"}
 	}, route: "PUT /api/v1/jobs/{id}/inference/auth", change: true},
-	"jobs shell":       {args: onJob("jobs", "shell", "-T", "--", "true"), route: "POST /api/v1/jobs/{id}/shell"},
+	"jobs shell": {args: onJob("jobs", "shell", "-T", "--", "true"), route: "POST /api/v1/jobs/{id}/shell"},
+	// It reads the job's spec first (GET, which every caller it may PUT
+	// for may read), then puts it back with the flags over it.
+	"jobs update":      {args: onJob("jobs", "update", "--label", "b=c"), route: "PUT /api/v1/jobs/{id}/spec", change: true},
 	"inference models": {args: fixed("inference", "models"), route: "GET /api/v1/jobs"},
 	"api-keys create":  {args: fixed("api-keys", "create", "k2"), route: "POST /api/v1/api-keys", change: true},
 	"api-keys list":    {args: fixed("api-keys", "list"), route: "GET /api/v1/api-keys"},

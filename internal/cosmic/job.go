@@ -127,6 +127,10 @@ type Rollout struct {
 	RollingBack bool      `json:"rollingBack,omitempty"`
 	Reason      *Reason   `json:"reason,omitempty"`
 	Started     time.Time `json:"started"`
+	// Progressed is when the rollout last took a step: one that takes
+	// none for the ork's rollout deadline (a replica that cannot be
+	// placed, say) rolls back.
+	Progressed time.Time `json:"progressed"`
 }
 
 // Progress is how far a starting job is ("import root disk", 42).

@@ -487,6 +487,9 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 		if !selected(i) {
 			continue
 		}
+		if i < len(j.Status.Replicas) && (j.Status.Replicas[i].State == cosmic.StateDeleting || j.Status.Replicas[i].Drain != nil) {
+			continue // going (a rollout replaces it, or a scale-down took it): not restarted
+		}
 		if r, ok := held[i]; ok {
 			inPlace = append(inPlace, r)
 		} else {

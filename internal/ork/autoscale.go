@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -114,6 +115,11 @@ func (o *Ork) ReportLoad(from fabric.PublicKey, rep orkapi.LoadReport) error {
 		if l.InFlight < 0 || l.Waiting < 0 {
 			return fabric.Errorf(fabric.CodeBadRequest, "job %s: negative load", l.ID)
 		}
+		for i, n := range l.Replicas {
+			if n < 0 || i < 0 {
+				return fabric.Errorf(fabric.CodeBadRequest, "job %s: replica %d: negative load", l.ID, i)
+			}
+		}
 		jobs[l.ID] = l
 		wake = wake || l.Waiting > 0
 	}
@@ -159,8 +165,10 @@ func (o *Ork) autoscale(ctx context.Context) {
 	relist := now.Sub(o.scaledListed) >= autoscaleRelist
 	ids := maps.Clone(o.autoscaled)
 	for _, l := range o.loads {
-		for id := range l.jobs {
-			ids[id] = true
+		for id, jl := range l.jobs {
+			if jl.Waiting > 0 {
+				ids[id] = true // a job woken from zero may be new to the autoscaler
+			}
 		}
 	}
 	o.mu.Unlock()
@@ -232,12 +240,16 @@ func (o *Ork) scaleJob(ctx context.Context, id string, n int, why string) (cosmi
 		if st := j.Status.State; st != cosmic.StateRunning && st != cosmic.StateDegraded {
 			return conflictf("job %s is %s: only a serving job is scaled", j.ID, st)
 		}
+		// The bounds as stored now (an update may have changed them since
+		// the decision).
+		a := j.Spec.Inference.Autoscaling
+		n = min(max(n, a.MinReplicas), a.MaxReplicas)
 		from = j.Spec.Replicas()
 		removed = o.resizeLocked(j, n, cosmic.NewReason(cosmic.ReasonScaledDown, why))
 		return o.setAggregate(j)
 	})
-	if err == nil && n > from {
-		o.enqueueLocked(j)
+	if err == nil {
+		o.requeueLocked(j)
 	}
 	o.mu.Unlock()
 	if err != nil || n == from {
@@ -284,6 +296,7 @@ func (o *Ork) resizeLocked(j *cosmic.Job, n int, gone cosmic.Reason) []cosmic.Re
 		}
 		setReplica(j, i, func(rs *cosmic.ReplicaStatus) {
 			rs.State, rs.Reason, rs.Nodes, rs.AgentKeys, rs.Progress = cosmic.StateQueued, nil, nil, nil, nil
+			rs.Generation = j.Status.Generation // what it will be placed with
 		})
 	}
 	var removed []cosmic.Reservation
@@ -324,45 +337,65 @@ type cappedJob struct {
 	why cosmic.Reason
 }
 
-// capScaleLocked takes back a scale-up the job's location can never hold
-// (placement found it impossible): to the most replicas placement could
-// hold with every node empty (at least those that hold GPUs now), the
-// queued replicas beyond going; the autoscaler asks for no more than that
-// from now on (until the ork restarts).
-func (o *Ork) capScaleLocked(ctx context.Context, job cosmic.Job, why cosmic.Reason) error {
+// takeBackLocked takes back the replicas of a job holding GPUs that its
+// location can never hold (placement found them impossible), reading the
+// job afresh. An autoscaled job's scale-up is capped to the most replicas
+// placement could hold with every node empty (at least those placed), and
+// the autoscaler asks for no more than that from now on (until the ork
+// restarts). Any other (a rollout's replica, or a count an update raised
+// before the location shrank) fails those replicas alone, holding no GPUs:
+// the job serves on, degraded, and a rollout rolls back.
+func (o *Ork) takeBackLocked(ctx context.Context, queued cosmic.Job, why cosmic.Reason) error {
+	job, err := o.st.GetJob(ctx, queued.ID)
+	if err != nil {
+		o.dequeueLocked(queued.ID)
+		return err
+	}
+	reserved := func(i int) bool { _, ok := o.snap.Reserved(job.ID, i); return ok }
 	held := 0
 	for i := range job.Spec.Replicas() {
-		if _, ok := o.snap.Reserved(job.ID, i); ok {
+		if reserved(i) {
 			held = i + 1
 		}
 	}
-	n := job.Spec.Replicas() - 1
-	for ; n > held; n-- {
-		try := job
-		in := *job.Spec.Inference
-		in.Replicas = n
-		try.Spec.Inference = &in
-		if _, impossible := placement.Place(o.snap, try).(placement.Impossible); !impossible {
-			break
-		}
-	}
-	st := o.scalers[job.ID]
-	st.cap = max(n, 1)
-	o.scalers[job.ID] = st
+	line, step := "", "placement"
 	j, err := o.updateJobLocked(ctx, job.ID, func(_ Tx, j *cosmic.Job) error {
-		j.Spec.Inference.Replicas = n
-		trimReplicas(j, func(i int) bool { _, ok := o.snap.Reserved(job.ID, i); return ok })
+		if j.Spec.Autoscaled() && j.Status.Rollout == nil {
+			step = "autoscale"
+			n := j.Spec.Replicas() - 1
+			for ; n > held; n-- {
+				try := *j
+				in := *j.Spec.Inference
+				in.Replicas = n
+				try.Spec.Inference = &in
+				if _, impossible := placement.Place(o.snap, try).(placement.Impossible); !impossible {
+					break
+				}
+			}
+			st := o.scalers[j.ID]
+			st.cap = max(n, 1)
+			o.scalers[j.ID] = st
+			line = fmt.Sprintf("cannot scale to %d replicas, only to %d: %s", j.Spec.Replicas(), n, why.Message)
+			j.Spec.Inference.Replicas = n
+			trimReplicas(j, reserved)
+			return o.setAggregate(j)
+		}
+		var failed []string
+		for i := range j.Spec.Replicas() {
+			if !reserved(i) && i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateQueued {
+				r := why
+				setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateFailed, &r })
+				failed = append(failed, fmt.Sprint(i))
+			}
+		}
+		line = fmt.Sprintf("replicas %s cannot be placed: %s", strings.Join(failed, ", "), why.Message)
 		return o.setAggregate(j)
 	})
 	if err != nil {
 		return err
 	}
-	if n > held {
-		o.enqueueLocked(j)
-	} else {
-		o.dequeueLocked(j.ID)
-	}
-	o.record(j, "autoscale", fmt.Sprintf("cannot scale to %d replicas, only to %d: %s", job.Spec.Replicas(), n, why.Message))
+	o.requeueLocked(j)
+	o.record(j, step, line)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package ork
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,37 +64,76 @@ func (o *Ork) noteDrainsLocked(j cosmic.Job) {
 	o.peersChangedLocked()
 }
 
-// drained says whether replica i of job id has drained: the proxies'
-// reports taken once the drain settled say nothing is in flight there, or
-// the drain timeout has passed.
+// drainedLocked says whether replica i of job id has drained: every
+// proxy that reported when the drain began (within loadFresh) has
+// reported since it settled, and those reports say nothing is in flight
+// there; or the drain timeout has passed. A proxy that stopped reporting
+// holds the drain to its timeout (its requests may still be running).
 func (o *Ork) drainedLocked(id string, i int, d *cosmic.Drain, now time.Time) bool {
 	if now.Sub(d.Since) >= o.cfg.DrainTimeout.D() {
 		return true
 	}
-	n, known := o.inFlightLocked(id, i, d.Since.Add(drainSettle))
-	return known && n == 0
+	settled := d.Since.Add(drainSettle)
+	heard := false
+	for _, l := range o.loads {
+		if l.at.Before(settled) {
+			if d.Since.Sub(l.at) <= loadFresh {
+				return false // reporting when the drain began, not since it settled
+			}
+			continue
+		}
+		heard = true
+		if l.jobs[id].Replicas[i] > 0 {
+			return false
+		}
+	}
+	return heard
 }
 
 // advanceDrains deletes the drained replicas of the jobs draining some.
+// It reads each job first and writes only when a drain has ended.
 func (o *Ork) advanceDrains(ctx context.Context) {
 	o.mu.Lock()
 	ids := slices.Sorted(maps.Keys(o.drainingJobs))
 	o.mu.Unlock()
 	for _, id := range ids {
+		cur, err := o.st.GetJob(ctx, id)
+		if err != nil {
+			if errors.Is(err, cosmic.ErrNotFound) {
+				o.mu.Lock()
+				delete(o.drainingJobs, id)
+				o.mu.Unlock()
+			}
+			continue
+		}
 		o.mu.Lock()
+		now := o.now()
+		ended := func(j cosmic.Job) bool {
+			for i, r := range j.Status.Replicas {
+				if r.Drain != nil && o.drainedLocked(id, i, r.Drain, now) {
+					return true
+				}
+			}
+			return false
+		}
+		if !ended(cur) {
+			o.noteDrainsLocked(cur)
+			o.mu.Unlock()
+			continue
+		}
 		var (
 			removed []cosmic.Reservation
 			lines   []string
 		)
-		now := o.now()
 		j, err := o.updateJobLocked(ctx, id, func(_ Tx, j *cosmic.Job) error {
-			changed := false
+			if !ended(*j) {
+				return errUnchanged
+			}
 			for i := range j.Status.Replicas {
 				r := &j.Status.Replicas[i]
 				if r.Drain == nil || !o.drainedLocked(id, i, r.Drain, now) {
 					continue
 				}
-				changed = true
 				then := r.Drain.Then
 				if res, held := o.snap.Reserved(id, i); held {
 					removed = append(removed, res)
@@ -102,24 +142,19 @@ func (o *Ork) advanceDrains(ctx context.Context) {
 				}
 				r.Drain = nil
 			}
-			if !changed {
-				return errUnchanged
-			}
 			trimReplicas(j, func(i int) bool { _, held := o.snap.Reserved(id, i); return held })
 			if j.Status.State == cosmic.StateDeleting {
 				return nil
 			}
 			return o.setAggregate(j)
 		})
-		if err != nil && err != errUnchanged {
-			delete(o.drainingJobs, id) // gone, or read again at the next start
-			o.mu.Unlock()
+		o.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, errUnchanged) {
+				o.log.Warn("end a drain", "job_id", id, "err", err)
+			}
 			continue
 		}
-		if err == nil {
-			o.noteDrainsLocked(j)
-		}
-		o.mu.Unlock()
 		o.deleteOnWorkers(ctx, id, removed)
 		for _, l := range lines {
 			o.record(j, "drain", l)

@@ -57,10 +57,14 @@ type Config struct {
 	// AutoscaleEvery is how often the autoscaler sizes the autoscaled
 	// jobs to the proxies' load reports (default 1s).
 	AutoscaleEvery config.Duration `json:"autoscaleEvery,omitempty"`
-	// DrainTimeout bounds how long a rollout waits for a drained
-	// replica's requests to end before it replaces it anyway (default
-	// 2m).
+	// DrainTimeout bounds how long the ork waits for a drained replica's
+	// requests to end (a replica a scale-down takes away or a rollout
+	// replaces) before it deletes it anyway (default 2m).
 	DrainTimeout config.Duration `json:"drainTimeout,omitempty"`
+	// RolloutDeadline is how long a rollout may go without a step (a
+	// replica of the new spec that waits for GPUs or quota, say) before
+	// it rolls back, or, rolling back, is abandoned (default 10m).
+	RolloutDeadline config.Duration `json:"rolloutDeadline,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -81,8 +85,8 @@ func (c Config) Validate() error {
 	if c.WorkerTimeout <= 0 {
 		errs = append(errs, errors.New("worker timeout must be positive"))
 	}
-	if c.AutoscaleEvery < 0 || c.DrainTimeout < 0 {
-		errs = append(errs, errors.New("autoscaleEvery and drainTimeout must not be negative (0: their defaults)"))
+	if c.AutoscaleEvery < 0 || c.DrainTimeout < 0 || c.RolloutDeadline < 0 {
+		errs = append(errs, errors.New("autoscaleEvery, drainTimeout and rolloutDeadline must not be negative (0: their defaults)"))
 	}
 	if c.MaxJobsPerTeam < 0 {
 		errs = append(errs, errors.New("maxJobsPerTeam must not be negative (0: no bound)"))
@@ -216,6 +220,9 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = config.Duration(2 * time.Minute)
+	}
+	if cfg.RolloutDeadline == 0 {
+		cfg.RolloutDeadline = config.Duration(10 * time.Minute)
 	}
 	records := d.Records
 	if records == nil {
@@ -464,6 +471,34 @@ func (o *Ork) workerCtx(ctx context.Context) (context.Context, context.CancelFun
 
 // ---- queue and placement
 
+// errStalePlacement is a placement of a replica the job no longer has.
+var errStalePlacement = errors.New("the queued job is older than the stored one")
+
+// requeueLocked brings the queue in line with job j as it is now: queued
+// (its copy replaced, keeping its place) while a replica within its count
+// waits to be placed, else out of the queue. Every change of a job's
+// replica count calls it, so that the queue never places a replica the
+// job no longer has.
+func (o *Ork) requeueLocked(j cosmic.Job) {
+	for i := range j.Spec.Replicas() {
+		if _, held := o.snap.Reserved(j.ID, i); !held && i < len(j.Status.Replicas) && j.Status.Replicas[i].State == cosmic.StateQueued {
+			o.enqueueLocked(j)
+			return
+		}
+	}
+	o.dequeueLocked(j.ID)
+}
+
+// holdsAnyLocked says whether a replica of job holds GPUs.
+func (o *Ork) holdsAnyLocked(job cosmic.Job) bool {
+	for i := range max(job.Spec.Replicas(), len(job.Status.Replicas)) {
+		if _, held := o.snap.Reserved(job.ID, i); held {
+			return true
+		}
+	}
+	return false
+}
+
 // enqueueLocked queues j (or updates it, keeping its place) with the GPUs
 // its replicas without a reservation need.
 func (o *Ork) enqueueLocked(j cosmic.Job) {
@@ -531,6 +566,7 @@ func (o *Ork) schedule(ctx context.Context) {
 	var (
 		work   []applyWork
 		capped []cappedJob
+		stale  []string
 	)
 	clear(o.wait)
 	o.fq.Pass(func(fj fairq.Job) fairq.Outcome {
@@ -545,6 +581,10 @@ func (o *Ork) schedule(ctx context.Context) {
 				}
 			}
 			j, err := o.commitPlacementLocked(ctx, job, d.Reservations)
+			if errors.Is(err, errStalePlacement) {
+				stale = append(stale, job.ID)
+				return fairq.Skip
+			}
 			if err != nil {
 				o.log.Error("commit placement", "job_id", job.ID, "err", err)
 				return fairq.Stop
@@ -562,9 +602,11 @@ func (o *Ork) schedule(ctx context.Context) {
 			o.wait[job.ID] = waitInfo{what: d.WaitingFor, reason: d.Reason}
 			return fairq.Wait
 		case placement.Impossible:
-			if job.Spec.Autoscaled() && (job.Status.State == cosmic.StateRunning || job.Status.State == cosmic.StateDegraded) {
-				// A scale-up the location can never hold: taken back
-				// to what it can, after the pass.
+			if o.holdsAnyLocked(job) {
+				// The job serves on what it holds: only the replicas the
+				// location can never hold are taken back, after the pass
+				// (a scale-up capped; a rollout's replica failed, which
+				// rolls it back). A job holding GPUs is never failed here.
 				capped = append(capped, cappedJob{job, d.Reason})
 				return fairq.Skip
 			}
@@ -582,12 +624,19 @@ func (o *Ork) schedule(ctx context.Context) {
 		o.wait[fj.ID] = quotaWait(b)
 	})
 	for _, c := range capped {
-		if err := o.capScaleLocked(ctx, c.job, c.why); err != nil {
-			o.log.Error("cap the scale of a job", "job_id", c.job.ID, "err", err)
+		if err := o.takeBackLocked(ctx, c.job, c.why); err != nil {
+			o.log.Error("take back replicas the location cannot hold", "job_id", c.job.ID, "err", err)
+		}
+	}
+	for _, id := range stale {
+		if j, err := o.st.GetJob(ctx, id); err == nil {
+			o.requeueLocked(j)
+		} else {
+			o.dequeueLocked(id)
 		}
 	}
 	o.mu.Unlock()
-	if len(capped) > 0 {
+	if len(capped) > 0 || len(stale) > 0 {
 		o.poke()
 	}
 	// Workers are told in the background: a slow or unreachable worker must
@@ -627,6 +676,11 @@ func (o *Ork) admitsLocked(job cosmic.Job, rs []cosmic.Reservation) (fairq.Block
 func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []cosmic.Reservation) (cosmic.Job, error) {
 	j, err := o.updateJobLocked(ctx, job.ID, func(tx Tx, j *cosmic.Job) error {
 		for _, r := range rs {
+			if r.Replica >= j.Spec.Replicas() {
+				// The queue's copy of the job is older than the job: a
+				// scale-down or an update took the replica away since.
+				return errStalePlacement
+			}
 			if err := tx.ClaimGPUs(ctx, r); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package ork
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/ork/placement"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -69,6 +71,27 @@ func (o *Ork) UpdateJob(ctx context.Context, p orkapi.UpdateJobParams) (cosmic.J
 		o.mu.Unlock()
 		return cur, conflictf("job %s is %s: update it once it runs (or stop it first)", cur.ID, cur.Status.State)
 	}
+	if n := cur.Spec.Replicas(); serving && n > 0 {
+		// What the update needs the location to hold: one replica more
+		// than the job runs while it rolls out, and the new count.
+		want := next.Replicas()
+		if rollout {
+			want = max(want, n+1)
+		}
+		try := cur
+		try.Spec = next
+		in := *next.Inference
+		in.Replicas = want
+		try.Spec.Inference = &in
+		if d, impossible := placement.Place(o.snap, try).(placement.Impossible); impossible {
+			o.mu.Unlock()
+			what := fmt.Sprintf("%d replicas", want)
+			if rollout && want == n+1 {
+				what = fmt.Sprintf("%d replicas (a rolling update runs one more than the job's %d)", want, n)
+			}
+			return cur, conflictf("the location cannot hold %s: %s; make room, or stop the job and update it", what, d.Reason.Message)
+		}
+	}
 	var removed []cosmic.Reservation
 	started := false
 	j, err := o.updateJobLocked(ctx, p.ID, func(_ Tx, j *cosmic.Job) error {
@@ -103,13 +126,11 @@ func (o *Ork) UpdateJob(ctx context.Context, p orkapi.UpdateJobParams) (cosmic.J
 		j.Spec = next
 		j.Spec.Inference.Replicas = n
 		removed = o.resizeLocked(j, n+1, cosmic.Reason{})
-		j.Status.Rollout = &cosmic.Rollout{Replicas: target, Previous: &prev, From: j.Status.Generation - 1, Started: o.now()}
+		j.Status.Rollout = &cosmic.Rollout{Replicas: target, Previous: &prev, From: j.Status.Generation - 1, Started: o.now(), Progressed: o.now()}
 		return o.setAggregate(j)
 	})
 	if err == nil {
-		if slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) {
-			o.enqueueLocked(j)
-		}
+		o.requeueLocked(j)
 		if started {
 			o.rolling[j.ID] = true
 		}
@@ -151,7 +172,9 @@ type rolloutDecision struct {
 
 // rolloutInput is what rolloutRule decides on.
 type rolloutInput struct {
-	Job cosmic.Job
+	Job      cosmic.Job
+	Now      time.Time
+	Deadline time.Duration // the ork's RolloutDeadline
 }
 
 // rolloutRule decides a rollout's next step. A job that stopped, failed
@@ -193,7 +216,24 @@ func rolloutRule(in rolloutInput) rolloutDecision {
 		switch {
 		case r.State == cosmic.StateDeleting, r.Drain != nil,
 			r.Generation == g && r.State != cosmic.StateRunning && r.State != cosmic.StateFailed:
-			return rolloutDecision{Action: rolloutWait}
+			if in.Now.Sub(ro.Progressed) < in.Deadline {
+				return rolloutDecision{Action: rolloutWait}
+			}
+			why := fmt.Sprintf("no step for %s: replica %d is %s", in.Deadline, r.Index, r.State)
+			if r.Drain != nil {
+				why = fmt.Sprintf("no step for %s: replica %d drains", in.Deadline, r.Index)
+			}
+			if r.Reason != nil {
+				why += " (" + r.Reason.Message + ")"
+			}
+			if r.State == cosmic.StateQueued && j.Status.WaitingFor != "" {
+				why += ": " + j.Status.WaitingFor
+			}
+			reason := cosmic.NewReason(cosmic.ReasonRolloutFailed, why)
+			if ro.RollingBack {
+				return rolloutDecision{Action: rolloutAbandon, Reason: &reason}
+			}
+			return rolloutDecision{Action: rolloutRollBack, Replica: r.Index, Reason: &reason}
 		}
 	}
 	for _, r := range replicas {
@@ -214,20 +254,6 @@ func rolloutRule(in rolloutInput) rolloutDecision {
 	return rolloutDecision{Action: rolloutFinish}
 }
 
-// inFlightLocked sums what the proxies' reports taken at or after since
-// say is in flight at replica of job id, and says whether any came.
-func (o *Ork) inFlightLocked(id string, replica int, since time.Time) (int, bool) {
-	n, known := 0, false
-	for _, l := range o.loads {
-		if l.at.Before(since) {
-			continue
-		}
-		known = true
-		n += l.jobs[id].Replicas[replica]
-	}
-	return n, known
-}
-
 // advanceRollouts takes the next step of every rollout.
 func (o *Ork) advanceRollouts(ctx context.Context) {
 	o.mu.Lock()
@@ -235,21 +261,28 @@ func (o *Ork) advanceRollouts(ctx context.Context) {
 	o.mu.Unlock()
 	for _, id := range ids {
 		j, err := o.st.GetJob(ctx, id)
-		if err != nil || j.Status.Rollout == nil {
+		if errors.Is(err, cosmic.ErrNotFound) || err == nil && j.Status.Rollout == nil {
 			o.mu.Lock()
 			delete(o.rolling, id)
 			o.mu.Unlock()
 			continue
 		}
+		if err != nil {
+			continue // the store's trouble: the next tick reads it again
+		}
 		o.rolloutStep(ctx, j)
 	}
 }
 
-// rolloutStep takes job j's next rollout step (rolloutRule) and records it.
+// rolloutStep takes job j's next rollout step (rolloutRule) and records
+// it. It decides on j (read without a transaction) whether there is a
+// step to take, and decides again, on the job as the transaction reads it,
+// which.
 func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 	o.mu.Lock()
-	d := rolloutRule(rolloutInput{Job: j})
-	if d.Action == rolloutWait {
+	now := o.now()
+	in := rolloutInput{Job: j, Now: now, Deadline: o.cfg.RolloutDeadline.D()}
+	if rolloutRule(in).Action == rolloutWait {
 		o.mu.Unlock()
 		return
 	}
@@ -257,13 +290,18 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 		removed []cosmic.Reservation
 		line    string
 		ended   bool
+		d       rolloutDecision
 	)
-	now := o.now()
 	j, err := o.updateJobLocked(ctx, j.ID, func(_ Tx, j *cosmic.Job) error {
 		ro := j.Status.Rollout
 		if ro == nil {
-			return conflictf("no rollout") // ended meanwhile
+			return errUnchanged // ended meanwhile
 		}
+		in.Job = *j
+		if d = rolloutRule(in); d.Action == rolloutWait {
+			return errUnchanged
+		}
+		ro.Progressed = now
 		switch d.Action {
 		case rolloutDrain:
 			o.drainReplica(j, d.Replica, cosmic.NewReason(cosmic.ReasonReplaced, fmt.Sprintf("by generation %d", j.Status.Generation)))
@@ -277,6 +315,7 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 			} else {
 				setReplica(j, i, func(rs *cosmic.ReplicaStatus) {
 					rs.State, rs.Reason, rs.Nodes, rs.AgentKeys, rs.Progress = cosmic.StateQueued, nil, nil, nil, nil
+					rs.Generation = j.Status.Generation
 				})
 			}
 			line = fmt.Sprintf("replacing replica %d with one of generation %d", i, j.Status.Generation)
@@ -329,7 +368,7 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 	})
 	if err != nil {
 		o.mu.Unlock()
-		if cosmic.CodeOf(err) != cosmic.CodeConflict {
+		if !errors.Is(err, errUnchanged) {
 			o.log.Warn("rollout step", "job_id", j.ID, "err", err)
 		}
 		return
@@ -337,9 +376,7 @@ func (o *Ork) rolloutStep(ctx context.Context, j cosmic.Job) {
 	if ended {
 		delete(o.rolling, j.ID)
 	}
-	if slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) {
-		o.enqueueLocked(j)
-	}
+	o.requeueLocked(j)
 	o.mu.Unlock()
 	o.deleteOnWorkers(ctx, j.ID, removed)
 	o.record(j, "rollout", line)

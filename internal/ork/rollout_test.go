@@ -254,3 +254,60 @@ func TestUpdateRules(t *testing.T) {
 		}
 	})
 }
+
+// An update the location can never hold (a rollout's one more replica on
+// a full rack) is refused, and changes nothing; a job whose rollout's
+// replica cannot be placed any more (its rack lost GPUs meanwhile) is
+// never failed: the replica alone fails, and the rollout rolls back.
+func TestUpdateTheLocationCannotHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8) // the job's two replicas of 4 GPUs fill it
+		e := newEnv(t, w)
+		j := e.createSpec(served())
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+		next := j.Spec
+		in := *next.Inference
+		in.Args = map[string]string{"max-model-len": "8192"}
+		next.Inference = &in
+		_, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next})
+		if cosmic.CodeOf(err) != cosmic.CodeConflict || !strings.Contains(err.Error(), "one more than the job's 2") {
+			t.Fatalf("a rollout on a full rack: %v, want a conflict saying why", err)
+		}
+		got := e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+		if got.Status.Generation != 0 || got.Spec.Inference.Args != nil {
+			t.Fatalf("a refused update changed the job: generation %d, args %v", got.Status.Generation, got.Spec.Inference.Args)
+		}
+		e.checkBooks()
+	})
+}
+
+// A scale-down while a replica of the scale-up still waits for GPUs:
+// that replica is never placed, even once GPUs free up.
+func TestScaleDownOfAQueuedReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		p := proxyKey(t)
+		other := e.create(4) // holds half the rack
+		e.push(w, w.observe(other.ID, 0, cosmic.StateRunning))
+		j := e.createSpec(autoscaled(1, 2))
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.report(p, j.ID, 4, 0)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateQueued)
+		e.idleFor(p, j.ID, 34) // the cool-down (30 s): back to one
+		e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning)
+		if _, err := e.o.KillJob(e.ctx, other.ID); err != nil {
+			t.Fatal(err)
+		}
+		e.idleFor(p, j.ID, 3)
+		got := e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning)
+		if got.Spec.Inference.Replicas != 1 {
+			t.Fatalf("%d replicas", got.Spec.Inference.Replicas)
+		}
+		wantHeld(t, e, j.ID, gpus("r1", "n0", 4, 5, 6, 7))
+		e.checkBooks()
+	})
+}

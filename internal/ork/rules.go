@@ -117,6 +117,7 @@ func reportRules(in reportInput) (reportOutcome, error) {
 			// it is placed afresh.
 			setReplica(j, rr.Replica, func(rs *cosmic.ReplicaStatus) {
 				rs.State, rs.Nodes, rs.AgentKeys = cosmic.StateQueued, nil, nil
+				rs.Generation = j.Status.Generation // what it will be placed with
 			})
 			out.Release = append(out.Release, res)
 			out.Requeue = true

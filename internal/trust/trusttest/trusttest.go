@@ -429,6 +429,11 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(struct{}{}, nil)
 	case orkapi.MethodDeleteJob, orkapi.MethodRestartJob, orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodSetRequireAuth:
 		return call(map[string]any{"id": nowhere, "name": "a", "value": "b"}, nil)
+	case orkapi.MethodUpdateJob: // a job that does not exist: nothing changes
+		return call(orkapi.UpdateJobParams{ID: nowhere, Spec: cosmic.Spec{Type: cosmic.TypeManagedInference, Location: "nowhere",
+			Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeVLLM, Model: "a/b"}}}, nil)
+	case orkapi.MethodReportLoad: // an empty report: no job's load changes
+		return call(orkapi.LoadReport{}, nil)
 	case orkapi.MethodForgetRacks:
 		return call(map[string]any{"ids": []string{"no-such-rack"}}, nil)
 	case orkapi.MethodWatchPeers:
