@@ -24,8 +24,9 @@ import (
 // and placed again with the new spec, one at a time; then the surge goes.
 // The job serves on at least its count of replicas throughout. A replica
 // of the new spec that fails rolls the job back to the spec before, the
-// same way. The steps are taken by rolloutStep, each heartbeat tick and
-// after each report; its decisions are pure (rolloutRule).
+// same way. The steps are taken by rolloutStep, on every AutoscaleEvery
+// tick; its decisions are pure (rolloutRule). While a job rolls out, the
+// autoscaler leaves it alone.
 
 // UpdateJob changes a managed-inference job's spec. Fields that change no
 // replica (routing, authorization, autoscaling, the replica count, labels)
