@@ -237,7 +237,9 @@ func rolloutRule(in rolloutInput) rolloutDecision {
 			return rolloutDecision{Action: rolloutRollBack, Replica: r.Index, Reason: &reason}
 		}
 	}
-	for _, r := range replicas {
+	// The replicas the job keeps (the surge beyond them goes at the end,
+	// whatever its generation: a rollback does not replace it).
+	for _, r := range replicas[:min(len(replicas), ro.Replicas)] {
 		if r.Generation == g {
 			continue
 		}

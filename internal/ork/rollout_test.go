@@ -156,8 +156,7 @@ func TestRollingUpdate(t *testing.T) {
 
 // A replica of the new spec that fails rolls the job back: the spec
 // before is restored, the replicas that still run it are kept, and the
-// failed one is placed again with the spec before; the last rollout says
-// why.
+// failed surge goes; the last rollout says why.
 func TestRollbackOnAFailedReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorker(t, "r1", 8, 8)
@@ -183,14 +182,9 @@ func TestRollbackOnAFailedReplica(t *testing.T) {
 		if g := generations(got); !slices.Equal(g, []int{2, 2, 1}) {
 			t.Fatalf("generations %v, want the old replicas kept as generation 2", g)
 		}
-		// The failed surge is placed again with the spec before, then goes.
-		time.Sleep(time.Second)
-		synctest.Wait()
-		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StatePending)
-		e.push(w, w.observe(j.ID, 2, cosmic.StateRunning))
-		e.idleFor(proxyKey(t), j.ID, 4)
-		e.push(w, w.gone(j.ID, 2))
-		time.Sleep(time.Second)
+		// The failed surge (it holds no GPU) just goes: nothing of the
+		// spec before needs replacing.
+		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		got = e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
 		lr := got.Status.LastRollout
@@ -308,6 +302,49 @@ func TestScaleDownOfAQueuedReplica(t *testing.T) {
 			t.Fatalf("%d replicas", got.Spec.Inference.Replicas)
 		}
 		wantHeld(t, e, j.ID, gpus("r1", "n0", 4, 5, 6, 7))
+		e.checkBooks()
+	})
+}
+
+// A rollout whose surge waits for GPUs that never come rolls back after
+// the rollout deadline, with no replica of the job replaced; the job
+// serves throughout and never fails.
+func TestRolloutDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8, 8)
+		e := newEnv(t, w)
+		j := e.createSpec(served())
+		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+		other := e.create(8) // the other node: no room for a surge
+		e.push(w, w.observe(other.ID, 0, cosmic.StateRunning))
+		next := j.Spec
+		in := *next.Inference
+		in.Args = map[string]string{"max-model-len": "8192"}
+		next.Inference = &in
+		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateQueued)
+		time.Sleep(9 * time.Minute)
+		synctest.Wait()
+		if got := e.job(j.ID); got.Status.Rollout == nil || got.Status.Rollout.RollingBack {
+			t.Fatalf("9 minutes in: rollout %+v, want it still waiting", got.Status.Rollout)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		got := e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning, cosmic.StateRunning)
+		lr := got.Status.LastRollout
+		if got.Status.Rollout != nil || lr == nil || lr.Outcome != cosmic.RolloutRolledBack || !strings.Contains(lr.Reason.Message, "no step for 10m0s: replica 2 is queued") {
+			t.Fatalf("after the deadline: rollout %+v, last %+v", got.Status.Rollout, lr)
+		}
+		if got.Spec.Inference.Args != nil || got.Spec.Inference.Replicas != 2 {
+			t.Fatalf("rolled back to args %v, %d replicas", got.Spec.Inference.Args, got.Spec.Inference.Replicas)
+		}
+		if w.count("delete "+j.ID+"/0") != 0 || w.count("delete "+j.ID+"/1") != 0 {
+			t.Error("a replica was replaced")
+		}
 		e.checkBooks()
 	})
 }
