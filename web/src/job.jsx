@@ -81,6 +81,9 @@ function Actions({ me, job, onError }) {
       {has(acts, "kill") && (
         <button type="button" onClick={() => setConfirm("kill")}>Kill</button>
       )}
+      {job.spec.type === "managed-inference" && can(me, "jobs.operate") && ["running", "degraded", "stopped", "failed", "queued"].includes(job.status.state) && !job.status.rollout && (
+        <button type="button" onClick={() => navigate(`/jobs/new?update=${job.id}`)}>Update</button>
+      )}
       {can(me, "jobs.create") && (
         <button type="button" onClick={() => navigate(`/jobs/new?from=${job.id}`)}>Duplicate</button>
       )}

@@ -9,9 +9,17 @@ import { blank, catalogueOf, controlOf, fromSpec, toSpec, withCatalogueImage } f
 // which validates as create does and answers the equivalent CLI line), so
 // the messages next to the fields are the API's.
 
+// FIXED are the form's fields an update cannot change (cosmic.UpdateFields):
+// where the job runs, its size and its endpoint's name.
+const FIXED = ["name", "location", "gpuModel", "gpu", "cpu", "memory", "diskGB", "runtime", "servedModelName"];
+
 export function NewJobPage({ me }) {
   const q = useQuery();
-  const from = q.get("from");
+  // ?from=ID duplicates a job; ?update=ID changes a managed-inference
+  // job's spec (PUT /jobs/{id}/spec: a rolling update), its fields fixed
+  // at create shown but not editable.
+  const updating = q.get("update");
+  const from = q.get("from") || updating;
   const [form, setForm] = useState(null);
   const [base, setBase] = useState({});
   const [fleet, setFleet] = useState(null);
@@ -37,6 +45,11 @@ export function NewJobPage({ me }) {
         try {
           const job = await call(`/jobs/${encodeURIComponent(from)}`);
           const { name: _n, ...rest } = job.spec;
+          if (updating) {
+            setBase(job.spec);
+            setForm({ ...fromSpec(job.spec), name: job.spec.name || "" });
+            return;
+          }
           setBase(rest);
           setForm(fromSpec(job.spec));
           return;
@@ -107,7 +120,7 @@ export function NewJobPage({ me }) {
     setBusy(true);
     setSubmitError(null);
     try {
-      const job = await call("/jobs", { body: spec });
+      const job = updating ? await call(`/jobs/${encodeURIComponent(updating)}/spec`, { method: "PUT", body: spec }) : await call("/jobs", { body: spec });
       navigate(`/jobs/${job.id}`);
     } catch (err) {
       setSubmitError(err);
@@ -136,6 +149,7 @@ export function NewJobPage({ me }) {
     id: `f-${k}`,
     name: k,
     value: form[k],
+    disabled: updating && FIXED.includes(k) ? true : undefined,
     onInput: set(k),
     "aria-invalid": errors[k] && (touched || from) ? "true" : undefined,
     "aria-describedby": [errors[k] ? `e-${k}` : "", `h-${k}`].filter(Boolean).join(" ") || undefined,
@@ -143,17 +157,24 @@ export function NewJobPage({ me }) {
 
   return (
     <section aria-labelledby="new-title">
-      <h1 id="new-title">{from ? "Duplicate job" : "New job"}</h1>
-      {from && <Notice>Filled in from job {from.slice(0, 8)}. Change what differs, then create.</Notice>}
+      <h1 id="new-title">{updating ? "Update job" : from ? "Duplicate job" : "New job"}</h1>
+      {updating ? (
+        <Notice>
+          The model, runtime arguments, LoRA adapters and image roll out to the replicas one at a time while the job serves, and roll back if a
+          new replica fails; routing, authorization, autoscaling and the replica count change at once. What is fixed at create is shown greyed.
+        </Notice>
+      ) : (
+        from && <Notice>Filled in from job {from.slice(0, 8)}. Change what differs, then create.</Notice>
+      )}
       <form class="jobform" onSubmit={submit} noValidate>
         <fieldset class="type">
           <legend>Job type</legend>
           <label class="choice">
-            <input type="radio" name="type" value="gpu-container" checked={!isInf} onChange={set("type")} disabled={!serves("gpu-container") && !isInf} />
+            <input type="radio" name="type" value="gpu-container" checked={!isInf} onChange={set("type")} disabled={!!updating || !serves("gpu-container") && !isInf} />
             <span><strong>GPU Container Job</strong> A VM with GPUs and a shell.</span>
           </label>
           <label class="choice">
-            <input type="radio" name="type" value="managed-inference" checked={isInf} onChange={set("type")} disabled={!serves("managed-inference") && !isInf} />
+            <input type="radio" name="type" value="managed-inference" checked={isInf} onChange={set("type")} disabled={!!updating || !serves("managed-inference") && !isInf} />
             <span>
               <strong>Managed Inference Job</strong> A model behind an OpenAI-compatible API.
               {!serves("managed-inference") && <em class="help" id="h-type-inference"> The racks of {where} do not run it.</em>}
@@ -282,7 +303,7 @@ export function NewJobPage({ me }) {
         )}
         <ErrorNotice error={submitError} />
         <div class="actions">
-          <button type="submit" class="primary" disabled={busy}>{busy ? "Creating…" : "Create job"}</button>
+          <button type="submit" class="primary" disabled={busy}>{updating ? (busy ? "Updating…" : "Update job") : busy ? "Creating…" : "Create job"}</button>
           <button type="button" onClick={() => setShowCmd(!showCmd)} aria-expanded={showCmd} aria-controls="cli-command">
             {showCmd ? "Hide CLI command" : "Show CLI command"}
           </button>

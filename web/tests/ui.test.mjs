@@ -296,13 +296,20 @@ test("a Managed Inference Job and an API key: the snippet shown calls the endpoi
   await waitFor("the playground's answer", async () => ((await page.getByLabel("Answer").textContent()) || "").trim().length > 0, 30000);
   await check(page, "job-playground");
 
-  // A rolling update through the API: the job's page shows how it ended.
-  const spec = (await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml")).spec;
-  spec.inference.args = { "max-model-len": "4096" };
-  const updated = await p.api("PUT", `/jobs/${id}/spec`, spec, p.token, "ml");
-  assert.equal(updated.status.generation, 1);
-  assert.ok(updated.status.rollout, "a rollout started");
+  // A rolling update from the job's page: the form shows the job's spec,
+  // what is fixed at create greyed; the page then shows how it ended.
   await page.goto(p.url + `/jobs/${id}`);
+  await page.getByRole("button", { name: "Update" }).click();
+  await page.getByRole("heading", { name: "Update job" }).waitFor();
+  assert.ok(await page.getByLabel("Name", { exact: true }).isDisabled(), "the name is fixed at create");
+  assert.equal(await page.getByLabel("Model", { exact: true }).inputValue(), "facebook/opt-125m");
+  await page.getByLabel("Runtime arguments").fill("max-model-len=4096");
+  await check(page, "job-update");
+  await page.getByRole("button", { name: "Update job" }).click();
+  await page.waitForURL(p.url + `/jobs/${id}`);
+  const updated = await p.api("GET", `/jobs/${id}`, undefined, p.token, "ml");
+  assert.equal(updated.status.generation, 1);
+  assert.deepEqual(updated.spec.inference.args, { "max-model-len": "4096" });
   await page.locator(".facts dd", { hasText: "generation 1 rolled out" }).waitFor({ timeout: 90000 });
   await page.locator("table.replicas td", { hasText: "(generation 1)" }).first().waitFor();
   await check(page, "job-rolled-out");
