@@ -49,10 +49,13 @@ func (e *env) idleFor(p fabric.PublicKey, id string, secs int) {
 }
 
 // scaleRecords are the autoscaler's system records of the job.
-func (e *env) scaleRecords(id string) []string {
+func (e *env) scaleRecords(id string) []string { return e.stepRecords(id, "autoscale") }
+
+// stepRecords are the ork's system records of the job of one step.
+func (e *env) stepRecords(id, step string) []string {
 	var out []string
 	for _, r := range e.records.Job(id) {
-		if r.Step == "autoscale" {
+		if r.Step == step {
 			out = append(out, r.Line)
 		}
 	}

@@ -45,14 +45,20 @@ func (e *env) draining(id string) []int {
 }
 
 // rolloutRecords are the rollout's system records of the job.
-func (e *env) rolloutRecords(id string) []string {
-	var out []string
-	for _, r := range e.records.Job(id) {
-		if r.Step == "rollout" {
-			out = append(out, r.Line)
-		}
-	}
-	return out
+func (e *env) rolloutRecords(id string) []string { return e.stepRecords(id, "rollout") }
+
+// servingWithArgs is a served job running both its replicas, and its spec
+// with args changed (what an update that rolls out sends).
+func (e *env) servingWithArgs(w *fakeWorker) (cosmic.Job, cosmic.Spec) {
+	e.t.Helper()
+	j := e.createSpec(served())
+	e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
+	e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+	next := j.Spec
+	in := *next.Inference
+	in.Args = map[string]string{"max-model-len": "8192"}
+	next.Inference = &in
+	return j, next
 }
 
 // A rolling update of a serving job: one replica of the new spec first,
@@ -66,13 +72,7 @@ func TestRollingUpdate(t *testing.T) {
 				w := newWorker(t, "r1", 8, 8)
 				e := newEnv(t, w)
 				p := proxyKey(t)
-				j := e.createSpec(served())
-				e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
-				e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
-				next := j.Spec
-				in := *next.Inference
-				in.Args = map[string]string{"max-model-len": "8192"}
-				next.Inference = &in
+				j, next := e.servingWithArgs(w)
 				got, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next})
 				if err != nil {
 					t.Fatal(err)
@@ -257,13 +257,7 @@ func TestUpdateTheLocationCannotHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorker(t, "r1", 8) // the job's two replicas of 4 GPUs fill it
 		e := newEnv(t, w)
-		j := e.createSpec(served())
-		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
-		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
-		next := j.Spec
-		in := *next.Inference
-		in.Args = map[string]string{"max-model-len": "8192"}
-		next.Inference = &in
+		j, next := e.servingWithArgs(w)
 		_, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next})
 		if cosmic.CodeOf(err) != cosmic.CodeConflict || !strings.Contains(err.Error(), "one more than the job's 2") {
 			t.Fatalf("a rollout on a full rack: %v, want a conflict saying why", err)
@@ -313,15 +307,9 @@ func TestRolloutDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorker(t, "r1", 8, 8)
 		e := newEnv(t, w)
-		j := e.createSpec(served())
-		e.push(w, w.observe(j.ID, 0, cosmic.StateRunning))
-		e.push(w, w.observe(j.ID, 1, cosmic.StateRunning))
+		j, next := e.servingWithArgs(w)
 		other := e.create(8) // the other node: no room for a surge
 		e.push(w, w.observe(other.ID, 0, cosmic.StateRunning))
-		next := j.Spec
-		in := *next.Inference
-		in.Args = map[string]string{"max-model-len": "8192"}
-		next.Inference = &in
 		if _, err := e.o.UpdateJob(e.ctx, orkapi.UpdateJobParams{ID: j.ID, Spec: next}); err != nil {
 			t.Fatal(err)
 		}
