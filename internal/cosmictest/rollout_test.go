@@ -3,12 +3,14 @@ package cosmictest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/simcluster/simapi"
@@ -123,15 +125,26 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	}
 }
 
-// TestRollbackWithTheRealEngine: an update whose first replica fails (its
-// VM crashes) rolls the job back while it serves, with no failed request:
+// TestRollbackWithTheRealEngine: an update whose first replica never
+// starts (its agent never connects: the rack's agent deadline, 1 s here,
+// fails it) rolls the job back while it serves, with no failed request:
 // the spec before is the job's again, and the last rollout says why.
 func TestRollbackWithTheRealEngine(t *testing.T) {
 	e := NewEnv(t, withLlama(t))
 	spec := inference("tiny", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	spec.Inference.Args = map[string]string{"ctx-size": "1024", "parallel": "1"}
 	j, key := e.serving(spec, "rollback")
+	racks, err := e.Client.ListRacks(e.Ctx)
+	if err != nil || len(racks) != 1 {
+		t.Fatalf("list racks: %v %v", racks, err)
+	}
+	r := racks[0]
+	if _, err := e.Client.RegisterRack(e.Ctx, apiv1.RegisterRack{ID: r.ID, Location: r.Location, GPUModel: r.GPUModel,
+		WorkerKey: r.WorkerKey, WorkerAddrs: r.WorkerAddrs, AgentDeadline: 1}); err != nil {
+		t.Fatal(err)
+	}
 	stop := e.steadyLoad(key, "tiny", 1)
+	e.Fault(simapi.MethodHoldAgent, simapi.ReplicaParams{}) // the next replica to start: the surge
 	next := j.Spec
 	in := *next.Inference
 	in.Args = map[string]string{"ctx-size": "2048", "parallel": "1"}
@@ -139,14 +152,6 @@ func TestRollbackWithTheRealEngine(t *testing.T) {
 	if _, err := e.Client.UpdateJob(e.Ctx, j.ID, next); err != nil {
 		t.Fatal(err)
 	}
-	waittest.NoError(t, func() error {
-		cur := e.job(j.ID)
-		if len(cur.Status.Replicas) < 2 || cur.Status.Replicas[1].State != cosmic.StateRunning {
-			return fmt.Errorf("%s", describeReplicas(cur))
-		}
-		return nil
-	}, "the surge replica to run")
-	e.Fault(simapi.MethodCrash, simapi.ReplicaParams{JobID: j.ID, Replica: 1})
 	var done cosmic.Job
 	waittest.NoError(t, func() error {
 		done = e.job(j.ID)
@@ -160,13 +165,13 @@ func TestRollbackWithTheRealEngine(t *testing.T) {
 		t.Fatalf("%d requests failed during the rollback (%d answered); the first: %v", len(errs), answered, errs[0])
 	}
 	lr := done.Status.LastRollout
-	if lr.Outcome != cosmic.RolloutRolledBack || lr.Reason == nil || lr.Reason.Code != cosmic.ReasonRolloutFailed {
-		t.Fatalf("last rollout %+v", lr)
+	if lr.Outcome != cosmic.RolloutRolledBack || lr.Reason == nil || lr.Reason.Code != cosmic.ReasonRolloutFailed || !strings.Contains(lr.Reason.Message, "agent") {
+		t.Fatalf("last rollout %+v (%+v)", lr, lr.Reason)
 	}
 	if done.Spec.Inference.Args["ctx-size"] != "1024" || len(done.Status.Replicas) != 1 || done.Status.State != cosmic.StateRunning {
 		t.Fatalf("after the rollback: args %v, %s", done.Spec.Inference.Args, describeReplicas(done))
 	}
-	t.Logf("rolled back: %s", lr.Reason.Message)
+	t.Logf("rolled back: %s; %d requests answered meanwhile, none failed", lr.Reason.Message, answered)
 }
 
 // describeReplicas is the job's state and its replicas', for a failure.
