@@ -51,7 +51,21 @@ func (e *Env) serving(spec cosmic.Spec, key string) (cosmic.Job, string) {
 // waitReplicas waits until proxy-inference routes to n ready replicas of job.
 func (e *Env) waitReplicas(jobID string, n int) {
 	e.T.Helper()
-	waittest.NoError(e.T, func() error {
+	e.waitReplicasWithin(jobID, n, 0)
+}
+
+// waitReplicasWithin is waitReplicas within d (0: waittest's default):
+// for replicas that start while the test loads the machine.
+func (e *Env) waitReplicasWithin(jobID string, n int, d time.Duration) {
+	e.T.Helper()
+	wait := waittest.NoError
+	if d > 0 {
+		wait = func(t testing.TB, f func() error, format string, args ...any) {
+			t.Helper()
+			waittest.NoErrorWithin(t, d, f, format, args...)
+		}
+	}
+	wait(e.T, func() error {
 		mh, _ := e.P.Proxy.JobHealth(e.Ctx, jobID)
 		ready := 0
 		for _, r := range mh.Replicas {

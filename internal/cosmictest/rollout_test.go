@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 
@@ -89,7 +90,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 		t.Fatalf("no rollout started: %+v, generation %d", got.Status.Rollout, got.Status.Generation)
 	}
 	var done cosmic.Job
-	waittest.NoError(t, func() error {
+	waittest.NoErrorWithin(t, 3*time.Minute, func() error {
 		done = e.job(j.ID)
 		if done.Status.Rollout != nil || done.Status.LastRollout == nil {
 			return fmt.Errorf("rolling out: %s", describeReplicas(done))
@@ -153,7 +154,7 @@ func TestRollbackWithTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	var done cosmic.Job
-	waittest.NoError(t, func() error {
+	waittest.NoErrorWithin(t, 3*time.Minute, func() error {
 		done = e.job(j.ID)
 		if done.Status.Rollout != nil || done.Status.LastRollout == nil {
 			return fmt.Errorf("%s", describeReplicas(done))

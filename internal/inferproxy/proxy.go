@@ -874,6 +874,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			rs, tried, attempt = lookup(true), map[*replica]bool{}, 0
 			continue
 		}
+		// A replica is found: the request waits no more (it is in flight
+		// there, counted as such; a retry that waits again counts anew).
+		wait.done(p.metrics.waiting)
 		tried[rep] = true
 		if failed > 0 {
 			p.metrics.retries.WithLabelValues(model).Inc()
@@ -977,6 +980,7 @@ func (rw *readyWait) next(w http.ResponseWriter, ctx context.Context, waiting pr
 // done ends the wait's count in waiting.
 func (rw *readyWait) done(waiting prometheus.Gauge) {
 	if rw.counted {
+		rw.counted = false
 		waiting.Dec()
 		if rw.onWait != nil {
 			rw.onWait(-1)
