@@ -116,8 +116,8 @@ func (o *Ork) ReportLoad(from fabric.PublicKey, rep orkapi.LoadReport) error {
 			return fabric.Errorf(fabric.CodeBadRequest, "job %s: negative load", l.ID)
 		}
 		for i, n := range l.Replicas {
-			if n < 0 || i < 0 {
-				return fabric.Errorf(fabric.CodeBadRequest, "job %s: replica %d: negative load", l.ID, i)
+			if n < 0 || i < 0 || i > cosmic.MaxReplicas {
+				return fabric.Errorf(fabric.CodeBadRequest, "job %s: replica %d: no such replica, or a negative load", l.ID, i)
 			}
 		}
 		jobs[l.ID] = l

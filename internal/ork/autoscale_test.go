@@ -246,6 +246,12 @@ func TestReportLoadIsChecked(t *testing.T) {
 		if err := e.o.ReportLoad(p, orkapi.LoadReport{Jobs: []orkapi.JobLoad{{ID: "x", InFlight: -1}}}); err == nil {
 			t.Error("a negative load was taken")
 		}
+		if err := e.o.ReportLoad(p, orkapi.LoadReport{Jobs: []orkapi.JobLoad{{ID: "x", Replicas: map[int]int{0: -1}}}}); err == nil {
+			t.Error("a negative load at a replica was taken")
+		}
+		if err := e.o.ReportLoad(p, orkapi.LoadReport{Jobs: []orkapi.JobLoad{{ID: "x", Replicas: map[int]int{cosmic.MaxReplicas + 1: 1}}}}); err == nil {
+			t.Error("a load at a replica no job has was taken")
+		}
 		if err := e.o.ReportLoad(p, orkapi.LoadReport{Jobs: make([]orkapi.JobLoad, orkapi.MaxLoadJobs+1)}); err == nil {
 			t.Error("an oversized report was taken")
 		}
