@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 	"net"
 	"os"
@@ -29,6 +30,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The files of a VM's directory.
@@ -38,6 +41,7 @@ const (
 	ConsoleFile = "console.log"  // the serial console of the VM's last boot (Start makes it anew)
 	PIDFile     = "qemu.pid"     // the QEMU process, while it runs
 	MonitorFile = "monitor.sock" // QEMU's monitor (QMP), for a graceful power-off
+	ErrFile     = "qemu.err"     // QEMU's standard error, of its last start
 )
 
 // Forward lets the guest reach one TCP port of the host: the guest dials
@@ -131,6 +135,12 @@ type Config struct {
 	// (VM.Relays), and given to OnRefused when it is set.
 	MaxConns  int
 	OnRefused func(guestAddr string)
+	// Detach runs QEMU in a session of its own, with no signal at the
+	// death of the process that starts it, so that the VM outlives that
+	// process (a worker's restart, upgrade or crash): a later process
+	// takes it over with Adopt. Otherwise QEMU is killed when the process
+	// that started it dies.
+	Detach bool
 }
 
 // Args is QEMU's command line for c, the seed and overlay being in place.
@@ -349,14 +359,19 @@ func writeISO(ctx context.Context, path, label string, files map[string][]byte) 
 	return os.Rename(tmp, path)
 }
 
-// VM is a running QEMU process.
+// VM is a running QEMU process: one this process started, or one it
+// adopted (Adopt).
 type VM struct {
 	cfg    Config
-	cmd    *exec.Cmd
+	pid    int
+	cmd    *exec.Cmd // nil: adopted
 	relays *relays
 	done   chan struct{}
 	err    error
 	once   sync.Once
+	// released is closed by Release: this process lets the VM be.
+	released    chan struct{}
+	releaseOnce sync.Once
 }
 
 // Start starts the VM; Prepare must have run.
@@ -371,6 +386,13 @@ func Start(c Config) (*VM, error) {
 	if bin == "" {
 		bin = "qemu-system-x86_64"
 	}
+	// QEMU's standard error goes to a file of the VM's, not a pipe: a
+	// detached QEMU writes on after the process that started it is gone.
+	errf, err := os.OpenFile(filepath.Join(c.Dir, ErrFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer errf.Close()
 	rl, err := listenRelays(c)
 	if err != nil {
 		return nil, err
@@ -383,24 +405,135 @@ func Start(c Config) (*VM, error) {
 	}
 	cmd := exec.Command(bin, c.Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	cmd.Stderr = &limitWriter{w: &stderr, n: 4096}
+	if c.Detach {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // its own session and process group
+	}
+	cmd.Stderr = errf
 	if err := cmd.Start(); err != nil {
 		rl.close()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
-	vm := &VM{cfg: c, cmd: cmd, relays: rl, done: make(chan struct{})}
+	vm := &VM{cfg: c, pid: cmd.Process.Pid, cmd: cmd, relays: rl, done: make(chan struct{}), released: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
-		if err != nil && stderr.Len() > 0 {
-			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		if err != nil {
+			if tail := errTail(c.Dir); tail != "" {
+				err = fmt.Errorf("%w: %s", err, tail)
+			}
+		}
+		select {
+		case <-vm.released:
+			// Another process may own the VM's directory now: its files
+			// are not this process's to remove.
+		default:
+			rl.close()
+			os.Remove(filepath.Join(c.Dir, PIDFile))
 		}
 		vm.err = err
-		rl.close()
-		os.Remove(filepath.Join(c.Dir, PIDFile))
 		close(vm.done)
 	}()
 	return vm, nil
+}
+
+// ErrNotRunning is Adopt's answer for a VM whose QEMU is not running.
+var ErrNotRunning = errors.New("qemu: the VM is not running")
+
+// ErrExitNotSeen is how an adopted VM ended (Err): QEMU's exit status
+// went to the process that started it, which reaped it.
+var ErrExitNotSeen = errors.New("QEMU ended (its exit status went to the process that started it)")
+
+// Adopt takes over the VM of c.Dir that an earlier process started with
+// Detach and left running (its pid file names it, and its command line
+// names the VM's disk): this process then takes the guest's connections
+// to c.Forwards (which may name other host addresses than the first
+// process's, for the same guest addresses), stops it, and sees it end,
+// as if it had started it. Err of an adopted VM is ErrExitNotSeen
+// (with QEMU's standard error, when it wrote any). ErrNotRunning: no
+// QEMU of the VM's runs.
+func Adopt(c Config) (*VM, error) {
+	pid, ok := runningPID(c.Dir)
+	if !ok {
+		return nil, ErrNotRunning
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, ErrNotRunning
+	}
+	if err != nil {
+		return nil, fmt.Errorf("qemu: adopt pid %d: %w", pid, err)
+	}
+	// The descriptor pins the process: had the pid been reused since the
+	// check, the process it names now is another's.
+	if pid2, ok := runningPID(c.Dir); !ok || pid2 != pid || exited(fd) {
+		unix.Close(fd)
+		return nil, ErrNotRunning
+	}
+	rl, err := listenRelays(c)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	vm := &VM{cfg: c, pid: pid, relays: rl, done: make(chan struct{}), released: make(chan struct{})}
+	go vm.watch(fd)
+	return vm, nil
+}
+
+// watch waits for an adopted VM's process to end (its pidfd readable),
+// or for Release.
+func (v *VM) watch(fd int) {
+	defer unix.Close(fd)
+	for {
+		select {
+		case <-v.released:
+			return
+		default:
+		}
+		if !exited(fd) {
+			unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 500)
+			continue
+		}
+		v.err = ErrExitNotSeen
+		if tail := errTail(v.cfg.Dir); tail != "" {
+			v.err = fmt.Errorf("%w: %s", ErrExitNotSeen, tail)
+		}
+		v.relays.close()
+		os.Remove(filepath.Join(v.cfg.Dir, PIDFile))
+		close(v.done)
+		return
+	}
+}
+
+// exited says whether the process of pidfd fd has ended.
+func exited(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(p, 0)
+	return err == nil && n > 0
+}
+
+// Release lets the VM run on without this process, which stops taking
+// its guest's connections (the process that adopts it next takes them)
+// and watching it: Done is never closed after. For a VM started with
+// Detach, when its worker leaves it running.
+func (v *VM) Release() {
+	v.releaseOnce.Do(func() {
+		close(v.released)
+		v.relays.close()
+	})
+}
+
+// Pid is QEMU's process ID.
+func (v *VM) Pid() int { return v.pid }
+
+// errTail is the start of what QEMU wrote on its standard error.
+func errTail(dir string) string {
+	f, err := os.Open(filepath.Join(dir, ErrFile))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 4096)
+	n, _ := io.ReadFull(f, b)
+	return strings.TrimSpace(string(b[:n]))
 }
 
 // Relays counts the guest's connections to the forwards.
@@ -429,9 +562,7 @@ func (v *VM) Stop(grace time.Duration) {
 				}
 			}
 		}
-		if v.cmd.Process != nil {
-			syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
-		}
+		syscall.Kill(-v.pid, syscall.SIGKILL) // QEMU's process group: QEMU and its forwards' relay commands
 		<-v.done
 	})
 }
@@ -475,17 +606,9 @@ func Remove(dir string) error { return os.RemoveAll(dir) }
 // (its pid file names it and its command line names dir), so that a
 // restarted worker starts from a clean slate.
 func KillStale(dir string) {
-	b, err := os.ReadFile(filepath.Join(dir, PIDFile))
-	if err != nil {
+	pid, ok := runningPID(dir)
+	if !ok {
 		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), filepath.Join(dir, OverlayFile)) {
-		return // not ours (the pid was reused)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for range 50 {
@@ -495,6 +618,31 @@ func KillStale(dir string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	os.Remove(filepath.Join(dir, PIDFile))
+}
+
+// runningPID is the QEMU of the VM in dir, while it runs: the pid file
+// names it, and its command line names the VM's disk (not a process that
+// took a pid since freed).
+func runningPID(dir string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, PIDFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0, false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmdline), "file="+filepath.Join(dir, OverlayFile)+",") {
+		return 0, false
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// A zombie (state Z, after the comm in parentheses) has ended.
+		if i := strings.LastIndexByte(string(st), ')'); i >= 0 && strings.HasPrefix(string(st[i:]), ") Z") {
+			return 0, false
+		}
+	}
+	return pid, true
 }
 
 // ConsoleTail is the last n bytes of the VM's serial console.
@@ -512,21 +660,4 @@ func ConsoleTail(dir string, n int64) string {
 	b := make([]byte, st.Size()-off)
 	f.ReadAt(b, off)
 	return string(b)
-}
-
-type limitWriter struct {
-	w interface{ WriteString(string) (int, error) }
-	n int
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		s := string(p)
-		if len(s) > l.n {
-			s = s[:l.n]
-		}
-		l.n -= len(s)
-		l.w.WriteString(s)
-	}
-	return len(p), nil
 }

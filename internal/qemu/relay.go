@@ -218,9 +218,14 @@ func (r *relays) Stats() RelayStats {
 	return r.stats
 }
 
-// close stops taking connections, ends the open ones and waits for them.
+// close stops taking connections, ends the open ones and waits for them;
+// once (a released VM's relays close at Release, and never after).
 func (r *relays) close() {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	r.closed = true
 	r.cancel()
 	for c := range r.conns {

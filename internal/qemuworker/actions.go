@@ -108,6 +108,7 @@ func (w *Worker) Restart(_ context.Context, ref worker.ReplicaRef) error {
 	}
 	for _, r := range rs {
 		w.recordLocked(r, "restart", true, "the VM restarts on its disk")
+		w.markStoppingLocked(r)
 		r.gen++ // the old VM's end and a boot in progress give up
 		r.reason, r.exit, r.ready = nil, nil, false
 		w.setLocked(r, cosmic.StateRestarting)
@@ -239,6 +240,7 @@ func (w *Worker) matchLocked(ref worker.ReplicaRef) []*replica {
 }
 
 func (w *Worker) stopVMLocked(r *replica) {
+	w.markStoppingLocked(r)
 	if vm := r.vm; vm != nil {
 		r.vm = nil
 		grace := w.cfg.StopGrace.D()

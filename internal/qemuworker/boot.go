@@ -144,7 +144,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		return
 	}
 	w.mu.Lock()
-	if r.gen != gen {
+	if r.gen != gen || w.closing {
 		w.mu.Unlock()
 		return
 	}
@@ -154,6 +154,9 @@ func (w *Worker) boot(k replicaKey, gen int) {
 		w.recordLocked(r, "prepare_disk", true, "the replica's disk kept")
 	}
 	w.recordLocked(r, "write_seed", true, "cloud-init NoCloud seed written; the agent comes on a read-only disk (%s)", qemu.AgentDiskLabel)
+	r.rec = &record{Job: job, Reservation: res, Peers: peers, Forwards: forwards}
+	w.writeRecordLocked(r)
+	vc.Detach = !w.cfg.StopVMsOnExit
 	vm, err := qemu.Start(vc)
 	if err != nil {
 		w.mu.Unlock()
@@ -169,17 +172,34 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	if vc.SSHPort != 0 {
 		w.recordLocked(r, "", true, "debug: the VM's port 22 is at 127.0.0.1:%d on the rack's host", vc.SSHPort)
 	}
+	w.watchLocked(r, gen, true)
 	w.mu.Unlock()
-	w.wg.Add(2)
+}
+
+// watchLocked watches replica r's VM of boot gen until it ends or the
+// worker leaves it: its end (vmExited) and, when follow, what its serial
+// console says of its boot.
+func (w *Worker) watchLocked(r *replica, gen int, follow bool) {
+	k, vm := r.key, r.vm
+	watching := make(chan struct{}) // closed when the VM ends or the worker leaves it
+	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		<-vm.Done()
-		w.vmExited(k, gen, vm)
+		select {
+		case <-vm.Done():
+			close(watching)
+			w.vmExited(k, gen, vm)
+		case <-w.leaving:
+			close(watching)
+		}
 	}()
-	go func() {
-		defer w.wg.Done()
-		w.followConsole(k, gen, vm, vm.Done(), vc.Dir) // the boot's stages, from the serial console
-	}()
+	if follow {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.followConsole(k, gen, vm, watching, r.dir) // the boot's stages
+		}()
+	}
 }
 
 // onRefused is a boot's hook for its VM's connections refused over
@@ -305,21 +325,16 @@ func (w *Worker) identity(dir string) (*fabric.Identity, error) {
 // not the host ports: those are the host's to pick, and two of them can
 // be a pair libslirp refuses (qemu.CheckForwards).
 func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
-	self := vmboot.Peer{Role: agentapi.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
 	var peers []vmboot.Peer
 	var fwd []qemu.Forward
 	guest := map[string]string{} // host address -> guest address
-	for _, p := range append(slices.Clone(w.opts.Peers), self) {
+	for _, p := range w.peers() {
 		q := vmboot.Peer{Role: p.Role, Key: p.Key}
 		for _, a := range p.Addrs {
-			host, port, err := net.SplitHostPort(a)
+			h, err := hostAddr(a)
 			if err != nil {
 				return nil, nil, fmt.Errorf("peer %s address %q: %w", p.Role, a, err)
 			}
-			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-				host = "127.0.0.1"
-			}
-			h := net.JoinHostPort(host, port)
 			g, ok := guest[h]
 			if !ok {
 				g = net.JoinHostPort(GuestIP, strconv.Itoa(GuestPortBase+len(fwd)))
@@ -331,6 +346,12 @@ func (w *Worker) guestPeers() ([]vmboot.Peer, []qemu.Forward, error) {
 		peers = append(peers, q)
 	}
 	return peers, fwd, qemu.CheckForwards(fwd)
+}
+
+// peers are the platform's peers the agents dial, the worker last.
+func (w *Worker) peers() []vmboot.Peer {
+	self := vmboot.Peer{Role: agentapi.RoleWorker, Key: w.opts.Node.PublicKey().String(), Addrs: []string{w.opts.Node.Addr()}}
+	return append(slices.Clone(w.opts.Peers), self)
 }
 
 func (w *Worker) vfio(res cosmic.Reservation) []string {

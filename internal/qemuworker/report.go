@@ -25,9 +25,17 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, a agentapi.WorkerReport) {
 		w.log.Warn("agent report for another VM dropped", "agent", peer.Short(), "job_id", a.JobID, "replica", a.Replica)
 		return
 	}
+	if r.adopted && !r.heard && r.vm != nil {
+		r.heard = true
+		w.emitLocked(r, "", true, fmt.Sprintf("the agent in the adopted VM reached the restarted worker (key %s)", peer.Short()))
+	}
 	v := judgeAgentReport(r.state, r.vm != nil, r.ready, a)
 	if v.connected {
 		r.ready = true
+		if r.rec != nil {
+			r.rec.Ready = true
+			w.writeRecordLocked(r)
+		}
 		w.recordLocked(r, "agent_connected", true, "the agent in the VM connected (key %s)", peer.Short())
 		w.setLocked(r, cosmic.StateRunning)
 	}

@@ -13,7 +13,8 @@
 // agent_started, cloud_init_done: console.go), and agent_connected. Stop
 // keeps a replica's disk, Restart boots it again on the same disk, Delete
 // removes it. Its agents' keys are bound in the worker's keyring while
-// their replica exists.
+// their replica exists. The VMs outlive the worker: one started on the
+// same directory adopts those still running (adopt.go).
 //
 // Importers: the CLI wiring.
 package qemuworker
@@ -97,6 +98,14 @@ type Config struct {
 	// replica with agent_timeout past it); 0: cosmic.DefaultAgentDeadline,
 	// 10 minutes, which a boot under TCG (about a minute) fits.
 	AgentDeadline config.Duration `json:"agentDeadline,omitempty"`
+	// StopVMsOnExit stops the rack's VMs when the worker stops (their
+	// disks stay), and has them killed if it dies. By default they run on
+	// without it: a worker started again on the same Dir (an upgrade, a
+	// crash, a host service's restart) adopts each VM still running, its
+	// state, its agent and its guest's connections, and the jobs in them
+	// never notice but for their connections to the platform, which
+	// their agents make again (docs/qemu-rack.md, "A worker's restart").
+	StopVMsOnExit bool `json:"stopVMsOnExit,omitempty"`
 	// DebugSSH forwards a free port of the host's loopback to each VM's
 	// port 22, named in the replica's log: for an operator debugging an
 	// image. Users reach their VM's sshd with `cosmicac jobs ssh`.
@@ -162,6 +171,13 @@ type replica struct {
 	exit   *int
 	step   string
 	ready  bool
+	// rec is what the replica's directory keeps of it for the next worker
+	// (nil: no boot of this worker's wrote it yet); adopted: its VM was
+	// left running by the worker before this one, and heard: its agent
+	// has reported to this one since.
+	rec     *record
+	adopted bool
+	heard   bool
 }
 
 // Worker is a QEMU rack.
@@ -178,6 +194,11 @@ type Worker struct {
 	queue    *worker.ReportQueue
 	ctx      context.Context
 	wg       sync.WaitGroup
+	// closing: Run is ending, and no VM starts any more; leaving is
+	// closed then, once the VMs are stopped or released, so that what
+	// watches them ends.
+	closing bool
+	leaving chan struct{}
 }
 
 // New makes the worker; Run starts it.
@@ -209,7 +230,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		return nil, fmt.Errorf("qemuworker: the agent binary: %w", err)
 	}
 	w := &Worker{cfg: cfg, opts: opts, log: cmp.Or(opts.Log, slog.New(slog.DiscardHandler)),
-		replicas: map[replicaKey]*replica{}, agents: map[fabric.PublicKey]replicaKey{}}
+		replicas: map[replicaKey]*replica{}, agents: map[fabric.PublicKey]replicaKey{}, leaving: make(chan struct{})}
 	w.accel = cfg.Accel
 	if w.accel == "" {
 		w.accel = qemu.Detect()
@@ -231,6 +252,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
 	w.queue = worker.NewReportQueue(&w.mu)
 	opts.Keys.OnRevoke(opts.Node.Revoke)
+	w.adoptAll()
 	agentapi.ServeWorkerReports(opts.Node, w.onAgentReport)
 	return w, nil
 }
@@ -238,8 +260,9 @@ func New(cfg Config, opts Options) (*Worker, error) {
 // Accel is the accelerator the VMs run with.
 func (w *Worker) Accel() string { return w.accel }
 
-// Run delivers the worker's reports until ctx ends, then stops its VMs
-// (their disks stay: a worker started again finds them).
+// Run delivers the worker's reports until ctx ends. Then its VMs run on,
+// for the next worker to adopt, or, with StopVMsOnExit, stop (their disks
+// stay: a worker started again finds them).
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.ctx = ctx
@@ -247,6 +270,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	w.queue.Deliver(ctx, worker.Delivery{Rack: w.cfg.Rack, Reporter: w.opts.Reporter, Log: w.log, Capacity: w.Capacity})
 	w.mu.Lock()
+	w.closing = true
 	vms := []*qemu.VM{}
 	for _, r := range w.replicas {
 		if r.vm != nil {
@@ -255,8 +279,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	for _, vm := range vms {
-		vm.Stop(0)
+		if w.cfg.StopVMsOnExit {
+			vm.Stop(0)
+		} else {
+			vm.Release()
+		}
 	}
+	if len(vms) > 0 && !w.cfg.StopVMsOnExit {
+		w.log.Info("the rack's VMs run on: a worker started again adopts them", "vms", len(vms), "dir", w.cfg.Dir)
+	}
+	close(w.leaving)
 	w.wg.Wait()
 	return nil
 }

@@ -157,3 +157,64 @@ func TestDeleteOfReplicasNotHeld(t *testing.T) {
 		t.Errorf("the left replica's directory: %v, want it gone", err)
 	}
 }
+
+// TestAdoptedForwardsFollowThePeers: an adopted VM keeps the guest
+// addresses it was started with, each forwarded to where its peer (by role
+// and key) is now: the app-node moved, the worker itself too (a new port
+// after its restart); a peer the worker no longer knows (the directory's
+// key changed) keeps the host address it had.
+func TestAdoptedForwardsFollowThePeers(t *testing.T) {
+	id, err := fabric.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fabric.New(fabric.Config{Component: "wrk-qemu", Identity: id, Listen: "127.0.0.1:0", Policy: fabric.NewAllowList()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	self := id.PublicKey().String()
+	rec := record{
+		Peers: []vmboot.Peer{
+			{Role: agentapi.RoleDirectory, Key: "d", Addrs: []string{"10.0.2.100:7001"}},
+			{Role: agentapi.RoleAppNode, Key: "a", Addrs: []string{"10.0.2.100:7002", "10.0.2.100:7001"}},
+			{Role: agentapi.RoleWorker, Key: self, Addrs: []string{"10.0.2.100:7003"}},
+		},
+		Forwards: []qemu.Forward{
+			{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:4001"},
+			{GuestAddr: "10.0.2.100:7002", HostAddr: "127.0.0.1:4002"},
+			{GuestAddr: "10.0.2.100:7003", HostAddr: "127.0.0.1:4003"},
+		},
+	}
+	w := &Worker{opts: Options{Node: n, Peers: []vmboot.Peer{
+		{Role: agentapi.RoleDirectory, Key: "d2", Addrs: []string{"127.0.0.1:5001"}},
+		{Role: agentapi.RoleAppNode, Key: "a", Addrs: []string{"0.0.0.0:5002", "127.0.0.1:5001"}},
+	}}}
+	got := w.adoptedForwards(rec)
+	want := []qemu.Forward{
+		{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:5001"}, // the app-node's second address: where the guest's 7001 leads it now
+		{GuestAddr: "10.0.2.100:7002", HostAddr: "127.0.0.1:5002"},
+		{GuestAddr: "10.0.2.100:7003", HostAddr: n.Addr()},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("adopted forwards %v, want %v", got, want)
+	}
+	rec.Peers[1].Key = "a-old" // the app-node unknown now too: 7001 and 7002 keep their hosts
+	got = w.adoptedForwards(rec)
+	if got[0].HostAddr != "127.0.0.1:4001" || got[1].HostAddr != "127.0.0.1:4002" {
+		t.Errorf("forwards of peers the worker no longer knows: %v; want their old host addresses", got)
+	}
+}
+
+// TestParseReplicaDir: a replica's directory names its job and replica;
+// nothing else in the rack's directory does.
+func TestParseReplicaDir(t *testing.T) {
+	id := cosmic.NewJobID()
+	for name, want := range map[string]bool{id + "-r0": true, id + "-r12": true, ".agent": false, ".engine": false,
+		id + "-r": false, id + "-r-1": false, "x-r0": false, id: false} {
+		job, n, ok := parseReplicaDir(name)
+		if ok != want || ok && (job != id || fmt.Sprintf("%s-r%d", job, n) != name) {
+			t.Errorf("parseReplicaDir(%q) = %q, %d, %v; want ok %v", name, job, n, ok, want)
+		}
+	}
+}

@@ -74,9 +74,10 @@ const (
 	Parallel
 	// Chained runs the checks one after another on one rack, each taking
 	// over the running replica the one before left (applied, then
-	// restarted, stopped and applied again, deleted): for racks where a
-	// boot costs minutes of CPU (real VMs under emulation), three boots
-	// instead of six. A check that finds no running replica starts one.
+	// restarted, stopped and applied again, taken over by a restarted
+	// worker, deleted): for racks where a boot costs minutes of CPU (real
+	// VMs under emulation), three boots instead of six. A check that
+	// finds no running replica starts one.
 	Chained
 )
 
@@ -165,8 +166,10 @@ func Run(t *testing.T, newRack func(t *testing.T) *Rack, mode ...Mode) {
 		{"ApplyIsIdempotent", applyIsIdempotent},
 		{"StopKeepsTheDisk", stopKeepsTheDisk},
 		{"RestartKeepsTheGPUsAndTheDisk", restartKeepsTheGPUs},
-		{"DeleteEndsInGone", deleteEndsInGone},
+		// Before the delete: chained, the restarted worker takes over the
+		// running replica, and the delete is of a replica it adopted.
 		{"ARestartedWorkerReportsWhatRuns", restartedWorker},
+		{"DeleteEndsInGone", deleteEndsInGone},
 	}
 	if m == Chained {
 		r := newRack(t)
@@ -454,7 +457,7 @@ func deleteEndsInGone(t *testing.T, s *suite) {
 // rack still runs, as running, with no Apply.
 func restartedWorker(t *testing.T, s *suite) {
 	if s.r.RestartWorker == nil {
-		t.Skip("this rack's replicas end with its worker (the simulated rack's memory, the QEMU worker's child VMs): a restarted worker is a new rack")
+		t.Skip("this rack's replicas end with its worker (the simulated rack's memory): a restarted worker is a new rack")
 	}
 	j, _, before := s.run()
 	disk := s.r.RootDisk(j.ID, 0)

@@ -154,7 +154,8 @@ func qemuPlatform(t *testing.T, d time.Duration, name string, im qemu.Image, gpu
 	consolesOnFailure(t, vms)
 	e := cosmictest.NewEnvWithin(t, d, append([]cosmictest.Option{func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
-			Rack:   qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: gpus, Dir: vms, MaxBoots: 1},
+			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: gpus, Dir: vms, MaxBoots: 1,
+				StopVMsOnExit: true}, // the test's end ends its VMs, however it ends
 			Images: qemu.Catalogue{name: im}, AgentBinary: agentBin, Relay: relayCommand(t),
 		}
 	}}, opts...)...)
@@ -508,7 +509,7 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 	e := cosmictest.NewEnvWithin(t, 3*time.Minute, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms,
-				AgentDeadline: config.Duration(15 * time.Second), StopGrace: config.Duration(time.Second)},
+				AgentDeadline: config.Duration(15 * time.Second), StopGrace: config.Duration(time.Second), StopVMsOnExit: true},
 			Images: qemu.Catalogue{"blank": im}, AgentBinary: self, Relay: []string{self, "qemu-relay"},
 		}
 	})
