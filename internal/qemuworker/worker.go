@@ -199,6 +199,7 @@ type Worker struct {
 	// watches them ends.
 	closing bool
 	leaving chan struct{}
+	left    int // the VMs Run's end left running
 }
 
 // New makes the worker; Run starts it.
@@ -257,6 +258,17 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	return w, nil
 }
 
+// LeftRunning is how many VMs the worker left running when its Run ended
+// (0 before, and with StopVMsOnExit).
+func (w *Worker) LeftRunning() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.left
+}
+
+// Dir is where the rack's VMs live.
+func (w *Worker) Dir() string { return w.cfg.Dir }
+
 // Accel is the accelerator the VMs run with.
 func (w *Worker) Accel() string { return w.accel }
 
@@ -287,6 +299,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if len(vms) > 0 && !w.cfg.StopVMsOnExit {
 		w.log.Info("the rack's VMs run on: a worker started again adopts them", "vms", len(vms), "dir", w.cfg.Dir)
+		w.mu.Lock()
+		w.left = len(vms)
+		w.mu.Unlock()
 	}
 	close(w.leaving)
 	w.wg.Wait()

@@ -194,6 +194,17 @@ func (a *app) upCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if p.QEMU != nil {
+				defer func() { // after p.Close: the worker has left its VMs then
+					if n := p.QEMU.LeftRunning(); n > 0 {
+						what := "1 VM of rack %s runs on (in %s): `cosmicac up` again adopts it; delete its job to stop it, or give --qemu-stop-vms-on-exit\n"
+						if n > 1 {
+							what = fmt.Sprint(n) + " VMs of rack %s run on (in %s): `cosmicac up` again adopts them; delete their jobs to stop them, or give --qemu-stop-vms-on-exit\n"
+						}
+						fmt.Fprintf(a.Stderr, what, cfg.QEMU.Rack.Rack, p.QEMU.Dir())
+					}
+				}()
+			}
 			defer p.Close()
 			fmt.Fprintf(a.Stdout, "CosmicAC is up.\n\n")
 			fmt.Fprintf(a.Stdout, "  web          %s/  (sign in with the admin token, or a user's password)\n", p.URL)
