@@ -376,6 +376,18 @@ func (o *Observed) ListQuotas(ctx context.Context, team string) (r0 []Quota, err
 	return o.s.ListQuotas(ctx, team)
 }
 
+// RecordUsage implements the interface, observed.
+func (o *Observed) RecordUsage(ctx context.Context, batch string, rows []UsageRow) (err error) {
+	defer o.done("record_usage", time.Now(), &err)
+	return o.s.RecordUsage(ctx, batch, rows)
+}
+
+// ListUsage implements the interface, observed.
+func (o *Observed) ListUsage(ctx context.Context, q UsageQuery) (r0 []UsageRow, err error) {
+	defer o.done("list_usage", time.Now(), &err)
+	return o.s.ListUsage(ctx, q)
+}
+
 // CreateAPIKey implements the interface, observed.
 func (o *Observed) CreateAPIKey(ctx context.Context, k APIKey) (err error) {
 	defer o.done("create_apikey", time.Now(), &err)

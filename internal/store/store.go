@@ -59,6 +59,7 @@ type Store interface {
 	Accounts
 	Quotas
 	Leases
+	Usage
 
 	// Close releases the database. Calls after Close fail.
 	Close() error

@@ -60,6 +60,10 @@ func Fill(t *testing.T, s store.Store, jobs int) {
 	if err := s.PutQuota(ctx, store.Quota{Team: "ml", Location: "us", GPUs: 8, UpdatedAt: at(6), UpdatedBy: "ana"}); err != nil {
 		t.Fatalf("PutQuota = %v", err)
 	}
+	if err := s.RecordUsage(ctx, "fill", []store.UsageRow{{Start: at(7), Team: "ml", KeyID: "k1", JobID: "j1", Model: "@ml/chat",
+		Requests: 2, PromptTokens: 100, CompletionTokens: 20}}); err != nil {
+		t.Fatalf("RecordUsage = %v", err)
+	}
 	for i := range 3 {
 		if err := s.AppendAudit(ctx, store.AuditRecord{At: at(10 + i), User: "ana", Team: "ml", Action: "createJob", Target: fmt.Sprint(i), Remote: "10.0.0.1", Status: 201}); err != nil {
 			t.Fatalf("AppendAudit = %v", err)
@@ -81,6 +85,7 @@ type Contents struct {
 	Tokens       map[string][]store.Token
 	Quotas       []store.Quota
 	Audit        []store.AuditRecord
+	Usage        []store.UsageRow
 }
 
 // Read reads s's Contents.
@@ -128,6 +133,10 @@ func Read(t *testing.T, s store.Store) Contents {
 	if c.Audit, _, err = s.ListAudit(ctx, store.AuditQuery{Limit: store.MaxAuditLimit}); err != nil {
 		t.Fatalf("ListAudit = %v", err)
 	}
+	all := []store.UsageGroup{store.GroupHour, store.GroupTeam, store.GroupKey, store.GroupModel, store.GroupJob}
+	if c.Usage, err = s.ListUsage(ctx, store.UsageQuery{From: time.Unix(0, 0), To: time.Now().Add(time.Hour), GroupBy: all}); err != nil {
+		t.Fatalf("ListUsage = %v", err)
+	}
 	return c
 }
 
@@ -136,7 +145,7 @@ func Read(t *testing.T, s store.Store) Contents {
 func Same(t *testing.T, a, b store.Store) {
 	t.Helper()
 	ca, cb := Read(t, a), Read(t, b)
-	if len(ca.Jobs) == 0 || len(ca.Reservations) == 0 || len(ca.Users) == 0 || len(ca.Audit) == 0 || len(ca.Quotas) == 0 {
+	if len(ca.Jobs) == 0 || len(ca.Reservations) == 0 || len(ca.Users) == 0 || len(ca.Audit) == 0 || len(ca.Quotas) == 0 || len(ca.Usage) == 0 {
 		t.Fatalf("the source holds too little to compare: %+v", ca)
 	}
 	if diff := cmp.Diff(ca, cb, jobOpts); diff != "" {

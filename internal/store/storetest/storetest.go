@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"api keys", testAPIKeys},
 		{"api key limits and rotation", testAPIKeyRotation},
 		{"sign-in limits", testSignInLimits},
+		{"usage", testUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
