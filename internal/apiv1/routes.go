@@ -381,6 +381,7 @@ func Routes() []Route {
 	}...)
 	routes = append(routes, accountRoutes()...)
 	routes = append(routes, quotaRoutes()...)
+	routes = append(routes, usageRoutes()...)
 	return append(routes, []Route{
 		{Op: OpOpenAPI, Method: http.MethodGet, Path: Prefix + "/openapi.json", Tag: "meta", Perm: authz.Public,
 			Summary: "This document", Response: map[string]any{}, Status: http.StatusOK},

@@ -15,6 +15,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/usageapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -64,5 +65,25 @@ func ServeKeyLookup(r fabric.Registrar, keys KeyStore) {
 		return keyapi.ByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
 			Prefix: k.Prefix, CreatedAt: k.CreatedAt, Models: k.Models, ExpiresAt: k.ExpiresAt,
 			Previous: !bytes.Equal(q.Hash, k.Hash), PreviousExpiresAt: k.PreviousExpiresAt}, nil
+	})
+}
+
+// ServeUsage registers usageapi.Record on r: each batch of usage a
+// standalone proxy-inference measured goes into the store, once per batch
+// ID. A bad batch (store.CheckUsageRows) is bad_request.
+func ServeUsage(r fabric.Registrar, usage store.Usage) {
+	usageapi.Record.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p usageapi.RecordParams) (struct{}, error) {
+		rows := make([]store.UsageRow, len(p.Rows))
+		for i, r := range p.Rows {
+			rows[i] = store.UsageRow{Start: r.Minute, Team: r.Team, KeyID: r.KeyID, JobID: r.JobID, Model: r.Model,
+				Requests: r.Requests, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
+		}
+		if err := usage.RecordUsage(ctx, p.Batch, rows); err != nil {
+			if errors.Is(err, cosmic.ErrInvalid) {
+				return struct{}{}, fabric.Errorf(fabric.CodeBadRequest, "%v", err)
+			}
+			return struct{}{}, err
+		}
+		return struct{}{}, nil
 	})
 }

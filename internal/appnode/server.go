@@ -65,6 +65,7 @@ type Server struct {
 	// inference jobs (Deps).
 	apiKeys     APIKeyStore
 	modelHealth ModelHealthSource
+	usage       store.Usage
 	// logins limits sign-in attempts; jobCreates each team's job
 	// creates (nil: no bound).
 	logins     *loginLimiter
@@ -101,8 +102,12 @@ type Deps struct {
 	Observer Observer
 	// Fabric is the app-node's fabric node: proxy-inference looks the API
 	// keys up there (keyapi.ByHash, answered from APIKeys; nil or no
-	// APIKeys: not served).
+	// APIKeys: not served), and delivers usage (usageapi.Record, into
+	// Usage).
 	Fabric fabric.Registrar
+	// Usage keeps the inference usage (nil: GET /usage answers 501, and
+	// no proxy can deliver any here).
+	Usage store.Usage
 }
 
 // New returns the app-node's server of cfg on d.
@@ -120,7 +125,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		return nil, fmt.Errorf("app-node: build OpenAPI document: %w", err)
 	}
 	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter(),
-		ui: d.WebUI, obs: d.Observer, shells: d.Shells, apiKeys: d.APIKeys, modelHealth: d.ModelHealth}
+		ui: d.WebUI, obs: d.Observer, shells: d.Shells, apiKeys: d.APIKeys, modelHealth: d.ModelHealth, usage: d.Usage}
 	if n := cfg.JobCreatesPerMinute; n > 0 {
 		s.jobCreates = newLimiterTable(time.Minute/time.Duration(n), n)
 	}
@@ -143,6 +148,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if d.Fabric != nil && d.APIKeys != nil {
 		ServeKeyLookup(d.Fabric, d.APIKeys)
 	}
+	if d.Fabric != nil && d.Usage != nil {
+		ServeUsage(d.Fabric, d.Usage)
+	}
 	return s, nil
 }
 
@@ -154,6 +162,7 @@ func (s *Server) Bootstrap(ctx context.Context) (path string, created bool, err 
 func (s *Server) handlers() map[string]handler {
 	return map[string]handler{
 		apiv1.OpCreateJob:      s.createJob,
+		apiv1.OpListUsage:      s.listUsage,
 		apiv1.OpListJobs:       s.listJobs,
 		apiv1.OpGetJob:         s.getJob,
 		apiv1.OpDeleteJob:      s.deleteJob,

@@ -37,6 +37,7 @@ const (
 	APIKeysCreate Permission = "apikeys.create" // create the team's inference API keys; list, rotate and revoke one's own
 	APIKeysManage Permission = "apikeys.manage" // list, rotate and revoke every inference API key of the team
 	QuotasRead    Permission = "quotas.read"    // read the team's quotas
+	UsageRead     Permission = "usage.read"     // read the team's inference usage
 	AuditRead     Permission = "audit.read"     // read the team's audit log
 	TeamDelete    Permission = "team.delete"    // delete the team (it must have no jobs)
 
@@ -108,6 +109,7 @@ var matrix = map[Permission]rule{
 	APIKeysCreate: {kind: KindTeam, roles: members},
 	APIKeysManage: {kind: KindTeam, roles: admins},
 	QuotasRead:    {kind: KindTeam, roles: all, scopes: readers},
+	UsageRead:     {kind: KindTeam, roles: all, scopes: readers},
 	AuditRead:     {kind: KindTeam, roles: admins},
 	TeamDelete:    {kind: KindTeam, roles: owners},
 
@@ -125,7 +127,7 @@ var matrix = map[Permission]rule{
 // Permissions lists every permission, in the matrix's order.
 var Permissions = []Permission{
 	JobsRead, JobsCreate, JobsOperate, JobsConnect, MembersRead, MembersManage, OwnersManage,
-	APIKeysCreate, APIKeysManage, QuotasRead, AuditRead, TeamDelete,
+	APIKeysCreate, APIKeysManage, QuotasRead, UsageRead, AuditRead, TeamDelete,
 	UsersManage, TeamsCreate, QuotasSet, RacksManage,
 	Self, AccountManage, Public,
 }

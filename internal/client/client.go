@@ -182,6 +182,10 @@ func (c *Client) doHeader(ctx context.Context, method, path string, query url.Va
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return resp.Header, nil
 	}
+	if raw, ok := out.(*[]byte); ok { // the answer as it came (CSV)
+		*raw = data
+		return resp.Header, nil
+	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return nil, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}

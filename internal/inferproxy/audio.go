@@ -474,5 +474,5 @@ func (p *Proxy) routeForward(w http.ResponseWriter, r *http.Request, c caller, m
 	if !ok {
 		return false
 	}
-	return p.forward(w, r, c, model, jobs, body, false, nil) // an audio file has no prefix to share
+	return p.forward(w, r, c, model, jobs, body, false, nil, false) // an audio file has no prefix to share
 }

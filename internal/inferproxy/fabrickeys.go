@@ -8,6 +8,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/usageapi"
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
@@ -98,4 +99,24 @@ func keyOf(r keyapi.ByHashReply, hash []byte) (store.APIKey, error) {
 		k.Hash, k.PreviousHash, k.PreviousExpiresAt = nil, hash, r.PreviousExpiresAt
 	}
 	return k, nil
+}
+
+// FabricUsage implements UsageSink over the fabric: it delivers each
+// batch to the app-node (usageapi.Record), which records it in its store.
+type FabricUsage struct {
+	Node    *fabric.Node
+	AppNode fabric.PublicKey
+}
+
+var _ UsageSink = FabricUsage{}
+
+// RecordUsage implements UsageSink.
+func (f FabricUsage) RecordUsage(ctx context.Context, batch string, rows []store.UsageRow) error {
+	wire := make([]usageapi.Row, len(rows))
+	for i, r := range rows {
+		wire[i] = usageapi.Row{Minute: r.Start, Team: r.Team, KeyID: r.KeyID, JobID: r.JobID, Model: r.Model,
+			Requests: r.Requests, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
+	}
+	_, err := usageapi.Record.Call(ctx, f.Node, f.AppNode, usageapi.RecordParams{Batch: batch, Rows: wire})
+	return err
 }

@@ -22,6 +22,7 @@ type proxyMetrics struct {
 	retries     *prometheus.CounterVec // model
 	failovers   *prometheus.CounterVec // model
 	rateLimited *prometheus.CounterVec // reason
+	tokens      *prometheus.CounterVec // team, model, kind
 	agentConns  *prometheus.CounterVec // transport
 	uploads     *prometheus.CounterVec // mode
 	prefix      *prometheus.CounterVec // model, outcome
@@ -69,6 +70,10 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 			Name: "cosmicac_inference_rate_limited_total",
 			Help: "Requests answered 429, by limit (concurrent, rpm).",
 		}, []string{"reason"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cosmicac_inference_tokens_total",
+			Help: "Tokens of the answered requests as their engines counted them (their usage), by the team that pays (the API key's; without one, the model's), model (@TEAM/NAME) and kind (prompt, completion).",
+		}, []string{"team", "model", "kind"}),
 		agentConns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cosmicac_inference_agent_connections_total",
 			Help: "Connections opened to inference agents (each carries keep-alive HTTP/1.1), by fabric transport: tcp-direct (a TCP+TLS connection of its own, dialled or parked by the agent), quic or tcp (a stream of a multiplexed connection).",
@@ -101,6 +106,7 @@ func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.retries.Describe(ch)
 	m.failovers.Describe(ch)
 	m.rateLimited.Describe(ch)
+	m.tokens.Describe(ch)
 	m.agentConns.Describe(ch)
 	m.uploads.Describe(ch)
 	m.prefix.Describe(ch)
@@ -117,6 +123,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.retries.Collect(ch)
 	m.failovers.Collect(ch)
 	m.rateLimited.Collect(ch)
+	m.tokens.Collect(ch)
 	m.agentConns.Collect(ch)
 	m.uploads.Collect(ch)
 	m.prefix.Collect(ch)

@@ -87,6 +87,9 @@ type Config struct {
 	// replicas (a VM boots and loads the model), after which it is
 	// answered 503 with Retry-After.
 	WakeWait config.Duration `json:"wakeWait,omitempty"`
+	// UsageFlush is how often the usage measured is delivered to the
+	// usage store (default 1s; docs/inference.md, "Metering").
+	UsageFlush config.Duration `json:"usageFlush,omitempty"`
 }
 
 // DefaultConfig is the proxy's defaults (New also puts them in the zero
@@ -150,6 +153,7 @@ func (c *Config) setDefaults() {
 	dur(&c.ReadyWait, 30*time.Second)
 	dur(&c.KeepAlive, 5*time.Second)
 	dur(&c.WakeWait, 5*time.Minute)
+	dur(&c.UsageFlush, time.Second)
 }
 
 // Proxy is proxy-inference: the OpenAI-compatible endpoint in front of the
@@ -169,6 +173,8 @@ type Proxy struct {
 	prefixes *prefixIndex // of prefix routing (prefix.go)
 	loads    *jobLoads    // of the autoscaled jobs (load.go)
 	reporter LoadReporter
+	usage    *usageBook // the answers' usage (usage.go)
+	sink     UsageSink
 	log      *slog.Logger
 }
 
@@ -206,7 +212,11 @@ type Deps struct {
 	// client); nil: none is reported, and no job is scaled for this
 	// proxy's requests.
 	Load LoadReporter
-	Log  *slog.Logger
+	// Usage keeps the usage of the answers (the store in the app-node's
+	// process, else FabricUsage, the app-node over the fabric); nil: the
+	// answers are counted in the metrics only.
+	Usage UsageSink
+	Log   *slog.Logger
 }
 
 // New returns the proxy of cfg on d: it finds replicas through d.Node's
@@ -220,7 +230,7 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{cfg: cfg, node: node, log: log, loads: newJobLoads(), reporter: d.Load,
+	p := &Proxy{cfg: cfg, node: node, log: log, loads: newJobLoads(), reporter: d.Load, usage: newUsageBook(log), sink: d.Usage,
 		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D()},
 		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), now: time.Now, m: map[string]keyEntry{}},
 		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
@@ -281,6 +291,14 @@ func (p *Proxy) Run(ctx context.Context, ln net.Listener) error {
 		go func() { defer close(done); p.reportLoads(rctx, p.reporter) }()
 		defer func() { cancel(); <-done }()
 	}
+	if p.sink != nil {
+		// Deferred after the server's end: the requests it finished are
+		// delivered too.
+		done := make(chan struct{})
+		uctx, cancel := context.WithCancel(context.Background())
+		go func() { defer close(done); p.usage.run(uctx, p.sink, p.cfg.UsageFlush.D()) }()
+		defer func() { cancel(); <-done }()
+	}
 	if ln == nil {
 		<-ctx.Done()
 		return nil
@@ -335,6 +353,7 @@ var errNoKey = "missing API key: send Authorization: Bearer KEY or X-API-Key: KE
 // caller is who sent a request: a key of a team, or nobody.
 type caller struct {
 	team  string // "" without a key
+	keyID string // "" without a key
 	limit string // the limiter's key
 	// models limits the key to these served model names (nil: every model
 	// it reaches): its own team's by their bare names, another team's open
@@ -387,7 +406,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", msg)
 		return caller{}, false
 	}
-	c := caller{team: k.Team, limit: "key:" + k.ID}
+	c := caller{team: k.Team, keyID: k.ID, limit: "key:" + k.ID}
 	if len(k.Models) > 0 {
 		c.models = k.Models
 	}
@@ -598,7 +617,13 @@ func (p *Proxy) forwardJSON(w http.ResponseWriter, r *http.Request) {
 	case served != head.Model:
 		body = withModel(body, head, served)
 	}
-	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream, chain)
+	// Every answer is metered: a stream the client did not ask usage of
+	// is asked for it, and its usage chunk dropped on the way back.
+	strip := false
+	if head.Stream && (r.URL.Path == Prefix+"/chat/completions" || r.URL.Path == Prefix+"/completions") {
+		body, strip = withUsage(body)
+	}
+	p.forward(w, r, c, head.Model, jobs, bytesBody(body), head.Stream, chain, strip)
 }
 
 // sameServing is jobs (of one name, oldest first) less those a request
@@ -803,7 +828,7 @@ func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool)
 // The caller admitted the request (admit). It reports whether it stopped because
 // the body could not be read to its end (body.failed), having answered
 // nothing: the caller answers why.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool, chain []uint64) (bodyFailed bool) {
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model string, jobs []Model, body reqBody, stream bool, chain []uint64, strip bool) (bodyFailed bool) {
 	setModel(w, model)
 
 	var scaled []string
@@ -882,13 +907,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 			p.metrics.retries.WithLabelValues(model).Inc()
 		}
 		attempt++
-		done, refused, errText := p.try(w, r, rep, path, body, wait.committed)
+		m := meter{strip: strip}
+		done, refused, errText := p.try(w, r, rep, path, body, wait.committed, &m)
 		if errText == errBodyFailed {
 			return true
 		}
 		if done {
 			if failed > 0 {
 				p.metrics.failovers.WithLabelValues(model).Inc()
+			}
+			if m.status >= 200 && m.status < 300 {
+				p.meter(c, jobs, rep.job, m.tokens)
 			}
 			return
 		}
@@ -1022,7 +1051,7 @@ func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
 // committed says the client was already answered 200 text/event-stream
 // (readyWait): the replica's status and headers are not the client's any
 // more, so an answer that is not an event stream goes as an error event.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed bool) (done, answered bool, errText string) {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed bool, m *meter) (done, answered bool, errText string) {
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
@@ -1082,6 +1111,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		return false, false, rerr.Error()
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
+	m.status = resp.StatusCode
 	// The answer may stream for minutes: each write, not the whole, is
 	// bounded by the server's write limit.
 	w = httpserve.Stream(w)
@@ -1115,21 +1145,23 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	}
 	fl, _ := w.(http.Flusher)
 	if sse && fl != nil {
-		if err := copySSE(w, fl, rb, buf, n, rerr); err != nil && r.Context().Err() == nil {
+		if err := copySSE(w, fl, rb, buf, n, rerr, m); err != nil && r.Context().Err() == nil {
 			p.log.Debug("stream cut", "replica", rep.meta.Load().Replica, "err", err)
 			panic(http.ErrAbortHandler) // tell the client the stream broke
 		}
 		clean = true
 		return true, false, ""
 	}
+	tap := &answerTap{w: w}
 	if n > 0 {
-		w.Write(buf[:n])
+		tap.Write(buf[:n])
 	}
 	if rerr == nil {
-		if _, err := io.CopyBuffer(w, rb, buf); err != nil && r.Context().Err() == nil {
+		if _, err := io.CopyBuffer(tap, rb, buf); err != nil && r.Context().Err() == nil {
 			panic(http.ErrAbortHandler)
 		}
 	}
+	m.tokens, _ = tap.usage()
 	clean = true
 	return true, false, ""
 }
@@ -1165,8 +1197,10 @@ func readSome(r io.Reader, buf []byte) (int, error) {
 }
 
 // copySSE writes an event stream through, one event (ending in a blank
-// line) per write and flush: events are never held back nor joined.
-func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, rerr error) error {
+// line) per write and flush: events are never held back nor joined. It
+// reads the usage the events carry into m, and drops a usage-only chunk
+// the client did not ask for (m.strip).
+func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, rerr error, m *meter) error {
 	pending := make([]byte, 0, 4096)
 	pending = append(pending, buf[:n]...)
 	for {
@@ -1175,11 +1209,18 @@ func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, re
 			if i < 0 {
 				break
 			}
-			if _, err := w.Write(pending[:i+2]); err != nil {
+			ev := pending[:i+2]
+			pending = pending[i+2:]
+			if t, usageOnly, ok := sseUsage(ev); ok {
+				m.tokens = t
+				if usageOnly && m.strip {
+					continue
+				}
+			}
+			if _, err := w.Write(ev); err != nil {
 				return nil // the client left
 			}
 			fl.Flush()
-			pending = pending[i+2:]
 		}
 		if len(pending) > 1<<20 { // no event boundary: pass it on as is
 			w.Write(pending)
@@ -1187,6 +1228,9 @@ func copySSE(w io.Writer, fl http.Flusher, body io.Reader, buf []byte, n int, re
 			pending = pending[:0]
 		}
 		if rerr != nil {
+			if t, _, ok := sseUsage(pending); ok {
+				m.tokens = t
+			}
 			if len(pending) > 0 {
 				w.Write(pending)
 				fl.Flush()

@@ -371,8 +371,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	// standalone proxy asks the app-node over the fabric: FabricKeys).
 	if p.Proxy, err = inferproxy.New(pcfg, inferproxy.Deps{Node: p.ProxyNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
 		Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(p.ProxyNode, orkID.PublicKey())}, Keys: p.Store, Agents: p.Keys,
-		Load: orkapi.NewClient(p.ProxyNode, orkID.PublicKey()),
-		Log:  log.With("component", "proxy-inference")}); err != nil {
+		Load: orkapi.NewClient(p.ProxyNode, orkID.PublicKey()), Usage: p.Store,
+		Log: log.With("component", "proxy-inference")}); err != nil {
 		return nil, err
 	}
 
@@ -392,6 +392,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		Ork:      orkapi.NewClient(p.AppNode, orkID.PublicKey()),
 		Accounts: p.Store,
 		APIKeys:  p.Store,
+		Usage:    p.Store,
 		Log:      log.With("component", "app-node"),
 		Shells: appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
 			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {

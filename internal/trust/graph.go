@@ -28,6 +28,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/usageapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -145,6 +146,7 @@ var Graph = []Server{
 	}},
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
 		{Name: keyapi.ByHash.Name, Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
+		{Name: usageapi.Record.Name, Kind: Call, Callers: []Role{Proxy}, NoOperators: true, Confined: "adds to the usage store only; a batch counts once", Doc: "deliver the inference usage a proxy measured"},
 	}},
 	{Role: Monitor, Doc: "job log records in; live streams and Loki out", Methods: []Method{
 		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Ork, Worker, InstanceAgent, InferenceAgent},

@@ -370,6 +370,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 				Ork:      orkapi.NewClient(n, orkKey),
 				Accounts: st,
 				APIKeys:  st, // its database keeps the inference API keys too
+				Usage:    st, // and the inference usage
 				Log:      log.With("component", "app-node"),
 				WebUI:    ui, // the gateway's default for every path outside the APIs
 				Observer: obs,

@@ -88,7 +88,8 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 				pcfg.KeyTTL = config.Duration(500 * time.Millisecond)
 			}
 			p, err := inferproxy.New(pcfg, inferproxy.Deps{Node: n, Directories: dirs, Catalog: inferproxy.OrkCatalog{Ork: orkapi.NewClient(n, orkKey)}, Load: orkapi.NewClient(n, orkKey),
-				Keys: inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), Agents: ring, Log: log.With("component", "proxy-inference")})
+				Keys: inferproxy.NewFabricKeys(n, appKey, 500*time.Millisecond), Usage: inferproxy.FabricUsage{Node: n, AppNode: appKey},
+				Agents: ring, Log: log.With("component", "proxy-inference")})
 			if err != nil {
 				return cli.UsageErrorf("%v", err)
 			}

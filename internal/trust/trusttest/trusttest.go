@@ -38,6 +38,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
+	"github.com/cosmicac/cosmicac/internal/inferproxy/usageapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
@@ -451,6 +452,8 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 	// app-node
 	case keyapi.ByHash.Name:
 		return call(map[string]any{"hash": make([]byte, 32)}, nil)
+	case usageapi.Record.Name: // an empty batch ID: invalid, nothing recorded
+		return call(usageapi.RecordParams{}, nil)
 	// wrk-monitor: a record of the target job; a caller outside its
 	// binding has it refused.
 	case joblog.Append.Name:
