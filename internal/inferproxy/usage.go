@@ -198,7 +198,7 @@ func withUsage(body []byte) ([]byte, bool) {
 // usageRowKey is a row of the book: one minute of one caller's use of one
 // job's model.
 type usageRowKey struct {
-	minute                 int64
+	minute                int64
 	team, key, job, model string
 }
 
