@@ -304,6 +304,9 @@ type APIKey struct {
 	PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
 	// LastUsedAt is when proxy-inference last saw the key, to the minute.
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
+	// TokensPerMinute caps the prompt and completion tokens the key's
+	// requests spend in a minute at each proxy-inference (absent: no cap).
+	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 }
 
 // InferenceAuth is the body of PUT /api/v1/jobs/{id}/inference/auth.
@@ -321,6 +324,9 @@ type CreateAPIKey struct {
 	Models    []string  `json:"models,omitempty"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	ExpiresIn string    `json:"expiresIn,omitempty"`
+	// TokensPerMinute caps the tokens the key spends a minute (0: none;
+	// at most MaxKeyTokensPerMinute).
+	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 }
 
 // RotateAPIKey is the body of POST /api/v1/api-keys/{id}/rotate (it may be
@@ -332,9 +338,11 @@ type RotateAPIKey struct {
 
 // Limits of API keys.
 const (
-	MaxKeyModels    = 32
-	DefaultKeyGrace = 24 * time.Hour
-	MaxKeyGrace     = 7 * 24 * time.Hour
+	MaxKeyModels = 32
+	// MaxKeyTokensPerMinute bounds a key's tokens per minute.
+	MaxKeyTokensPerMinute = 1 << 40
+	DefaultKeyGrace       = 24 * time.Hour
+	MaxKeyGrace           = 7 * 24 * time.Hour
 )
 
 // CreatedAPIKey is the answer of POST /api/v1/api-keys: the key and its

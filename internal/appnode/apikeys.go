@@ -39,7 +39,7 @@ const maxModelName = 256
 // grace has ended is not shown.
 func keyOut(k store.APIKey, now time.Time) apiv1.APIKey {
 	out := apiv1.APIKey{ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
-		Models: k.Models, ExpiresAt: k.ExpiresAt, RotatedAt: k.RotatedAt, LastUsedAt: k.LastUsedAt}
+		Models: k.Models, ExpiresAt: k.ExpiresAt, RotatedAt: k.RotatedAt, LastUsedAt: k.LastUsedAt, TokensPerMinute: k.TokensPerMinute}
 	if now.Before(k.PreviousExpiresAt) {
 		out.PreviousExpiresAt = k.PreviousExpiresAt
 	}
@@ -116,6 +116,9 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return nil, err
 	}
+	if in.TokensPerMinute < 0 || in.TokensPerMinute > apiv1.MaxKeyTokensPerMinute {
+		return nil, invalid(&cosmic.FieldError{Field: "tokensPerMinute", Message: fmt.Sprintf("%d: want 0 (no cap) to %d", in.TokensPerMinute, int64(apiv1.MaxKeyTokensPerMinute))})
+	}
 	now := s.now()
 	expires, err := keyExpiry(in, now)
 	if err != nil {
@@ -136,7 +139,7 @@ func (s *Server) createAPIKey(w http.ResponseWriter, r *http.Request, c *caller)
 	if err != nil {
 		return nil, fmt.Errorf("make API key: %w", err)
 	}
-	k.Models, k.ExpiresAt = models, expires
+	k.Models, k.ExpiresAt, k.TokensPerMinute = models, expires, in.TokensPerMinute
 	if err := ks.CreateAPIKey(r.Context(), k); err != nil {
 		return nil, err
 	}

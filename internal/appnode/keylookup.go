@@ -64,7 +64,7 @@ func ServeKeyLookup(r fabric.Registrar, keys KeyStore) {
 		}
 		return keyapi.ByHashReply{Found: true, ID: k.ID, Name: k.Name, Team: k.Team, CreatedBy: k.CreatedBy,
 			Prefix: k.Prefix, CreatedAt: k.CreatedAt, Models: k.Models, ExpiresAt: k.ExpiresAt,
-			Previous: !bytes.Equal(q.Hash, k.Hash), PreviousExpiresAt: k.PreviousExpiresAt}, nil
+			Previous: !bytes.Equal(q.Hash, k.Hash), PreviousExpiresAt: k.PreviousExpiresAt, TokensPerMinute: k.TokensPerMinute}, nil
 	})
 }
 

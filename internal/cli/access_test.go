@@ -63,6 +63,7 @@ var cliRoutes = map[string]cliRoute{
 	"racks register":     {args: fixed("racks", "register", "--id", "r2", "--location", "us", "--gpu-model", "H100", "--worker-key", strings.Repeat("ab", 32)), route: "POST /api/v1/racks", change: true},
 	"racks remove":       {args: fixed("racks", "remove", "r1", "--force"), route: "DELETE /api/v1/racks/{id}", change: true},
 	"audit":              {args: fixed("audit"), route: "GET /api/v1/audit"},
+	"usage":              {args: fixed("usage"), route: "GET /api/v1/usage"},
 	"quotas list":        {args: fixed("quotas", "list", "--team", "ml"), route: "GET /api/v1/teams/{team}/quotas"},
 	"quotas set":         {args: fixed("quotas", "set", "--team", "ml", "--location", "us", "--gpus", "4"), route: "PUT /api/v1/teams/{team}/quotas/{location}", change: true},
 	"quotas delete":      {args: fixed("quotas", "delete", "--team", "ml", "--location", "us"), route: "DELETE /api/v1/teams/{team}/quotas/{location}", change: true},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,13 +34,15 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 		quiet   bool
 		models  []string
 		expires string
+		tpm     int64
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an API key; its secret is printed this once",
 		Long: "Create an API key of your team. --model limits it to served model names (repeatable; others\n" +
 			"answer 404 model_not_found and /inference/v1/models lists only those); --expires ends it after\n" +
-			"a duration (720h) or at a time (RFC 3339).",
+			"a duration (720h) or at a time (RFC 3339); --tpm caps the prompt and completion tokens its\n" +
+			"requests spend a minute (429 with Retry-After past it, docs/inference.md \"Token limits\").",
 		Example: "  cosmicac api-keys create ci\n  KEY=$(cosmicac api-keys create ci -q)\n  cosmicac api-keys create ci -o json | jq -r .key\n" +
 			"  cosmicac api-keys create bot --model qwen --model whisper --expires 720h",
 		Args: cobra.ExactArgs(1),
@@ -50,7 +53,10 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 			if quiet && cmd.Flags().Changed("output") {
 				return UsageErrorf("-q prints only the key: give -q or -o, not both")
 			}
-			in := apiv1.CreateAPIKey{Name: args[0], Models: models} // of the active team (--team)
+			if tpm < 0 {
+				return UsageErrorf("--tpm %d: want 0 (no cap) or more tokens a minute", tpm)
+			}
+			in := apiv1.CreateAPIKey{Name: args[0], Models: models, TokensPerMinute: tpm} // of the active team (--team)
 			if expires != "" {
 				if t, err := time.Parse(time.RFC3339, expires); err == nil {
 					in.ExpiresAt = t
@@ -89,6 +95,7 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key, for scripts")
 	cmd.Flags().StringArrayVar(&models, "model", nil, "limit the key to this served model name (repeatable; default: every model of the team)")
 	cmd.Flags().StringVar(&expires, "expires", "", "end the key after this duration (720h) or at this time (RFC 3339); default: never")
+	cmd.Flags().Int64Var(&tpm, "tpm", 0, "cap the key's tokens a minute (prompt and completion, at each proxy-inference); default: no cap")
 	return cmd
 }
 
@@ -122,13 +129,17 @@ func (a *App) apiKeysListCommand(conn *connFlags) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tMODELS\tEXPIRES\tOLD KEY UNTIL\tLAST USED\tCREATED BY\tAGE")
+			fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tMODELS\tTPM\tEXPIRES\tOLD KEY UNTIL\tLAST USED\tCREATED BY\tAGE")
 			for _, k := range keys {
 				models := "all"
 				if len(k.Models) > 0 {
 					models = strings.Join(k.Models, ",")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, models,
+				tpm := "-"
+				if k.TokensPerMinute > 0 {
+					tpm = strconv.FormatInt(k.TokensPerMinute, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Team, k.Prefix, models, tpm,
 					until(k.ExpiresAt, "never"), until(k.PreviousExpiresAt, "-"), age(k.LastUsedAt), dash(k.CreatedBy), age(k.CreatedAt))
 			}
 			return tw.Flush()

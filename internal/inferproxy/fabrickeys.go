@@ -93,7 +93,7 @@ func keyOf(r keyapi.ByHashReply, hash []byte) (store.APIKey, error) {
 		return store.APIKey{}, cosmic.ErrNotFound
 	}
 	k := store.APIKey{ID: r.ID, Name: r.Name, Team: r.Team, CreatedBy: r.CreatedBy, Prefix: r.Prefix,
-		Hash: hash, CreatedAt: r.CreatedAt, Models: r.Models, ExpiresAt: r.ExpiresAt}
+		Hash: hash, CreatedAt: r.CreatedAt, Models: r.Models, ExpiresAt: r.ExpiresAt, TokensPerMinute: r.TokensPerMinute}
 	if r.Previous {
 		// Only the hash asked for is known: it is the previous secret.
 		k.Hash, k.PreviousHash, k.PreviousExpiresAt = nil, hash, r.PreviousExpiresAt

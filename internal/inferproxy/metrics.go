@@ -68,7 +68,7 @@ func newProxyMetrics(rs *replicaSet) *proxyMetrics {
 		}, []string{"model"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cosmicac_inference_rate_limited_total",
-			Help: "Requests answered 429, by limit (concurrent, rpm).",
+			Help: "Requests answered 429, by limit (concurrent, rpm, tpm: a key's tokens per minute).",
 		}, []string{"reason"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cosmicac_inference_tokens_total",

@@ -355,6 +355,7 @@ type caller struct {
 	team  string // "" without a key
 	keyID string // "" without a key
 	limit string // the limiter's key
+	tpm   int64  // the key's tokens per minute (0: no cap)
 	// models limits the key to these served model names (nil: every model
 	// it reaches): its own team's by their bare names, another team's open
 	// ones by their full names.
@@ -406,7 +407,7 @@ func (p *Proxy) authenticate(w http.ResponseWriter, r *http.Request) (caller, bo
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", msg)
 		return caller{}, false
 	}
-	c := caller{team: k.Team, keyID: k.ID, limit: "key:" + k.ID}
+	c := caller{team: k.Team, keyID: k.ID, limit: "key:" + k.ID, tpm: k.TokensPerMinute}
 	if len(k.Models) > 0 {
 		c.models = k.Models
 	}
@@ -796,7 +797,24 @@ func (p *Proxy) admitBody(w http.ResponseWriter, r *http.Request, limit, anonymo
 // address's without one) before any of its body is read, or answers 429.
 // An admitted request calls release when it ends.
 func (p *Proxy) admit(w http.ResponseWriter, c caller) (release func(), ok bool) {
-	ok, retry, why, left := p.limits.acquire(c.limit, time.Now())
+	now := time.Now()
+	if c.tpm > 0 {
+		// The key's tokens per minute: a request is admitted while its
+		// budget is above 0; its answer's tokens are taken after (meter).
+		ok, retry, left := p.limits.checkTokens(c.limit, c.tpm, now)
+		h := w.Header()
+		h.Set("X-Ratelimit-Limit-Tokens", strconv.Itoa(left.limit))
+		h.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(left.remaining))
+		h.Set("X-Ratelimit-Reset-Tokens", left.reset.String())
+		if !ok {
+			p.metrics.rateLimited.WithLabelValues("tpm").Inc()
+			h.Set("Retry-After", strconv.Itoa(max(int(math.Ceil(retry.Seconds())), 1)))
+			writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded",
+				fmt.Sprintf("rate limit reached: this key's %d tokens per minute are spent; retry in %v", c.tpm, retry.Round(time.Second)))
+			return nil, false
+		}
+	}
+	ok, retry, why, left := p.limits.acquire(c.limit, now)
 	if left != nil {
 		// As the OpenAI API says them (its "Rate limits" guide): the
 		// SDKs and clients that pace themselves read these.
@@ -1152,7 +1170,8 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		clean = true
 		return true, false, ""
 	}
-	tap := &answerTap{w: w}
+	tap := newAnswerTap(w)
+	defer tap.release()
 	if n > 0 {
 		tap.Write(buf[:n])
 	}

@@ -95,46 +95,50 @@ func sseUsage(ev []byte) (t tokens, usageOnly, ok bool) {
 	return tokens{}, false, false
 }
 
-// answerTap writes an answer through and keeps what usageOf needs of it:
-// the whole, up to tapWhole bytes, else its last tapTail bytes (where
-// every engine puts its usage: after the choices or the embeddings).
+// answerTap writes an answer through and keeps its last tapTail bytes,
+// where every engine writes its usage (after the choices or the
+// embeddings; at most small fields follow it: an ID, llama.cpp's timings).
+// An answer is never held: a 64 KiB one costs about a copy of it
+// (BenchmarkMeterAnswer).
 type answerTap struct {
 	w    io.Writer
-	head []byte
-	tail []byte
-	n    int64
+	tail []byte // at most 2*tapTail, from tapBufs
 }
 
-const (
-	tapWhole = 256 << 10
-	tapTail  = 64 << 10
-)
+const tapTail = 16 << 10
+
+var tapBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2*tapTail); return &b }}
+
+func newAnswerTap(w io.Writer) *answerTap {
+	return &answerTap{w: w, tail: (*tapBufs.Get().(*[]byte))[:0]}
+}
+
+// release gives the tap's buffer back.
+func (t *answerTap) release() {
+	b := t.tail[:0]
+	t.tail = nil
+	tapBufs.Put(&b)
+}
 
 func (t *answerTap) Write(p []byte) (int, error) {
 	n, err := t.w.Write(p)
-	t.n += int64(len(p))
-	if len(t.head)+len(p) <= tapWhole && t.tail == nil {
-		t.head = append(t.head, p...)
-		return n, err
-	}
-	if t.tail == nil {
-		t.tail, t.head = t.head, nil
-	}
-	t.tail = append(t.tail, p...)
-	if len(t.tail) > 2*tapTail {
-		t.tail = append(t.tail[:0], t.tail[len(t.tail)-tapTail:]...)
+	switch {
+	case len(p) >= tapTail:
+		t.tail = append(t.tail[:0], p[len(p)-tapTail:]...)
+	case len(t.tail)+len(p) > cap(t.tail):
+		keep := tapTail - len(p)
+		t.tail = append(t.tail[:0], t.tail[len(t.tail)-keep:]...)
+		t.tail = append(t.tail, p...)
+	default:
+		t.tail = append(t.tail, p...)
 	}
 	return n, err
 }
 
-// usage is the answer's usage.
+// usage is the answer's usage: its last "usage" key (a quote inside a
+// string is escaped, so this is a key), decoded from its value on; or,
+// the Responses API's, the same key inside its "response".
 func (t *answerTap) usage() (tokens, bool) {
-	if t.tail == nil {
-		return usageOf(t.head)
-	}
-	// Past tapWhole only the tail is kept: the last "usage" key in it (a
-	// quote inside a string is escaped, so this is a key), decoded from
-	// its value on.
 	b := t.tail
 	for {
 		i := bytes.LastIndex(b, usageKey)
@@ -142,22 +146,42 @@ func (t *answerTap) usage() (tokens, bool) {
 			return tokens{}, false
 		}
 		rest := bytes.TrimLeft(b[i+len(usageKey):], " \t\r\n")
-		if len(rest) > 0 && rest[0] == ':' {
-			var u struct {
-				Prompt     *int64 `json:"prompt_tokens"`
-				Completion int64  `json:"completion_tokens"`
-				Input      int64  `json:"input_tokens"`
-				Output     int64  `json:"output_tokens"`
-			}
-			if err := json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u); err == nil {
-				if u.Prompt != nil {
-					return tokens{prompt: max(*u.Prompt, 0), completion: max(u.Completion, 0)}, true
+		if len(rest) > 1 && rest[0] == ':' {
+			if v := bytes.TrimLeft(rest[1:], " \t\r\n"); len(v) > 0 && v[0] == '{' {
+				if end := bytes.IndexByte(v, '}'); end > 0 { // usage objects hold numbers, and details objects
+					if t, ok := usageOf(slices.Concat([]byte(`{"usage":`), objectAt(v), []byte("}"))); ok {
+						return t, true
+					}
 				}
-				return tokens{prompt: max(u.Input, 0), completion: max(u.Output, 0)}, true
 			}
 		}
 		b = b[:i]
 	}
+}
+
+// objectAt is the JSON object v starts with (braces balanced outside
+// strings), or v if it does not end.
+func objectAt(v []byte) []byte {
+	depth, inStr, esc := 0, false, false
+	for i, c := range v {
+		switch {
+		case esc:
+			esc = false
+		case inStr && c == '\\':
+			esc = true
+		case c == '"':
+			inStr = !inStr
+		case inStr:
+		case c == '{':
+			depth++
+		case c == '}':
+			depth--
+			if depth == 0 {
+				return v[:i+1]
+			}
+		}
+	}
+	return v
 }
 
 // withUsage asks a streamed chat or completion for its usage at the end
@@ -341,6 +365,9 @@ func (p *Proxy) meter(c caller, jobs []Model, jobID string, t tokens) {
 		team = jobs[i].Team
 	}
 	model := jobs[i].FullName()
+	if c.tpm > 0 {
+		p.limits.spendTokens(c.limit, c.tpm, t.prompt+t.completion, time.Now())
+	}
 	p.metrics.tokens.WithLabelValues(team, model, "prompt").Add(float64(t.prompt))
 	p.metrics.tokens.WithLabelValues(team, model, "completion").Add(float64(t.completion))
 	if p.sink != nil {

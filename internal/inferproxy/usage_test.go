@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -57,7 +58,7 @@ func TestAnswerTapLongAnswer(t *testing.T) {
 	b.WriteString(`],"model":"m","note":"\"usage\": {\"prompt_tokens\": 1}","usage":{"prompt_tokens":20000,"total_tokens":20000}}`)
 	body := b.String()
 	var out bytes.Buffer
-	tap := &answerTap{w: &out}
+	tap := newAnswerTap(&out)
 	for s := body; len(s) > 0; {
 		n := min(len(s), 32<<10)
 		tap.Write([]byte(s[:n]))
@@ -69,7 +70,7 @@ func TestAnswerTapLongAnswer(t *testing.T) {
 	if got, ok := tap.usage(); !ok || got != (tokens{prompt: 20000}) {
 		t.Errorf("usage of a %d-byte answer: %+v, %v", len(body), got, ok)
 	}
-	short := &answerTap{w: &out}
+	short := newAnswerTap(&out)
 	short.Write([]byte(`{"usage":{"prompt_tokens":3,"completion_tokens":1}}`))
 	if got, ok := short.usage(); !ok || got != (tokens{3, 1}) {
 		t.Errorf("usage of a short answer: %+v, %v", got, ok)
@@ -196,3 +197,65 @@ func TestUsageBookDelivers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMeterStream: a streamed answer of 256 chunks and a usage chunk
+// through copySSE, reading its usage (and dropping that chunk); "plain"
+// is the same copy with no event carrying usage, the cost of the copy
+// alone.
+func BenchmarkMeterStream(b *testing.B) {
+	var s strings.Builder
+	for i := range 256 {
+		fmt.Fprintf(&s, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i)
+	}
+	plain := s.String() + "data: [DONE]\n\n"
+	metered := s.String() + "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":812,\"completion_tokens\":256}}\n\ndata: [DONE]\n\n"
+	for _, c := range []struct{ name, stream string }{{"plain", plain}, {"metered", metered}} {
+		b.Run(c.name, func(b *testing.B) {
+			buf := make([]byte, 32<<10)
+			b.SetBytes(int64(len(c.stream)))
+			b.ReportAllocs()
+			for b.Loop() {
+				m := meter{strip: true}
+				rec := discardFlusher{}
+				if err := copySSE(rec, rec, strings.NewReader(c.stream), buf, 0, nil, &m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMeterAnswer: a 64 KiB JSON answer written through the tap and
+// its usage read, against io.Copy of it to the same writer.
+func BenchmarkMeterAnswer(b *testing.B) {
+	var s strings.Builder
+	s.WriteString(`{"object":"list","data":[`)
+	for i := 0; s.Len() < 64<<10; i++ {
+		fmt.Fprintf(&s, `{"index":%d,"embedding":[0.25,0.5,-0.75,0.125]},`, i)
+	}
+	body := strings.TrimSuffix(s.String(), ",") + `],"usage":{"prompt_tokens":900,"total_tokens":900}}`
+	buf := make([]byte, 32<<10)
+	b.Run("copy", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			io.CopyBuffer(discardFlusher{}, struct{ io.Reader }{strings.NewReader(body)}, buf)
+		}
+	})
+	b.Run("metered", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			tap := newAnswerTap(discardFlusher{})
+			io.CopyBuffer(tap, struct{ io.Reader }{strings.NewReader(body)}, buf)
+			if _, ok := tap.usage(); !ok {
+				b.Fatal("no usage")
+			}
+			tap.release()
+		}
+	})
+}
+
+type discardFlusher struct{}
+
+func (discardFlusher) Write(p []byte) (int, error) { return len(p), nil }
+func (discardFlusher) Flush()                      {}

@@ -28,6 +28,8 @@ func Limits() []Limit {
 			"per API key; without a key, per client address (behind a trusted gateway, the address it forwards for); 429 with `Retry-After`"},
 		Limit{"inference requests per minute", fmt.Sprint(p.RequestsPerMinute), "proxy-inference `requestsPerMinute`",
 			"the same; every request counts before its body is read, one for a model that does not exist too"},
+		Limit{"inference tokens per minute", "none", "the API key's `tokensPerMinute` (`api-keys create --tpm`)",
+			"per API key, per proxy: prompt and completion tokens as the engine counted them, taken after each answer; 429 with `Retry-After` and `x-ratelimit-*-tokens` once spent"},
 		Limit{"inference JSON body", size(p.MaxBodyBytes), "proxy-inference `maxBodyBytes`", "a request with a key; 413"},
 		Limit{"inference JSON body without a key", size(p.MaxAnonymousBodyBytes), "proxy-inference `maxAnonymousBodyBytes`", "a request without a key, read only once its client's limits admitted it; 413"},
 		Limit{"audio upload", size(p.MaxAudioBytes), "proxy-inference `maxAudioBytes`", "a transcription with a key; 413"},

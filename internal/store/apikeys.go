@@ -34,6 +34,9 @@ type APIKey struct {
 	// LastUsedAt is when the key was last seen at proxy-inference, to the
 	// minute (zero: never).
 	LastUsedAt time.Time
+	// TokensPerMinute caps the prompt and completion tokens the key's
+	// requests spend in a minute at each proxy-inference (0: no cap).
+	TokensPerMinute int64
 }
 
 // ValidFor reports whether the secret that hashes to hash opens k at now:

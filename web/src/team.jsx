@@ -2,6 +2,7 @@ import { useMemo, useState } from "preact/hooks";
 import { call } from "./api.js";
 import { Confirm, Copy, ErrorNotice, Notice, Tabs, Time, useAsync } from "./ui.jsx";
 import { can } from "./main.jsx";
+import { compact, csvHref, tokensByDay, usageFrom } from "./usage.js";
 
 export function TeamPage({ me, tab }) {
   const tabs = [["members", "Members"], ["quotas", "Quotas & usage"]];
@@ -147,7 +148,7 @@ function UsageChart({ data }) {
   if (!names.length) return <p class="empty">No GPUs held in the last {HOURS} hours.</p>;
   const summary = names.map((n) => `${n}: now ${data.teams[n][STEPS]}, peak ${Math.max(...data.teams[n])}`).join("; ");
   return (
-    <figure class="chart">
+    <figure class="chart gpus">
       <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={`GPUs held per team over the last ${HOURS} hours. ${summary}`}>
         <line x1={P} y1={H - P} x2={W - P} y2={H - P} class="axis" />
         <line x1={P} y1={P} x2={P} y2={H - P} class="axis" />
@@ -181,7 +182,7 @@ function Quotas({ me }) {
       <h2>Quotas</h2>
       {quotas.value && quotas.value.items.length === 0 && <p class="empty">No quotas: {all ? "no team is" : `${me.team} is not`} limited.</p>}
       {quotas.value && quotas.value.items.length > 0 && (
-        <table>
+        <table class="quotas">
           <thead><tr><th scope="col">Team</th><th scope="col">Location</th><th scope="col">GPU model</th><th scope="col">Used / quota</th></tr></thead>
           <tbody>
             {quotas.value.items.map((q) => (
@@ -200,7 +201,84 @@ function Quotas({ me }) {
       <h2>GPU use, last {HOURS} hours</h2>
       {data && <UsageChart data={data} />}
       <p class="help">From the jobs' status histories{all ? ", every team" : `, ${me.team}`}; a job holds its GPUs from pending until it stops.</p>
+      {can(me, "usage.read") && <InferenceUsage me={me} all={all} />}
     </div>
+  );
+}
+
+const DAYS = 30;
+
+// InferenceUsage is the team's inference usage (GET /api/v1/usage): tokens per
+// day over the last DAYS days, and by key and model, with the CSV export.
+function InferenceUsage({ me, all }) {
+  const team = all ? "*" : me.team;
+  const opts = all ? { headers: { "X-Cosmicac-Team": "*" } } : {};
+  const from = encodeURIComponent(usageFrom(DAYS));
+  const [daily] = useAsync(() => call(`/usage?groupBy=day&from=${from}`, opts), [me.team]);
+  const [byKey] = useAsync(() => call(`/usage?groupBy=${all ? "team," : ""}key,model&from=${from}`, opts), [me.team]);
+  const days = useMemo(() => (daily.value ? tokensByDay(daily.value.items, DAYS) : null), [daily.value]);
+  return (
+    <div>
+      <h2>Inference tokens, last {DAYS} days</h2>
+      <ErrorNotice error={daily.error || byKey.error} />
+      {days && <TokensChart days={days} total={daily.value.total} />}
+      {byKey.value && byKey.value.items.length > 0 && (
+        <table class="usage">
+          <thead><tr>{all && <th scope="col">Team</th>}<th scope="col">API key</th><th scope="col">Model</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Prompt tokens</th><th scope="col" class="num">Completion tokens</th></tr></thead>
+          <tbody>
+            {byKey.value.items.map((u) => (
+              <tr>
+                {all && <td>{u.team}</td>}
+                <td>{u.keyId ? (u.keyName || u.keyId) : <em>no key</em>}</td>
+                <td>{u.model}</td>
+                <td class="num">{u.requests}</td>
+                <td class="num">{u.promptTokens}</td>
+                <td class="num">{u.completionTokens}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      <p class="help">
+        What the engines counted in their answers, metered by proxy-inference and paid by the API key's team{all ? ", every team" : ""}.{" "}
+        <a href={csvHref(team, DAYS)} download>Download CSV</a> (by day, key and model).
+      </p>
+    </div>
+  );
+}
+
+// TokensChart draws the days' prompt and completion tokens as stacked bars.
+function TokensChart({ days, total }) {
+  if (!total || total.requests === 0) return <p class="empty">No inference requests in the last {DAYS} days.</p>;
+  const W = 640;
+  const H = 200;
+  const P = 40;
+  const max = Math.max(1, ...days.map((d) => d.prompt + d.completion));
+  const bw = (W - 2 * P) / days.length;
+  const y = (v) => H - P - (v / max) * (H - 2 * P);
+  const label = `Inference tokens per day over the last ${DAYS} days: ${total.totalTokens} in all (${total.promptTokens} prompt, ${total.completionTokens} completion) in ${total.requests} requests`;
+  return (
+    <figure class="chart tokens">
+      <svg viewBox={`0 0 ${W} ${H}`} role="img" aria-label={label}>
+        <line x1={P} y1={H - P} x2={W - P} y2={H - P} class="axis" />
+        <line x1={P} y1={P} x2={P} y2={H - P} class="axis" />
+        <text x={P - 4} y={y(max) + 4} class="tick" text-anchor="end">{compact(max)}</text>
+        <text x={P - 4} y={H - P + 4} class="tick" text-anchor="end">0</text>
+        <text x={P} y={H - 8} class="tick">{days[0].day}</text>
+        <text x={W - P} y={H - 8} class="tick" text-anchor="end">today</text>
+        {days.map((d, i) => (
+          <g>
+            <title>{`${d.day}: ${d.prompt} prompt, ${d.completion} completion tokens, ${d.requests} requests`}</title>
+            <rect x={P + i * bw + 1} y={y(d.prompt)} width={Math.max(bw - 2, 1)} height={H - P - y(d.prompt)} fill={COLORS[0]} />
+            <rect x={P + i * bw + 1} y={y(d.prompt + d.completion)} width={Math.max(bw - 2, 1)} height={y(d.prompt) - y(d.prompt + d.completion)} fill={COLORS[1]} />
+          </g>
+        ))}
+      </svg>
+      <figcaption>
+        <span class="legend"><span class="swatch" style={{ background: COLORS[0] }} /> prompt</span>
+        <span class="legend"><span class="swatch" style={{ background: COLORS[1] }} /> completion</span>
+      </figcaption>
+    </figure>
   );
 }
 

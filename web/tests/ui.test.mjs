@@ -600,6 +600,15 @@ test("the Quotas & usage page as a platform admin, a team admin, a member and a 
   await p.api("PUT", "/teams/other/quotas/us", { gpus: 3 });
   const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "holds-two", location: "us", image: "ubuntu-24.04", resources: { gpu: 2 } }, p.token, "ml");
   await waitFor("the job to run", async () => (await p.api("GET", `/jobs/${job.id}`, undefined, p.token, "ml")).status.state === "running");
+  // One chat with a key of ml's: the usage section's table and chart.
+  const chatJob = await p.api("POST", "/jobs", { type: "managed-inference", name: "metered", location: "us", resources: { gpu: 1 }, inference: { runtime: "vllm", model: "facebook/opt-125m", servedModelName: "metered" } }, p.token, "ml");
+  const key = await p.api("POST", "/api-keys", { name: "ui-metered" }, p.token, "ml");
+  await waitFor("a chat with ml's key", async () => {
+    const res = await fetch(p.url + "/inference/v1/chat/completions", { method: "POST", headers: { Authorization: `Bearer ${key.key}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ model: "metered", messages: [{ role: "user", content: "hi" }], max_tokens: 3 }) });
+    return res.status === 200;
+  }, 90000);
+  await waitFor("the chat's usage", async () => (await p.api("GET", "/usage?groupBy=key", undefined, p.token, "ml")).items.some((u) => u.keyId === key.id));
   for (const [role, open, everyTeam] of [
     ["platform-admin", signInAsAdmin, true],
     ["team-admin", () => signIn(ALICE), false],
@@ -610,22 +619,38 @@ test("the Quotas & usage page as a platform admin, a team admin, a member and a 
     await useTeam(page, "ml");
     await page.goto(p.url + "/team/quotas");
     await page.getByRole("heading", { name: "Quotas", exact: true }).waitFor();
-    const ml = page.locator("tr", { has: page.locator("td", { hasText: /^ml$/ }) });
+    const ml = page.locator("table.quotas tr", { has: page.locator("td", { hasText: /^ml$/ }) });
     await ml.waitFor();
     // Jobs of earlier tests may hold more of ml's GPUs: at least the job's 2.
     const used = Number(((await ml.textContent()).match(/(\d+) \/ 6$/) || [])[1]);
     assert.ok(used >= 2, `${role}: ml's quota row: ${await ml.textContent()}`);
     await page.locator(".chart svg, p.notice.error, .notice.error").first().waitFor();
     assert.equal(await page.getByRole("alert").count(), 0, `${role}: an error on the page: ${await page.getByRole("alert").allTextContents()}`);
-    const now = Number(((await page.locator(".chart svg").getAttribute("aria-label")).match(/ml: now (\d+)/) || [])[1]);
+    const now = Number(((await page.locator(".chart.gpus svg").getAttribute("aria-label")).match(/ml: now (\d+)/) || [])[1]);
     assert.ok(now >= 2, `${role}: the usage chart shows ml holding ${now} GPUs now, want at least the job's 2`);
-    const other = page.locator("tr", { has: page.locator("td", { hasText: /^other$/ }) });
+    // The inference usage: the key's row, the chart's totals, the CSV link for the team.
+    const metered = page.locator("table.usage tr", { hasText: "ui-metered" });
+    await metered.waitFor();
+    assert.match(await metered.textContent(), /@ml\/metered/, `${role}: the usage row`);
+    assert.match(await page.locator(".chart.tokens svg").getAttribute("aria-label"), /in [1-9]\d* requests/, `${role}: the tokens chart`);
+    const csv = new URL(await page.getByRole("link", { name: "Download CSV" }).getAttribute("href"), p.url);
+    assert.equal(csv.searchParams.get("team"), everyTeam ? "*" : "ml", `${role}: the CSV link's team`);
+    const other = page.locator("table.quotas tr", { has: page.locator("td", { hasText: /^other$/ }) });
     assert.equal(await other.count(), everyTeam ? 1 : 0, `${role}: another team's quota shown`);
-    assert.equal(/other: now/.test(await page.locator(".chart svg").getAttribute("aria-label")), everyTeam, `${role}: another team's usage shown`);
+    assert.equal(/other: now/.test(await page.locator(".chart.gpus svg").getAttribute("aria-label")), everyTeam, `${role}: another team's usage shown`);
     await check(page, `quotas-${role}`);
     await page.context().close();
   }
+  // The CSV a signed-in page downloads: the team's, with the key's line.
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  const csvText = await page.evaluate(async () => (await fetch("/api/v1/usage?format=csv&groupBy=key,model&team=ml")).text());
+  assert.match(csvText, /^key_id,key_name,model,requests,prompt_tokens,completion_tokens,total_tokens\n/, "the CSV's header");
+  assert.match(csvText, new RegExp(`${key.id},ui-metered,@ml/metered,`), "the CSV's key line");
+  await page.context().close();
   await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");
+  await p.api("DELETE", `/jobs/${chatJob.id}?force=true`, undefined, p.token, "ml");
+  await p.api("DELETE", `/api-keys/${key.id}`, undefined, p.token, "ml");
   await p.api("DELETE", "/teams/ml/quotas/us");
   await p.api("DELETE", "/teams/other/quotas/us");
   await p.api("DELETE", "/teams/ml/members/mia");

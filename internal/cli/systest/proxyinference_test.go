@@ -144,6 +144,10 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 	defer func() { acancel(); <-adone }()
 
 	chat := `{"model":"qwen","messages":[{"role":"user","content":"Say hello"}],"max_tokens":4}`
+	var usage struct {
+		Prompt     int64 `json:"prompt_tokens"`
+		Completion int64 `json:"completion_tokens"`
+	}
 	waittest.NoError(t, func() error {
 		code, h, body := do("POST", "/chat/completions", key.Key, chat)
 		if code != 200 {
@@ -158,8 +162,31 @@ func TestProxyInferenceAsProcesses(t *testing.T) {
 			h.Get("X-CosmicAC-Simulated") != "true" {
 			t.Fatalf("chat completion %s (%v), headers %v", body, err, h)
 		}
+		var withUsage struct {
+			Usage *struct {
+				Prompt     int64 `json:"prompt_tokens"`
+				Completion int64 `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(body), &withUsage); err != nil || withUsage.Usage == nil || withUsage.Usage.Prompt == 0 {
+			t.Fatalf("the chat's usage: %s (%v)", body, err)
+		}
+		usage.Prompt, usage.Completion = withUsage.Usage.Prompt, withUsage.Usage.Completion
 		return nil
 	}, "a chat completion through proxy-inference")
+	// Its usage reaches the app-node's store over the fabric
+	// (inference.recordUsage): GET /api/v1/usage says what the answer did.
+	waittest.NoError(t, func() error {
+		u, err := c.Usage(ctx, client.UsageQuery{GroupBy: []string{"key", "model"}})
+		if err != nil {
+			return err
+		}
+		if len(u.Items) != 1 || u.Items[0].KeyID != key.ID || u.Items[0].Model != "@"+j.Team+"/qwen" || u.Items[0].Requests != 1 ||
+			u.Items[0].PromptTokens != usage.Prompt || u.Items[0].CompletionTokens != usage.Completion {
+			return fmt.Errorf("usage %+v; the answer said %+v", u.Items, usage)
+		}
+		return nil
+	}, "the chat's usage in the app-node's store")
 	if code, _, body := do("GET", "/models", key.Key, ""); code != 200 || !strings.Contains(body, `"id":"qwen"`) || !strings.Contains(body, j.ID) {
 		t.Fatalf("models: %d %s", code, body)
 	}

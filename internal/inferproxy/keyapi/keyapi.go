@@ -69,4 +69,5 @@ type ByHashReply struct {
 	ExpiresAt         time.Time `json:"expiresAt,omitzero"`
 	Previous          bool      `json:"previous,omitempty"`
 	PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
+	TokensPerMinute   int64     `json:"tokensPerMinute,omitempty"`
 }

@@ -14,8 +14,8 @@ import (
 
 // CreateAPIKey implements store.APIKeys.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	if k.ID == "" || k.Name == "" || len(k.Hash) == 0 {
-		return fmt.Errorf("create API key %q: needs an ID, a name and a hash: %w", k.ID, cosmic.ErrInvalid)
+	if k.ID == "" || k.Name == "" || len(k.Hash) == 0 || k.TokensPerMinute < 0 {
+		return fmt.Errorf("create API key %q: needs an ID, a name and a hash, and no negative limit: %w", k.ID, cosmic.ErrInvalid)
 	}
 	models, err := modelsJSON(k.Models)
 	if err != nil {
@@ -28,7 +28,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		_, err := tx.q.Exec(ctx, "INSERT INTO api_keys (id, name, team, created_by, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
 			k.ID, k.Name, k.Team, k.CreatedBy, k.Prefix, k.Hash, Nanos(k.CreatedAt))
 		if err == nil {
-			_, err = tx.q.Exec(ctx, "INSERT INTO api_key_limits (id, models, expires_at) VALUES ($1, $2, $3)", k.ID, models, Nanos(k.ExpiresAt))
+			_, err = tx.q.Exec(ctx, "INSERT INTO api_key_limits (id, models, expires_at, tokens_per_minute) VALUES ($1, $2, $3, $4)",
+				k.ID, models, Nanos(k.ExpiresAt), k.TokensPerMinute)
 		}
 		switch {
 		case s.d.IsUnique(err):
@@ -68,14 +69,15 @@ func modelsJSON(models []string) (string, error) {
 // has none: coalesce).
 const selectAPIKeys = `SELECT k.id, k.name, k.team, k.created_by, k.prefix, k.hash, k.created_at,
 	coalesce(l.models, '[]'), coalesce(l.expires_at, 0), l.previous_hash, coalesce(l.previous_expires_at, 0),
-	coalesce(l.rotated_at, 0), coalesce(l.last_used_at, 0)
+	coalesce(l.rotated_at, 0), coalesce(l.last_used_at, 0), coalesce(l.tokens_per_minute, 0)
 	FROM api_keys k LEFT JOIN api_key_limits l ON l.id = k.id `
 
 func scanAPIKey(sc Row) (store.APIKey, error) {
 	var k store.APIKey
 	var created, expires, prevExpires, rotated, used int64
 	var models string
-	err := sc.Scan(&k.ID, &k.Name, &k.Team, &k.CreatedBy, &k.Prefix, &k.Hash, &created, &models, &expires, &k.PreviousHash, &prevExpires, &rotated, &used)
+	err := sc.Scan(&k.ID, &k.Name, &k.Team, &k.CreatedBy, &k.Prefix, &k.Hash, &created, &models, &expires, &k.PreviousHash, &prevExpires, &rotated, &used,
+		&k.TokensPerMinute)
 	if err != nil {
 		return store.APIKey{}, err
 	}

@@ -32,7 +32,7 @@ func testAPIKeys(t *testing.T, open func(t *testing.T) store.Store) {
 	_, ks := apiKeyStore(t, open)
 	k1 := store.APIKey{ID: "key_1", Name: "one", Team: "a", CreatedBy: "ann", Prefix: "sk-cac-ab", Hash: []byte("h1"), CreatedAt: at(0)}
 	k2 := store.APIKey{ID: "key_2", Name: "two", Team: "b", CreatedBy: "bob", Prefix: "sk-cac-cd", Hash: []byte("h2"), CreatedAt: at(1),
-		Models: []string{"qwen", "whisper"}, ExpiresAt: at(60)}
+		Models: []string{"qwen", "whisper"}, ExpiresAt: at(60), TokensPerMinute: 40000}
 	for _, k := range []store.APIKey{k1, k2} {
 		if err := ks.CreateAPIKey(ctx, k); err != nil {
 			t.Fatalf("CreateAPIKey(%s) = %v", k.ID, err)
