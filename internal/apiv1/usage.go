@@ -33,6 +33,9 @@ type UsageItem struct {
 	PromptTokens     int64     `json:"promptTokens"`
 	CompletionTokens int64     `json:"completionTokens"`
 	TotalTokens      int64     `json:"totalTokens"`
+	// GPUSeconds are the GPUs the jobs held × seconds, sampled by the ork
+	// (divide by 3600 for GPU-hours).
+	GPUSeconds int64 `json:"gpuSeconds"`
 }
 
 // UsageList is the usage of [from, to), grouped, with its total.
@@ -47,9 +50,10 @@ type UsageList struct {
 func usageRoutes() []Route {
 	return []Route{
 		{Op: OpListUsage, Method: http.MethodGet, Path: Prefix + "/usage", Tag: "usage", Perm: authz.UsageRead, AllTeams: true,
-			Summary: "The team's inference usage: requests and tokens, by time, key, model and job (platform admins, with team *: every team)",
+			Summary: "The team's usage: inference requests and tokens, and the GPU-seconds its jobs held, by time, key, model and job (platform admins, with team *: every team)",
 			Description: "What the engines counted in their answers (usage), summed by the minute as proxy-inference answered, " +
-				"paid by the team of the API key (without one: the model's team). format=csv answers text/csv with a header line.",
+				"paid by the team of the API key (without one: the model's team); and the GPUs each job held, sampled by the ork " +
+				"(on rows without a key). format=csv answers text/csv with a header line.",
 			Params: []Param{
 				{Name: QueryFrom, In: InQuery, Type: time.Time{}, Description: "From this time (RFC 3339, rounded down to the minute; default 30 days ago at 00:00 UTC)"},
 				{Name: QueryTo, In: InQuery, Type: time.Time{}, Description: "Until this time (RFC 3339, exclusive; default now)"},

@@ -107,7 +107,9 @@ func (s *Server) listUsage(w http.ResponseWriter, r *http.Request, c *caller) (a
 	}
 	for i, r := range rows {
 		out.Items[i] = apiv1.UsageItem{Start: r.Start, Team: r.Team, KeyID: r.KeyID, KeyName: names[r.KeyID], Model: r.Model, JobID: r.JobID,
-			Requests: r.Requests, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
+			Requests: r.Requests, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens,
+			GPUSeconds: r.GPUSeconds}
+		out.Total.GPUSeconds += r.GPUSeconds
 		out.Total.Requests += r.Requests
 		out.Total.PromptTokens += r.PromptTokens
 		out.Total.CompletionTokens += r.CompletionTokens
@@ -144,7 +146,7 @@ func writeUsageCSV(w http.ResponseWriter, u apiv1.UsageList, team string) {
 			head = append(head, g)
 		}
 	}
-	cw.Write(append(head, "requests", "prompt_tokens", "completion_tokens", "total_tokens"))
+	cw.Write(append(head, "requests", "prompt_tokens", "completion_tokens", "total_tokens", "gpu_seconds"))
 	for _, it := range u.Items {
 		var rec []string
 		for _, g := range u.GroupBy {
@@ -161,7 +163,7 @@ func writeUsageCSV(w http.ResponseWriter, u apiv1.UsageList, team string) {
 				rec = append(rec, it.JobID)
 			}
 		}
-		for _, n := range []int64{it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens} {
+		for _, n := range []int64{it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens, it.GPUSeconds} {
 			rec = append(rec, strconv.FormatInt(n, 10))
 		}
 		cw.Write(rec)

@@ -87,9 +87,10 @@ func (a *App) usageCommand() *cobra.Command {
 			for _, g := range u.GroupBy {
 				head = append(head, strings.ToUpper(g))
 			}
-			fmt.Fprintln(tw, strings.Join(append(head, "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "TOTAL TOKENS"), "\t"))
+			fmt.Fprintln(tw, strings.Join(append(head, "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "TOTAL TOKENS", "GPU HOURS"), "\t"))
 			row := func(cells []string, it apiv1.UsageItem) {
-				fmt.Fprintf(tw, "%s%d\t%d\t%d\t%d\n", strings.Join(append(cells, ""), "\t"), it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens)
+				fmt.Fprintf(tw, "%s%d\t%d\t%d\t%d\t%.2f\n", strings.Join(append(cells, ""), "\t"), it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens,
+					float64(it.GPUSeconds)/3600)
 			}
 			for _, it := range u.Items {
 				var cells []string
@@ -102,7 +103,7 @@ func (a *App) usageCommand() *cobra.Command {
 					case "team":
 						cells = append(cells, it.Team)
 					case "key":
-						k := "(no key)"
+						k := "-"
 						if it.KeyID != "" {
 							k = it.KeyID
 							if it.KeyName != "" {

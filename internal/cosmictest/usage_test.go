@@ -15,8 +15,10 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
+	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -29,7 +31,8 @@ import (
 // are metered: as many prompt tokens as the same prompt unstreamed. The
 // CSV export and the Prometheus counter say the same.
 func TestMeteringWithTheRealEngine(t *testing.T) {
-	e := NewEnv(t, withLlama(t))
+	e := NewEnv(t, withLlama(t), func(c *platform.Config) { c.Ork.GPUMeterEvery = config.Duration(time.Second) })
+	created := time.Now()
 	chat := inference("meter-chat", cosmic.RuntimeLlamaCPP, testmodel.ChatModel, 1, 1)
 	chat.Inference.Args = map[string]string{"ctx-size": "1024", "parallel": "2"}
 	embed := inference("meter-embed", cosmic.RuntimeLlamaCPP, testmodel.EmbedModel, 1, 1)
@@ -187,7 +190,7 @@ func TestMeteringWithTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
-	if err != nil || len(recs) != 5 || fmt.Sprint(recs[0]) != "[key_id key_name model requests prompt_tokens completion_tokens total_tokens]" {
+	if err != nil || len(recs) < 5 || fmt.Sprint(recs[0]) != "[key_id key_name model requests prompt_tokens completion_tokens total_tokens gpu_seconds]" {
 		t.Fatalf("CSV %q: %v", b, err)
 	}
 	var csvTotal int64
@@ -198,6 +201,24 @@ func TestMeteringWithTheRealEngine(t *testing.T) {
 	if want := before[ka.ID].TotalTokens + before[kb.ID].TotalTokens + byKey()[kc.ID].TotalTokens; csvTotal != want {
 		t.Errorf("the CSV's tokens: %d; the usage says %d\n%s", csvTotal, want, b)
 	}
+
+	// The GPUs the jobs held, sampled by the ork each second: the chat job's
+	// one GPU for about as long as it has existed, on its rows without a key.
+	waittest.NoErrorWithin(t, time.Minute, func() error {
+		u, err := e.Client.Usage(e.Ctx, client.UsageQuery{GroupBy: []string{"job", "key"}})
+		if err != nil {
+			return err
+		}
+		for _, it := range u.Items {
+			if it.JobID == cj.ID && it.KeyID == "" {
+				if held := time.Since(created); it.GPUSeconds < 3 || time.Duration(it.GPUSeconds)*time.Second > held+2*time.Second {
+					return fmt.Errorf("the chat job held %d GPU-seconds in %v", it.GPUSeconds, held.Round(time.Second))
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no GPU-seconds of the chat job: %+v", u.Items)
+	}, "the chat job's GPU-seconds")
 
 	// A restart of the platform: what was delivered stays, and more adds on.
 	e.Restart()

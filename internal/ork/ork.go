@@ -65,6 +65,9 @@ type Config struct {
 	// replica of the new spec that waits for GPUs or quota, say) before
 	// it rolls back, or, rolling back, is abandoned (default 10m).
 	RolloutDeadline config.Duration `json:"rolloutDeadline,omitempty"`
+	// GPUMeterEvery is how often the GPUs each job holds are sampled into
+	// the usage store as GPU-seconds (default 10s, whole seconds; gpumeter.go).
+	GPUMeterEvery config.Duration `json:"gpuMeterEvery,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -87,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if c.AutoscaleEvery < 0 || c.DrainTimeout < 0 || c.RolloutDeadline < 0 {
 		errs = append(errs, errors.New("autoscaleEvery, drainTimeout and rolloutDeadline must not be negative (0: their defaults)"))
+	}
+	if c.GPUMeterEvery < 0 || c.GPUMeterEvery.D()%time.Second != 0 {
+		errs = append(errs, errors.New("gpuMeterEvery must be whole seconds, not negative (0: its default)"))
 	}
 	if c.MaxJobsPerTeam < 0 {
 		errs = append(errs, errors.New("maxJobsPerTeam must not be negative (0: no bound)"))
@@ -112,6 +118,9 @@ func FabricDialer(n *fabric.Node) Dialer {
 // Ork is the orchestrator.
 type Ork struct {
 	cfg  Config
+	// usage is where GPU metering records (the store, when it keeps
+	// usage; nil: none).
+	usage usageRecorder
 	st   Store
 	dial Dialer
 	log  *slog.Logger
@@ -224,6 +233,10 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	if cfg.RolloutDeadline == 0 {
 		cfg.RolloutDeadline = config.Duration(10 * time.Minute)
 	}
+	if cfg.GPUMeterEvery == 0 {
+		cfg.GPUMeterEvery = config.Duration(10 * time.Second)
+	}
+	usage, _ := d.Store.(usageRecorder)
 	records := d.Records
 	if records == nil {
 		records = joblog.Discard
@@ -232,7 +245,7 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	book.ring = d.Keys
 	feed := newChangeFeed()
 	return &Ork{
-		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now,
+		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now, usage: usage,
 		racks:        make(map[string]*rackState),
 		fq:           fairq.New(),
 		queued:       make(map[string]cosmic.Job),
@@ -413,6 +426,8 @@ func (o *Ork) Run(ctx context.Context) error {
 	defer tick.Stop()
 	scale := time.NewTicker(o.cfg.AutoscaleEvery.D())
 	defer scale.Stop()
+	meter := time.NewTicker(o.cfg.GPUMeterEvery.D())
+	defer meter.Stop()
 	defer func() {
 		// No background work starts once Run is ending (a report handled
 		// meanwhile leaves its repair to the next heartbeat), so that Wait
@@ -434,6 +449,8 @@ func (o *Ork) Run(ctx context.Context) error {
 			o.advanceDrains(ctx)
 		case <-o.scaleKick:
 			o.autoscale(ctx)
+		case now := <-meter.C:
+			o.meterGPUs(ctx, now)
 		case <-tick.C:
 			o.reconcileAll(ctx)
 			o.enforceDeadlines(ctx)

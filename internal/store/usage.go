@@ -28,6 +28,10 @@ type UsageRow struct {
 	JobID, Model string
 
 	Requests, PromptTokens, CompletionTokens int64
+	// GPUSeconds are what the job held (the ork samples its reservations:
+	// GPUs × seconds), on the row of the job's team, no key, and its
+	// model (a GPU Container Job: none).
+	GPUSeconds int64
 }
 
 // UsageGroup is a field ListUsage may group by.
@@ -100,10 +104,10 @@ func CheckUsageRows(batch string, rows []UsageRow) error {
 		return fmt.Errorf("usage batch of %d rows, more than %d: %w", len(rows), MaxUsageRows, cosmic.ErrInvalid)
 	}
 	for i, r := range rows {
-		if r.Team == "" || r.JobID == "" || r.Model == "" || r.Start.IsZero() {
-			return fmt.Errorf("usage row %d: team, job, model and start are required: %w", i, cosmic.ErrInvalid)
+		if r.Team == "" || r.JobID == "" || r.Start.IsZero() || r.Model == "" && r.Requests > 0 {
+			return fmt.Errorf("usage row %d: team, job and start are required, and a model with requests: %w", i, cosmic.ErrInvalid)
 		}
-		if r.Requests < 0 || r.PromptTokens < 0 || r.CompletionTokens < 0 {
+		if r.Requests < 0 || r.PromptTokens < 0 || r.CompletionTokens < 0 || r.GPUSeconds < 0 {
 			return fmt.Errorf("usage row %d: negative counts: %w", i, cosmic.ErrInvalid)
 		}
 	}

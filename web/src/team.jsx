@@ -219,28 +219,30 @@ function InferenceUsage({ me, all }) {
   const days = useMemo(() => (daily.value ? tokensByDay(daily.value.items, DAYS) : null), [daily.value]);
   return (
     <div>
-      <h2>Inference tokens, last {DAYS} days</h2>
+      <h2>Inference tokens and GPU hours, last {DAYS} days</h2>
       <ErrorNotice error={daily.error || byKey.error} />
       {days && <TokensChart days={days} total={daily.value.total} />}
       {byKey.value && byKey.value.items.length > 0 && (
         <table class="usage">
-          <thead><tr>{all && <th scope="col">Team</th>}<th scope="col">API key</th><th scope="col">Model</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Prompt tokens</th><th scope="col" class="num">Completion tokens</th></tr></thead>
+          <thead><tr>{all && <th scope="col">Team</th>}<th scope="col">API key</th><th scope="col">Model</th><th scope="col" class="num">Requests</th><th scope="col" class="num">Prompt tokens</th><th scope="col" class="num">Completion tokens</th><th scope="col" class="num">GPU hours</th></tr></thead>
           <tbody>
             {byKey.value.items.map((u) => (
               <tr>
                 {all && <td>{u.team}</td>}
-                <td>{u.keyId ? (u.keyName || u.keyId) : <em>no key</em>}</td>
+                <td>{u.keyId ? (u.keyName || u.keyId) : <em>{u.requests ? "no key" : "GPUs held"}</em>}</td>
                 <td>{u.model}</td>
                 <td class="num">{u.requests}</td>
                 <td class="num">{u.promptTokens}</td>
                 <td class="num">{u.completionTokens}</td>
+                <td class="num">{(u.gpuSeconds / 3600).toFixed(2)}</td>
               </tr>
             ))}
           </tbody>
         </table>
       )}
       <p class="help">
-        What the engines counted in their answers, metered by proxy-inference and paid by the API key's team{all ? ", every team" : ""}.{" "}
+        Tokens: what the engines counted in their answers, metered by proxy-inference and paid by the API key's team{all ? ", every team" : ""};
+        GPU hours: what each job held, sampled by the ork.{" "}
         <a href={csvHref(team, DAYS)} download>Download CSV</a> (by day, key and model).
       </p>
     </div>

@@ -645,7 +645,7 @@ test("the Quotas & usage page as a platform admin, a team admin, a member and a 
   const page = await signIn(ALICE);
   await useTeam(page, "ml");
   const csvText = await page.evaluate(async () => (await fetch("/api/v1/usage?format=csv&groupBy=key,model&team=ml")).text());
-  assert.match(csvText, /^key_id,key_name,model,requests,prompt_tokens,completion_tokens,total_tokens\n/, "the CSV's header");
+  assert.match(csvText, /^key_id,key_name,model,requests,prompt_tokens,completion_tokens,total_tokens,gpu_seconds\n/, "the CSV's header");
   assert.match(csvText, new RegExp(`${key.id},ui-metered,@ml/metered,`), "the CSV's key line");
   await page.context().close();
   await p.api("DELETE", `/jobs/${job.id}?force=true`, undefined, p.token, "ml");

@@ -32,11 +32,12 @@ func (s *Store) RecordUsage(ctx context.Context, batch string, rows []store.Usag
 			return err // recorded before
 		}
 		for _, r := range rows {
-			_, err := t.q.Exec(ctx, `INSERT INTO usage (minute, team, key_id, job_id, model, requests, prompt_tokens, completion_tokens)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			_, err := t.q.Exec(ctx, `INSERT INTO usage (minute, team, key_id, job_id, model, requests, prompt_tokens, completion_tokens, gpu_seconds)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 				ON CONFLICT (minute, team, key_id, job_id, model) DO UPDATE SET requests = usage.requests + excluded.requests,
-					prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, completion_tokens = usage.completion_tokens + excluded.completion_tokens`,
-				r.Start.Truncate(time.Minute).Unix(), r.Team, r.KeyID, r.JobID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens)
+					prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, completion_tokens = usage.completion_tokens + excluded.completion_tokens,
+					gpu_seconds = usage.gpu_seconds + excluded.gpu_seconds`,
+				r.Start.Truncate(time.Minute).Unix(), r.Team, r.KeyID, r.JobID, r.Model, r.Requests, r.PromptTokens, r.CompletionTokens, r.GPUSeconds)
 			if err != nil {
 				return fmt.Errorf("record usage of team %s: %w", r.Team, t.d.wrap(err))
 			}
@@ -64,7 +65,7 @@ func (s *Store) ListUsage(ctx context.Context, q store.UsageQuery) ([]store.Usag
 	if q.Team != "" {
 		where += " AND team = " + p.Add(q.Team)
 	}
-	sel := append(append([]string{}, cols...), "SUM(requests)"+s.d.Bigint, "SUM(prompt_tokens)"+s.d.Bigint, "SUM(completion_tokens)"+s.d.Bigint)
+	sel := append(append([]string{}, cols...), "SUM(requests)"+s.d.Bigint, "SUM(prompt_tokens)"+s.d.Bigint, "SUM(completion_tokens)"+s.d.Bigint, "SUM(gpu_seconds)"+s.d.Bigint)
 	sql := "SELECT " + strings.Join(sel, ", ") + " FROM usage WHERE " + where
 	if len(cols) > 0 {
 		sql += " GROUP BY " + strings.Join(cols, ", ") + " ORDER BY " + strings.Join(cols, ", ")
@@ -94,7 +95,7 @@ func (s *Store) ListUsage(ctx context.Context, q store.UsageQuery) ([]store.Usag
 				dest = append(dest, &r.JobID)
 			}
 		}
-		err := rows.Scan(append(dest, &r.Requests, &r.PromptTokens, &r.CompletionTokens)...)
+		err := rows.Scan(append(dest, &r.Requests, &r.PromptTokens, &r.CompletionTokens, &r.GPUSeconds)...)
 		if start != 0 {
 			r.Start = time.Unix(start, 0).UTC()
 		}
