@@ -117,14 +117,14 @@ func FabricDialer(n *fabric.Node) Dialer {
 
 // Ork is the orchestrator.
 type Ork struct {
-	cfg  Config
+	cfg Config
 	// usage is where GPU metering records (the store, when it keeps
 	// usage; nil: none).
 	usage usageRecorder
-	st   Store
-	dial Dialer
-	log  *slog.Logger
-	now  func() time.Time
+	st    Store
+	dial  Dialer
+	log   *slog.Logger
+	now   func() time.Time
 
 	mu     sync.Mutex
 	racks  map[string]*rackState
