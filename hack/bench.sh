@@ -52,6 +52,7 @@ log "the proxy's per-request pieces"
 go test -run '^$' -bench 'BenchmarkRequest$|BenchmarkRequestHead|BenchmarkKeyCheck' -count 3 ./internal/inferproxy/
 go test -run '^$' -bench 'BenchmarkCopyHeaders' -count 3 ./internal/hop/
 go test -run '^$' -bench 'BenchmarkPrefixPick' -count 3 ./internal/inferproxy/
+go test -run '^$' -bench 'BenchmarkMeter' -count 3 ./internal/inferproxy/
 log "the real engine (llama.cpp): streams, then the routing policies"
 COSMICAC_LLAMA_SERVER=${COSMICAC_LLAMA_SERVER:-$(hack/build-llama.sh --print-dest)/bin/llama-server}
 [[ -x $COSMICAC_LLAMA_SERVER ]] || hack/build-llama.sh
