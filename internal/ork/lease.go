@@ -245,6 +245,16 @@ func (s fencedStore) Update(ctx context.Context, fn func(tx store.Tx) error) err
 	return err
 }
 
+// RecordUsage passes GPU metering on to the store, when it keeps usage.
+// It is not fenced: each batch is named by its time slot, so what a
+// deposed ork records of a slot counts once with the new leader's.
+func (s fencedStore) RecordUsage(ctx context.Context, batch string, rows []store.UsageRow) error {
+	if u, ok := s.Store.(usageRecorder); ok {
+		return u.RecordUsage(ctx, batch, rows)
+	}
+	return nil
+}
+
 var (
 	descLeader  = prometheus.NewDesc("cosmicac_ork_leader", "1 while this ork holds the lease and leads placement, 0 while it follows.", nil, nil)
 	descEpoch   = prometheus.NewDesc("cosmicac_ork_lease_epoch", "The epoch of the lease term this ork holds (0 while following).", nil, nil)
