@@ -59,6 +59,16 @@ func (n *Node) AddAddrs(key PublicKey, addrs ...string) {
 	n.book[key] = merged
 }
 
+// preferAddr puts a first among key's addresses.
+func (n *Node) preferAddr(key PublicKey, a string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	book := n.book[key]
+	if i := slices.Index(book, a); i > 0 {
+		n.book[key] = slices.Concat([]string{a}, book[:i], book[i+1:])
+	}
+}
+
 // Connected reports whether a live connection to key exists.
 func (n *Node) Connected(key PublicKey) bool {
 	n.mu.Lock()
@@ -107,8 +117,9 @@ func (n *Node) conn(ctx context.Context, key PublicKey) (pc *peerConn, fresh boo
 
 // runDial dials key on behalf of every waiter; it is not tied to any one
 // caller's context so that one caller giving up does not fail the others.
+// Each address has a DialTimeout of its own (dialAddrs).
 func (n *Node) runDial(d *dialCall, key PublicKey, addrs []string) {
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.DialTimeout*time.Duration(len(addrs)))
 	defer cancel()
 	d.pc, d.err = n.dialAddrs(ctx, key, addrs)
 	n.mu.Lock()
@@ -117,11 +128,21 @@ func (n *Node) runDial(d *dialCall, key PublicKey, addrs []string) {
 	close(d.done)
 }
 
+// dialAddrs dials key at its addresses in order, each within one
+// DialTimeout: a host that never answers (down, frozen, cut off) costs
+// that, and the next address is tried. The address that answered goes
+// first in the book, so that the next dial starts there (several orks of
+// one key: the one that leads).
 func (n *Node) dialAddrs(ctx context.Context, key PublicKey, addrs []string) (*peerConn, error) {
 	var errs []error
-	for _, a := range addrs {
-		pc, err := n.dialAddr(ctx, key, a)
+	for i, a := range addrs {
+		actx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+		pc, err := n.dialAddr(actx, key, a)
+		cancel() // the connection outlives its dial's context
 		if err == nil {
+			if i > 0 {
+				n.preferAddr(key, a)
+			}
 			return pc, nil
 		}
 		switch {
