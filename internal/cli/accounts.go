@@ -779,11 +779,8 @@ func (a *App) auditCommand() *cobra.Command {
 			if q.Until, err = timeFlag("until", until); err != nil {
 				return err
 			}
-			if allTeams {
-				if conn.team != "" {
-					return UsageErrorf("give --team or --all-teams, not both")
-				}
-				conn.team = apiv1.AllTeams
+			if err := conn.allTeams(allTeams); err != nil {
+				return err
 			}
 			c, err := a.connect(&conn)
 			if err != nil {
@@ -839,6 +836,19 @@ func timeFlag(name, v string) (time.Time, error) {
 		return time.Time{}, UsageErrorf("--%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (24h)", name, v)
 	}
 	return t, nil
+}
+
+// allTeams makes the connection name every team (a platform admin's
+// --all-teams), which --team may not also name.
+func (c *connFlags) allTeams(all bool) error {
+	if !all {
+		return nil
+	}
+	if c.team != "" {
+		return UsageErrorf("give --team or --all-teams, not both")
+	}
+	c.team = apiv1.AllTeams
+	return nil
 }
 
 // stdinTerminal says whether stdin is a terminal.

@@ -56,11 +56,8 @@ func (a *App) usageCommand() *cobra.Command {
 					}
 				}
 			}
-			if all {
-				if conn.team != "" {
-					return UsageErrorf("give --team or --all-teams, not both")
-				}
-				conn.team = apiv1.AllTeams
+			if err := conn.allTeams(all); err != nil {
+				return err
 			}
 			c, err := a.connect(&conn)
 			if err != nil {

@@ -8,6 +8,31 @@ import (
 	"time"
 )
 
+// frozenAddr is an address whose UDP port and TCP backlog take packets and
+// connects but where nothing ever answers, as a frozen process's: a free
+// port taken for both (another test may hold the TCP one of a free UDP
+// port: the next free port is tried).
+func frozenAddr(t *testing.T) string {
+	t.Helper()
+	var errs []error
+	for range 20 {
+		udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp, err := net.Listen("tcp", udp.LocalAddr().String()) // never accepted: the kernel completes the connects
+		if err != nil {
+			udp.Close()
+			errs = append(errs, err)
+			continue
+		}
+		t.Cleanup(func() { udp.Close(); tcp.Close() })
+		return udp.LocalAddr().String()
+	}
+	t.Fatalf("no port free for both UDP and TCP in 20 tries: %v", errs)
+	return ""
+}
+
 // TestDialMovesPastAnAddressThatNeverAnswers: a peer's first address is a
 // host that never answers (its UDP port and TCP backlog take packets and
 // connections, as a frozen process's do, but nothing speaks); the dial
@@ -17,17 +42,7 @@ import (
 func TestDialMovesPastAnAddressThatNeverAnswers(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer udp.Close()
-			tcp, err := net.Listen("tcp", udp.LocalAddr().String()) // never accepted: the kernel completes the connects
-			if err != nil {
-				t.Skipf("the TCP port of the UDP one is taken: %v", err)
-			}
-			defer tcp.Close()
-			frozen := udp.LocalAddr().String()
+			frozen := frozenAddr(t)
 
 			short := func(c *Config) { c.DialTimeout = 500 * time.Millisecond; c.Transports = []string{tr} }
 			srv, cli := pair(t, short)

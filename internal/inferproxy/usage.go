@@ -148,10 +148,8 @@ func (t *answerTap) usage() (tokens, bool) {
 		rest := bytes.TrimLeft(b[i+len(usageKey):], " \t\r\n")
 		if len(rest) > 1 && rest[0] == ':' {
 			if v := bytes.TrimLeft(rest[1:], " \t\r\n"); len(v) > 0 && v[0] == '{' {
-				if end := bytes.IndexByte(v, '}'); end > 0 { // usage objects hold numbers, and details objects
-					if t, ok := usageOf(slices.Concat([]byte(`{"usage":`), objectAt(v), []byte("}"))); ok {
-						return t, true
-					}
+				if t, ok := usageOf(slices.Concat([]byte(`{"usage":`), objectAt(v), []byte("}"))); ok {
+					return t, true
 				}
 			}
 		}
