@@ -2,11 +2,14 @@ package ork
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +38,14 @@ type LeaseConfig struct {
 	Renew config.Duration `json:"renew"`
 	// Holder names this ork in the lease; it must be unique among the
 	// orks and the same across restarts of one (the CLI makes it from the
-	// host name and the data dir).
+	// host name and the data dir). Two live processes given one name do
+	// not both lead: each start has an instance of its own (Instance).
 	Holder string `json:"holder,omitempty"`
+	// Instance names this start of the ork in the lease (NewLease makes
+	// a random one when empty); Succeeds, the start before it on the same
+	// data dir, whose term this one takes over at once (ClaimInstance).
+	Instance string `json:"-"`
+	Succeeds string `json:"-"`
 }
 
 // DefaultLeaseConfig: a 10 s lease renewed every 3 s.
@@ -54,6 +63,37 @@ func DefaultHolder(dataDir string) string {
 		dataDir = abs
 	}
 	return host + ":" + dataDir
+}
+
+// instanceFile, in an ork's data dir, names the instance of the ork that
+// last started there (ClaimInstance).
+const instanceFile = "ork.instance"
+
+// ClaimInstance makes a new instance name for an ork starting on dataDir
+// and returns it with the instance of the ork that started there before
+// (empty for the first). The caller holds the data dir's lock, so that
+// ork is gone: its term may be taken over at once (LeaseConfig.Succeeds).
+func ClaimInstance(dataDir string) (instance, succeeds string, err error) {
+	path := filepath.Join(dataDir, instanceFile)
+	if b, err := os.ReadFile(path); err == nil {
+		succeeds = strings.TrimSpace(string(b))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", "", fmt.Errorf("read the ork's last instance: %w", err)
+	}
+	instance = newInstance()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(instance+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("record the ork's instance: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", "", fmt.Errorf("record the ork's instance: %w", err)
+	}
+	return instance, succeeds, nil
+}
+
+// newInstance is a random instance name.
+func newInstance() string {
+	return rand.Text()[:16]
 }
 
 // Validate reports every problem of the config.
@@ -91,6 +131,9 @@ type Lease struct {
 
 	updates  prometheus.Histogram
 	failures prometheus.Counter
+	// conflict is 1 while another live process holds the lease under
+	// this ork's holder name (store.ErrHolderInUse).
+	conflict prometheus.Gauge
 }
 
 // NewLease makes the lease of an ork over st.
@@ -101,7 +144,12 @@ func NewLease(cfg LeaseConfig, st LeaseStore, log *slog.Logger) (*Lease, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = newInstance()
+	}
 	return &Lease{cfg: cfg, st: st, log: log, lost: make(chan struct{}),
+		conflict: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cosmicac_ork_lease_holder_conflict",
+			Help: "1 while another live process holds the ork lease under this ork's holder name (a holder name given twice); this ork does not lead meanwhile."}),
 		updates: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cosmicac_ork_store_update_seconds",
 			Help: "How long the leading ork's fenced store transactions take, retries included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cosmicac_ork_store_update_errors_total",
@@ -117,23 +165,33 @@ func (l *Lease) Acquire(ctx context.Context) (store.Lease, error) {
 	following := ""
 	for {
 		start := time.Now()
-		term, err := l.st.AcquireLease(ctx, LeaseName, l.cfg.Holder, l.cfg.TTL.D())
+		term, err := l.st.AcquireLease(ctx, LeaseName, store.Holder{Name: l.cfg.Holder, Instance: l.cfg.Instance, Succeeds: l.cfg.Succeeds}, l.cfg.TTL.D())
+		inUse := errors.Is(err, store.ErrHolderInUse)
+		if inUse {
+			l.conflict.Set(1)
+		} else {
+			l.conflict.Set(0)
+		}
 		if err == nil {
 			l.mu.Lock()
 			l.term, l.renewedAt = term, start
 			l.mu.Unlock()
-			l.log.Info("leading", "epoch", term.Epoch, "holder", term.Holder)
+			l.log.Info("leading", "epoch", term.Epoch, "holder", term.Holder, "instance", term.Instance)
 			return term, nil
 		}
 		if ctx.Err() != nil {
 			return store.Lease{}, ctx.Err()
 		}
-		if msg := err.Error(); msg != following {
-			// Logged once per holder or failure, not every try.
+		// Logged once per holder or failure, not every try (the message
+		// names the expiry, which a renewal moves).
+		if msg, _, _ := strings.Cut(err.Error(), " until "); msg != following {
 			following = msg
-			if errors.Is(err, store.ErrNotLeader) {
-				l.log.Info("following", "why", msg)
-			} else {
+			switch {
+			case inUse:
+				l.log.Error("not leading: another live process leads under this ork's holder name; give each ork a --lease-holder of its own", "holder", l.cfg.Holder, "err", err)
+			case errors.Is(err, store.ErrNotLeader):
+				l.log.Info("following", "why", err.Error())
+			default:
 				l.log.Warn("acquire lease", "err", err)
 			}
 		}
@@ -271,6 +329,7 @@ func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLeader
 	ch <- descEpoch
 	ch <- descRenewed
+	c.l.conflict.Describe(ch)
 	c.l.updates.Describe(ch)
 	c.l.failures.Describe(ch)
 }
@@ -287,6 +346,7 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(term.Epoch))
 	ch <- prometheus.MustNewConstMetric(descRenewed, prometheus.GaugeValue, at)
+	l.conflict.Collect(ch)
 	l.updates.Collect(ch)
 	l.failures.Collect(ch)
 }

@@ -1,9 +1,13 @@
 package ork_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -99,6 +103,79 @@ func TestLeaseElectsOne(t *testing.T) {
 	})
 }
 
+// TestOneHolderNameOneLeader (issue 42): two live orks given one holder
+// name do not both lead. The second is refused while the first renews,
+// logs why at error level and sets cosmicac_ork_lease_holder_conflict; a
+// restart of the first on its data dir (ClaimInstance: the lock proves
+// the instance before it gone) takes the term over at once, with a new
+// epoch, and the first's term ends.
+func TestOneHolderNameOneLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		st := openSQLite(t, filepath.Join(t.TempDir(), "ork.db"))
+		dirA, dirB := t.TempDir(), t.TempDir()
+		start := func(dir string, log *slog.Logger) *ork.Lease {
+			t.Helper()
+			cfg := ork.LeaseConfig{TTL: config.Duration(400 * time.Millisecond), Renew: config.Duration(50 * time.Millisecond), Holder: "copied-config"}
+			var err error
+			if cfg.Instance, cfg.Succeeds, err = ork.ClaimInstance(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := ork.NewLease(cfg, st, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		a := start(dirA, nil)
+		ta, err := a.Acquire(ctx)
+		if err != nil || ta.Epoch != 1 {
+			t.Fatalf("a.Acquire = %+v, %v", ta, err)
+		}
+		held := make(chan error, 1)
+		go func() { held <- a.Hold(ctx) }()
+
+		var logs lockedBuffer
+		b := start(dirB, slog.New(slog.NewTextHandler(&logs, nil)))
+		bctx, stopB := context.WithCancel(ctx)
+		got := make(chan store.Lease, 1)
+		go func() {
+			tb, _ := b.Acquire(bctx)
+			got <- tb
+		}()
+		time.Sleep(2 * time.Second) // five TTLs of a renewing
+		synctest.Wait()
+		select {
+		case tb := <-got:
+			t.Fatalf("b, a second process under a's holder name, acquired %+v while a led", tb)
+		default:
+		}
+		if g := gauges(t, b); g["cosmicac_ork_lease_holder_conflict"] != 1 || g["cosmicac_ork_leader"] != 0 {
+			t.Errorf("b's gauges = %v; want a holder conflict, not leading", g)
+		}
+		if g := gauges(t, a); g["cosmicac_ork_lease_holder_conflict"] != 0 {
+			t.Errorf("a's gauges = %v; want no conflict", g)
+		}
+		if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "another live process leads under this ork's holder name") {
+			t.Errorf("b's log says nothing of the conflict:\n%s", logs.String())
+		}
+		stopB()
+		<-got
+
+		// a's process "restarts" on its data dir: the new start takes over
+		// at once (a's term has most of its TTL left), with the next epoch,
+		// and a's next renewal is refused.
+		a2 := start(dirA, nil)
+		t2, err := a2.Acquire(ctx)
+		if err != nil || t2.Epoch != 2 {
+			t.Fatalf("a's restart: Acquire = %+v, %v; want epoch 2 at once", t2, err)
+		}
+		if err := <-held; !errors.Is(err, ork.ErrLeaseLost) {
+			t.Fatalf("a.Hold after its restart took over = %v; want ErrLeaseLost", err)
+		}
+	})
+}
+
 // TestLeaseStepsDownWithoutItsDatabase: a leader whose renewals fail
 // steps down, at TTL less Renew after its last renewal began, before its
 // term ends (in a synctest bubble: fake time, so both bounds hold on any
@@ -129,7 +206,8 @@ func TestLeaseStepsDownWithoutItsDatabase(t *testing.T) {
 
 // wantGauges checks the lease's metrics: leading or not, the epoch, and a
 // last renewal only while leading.
-func wantGauges(t *testing.T, l *ork.Lease, leader, epoch float64) {
+// gauges returns the lease's gauges by name.
+func gauges(t *testing.T, l *ork.Lease) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(l.Collector())
@@ -145,6 +223,12 @@ func wantGauges(t *testing.T, l *ork.Lease, leader, epoch float64) {
 			}
 		}
 	}
+	return got
+}
+
+func wantGauges(t *testing.T, l *ork.Lease, leader, epoch float64) {
+	t.Helper()
+	got := gauges(t, l)
 	renewed := got["cosmicac_ork_lease_last_renewal_timestamp_seconds"]
 	if got["cosmicac_ork_leader"] != leader || got["cosmicac_ork_lease_epoch"] != epoch || (renewed > 0) != (leader == 1) {
 		t.Errorf("lease metrics = %v; want leader %v, epoch %v, a renewal time only while leading", got, leader, epoch)
@@ -191,4 +275,22 @@ func TestDeposedOrkWritesNoQuota(t *testing.T) {
 	if len(qs) != 1 || qs[0].GPUs != 8 {
 		t.Errorf("quotas after the deposed ork's writes = %+v; want ml's 8 GPUs as the leader set them", qs)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -333,6 +333,11 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if lcfg.Holder == "" {
 		lcfg.Holder = ork.DefaultHolder(cfg.DataDir)
 	}
+	// The data dir is locked (above): the ork that started here before is
+	// gone, and its term may be taken over at once.
+	if lcfg.Instance, lcfg.Succeeds, err = ork.ClaimInstance(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	lease, err := ork.NewLease(lcfg, p.Store, log.With("component", "wrk-ork"))
 	if err != nil {
 		return nil, err

@@ -104,9 +104,9 @@ func (o *Observed) CheckLease(ctx context.Context, name string, epoch int64) (er
 }
 
 // AcquireLease implements Leases, observed.
-func (o *Observed) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (l Lease, err error) {
+func (o *Observed) AcquireLease(ctx context.Context, name string, h Holder, ttl time.Duration) (l Lease, err error) {
 	defer o.done("acquire_lease", time.Now(), &err)
-	return o.s.AcquireLease(ctx, name, holder, ttl)
+	return o.s.AcquireLease(ctx, name, h, ttl)
 }
 
 // RenewLease implements Leases, observed.

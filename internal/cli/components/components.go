@@ -196,6 +196,12 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 				return err
 			}
 			defer cfg.unlock() // after the node and the store: the data dir is free once all is closed
+			// Locked, the data dir says which ork started here before:
+			// gone now, its term may be taken over at once.
+			var err error
+			if cfg.Lease.Instance, cfg.Lease.Succeeds, err = ork.ClaimInstance(cfg.DataDir); err != nil {
+				return err
+			}
 			storeMetrics := store.NewMetrics()
 			st, err := openDatabase(cmd.Context(), cfg.Database, filepath.Join(cfg.DataDir, "ork.db"), storeMetrics)
 			if err != nil {

@@ -94,6 +94,9 @@ func orkTakeover(t *testing.T, cut bool) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first ork does not lead")
 	}
+	if !cut {
+		sameHolder(t, orkArgs(filepath.Join(base, "ork3"), freePort(t), dsn), idFile, ork.DefaultHolder(dirs["ork1"]))
+	}
 	_, led2 := startOrk(t, orkArgs(dirs["ork2"], addr2, dsn)...)
 
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",
@@ -319,6 +322,38 @@ func dbJobs(t *testing.T, st *postgres.Store) []cosmic.Job {
 
 // startOrk starts a wrk-ork process; the channel gets the time it printed
 // its fabric line, that is, began to lead.
+// sameHolder runs an ork given the leading ork's --lease-holder (a copied
+// config; issue 42) beside it for three TTLs: it must say why it does not
+// lead, and never lead.
+func sameHolder(t *testing.T, args []string, identity []byte, holder string) {
+	t.Helper()
+	dir := args[slices.Index(args, "--data-dir")+1]
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fabric.IdentityFile), identity, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], append(args, "--lease-holder", holder)...)
+	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
+	var out, errs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	const why = "another live process leads under this ork's holder name"
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errs.String(), why); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("an ork given the leader's holder name %q does not say why it follows:\n%s", holder, errs.String())
+		}
+	}
+	time.Sleep(3 * faultLeaseTTL)
+	if strings.Contains(out.String(), "fabric ") {
+		t.Fatalf("an ork given the leader's holder name led beside it:\n%s\n%s", out.String(), errs.String())
+	}
+}
+
 func startOrk(t *testing.T, args ...string) (*exec.Cmd, <-chan time.Time) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)

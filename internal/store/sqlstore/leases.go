@@ -22,8 +22,8 @@ import (
 var _ store.Leases = (*Store)(nil)
 
 // AcquireLease implements store.Leases.
-func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, error) {
-	if err := store.ValidLease(name, holder, ttl); err != nil {
+func (s *Store) AcquireLease(ctx context.Context, name string, h store.Holder, ttl time.Duration) (store.Lease, error) {
+	if err := store.ValidHolder(name, h, ttl); err != nil {
 		return store.Lease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	var out store.Lease
@@ -40,13 +40,13 @@ func (s *Store) AcquireLease(ctx context.Context, name, holder string, ttl time.
 		if err == nil {
 			curp = &cur
 		}
-		next, err := store.NextTerm(curp, name, holder, now, ttl)
+		next, err := store.NextTerm(curp, name, h, now, ttl)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.q.Exec(ctx, `INSERT INTO leases (name, holder, epoch, expires_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires_at = excluded.expires_at`,
-			name, holder, next.Epoch, Nanos(next.ExpiresAt)); err != nil {
+		if _, err := tx.q.Exec(ctx, `INSERT INTO leases (name, holder, instance, epoch, expires_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, instance = excluded.instance, epoch = excluded.epoch, expires_at = excluded.expires_at`,
+			name, h.Name, h.Instance, next.Epoch, Nanos(next.ExpiresAt)); err != nil {
 			return fmt.Errorf("acquire lease %s: %w", name, err)
 		}
 		out = next
@@ -68,8 +68,8 @@ func (s *Store) RenewLease(ctx context.Context, name, holder string, epoch int64
 	out := store.Lease{Name: name, Holder: holder, Epoch: epoch}
 	err := s.c.Write(ctx, func(tx *Tx) error {
 		var exp int64
-		err := tx.q.QueryRow(ctx, "UPDATE leases SET expires_at = "+expires+" WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at <> 0 RETURNING expires_at",
-			name, holder, epoch, arg).Scan(&exp)
+		err := tx.q.QueryRow(ctx, "UPDATE leases SET expires_at = "+expires+" WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at <> 0 RETURNING instance, expires_at",
+			name, holder, epoch, arg).Scan(&out.Instance, &exp)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("renew lease %s: %s no longer holds epoch %d: %w", name, holder, epoch, store.ErrNotLeader)
 		}
@@ -116,7 +116,7 @@ func (t *Tx) CheckLease(ctx context.Context, name string, epoch int64) error {
 func (t *Tx) getLease(ctx context.Context, name, lock string) (store.Lease, error) {
 	l := store.Lease{Name: name}
 	var exp int64
-	err := t.q.QueryRow(ctx, "SELECT holder, epoch, expires_at FROM leases WHERE name = $1"+lock, name).Scan(&l.Holder, &l.Epoch, &exp)
+	err := t.q.QueryRow(ctx, "SELECT holder, instance, epoch, expires_at FROM leases WHERE name = $1"+lock, name).Scan(&l.Holder, &l.Instance, &l.Epoch, &exp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, fmt.Errorf("lease %s: %w", name, cosmic.ErrNotFound)
 	}

@@ -14,9 +14,18 @@ import (
 	"github.com/cosmicac/cosmicac/internal/store"
 )
 
+// h is the holder name with its first instance.
+func h(name string) store.Holder { return store.Holder{Name: name, Instance: name + "-1"} }
+
 // takeOver acquires lease name for holder, polling until the current
 // term (given a short TTL) has expired by the database's clock.
 func takeOver(t *testing.T, s store.Store, name, holder string, ttl time.Duration) store.Lease {
+	t.Helper()
+	return takeOverAs(t, s, name, h(holder), ttl)
+}
+
+// takeOverAs is takeOver for a holder with its instance.
+func takeOverAs(t *testing.T, s store.Store, name string, holder store.Holder, ttl time.Duration) store.Lease {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
@@ -26,7 +35,7 @@ func takeOver(t *testing.T, s store.Store, name, holder string, ttl time.Duratio
 			return l
 		}
 		if !errors.Is(err, store.ErrNotLeader) || time.Now().After(deadline) {
-			t.Fatalf("AcquireLease(%s, %s) = %v", name, holder, err)
+			t.Fatalf("AcquireLease(%s, %+v) = %v", name, holder, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -44,24 +53,28 @@ func testLeases(t *testing.T, open func(t *testing.T) store.Store) {
 	wantErr(t, "GetLease(never taken)", err, cosmic.ErrNotFound)
 	wantErr(t, "CheckLease(never taken)", s.CheckLease(ctx, "ork", 1), store.ErrNotLeader)
 	for name, f := range map[string]func() error{
-		"no name":   func() error { _, err := s.AcquireLease(ctx, "", "a", time.Second); return err },
-		"no holder": func() error { _, err := s.AcquireLease(ctx, "ork", "", time.Second); return err },
-		"no ttl":    func() error { _, err := s.AcquireLease(ctx, "ork", "a", 0); return err },
+		"no name":   func() error { _, err := s.AcquireLease(ctx, "", h("a"), time.Second); return err },
+		"no holder": func() error { _, err := s.AcquireLease(ctx, "ork", h(""), time.Second); return err },
+		"no ttl":    func() error { _, err := s.AcquireLease(ctx, "ork", h("a"), 0); return err },
+		"no instance": func() error {
+			_, err := s.AcquireLease(ctx, "ork", store.Holder{Name: "a"}, time.Second)
+			return err
+		},
 		"renew ttl": func() error { _, err := s.RenewLease(ctx, "ork", "a", 1, -time.Second); return err },
 	} {
 		wantErr(t, "AcquireLease("+name+")", f(), cosmic.ErrInvalid)
 	}
 
-	a, err := s.AcquireLease(ctx, "ork", "a", time.Minute)
+	a, err := s.AcquireLease(ctx, "ork", h("a"), time.Minute)
 	if err != nil || a.Epoch != 1 || a.Holder != "a" {
 		t.Fatalf("AcquireLease(a) = %+v, %v; want epoch 1 held by a", a, err)
 	}
 	if got, err := s.GetLease(ctx, "ork"); err != nil || got.Epoch != 1 || got.Holder != "a" || !got.ExpiresAt.After(time.Now().Add(30*time.Second)) {
 		t.Errorf("GetLease = %+v, %v; want a's epoch 1 for about a minute", got, err)
 	}
-	_, err = s.AcquireLease(ctx, "ork", "b", time.Minute)
+	_, err = s.AcquireLease(ctx, "ork", h("b"), time.Minute)
 	wantErr(t, "AcquireLease(b while a holds it)", err, store.ErrNotLeader)
-	if again, err := s.AcquireLease(ctx, "ork", "a", time.Minute); err != nil || again.Epoch != 1 {
+	if again, err := s.AcquireLease(ctx, "ork", h("a"), time.Minute); err != nil || again.Epoch != 1 {
 		t.Errorf("AcquireLease(a again) = %+v, %v; want epoch 1 kept", again, err)
 	}
 	if r, err := s.RenewLease(ctx, "ork", "a", 1, 2*time.Minute); err != nil || r.Epoch != 1 || !r.ExpiresAt.After(a.ExpiresAt) {
@@ -86,7 +99,7 @@ func testLeases(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	_, err = s.RenewLease(ctx, "ork", "a", 1, time.Minute)
 	wantErr(t, "RenewLease(a after takeover)", err, store.ErrNotLeader)
-	_, err = s.AcquireLease(ctx, "ork", "a", time.Minute)
+	_, err = s.AcquireLease(ctx, "ork", h("a"), time.Minute)
 	wantErr(t, "AcquireLease(a after takeover)", err, store.ErrNotLeader)
 
 	// a's fenced claim is refused and leaves nothing; b's commits.
@@ -112,7 +125,7 @@ func testLeases(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	_, err = s.RenewLease(ctx, "ork", "b", 2, time.Minute)
 	wantErr(t, "RenewLease(released)", err, store.ErrNotLeader)
-	if c, err := s.AcquireLease(ctx, "ork", "a", time.Minute); err != nil || c.Epoch != 3 {
+	if c, err := s.AcquireLease(ctx, "ork", h("a"), time.Minute); err != nil || c.Epoch != 3 {
 		t.Fatalf("AcquireLease(a after release) = %+v, %v; want epoch 3", c, err)
 	}
 	if err := s.ReleaseLease(ctx, "ork", "b", 2); err != nil {
@@ -122,14 +135,49 @@ func testLeases(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Errorf("GetLease after a stale release = %+v, %v; want a's epoch 3", got, err)
 	}
 	// Leases of other names are apart.
-	if o, err := s.AcquireLease(ctx, "other", "b", time.Minute); err != nil || o.Epoch != 1 {
+	if o, err := s.AcquireLease(ctx, "other", h("b"), time.Minute); err != nil || o.Epoch != 1 {
 		t.Errorf("AcquireLease(other) = %+v, %v", o, err)
+	}
+
+	// One holder name, two processes: a second start under a's name is
+	// refused while a's first lives (both errors), and says why; a start
+	// that succeeds a-1 (its data dir's lock proves a-1 gone) takes the
+	// term at once, with a new epoch; a-1's renewals then fail.
+	a2 := store.Holder{Name: "a", Instance: "a-2"}
+	_, err = s.AcquireLease(ctx, "ork", a2, time.Minute)
+	wantErr(t, "AcquireLease(a's name, another instance)", err, store.ErrNotLeader)
+	wantErr(t, "AcquireLease(a's name, another instance)", err, store.ErrHolderInUse)
+	if got, err := s.GetLease(ctx, "ork"); err != nil || got.Instance != "a-1" || got.Epoch != 3 {
+		t.Errorf("GetLease = %+v, %v; want a-1's epoch 3", got, err)
+	}
+	a2.Succeeds = "a-3" // not the instance that holds it
+	_, err = s.AcquireLease(ctx, "ork", a2, time.Minute)
+	wantErr(t, "AcquireLease(succeeding another instance)", err, store.ErrHolderInUse)
+	a2.Succeeds = "a-1"
+	if got, err := s.AcquireLease(ctx, "ork", a2, time.Minute); err != nil || got.Epoch != 4 || got.Instance != "a-2" {
+		t.Fatalf("AcquireLease(a-2 succeeding a-1) = %+v, %v; want epoch 4 held by a-2", got, err)
+	}
+	_, err = s.RenewLease(ctx, "ork", "a", 3, time.Minute)
+	wantErr(t, "RenewLease(a-1 after a-2 took over)", err, store.ErrNotLeader)
+	if r, err := s.RenewLease(ctx, "ork", "a", 4, time.Minute); err != nil || r.Instance != "a-2" {
+		t.Errorf("RenewLease(a-2) = %+v, %v", r, err)
+	}
+	// b succeeding a-2 takes nothing: Succeeds is of one's own name.
+	_, err = s.AcquireLease(ctx, "ork", store.Holder{Name: "b", Instance: "b-1", Succeeds: "a-2"}, time.Minute)
+	wantErr(t, "AcquireLease(b succeeding a-2)", err, store.ErrNotLeader)
+	// A new start after the term lapsed gets a new epoch too.
+	if _, err := s.RenewLease(ctx, "ork", "a", 4, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	a3 := takeOverAs(t, s, "ork", store.Holder{Name: "a", Instance: "a-3"}, time.Minute)
+	if a3.Epoch != 5 {
+		t.Errorf("a-3 after a-2's term lapsed = %+v; want epoch 5", a3)
 	}
 
 	s.Close()
 	s = open(t)
-	if got, err := s.GetLease(ctx, "ork"); err != nil || got.Epoch != 3 || got.Holder != "a" {
-		t.Errorf("GetLease after reopen = %+v, %v; want a's epoch 3", got, err)
+	if got, err := s.GetLease(ctx, "ork"); err != nil || got.Epoch != 5 || got.Holder != "a" || got.Instance != "a-3" {
+		t.Errorf("GetLease after reopen = %+v, %v; want a-3's epoch 5", got, err)
 	}
 }
 
@@ -145,7 +193,7 @@ func testConcurrentAcquire(t *testing.T, open func(t *testing.T) store.Store) {
 		won  = make([]store.Lease, n)
 	)
 	for i := range n {
-		wg.Go(func() { won[i], errs[i] = s.AcquireLease(ctx, "ork", fmt.Sprint("h", i), time.Minute) })
+		wg.Go(func() { won[i], errs[i] = s.AcquireLease(ctx, "ork", h(fmt.Sprint("h", i)), time.Minute) })
 	}
 	wg.Wait()
 	winners := 0
@@ -173,7 +221,7 @@ func testFencedRace(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
 	s := open(t)
 	rackFixture(t, s)
-	a, err := s.AcquireLease(ctx, "ork", "a", 300*time.Millisecond)
+	a, err := s.AcquireLease(ctx, "ork", h("a"), 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
