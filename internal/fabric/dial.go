@@ -128,37 +128,106 @@ func (n *Node) runDial(d *dialCall, key PublicKey, addrs []string) {
 	close(d.done)
 }
 
-// dialAddrs dials key at its addresses in order, each within one
-// DialTimeout: a host that never answers (down, frozen, cut off) costs
-// that, and the next address is tried. The address that answered goes
+// addrDelay is how long the dial of one of a peer's addresses runs alone
+// before the next address is dialled beside it (Happy Eyeballs' connection
+// attempt delay, RFC 8305 section 5, which suggests 250 ms; longer here,
+// where a handshake on a loaded host takes longer), and how often an
+// address that refused is dialled again while another is still pending.
+const addrDelay = time.Second
+
+// dialAddrs dials key at its addresses, staggered: the first at once, each
+// next one addrDelay later or as soon as the one before failed, each within
+// a DialTimeout of its own, and the first to connect wins. A host that
+// never answers (down, frozen, cut off) so holds up nothing, and while one
+// does, an address that refused (no node listens there: an ork that does
+// not lead) is dialled again every addrDelay, so that a follower that takes
+// over is reached as soon as it listens. The address that answered goes
 // first in the book, so that the next dial starts there (several orks of
 // one key: the one that leads).
 func (n *Node) dialAddrs(ctx context.Context, key PublicKey, addrs []string) (*peerConn, error) {
-	var errs []error
-	for i, a := range addrs {
-		actx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
-		pc, err := n.dialAddr(actx, key, a)
-		cancel() // the connection outlives its dial's context
-		if err == nil {
-			if i > 0 {
-				n.preferAddr(key, a)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		i   int
+		pc  *peerConn
+		err error
+	}
+	results := make(chan result)
+	pending := 0
+	start := func(i int) {
+		pending++
+		go func() {
+			actx, acancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+			pc, err := n.dialAddr(actx, key, addrs[i])
+			acancel() // the connection outlives its dial's context
+			results <- result{i, pc, err}
+		}()
+	}
+	errs := make([]error, len(addrs))
+	var again []int // addresses that refused, to dial again
+	next := 1
+	start(0)
+	timer := time.NewTimer(addrDelay)
+	defer timer.Stop()
+	for pending > 0 {
+		select {
+		case <-timer.C:
+			switch {
+			case next < len(addrs):
+				start(next)
+				next++
+			case len(again) > 0:
+				start(again[0])
+				again = again[1:]
 			}
-			return pc, nil
-		}
-		switch {
-		case errors.Is(err, ErrRefused):
-			return nil, localError(CodeRefused, fmt.Errorf("peer %s at %s refused our key %s: %w", key.Short(), a, n.id.pub.Short(), ErrRefused))
-		case errors.Is(err, ErrKeyMismatch):
-			errs = append(errs, err) // another address may hold the right key
-		default:
-			errs = append(errs, fmt.Errorf("%s: %w", a, err))
-		}
-		if ctx.Err() != nil {
-			break
+			timer.Reset(addrDelay)
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				// The others are cancelled; one that connected meanwhile is
+				// closed (it is registered: the peer may hold it too).
+				go func(left int) {
+					for ; left > 0; left-- {
+						if l := <-results; l.err == nil {
+							n.unregister(l.pc)
+						}
+					}
+				}(pending)
+				if r.i > 0 {
+					n.preferAddr(key, addrs[r.i])
+				}
+				return r.pc, nil
+			}
+			switch {
+			case errors.Is(r.err, ErrRefused):
+				return nil, localError(CodeRefused, fmt.Errorf("peer %s at %s refused our key %s: %w", key.Short(), addrs[r.i], n.id.pub.Short(), ErrRefused))
+			case errors.Is(r.err, ErrKeyMismatch):
+				errs[r.i] = r.err // another address may hold the right key
+			default:
+				errs[r.i] = fmt.Errorf("%s: %w", addrs[r.i], r.err)
+				if errors.Is(r.err, syscall.ECONNREFUSED) && ctx.Err() == nil {
+					again = append(again, r.i)
+				}
+			}
+			if next < len(addrs) && ctx.Err() == nil {
+				start(next)
+				next++
+				timer.Reset(addrDelay)
+			}
 		}
 	}
-	err := errors.Join(errs...)
-	if len(errs) > 0 && errors.Is(err, ErrKeyMismatch) && len(errs) == 1 {
+	var all []error
+	mismatches := 0
+	for _, e := range errs {
+		if e != nil {
+			all = append(all, e)
+			if errors.Is(e, ErrKeyMismatch) {
+				mismatches++
+			}
+		}
+	}
+	err := errors.Join(all...)
+	if len(all) == 1 && mismatches == 1 {
 		return nil, localError(CodeRefused, err)
 	}
 	return nil, localError(CodeUnavailable, fmt.Errorf("dial peer %s: %w", key.Short(), err))

@@ -64,3 +64,71 @@ func TestDialMovesPastAnAddressThatNeverAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestDialReachesAFollowerThatTakesOver (issue 42): a peer's first address
+// is a leader that froze (it never answers) and its second a follower that
+// does not listen yet (refused). While the frozen address holds the dial,
+// the refused one is dialled again every addrDelay, so the call goes
+// through as soon as the follower listens, long before the frozen address's
+// DialTimeout ends; dialled once only, the call failed at that timeout.
+func TestDialReachesAFollowerThatTakesOver(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			frozen := frozenAddr(t)
+			follower := freeAddr(t)
+			id := mustIdentity(t)
+			allow := NewAllowList()
+			cli := newNode(t, "client", withPolicy(NewAllowList(id.PublicKey())), func(c *Config) {
+				c.DialTimeout = time.Minute // the frozen address would hold a dial that long
+				c.Transports = []string{tr}
+			})
+			allow.Allow(cli.PublicKey())
+			cli.mu.Lock()
+			cli.book[id.PublicKey()] = []string{frozen, follower}
+			cli.mu.Unlock()
+
+			takeover := time.AfterFunc(3*addrDelay/2, func() {
+				srv, err := New(Config{Component: "follower", Identity: id, Listen: follower, Policy: allow, Transports: []string{tr}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				t.Cleanup(func() { srv.Close() })
+				HandleFunc(srv, "dialtest.ping", func(context.Context, PublicKey, struct{}) (string, error) { return "pong", nil })
+			})
+			defer takeover.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var out string
+			if err := cli.Call(ctx, id.PublicKey(), "dialtest.ping", struct{}{}, &out); err != nil || out != "pong" {
+				t.Fatalf("a call while the first address is frozen and the second begins to listen: %q, %v", out, err)
+			}
+			cli.mu.Lock()
+			book := slices.Clone(cli.book[id.PublicKey()])
+			cli.mu.Unlock()
+			if !slices.Equal(book, []string{follower, frozen}) {
+				t.Errorf("the book after the dial: %v; want the follower first", book)
+			}
+		})
+	}
+}
+
+// freeAddr is an address where nothing listens, on UDP or TCP (a port
+// free for both when it was taken).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
+		udp.Close()
+		if err == nil {
+			tcp.Close()
+			return udp.LocalAddr().String()
+		}
+	}
+	t.Fatal("no port free for both UDP and TCP in 20 tries")
+	return ""
+}

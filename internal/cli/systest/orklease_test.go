@@ -44,14 +44,31 @@ const (
 // through both app-nodes while the leading ork is killed (SIGKILL); the
 // follower takes over within the bound, every acknowledged job is there,
 // no GPU is claimed twice and the jobs were placed in the queue's order.
-func TestOrkTakeoverAfterKill(t *testing.T) { orkTakeover(t, false) }
+func TestOrkTakeoverAfterKill(t *testing.T) { orkTakeover(t, faultKill) }
 
 // TestOrkTakeoverAfterItsDatabaseIsCut is the same with the leader's
 // connection to the database black-holed by a proxy instead: the leader
 // steps down on its own (its process ends) and the follower takes over.
-func TestOrkTakeoverAfterItsDatabaseIsCut(t *testing.T) { orkTakeover(t, true) }
+func TestOrkTakeoverAfterItsDatabaseIsCut(t *testing.T) { orkTakeover(t, faultCut) }
 
-func orkTakeover(t *testing.T, cut bool) {
+// TestOrkTakeoverAfterTheLeaderFreezes (issue 42) is the same with the
+// leader, listed first in every --ork, frozen (SIGSTOP: what a host that
+// drops every packet looks like): its peers' connections to it idle out,
+// their dials move past its address to the follower once it leads, and
+// creates succeed again; resumed, the deposed leader finds its term gone,
+// commits nothing more and exits.
+func TestOrkTakeoverAfterTheLeaderFreezes(t *testing.T) { orkTakeover(t, faultFreeze) }
+
+type fault int
+
+const (
+	faultKill   fault = iota // SIGKILL
+	faultCut                 // its database connection black-holed
+	faultFreeze              // SIGSTOP, SIGCONT after the takeover
+)
+
+func orkTakeover(t *testing.T, f fault) {
+	cut := f == faultCut
 	dsn := pgtest.DSN(t)
 	base := t.TempDir()
 	dirs, keys := map[string]string{}, map[string]fabric.PublicKey{}
@@ -94,7 +111,7 @@ func orkTakeover(t *testing.T, cut bool) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first ork does not lead")
 	}
-	if !cut {
+	if f == faultKill {
 		sameHolder(t, orkArgs(filepath.Join(base, "ork3"), freePort(t), dsn), idFile, ork.DefaultHolder(dirs["ork1"]))
 	}
 	_, led2 := startOrk(t, orkArgs(dirs["ork2"], addr2, dsn)...)
@@ -141,6 +158,8 @@ func orkTakeover(t *testing.T, cut bool) {
 		mu       sync.Mutex
 		acked    []string
 		failures int
+		faultAt  time.Time
+		backAt   time.Time // the first acknowledgement of a create begun after the fault
 		faulted  = make(chan struct{})
 		wg       sync.WaitGroup
 	)
@@ -155,12 +174,16 @@ func orkTakeover(t *testing.T, cut bool) {
 				}
 				c := clients[(g+i)%len(clients)]
 				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+				began := time.Now()
 				j, err := c.CreateJob(cctx, cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: fmt.Sprintf("b-%d-%d", g, i), Location: "eu",
 					Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}})
 				ccancel()
 				mu.Lock()
 				if err == nil {
 					acked = append(acked, j.ID)
+					if !faultAt.IsZero() && began.After(faultAt) && backAt.IsZero() {
+						backAt = time.Now()
+					}
 				} else {
 					failures++
 				}
@@ -180,11 +203,17 @@ func orkTakeover(t *testing.T, cut bool) {
 		}
 		return nil
 	}, "%d jobs acknowledged before the fault", before)
-	faultAt := time.Now()
-	if cut {
+	mu.Lock()
+	faultAt = time.Now()
+	mu.Unlock()
+	switch f {
+	case faultCut:
 		proxy.Cut()
-	} else {
+	case faultKill:
 		ork1.Process.Signal(syscall.SIGKILL)
+	case faultFreeze:
+		ork1.Process.Signal(syscall.SIGSTOP)
+		defer ork1.Process.Signal(syscall.SIGCONT) // however the test ends: its cleanup interrupts it
 	}
 	close(faulted)
 	var tookOver time.Duration
@@ -195,21 +224,38 @@ func orkTakeover(t *testing.T, cut bool) {
 		t.Fatalf("the follower did not lead within %s of the fault", takeoverBound+takeoverMargin)
 	}
 	t.Logf("the follower led %s after the fault (bound %s, plus its start)", tookOver, takeoverBound)
-	if cut {
-		// The cut-off leader stepped down: its process ended, with an
-		// error saying why.
+	if f == faultFreeze {
+		// Creates succeed again: the peers' connections to the frozen
+		// leader idle out (QUIC, 6 s) and their dials reach the follower.
+		const bound = takeoverBound + 6*time.Second + time.Second
+		waittest.NoErrorWithin(t, bound+takeoverMargin, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if backAt.IsZero() {
+				return errors.New("no create begun after the fault was acknowledged")
+			}
+			return nil
+		}, "creates to succeed again while the leader is frozen")
+		mu.Lock()
+		t.Logf("creates succeeded again %s after the leader froze (bound %s: the takeover, the QUIC idle timeout, one address delay)", backAt.Sub(faultAt), bound)
+		mu.Unlock()
+		ork1.Process.Signal(syscall.SIGCONT)
+	}
+	if f != faultKill {
+		// The cut-off (or resumed) leader stepped down: its process
+		// ended, with an error saying why.
 		exited := make(chan error, 1)
 		go func() { exited <- ork1.Wait() }()
 		select {
 		case err := <-exited:
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-				t.Errorf("the cut-off leader ended with %v; want a failure exit", err)
+				t.Errorf("the deposed leader ended with %v; want a failure exit", err)
 			}
 		case <-time.After(time.Minute):
 			// It left the fabric when it stepped down (the follower
 			// leads); its process ends once its calls in flight do.
-			t.Errorf("the cut-off leader's process did not end")
+			t.Errorf("the deposed leader's process did not end")
 		}
 	}
 	wg.Wait()
