@@ -76,7 +76,12 @@ func TestREADMEWalk(t *testing.T) {
 		t.Helper()
 		code, out, errs := runCLIIn(t, env, stdin, args...)
 		if code != 0 {
-			t.Fatalf("%s: cosmicac %s: exit %d\n%s%s", where, strings.Join(args, " "), code, out, errs)
+			// What up logged last, to tell why (a flake's only trace).
+			log := upErr.String()
+			if i := len(log) - 16<<10; i > 0 {
+				log = log[i:]
+			}
+			t.Fatalf("%s: cosmicac %s: exit %d\n%s%s\nup's log, its end:\n%s", where, strings.Join(args, " "), code, out, errs, log)
 		}
 		return out
 	}
