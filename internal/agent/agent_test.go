@@ -81,22 +81,7 @@ func newRig(t testing.TB, mod func(*Config)) *testRig {
 }
 
 // syncBuf is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = waittest.Buffer
 
 // waitFor waits until out contains want.
 func waitFor(t testing.TB, out *syncBuf, want string) {

@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestMain lets tests run this test binary as the cosmicac binary: with
@@ -131,19 +131,4 @@ func TestSilentErrorsAreNotPrinted(t *testing.T) {
 
 // lockedBuffer is a bytes.Buffer that a running command writes while the
 // test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = waittest.Buffer

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,22 +57,7 @@ func (r *shellRig) args(extra ...string) []string {
 }
 
 // lockedBuf collects a terminal's output.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuf = waittest.Buffer
 
 // terminal is a local PTY standing for the user's terminal: the CLI gets
 // its tty end as stdin and stdout, the test types into the master.

@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
@@ -111,22 +111,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // syncBuffer is a bytes.Buffer safe for Caddy's loggers and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = waittest.Buffer
 
 // startGateway runs a gateway in front of u and returns its base URL and
 // its logs.

@@ -10,12 +10,12 @@ import (
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cli"
 	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // Run runs the command line in-process, with stdin and the environment
@@ -51,19 +51,4 @@ func Main(m *testing.M, cleanup func()) int {
 
 // LockedBuffer is a bytes.Buffer that a running command writes while the
 // test reads it.
-type LockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *LockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *LockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type LockedBuffer = waittest.Buffer
