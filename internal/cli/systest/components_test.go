@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,12 @@ func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, m
 	}
 }
 
+// portsGiven are the ports freePort has handed out.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	// A port the kernel gave for :0 and was closed again is the kernel's to
@@ -79,9 +86,19 @@ func freePort(t *testing.T) string {
 	// parallel copies of the tests (hack/stress.sh) then collide on it.
 	// Ports below the ephemeral range (Linux: 32768 on) are never given out
 	// that way: pick one at random there that is free for TCP and UDP (the
-	// fabric listens on both).
+	// fabric listens on both). A port is handed out once per test binary:
+	// one given to a process that binds it only later (an ork that follows
+	// listens once it leads) is still free meanwhile.
 	for range 100 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		port := 20000 + rand.IntN(12000)
+		portsMu.Lock()
+		taken := portsGiven[port]
+		portsGiven[port] = true
+		portsMu.Unlock()
+		if taken {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue

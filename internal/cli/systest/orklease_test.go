@@ -260,6 +260,9 @@ func orkTakeover(t *testing.T, f fault) {
 	}
 	wg.Wait()
 	mu.Lock()
+	if !backAt.IsZero() {
+		t.Logf("creates succeeded again %s after the fault", backAt.Sub(faultAt))
+	}
 	t.Logf("%d jobs acknowledged, %d creates failed", len(acked), failures)
 	if len(acked) < want {
 		t.Fatalf("only %d jobs acknowledged", len(acked))
