@@ -169,6 +169,9 @@ type orkFileConfig struct {
 	Monitor string `json:"monitor,omitempty"`
 }
 
+// orkAddrs is the form of every component's --ork.
+const orkAddrs = "KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)"
+
 func (a *app) wrkOrkCommand() *cobra.Command {
 	cfg := orkFileConfig{Ork: ork.DefaultConfig(), Lease: ork.DefaultLeaseConfig()}
 	var configFile string
@@ -422,7 +425,7 @@ func (a *app) appNodeCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7421", trust.AppNode, trust.Ork, trust.Directory)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: "+orkAddrs)
 	f.StringVar(&cfg.Database, "database", "", "the accounts database: a SQLite file, or postgres://… for PostgreSQL (default DATA_DIR/app.db)")
 	f.StringVar(&cfg.API.Listen, "api-listen", cfg.API.Listen, "the HTTP API's address")
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable): enables shells")
@@ -516,7 +519,7 @@ func (a *app) wrkServerSimCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7423", trust.Worker, trust.Ork, trust.Monitor)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: "+orkAddrs)
 	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to: KEY@HOST:PORT")
 	f.StringVar(&cfg.Rack.Rack, "rack", cfg.Rack.Rack, "the rack's ID")
 	f.StringVar(&cfg.Rack.Location, "location", cfg.Rack.Location, "the rack's location")
@@ -604,7 +607,7 @@ func (a *app) wrkMonitorCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7422", trust.Monitor, trust.Ork)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the producers' keys: KEY@HOST:PORT[,HOST:PORT...] (several orks: each one's address)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the producers' keys: "+orkAddrs)
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /monitor/v1 (its metrics are on --metrics-listen)")
 	f.StringVar(&cfg.AppNodeURL, "app-node-url", "", "the app-node's base URL, to check viewers' tokens")
 	f.StringVar(&cfg.Monitor.Loki.URL, "loki-url", "", "forward records to this Loki (e.g. http://loki:3100)")

@@ -71,6 +71,6 @@ func (a *app) wrkDirectoryCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7424", trust.Directory, trust.Ork)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the agents' keys: KEY@HOST:PORT[,HOST:PORT...] (several orks: each one's address)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork, which binds the agents' keys: "+orkAddrs)
 	return cmd
 }

@@ -178,7 +178,7 @@ func (a *app) wrkServerK8sCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7424", trust.Worker, trust.Ork, trust.Monitor)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: "+orkAddrs)
 	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to (also given to the VMIs' agents): KEY@HOST:PORT")
 	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (default: the in-cluster config)")
 	f.StringVar(&cfg.RackConfig, "rack-config", "", "the rack config, YAML (default: the defaults of docs/k8s-worker.md)")

@@ -116,7 +116,7 @@ func (a *app) proxyInferenceCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "0.0.0.0:7425", trust.Proxy, trust.Ork, trust.AppNode, trust.Directory)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT[,HOST:PORT...] (several orks: each one's address; its job list names the models)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork, whose job list names the models: "+orkAddrs)
 	f.StringSliceVar(&cfg.Directories, "directory", nil, "the agents' directory (wrk-directory), KEY@HOST:PORT (repeatable)")
 	f.StringVar(&cfg.AppNode, "app-node", "", "the app-node, which checks API keys: KEY@HOST:PORT")
 	f.StringVar(&cfg.HTTPListen, "http-listen", cfg.HTTPListen, "the address of /inference/v1")

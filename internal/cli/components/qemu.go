@@ -228,7 +228,7 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 	cfg.bind(cmd.Flags(), "127.0.0.1:7425", trust.Worker, trust.Ork, trust.Monitor)
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "a YAML config file (flags override it)")
-	f.StringVar(&cfg.Ork, "ork", "", "the ork: KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)")
+	f.StringVar(&cfg.Ork, "ork", "", "the ork: "+orkAddrs)
 	f.StringVar(&cfg.Monitor, "monitor", "", "wrk-monitor, to send job log records to (also given to the VMs' agents): KEY@HOST:PORT")
 	f.StringSliceVar(&cfg.Directory, "directory", nil, "the agents' directory: KEY@HOST:PORT (repeatable)")
 	f.StringSliceVar(&cfg.AppNode, "app-node", nil, "an app-node that relays shells to the VMs' agents: KEY@HOST:PORT (repeatable)")

@@ -108,16 +108,7 @@ func TestAgentDirectoryAsProcesses(t *testing.T) {
 	t.Cleanup(func() { agent.ReconnectInterval = old })
 
 	base := t.TempDir()
-	dirs := map[string]string{}
-	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app", "dir"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork", "app", "dir")
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
 		"--app-node-key", keys["app"].String(), "--directory-key", keys["dir"].String(), "--heartbeat", "50ms")["fabric"]
 	dir := component(t, []string{"fabric"}, "wrk-directory", "--data-dir", dirs["dir"], "--listen", "127.0.0.1:0",

@@ -35,16 +35,7 @@ import (
 func TestTwoAppNodesOnPostgres(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	base := t.TempDir()
-	dirs := map[string]string{}
-	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app1", "app2"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork", "app1", "app2")
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t),
 		"--app-node-key", keys["app1"].String(), "--app-node-key", keys["app2"].String(), "--database", dsn)["fabric"]
 	app := map[string]string{}                   // the API's base URL
@@ -241,16 +232,7 @@ func apiRequests(t *testing.T, addr string) int {
 func TestAppNodeKilledBehindTheGateway(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	base := t.TempDir()
-	dirs := map[string]string{}
-	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app1", "app2", "sim"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork", "app1", "app2", "sim")
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--heartbeat", "50ms",
 		"--app-node-key", keys["app1"].String(), "--app-node-key", keys["app2"].String(), "--database", dsn)["fabric"]
 	sim := component(t, []string{"fabric"}, "wrk-server-sim", "--data-dir", dirs["sim"], "--listen", "127.0.0.1:0",

@@ -71,19 +71,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func createsPlatform(t *testing.T, dbFlags []string, apps int) []*client.Client {
 	t.Helper()
 	base := t.TempDir()
-	dirs, keys := map[string]string{}, map[string]fabric.PublicKey{}
 	names := []string{"ork", "sim"}
 	for i := range apps {
 		names = append(names, fmt.Sprint("app", i))
 	}
-	for _, c := range names {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, names...)
 	orkArgs := []string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--heartbeat", "50ms"}
 	for i := range apps {
 		orkArgs = append(orkArgs, "--app-node-key", keys[fmt.Sprint("app", i)].String())

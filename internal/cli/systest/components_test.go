@@ -73,6 +73,34 @@ func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, m
 	}
 }
 
+// identities makes a data dir under base for each of names, with a fabric
+// identity in it, and returns the dirs and the public keys by name.
+func identities(t *testing.T, base string, names ...string) (map[string]string, map[string]fabric.PublicKey) {
+	t.Helper()
+	dirs, keys := map[string]string{}, map[string]fabric.PublicKey{}
+	for _, c := range names {
+		dirs[c] = filepath.Join(base, c)
+		id, err := fabric.LoadOrCreateIdentity(dirs[c])
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[c] = id.PublicKey()
+	}
+	return dirs, keys
+}
+
+// shareIdentity puts identity (an identity file's bytes) in dir, making
+// it: orks of one database share one key.
+func shareIdentity(t *testing.T, dir string, identity []byte) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fabric.IdentityFile), identity, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // portsGiven are the ports freePort has handed out.
 var (
 	portsMu    sync.Mutex
@@ -151,16 +179,7 @@ func TestComponentsAsProcessesOnPostgres(t *testing.T) {
 // for the ork and the app-node; it returns the components' data dirs.
 func componentsAsProcesses(t *testing.T, dbFlags []string) map[string]string {
 	base := t.TempDir()
-	dirs := map[string]string{}
-	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app", "sim", "mon"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork", "app", "sim", "mon")
 	orkArgs := append([]string{"wrk-ork", "--data-dir", dirs["ork"], "--listen", freePort(t), "--app-node-key", keys["app"].String(),
 		"--monitor-key", keys["mon"].String(), "--heartbeat", "50ms"}, dbFlags...)
 	orkCmd, orkOut := componentCmd(t, []string{"fabric"}, orkArgs...)

@@ -71,27 +71,14 @@ func orkTakeover(t *testing.T, f fault) {
 	cut := f == faultCut
 	dsn := pgtest.DSN(t)
 	base := t.TempDir()
-	dirs, keys := map[string]string{}, map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork1", "app1", "app2", "sim"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork1", "app1", "app2", "sim")
 	// The orks share one identity: peers reach whichever leads.
 	dirs["ork2"] = filepath.Join(base, "ork2")
-	if err := os.MkdirAll(dirs["ork2"], 0o700); err != nil {
-		t.Fatal(err)
-	}
 	idFile, err := os.ReadFile(filepath.Join(dirs["ork1"], fabric.IdentityFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dirs["ork2"], fabric.IdentityFile), idFile, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	shareIdentity(t, dirs["ork2"], idFile)
 	addr1, addr2 := freePort(t), freePort(t)
 	orkPeer := keys["ork1"].String() + "@" + addr1 + "," + addr2
 
@@ -235,10 +222,7 @@ func orkTakeover(t *testing.T, f fault) {
 				return errors.New("no create begun after the fault was acknowledged")
 			}
 			return nil
-		}, "creates to succeed again while the leader is frozen")
-		mu.Lock()
-		t.Logf("creates succeeded again %s after the leader froze (bound %s: the takeover, the QUIC idle timeout, one address delay)", backAt.Sub(faultAt), bound)
-		mu.Unlock()
+		}, "creates to succeed again while the leader is frozen (bound %s: the takeover, the QUIC idle timeout, one address delay)", bound)
 		ork1.Process.Signal(syscall.SIGCONT)
 	}
 	if f != faultKill {
@@ -376,13 +360,7 @@ func dbJobs(t *testing.T, st *postgres.Store) []cosmic.Job {
 // lead, and never lead.
 func sameHolder(t *testing.T, args []string, identity []byte, holder string) {
 	t.Helper()
-	dir := args[slices.Index(args, "--data-dir")+1]
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, fabric.IdentityFile), identity, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	shareIdentity(t, args[slices.Index(args, "--data-dir")+1], identity)
 	cmd := exec.Command(os.Args[0], append(args, "--lease-holder", holder)...)
 	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
 	var out, errs lockedBuffer

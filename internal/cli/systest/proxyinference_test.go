@@ -35,16 +35,7 @@ import (
 // revoked key stops working.
 func TestProxyInferenceAsProcesses(t *testing.T) {
 	base := t.TempDir()
-	dirs := map[string]string{}
-	keys := map[string]fabric.PublicKey{}
-	for _, c := range []string{"ork", "app", "dir", "proxy"} {
-		dirs[c] = filepath.Join(base, c)
-		id, err := fabric.LoadOrCreateIdentity(dirs[c])
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[c] = id.PublicKey()
-	}
+	dirs, keys := identities(t, base, "ork", "app", "dir", "proxy")
 	ork := component(t, []string{"fabric"}, "wrk-ork", "--data-dir", dirs["ork"], "--listen", "127.0.0.1:0",
 		"--app-node-key", keys["app"].String(), "--directory-key", keys["dir"].String(), "--proxy-inference-key", keys["proxy"].String(),
 		"--heartbeat", "50ms")["fabric"]
