@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages the test suite uses, from Debian's apt, when
-# they are missing: iproute2 (network-namespace tests), OpenSSH's server
-# and client (ssh through the fabric, the shell benchmark's baseline),
+# they are missing: iproute2 and iptables (network-namespace tests; the
+# ork's partitions drop packets with iptables inside namespaces they
+# create), OpenSSH's server and client (ssh through the fabric, the shell
+# benchmark's baseline),
 # Chromium (the web interface's browser tests) and Node.js with npm (the
 # interface's build and its test driver, playwright-core), and what the
 # base VM image (hack/vm-image.sh) and the QEMU rack boot with: mmdebstrap
@@ -13,6 +15,7 @@ set -euo pipefail
 
 need=()
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
 [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)

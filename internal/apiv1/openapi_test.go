@@ -179,7 +179,7 @@ func TestErrorStatuses(t *testing.T) {
 			t.Errorf("%s: %v", r.Op, got)
 		}
 		if r.Op == apiv1.OpCreateJob {
-			want := []int{400, 401, 403, 404, 409, 413, 429, 500, 503} // 404: the active team is not the caller's; 429: the team creates too fast
+			want := []int{400, 401, 403, 404, 409, 413, 429, 500, 503, 504} // 404: the active team is not the caller's; 429: the team creates too fast
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("create statuses = %v, want %v", got, want)
 			}

@@ -85,7 +85,8 @@ func (r Route) ErrorStatuses() []int {
 	if r.Perm != authz.Public {
 		set[http.StatusUnauthorized] = true
 		set[http.StatusForbidden] = true
-		set[http.StatusServiceUnavailable] = true
+		set[http.StatusServiceUnavailable] = true // the ork could not be reached: not done
+		set[http.StatusGatewayTimeout] = true     // it did not answer in time, or the connection was lost mid-call: perhaps done
 	}
 	if authz.KindOf(r.Perm) == authz.KindTeam {
 		set[http.StatusNotFound] = true // the team, or the job, is not the caller's

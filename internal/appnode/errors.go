@@ -76,7 +76,8 @@ func toHTTP(err error) (status int, body apiv1.ErrorBody, internal bool) {
 
 // fabricToHTTP answers an error from the ork: a domain code (and bad
 // request) as it is, with its status; the fabric's failures to reach the
-// ork as unavailable or timed out.
+// ork as unavailable (503: not done) or, where the request had reached it
+// or the deadline passed, timed out (504: perhaps done).
 func fabricToHTTP(fe *fabric.Error) (int, apiv1.ErrorBody, bool) {
 	switch fe.Code {
 	case orkapi.CodeInvalid:
@@ -88,11 +89,18 @@ func fabricToHTTP(fe *fabric.Error) (int, apiv1.ErrorBody, bool) {
 	case cosmic.CodeNotFound, cosmic.CodeConflict, cosmic.CodeForbidden, fabric.CodeBadRequest:
 		return apiv1.StatusOf(fe.Code), apiv1.ErrorBody{Code: fe.Code, Message: fe.Message}, false
 	case fabric.CodeUnavailable, fabric.CodeRefused:
+		if fabric.Unsure(fe) {
+			// The ork may have done it: 503 would say it did not.
+			return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout,
+				Message: "the connection to the ork was lost before it answered; the change may have been made: read the object before trying again"}, true
+		}
 		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the ork cannot be reached; try again"}, true
 	case fabric.CodeDeadlineExceeded:
 		return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout, Message: "the ork did not answer in time; try again"}, true
 	case fabric.CodeCanceled:
-		return http.StatusServiceUnavailable, apiv1.ErrorBody{Code: apiv1.CodeUnavailable, Message: "the request was canceled"}, false
+		// The ork gave the call up (it was stepping down) or the caller
+		// went away: either way it may have been done.
+		return http.StatusGatewayTimeout, apiv1.ErrorBody{Code: apiv1.CodeTimeout, Message: "the request was canceled before the ork answered; the change may have been made: read the object before trying again"}, false
 	}
 	return http.StatusInternalServerError, apiv1.ErrorBody{Code: apiv1.CodeInternal, Message: "internal error; see the app-node's log"}, true
 }

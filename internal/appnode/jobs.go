@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/jobflags"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/version"
@@ -116,7 +117,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
-	j, err := s.ork.CreateJob(ctx, orkapi.CreateJobParams{
+	j, err := s.createOnOrk(ctx, orkapi.CreateJobParams{
 		ID: cosmic.NewJobID(), User: c.user.Name, Team: c.team, Spec: spec, Asked: asked,
 	})
 	if err == nil {
@@ -127,6 +128,39 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 	}
 	w.Header().Set("Location", apiv1.Prefix+"/jobs/"+j.ID)
 	return j, nil
+}
+
+// createOnOrk asks the ork to create a job. A create whose connection was
+// lost after the ork got it (the ork was killed, froze, or stepped down
+// mid-call), or that the ork gave up as it stepped down, may be stored: it is asked again with the same job ID, which
+// the ork answers with the stored job if it is there (a retried create),
+// until an answer comes or ctx ends. So a 503 never hides a stored job,
+// and most creates caught in a failover succeed once another ork leads.
+func (s *Server) createOnOrk(ctx context.Context, p orkapi.CreateJobParams) (cosmic.Job, error) {
+	j, err := s.ork.CreateJob(ctx, p)
+	// Canceled with ctx alive is the ork's own doing: it gave the call up
+	// as it stepped down, perhaps after storing the job.
+	if !fabric.Unsure(err) && (fabric.ErrorCode(err) != fabric.CodeCanceled || ctx.Err() != nil) {
+		return j, err
+	}
+	first := err
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second/2) {
+		select {
+		case <-ctx.Done():
+			return cosmic.Job{}, errorf(http.StatusGatewayTimeout, apiv1.CodeTimeout,
+				"the connection to the ork was lost after it got the create of job %s, and it did not answer again in time: the job may exist (GET %s/jobs/%s)", p.ID, apiv1.Prefix, p.ID)
+		case <-time.After(wait):
+		}
+		j, err = s.ork.CreateJob(ctx, p)
+		switch code := fabric.ErrorCode(err); {
+		case err == nil:
+			return j, nil
+		case code == fabric.CodeUnavailable, code == fabric.CodeRefused, code == fabric.CodeDeadlineExceeded, code == fabric.CodeCanceled:
+			s.log.Debug("create unconfirmed; asking the ork again", "job_id", p.ID, "first", first, "err", err)
+		default:
+			return j, err
+		}
+	}
 }
 
 // visibleJob returns the job named by the path's {id} if the caller holds

@@ -288,8 +288,13 @@ func (c *coalescer) Write(p []byte) (int, error) {
 func yamuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.AcceptBacklog = 4096
-	c.KeepAliveInterval = 15 * time.Second
-	c.ConnectionWriteTimeout = 30 * time.Second
+	// A peer that answers nothing for quicIdleTimeout is gone, on either
+	// transport: a ping every third of it, and its answer (as any frame's
+	// write) awaited for the rest. The kernel acknowledges TCP for a
+	// process that hangs, so without this a frozen peer held the fallback
+	// for 45 s (15 s to the ping, 30 s for its answer).
+	c.KeepAliveInterval = quicIdleTimeout / 3
+	c.ConnectionWriteTimeout = quicIdleTimeout - c.KeepAliveInterval
 	c.MaxStreamWindowSize = 4 << 20
 	c.StreamOpenTimeout = 30 * time.Second
 	c.LogOutput = io.Discard

@@ -456,9 +456,21 @@ func (n *Node) CallRaw(ctx context.Context, key PublicKey, method string, params
 			n.drop(pc)
 			continue
 		}
-		return res, n.wrapCallErr(ctx, key, method, err)
+		err = n.wrapCallErr(ctx, key, method, err)
+		var fe *Error
+		if errors.As(err, &fe) && fe.cause != nil && !notProcessed(err) {
+			var inf inFlight
+			fe.unsure = errors.As(err, &inf)
+		}
+		return res, err
 	}
 }
+
+// inFlight is a call's failure after its request was handed to the
+// stream: the peer may have read it.
+type inFlight struct{ error }
+
+func (e inFlight) Unwrap() error { return e.error }
 
 // Notify sends a fire-and-forget event: it returns once the event is handed
 // to the connection, without waiting for the peer to handle it.
@@ -555,7 +567,7 @@ func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, 
 	}
 	if err != nil {
 		cs.s.abort()
-		return nil, err
+		return nil, inFlight{err} // a write that failed may have sent a part, or all
 	}
 	if !aborted {
 		pc.putStream(cs)

@@ -132,3 +132,32 @@ func freeAddr(t *testing.T) string {
 	t.Fatal("no port free for both UDP and TCP in 20 tries")
 	return ""
 }
+
+// TestUnsureAfterTheRequestWasSent: a call whose connection is lost while
+// the peer handles it fails unavailable and Unsure (the peer may have done
+// it); a call that never reached a peer fails and is not Unsure.
+func TestUnsureAfterTheRequestWasSent(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			srv, cli := pair(t, withTransports(tr))
+			got := make(chan struct{}, 1)
+			HandleFunc(srv, "unsure.write", func(ctx context.Context, _ PublicKey, _ struct{}) (string, error) {
+				got <- struct{}{}
+				<-ctx.Done()
+				return "", ctx.Err()
+			})
+			errc := make(chan error, 1)
+			go func() { errc <- cli.Call(ctxT(t), srv.PublicKey(), "unsure.write", struct{}{}, nil) }()
+			<-got
+			srv.Close()
+			err := <-errc
+			if ErrorCode(err) != CodeUnavailable || !Unsure(err) {
+				t.Errorf("a call cut off while its handler ran: %v (code %q, unsure %v); want unavailable and unsure", err, ErrorCode(err), Unsure(err))
+			}
+			err = cli.Call(ctxT(t), srv.PublicKey(), "unsure.write", struct{}{}, nil)
+			if err == nil || Unsure(err) {
+				t.Errorf("a call to a closed peer: %v (unsure %v); want a failure that is not unsure", err, Unsure(err))
+			}
+		})
+	}
+}

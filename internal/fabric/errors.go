@@ -28,6 +28,9 @@ type Error struct {
 	Details json.RawMessage `json:"details,omitempty"`
 	// cause is the local error this one was made from; it is not sent.
 	cause error
+	// unsure marks a local failure of a call whose request had been sent
+	// (see Unsure); it is not sent.
+	unsure bool
 }
 
 // Errorf makes an Error with a code and a formatted message.
@@ -74,6 +77,17 @@ func asWireError(err error) *Error {
 	default:
 		return &Error{Code: CodeInternal, Message: err.Error()}
 	}
+}
+
+// Unsure reports whether err is a call's failure to reach its peer after
+// the request had been sent (the connection was lost or closed while the
+// call was in flight): the peer may have done what was asked. A caller that
+// must not do a write twice asks again with the same identity (an ID the
+// request carries) or says that the outcome is unknown; a failure that is
+// not Unsure was not done.
+func Unsure(err error) bool {
+	var fe *Error
+	return errors.As(err, &fe) && fe.unsure
 }
 
 // localError wraps a local failure (context, connection) as an Error whose

@@ -1,11 +1,15 @@
-// Package netnstest builds two test hosts on this machine: two network
-// namespaces joined by a veth pair, each with its own address, so that a test
-// can run processes "on different hosts" with `ip netns exec`. It is for
-// tests only (the fabric's and the agent's).
+// Package netnstest builds test hosts on this machine out of network
+// namespaces: two joined by a veth pair (New), or several on one switch, a
+// bridge in a namespace of its own (NewLAN), where a test can run processes
+// "on different hosts" with `ip netns exec`, dial and listen from inside a
+// host, and cut hosts off from each other with iptables inside their
+// namespaces. Nothing is added to the machine's own namespace. It is for
+// tests only (the fabric's, the agent's, the ork's failover).
 //
-// It needs root and iproute2's `ip`. Without them the test is skipped with
-// the reason, except when the environment variable CI is set: CI runs as root
-// with iproute2 installed, so there the test fails instead of skipping.
+// It needs root and iproute2's `ip` (and iptables for NewLAN). Without them
+// the test is skipped with the reason, except when the environment variable
+// CI is set: CI runs as root with both installed (hack/install-deps.sh), so
+// there the test fails instead of skipping.
 package netnstest
 
 import (

@@ -20,6 +20,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/netnstest"
 	"github.com/cosmicac/cosmicac/internal/store/postgres"
 	"github.com/cosmicac/cosmicac/internal/store/postgres/pgtest"
 )
@@ -34,7 +35,20 @@ func component(t *testing.T, prefixes []string, args ...string) map[string]strin
 // componentCmd is component, also returning the process.
 func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, map[string]string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	return startComponent(t, exec.Command(os.Args[0], args...), prefixes)
+}
+
+// componentOn is component with the process on host h.
+func componentOn(t *testing.T, h *netnstest.Host, prefixes []string, args ...string) map[string]string {
+	t.Helper()
+	_, v := startComponent(t, h.Command(os.Args[0], args...), prefixes)
+	return v
+}
+
+// startComponent starts cmd, a component of this binary, and returns the
+// values of its lines that begin with prefixes.
+func startComponent(t *testing.T, cmd *exec.Cmd, prefixes []string) (*exec.Cmd, map[string]string) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -68,7 +82,7 @@ func componentCmd(t *testing.T, prefixes []string, args ...string) (*exec.Cmd, m
 	case v := <-got:
 		return cmd, v
 	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not start", args[0])
+		t.Fatalf("%s did not start", strings.Join(cmd.Args, " "))
 		return nil, nil
 	}
 }

@@ -299,24 +299,12 @@ func checkAfterTakeover(t *testing.T, acked []string, jobs []cosmic.Job, res []c
 			t.Errorf("acknowledged job %s is not stored", id)
 		}
 	}
-	claimed, placed := map[string]string{}, map[string]bool{}
-	for _, r := range res {
-		if placed[r.JobID] {
-			t.Errorf("job %s holds two reservations", r.JobID)
-		}
-		placed[r.JobID] = true
-		for _, n := range r.Nodes {
-			for _, g := range n.GPUs {
-				k := fmt.Sprintf("%s/%s/%d", r.Rack, n.Node, g)
-				if other, ok := claimed[k]; ok {
-					t.Errorf("GPU %s claimed by %s and %s", k, other, r.JobID)
-				}
-				claimed[k] = r.JobID
-			}
-		}
+	if msg := claimedTwice(res, gpus); msg != "" {
+		t.Error(msg)
 	}
-	if len(claimed) > gpus {
-		t.Errorf("%d GPUs claimed of %d", len(claimed), gpus)
+	placed := map[string]bool{}
+	for _, r := range res {
+		placed[r.JobID] = true
 	}
 	// jobs are in creation order.
 	unplaced := ""
@@ -420,11 +408,17 @@ type dbProxy struct {
 // newDBProxy proxies the database of dsn and returns the DSN through it.
 func newDBProxy(t *testing.T, dsn string) (*dbProxy, string) {
 	t.Helper()
-	u, err := url.Parse(dsn)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newDBProxyOn(t, ln, dsn)
+}
+
+// newDBProxyOn is newDBProxy serving on ln.
+func newDBProxyOn(t *testing.T, ln net.Listener, dsn string) (*dbProxy, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
