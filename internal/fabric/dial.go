@@ -76,6 +76,20 @@ func (n *Node) Connected(key PublicKey) bool {
 	return n.liveConn(key) != nil
 }
 
+// PeersConnected returns how many peers have a live connection with this
+// node, whichever side dialled.
+func (n *Node) PeersConnected() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for key := range n.conns {
+		if n.liveConn(key) != nil {
+			c++
+		}
+	}
+	return c
+}
+
 // conn returns a live connection to key, dialling if needed. fresh reports
 // that it was dialled for this request.
 func (n *Node) conn(ctx context.Context, key PublicKey) (pc *peerConn, fresh bool, err error) {

@@ -161,3 +161,52 @@ func TestUnsureAfterTheRequestWasSent(t *testing.T) {
 		})
 	}
 }
+
+// TestPeersConnected counts the peers with a live connection, on both
+// sides, and forgets one whose connection ended.
+func TestPeersConnected(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			srv, cli := pair(t, withTransports(tr))
+			HandleFunc(srv, "peers.ping", func(context.Context, PublicKey, struct{}) (string, error) { return "pong", nil })
+			if n := cli.PeersConnected(); n != 0 {
+				t.Fatalf("before any call: %d peers connected; want 0", n)
+			}
+			if err := cli.Call(ctxT(t), srv.PublicKey(), "peers.ping", struct{}{}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := cli.PeersConnected(); n != 1 {
+				t.Errorf("the caller after a call: %d peers connected; want 1", n)
+			}
+			if n := srv.PeersConnected(); n != 1 {
+				t.Errorf("the callee after a call: %d peers connected; want 1", n)
+			}
+			cli.Close()
+			deadline := time.Now().Add(10 * time.Second)
+			for srv.PeersConnected() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the callee still counts %d peers after the caller closed", srv.PeersConnected())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestStartingAnswersUnavailable: a node made Starting answers every call
+// unavailable (not "no method", which says something else) until Open.
+func TestStartingAnswersUnavailable(t *testing.T) {
+	srv, cli := pair(t, func(c *Config) { c.Starting = true })
+	HandleFunc(srv, "starting.ping", func(context.Context, PublicKey, struct{}) (string, error) { return "pong", nil })
+	for _, method := range []string{"starting.ping", "starting.unknown"} {
+		err := cli.Call(ctxT(t), srv.PublicKey(), method, struct{}{}, nil)
+		if ErrorCode(err) != CodeUnavailable || Unsure(err) {
+			t.Errorf("%s before Open: %v (unsure %v); want unavailable, not unsure", method, err, Unsure(err))
+		}
+	}
+	srv.Open()
+	var out string
+	if err := cli.Call(ctxT(t), srv.PublicKey(), "starting.ping", struct{}{}, &out); err != nil || out != "pong" {
+		t.Fatalf("after Open: %q, %v", out, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -46,6 +47,13 @@ type Config struct {
 	MaxMessage int
 	// Logger receives connection-level events. Default: discard.
 	Logger *slog.Logger
+	// Starting makes the node answer every request with CodeUnavailable
+	// ("starting; try again": not processed) until Open: for a process
+	// that listens, and dials with the node, before its handlers can
+	// serve (a new leading ork loads its state first). Without it a call
+	// that came early would find no method: not_found, which says
+	// something else.
+	Starting bool
 
 	// requestWait is how long a served call stream waits for its next
 	// request. Default requestReadTimeout; tests shorten it.
@@ -111,7 +119,12 @@ type Node struct {
 	closed  bool
 
 	authz Authorizer // the policy, when it decides each request
+
+	starting atomic.Bool // Config.Starting, until Open
 }
+
+// Open ends Config.Starting: the node serves its methods from now on.
+func (n *Node) Open() { n.starting.Store(false) }
 
 // peerConn is one live connection and the key proven on it.
 type peerConn struct {
@@ -157,6 +170,7 @@ func New(cfg Config) (*Node, error) {
 		parked:  make(map[PublicKey]*parkPool),
 	}
 	n.authz, _ = cfg.Policy.(Authorizer)
+	n.starting.Store(cfg.Starting)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.Handle(MethodPing, n.ping, ReadOnly())
 	n.Handle(MethodPark, n.handlePark)
@@ -581,6 +595,8 @@ func (n *Node) serveRequest(pc *peerConn, s rawStream, body []byte, st *servedSt
 	switch {
 	case access == AccessNone:
 		refusal = Errorf(CodeForbidden, "key %s is not admitted", pc.key.Short())
+	case n.starting.Load():
+		refusal = Errorf(CodeUnavailable, "%s is starting; try again", n.cfg.Component)
 	case rt == nil:
 		refusal = Errorf(CodeNotFound, "no method %q", req.method)
 	case access == AccessReadOnly && !rt.readOnly:

@@ -30,6 +30,7 @@ type Host struct {
 	// Name is the host's name in the test; NS the namespace's, for
 	// `ip netns exec`; IP its address on the LAN.
 	Name, NS, IP string
+	cut          []*Host // Drop's, for Heal; not for concurrent use
 }
 
 // NewLAN makes a LAN of the named hosts (at most 200), the i-th with the
@@ -162,27 +163,34 @@ func (h *Host) Listen(network, addr string) (net.Listener, error) {
 	return ln, err
 }
 
-// Drop cuts h off from the given hosts, both ways: h's namespace drops
-// every packet from and to them. Open connections black-hole; nothing is
-// refused or reset.
+// Drop cuts h off from the given hosts, both ways, as a black hole in the
+// network would: each host's namespace drops what arrives from the other
+// (iptables INPUT), so that sending still succeeds locally and nothing
+// arrives; open connections go silent, nothing is refused or reset.
 func (h *Host) Drop(from ...*Host) error {
 	for _, o := range from {
-		for _, rule := range [][]string{{"INPUT", "-s", o.IP}, {"OUTPUT", "-d", o.IP}} {
-			if err := h.iptables(append([]string{"-A"}, append(rule, "-j", "DROP")...)...); err != nil {
-				return err
-			}
+		if err := h.iptables("-A", "INPUT", "-s", o.IP, "-j", "DROP"); err != nil {
+			return err
 		}
+		if err := o.iptables("-A", "INPUT", "-s", h.IP, "-j", "DROP"); err != nil {
+			return err
+		}
+		h.cut = append(h.cut, o)
 	}
 	return nil
 }
 
-// Heal removes every rule Drop added in h's namespace.
+// Heal undoes every Drop of h.
 func (h *Host) Heal() error {
-	for _, chain := range []string{"INPUT", "OUTPUT"} {
-		if err := h.iptables("-F", chain); err != nil {
+	for _, o := range h.cut {
+		if err := h.iptables("-D", "INPUT", "-s", o.IP, "-j", "DROP"); err != nil {
+			return err
+		}
+		if err := o.iptables("-D", "INPUT", "-s", h.IP, "-j", "DROP"); err != nil {
 			return err
 		}
 	}
+	h.cut = nil
 	return nil
 }
 

@@ -22,7 +22,9 @@ type LeaderDeps struct {
 	// Lease elects this ork among those sharing the database (required).
 	Lease *Lease
 	// Node makes (or gives) the fabric node the ork serves on, once it
-	// leads: a follower does not listen (required).
+	// leads: a follower does not listen (required). Made with
+	// fabric.Config.Starting, it answers "starting" until the ork has
+	// loaded its state and serves (Lead opens it).
 	Node func() (*fabric.Node, error)
 	// Ready, when set, runs once the ork serves and has started, before it
 	// runs: what must be in place before it acts (`up` registers its
@@ -38,7 +40,9 @@ type LeaderDeps struct {
 // Lead waits for the lease, then runs the ork, fenced by its term, until
 // ctx ends (it releases the lease; nil) or the lease is lost (an error:
 // the node is closed at once, so that no call is served and nothing is
-// sent, and Lead returns once the ork has stopped). It returns nil, without
+// sent, and Lead returns once the ork has stopped), or, with
+// Config.IsolationTimeout, the ork yields it, cut off from its peers (an
+// error wrapping ErrIsolated: the lease is released, the node closed). It returns nil, without
 // leading, if ctx ends while it follows.
 func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 	if d.Lease == nil || d.Node == nil || d.Store == nil {
@@ -73,6 +77,7 @@ func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 		return err
 	}
 	o.Serve(n)
+	n.Open() // a node made fabric.Config.Starting answered "starting" until now
 	if d.Ready != nil {
 		if err := d.Ready(ctx, o, n); err != nil {
 			return err
@@ -80,6 +85,27 @@ func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return o.Run(gctx) })
+	if limit := cfg.IsolationTimeout.D(); limit > 0 {
+		g.Go(func() error {
+			err := watchIsolation(gctx, func() bool { return o.reachesPeer(n) }, limit, d.Lease.isolated, d.Lease.log)
+			if err == nil {
+				return nil
+			}
+			err = fmt.Errorf("stepping down: %w", err)
+			go n.Close()
+			// Released at once, the lease goes to a follower within its
+			// Renew, not at the end of the TTL.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if rerr := d.Lease.Release(rctx); rerr != nil {
+				d.Lease.log.Warn("release lease", "err", rerr)
+			}
+			cancel()
+			if d.Lost != nil {
+				d.Lost(err)
+			}
+			return err
+		})
+	}
 	g.Go(func() error {
 		if err := d.Lease.Hold(gctx); err != nil {
 			err = fmt.Errorf("stepping down: %w", err)

@@ -134,6 +134,7 @@ type Lease struct {
 	// conflict is 1 while another live process holds the lease under
 	// this ork's holder name (store.ErrHolderInUse).
 	conflict prometheus.Gauge
+	isolated prometheus.Gauge // Lead's watchIsolation
 }
 
 // NewLease makes the lease of an ork over st.
@@ -150,6 +151,8 @@ func NewLease(cfg LeaseConfig, st LeaseStore, log *slog.Logger) (*Lease, error) 
 	return &Lease{cfg: cfg, st: st, log: log, lost: make(chan struct{}),
 		conflict: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cosmicac_ork_lease_holder_conflict",
 			Help: "1 while another live process holds the ork lease under this ork's holder name (a holder name given twice); this ork does not lead meanwhile."}),
+		isolated: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cosmicac_ork_isolated",
+			Help: "1 while this leader, having reached peers in its term, reaches none (no fabric connection, no rack's worker answering); it yields the lease after the ork's isolationTimeout."}),
 		updates: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cosmicac_ork_store_update_seconds",
 			Help: "How long the leading ork's fenced store transactions take, retries included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cosmicac_ork_store_update_errors_total",
@@ -330,6 +333,7 @@ func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descEpoch
 	ch <- descRenewed
 	c.l.conflict.Describe(ch)
+	c.l.isolated.Describe(ch)
 	c.l.updates.Describe(ch)
 	c.l.failures.Describe(ch)
 }
@@ -347,6 +351,7 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEpoch, prometheus.GaugeValue, float64(term.Epoch))
 	ch <- prometheus.MustNewConstMetric(descRenewed, prometheus.GaugeValue, at)
 	l.conflict.Collect(ch)
+	l.isolated.Collect(ch)
 	l.updates.Collect(ch)
 	l.failures.Collect(ch)
 }

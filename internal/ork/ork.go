@@ -68,6 +68,12 @@ type Config struct {
 	// GPUMeterEvery is how often the GPUs each job holds are sampled into
 	// the usage store as GPU-seconds (default 10s, whole seconds; gpumeter.go).
 	GPUMeterEvery config.Duration `json:"gpuMeterEvery,omitempty"`
+	// IsolationTimeout, when not zero, makes a leader that reached peers
+	// in its term and then reaches none (no fabric connection, no rack's
+	// worker answering) for this long yield its lease, so that a follower
+	// that reaches them leads (Lead; docs/store.md). Orks that share a
+	// database set it; 0 (the default of one ork alone) never yields.
+	IsolationTimeout config.Duration `json:"isolationTimeout,omitempty"`
 }
 
 // DefaultPlacementPolicy is the placement policy of a location when
@@ -90,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.AutoscaleEvery < 0 || c.DrainTimeout < 0 || c.RolloutDeadline < 0 {
 		errs = append(errs, errors.New("autoscaleEvery, drainTimeout and rolloutDeadline must not be negative (0: their defaults)"))
+	}
+	if c.IsolationTimeout < 0 {
+		errs = append(errs, errors.New("isolationTimeout must not be negative (0: never yield)"))
 	}
 	if c.GPUMeterEvery < 0 || c.GPUMeterEvery.D()%time.Second != 0 {
 		errs = append(errs, errors.New("gpuMeterEvery must be whole seconds, not negative (0: its default)"))
@@ -771,17 +780,20 @@ func (o *Ork) updateJobLocked(ctx context.Context, id string, f func(Tx, *cosmic
 	return out, err
 }
 
-func (o *Ork) applyOnWorker(ctx context.Context, w applyWork) {
+// applyOnWorker asks the rack's worker to run w, and returns its error,
+// logged: the heartbeat's reconcile applies it again.
+func (o *Ork) applyOnWorker(ctx context.Context, w applyWork) error {
 	o.mu.Lock()
 	r := o.racks[w.rack]
 	o.mu.Unlock()
 	if r == nil {
-		return
+		return nil
 	}
 	cctx, cancel := o.workerCtx(ctx)
 	defer cancel()
-	if err := r.w.Apply(cctx, w.p); err != nil {
-		// The heartbeat's reconcile applies it again.
+	err := r.w.Apply(cctx, w.p)
+	if err != nil {
 		o.log.Warn("apply on worker", "rack", w.rack, "job_id", w.p.Job.ID, "err", err)
 	}
+	return err
 }

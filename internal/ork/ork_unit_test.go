@@ -737,3 +737,42 @@ func TestKillWaitsForTheApplyInFlight(t *testing.T) {
 		e.checkBooks()
 	})
 }
+
+// A worker that stops answering in the middle of a heartbeat's applies
+// (the jobs it should run but does not report) is marked unreachable at
+// the first that times out: the others are not tried one workerTimeout
+// each, which would hold the next heartbeat, and the rack's reachability,
+// up that long (issue 42: a leader cut off from its peers sees it late).
+func TestHeartbeatStopsAtTheFirstApplyUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		var jobs []cosmic.Job
+		for range 3 {
+			jobs = append(jobs, e.create(1))
+		}
+		e.heartbeats(1)
+		for _, j := range jobs {
+			w.forget(j.ID)
+		}
+		w.failApplies(errHang)
+		before := map[string]int{}
+		for _, j := range jobs {
+			before[j.ID] = w.count("apply " + j.ID)
+		}
+		e.heartbeats(1) // it answers the heartbeat; its first apply hangs
+		w.setOutage("hung")
+		time.Sleep(workerTimeout)
+		synctest.Wait()
+		again := 0
+		for _, j := range jobs {
+			again += w.count("apply "+j.ID) - before[j.ID]
+		}
+		if again != 1 {
+			t.Errorf("the heartbeat applied %d jobs again to a worker whose first apply went unanswered; want 1", again)
+		}
+		if r := e.o.ListRacks().Racks; len(r) != 1 || r[0].Reachable {
+			t.Errorf("racks %+v; want r1 unreachable", r)
+		}
+	})
+}

@@ -157,11 +157,25 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 			}
 			o.mu.Unlock()
 			if len(rs) > 0 {
-				o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
+				err := o.applyOnWorker(ctx, applyWork{rack: id, p: worker.ApplyParams{Job: j, Reservations: rs}})
 				done()
+				if unanswered(err) && ctx.Err() == nil {
+					// The worker went away mid-heartbeat: the rest would
+					// each wait a workerTimeout, and hold the next
+					// heartbeat (and the rack's reachability) up that long.
+					o.markUnreachable(ctx, id, err)
+					return
+				}
 			}
 		}
 	}
+}
+
+// unanswered says whether err is a worker's call that got no answer (the
+// worker cannot be reached, or did not answer in time), not a refusal.
+func unanswered(err error) bool {
+	c := fabric.ErrorCode(err)
+	return c == fabric.CodeUnavailable || c == fabric.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
 }
 
 // sameNodes says whether a and b reserve the same GPUs of the same nodes.

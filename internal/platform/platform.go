@@ -314,7 +314,10 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	node := func(role trust.Role, ring *trust.Keyring, opts ...trust.PolicyOption) (*fabric.Node, error) {
-		n, err := fabric.New(fabric.Config{Component: string(role), Identity: ids[role], Listen: listen, Policy: trust.NewPolicy(role, ring, opts...), Logger: log})
+		// The ork's node answers "starting" until the ork serves on it
+		// (ork.Lead opens it).
+		n, err := fabric.New(fabric.Config{Component: string(role), Identity: ids[role], Listen: listen, Policy: trust.NewPolicy(role, ring, opts...), Logger: log,
+			Starting: role == trust.Ork})
 		if err == nil {
 			ring.OnRevoke(n.Revoke)
 		}

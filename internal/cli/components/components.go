@@ -20,6 +20,7 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/appnode"
 	"github.com/cosmicac/cosmicac/internal/cli"
+	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datadir"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -172,8 +173,16 @@ type orkFileConfig struct {
 // orkAddrs is the form of every component's --ork.
 const orkAddrs = "KEY@HOST:PORT[,HOST:PORT...] (orks sharing one database and key: each one's address, the leader found among them)"
 
+// DefaultIsolationTimeout is wrk-ork's --isolation-timeout: three default
+// lease TTLs, long enough that a network blip or a restarting app-node
+// does not cost a takeover.
+const DefaultIsolationTimeout = 30 * time.Second
+
 func (a *app) wrkOrkCommand() *cobra.Command {
 	cfg := orkFileConfig{Ork: ork.DefaultConfig(), Lease: ork.DefaultLeaseConfig()}
+	// Orks as processes may share a database: a leader cut off from its
+	// peers yields to a follower that reaches them.
+	cfg.Ork.IsolationTimeout = config.Duration(DefaultIsolationTimeout)
 	var configFile string
 	cmd := &cobra.Command{
 		Use:   "wrk-ork",
@@ -236,6 +245,7 @@ func (a *app) wrkOrkCommand() *cobra.Command {
 	cmd.Flags().Var(&cfg.Lease.TTL, "lease-ttl", "how long the leader's lease lasts unless renewed (orks sharing a database elect one leader; docs/store.md)")
 	cmd.Flags().Var(&cfg.Lease.Renew, "lease-renew", "how often the leader renews its lease and a follower tries to take it (at most half the ttl)")
 	cmd.Flags().StringVar(&cfg.Lease.Holder, "lease-holder", "", "this ork's name in the lease, unique among the orks (default HOST:DATA_DIR)")
+	cmd.Flags().Var(&cfg.Ork.IsolationTimeout, "isolation-timeout", "a leader that reached peers and then reaches none (no fabric connection, no rack's worker answering) this long yields its lease to a follower; 0: never")
 	return cmd
 }
 

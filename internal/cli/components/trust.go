@@ -116,7 +116,10 @@ func (c *componentFlags) trustNode(component string, ring *trust.Keyring, log *s
 	if err != nil {
 		return nil, err
 	}
-	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: trust.NewPolicy(c.role, ring, opts...), Logger: log})
+	// An ork's node answers "starting" until the ork serves on it
+	// (ork.Lead opens it): it listens before it loads its state.
+	n, err := fabric.New(fabric.Config{Component: component, Identity: id, Listen: c.Listen, Policy: trust.NewPolicy(c.role, ring, opts...), Logger: log,
+		Starting: c.role == trust.Ork})
 	if err != nil {
 		return nil, err
 	}

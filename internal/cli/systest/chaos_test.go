@@ -45,7 +45,7 @@ const (
 	chaosKill     chaosFault = "kill"      // SIGKILL; started again after the takeover
 	chaosFreeze   chaosFault = "freeze"    // SIGSTOP until the follower leads and creates succeed, then SIGCONT
 	chaosCutDB    chaosFault = "cut-db"    // its packets to and from PostgreSQL dropped
-	chaosCutPeers chaosFault = "cut-peers" // its packets to and from the app-node and the rack dropped, the database reachable
+	chaosCutPeers chaosFault = "cut-peers" // its packets to and from the app-node and the rack dropped, the database reachable; it yields its lease
 )
 
 // The chaos test's lease: longer than the other fault tests' (2 s, renew
@@ -65,9 +65,9 @@ const (
 	chaosLiveJobs = 40
 )
 
-// chaosPeerCut is how long a cut-peers round keeps the leader cut off: the
-// leader keeps its lease (docs/store.md), so the API is down that long.
-const chaosPeerCut = 8 * time.Second
+// chaosIsolation is the orks' --isolation-timeout: a leader cut off from
+// its peers yields its lease that long after it last reached one.
+const chaosIsolation = 3 * time.Second
 
 // chaosBound is the outage a round of f is expected to stay under, from
 // the fault to the first acknowledged create begun after it. Its parts:
@@ -76,9 +76,11 @@ const chaosPeerCut = 8 * time.Second
 //     until PostgreSQL's idle_in_transaction_session_timeout (docs/store.md);
 //   - for a leader that vanished without a word (killed, frozen), the
 //     peers' connections to it idling out (6 s, both transports);
+//   - for a leader cut off from its peers, the same 6 s (it sees its
+//     connections end), then the isolation timeout, after which it yields
+//     its lease and a follower takes it within Renew;
 //   - the app-node asking again (within half a second) and one address
 //     delay of the fabric's dial (1 s);
-//   - for a cut from the peers, the cut itself: the leader keeps its lease.
 //
 // The test fails only past the bound with a margin (CI is loaded).
 func chaosBound(f chaosFault) time.Duration {
@@ -92,7 +94,7 @@ func chaosBound(f chaosFault) time.Duration {
 	case chaosCutDB:
 		return chaosTakeover + idleInTx + askAgain + addrDelay
 	case chaosCutPeers:
-		return chaosPeerCut + askAgain + addrDelay
+		return peerIdle + chaosIsolation + chaosLeaseRenew + askAgain + addrDelay
 	}
 	return max(chaosTakeover+idleInTx, peerIdle) + askAgain + addrDelay
 }
@@ -172,7 +174,7 @@ func TestOrkChaos(t *testing.T) {
 	for _, o := range orks {
 		o.args = []string{"wrk-ork", "--config", orkConfig, "--data-dir", o.dir, "--listen", net.JoinHostPort(o.host.IP, orkPort), "--database", lanDSN,
 			"--app-node-key", keys["app"].String(), "--heartbeat", "50ms", "--metrics-listen", net.JoinHostPort(o.host.IP, metricsPort),
-			"--lease-ttl", chaosLeaseTTL.String(), "--lease-renew", chaosLeaseRenew.String()}
+			"--lease-ttl", chaosLeaseTTL.String(), "--lease-renew", chaosLeaseRenew.String(), "--isolation-timeout", chaosIsolation.String()}
 		o.metrics = "http://" + net.JoinHostPort(o.host.IP, metricsPort) + "/metrics"
 	}
 	orks[0].start(t)
@@ -304,8 +306,13 @@ func TestOrkChaos(t *testing.T) {
 						unsure[del] = true
 					}
 				default:
-					if client.StatusOf(err) == http.StatusServiceUnavailable {
+					switch code := client.StatusOf(err); {
+					case code == http.StatusServiceUnavailable:
 						refused = append(refused, name)
+					case code >= 400 && code < 500:
+						// A valid create refused: the client would
+						// give up on a job it may create again.
+						violate("the create of %s was answered %v", name, err)
 					}
 					failures++
 					msg := err.Error()
@@ -380,30 +387,25 @@ func TestOrkChaos(t *testing.T) {
 		faultAt := time.Now()
 		bound := chaosBound(f)
 		if f == chaosCutPeers {
-			// What the operator sees: the leader still leads and reaches
-			// no rack; the follower does not take over. Then the network
-			// heals and the peers come back to the same leader.
-			waittest.NoErrorWithin(t, chaosPeerCut, func() error {
+			// What the operator sees: the leader says it is isolated
+			// (its peers' connections ended, its rack does not answer),
+			// then it yields its lease.
+			waittest.NoErrorWithin(t, chaosBound(f), func() error {
 				m, err := scrapeGauges(ctx, scrape, lead.metrics)
 				if err != nil {
 					return err
 				}
-				if m["cosmicac_ork_leader"] != 1 || m[`cosmicac_ork_rack_reachable{rack="r1"}`] != 0 {
-					return fmt.Errorf("leader %v, rack r1 reachable %v", m["cosmicac_ork_leader"], m[`cosmicac_ork_rack_reachable{rack="r1"}`])
+				if m["cosmicac_ork_leader"] != 1 || m["cosmicac_ork_isolated"] != 1 || m[`cosmicac_ork_rack_reachable{rack="r1"}`] != 0 {
+					return fmt.Errorf("leader %v, isolated %v, rack r1 reachable %v", m["cosmicac_ork_leader"], m["cosmicac_ork_isolated"], m[`cosmicac_ork_rack_reachable{rack="r1"}`])
 				}
 				return nil
-			}, "the cut-off leader (%s) to say it leads and reaches no rack", lead.name)
-			time.Sleep(time.Until(faultAt.Add(chaosPeerCut)))
-			if err := lead.host.Heal(); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			select {
-			case <-follow.led:
-				t.Logf("round %d: %s led %s after the fault", round+1, follow.name, time.Since(faultAt).Round(time.Millisecond))
-			case <-time.After(chaosTakeover + takeoverMargin):
-				t.Fatalf("round %d (%s): the follower (%s) did not lead within %s", round+1, f, follow.name, chaosTakeover+takeoverMargin)
-			}
+			}, "the cut-off leader (%s) to say it leads, is isolated and reaches no rack", lead.name)
+		}
+		select {
+		case <-follow.led:
+			t.Logf("round %d: %s led %s after the fault", round+1, follow.name, time.Since(faultAt).Round(time.Millisecond))
+		case <-time.After(bound + takeoverMargin):
+			t.Fatalf("round %d (%s): the follower (%s) did not lead within %s", round+1, f, follow.name, bound+takeoverMargin)
 		}
 		back, err := ackedAfter(faultAt, bound+takeoverMargin)
 		if err != nil {
@@ -421,7 +423,7 @@ func TestOrkChaos(t *testing.T) {
 		case chaosFreeze:
 			lead.cmd.Process.Signal(syscall.SIGCONT)
 			lead.waitExit(t, true)
-		case chaosCutDB:
+		case chaosCutDB, chaosCutPeers:
 			lead.waitExit(t, true)
 			if err := lead.host.Heal(); err != nil {
 				t.Fatal(err)
@@ -429,12 +431,8 @@ func TestOrkChaos(t *testing.T) {
 		case chaosKill:
 			lead.waitExit(t, false)
 		}
-		if f != chaosCutPeers {
-			lead.start(t)
-			expect = follow
-		} else {
-			expect = lead
-		}
+		lead.start(t)
+		expect = follow
 	}
 	lcancel()
 	load.Wait()

@@ -456,12 +456,21 @@ func (p *dbProxy) serve() {
 	}
 }
 
-// pipe copies from src to dst until Cut, then drops what src sends.
+// pipe copies from src to dst until Cut, then drops what src sends. When
+// src ends, so does dst, as over a network that carries a FIN: a client
+// that closed its connection mid-transaction must not leave PostgreSQL
+// holding the transaction's locks (until Cut: a black hole carries none).
 func (p *dbProxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if err != nil {
+			p.mu.Lock()
+			cut := p.cut
+			p.mu.Unlock()
+			if !cut {
+				dst.Close()
+			}
 			return
 		}
 		p.mu.Lock()
