@@ -310,7 +310,12 @@ func yamuxConfig() *yamux.Config {
 func notProcessed(err error) bool {
 	var sr *quic.StatelessResetError
 	var ae *quic.ApplicationError
-	return errors.As(err, &sr) || errors.Is(err, yamux.ErrSessionShutdown) ||
+	var inf inFlight
+	// A yamux session already shut down refuses the stream, or the write
+	// on a connection already gone: nothing was sent. One that shuts down
+	// once the request is on its way (inFlight) may have delivered it.
+	shutdown := errors.Is(err, yamux.ErrSessionShutdown) && !errors.As(err, &inf)
+	return errors.As(err, &sr) || shutdown ||
 		errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeUnserved
 }
 

@@ -481,7 +481,7 @@ func (n *Node) CallRaw(ctx context.Context, key PublicKey, method string, params
 }
 
 // inFlight is a call's failure after its request was handed to the
-// stream: the peer may have read it.
+// stream of a live connection: the peer may have read it.
 type inFlight struct{ error }
 
 func (e inFlight) Unwrap() error { return e.error }
@@ -566,6 +566,10 @@ func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, 
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, cs.s.abort)
 	}
+	// A connection already gone before the write sends nothing; one that
+	// goes during it may have sent the request (yamux reports its end to
+	// a write whose frame the session had already written).
+	gone := pc.ctx.Err() != nil
 	_, err = cs.s.Write(cs.buf)
 	var body []byte
 	if err == nil {
@@ -581,6 +585,9 @@ func (n *Node) callOn(ctx context.Context, pc *peerConn, k kind, method string, 
 	}
 	if err != nil {
 		cs.s.abort()
+		if gone {
+			return nil, err
+		}
 		return nil, inFlight{err} // a write that failed may have sent a part, or all
 	}
 	if !aborted {

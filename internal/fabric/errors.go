@@ -31,6 +31,9 @@ type Error struct {
 	// unsure marks a local failure of a call whose request had been sent
 	// (see Unsure); it is not sent.
 	unsure bool
+	// remote marks an error the peer answered (decoded from the wire); it
+	// is not sent.
+	remote bool
 }
 
 // Errorf makes an Error with a code and a formatted message.
@@ -88,6 +91,15 @@ func asWireError(err error) *Error {
 func Unsure(err error) bool {
 	var fe *Error
 	return errors.As(err, &fe) && fe.unsure
+}
+
+// Remote reports whether err is a peer's answer: an error its handler (or
+// its node) returned, as opposed to a failure to reach it or to hear back.
+// A peer that answers unavailable is there; one that could not be reached
+// is not.
+func Remote(err error) bool {
+	var fe *Error
+	return errors.As(err, &fe) && fe.remote
 }
 
 // localError wraps a local failure (context, connection) as an Error whose

@@ -135,6 +135,7 @@ func decodeResponse(b []byte) (json.RawMessage, *Error, error) {
 		if e.Code == "" {
 			return nil, nil, errors.New("fabric: error response without code")
 		}
+		e.remote = true
 		return nil, &e, nil
 	default:
 		return nil, nil, fmt.Errorf("fabric: unknown response status %d", b[0])

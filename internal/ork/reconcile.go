@@ -172,8 +172,13 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 }
 
 // unanswered says whether err is a worker's call that got no answer (the
-// worker cannot be reached, or did not answer in time), not a refusal.
+// worker cannot be reached, or did not answer in time), not an answer: a
+// worker that answers unavailable (its cluster is misconfigured, say) is
+// reachable.
 func unanswered(err error) bool {
+	if err == nil || fabric.Remote(err) {
+		return false
+	}
 	c := fabric.ErrorCode(err)
 	return c == fabric.CodeUnavailable || c == fabric.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
 }

@@ -106,9 +106,10 @@ func chaosBound(f chaosFault) time.Duration {
 // an order drawn from a seed (printed; COSMICAC_CHAOS_SEED repeats a run).
 // Partitions are real: the leader's namespace drops the packets. It checks
 // from the API and the database that no acknowledged job is lost, no
-// create answered 503 was committed, no GPU is claimed twice nor the
-// rack's capacity exceeded, never two orks say they lead, and each
-// round's outage stays under its bound.
+// create answered 503 was committed, no valid create was refused 4xx, a
+// job whose delete was acknowledged is deleting until gone and never comes
+// back, no GPU is claimed twice nor the rack's capacity exceeded, never
+// two orks say they lead, and each round's outage stays under its bound.
 func TestOrkChaos(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(chaosSeedEnv); s != "" {
@@ -238,6 +239,17 @@ func TestOrkChaos(t *testing.T) {
 			violations = append(violations, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
 		}
 	}
+	// Jobs whose delete was acknowledged: each is deleting until it is
+	// gone, and once gone never comes back (what a deposed leader's
+	// unfenced write of an older copy would do).
+	type deletion struct {
+		at   time.Time // when the delete was acknowledged
+		gone bool      // seen gone since
+	}
+	var (
+		delMu   sync.Mutex
+		deleted = map[string]deletion{}
+	)
 	scrape := &http.Client{Transport: &http.Transport{DialContext: obs.DialContext, DisableKeepAlives: true}, Timeout: 300 * time.Millisecond}
 	wctx, wcancel := context.WithCancel(ctx)
 	var watchers sync.WaitGroup
@@ -253,6 +265,29 @@ func TestOrkChaos(t *testing.T) {
 				if msg := claimedTwice(res, gpus); msg != "" {
 					violate("reservations: %s", msg)
 				}
+			}
+			readAt := time.Now() // deletes acknowledged later may not be in what is read
+			if jobs, err := listJobs(wctx, st); err == nil {
+				present := map[string]cosmic.State{}
+				for _, j := range jobs {
+					present[j.ID] = j.Status.State
+				}
+				delMu.Lock()
+				for id, d := range deleted {
+					if !d.at.Before(readAt) {
+						continue
+					}
+					state, ok := present[id]
+					switch {
+					case ok && d.gone:
+						violate("job %s came back (%s) after its delete was acknowledged and it was gone", id, state)
+					case ok && state != cosmic.StateDeleting:
+						violate("job %s is %s after its delete was acknowledged", id, state)
+					case !ok:
+						deleted[id] = deletion{at: d.at, gone: true}
+					}
+				}
+				delMu.Unlock()
 			}
 			var leading []string
 			for _, o := range orks {
@@ -324,7 +359,11 @@ func TestOrkChaos(t *testing.T) {
 				mu.Unlock()
 				if del != "" {
 					dctx, dcancel := context.WithTimeout(lctx, 10*time.Second)
-					c.DeleteJob(dctx, del, false) //nolint:errcheck // a delete in a fault may fail; its job is not checked
+					if _, err := c.DeleteJob(dctx, del, true); err == nil {
+						delMu.Lock()
+						deleted[del] = deletion{at: time.Now()}
+						delMu.Unlock()
+					} // else the delete may or may not have been done: its job is not checked
 					dcancel()
 				}
 				time.Sleep(chaosPace)
@@ -506,15 +545,7 @@ type chaosOrk struct {
 func (o *chaosOrk) start(t *testing.T) {
 	t.Helper()
 	cmd := o.host.Command(os.Args[0], o.args...)
-	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out := startMain(t, cmd)
 	led, exited := make(chan struct{}), make(chan struct{})
 	o.cmd, o.led, o.exited = cmd, led, exited
 	go func() {

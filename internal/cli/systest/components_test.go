@@ -3,6 +3,7 @@ package systest
 import (
 	"bufio"
 	"context"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -45,11 +46,12 @@ func componentOn(t *testing.T, h *netnstest.Host, prefixes []string, args ...str
 	return v
 }
 
-// startComponent starts cmd, a component of this binary, and returns the
-// values of its lines that begin with prefixes.
-func startComponent(t *testing.T, cmd *exec.Cmd, prefixes []string) (*exec.Cmd, map[string]string) {
+// startMain starts cmd, this test binary run as the cosmicac command
+// (COSMICAC_TEST_MAIN=1, and env), its stderr the test's, and returns its
+// stdout.
+func startMain(t *testing.T, cmd *exec.Cmd, env ...string) io.Reader {
 	t.Helper()
-	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "COSMICAC_TEST_MAIN=1"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,14 @@ func startComponent(t *testing.T, cmd *exec.Cmd, prefixes []string) (*exec.Cmd, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// startComponent starts cmd, a component of this binary, and returns the
+// values of its lines that begin with prefixes.
+func startComponent(t *testing.T, cmd *exec.Cmd, prefixes []string) (*exec.Cmd, map[string]string) {
+	t.Helper()
+	out := startMain(t, cmd)
 	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
 	got := make(chan map[string]string, 1)
 	go func() {

@@ -29,15 +29,7 @@ func startUp(t *testing.T, home, dataDir string, extra ...string) *upProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--sim-step", "5ms", "--heartbeat", "50ms"}, extra...)...)
-	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1", "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out := startMain(t, cmd, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	urls := make(chan string, 1)
 	go func() {

@@ -328,21 +328,28 @@ func checkAfterTakeover(t *testing.T, acked []string, jobs []cosmic.Job, res []c
 // dbJobs lists every job of the database, oldest first.
 func dbJobs(t *testing.T, st *postgres.Store) []cosmic.Job {
 	t.Helper()
+	jobs, err := listJobs(context.Background(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs
+}
+
+// listJobs lists every job of the database, oldest first.
+func listJobs(ctx context.Context, st *postgres.Store) ([]cosmic.Job, error) {
 	var out []cosmic.Job
 	for page := 0; ; page++ {
-		jobs, total, err := st.ListJobs(context.Background(), store.ListJobsQuery{Sort: store.SortCreatedAt, Order: store.OrderAsc, Page: page, Size: store.MaxPageSize})
+		jobs, total, err := st.ListJobs(ctx, store.ListJobsQuery{Sort: store.SortCreatedAt, Order: store.OrderAsc, Page: page, Size: store.MaxPageSize})
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out = append(out, jobs...)
 		if len(jobs) == 0 || len(out) >= total {
-			return slices.Clip(out)
+			return slices.Clip(out), nil
 		}
 	}
 }
 
-// startOrk starts a wrk-ork process; the channel gets the time it printed
-// its fabric line, that is, began to lead.
 // sameHolder runs an ork given the leading ork's --lease-holder (a copied
 // config; issue 42) beside it for three TTLs: it must say why it does not
 // lead, and never lead.
@@ -369,18 +376,12 @@ func sameHolder(t *testing.T, args []string, identity []byte, holder string) {
 	}
 }
 
+// startOrk starts a wrk-ork process; the channel gets the time it printed
+// its fabric line, that is, began to lead.
 func startOrk(t *testing.T, args ...string) (*exec.Cmd, <-chan time.Time) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "COSMICAC_TEST_MAIN=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out := startMain(t, cmd)
 	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
 	led := make(chan time.Time, 1)
 	go func() {
