@@ -132,10 +132,11 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 
 // createOnOrk asks the ork to create a job. A create whose connection was
 // lost after the ork got it (the ork was killed, froze, or stepped down
-// mid-call), or that the ork gave up as it stepped down, may be stored: it is asked again with the same job ID, which
-// the ork answers with the stored job if it is there (a retried create),
-// until an answer comes or ctx ends. So a 503 never hides a stored job,
-// and most creates caught in a failover succeed once another ork leads.
+// mid-call), or that the ork gave up as it stepped down, may be stored:
+// it is asked again with the same job ID, which the ork answers with the
+// stored job if it is there (a retried create), until an answer comes or
+// ctx ends. So a 503 never hides a stored job, and most creates caught in
+// a failover succeed once another ork leads.
 func (s *Server) createOnOrk(ctx context.Context, p orkapi.CreateJobParams) (cosmic.Job, error) {
 	j, err := s.ork.CreateJob(ctx, p)
 	// Canceled with ctx alive is the ork's own doing: it gave the call up
@@ -148,7 +149,7 @@ func (s *Server) createOnOrk(ctx context.Context, p orkapi.CreateJobParams) (cos
 		select {
 		case <-ctx.Done():
 			return cosmic.Job{}, errorf(http.StatusGatewayTimeout, apiv1.CodeTimeout,
-				"the connection to the ork was lost after it got the create of job %s, and it did not answer again in time: the job may exist (GET %s/jobs/%s)", p.ID, apiv1.Prefix, p.ID)
+				"the ork got the create of job %s but its answer was lost, and it did not answer again in time: the job may exist (GET %s/jobs/%s)", p.ID, apiv1.Prefix, p.ID)
 		case <-time.After(wait):
 		}
 		j, err = s.ork.CreateJob(ctx, p)

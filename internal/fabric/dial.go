@@ -470,13 +470,7 @@ func (n *Node) CallRaw(ctx context.Context, key PublicKey, method string, params
 			n.drop(pc)
 			continue
 		}
-		err = n.wrapCallErr(ctx, key, method, err)
-		var fe *Error
-		if errors.As(err, &fe) && fe.cause != nil && !notProcessed(err) {
-			var inf inFlight
-			fe.unsure = errors.As(err, &inf)
-		}
-		return res, err
+		return res, n.wrapCallErr(ctx, key, method, err)
 	}
 }
 
@@ -525,7 +519,10 @@ func (n *Node) wrapCallErr(ctx context.Context, key PublicKey, method string, er
 	if ctx.Err() != nil {
 		return ctxError(ctx)
 	}
-	return localError(CodeUnavailable, fmt.Errorf("%s on peer %s: %w", method, key.Short(), err))
+	e := localError(CodeUnavailable, fmt.Errorf("%s on peer %s: %w", method, key.Short(), err))
+	var inf inFlight
+	e.unsure = errors.As(err, &inf) && !notProcessed(err)
+	return e
 }
 
 func timeoutOf(ctx context.Context) time.Duration {

@@ -18,9 +18,9 @@ import (
 // LAN is several test hosts on one switch: a network namespace per host,
 // each joined by a veth pair to a bridge in a namespace of its own, each
 // with one address of 198.18.0.0/24 (RFC 2544's benchmark range; nothing
-// leaves the namespaces). A partition between hosts is real: iptables
-// inside a host's namespace drops the packets (Drop), so connections that
-// are open black-hole as they would across a cut link.
+// leaves the namespaces). A partition between hosts is real: iptables in
+// both hosts' namespaces drops what arrives from the other (Drop), so open
+// connections black-hole as they would across a cut link.
 type LAN struct {
 	hosts map[string]*Host
 }

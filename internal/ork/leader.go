@@ -83,6 +83,17 @@ func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 			return err
 		}
 	}
+	// stepDown takes the ork off the fabric at once: the listeners and
+	// connections close first, so no call is served and nothing is sent;
+	// Close then waits for the calls in flight (their writes are fenced).
+	stepDown := func(err error) error {
+		err = fmt.Errorf("stepping down: %w", err)
+		go n.Close()
+		if d.Lost != nil {
+			d.Lost(err)
+		}
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return o.Run(gctx) })
 	if limit := cfg.IsolationTimeout.D(); limit > 0 {
@@ -91,8 +102,6 @@ func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 			if err == nil {
 				return nil
 			}
-			err = fmt.Errorf("stepping down: %w", err)
-			go n.Close()
 			// Released at once, the lease goes to a follower within its
 			// Renew, not at the end of the TTL.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -100,23 +109,12 @@ func Lead(ctx context.Context, cfg Config, d LeaderDeps) error {
 				d.Lease.log.Warn("release lease", "err", rerr)
 			}
 			cancel()
-			if d.Lost != nil {
-				d.Lost(err)
-			}
-			return err
+			return stepDown(err)
 		})
 	}
 	g.Go(func() error {
 		if err := d.Lease.Hold(gctx); err != nil {
-			err = fmt.Errorf("stepping down: %w", err)
-			// Off the fabric at once: the listeners and connections close
-			// first, so no call is served and nothing is sent; Close then
-			// waits for the calls in flight (their writes are fenced).
-			go n.Close()
-			if d.Lost != nil {
-				d.Lost(err)
-			}
-			return err
+			return stepDown(err)
 		}
 		return nil
 	})
