@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -61,6 +62,23 @@ func (a *App) printResult(out *outputFlag, v any, format string, args ...any) er
 	return nil
 }
 
+// deleteCommand is the `delete NAME` of users and teams: del deletes the
+// one of that kind named NAME, and the verb says so (with -o json|yaml, as
+// changed).
+func (a *App) deleteCommand(conn *connFlags, kind, short string, del func(c *apiConn, ctx context.Context, name string) error) *cobra.Command {
+	var out outputFlag
+	return withOutput(&cobra.Command{
+		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
+		Short: short,
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
+			if err := del(c, cmd.Context(), args[0]); err != nil {
+				return c.explain(err)
+			}
+			return a.printResult(&out, changed{Action: "deleted", Kind: kind, Name: args[0]}, "%s %s deleted\n", kind, args[0])
+		}),
+	}, &out)
+}
+
 // ---- users
 
 func (a *App) usersCommand() *cobra.Command {
@@ -98,25 +116,16 @@ func (a *App) printUsers(out *outputFlag, users []apiv1.UserInfo) error {
 
 func (a *App) usersListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List users and their teams", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			users, err := c.ListUsers(cmd.Context())
 			if err != nil {
 				return c.explain(err)
 			}
 			return a.printUsers(&out, users)
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 func (a *App) usersCreateCommand(conn *connFlags) *cobra.Command {
@@ -124,7 +133,7 @@ func (a *App) usersCreateCommand(conn *connFlags) *cobra.Command {
 		out                         outputFlag
 		password, passwordStdin, pa bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "create NAME [--password | --password-stdin] [--platform-admin]",
 		Short: "Create a user (add them to teams with `cosmicac teams members add`)",
 		Long: "Create a user. With --password the password is asked for (twice, on a terminal); with\n" +
@@ -133,9 +142,6 @@ func (a *App) usersCreateCommand(conn *connFlags) *cobra.Command {
 		Example: "  cosmicac users create alice --password\n  cosmicac teams members add alice --team ml --role member",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			in := apiv1.CreateUser{Name: args[0], PlatformAdmin: pa}
 			if password || passwordStdin {
 				pw, err := a.newPassword("Password for "+args[0]+": ", passwordStdin)
@@ -144,22 +150,15 @@ func (a *App) usersCreateCommand(conn *connFlags) *cobra.Command {
 				}
 				in.Password = pw
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			u, err := c.CreateUser(cmd.Context(), in)
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := out.structured(a.Stdout, u); ok {
-				return err
-			}
-			fmt.Fprintf(a.Stdout, "user %s created\n", u.Name)
-			return nil
+			return a.withAPI(conn, func(c *apiConn) error {
+				u, err := c.CreateUser(cmd.Context(), in)
+				if err != nil {
+					return c.explain(err)
+				}
+				return a.printResult(&out, u, "user %s created\n", u.Name)
+			})
 		},
-	}
-	out.add(cmd)
+	}, &out)
 	cmd.Flags().BoolVar(&password, "password", false, "ask for a password")
 	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
 	cmd.Flags().BoolVar(&pa, "platform-admin", false, "make the user a platform admin")
@@ -184,16 +183,9 @@ func (a *App) newPassword(prompt string, fromStdin bool) (string, error) {
 
 func (a *App) usersGetCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use: "get NAME", Short: "Show a user and their teams", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			u, err := c.GetUser(cmd.Context(), args[0])
 			if err != nil {
 				return c.explain(err)
@@ -202,28 +194,12 @@ func (a *App) usersGetCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			return a.printUsers(&out, []apiv1.UserInfo{u})
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 func (a *App) usersDeleteCommand(conn *connFlags) *cobra.Command {
-	var out outputFlag
-	return withOutput(&cobra.Command{
-		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
-		Short: "Delete a user with their memberships, tokens and sessions (their jobs stay)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteUser(cmd.Context(), args[0]); err != nil {
-				return c.explain(err)
-			}
-			return a.printResult(&out, changed{Action: "deleted", Kind: "user", Name: args[0]}, "user %s deleted\n", args[0])
-		},
-	}, &out)
+	return a.deleteCommand(conn, "user", "Delete a user with their memberships, tokens and sessions (their jobs stay)", (*apiConn).DeleteUser)
 }
 
 func (a *App) usersPasswdCommand(conn *connFlags) *cobra.Command {
@@ -239,11 +215,7 @@ func (a *App) usersPasswdCommand(conn *connFlags) *cobra.Command {
 			"browser sessions; their tokens stay. With --password-stdin, stdin's first line is the\n" +
 			"current password (yours only) and the next the new one.",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			if len(args) == 1 {
 				pw, err := a.newPassword("New password for "+args[0]+": ", passwordStdin)
 				if err != nil {
@@ -281,7 +253,7 @@ func (a *App) usersPasswdCommand(conn *connFlags) *cobra.Command {
 				}
 			}
 			return a.printResult(&out, changed{Action: "set", Kind: "password", Name: who.User}, "password of %s changed\n", who.User)
-		},
+		}),
 	}, &out)
 	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password(s) from stdin, one a line")
 	return cmd
@@ -301,15 +273,13 @@ func (a *App) usersAdminCommand(conn *connFlags) *cobra.Command {
 			default:
 				return UsageErrorf("want on or off, not %q", args[1])
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			u, err := c.UpdateUser(cmd.Context(), args[0], apiv1.UpdateUser{PlatformAdmin: &on})
-			if err != nil {
-				return c.explain(err)
-			}
-			return a.printResult(&out, u, "%s is %sa platform admin\n", args[0], map[bool]string{true: "", false: "not "}[on])
+			return a.withAPI(conn, func(c *apiConn) error {
+				u, err := c.UpdateUser(cmd.Context(), args[0], apiv1.UpdateUser{PlatformAdmin: &on})
+				if err != nil {
+					return c.explain(err)
+				}
+				return a.printResult(&out, u, "%s is %sa platform admin\n", args[0], map[bool]string{true: "", false: "not "}[on])
+			})
 		},
 	}, &out)
 }
@@ -331,17 +301,10 @@ func (a *App) teamsCommand() *cobra.Command {
 
 func (a *App) teamsListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs,
 		Short: "List your teams and your role in each (platform admins: every team); * marks the active one",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			teams, err := c.ListTeams(cmd.Context())
 			if err != nil {
 				return c.explain(err)
@@ -363,10 +326,8 @@ func (a *App) teamsListCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", mark, t.Name, dash(string(t.Role)), age(t.CreatedAt))
 			}
 			return tw.Flush()
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 func (a *App) teamsCreateCommand(conn *connFlags) *cobra.Command {
@@ -374,50 +335,24 @@ func (a *App) teamsCreateCommand(conn *connFlags) *cobra.Command {
 		out   outputFlag
 		owner string
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use: "create NAME [--owner USER]", Args: cobra.ExactArgs(1),
 		Short:   "Create a team (platform admins), with USER as its first owner",
 		Example: "  cosmicac teams create ml --owner alice",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			t, err := c.CreateTeam(cmd.Context(), apiv1.CreateTeam{Name: args[0], Owner: owner})
 			if err != nil {
 				return c.explain(err)
 			}
-			if ok, err := out.structured(a.Stdout, t); ok {
-				return err
-			}
-			fmt.Fprintf(a.Stdout, "team %s created\n", t.Name)
-			return nil
-		},
-	}
-	out.add(cmd)
+			return a.printResult(&out, t, "team %s created\n", t.Name)
+		}),
+	}, &out)
 	cmd.Flags().StringVar(&owner, "owner", "", "the team's first owner")
 	return cmd
 }
 
 func (a *App) teamsDeleteCommand(conn *connFlags) *cobra.Command {
-	var out outputFlag
-	return withOutput(&cobra.Command{
-		Use: "delete NAME", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
-		Short: "Delete a team that has no jobs left (owners, platform admins)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteTeam(cmd.Context(), args[0]); err != nil {
-				return c.explain(err)
-			}
-			return a.printResult(&out, changed{Action: "deleted", Kind: "team", Name: args[0]}, "team %s deleted\n", args[0])
-		},
-	}, &out)
+	return a.deleteCommand(conn, "team", "Delete a team that has no jobs left (owners, platform admins)", (*apiConn).DeleteTeam)
 }
 
 func (a *App) teamsUseCommand(conn *connFlags) *cobra.Command {
@@ -446,23 +381,21 @@ func (a *App) teamsUseCommand(conn *connFlags) *cobra.Command {
 				}
 				return a.printResult(&out, changed{Action: "removed", Kind: "saved team", Name: "-"}, "no team saved: you act in your only team, or name one with --team\n")
 			}
-			c, err := a.connect(&connFlags{url: conn.url, token: conn.token, team: args[0]})
-			if err != nil {
-				return err
-			}
-			who, err := c.WhoAmI(cmd.Context())
-			if err != nil {
-				return c.explain(err)
-			}
-			saved.Team = args[0]
-			if err := writeConfigFile(path, saved); err != nil {
-				return err
-			}
-			role := string(who.Role)
-			if role == "" {
-				role = "platform admin"
-			}
-			return a.printResult(&out, who, "now acting in team %s (%s)\n", who.Team, role)
+			return a.withAPI(&connFlags{url: conn.url, token: conn.token, team: args[0]}, func(c *apiConn) error {
+				who, err := c.WhoAmI(cmd.Context())
+				if err != nil {
+					return c.explain(err)
+				}
+				saved.Team = args[0]
+				if err := writeConfigFile(path, saved); err != nil {
+					return err
+				}
+				role := string(who.Role)
+				if role == "" {
+					role = "platform admin"
+				}
+				return a.printResult(&out, who, "now acting in team %s (%s)\n", who.Team, role)
+			})
 		},
 	}, &out)
 }
@@ -497,16 +430,9 @@ func (a *App) memberTeam(cmd *cobra.Command, c *apiConn, conn *connFlags) (strin
 
 func (a *App) membersListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs, Short: "List the team's members",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			team, err := a.memberTeam(cmd, c, conn)
 			if err != nil {
 				return err
@@ -524,10 +450,8 @@ func (a *App) membersListCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\n", m.User, m.Role)
 			}
 			return tw.Flush()
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 func (a *App) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
@@ -542,19 +466,17 @@ func (a *App) membersAddCommand(conn *connFlags, verb string) *cobra.Command {
 			if !cosmic.Role(role).Valid() {
 				return UsageErrorf("--role: want owner, admin, member or viewer, not %q", role)
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			team, err := a.memberTeam(cmd, c, conn)
-			if err != nil {
-				return err
-			}
-			m, err := c.PutMember(cmd.Context(), team, args[0], cosmic.Role(role))
-			if err != nil {
-				return c.explain(err)
-			}
-			return a.printResult(&out, m, "%s is %s in team %s\n", m.User, m.Role, m.Team)
+			return a.withAPI(conn, func(c *apiConn) error {
+				team, err := a.memberTeam(cmd, c, conn)
+				if err != nil {
+					return err
+				}
+				m, err := c.PutMember(cmd.Context(), team, args[0], cosmic.Role(role))
+				if err != nil {
+					return c.explain(err)
+				}
+				return a.printResult(&out, m, "%s is %s in team %s\n", m.User, m.Role, m.Team)
+			})
 		},
 	}, &out)
 	cmd.Flags().StringVar(&role, "role", "", "owner, admin, member or viewer")
@@ -567,11 +489,7 @@ func (a *App) membersRemoveCommand(conn *connFlags) *cobra.Command {
 	return withOutput(&cobra.Command{
 		Use: "remove USER", Aliases: []string{"rm"}, Args: cobra.ExactArgs(1),
 		Short: "Remove USER from the team (with their tokens bound to it)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			team, err := a.memberTeam(cmd, c, conn)
 			if err != nil {
 				return err
@@ -580,7 +498,7 @@ func (a *App) membersRemoveCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			return a.printResult(&out, changed{Action: "removed", Kind: "member", Name: args[0], Team: team}, "%s removed from team %s\n", args[0], team)
-		},
+		}),
 	}, &out)
 }
 
@@ -605,7 +523,7 @@ func (a *App) tokensCreateCommand(conn *connFlags) *cobra.Command {
 		selector string
 		quiet    bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "create NAME [--expires 720h] [--bind TEAM [--scope read|operator] [--selector k=v,...]]",
 		Short: "Make a personal access token; its secret is printed this once",
 		Long: "A token carries your rights, or fewer: --bind ties it to one team, --scope read keeps\n" +
@@ -619,9 +537,6 @@ func (a *App) tokensCreateCommand(conn *connFlags) *cobra.Command {
 			"  cosmicac tokens create ci --bind ml --scope operator --selector app=ci --expires 720h -q",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			if quiet && cmd.Flags().Changed("output") {
 				return UsageErrorf("-q prints only the token: give -q or -o, not both")
 			}
@@ -636,26 +551,19 @@ func (a *App) tokensCreateCommand(conn *connFlags) *cobra.Command {
 					in.Selector[k] = v
 				}
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			t, err := c.CreateToken(cmd.Context(), in)
-			if err != nil {
-				return c.explain(err)
-			}
-			if quiet {
-				fmt.Fprintln(a.Stdout, t.Secret)
-				return nil
-			}
-			if ok, err := out.structured(a.Stdout, t); ok {
-				return err
-			}
-			fmt.Fprintf(a.Stdout, "token %s (%s), expires %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", t.ID, t.Name, t.ExpiresAt.Format(time.RFC3339), t.Secret)
-			return nil
+			return a.withAPI(conn, func(c *apiConn) error {
+				t, err := c.CreateToken(cmd.Context(), in)
+				if err != nil {
+					return c.explain(err)
+				}
+				if quiet {
+					fmt.Fprintln(a.Stdout, t.Secret)
+					return nil
+				}
+				return a.printResult(&out, t, "token %s (%s), expires %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", t.ID, t.Name, t.ExpiresAt.Format(time.RFC3339), t.Secret)
+			})
 		},
-	}
-	out.add(cmd)
+	}, &out)
 	cmd.Flags().StringVar(&in.ExpiresIn, "expires", "", "how long the token lives (a duration, default 2160h)")
 	cmd.Flags().StringVar(&in.Team, "bind", "", "bind the token to this team")
 	cmd.Flags().StringVar(&in.Scope, "scope", "", "read or operator (with --bind)")
@@ -666,16 +574,9 @@ func (a *App) tokensCreateCommand(conn *connFlags) *cobra.Command {
 
 func (a *App) tokensListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Args: cobra.NoArgs, Short: "List your tokens (never their secrets), with their last use",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			toks, err := c.ListTokens(cmd.Context())
 			if err != nil {
 				return c.explain(err)
@@ -696,10 +597,8 @@ func (a *App) tokensListCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, dash(t.Team), dash(t.Scope), dash(labelString(t.Selector)), last, exp, age(t.CreatedAt))
 			}
 			return tw.Flush()
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 func labelString(m map[string]string) string {
@@ -715,11 +614,7 @@ func (a *App) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 	return withOutput(&cobra.Command{
 		Use: "revoke NAME|ID", Aliases: []string{"delete", "rm"}, Args: cobra.ExactArgs(1),
 		Short: "Revoke one of your tokens by its name or ID (it stops working at once)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			toks, err := c.ListTokens(cmd.Context())
 			if err != nil {
 				return c.explain(err)
@@ -746,7 +641,7 @@ func (a *App) tokensRevokeCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			return a.printResult(&out, changed{Action: "revoked", Kind: "token", Name: id}, "token %s revoked\n", id)
-		},
+		}),
 	}, &out)
 }
 
@@ -760,7 +655,7 @@ func (a *App) auditCommand() *cobra.Command {
 		since, until string
 		allTeams     bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "audit [--user U] [--action A] [--since 24h|TIME] [--until TIME] [--limit N]",
 		Short: "Read the audit log of the team: who changed what, when, from where (team admins)",
 		Long: "Every change through the API and every shell and SSH session, newest first, with who,\n" +
@@ -769,9 +664,6 @@ func (a *App) auditCommand() *cobra.Command {
 		Example: "  cosmicac audit --since 24h\n  cosmicac audit --user alice --action deleteJob -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			var err error
 			if q.Since, err = timeFlag("since", since); err != nil {
 				return err
@@ -782,37 +674,34 @@ func (a *App) auditCommand() *cobra.Command {
 			if err := conn.allTeams(allTeams); err != nil {
 				return err
 			}
-			c, err := a.connect(&conn)
-			if err != nil {
-				return err
-			}
-			page, err := c.ListAudit(cmd.Context(), q)
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := out.structured(a.Stdout, page); ok {
-				return err
-			}
-			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tUSER\tTEAM\tACTION\tTARGET\tOUTCOME\tFROM")
-			for _, r := range page.Items {
-				oc := r.Outcome + " " + strconv.Itoa(r.Status)
-				if r.Detail != "" {
-					oc += " " + r.Detail
+			return a.withAPI(&conn, func(c *apiConn) error {
+				page, err := c.ListAudit(cmd.Context(), q)
+				if err != nil {
+					return c.explain(err)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), dash(r.User), dash(r.Team), r.Action, dash(r.Target), oc, r.Remote)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if page.Next != 0 {
-				fmt.Fprintf(a.Stderr, "more: add --before %d\n", page.Next)
-			}
-			return nil
+				if ok, err := out.structured(a.Stdout, page); ok {
+					return err
+				}
+				tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "TIME\tUSER\tTEAM\tACTION\tTARGET\tOUTCOME\tFROM")
+				for _, r := range page.Items {
+					oc := r.Outcome + " " + strconv.Itoa(r.Status)
+					if r.Detail != "" {
+						oc += " " + r.Detail
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.Local().Format(time.DateTime), dash(r.User), dash(r.Team), r.Action, dash(r.Target), oc, r.Remote)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if page.Next != 0 {
+					fmt.Fprintf(a.Stderr, "more: add --before %d\n", page.Next)
+				}
+				return nil
+			})
 		},
-	}
+	}, &out)
 	conn.add(cmd)
-	out.add(cmd)
 	cmd.Flags().StringVar(&q.User, "user", "", "only this user's actions")
 	cmd.Flags().StringVar(&q.Action, "action", "", "only this action (e.g. createJob, deleteJob, shell.open)")
 	cmd.Flags().StringVar(&since, "since", "", "from this time, or this long ago (24h)")

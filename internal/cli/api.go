@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -32,6 +34,46 @@ func (a *App) connect(f *connFlags, opts ...client.Option) (*apiConn, error) {
 		opts = append([]client.Option{client.WithTeam(cfg.Team)}, opts...)
 	}
 	return &apiConn{Client: client.New(cfg.URL, cfg.Token, opts...), url: cfg.URL}, nil
+}
+
+// api is the RunE of a verb that talks to the API: it connects (conn), then
+// runs f with the connection. f explains the API's errors itself
+// (apiConn.explain), as only it knows which of its errors are the API's: a
+// failed write to stdout is none of them.
+func (a *App) api(conn *connFlags, f func(cmd *cobra.Command, args []string, c *apiConn) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return a.withAPI(conn, func(c *apiConn) error { return f(cmd, args, c) })
+	}
+}
+
+// withAPI connects (conn) and runs f with the connection: api for a verb
+// that checks its command line first, so that a wrong one is refused (exit
+// 2) before the login config is read.
+func (a *App) withAPI(conn *connFlags, f func(c *apiConn) error) error {
+	c, err := a.connect(conn)
+	if err != nil {
+		return err
+	}
+	return f(c)
+}
+
+// completeArg completes a verb's first argument with what list returns,
+// and no other argument.
+func (a *App) completeArg(conn *connFlags, list func(ctx context.Context, c *apiConn, toComplete string) ([]cobra.Completion, error)) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := a.connect(conn)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		completions, err := list(cmd.Context(), c, toComplete)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		return completions, cobra.ShellCompDirectiveNoFileComp
+	}
 }
 
 // explain turns an error of the API client into what the user reads, with

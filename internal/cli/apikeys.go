@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -36,7 +37,7 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 		expires string
 		tpm     int64
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an API key; its secret is printed this once",
 		Long: "Create an API key of your team. --model limits it to served model names (repeatable; others\n" +
@@ -47,9 +48,6 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 			"  cosmicac api-keys create bot --model qwen --model whisper --expires 720h",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			if quiet && cmd.Flags().Changed("output") {
 				return UsageErrorf("-q prints only the key: give -q or -o, not both")
 			}
@@ -66,32 +64,25 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 					return UsageErrorf("--expires %s: want a duration such as 720h or a time such as 2027-01-31T00:00:00Z", expires)
 				}
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			k, err := c.CreateAPIKeyWith(cmd.Context(), in)
-			if err != nil {
-				return c.explain(err)
-			}
-			if quiet {
-				// The key alone, for KEY=$(…): a script has nowhere
-				// else to read it, as it is never shown again.
-				fmt.Fprintln(a.Stdout, k.Key)
-				return nil
-			}
-			if ok, err := out.structured(a.Stdout, struct {
-				ID   string `json:"id"`
-				Name string `json:"name"`
-				Key  string `json:"key"`
-			}{k.ID, k.Name, k.Key}); ok {
-				return err
-			}
-			fmt.Fprintf(a.Stdout, "API key %s (%s) of team %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", k.ID, k.Name, k.Team, k.Key)
-			return nil
+			return a.withAPI(conn, func(c *apiConn) error {
+				k, err := c.CreateAPIKeyWith(cmd.Context(), in)
+				if err != nil {
+					return c.explain(err)
+				}
+				if quiet {
+					// The key alone, for KEY=$(…): a script has nowhere
+					// else to read it, as it is never shown again.
+					fmt.Fprintln(a.Stdout, k.Key)
+					return nil
+				}
+				return a.printResult(&out, struct {
+					ID   string `json:"id"`
+					Name string `json:"name"`
+					Key  string `json:"key"`
+				}{k.ID, k.Name, k.Key}, "API key %s (%s) of team %s:\n\n  %s\n\nKeep it now: it is not shown again.\n", k.ID, k.Name, k.Team, k.Key)
+			})
 		},
-	}
-	out.add(cmd)
+	}, &out)
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the key, for scripts")
 	cmd.Flags().StringArrayVar(&models, "model", nil, "limit the key to this served model name (repeatable; default: every model of the team)")
 	cmd.Flags().StringVar(&expires, "expires", "", "end the key after this duration (720h) or at this time (RFC 3339); default: never")
@@ -101,19 +92,12 @@ func (a *App) apiKeysCreateCommand(conn *connFlags) *cobra.Command {
 
 func (a *App) apiKeysListCommand(conn *connFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List your team's API keys (never their secrets)",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			keys, err := c.ListAPIKeys(cmd.Context())
 			if err != nil {
 				return c.explain(err)
@@ -143,10 +127,8 @@ func (a *App) apiKeysListCommand(conn *connFlags) *cobra.Command {
 					until(k.ExpiresAt, "never"), until(k.PreviousExpiresAt, "-"), age(k.LastUsedAt), dash(k.CreatedBy), age(k.CreatedAt))
 			}
 			return tw.Flush()
-		},
-	}
-	out.add(cmd)
-	return cmd
+		}),
+	}, &out)
 }
 
 // until says how far t is ahead ("in 29d"), "expired" once it has passed,
@@ -168,7 +150,7 @@ func (a *App) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 		grace string
 		quiet bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "rotate NAME|ID",
 		Short: "Give an API key a new secret (printed this once); the old one works for a grace period",
 		Long: "Rotate an API key of your team, named by its ID or its name: it gets a new secret, printed\n" +
@@ -178,9 +160,6 @@ func (a *App) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 		Example: "  cosmicac api-keys rotate ci\n  KEY=$(cosmicac api-keys rotate ci --grace 1h -q)",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			if quiet && cmd.Flags().Changed("output") {
 				return UsageErrorf("-q prints only the key: give -q or -o, not both")
 			}
@@ -189,43 +168,32 @@ func (a *App) apiKeysRotateCommand(conn *connFlags) *cobra.Command {
 					return UsageErrorf("--grace %s: want a duration such as 1h or 0s", grace)
 				}
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			keys, err := c.ListAPIKeys(cmd.Context())
-			if err != nil {
-				return c.explain(err)
-			}
-			k, err := resolveAPIKey(keys, args[0])
-			if err != nil {
-				return err
-			}
-			r, err := c.RotateAPIKey(cmd.Context(), k.ID, grace)
-			if err != nil {
-				return c.explain(err)
-			}
-			if quiet {
-				fmt.Fprintln(a.Stdout, r.Key)
-				return nil
-			}
-			if ok, err := out.structured(a.Stdout, struct {
-				ID                string    `json:"id"`
-				Name              string    `json:"name"`
-				Key               string    `json:"key"`
-				PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
-			}{r.ID, r.Name, r.Key, r.PreviousExpiresAt}); ok {
-				return err
-			}
-			old := "the old secret stopped working now"
-			if !r.PreviousExpiresAt.IsZero() {
-				old = "the old secret works until " + r.PreviousExpiresAt.Local().Format(time.RFC3339)
-			}
-			fmt.Fprintf(a.Stdout, "API key %s (%s) rotated; %s. New secret:\n\n  %s\n\nKeep it now: it is not shown again.\n", r.ID, r.Name, old, r.Key)
-			return nil
+			return a.withAPI(conn, func(c *apiConn) error {
+				k, err := c.findAPIKey(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				r, err := c.RotateAPIKey(cmd.Context(), k.ID, grace)
+				if err != nil {
+					return c.explain(err)
+				}
+				if quiet {
+					fmt.Fprintln(a.Stdout, r.Key)
+					return nil
+				}
+				old := "the old secret stopped working now"
+				if !r.PreviousExpiresAt.IsZero() {
+					old = "the old secret works until " + r.PreviousExpiresAt.Local().Format(time.RFC3339)
+				}
+				return a.printResult(&out, struct {
+					ID                string    `json:"id"`
+					Name              string    `json:"name"`
+					Key               string    `json:"key"`
+					PreviousExpiresAt time.Time `json:"previousExpiresAt,omitzero"`
+				}{r.ID, r.Name, r.Key, r.PreviousExpiresAt}, "API key %s (%s) rotated; %s. New secret:\n\n  %s\n\nKeep it now: it is not shown again.\n", r.ID, r.Name, old, r.Key)
+			})
 		},
-	}
-	out.add(cmd)
+	}, &out)
 	cmd.Flags().StringVar(&grace, "grace", "", "how long the old secret keeps working (default 24h, at most 168h; 0s: not at all)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the new key, for scripts")
 	return cmd
@@ -240,34 +208,19 @@ func (a *App) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 			"name that several keys share is refused (exit 2) with their IDs, to revoke one by ID.",
 		Example: "  cosmicac api-keys revoke ci\n  cosmicac api-keys revoke key_5d1c0a9e3b7f2468",
 		Args:    cobra.ExactArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			c, err := a.connect(conn)
+		ValidArgsFunction: a.completeArg(conn, func(ctx context.Context, c *apiConn, _ string) ([]cobra.Completion, error) {
+			keys, err := c.ListAPIKeys(ctx)
 			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
-			}
-			keys, err := c.ListAPIKeys(cmd.Context())
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
+				return nil, err
 			}
 			var ids []cobra.Completion
 			for _, k := range keys {
 				ids = append(ids, cobra.CompletionWithDesc(k.ID, k.Name))
 			}
-			return ids, cobra.ShellCompDirectiveNoFileComp
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			keys, err := c.ListAPIKeys(cmd.Context())
-			if err != nil {
-				return c.explain(err)
-			}
-			k, err := resolveAPIKey(keys, args[0])
+			return ids, nil
+		}),
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
+			k, err := c.findAPIKey(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -280,8 +233,18 @@ func (a *App) apiKeysRevokeCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintf(a.Stdout, "API key %s revoked\n", k.ID)
 			}
 			return nil
-		},
+		}),
 	}
+}
+
+// findAPIKey lists the caller's API keys and picks the one arg names, as
+// resolveAPIKey does.
+func (c *apiConn) findAPIKey(ctx context.Context, arg string) (apiv1.APIKey, error) {
+	keys, err := c.ListAPIKeys(ctx)
+	if err != nil {
+		return apiv1.APIKey{}, c.explain(err)
+	}
+	return resolveAPIKey(keys, arg)
 }
 
 // resolveAPIKey finds the key that arg names among the caller's keys: the

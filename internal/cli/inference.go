@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,6 +77,26 @@ func inferenceError(resp *http.Response, key string) error {
 	return WithExit(ExitFailure, err)
 }
 
+// postInference posts body, of contentType, to path under base (the
+// endpoint), with key if there is one. It returns the answer if it is 200
+// OK, else the error the answer says (inferenceError).
+func postInference(ctx context.Context, base, path, key, contentType string, body io.Reader) (*http.Response, error) {
+	hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+path, body)
+	hr.Header.Set("Content-Type", contentType)
+	if key != "" {
+		hr.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return nil, WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, inferenceError(resp, key)
+	}
+	return resp, nil
+}
+
 // noKeyHint says how to get an API key: any member of the model's team
 // may make one (docs/permissions.md, "API keys").
 const noKeyHint = "no API key was sent: this model needs one of its team's keys. Make one (members of the team may) and use it:\n" +
@@ -115,19 +136,11 @@ func (a *App) inferenceChatCommand(f *inferCallFlags) *cobra.Command {
 				req["stream_options"] = map[string]bool{"include_usage": true}
 			}
 			body, _ := json.Marshal(req)
-			hr, _ := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/chat/completions", bytes.NewReader(body))
-			hr.Header.Set("Content-Type", "application/json")
-			if key != "" {
-				hr.Header.Set("Authorization", "Bearer "+key)
-			}
-			resp, err := http.DefaultClient.Do(hr)
+			resp, err := postInference(cmd.Context(), base, "/chat/completions", key, "application/json", bytes.NewReader(body))
 			if err != nil {
-				return WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return inferenceError(resp, key)
-			}
 			if !stream {
 				var out struct {
 					Choices []struct {
@@ -203,19 +216,11 @@ func (a *App) inferenceTranscribeCommand(f *inferCallFlags) *cobra.Command {
 			fw, _ := mw.CreateFormFile("file", filepath.Base(args[0]))
 			fw.Write(audio)
 			mw.Close()
-			hr, _ := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/audio/transcriptions", &body)
-			hr.Header.Set("Content-Type", mw.FormDataContentType())
-			if key != "" {
-				hr.Header.Set("Authorization", "Bearer "+key)
-			}
-			resp, err := http.DefaultClient.Do(hr)
+			resp, err := postInference(cmd.Context(), base, "/audio/transcriptions", key, mw.FormDataContentType(), &body)
 			if err != nil {
-				return WithExit(ExitFailure, fmt.Errorf("cannot reach %s: %w", base, err))
+				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return inferenceError(resp, key)
-			}
 			if format != "" && format != "json" {
 				_, err := io.Copy(a.Stdout, resp.Body)
 				return err

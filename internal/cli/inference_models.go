@@ -32,16 +32,13 @@ type modelRow struct {
 // through the jobs API and the login's token.
 func (a *App) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use:   "models",
 		Short: "List the models you can reach: by your API key, or your team's managed inference jobs",
 		Example: "  cosmicac inference models\n" +
 			"  COSMICAC_API_KEY=sk-cac-… cosmicac inference models -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			base, key, err := a.endpoint(f)
 			if err != nil {
 				return err
@@ -117,9 +114,7 @@ func (a *App) inferenceModelsCommand(f *inferCallFlags) *cobra.Command {
 			fmt.Fprintf(a.Stderr, "endpoint: %s (OpenAI-compatible; send the MODEL name)\n", base)
 			return nil
 		},
-	}
-	out.add(cmd)
-	return cmd
+	}, &out)
 }
 
 // modelsOfKey asks the endpoint which models key reaches.

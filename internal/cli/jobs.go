@@ -49,19 +49,12 @@ func (a *App) jobsCommand() *cobra.Command {
 // completeJobIDs completes the first argument with the IDs of the jobs the
 // caller sees, each described by its name and state.
 func (a *App) completeJobIDs(conn *connFlags) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := a.connect(conn)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	return a.completeArg(conn, func(ctx context.Context, c *apiConn, toComplete string) ([]cobra.Completion, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		l, err := c.ListJobs(ctx, client.ListOptions{Size: 1000})
 		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
+			return nil, err
 		}
 		var out []cobra.Completion
 		for _, j := range l.Items {
@@ -69,8 +62,8 @@ func (a *App) completeJobIDs(conn *connFlags) cobra.CompletionFunc {
 				out = append(out, cobra.CompletionWithDesc(j.ID, strings.TrimSpace(j.Spec.Name+" "+string(j.Status.State))))
 			}
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp
-	}
+		return out, nil
+	})
 }
 
 // printJob prints a job in the -o format; the table format is one row of
@@ -84,15 +77,13 @@ func (a *App) printJob(o *outputFlag, j apiv1.Job) error {
 
 func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 	var (
-		sf          specFlags
-		out         outputFlag
-		wait        bool
-		waitTimeout time.Duration
-		poll        time.Duration
-		dryRun      bool
-		quiet       bool
+		sf     specFlags
+		out    outputFlag
+		w      waitFlags
+		dryRun bool
+		quiet  bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "create [flags] [-- COMMAND...]",
 		Short: "Create a job from flags or a spec file",
 		Long: "Create a job from flags, from a full spec with -f FILE (YAML or JSON; '-' reads stdin), or\n" +
@@ -103,9 +94,6 @@ func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			"  cosmicac jobs create --model meta-llama/Llama-3.1-8B-Instruct --location us --replicas 2 --wait\n" +
 			"  cosmicac jobs create -f spec.yaml --gpus 4",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			spec, err := sf.spec(cmd, args, a.Stdin)
 			if err != nil {
 				return err
@@ -122,7 +110,7 @@ func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 				fmt.Fprintln(a.Stdout, jobflags.Command(d).Line)
 				return nil
 			}
-			c, err := a.connect(conn, client.WithPollInterval(poll))
+			c, err := a.connect(conn, client.WithPollInterval(w.poll))
 			if err != nil {
 				return err
 			}
@@ -131,7 +119,7 @@ func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if !wait {
+			if !w.wait {
 				if quiet {
 					fmt.Fprintln(a.Stdout, job.ID)
 					return nil
@@ -139,7 +127,7 @@ func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 				return a.printJob(&out, job)
 			}
 			fmt.Fprintf(a.Stderr, "job %s created\n", job.ID)
-			final, werr := a.waitJob(cmd.Context(), c, job, waitTimeout)
+			final, werr := a.waitJob(cmd.Context(), c, job, w.timeout)
 			if final.ID != "" {
 				if quiet {
 					fmt.Fprintln(a.Stdout, final.ID)
@@ -149,16 +137,28 @@ func (a *App) jobsCreateCommand(conn *connFlags) *cobra.Command {
 			}
 			return werr
 		},
-	}
+	}, &out)
 	sf.add(cmd)
-	out.add(cmd)
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the job until it runs or fails, printing each status change on stderr")
-	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: never)")
-	cmd.Flags().DurationVar(&poll, "poll-interval", client.DefaultPollInterval, "how often --wait asks for the job's status")
+	w.add(cmd, "follow the job until it runs or fails, printing each status change on stderr")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only default and validate the spec locally and print it (-o table prints the equivalent command)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the job ID")
-	_ = cmd.Flags().MarkHidden("poll-interval")
 	return cmd
+}
+
+// waitFlags are --wait, --wait-timeout and the hidden --poll-interval of
+// the verbs that can follow a job until it settles (create, update).
+type waitFlags struct {
+	wait    bool
+	timeout time.Duration
+	poll    time.Duration
+}
+
+// add gives cmd the flags; usage is --wait's.
+func (f *waitFlags) add(cmd *cobra.Command, usage string) {
+	cmd.Flags().BoolVar(&f.wait, "wait", false, usage)
+	cmd.Flags().DurationVar(&f.timeout, "wait-timeout", 0, "give up waiting after this long (0: never)")
+	cmd.Flags().DurationVar(&f.poll, "poll-interval", client.DefaultPollInterval, "how often --wait asks for the job's status")
+	_ = cmd.Flags().MarkHidden("poll-interval")
 }
 
 // elapsed is the time since start as --wait prints it: 0s, 12s, 3m05s.
@@ -224,16 +224,13 @@ func (a *App) jobsListCommand(conn *connFlags) *cobra.Command {
 		all, watch         bool
 		updAfter, updBefor string
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List jobs, newest first",
 		Example: "  cosmicac jobs list --state running --state queued --label team=ml\n  cosmicac jobs list --all -o json\n  cosmicac jobs list --watch",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			o := client.ListOptions{UserName: user, Sort: sort, Order: order, Page: page, Size: size}
 			for _, s := range states {
 				st := cosmic.State(s)
@@ -274,43 +271,43 @@ func (a *App) jobsListCommand(conn *connFlags) *cobra.Command {
 			if watch && all {
 				return UsageErrorf("--watch and --all go not together: a watch shows one page")
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			if watch {
-				return a.watchJobs(cmd.Context(), c, o, &out)
-			}
-			var l apiv1.JobList
-			if all {
-				items, err := c.listAll(cmd.Context(), o)
-				if err != nil {
-					return c.explain(err)
+			return a.withAPI(conn, func(c *apiConn) error {
+				if watch {
+					return a.watchJobs(cmd.Context(), c, o, &out)
 				}
-				l = apiv1.JobList{Items: items, Total: len(items), Page: 1, Size: len(items)}
-			} else if l, err = c.ListJobs(cmd.Context(), o); err != nil {
-				return c.explain(err)
-			}
-			if l.Items == nil {
-				l.Items = []apiv1.Job{}
-			}
-			if ok, err := out.structured(a.Stdout, l); ok {
-				return err
-			}
-			if len(l.Items) == 0 {
-				fmt.Fprintln(a.Stderr, "no jobs")
+				var l apiv1.JobList
+				if all {
+					items, err := c.listAll(cmd.Context(), o)
+					if err != nil {
+						return c.explain(err)
+					}
+					l = apiv1.JobList{Items: items, Total: len(items), Page: 1, Size: len(items)}
+				} else {
+					var err error
+					if l, err = c.ListJobs(cmd.Context(), o); err != nil {
+						return c.explain(err)
+					}
+				}
+				if l.Items == nil {
+					l.Items = []apiv1.Job{}
+				}
+				if ok, err := out.structured(a.Stdout, l); ok {
+					return err
+				}
+				if len(l.Items) == 0 {
+					fmt.Fprintln(a.Stderr, "no jobs")
+					return nil
+				}
+				if err := writeJobsTable(a.Stdout, l.Items, a.color()); err != nil {
+					return err
+				}
+				if shown := (max(l.Page, 1)-1)*l.Size + len(l.Items); shown < l.Total {
+					fmt.Fprintf(a.Stderr, "showing %d of %d jobs: use --page %d or --all for more\n", len(l.Items), l.Total, max(l.Page, 1)+1)
+				}
 				return nil
-			}
-			if err := writeJobsTable(a.Stdout, l.Items, a.color()); err != nil {
-				return err
-			}
-			if shown := (max(l.Page, 1)-1)*l.Size + len(l.Items); shown < l.Total {
-				fmt.Fprintf(a.Stderr, "showing %d of %d jobs: use --page %d or --all for more\n", len(l.Items), l.Total, max(l.Page, 1)+1)
-			}
-			return nil
+			})
 		},
-	}
-	out.add(cmd)
+	}, &out)
 	f := cmd.Flags()
 	f.StringSliceVar(&states, "state", nil, "only jobs in this state (repeatable, or comma-separated)")
 	f.StringArrayVar(&labels, "label", nil, "only jobs with label NAME=VALUE (repeatable; all must match)")
@@ -361,20 +358,13 @@ type jobAction struct {
 
 func (a *App) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:               act.use,
 		Short:             act.short,
 		Example:           act.example,
 		Args:              cobra.ExactArgs(1 + act.extraArgs),
 		ValidArgsFunction: a.completeJobIDs(conn),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			id, err := c.resolveJobID(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -392,9 +382,8 @@ func (a *App) jobActionCommand(conn *connFlags, act jobAction) *cobra.Command {
 				return nil
 			}
 			return a.printJob(&out, j)
-		},
-	}
-	out.add(cmd)
+		}),
+	}, &out)
 	if act.flags != nil {
 		act.flags(cmd)
 	}
@@ -406,21 +395,14 @@ func (a *App) jobsGetCommand(conn *connFlags) *cobra.Command {
 		out   outputFlag
 		watch bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:               "get ID",
 		Aliases:           []string{"describe", "show"},
 		Short:             "Show a job: its spec, status, reason, replicas and history",
 		Example:           "  cosmicac jobs get train\n  cosmicac jobs get 3f2a -o yaml\n  cosmicac jobs get train -w",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobIDs(conn),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			id, err := c.resolveJobID(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -436,9 +418,8 @@ func (a *App) jobsGetCommand(conn *connFlags) *cobra.Command {
 				return err
 			}
 			return writeJobDetail(a.Stdout, j, c.url)
-		},
-	}
-	out.add(cmd)
+		}),
+	}, &out)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print a line each time the job's status changes, until it is deleted or Ctrl-C")
 	return cmd
 }
@@ -546,39 +527,33 @@ func (a *App) jobsCommandCommand(conn *connFlags) *cobra.Command {
 		sf  specFlags
 		out outputFlag
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "command [flags|-f FILE] [-- COMMAND...]",
 		Short: "Print the `cosmicac jobs create` command line equivalent to a spec (asks the API)",
 		Example: "  cosmicac jobs command -f spec.yaml\n" +
 			"  cosmicac jobs get 3f2a -o json | jq .spec | cosmicac jobs command -f -",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			spec, err := sf.spec(cmd, args, a.Stdin)
 			if err != nil {
 				return err
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			line, err := c.Command(cmd.Context(), spec)
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := out.structured(a.Stdout, line); ok {
-				return err
-			}
-			fmt.Fprintln(a.Stdout, line.Line)
-			if len(line.Unexpressed) > 0 {
-				fmt.Fprintf(a.Stderr, "note: no flag expresses %s; save the spec to a file and run: %s\n",
-					strings.Join(line.Unexpressed, ", "), cosmic.FileCommand)
-			}
-			return nil
+			return a.withAPI(conn, func(c *apiConn) error {
+				line, err := c.Command(cmd.Context(), spec)
+				if err != nil {
+					return c.explain(err)
+				}
+				if ok, err := out.structured(a.Stdout, line); ok {
+					return err
+				}
+				fmt.Fprintln(a.Stdout, line.Line)
+				if len(line.Unexpressed) > 0 {
+					fmt.Fprintf(a.Stderr, "note: no flag expresses %s; save the spec to a file and run: %s\n",
+						strings.Join(line.Unexpressed, ", "), cosmic.FileCommand)
+				}
+				return nil
+			})
 		},
-	}
+	}, &out)
 	sf.add(cmd)
-	out.add(cmd)
 	return cmd
 }

@@ -19,13 +19,11 @@ import (
 // "Rolling updates").
 func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 	var (
-		sf          specFlags
-		out         outputFlag
-		wait        bool
-		waitTimeout time.Duration
-		poll        time.Duration
+		sf  specFlags
+		out outputFlag
+		w   waitFlags
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "update JOB [flags]",
 		Short: "Update a managed inference job: its model, args, adapters, image or environment roll out to its replicas one at a time",
 		Long: "Update a managed inference job's spec: the job's own spec (or -f FILE's, whole) with the flags given\n" +
@@ -41,10 +39,7 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeJobIDs(conn),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(conn, client.WithPollInterval(poll))
+			c, err := a.connect(conn, client.WithPollInterval(w.poll))
 			if err != nil {
 				return err
 			}
@@ -75,7 +70,7 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 				return c.explain(err)
 			}
 			ro := j.Status.Rollout
-			if !wait || ro == nil {
+			if !w.wait || ro == nil {
 				if out.format == outTable {
 					if ro != nil {
 						fmt.Fprintf(a.Stdout, "job %s: rolling out generation %d to %d replicas, one at a time (cosmicac jobs get %s -w follows it)\n", id, j.Status.Generation, ro.Replicas, args[0])
@@ -88,9 +83,9 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 			}
 			fmt.Fprintf(a.Stderr, "job %s: rolling out generation %d to %d replicas\n", id, j.Status.Generation, ro.Replicas)
 			ctx := cmd.Context()
-			if waitTimeout > 0 {
+			if w.timeout > 0 {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, waitTimeout)
+				ctx, cancel = context.WithTimeout(ctx, w.timeout)
 				defer cancel()
 			}
 			start := time.Now()
@@ -102,8 +97,8 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 				}
 			})
 			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && waitTimeout > 0 {
-					return WithExit(ExitFailure, fmt.Errorf("gave up waiting after %s: the rollout goes on", waitTimeout))
+				if errors.Is(err, context.DeadlineExceeded) && w.timeout > 0 {
+					return WithExit(ExitFailure, fmt.Errorf("gave up waiting after %s: the rollout goes on", w.timeout))
 				}
 				return c.explain(err)
 			}
@@ -128,13 +123,9 @@ func (a *App) jobsUpdateCommand(conn *connFlags) *cobra.Command {
 			}
 			return nil
 		},
-	}
+	}, &out)
 	sf.add(cmd)
-	out.add(cmd)
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the rollout to its end, printing each step on stderr")
-	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 0, "give up waiting after this long (0: never)")
-	cmd.Flags().DurationVar(&poll, "poll-interval", client.DefaultPollInterval, "how often --wait asks for the job's status")
-	_ = cmd.Flags().MarkHidden("poll-interval")
+	w.add(cmd, "follow the rollout to its end, printing each step on stderr")
 	return cmd
 }
 

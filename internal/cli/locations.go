@@ -23,7 +23,7 @@ func (a *App) locationsCommand() *cobra.Command {
 		conn connFlags
 		out  outputFlag
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:     "locations",
 		Aliases: []string{"location", "fleet"},
 		Short:   "List the locations and GPU models jobs may ask for, their free GPUs and what their racks run",
@@ -34,14 +34,7 @@ func (a *App) locationsCommand() *cobra.Command {
 			"team may run it (jobs.read); `cosmicac racks list` is the platform admins' view, with the racks.",
 		Example: "  cosmicac locations\n  cosmicac locations -o json",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			c, err := a.connect(&conn)
-			if err != nil {
-				return err
-			}
+		RunE: a.api(&conn, func(cmd *cobra.Command, _ []string, c *apiConn) error {
 			f, err := c.Fleet(cmd.Context())
 			if err != nil {
 				return c.explain(err)
@@ -54,10 +47,9 @@ func (a *App) locationsCommand() *cobra.Command {
 				return nil
 			}
 			return writeLocationsTable(a.Stdout, f)
-		},
-	}
+		}),
+	}, &out)
 	conn.add(cmd)
-	out.add(cmd)
 	return cmd
 }
 

@@ -69,36 +69,34 @@ func (a *App) jobsLogsCommand(conn *connFlags) *cobra.Command {
 			if o.MonitorURL == "" {
 				o.MonitorURL = a.Getenv(envMonitorURL)
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			id, err := c.resolveJobID(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			enc := json.NewEncoder(a.Stdout)
-			noted := false
-			err = c.JobLogs(cmd.Context(), id, o, func(ev client.LogEvent) error {
-				switch ev.Type {
-				case client.LogRecordEvent:
-					if output == outJSON {
-						return enc.Encode(ev.Record)
-					}
-					return writeLogLine(a.Stdout, ev.Record)
-				case client.LogMetaEvent:
-					if ev.Meta.Partial && !noted {
-						noted = true
-						fmt.Fprintln(a.Stderr, "note: no Loki is configured: older records than the monitor's buffer are not shown")
-					}
-				case client.LogWarningEvent:
-					fmt.Fprintln(a.Stderr, "warning: "+ev.Message)
-				case client.LogCutoffEvent:
-					fmt.Fprintln(a.Stderr, "note: the monitor cut this stream off for reading too slowly; resuming")
+			return a.withAPI(conn, func(c *apiConn) error {
+				id, err := c.resolveJobID(cmd.Context(), args[0])
+				if err != nil {
+					return err
 				}
-				return nil
+				enc := json.NewEncoder(a.Stdout)
+				noted := false
+				err = c.JobLogs(cmd.Context(), id, o, func(ev client.LogEvent) error {
+					switch ev.Type {
+					case client.LogRecordEvent:
+						if output == outJSON {
+							return enc.Encode(ev.Record)
+						}
+						return writeLogLine(a.Stdout, ev.Record)
+					case client.LogMetaEvent:
+						if ev.Meta.Partial && !noted {
+							noted = true
+							fmt.Fprintln(a.Stderr, "note: no Loki is configured: older records than the monitor's buffer are not shown")
+						}
+					case client.LogWarningEvent:
+						fmt.Fprintln(a.Stderr, "warning: "+ev.Message)
+					case client.LogCutoffEvent:
+						fmt.Fprintln(a.Stderr, "note: the monitor cut this stream off for reading too slowly; resuming")
+					}
+					return nil
+				})
+				return c.explain(err)
 			})
-			return c.explain(err)
 		},
 	}
 	f := cmd.Flags()

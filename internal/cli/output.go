@@ -161,14 +161,7 @@ func reasonColumn(j cosmic.Job) string {
 	s := j.Status
 	switch s.State {
 	case cosmic.StateQueued:
-		var parts []string
-		if s.QueuePosition > 0 {
-			parts = append(parts, "#"+strconv.Itoa(s.QueuePosition))
-		}
-		if s.WaitingFor != "" {
-			parts = append(parts, waitText(s))
-		}
-		return dash(strings.Join(parts, " "))
+		return dash(strings.Join(queueParts(s, "#"), " "))
 	case cosmic.StatePending, cosmic.StateStarting, cosmic.StateRestarting:
 		if p := s.Progress; p != nil && p.Step != "" {
 			if p.Percent > 0 {
@@ -185,6 +178,19 @@ func reasonColumn(j cosmic.Job) string {
 		return string(s.Reason.Code)
 	}
 	return "-"
+}
+
+// queueParts is what a queued job's status says of it: its place in the
+// queue, after prefix ("#", "position "), and what it waits for.
+func queueParts(s cosmic.Status, prefix string) []string {
+	var parts []string
+	if s.QueuePosition > 0 {
+		parts = append(parts, prefix+strconv.Itoa(s.QueuePosition))
+	}
+	if s.WaitingFor != "" {
+		parts = append(parts, waitText(s))
+	}
+	return parts
 }
 
 // The colors of states: ANSI codes of one length each, so that a painted
@@ -416,14 +422,7 @@ func describeStatus(s cosmic.Status) string {
 	out := string(s.State)
 	switch s.State {
 	case cosmic.StateQueued:
-		var parts []string
-		if s.QueuePosition > 0 {
-			parts = append(parts, "position "+strconv.Itoa(s.QueuePosition))
-		}
-		if s.WaitingFor != "" {
-			parts = append(parts, waitText(s))
-		}
-		if len(parts) > 0 {
+		if parts := queueParts(s, "position "); len(parts) > 0 {
 			out += " (" + strings.Join(parts, ": ") + ")"
 		}
 	case cosmic.StateStarting, cosmic.StateRestarting, cosmic.StatePending:

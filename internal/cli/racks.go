@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -46,7 +47,7 @@ func (a *App) racksRegisterCommand(conn *connFlags) *cobra.Command {
 		addrs    []string
 		deadline time.Duration
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "register --id ID --location L --gpu-model M --worker-key KEY [--worker-addr HOST:PORT]",
 		Short: "Register a rack, or update the rack with that ID (admins only)",
 		Long: "Register a rack: the worker (cosmicac wrk-server-k8s-nvidia) whose fabric public key is KEY\n" +
@@ -55,9 +56,6 @@ func (a *App) racksRegisterCommand(conn *connFlags) *cobra.Command {
 			"    --worker-key 3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29 --worker-addr 10.0.0.7:7000",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			var missing []string
 			for _, name := range []string{"id", "location", "gpu-model", "worker-key"} {
 				if !cmd.Flags().Changed(name) {
@@ -82,20 +80,18 @@ func (a *App) racksRegisterCommand(conn *connFlags) *cobra.Command {
 			if err := rack.Validate(); err != nil {
 				return WithExit(ExitUsage, fieldProblems("invalid rack", cosmic.FieldErrors(err), err))
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			got, err := c.RegisterRack(cmd.Context(), r)
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := out.structured(a.Stdout, got); ok {
-				return err
-			}
-			return writeRacksTable(a.Stdout, rackRows([]apiv1.Rack{got}))
+			return a.withAPI(conn, func(c *apiConn) error {
+				got, err := c.RegisterRack(cmd.Context(), r)
+				if err != nil {
+					return c.explain(err)
+				}
+				if ok, err := out.structured(a.Stdout, got); ok {
+					return err
+				}
+				return writeRacksTable(a.Stdout, rackRows([]apiv1.Rack{got}))
+			})
 		},
-	}
+	}, &out)
 	f := cmd.Flags()
 	f.StringVar(&r.ID, "id", "", "rack ID")
 	f.StringVar(&r.Location, "location", "", "location the rack serves")
@@ -105,7 +101,6 @@ func (a *App) racksRegisterCommand(conn *connFlags) *cobra.Command {
 	f.StringVar(&r.PlacementPolicy, "placement-policy", "", "how the ork ranks the nodes of the rack's location: "+cosmic.PolicyBestFit+" or "+cosmic.PolicyFGD+
 		" (default: the ork's; the racks of a location share one; docs/placement.md)")
 	f.DurationVar(&deadline, "agent-deadline", 0, "how long a replica may take to start until its agent connects, then it fails with agent_timeout (0: the default, "+cosmic.DefaultAgentDeadline.String()+")")
-	out.add(cmd)
 	return cmd
 }
 
@@ -133,29 +128,27 @@ func (a *App) racksListCommand(conn *connFlags) *cobra.Command {
 			if err := out.check(); err != nil {
 				return err
 			}
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
-			racks, err := c.ListRacks(cmd.Context())
-			if err != nil {
-				return c.explain(membersSee(err, "a team member sees the locations, GPU models and what their racks run with `cosmicac locations`"))
-			}
-			if racks == nil {
-				racks = []apiv1.Rack{}
-			}
-			if ok, err := out.structured(a.Stdout, apiv1.RackList{Items: racks, Total: len(racks)}); ok {
-				return err
-			}
-			if len(racks) == 0 {
-				fmt.Fprintln(a.Stderr, "no racks: register one with `cosmicac racks register`")
-				return nil
-			}
-			if err := writeRacksTable(a.Stdout, rackRows(racks)); err != nil || !nodes {
-				return err
-			}
-			fmt.Fprintln(a.Stdout)
-			return writeNodesTable(a.Stdout, racks)
+			return a.withAPI(conn, func(c *apiConn) error {
+				racks, err := c.ListRacks(cmd.Context())
+				if err != nil {
+					return c.explain(membersSee(err, "a team member sees the locations, GPU models and what their racks run with `cosmicac locations`"))
+				}
+				if racks == nil {
+					racks = []apiv1.Rack{}
+				}
+				if ok, err := out.structured(a.Stdout, apiv1.RackList{Items: racks, Total: len(racks)}); ok {
+					return err
+				}
+				if len(racks) == 0 {
+					fmt.Fprintln(a.Stderr, "no racks: register one with `cosmicac racks register`")
+					return nil
+				}
+				if err := writeRacksTable(a.Stdout, rackRows(racks)); err != nil || !nodes {
+					return err
+				}
+				fmt.Fprintln(a.Stdout)
+				return writeNodesTable(a.Stdout, racks)
+			})
 		},
 	}
 	out.add(cmd)
@@ -208,35 +201,24 @@ func (a *App) racksRemoveCommand(conn *connFlags) *cobra.Command {
 		Short:   "Remove a rack (admins only); --force even if jobs hold its GPUs (they fail with rack_removed)",
 		Example: "  cosmicac racks remove r2\n  cosmicac racks remove r2 --force",
 		Args:    cobra.ExactArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			if len(args) > 0 {
-				return nil, cobra.ShellCompDirectiveNoFileComp
-			}
-			c, err := a.connect(conn)
+		ValidArgsFunction: a.completeArg(conn, func(ctx context.Context, c *apiConn, _ string) ([]cobra.Completion, error) {
+			racks, err := c.ListRacks(ctx)
 			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
-			}
-			racks, err := c.ListRacks(cmd.Context())
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveError
+				return nil, err
 			}
 			var ids []cobra.Completion
 			for _, r := range racks {
 				ids = append(ids, cobra.CompletionWithDesc(r.ID, r.Location+" "+r.GPUModel))
 			}
-			return ids, cobra.ShellCompDirectiveNoFileComp
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(conn)
-			if err != nil {
-				return err
-			}
+			return ids, nil
+		}),
+		RunE: a.api(conn, func(cmd *cobra.Command, args []string, c *apiConn) error {
 			if err := c.RemoveRack(cmd.Context(), args[0], force); err != nil {
 				return c.explain(err)
 			}
 			fmt.Fprintf(a.Stdout, "removed rack %s\n", args[0])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "remove it even if jobs hold GPUs there, failing them")
 	return cmd

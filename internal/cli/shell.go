@@ -57,31 +57,17 @@ func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 			var dialer agentapi.ShellDialer
 			if agentPeer != "" {
 				// Straight to an agent that listens (operators, development).
-				key, addrs, err := ParsePeerFlag("agent", agentPeer)
-				if err != nil {
-					return err
-				}
-				id, err := a.LoadCLIIdentity(keyFile)
-				if err != nil {
-					return err
-				}
-				n, err := fabric.New(fabric.Config{Component: "cli", Identity: id, Policy: fabric.NewAllowList(key)})
+				n, key, err := a.agentNode(agentPeer, keyFile)
 				if err != nil {
 					return err
 				}
 				defer n.Close()
-				n.AddAddrs(key, addrs...)
 				dialer = agentapi.FabricDialer{Node: n, Agent: key}
 			} else {
-				c, err := a.connect(conn)
-				if err != nil {
+				var err error
+				if dialer, jobID, err = a.relay(cmd.Context(), conn, jobID); err != nil {
 					return err
 				}
-				if jobID, err = c.resolveJobID(cmd.Context(), jobID); err != nil {
-					return err
-				}
-				cfg, _ := a.clientConfig(conn)
-				dialer = agentapi.HTTPShellDialer{BaseURL: c.url, Token: cfg.Token}
 			}
 			code, err := a.runShell(cmd.Context(), dialer, jobID, shellOptions{argv: args[1:], forceTTY: forceTTY, noTTY: noTTY, env: env})
 			if err != nil {
@@ -100,6 +86,42 @@ func (a *App) jobsShellCommand(conn *connFlags) *cobra.Command {
 	f.StringVar(&agentPeer, "agent", "", "reach the agent directly at KEY@HOST:PORT over the fabric instead of through the API")
 	f.StringVar(&keyFile, "key-file", "", "with --agent: the CLI's key file (default: ~/.config/cosmicac/identity.key)")
 	return cmd
+}
+
+// agentNode is a fabric node of the CLI's (keyFile, LoadCLIIdentity) that
+// reaches only the agent at peer, KEY@HOST:PORT (--agent), and the agent's
+// key: shell and ssh reach an agent that listens without the API. The
+// caller closes the node.
+func (a *App) agentNode(peer, keyFile string) (*fabric.Node, fabric.PublicKey, error) {
+	key, addrs, err := ParsePeerFlag("agent", peer)
+	if err != nil {
+		return nil, key, err
+	}
+	id, err := a.LoadCLIIdentity(keyFile)
+	if err != nil {
+		return nil, key, err
+	}
+	n, err := fabric.New(fabric.Config{Component: "cli", Identity: id, Policy: fabric.NewAllowList(key)})
+	if err != nil {
+		return nil, key, err
+	}
+	n.AddAddrs(key, addrs...)
+	return n, key, nil
+}
+
+// relay is the API's relay to the agent of the job that arg names
+// (resolveJobID), and the job's ID: shell and ssh reach an agent through it.
+func (a *App) relay(ctx context.Context, conn *connFlags, arg string) (agentapi.HTTPShellDialer, string, error) {
+	c, err := a.connect(conn)
+	if err != nil {
+		return agentapi.HTTPShellDialer{}, "", err
+	}
+	id, err := c.resolveJobID(ctx, arg)
+	if err != nil {
+		return agentapi.HTTPShellDialer{}, "", err
+	}
+	cfg, _ := a.clientConfig(conn)
+	return agentapi.HTTPShellDialer{BaseURL: c.url, Token: cfg.Token}, id, nil
 }
 
 // silentExit is the remote command's non-zero exit: nothing to print.
@@ -125,16 +147,18 @@ func (a *App) runShell(ctx context.Context, dialer agentapi.ShellDialer, jobID s
 	inTerm := inFile != nil && term.IsTerminal(int(inFile.Fd()))
 	outTerm := outFile != nil && term.IsTerminal(int(outFile.Fd()))
 	tty := !o.noTTY && (o.forceTTY || inTerm && outTerm)
+	// fd is the terminal whose size the remote one takes and follows, if
+	// any.
+	fd := -1
+	if tty && outTerm {
+		fd = int(outFile.Fd())
+	} else if tty && inTerm {
+		fd = int(inFile.Fd())
+	}
 
 	p := shellproto.OpenParams{Argv: o.argv, TTY: tty, Env: o.env}
 	if tty {
 		p.Term = a.Getenv("TERM")
-		fd := -1
-		if outTerm {
-			fd = int(outFile.Fd())
-		} else if inTerm {
-			fd = int(inFile.Fd())
-		}
 		if fd >= 0 {
 			if w, h, err := term.GetSize(fd); err == nil {
 				p.Cols, p.Rows = uint16(w), uint16(h)
@@ -159,37 +183,29 @@ func (a *App) runShell(ctx context.Context, dialer agentapi.ShellDialer, jobID s
 			defer term.Restore(int(inFile.Fd()), old)
 		}
 	}
-	if tty {
-		fd := -1
-		if outTerm {
-			fd = int(outFile.Fd())
-		} else if inTerm {
-			fd = int(inFile.Fd())
-		}
-		if fd >= 0 {
-			resize := make(chan agentapi.Size, 1)
-			winch := make(chan os.Signal, 1)
-			signal.Notify(winch, syscall.SIGWINCH)
-			defer signal.Stop(winch)
-			done := make(chan struct{})
-			defer close(done)
-			go func() {
-				for {
-					select {
-					case <-done:
-						return
-					case <-winch:
-						if w, h, err := term.GetSize(fd); err == nil {
-							select {
-							case resize <- agentapi.Size{Rows: uint16(h), Cols: uint16(w)}:
-							default:
-							}
+	if fd >= 0 {
+		resize := make(chan agentapi.Size, 1)
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		defer signal.Stop(winch)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				case <-winch:
+					if w, h, err := term.GetSize(fd); err == nil {
+						select {
+						case resize <- agentapi.Size{Rows: uint16(h), Cols: uint16(w)}:
+						default:
 						}
 					}
 				}
-			}()
-			sio.Resize = resize
-		}
+			}
+		}()
+		sio.Resize = resize
 	}
 	// SIGINT (and TERM, HUP) caught here go to the remote process.
 	sigs := make(chan os.Signal, 4)

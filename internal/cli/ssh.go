@@ -13,7 +13,6 @@ import (
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
-	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
 func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
@@ -92,35 +91,22 @@ func (a *App) jobsSSHCommand(conn *connFlags) *cobra.Command {
 			defer cancel()
 			var c agentapi.Conn
 			if agentPeer != "" {
-				key, addrs, err := ParsePeerFlag("agent", agentPeer)
-				if err != nil {
-					return err
-				}
-				id, err := a.LoadCLIIdentity(keyFile)
-				if err != nil {
-					return err
-				}
-				n, err := fabric.New(fabric.Config{Component: "cli", Identity: id, Policy: fabric.NewAllowList(key)})
+				n, key, err := a.agentNode(agentPeer, keyFile)
 				if err != nil {
 					return err
 				}
 				defer n.Close()
-				n.AddAddrs(key, addrs...)
 				st, err := agentapi.DialTCP(ctx, n, key, agentapi.DefaultSSHPort)
 				if err != nil {
 					return WithExit(ExitFailure, err)
 				}
 				c = st
 			} else {
-				ac, err := a.connect(conn)
+				relay, id, err := a.relay(cmd.Context(), conn, jobID)
 				if err != nil {
 					return err
 				}
-				if jobID, err = ac.resolveJobID(cmd.Context(), jobID); err != nil {
-					return err
-				}
-				cfg, _ := a.clientConfig(conn)
-				if c, err = (agentapi.HTTPShellDialer{BaseURL: ac.url, Token: cfg.Token}).DialSSH(ctx, jobID); err != nil {
+				if c, err = relay.DialSSH(ctx, id); err != nil {
 					return WithExit(ExitFailure, relayError(err))
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/cosmictest"
 	"github.com/cosmicac/cosmicac/internal/testenv"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // needOpenSSHClient is needBinaries for Debian's ssh client.
@@ -140,9 +141,9 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 	}
 
 	// The simulated sshd recorded the sessions in the job's system log.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var opened, closed int
+	var opened, closed int
+	if !waittest.Poll(10*time.Second, func() bool {
+		opened, closed = 0, 0
 		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
 			switch r := ev.Record; {
 			case r == nil:
@@ -156,13 +157,9 @@ func TestJobsSSHOnTheSimulatedRack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if opened == 5 && closed == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 5 (echo, exit, -tt, scp, cat) and 1", opened, closed)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return opened == 5 && closed == 1
+	}) {
+		t.Fatalf("%d ssh sessions opened and %d closed with 7 in the job's log, want 5 (echo, exit, -tt, scp, cat) and 1", opened, closed)
 	}
 }
 

@@ -22,7 +22,7 @@ func (a *App) usageCommand() *cobra.Command {
 		by           string
 		csv, all     bool
 	)
-	cmd := &cobra.Command{
+	cmd := withOutput(&cobra.Command{
 		Use:   "usage [--since 720h|TIME] [--until TIME] [--by day,key,model] [--csv]",
 		Short: "Show the team's inference usage: requests and tokens by day, API key, model or job",
 		Long: "What the engines counted in their answers (their usage), as proxy-inference metered it: by\n" +
@@ -32,9 +32,6 @@ func (a *App) usageCommand() *cobra.Command {
 		Example: "  cosmicac usage --since 24h --by key,model\n  cosmicac usage --since 720h --by day --csv > usage.csv",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
 			if csv && cmd.Flags().Changed("output") {
 				return UsageErrorf("give --csv or -o, not both")
 			}
@@ -59,75 +56,27 @@ func (a *App) usageCommand() *cobra.Command {
 			if err := conn.allTeams(all); err != nil {
 				return err
 			}
-			c, err := a.connect(&conn)
-			if err != nil {
-				return err
-			}
-			if csv {
-				b, err := c.UsageCSV(cmd.Context(), q)
+			return a.withAPI(&conn, func(c *apiConn) error {
+				if csv {
+					b, err := c.UsageCSV(cmd.Context(), q)
+					if err != nil {
+						return c.explain(err)
+					}
+					_, err = a.Stdout.Write(b)
+					return err
+				}
+				u, err := c.Usage(cmd.Context(), q)
 				if err != nil {
 					return c.explain(err)
 				}
-				_, err = a.Stdout.Write(b)
-				return err
-			}
-			u, err := c.Usage(cmd.Context(), q)
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := out.structured(a.Stdout, u); ok {
-				return err
-			}
-			fmt.Fprintf(a.Stderr, "usage from %s to %s\n", u.From.Local().Format(time.DateTime), u.To.Local().Format(time.DateTime))
-			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			var head []string
-			for _, g := range u.GroupBy {
-				head = append(head, strings.ToUpper(g))
-			}
-			fmt.Fprintln(tw, strings.Join(append(head, "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "TOTAL TOKENS", "GPU HOURS"), "\t"))
-			row := func(cells []string, it apiv1.UsageItem) {
-				fmt.Fprintf(tw, "%s%d\t%d\t%d\t%d\t%.2f\n", strings.Join(append(cells, ""), "\t"), it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens,
-					float64(it.GPUSeconds)/3600)
-			}
-			for _, it := range u.Items {
-				var cells []string
-				for _, g := range u.GroupBy {
-					switch g {
-					case "hour":
-						cells = append(cells, it.Start.Local().Format("2006-01-02 15:04"))
-					case "day":
-						cells = append(cells, it.Start.Format(time.DateOnly))
-					case "team":
-						cells = append(cells, it.Team)
-					case "key":
-						k := "-"
-						if it.KeyID != "" {
-							k = it.KeyID
-							if it.KeyName != "" {
-								k = it.KeyName + " (" + it.KeyID + ")"
-							}
-						}
-						cells = append(cells, k)
-					case "model":
-						cells = append(cells, it.Model)
-					case "job":
-						cells = append(cells, it.JobID)
-					}
+				if ok, err := out.structured(a.Stdout, u); ok {
+					return err
 				}
-				row(cells, it)
-			}
-			if len(u.GroupBy) > 0 {
-				cells := make([]string, len(u.GroupBy))
-				cells[0] = "TOTAL"
-				row(cells, u.Total)
-			} else {
-				row(nil, u.Total)
-			}
-			return tw.Flush()
+				return a.printUsage(u)
+			})
 		},
-	}
+	}, &out)
 	conn.add(cmd)
-	out.add(cmd)
 	f := cmd.Flags()
 	f.StringVar(&since, "since", "", "from this time (RFC 3339) or this long ago (720h); default 30 days ago at 00:00 UTC")
 	f.StringVar(&until, "until", "", "until this time (RFC 3339) or this long ago; default now")
@@ -135,4 +84,54 @@ func (a *App) usageCommand() *cobra.Command {
 	f.BoolVar(&csv, "csv", false, "print the server's CSV export")
 	f.BoolVar(&all, "all-teams", false, "every team's usage (platform admins)")
 	return cmd
+}
+
+// printUsage prints u as a table, the period it covers on stderr.
+func (a *App) printUsage(u apiv1.UsageList) error {
+	fmt.Fprintf(a.Stderr, "usage from %s to %s\n", u.From.Local().Format(time.DateTime), u.To.Local().Format(time.DateTime))
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	var head []string
+	for _, g := range u.GroupBy {
+		head = append(head, strings.ToUpper(g))
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "TOTAL TOKENS", "GPU HOURS"), "\t"))
+	row := func(cells []string, it apiv1.UsageItem) {
+		fmt.Fprintf(tw, "%s%d\t%d\t%d\t%d\t%.2f\n", strings.Join(append(cells, ""), "\t"), it.Requests, it.PromptTokens, it.CompletionTokens, it.TotalTokens,
+			float64(it.GPUSeconds)/3600)
+	}
+	for _, it := range u.Items {
+		var cells []string
+		for _, g := range u.GroupBy {
+			switch g {
+			case "hour":
+				cells = append(cells, it.Start.Local().Format("2006-01-02 15:04"))
+			case "day":
+				cells = append(cells, it.Start.Format(time.DateOnly))
+			case "team":
+				cells = append(cells, it.Team)
+			case "key":
+				k := "-"
+				if it.KeyID != "" {
+					k = it.KeyID
+					if it.KeyName != "" {
+						k = it.KeyName + " (" + it.KeyID + ")"
+					}
+				}
+				cells = append(cells, k)
+			case "model":
+				cells = append(cells, it.Model)
+			case "job":
+				cells = append(cells, it.JobID)
+			}
+		}
+		row(cells, it)
+	}
+	if len(u.GroupBy) > 0 {
+		cells := make([]string, len(u.GroupBy))
+		cells[0] = "TOTAL"
+		row(cells, u.Total)
+	} else {
+		row(nil, u.Total)
+	}
+	return tw.Flush()
 }

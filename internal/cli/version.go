@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"runtime"
 
 	"github.com/spf13/cobra"
@@ -22,7 +21,7 @@ type versionInfo struct {
 
 func (a *App) versionCommand() *cobra.Command {
 	var out outputFlag
-	cmd := &cobra.Command{
+	return withOutput(&cobra.Command{
 		Use:   "version",
 		Short: "Print this binary's version, the Go release it was built with and its platform",
 		Long: "Print this binary's version: the one stamped at link time (-ldflags -X), else the module's\n" +
@@ -31,17 +30,8 @@ func (a *App) versionCommand() *cobra.Command {
 		Example: "  cosmicac version\n  cosmicac --version\n  cosmicac version -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.check(); err != nil {
-				return err
-			}
-			if ok, err := out.structured(a.Stdout, versionInfo{Version: version.Version, Revision: version.Revision, Modified: version.Modified,
-				GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}); ok {
-				return err
-			}
-			fmt.Fprint(a.Stdout, version.Long())
-			return nil
+			return a.printResult(&out, versionInfo{Version: version.Version, Revision: version.Revision, Modified: version.Modified,
+				GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}, "%s", version.Long())
 		},
-	}
-	out.add(cmd)
-	return cmd
+	}, &out)
 }
