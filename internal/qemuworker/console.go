@@ -81,7 +81,10 @@ func consoleLine(s string) string {
 // the bootloader (GRUB's "Booting `…'" or "Loading Linux"), the kernel
 // ("Linux version"), systemd ("Welcome to …!", or its "running in system
 // mode"), each phase of cloud-init ("Cloud-init v. … running '…'"), the
-// agent's unit started, and cloud-init finished; and the failures seen
+// agent's unit started (systemd's status line, or the unit's own
+// vmboot.AgentStartedLine in the kernel's log, wherever it lands on a line: the
+// kernel writes it after whatever the console holds, such as getty's "login: " prompt),
+// and cloud-init finished; and the failures seen
 // there: the agent's unit or another failing to start, a kernel panic.
 // Pure: the worker records what it returns.
 func consoleMilestone(raw string) (milestone, bool) {
@@ -112,7 +115,7 @@ func consoleMilestone(raw string) (milestone, bool) {
 		return milestone{step: "cloud_init", key: "cloud_init " + clip(m[2]), ok: true,
 			line: "cloud-init " + clip(m[1]) + " runs its " + clip(m[2]) + " stage"}, true
 	}
-	if m := unitStarted.FindStringSubmatch(s); m != nil && agentUnit(m[1]) {
+	if m := unitStarted.FindStringSubmatch(s); m != nil && agentUnit(m[1]) || strings.Contains(s, vmboot.AgentStartedLine) {
 		return milestone{step: "agent_started", key: "agent_started", ok: true,
 			line: "the agent's service started in the VM (" + vmboot.AgentUnitName + "); it connects next"}, true
 	}

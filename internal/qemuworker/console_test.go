@@ -66,6 +66,14 @@ func TestConsoleMilestone(t *testing.T) {
 			line: "[\x1b[0;32m  OK  \x1b[0m] Started \x1b[0;1;39mcosmicac-agent.se…e\x1b[0m - CosmicAC inference agent.",
 			want: milestone{step: "agent_started", key: "agent_started", ok: true, line: "the agent's service started in the VM (cosmicac-agent.service); it connects next"},
 		},
+		"the agent's unit says its process started, in the kernel's log": {
+			line: "[  158.606824] cosmicac-agent.service: the agent process started",
+			want: milestone{step: "agent_started", key: "agent_started", ok: true, line: "the agent's service started in the VM (cosmicac-agent.service); it connects next"},
+		},
+		"the agent's unit says its process started, after getty's prompt": {
+			line: "stock-0 login: [  193.006259] cosmicac-agent.service: the agent process started",
+			want: milestone{step: "agent_started", key: "agent_started", ok: true, line: "the agent's service started in the VM (cosmicac-agent.service); it connects next"},
+		},
 		"cloud-init finished": {
 			line: "[  217.264507] cloud-init[438]: Cloud-init v. 22.4.2 finished at Sat, 05 Dec 2026 07:20:18 +0000. Datasource DataSourceNoCloud [seed=/dev/vdb][dsmode=net].  Up 215.52 seconds",
 			want: milestone{step: "cloud_init_done", key: "cloud_init_done", ok: true, line: "cloud-init 22.4.2 finished, 215.52 s after the guest's start"},

@@ -12,8 +12,11 @@
 //     environment (EnvFilePath, 0600) and the agent's systemd unit
 //     (AgentUnitPath); with DeliveryDisk also the script that mounts the
 //     agent disk (MountScriptPath);
-//   - runs `systemctl daemon-reload` and `systemctl enable --now
-//     cosmicac-agent.service`.
+//   - starts the unit once its init stage has ended (a bootcmd queues a
+//     transient unit ordered after cloud-init.service: EarlyStart), not
+//     after the config and final stages; and in runcmd, as before, runs
+//     `systemctl daemon-reload` and `systemctl enable --now
+//     cosmicac-agent.service` (a no-op by then).
 //
 // The unit (Restart=always, RestartSec=2, no start rate limit) runs, with
 // DeliveryDisk, MountScriptPath first: it waits up to AgentDiskWait for

@@ -55,6 +55,9 @@ func files(t *testing.T, ud []byte) map[string]cloudFile {
 	if diff := cmp.Diff([][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", AgentUnitName}}, cc.RunCmd); diff != "" {
 		t.Errorf("runcmd (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff([][]string{EarlyStart()}, cc.BootCmd); diff != "" {
+		t.Errorf("bootcmd (-want +got):\n%s", diff)
+	}
 	return out
 }
 
@@ -78,7 +81,8 @@ func TestUserDataDelivery(t *testing.T) {
 			}
 			fs := files(t, ud)
 			unit := fs[AgentUnitPath].Content
-			for _, want := range []string{"ExecStart=" + tc.exec + "\n", "Restart=always\n", "RestartSec=2\n", "StartLimitIntervalSec=0\n", "WantedBy=multi-user.target\n"} {
+			announce := `ExecStartPost=-/bin/sh -c 'echo "` + AgentStartedLine + `" >/dev/kmsg'` + "\n"
+			for _, want := range []string{"ExecStart=" + tc.exec + "\n", announce, "Restart=always\n", "RestartSec=2\n", "StartLimitIntervalSec=0\n", "WantedBy=multi-user.target\n"} {
 				if !strings.Contains(unit, want) {
 					t.Errorf("unit lacks %q:\n%s", want, unit)
 				}

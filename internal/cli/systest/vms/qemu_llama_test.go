@@ -38,7 +38,7 @@ func TestQEMURackServesLlamaCPP(t *testing.T) {
 	if _, err := testmodel.Install(models); err != nil {
 		t.Fatal(err)
 	}
-	e, vms := qemuPlatform(t, 12*time.Minute, "debian-12", im, 1, func(c *platform.Config) { c.LlamaServer, c.ModelDir = server, models })
+	e, vms := qemuPlatform(t, "debian-12", im, 1, func(c *platform.Config) { c.LlamaServer, c.ModelDir = server, models })
 	start := time.Now()
 	j := e.Create(cosmic.Spec{Type: cosmic.TypeManagedInference, Name: "vm-llama", Location: "local",
 		Inference: &cosmic.InferenceSpec{Runtime: cosmic.RuntimeLlamaCPP, Model: testmodel.ChatModel, ServedModelName: "vm-chat",

@@ -143,16 +143,29 @@ var (
 	builtBins = map[string]string{} // by command name
 )
 
-// qemuPlatform starts a platform (within d) whose rack is a QEMU rack of
-// one node with gpus GPUs, booting one VM at a time, with image im as
-// name; its VMs live in the directory it answers, whose consoles are
-// logged if t fails.
-func qemuPlatform(t *testing.T, d time.Duration, name string, im qemu.Image, gpus int, opts ...cosmictest.Option) (*cosmictest.Env, string) {
+// vmHeartbeat gives the ork a heartbeat of a second, not the 50 ms of
+// internal/cosmictest's platforms: the QEMU worker pushes every change as
+// it happens, the heartbeat only repairs what a push missed, and over
+// minutes of boots twenty heartbeats a second (each every job's report
+// applied, every active job read for its deadlines) were a fifth of the
+// race-built test binary's CPU.
+func vmHeartbeat(c *platform.Config) { c.Ork.Heartbeat = config.Duration(time.Second) }
+
+// vmEnvBound bounds a VM test's platform only where the test binary has no
+// deadline of its own (go test -timeout 0).
+const vmEnvBound = 30 * time.Minute
+
+// qemuPlatform starts a platform whose rack is a QEMU rack of one node
+// with gpus GPUs, booting one VM at a time, with image im as name; its VMs
+// live in the directory it answers, whose consoles are logged if t fails.
+// Its bound is the test binary's (cosmictest's envContext); each wait for
+// a boot has its own.
+func qemuPlatform(t *testing.T, name string, im qemu.Image, gpus int, opts ...cosmictest.Option) (*cosmictest.Env, string) {
 	t.Helper()
 	agentBin := staticAgent(t)
 	vms := t.TempDir()
 	consolesOnFailure(t, vms)
-	e := cosmictest.NewEnvWithin(t, d, append([]cosmictest.Option{func(c *platform.Config) {
+	e := cosmictest.NewEnvWithin(t, vmEnvBound, append([]cosmictest.Option{vmHeartbeat, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: gpus, Dir: vms, MaxBoots: 1,
 				StopVMsOnExit: true}, // the test's end ends its VMs, however it ends
@@ -174,7 +187,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	needAMD64Host(t)
 	im, guestKernel := vmImage(t)
 	testenv.RequireCommands(t, "apt-get install openssh-client", "ssh", "ssh-keygen")
-	e, vms := qemuPlatform(t, 15*time.Minute, "debian-12", im, 2)
+	e, vms := qemuPlatform(t, "debian-12", im, 2)
 	key := filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
@@ -268,15 +281,8 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("after delete the VM's directory is still there: %v", err)
 	}
-
-	// A job's command runs in the VM and its exit code is reported.
-	c := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "cmd", Location: "local", Image: "debian-12",
-		Resources: cosmic.Resources{GPU: 1}, Command: []string{"sh", "-c", "test -d /run/cosmicac && exit 5"}})
-	got := e.WaitStateWithin(c.ID, 8*time.Minute, cosmic.StateFailed, cosmic.StateStopped)
-	if got.Status.ExitCode == nil || *got.Status.ExitCode != 5 {
-		b, _ := json.Marshal(got.Status)
-		t.Errorf("the command's job: %s; want failed with exit code 5", b)
-	}
+	// A job's command and its exit code: TestQEMURackFromDisk (its job has
+	// one, which saves a boot of minutes under TCG).
 	fmt.Fprintln(os.Stderr) // keep the VM boot logs apart in -v output
 }
 
@@ -414,17 +420,22 @@ func TestQEMURackFromDisk(t *testing.T) {
 	t.Parallel() // minutes of emulated boots: beside the others
 	needAMD64Host(t)
 	im, guestKernel := vmBootDisk(t)
-	// Bounds on a failure only: beside the other VM tests' boots and the
-	// rest of CI on 2 cores, this boot has taken over 8 minutes (the
-	// guest's networking.service alone waited 2), where alone it takes 75 s.
-	e, vms := qemuPlatform(t, 25*time.Minute, "stock", im, 1)
+	e, vms := qemuPlatform(t, "stock", im, 1)
 	tok, err := e.P.AdminToken()
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
 	start := time.Now()
-	id, waited := createAndWait(t, env, 20*time.Minute, "--name", "stock", "--location", "local", "--image", "stock", "--gpus", "1")
+	// The job's command waits for a file the test makes below, then
+	// exits 5 where the agent disk is mounted: the command runs in the VM,
+	// and its exit code is reported.
+	const goFile = "/run/cosmicac-test-go"
+	// A bound on a failure only: beside the other VM tests' boots and the
+	// rest of CI on 2 cores, this boot has taken over 8 minutes (the
+	// guest's networking.service alone waited 2), where alone it takes 75 s.
+	id, waited := createAndWait(t, env, 20*time.Minute, "--name", "stock", "--location", "local", "--image", "stock", "--gpus", "1",
+		"--", "sh", "-c", "while [ ! -e "+goFile+" ]; do sleep 1; done; test -d /run/cosmicac && exit 5")
 	t.Logf("create → running, from disk: %v; jobs create --wait said:\n%s", time.Since(start).Round(time.Second), waited)
 	j := e.WaitStateWithin(id, time.Minute, cosmic.StateRunning)
 	// --wait prints each change of the status line it sees: the console's
@@ -478,20 +489,29 @@ func TestQEMURackFromDisk(t *testing.T) {
 	if !strings.Contains(string(serial), "Loading Linux") {
 		t.Errorf("the serial console lacks GRUB's \"Loading Linux\"")
 	}
-	// The job's log has each step of the boot once, in order (cloud-init
-	// finishes after the agent started, perhaps after it connected).
+	// The job's log has each step of the boot, first seen in this order.
+	// The agent starts once cloud-init's init stage has ended (after the
+	// first cloud_init records), so its later stages may come before or
+	// after agent_started; cloud-init finishes after the agent started,
+	// perhaps after it connected.
 	want := []string{"prepare_disk", "write_seed", "boot", "bootloader", "kernel", "systemd", "cloud_init", "agent_started", "cloud_init_done"}
 	var steps []string
 	waittest.Within(t, 3*time.Minute, func() bool {
 		steps = nil
 		err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{Source: joblog.SourceSystem}, func(ev client.LogEvent) error {
-			if r := ev.Record; r != nil && r.Stream == "wrk-server-qemu" && r.Step != "" && r.Step != "agent_connected" && (len(steps) == 0 || steps[len(steps)-1] != r.Step) {
+			if r := ev.Record; r != nil && r.Stream == "wrk-server-qemu" && r.Step != "" && r.Step != "agent_connected" && !slices.Contains(steps, r.Step) {
 				steps = append(steps, r.Step)
 			}
 			return nil
 		})
 		return err == nil && slices.Equal(steps, want)
 	}, "the job's log to have the boot's steps %v (has %v)", want, &steps)
+	shell("touch " + goFile)
+	got := e.WaitStateWithin(j.ID, 3*time.Minute, cosmic.StateFailed, cosmic.StateStopped)
+	if got.Status.ExitCode == nil || *got.Status.ExitCode != 5 {
+		b, _ := json.Marshal(got.Status)
+		t.Errorf("the command's job: %s; want failed with exit code 5", b)
+	}
 	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +543,7 @@ func TestQEMURackAgentDeadline(t *testing.T) {
 	}
 	vms := t.TempDir()
 	consolesOnFailure(t, vms)
-	e := cosmictest.NewEnvWithin(t, 3*time.Minute, func(c *platform.Config) {
+	e := cosmictest.NewEnvWithin(t, vmEnvBound, vmHeartbeat, func(c *platform.Config) {
 		c.QEMU = &platform.QEMUConfig{
 			Rack: qemuworker.Config{Rack: "qemu-1", Location: "local", GPUModel: "VIRTUAL_GPU", Nodes: 1, GPUsPerNode: 2, Dir: vms,
 				AgentDeadline: config.Duration(15 * time.Second), StopGrace: config.Duration(time.Second), StopVMsOnExit: true},
@@ -585,15 +605,11 @@ func isSubsequence(sub, seq []string) bool {
 // waitNoQEMU waits until no QEMU runs a VM of dir.
 func waitNoQEMU(t *testing.T, dir string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, _ := exec.Command("pgrep", "-f", "qemu-system-x86_64 .*"+dir).Output()
-		if len(strings.TrimSpace(string(out))) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a VM of %s still runs: pids %s", dir, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var out []byte
+	if !waittest.Poll(30*time.Second, func() bool {
+		out, _ = exec.Command("pgrep", "-f", "qemu-system-x86_64 .*"+dir).Output()
+		return len(strings.TrimSpace(string(out))) == 0
+	}) {
+		t.Fatalf("a VM of %s still runs: pids %s", dir, out)
 	}
 }
