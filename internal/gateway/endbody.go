@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -66,6 +67,7 @@ func (endBody) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	// The proxy failed (Caddy writes its error status after this
 	// handler) or wrote nothing (net/http writes a 200): the same.
 	ew.end()
+	b.stop()
 	return err
 }
 
@@ -77,14 +79,39 @@ type trackedBody struct {
 	length int64 // -1: chunked
 	read   atomic.Int64
 	whole  atomic.Bool
+
+	mu      sync.Mutex // held by a Read, and by stop
+	stopped bool
 }
 
+// errBodyEnded is what a read of a body after its handler returned gets.
+var errBodyEnded = errors.New("gateway: the request's handler has returned; its body is no longer read")
+
 func (b *trackedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return 0, errBodyEnded
+	}
 	n, err := b.ReadCloser.Read(p)
 	if got := b.read.Add(int64(n)); err == io.EOF || b.length >= 0 && got >= b.length {
 		b.whole.Store(true)
 	}
 	return n, err
+}
+
+// stop ends the reads of the body as its handler returns: a Read in
+// flight ends first (it does at once: the body has arrived whole, or
+// endWriter.end has set the connection's read deadline to now), and later
+// ones read nothing. Without it the reverse proxy's transport, which
+// writes the body upstream on a goroutine of its own, could still be
+// reading when Caddy's request log reads the count its body reader keeps
+// (caddyhttp's lengthReader, unsynchronized): the race detector caught
+// the two in TestSlowBodyIsCutAsTheComponentCutsIt.
+func (b *trackedBody) stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
 }
 
 // endWriter ends the body when the answer begins. Only the handler's
