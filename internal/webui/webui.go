@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,8 +51,16 @@ type Handler struct {
 	index  *asset
 }
 
-// New loads the embedded files, hashes and compresses them once.
-func New() (*Handler, error) {
+// New returns the handler of the embedded files. They are hashed and
+// compressed once per process (the first New): the files are the binary's
+// own and the Handler is read-only, so every platform a process starts (a
+// test starts dozens) shares one.
+func New() (*Handler, error) { return load() }
+
+var load = sync.OnceValues(build)
+
+// build loads the embedded files, hashes and compresses them.
+func build() (*Handler, error) {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {
 		return nil, err
