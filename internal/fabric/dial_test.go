@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // frozenAddr is an address whose UDP port and TCP backlog take packets and
@@ -159,6 +161,12 @@ func TestUnsureAfterTheRequestWasSent(t *testing.T) {
 			if !unsure && !answered {
 				t.Errorf("a call cut off while its handler ran: %v (code %q, unsure %v, remote %v); want unavailable and unsure, or the peer's canceled", err, ErrorCode(err), Unsure(err), Remote(err))
 			}
+			// The peer's canceled answer can come before its connection's
+			// end reaches the caller; a call written onto that connection
+			// meanwhile is rightly unsure (the caller cannot know the peer
+			// never read it). Once the caller has seen the end, a call must
+			// dial, and a refused dial never reached a peer.
+			waittest.Until(t, func() bool { return cli.PeersConnected() == 0 }, "the caller seeing the closed peer's connection end")
 			err = cli.Call(ctxT(t), srv.PublicKey(), "unsure.write", struct{}{}, nil)
 			if err == nil || Unsure(err) {
 				t.Errorf("a call to a closed peer: %v (unsure %v); want a failure that is not unsure", err, Unsure(err))
@@ -187,13 +195,7 @@ func TestPeersConnected(t *testing.T) {
 				t.Errorf("the callee after a call: %d peers connected; want 1", n)
 			}
 			cli.Close()
-			deadline := time.Now().Add(10 * time.Second)
-			for srv.PeersConnected() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("the callee still counts %d peers after the caller closed", srv.PeersConnected())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waittest.Until(t, func() bool { return srv.PeersConnected() == 0 }, "the callee forgetting the closed caller")
 		})
 	}
 }

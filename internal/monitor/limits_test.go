@@ -538,6 +538,17 @@ func testRateLimited(t *testing.T, lim lokiLimits) {
 		cfg := limitsConfig(lk, dir)
 		waits := &retryWaits{}
 		e := startLogged(t, cfg, false, slog.New(waits))
+		t.Cleanup(func() {
+			if t.Failed() {
+				// What the monitor thinks it did, when the wait for Loki ran
+				// out (seen under load: Loki took none of the last records,
+				// and refused nothing, for 24 s).
+				t.Logf("the monitor: records Loki took %v (a re-pushed half counts again), dropped %v, 429s %v, halvings %v, retries %d",
+					metric(t, e.m, "cosmicac_monitor_loki_records_sent_total"), metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"),
+					counter(t, e.m, "cosmicac_monitor_loki_push_errors_total", "code", "429"),
+					metric(t, e.m, "cosmicac_monitor_loki_rate_limited_splits_total"), len(waits.get()))
+			}
+		})
 		lines := waitLines(t, lk.url, jobA, n)
 		seen := map[string]int{}
 		for _, l := range lines {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/qemu/handoff"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestRelaysCapAndMemory: 200 guest connections to a forward, each made
@@ -89,10 +90,7 @@ func TestRelaysCapAndMemory(t *testing.T) {
 	}
 
 	// The relays have handed their connections over and exited.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && liveRelays(relays) > 0 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waittest.Poll(3*time.Second, func() bool { return liveRelays(relays) == 0 }) // what is left is checked below
 	n, rss, anon := relayMemory(relays)
 	added := workerMemory() - before
 	t.Logf("%d guest connections: %d relay processes left (RSS %d KiB, anonymous %d KiB); the worker's heap and stacks grew by %d KiB; %+v",
@@ -121,10 +119,7 @@ func TestRelaysCapAndMemory(t *testing.T) {
 	for _, g := range guests {
 		g.Close()
 	}
-	deadline = time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && r.Stats().Open > 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.Poll(5*time.Second, func() bool { return r.Stats().Open == 0 }) // checked below
 	if st := r.Stats(); st.Open != 0 {
 		t.Errorf("%d connections still open after the guest closed them all", st.Open)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/cosmicac/cosmicac/internal/simsshd"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 func newKey(t *testing.T) (ssh.Signer, string) {
@@ -46,25 +48,16 @@ func (r *records) add(l string) { r.mu.Lock(); r.lines = append(r.lines, l); r.m
 // waitFor waits until a line holds every part.
 func (r *records) waitFor(t *testing.T, parts ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var lines []string
+	if !waittest.Poll(10*time.Second, func() bool {
 		r.mu.Lock()
-		for _, l := range r.lines {
-			all := true
-			for _, p := range parts {
-				all = all && strings.Contains(l, p)
-			}
-			if all {
-				r.mu.Unlock()
-				return
-			}
-		}
-		lines := append([]string(nil), r.lines...)
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no record with %q in %q", parts, lines)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer r.mu.Unlock()
+		lines = append(lines[:0], r.lines...)
+		return slices.ContainsFunc(lines, func(l string) bool {
+			return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) })
+		})
+	}) {
+		t.Fatalf("no record with %q in %q", parts, lines)
 	}
 }
 

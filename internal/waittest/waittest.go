@@ -1,8 +1,10 @@
 // Package waittest waits in tests for a condition to hold, instead of
 // sleeping for a time and hoping it does. The condition is polled, first
-// at once and then at a growing interval (1 ms up to 50 ms), so a fast
-// condition costs a millisecond and a slow one little CPU; the deadline
-// is only a bound on failure and never part of what a test asserts.
+// at once and then at a growing interval (1 ms up to 50 ms; up to a
+// six-hundredth of the bound, at most half a second, for a bound of
+// minutes such as a VM's boot), so a fast condition costs a millisecond
+// and a slow one little CPU; the deadline is only a bound on failure and
+// never part of what a test asserts.
 //
 // Use it where nothing better is at hand: a channel, an event the code
 // under test emits, or testing/synctest make a test exact, and are
@@ -60,9 +62,24 @@ func Within(t testing.TB, d time.Duration, cond func() bool, format string, args
 	}
 }
 
+// Poll polls cond until it returns true (true) or d has passed (false),
+// for a caller that reports the failure itself (with the last thing it
+// saw).
+func Poll(d time.Duration, cond func() bool) bool {
+	return poll(d, func() (bool, error) { return cond(), nil })
+}
+
+// maxInterval is the longest wait between two polls within d: 50 ms, or a
+// six-hundredth of d up to half a second. A condition that comes true is
+// seen within 0.2% of the bound; a wait of minutes for a VM's boot does not
+// ask twenty times a second.
+func maxInterval(d time.Duration) time.Duration {
+	return min(max(50*time.Millisecond, d/600), 500*time.Millisecond)
+}
+
 func poll(d time.Duration, cond func() (bool, error)) bool {
 	deadline := time.Now().Add(d)
-	b := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	b := backoff.Backoff{Min: time.Millisecond, Max: maxInterval(d)}
 	for {
 		if ok, _ := cond(); ok {
 			return true

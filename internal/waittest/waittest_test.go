@@ -67,3 +67,30 @@ type msgT struct {
 }
 
 func (m *msgT) Fatalf(format string, args ...any) { *m.msg = fmt.Sprintf(format, args...) }
+
+func TestPollSaysWhetherTheConditionHeld(t *testing.T) {
+	var n atomic.Int32
+	if !Poll(Timeout, func() bool { return n.Add(1) == 3 }) || n.Load() != 3 {
+		t.Fatalf("Poll of a condition true on the third call: %d calls", n.Load())
+	}
+	if Poll(5*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll of a condition never true said it held")
+	}
+}
+
+// A bound of minutes polls less often, never less than 20 times a second
+// for a bound of seconds, never less than twice a second.
+func TestMaxIntervalGrowsWithTheBound(t *testing.T) {
+	for _, c := range []struct{ d, want time.Duration }{
+		{10 * time.Millisecond, 50 * time.Millisecond},
+		{Timeout, 50 * time.Millisecond},
+		{30 * time.Second, 50 * time.Millisecond},
+		{time.Minute, 100 * time.Millisecond},
+		{3 * time.Minute, 300 * time.Millisecond},
+		{10 * time.Minute, 500 * time.Millisecond},
+	} {
+		if got := maxInterval(c.d); got != c.want {
+			t.Errorf("maxInterval(%v) = %v, want %v", c.d, got, c.want)
+		}
+	}
+}
