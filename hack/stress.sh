@@ -3,7 +3,8 @@
 #
 #   hack/stress.sh [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] [-r REGEXP] PACKAGE...
 #
-# Builds each package's test binary with the race detector, then runs
+# Builds each package's test binary with the race detector (as hack/test.sh
+# does: the SQLite engine uninstrumented), then runs
 # PARALLEL copies of it at once (each -test.count=COUNT) with GOMAXPROCS
 # above the machine's cores, so that goroutines interleave as they do on a
 # busy CI runner (-r runs only the tests REGEXP matches). Prints, per package, how many copies passed and every
@@ -26,6 +27,7 @@ shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "usage: $0 [-n PARALLEL] [-c COUNT] [-p GOMAXPROCS] [-r REGEXP] PACKAGE..." >&2; exit 2; }
 
 cd "$(dirname "$0")/.."
+source hack/buildflags.sh
 out=${STRESS_DIR:-$(mktemp -d)}
 mkdir -p "$out"
 if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
@@ -36,7 +38,7 @@ status=0
 for pkg in "$@"; do
 	name=$(echo "$pkg" | tr '/.' '__')
 	bin="$out/$name.test"
-	go test -race -c -o "$bin" "$pkg"
+	go test "${buildflags[@]}" -c -o "$bin" "$pkg"
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for i in $(seq 1 "$par"); do
 		# A background job of a non-interactive shell starts with SIGINT

@@ -14,6 +14,15 @@ log() { printf '[test %s] %s\n' "$(date +%T)" "$*" >&2; }
 # fresh machine this command alone sets everything up.
 hack/install-deps.sh
 
+# What fails in seconds fails before anything is built.
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+if ! go mod tidy -diff; then
+  echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1
+fi
+
 # Five things the tests need are built once per machine and cached outside
 # the checkout, each by its version or content; later runs find them and do
 # nothing. On a machine with empty caches they are built side by side: each
@@ -52,39 +61,88 @@ fi
 STATICCHECK_VERSION=v0.8.2
 sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
 
+# The test run's build flags (the race detector; hack/buildflags.sh says
+# which package goes without it, and why).
+source hack/buildflags.sh
+
 prep_dir=$(mktemp -d)
-trap 'rm -rf "$prep_dir"' EXIT
+# cleanup ends, on every exit of this script (a failure, a signal), what it
+# started and what they started: the prep steps still running, go test and
+# the web checks, each a process group of its own.
+cleanup() {
+  local f
+  for f in "$prep_dir"/*.pid; do
+    [[ -e $f ]] && kill -TERM -- -"$(<"$f")" 2>/dev/null
+  done
+  [[ -n ${gotest_pid:-} ]] && kill -TERM -- -"$gotest_pid" 2>/dev/null
+  [[ -n ${web_pid:-} ]] && kill -TERM -- -"$web_pid" 2>/dev/null
+  rm -rf "$prep_dir"
+  return 0
+}
+trap cleanup EXIT
 declare -A prep_pid=()
-# prep NAME CMD...: runs CMD in the background, its stdout and stderr in
+# children_cpu sets cpu_s to the CPU seconds (user and system) of the
+# processes this shell has waited for, theirs included: what a build cost,
+# where its wall time says how long it waited for the machine too. (Not
+# called in $(...): `times` there would count that subshell's children.)
+children_cpu() {
+  local f u s
+  f=$(mktemp)
+  times >"$f"
+  read -r u s < <(tail -1 "$f")
+  rm -f "$f"
+  cpu_s=$(awk -v u="$u" -v s="$s" 'function sec(x, a) { split(x, a, "m"); sub("s", "", a[2]); return a[1] * 60 + a[2] }
+    BEGIN { printf "%d", sec(u) + sec(s) }')
+}
+# prep NAME CMD...: runs the command CMD (not a shell function) in the
+# background, in a process group of its own (which cleanup ends, while it
+# runs, if this script ends first), its stdout and stderr in
 # $prep_dir/NAME.out and .err.
 prep() {
   local name=$1
   shift
   ( t0=$SECONDS
-    if "$@" >"$prep_dir/$name.out" 2>"$prep_dir/$name.err"; then
-      log "$name ready after $((SECONDS - t0))s"
-    else
-      exit $?
-    fi ) &
+    setsid "$@" >"$prep_dir/$name.out" 2>"$prep_dir/$name.err" &
+    echo $! >"$prep_dir/$name.pid"
+    status=0
+    wait $! || status=$?
+    rm -f "$prep_dir/$name.pid"
+    (( status == 0 )) || exit $status
+    children_cpu
+    log "$name done after $((SECONDS - t0))s, $cpu_s CPU-s" ) &
   prep_pid[$name]=$!
 }
-# prepared NAME: waits for NAME; on failure prints its output and stops
-# (the other builds run on to their end, filling their caches).
+# prepared NAME: waits for NAME; on failure prints its output and stops,
+# once the other prep steps have run to their end (so that the builds fill
+# their caches for the next run, and nothing is left running).
 prepared() {
   if ! wait "${prep_pid[$1]}"; then
     log "$1 failed:"
     cat "$prep_dir/$1.out" "$prep_dir/$1.err" >&2
+    log "waiting for the other prep steps to end"
+    wait
     exit 1
   fi
 }
 prep test-apiserver hack/build-test-apiserver.sh "$KUBEBUILDER_ASSETS"
 [[ -n "${loki_dir:-}" ]] && prep loki hack/build-loki.sh "$loki_dir"
 [[ -n "${llama_dir:-}" ]] && prep llama.cpp hack/build-llama.sh "$llama_dir"
-[[ -x "$sc_dir/staticcheck" ]] || prep staticcheck env GOBIN="$sc_dir" go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+# vet runs beside the builds too: on empty caches its compile of the tree,
+# with the test run's build flags, is the tests' own, and fills the builds'
+# downloads and single-threaded links. Its findings, if any, are printed as
+# a failed build's output is. staticcheck is built (pinned) meanwhile, and
+# run once vet is done (below).
+prep vet go vet "${buildflags[@]}" ./...
+prep staticcheck-build bash -c '[[ -x "$1/staticcheck" ]] || env GOBIN="$1" go install "honnef.co/go/tools/cmd/staticcheck@$2"' - "$sc_dir" "$STATICCHECK_VERSION"
 [[ $(id -u) == 0 ]] && prep vm-image hack/vm-image.sh
 for name in "${!prep_pid[@]}"; do
   prepared "$name"
 done
+# staticcheck runs beside go test: its `go list -export`, given the test
+# run's build flags, finds the packages vet compiled (without them it
+# compiled the whole tree a second time, without the race detector), and
+# nothing waits for it but the end. Its findings fail the run there.
+prep staticcheck env GOFLAGS="${GOFLAGS:+$GOFLAGS }$buildflags_env" "$sc_dir/staticcheck" ./...
 if [[ -n "${prep_pid[vm-image]:-}" ]]; then
   COSMICAC_VM_IMAGE=$(tail -1 "$prep_dir/vm-image.out")
   export COSMICAC_VM_IMAGE
@@ -105,34 +163,76 @@ else
   log "no PostgreSQL server binaries: the PostgreSQL store's tests skip (under CI, fail)"
 fi
 
-unformatted=$(gofmt -l $(git ls-files '*.go'))
-if [[ -n "$unformatted" ]]; then
-  echo "gofmt would change:"; echo "$unformatted"; exit 1
-fi
-if ! go mod tidy -diff; then
-  echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1
-fi
-# vet with -race: it compiles every dependency for its export data, and
-# with the test run's build flags those are the test run's own compiles
-# (on empty caches, one compile of the tree instead of two).
-go vet -race ./...
-
-log "staticcheck ./..."
-"$sc_dir/staticcheck" ./...
 # What the run leaves to read afterwards (the tests' log, the browser
 # tests' screenshots) goes to a directory of this run's own, so that two
 # runs on one machine do not write over each other.
 COSMICAC_TEST_OUT=${COSMICAC_TEST_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/cosmicac-test.XXXXXX")}
 export COSMICAC_TEST_OUT
 mkdir -p "$COSMICAC_TEST_OUT"
-log "go test -race ./... (its log: $COSMICAC_TEST_OUT/go-test.log)"
-# -vet=off: the whole of vet ran above, on the same files.
-go test -race -vet=off -count=1 -timeout 40m ./... 2>&1 | tee "$COSMICAC_TEST_OUT/go-test.log"
+log "go test ${buildflags[*]} ./... (its log: $COSMICAC_TEST_OUT/go-test.log)"
+# The slowest packages first: go test runs packages in the order it is
+# given them, -p (the number of CPUs) at a time, so the VM tests' minutes of
+# emulated boots start at once rather than run on alone at the end
+# (./... is in import-path order: vms started 9 minutes in, and ran its
+# last 5 alone). The order is by their time in CI, longest first; every
+# other package follows in ./...'s order.
+slow=(./internal/cli/systest/vms ./internal/cosmictest ./internal/cli/systest ./internal/monitor ./internal/appnode ./internal/cli)
+mapfile -t pkgs < <(go list ./... | grep -vxF -f <(printf '%s\n' "${slow[@]/#./$(go list -m)}"))
+# -timeout is a test binary's bound on a hang (it then prints every
+# goroutine), and the only fixed one the VM tests have over them as a whole
+# (internal/cosmictest's envContext): 60 minutes, for the VM package takes
+# 10 warm and more than twice that beside a CPU-heavy process.
+# -vet=off: the whole of vet ran above, on the same files. It runs in a
+# process group of its own, killed if this script ends first; its output
+# goes to its log and, as it comes, here.
+gotest_log=$COSMICAC_TEST_OUT/go-test.log
+: >"$gotest_log" # before tail opens it: go test's redirection is made in its own process
+setsid go test "${buildflags[@]}" -vet=off -count=1 -timeout 60m "${slow[@]}" "${pkgs[@]}" >"$gotest_log" 2>&1 &
+gotest_pid=$!
+tail -n +1 -f --pid="$gotest_pid" "$gotest_log" &
+tail_pid=$!
 
 # The web interface: its committed build is what web/ builds (reproducible
 # from the lock file), and the browser tests in Chromium against a real
-# `cosmicac up` (hack/webui.sh).
-log "web interface: reproducible build (hack/webui.sh --check)"
-hack/webui.sh --check
-log "web interface: browser tests (hack/webui.sh --test)"
-hack/webui.sh --test
+# `cosmicac up` (hack/webui.sh). They run beside the end of go test, once
+# the VM tests (the first package, whose result go test prints first) are
+# done: from there on go test leaves a third of the machine idle (its last
+# packages wait more than they compute), and the browser tests, which
+# mostly wait on a browser, fit there. Their output follows go test's.
+vms_done='^(ok|FAIL|---)[[:space:]].*/internal/cli/systest/vms([[:space:]]|$)'
+while kill -0 "$gotest_pid" 2>/dev/null && ! grep -qE "$vms_done" "$gotest_log"; do
+  sleep 5
+done
+# A process group of its own too (node, `cosmicac up`, Chromium), killed
+# with go test's if this script ends first.
+web_log=$COSMICAC_TEST_OUT/web.log
+export -f log
+setsid bash -c 'set -e
+  log "web interface: reproducible build (hack/webui.sh --check)"
+  hack/webui.sh --check
+  log "web interface: browser tests (hack/webui.sh --test)"
+  hack/webui.sh --test' >"$web_log" 2>&1 &
+web_pid=$!
+web_status=0
+wait "$web_pid" || web_status=$?
+gotest_status=0
+wait "$gotest_pid" || gotest_status=$?
+wait "$tail_pid" || true
+cat "$web_log"
+staticcheck_status=0
+if ! wait "${prep_pid[staticcheck]}"; then
+  staticcheck_status=1
+  log "staticcheck failed:"
+  cat "$prep_dir/staticcheck.out" "$prep_dir/staticcheck.err" >&2
+fi
+children_cpu
+log "done: $cpu_s CPU-s in all (the builds above, go test, the web checks)"
+if (( gotest_status != 0 )); then
+  log "go test failed (exit $gotest_status): its log is $gotest_log"
+fi
+if (( web_status != 0 )); then
+  log "the web interface's checks failed (exit $web_status): their log is $web_log"
+fi
+if (( gotest_status != 0 || web_status != 0 || staticcheck_status != 0 )); then
+  exit 1
+fi
