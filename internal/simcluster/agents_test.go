@@ -188,3 +188,41 @@ func testKilledReplicaIgnoresItsAgentsEnd(t *testing.T) {
 		t.Fatal("restart did not stop the old agent")
 	}
 }
+
+// TestHeldAgentNeverStarts: simHoldAgent is a VM whose agent never
+// connects, so nothing of the replica runs: the next replica's agent is
+// never started (a started one would serve requests, and have them cut
+// when the ork's deadline fails the replica), while its key is reported
+// from the scheduling on, as a real worker's is; and holding a replica
+// whose agent started, not ready yet, stops that agent.
+func TestHeldAgentNeverStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, f := startWithAgents(t)
+		if _, err := e.c.HoldAgent("", 0); err != nil {
+			t.Fatal(err)
+		}
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		waitFor(t, "the held agent's record", func() bool {
+			return slices.ContainsFunc(e.logs.Job(jobA), func(r joblog.Record) bool {
+				return r.Step == "agent" && strings.Contains(r.Line, "does not connect")
+			})
+		})
+		synctest.Wait()
+		if n := f.count(); n != 0 {
+			t.Fatalf("%d agents started for a held replica", n)
+		}
+		got, _ := e.rep.Last(jobA, 0)
+		if got.State == cosmic.StateRunning || len(got.AgentKeys) != 1 {
+			t.Fatalf("held replica reported %+v: want it starting, with its agent's key", got)
+		}
+
+		e.apply(t, jobB, resv(jobB, 0, on(0, 1)))
+		waitFor(t, "job B's agent to start", func() bool { return f.count() == 1 })
+		if _, err := e.c.HoldAgent(jobB, 0); err != nil {
+			t.Fatal(err)
+		}
+		if a := f.get(0); a.job != jobB || !a.stopped.Load() {
+			t.Fatalf("agent of %s/%d: stopped %v, want job B's stopped by the hold", a.job, a.replica, a.stopped.Load())
+		}
+	})
+}

@@ -93,6 +93,7 @@ func (c *Cluster) HoldAgent(jobID string, replica int) (simapi.FaultAck, error) 
 		return simapi.FaultAck{}, fabric.Errorf(fabric.CodeBadRequest, "%s: the agent of replica %d of job %s connected already (it is running)", simapi.MethodHoldAgent, replica, jobID)
 	}
 	r.holdAgent = true
+	c.stopAgent(r) // one started already never connects now
 	ack.Detail = fmt.Sprintf("the agent of replica %d of job %s will not connect", replica, jobID)
 	return ack, nil
 }

@@ -314,7 +314,12 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		}
 		r.progress = &cosmic.Progress{Step: progressBoot, Percent: 100}
 		r.phase = phaseReady
-		c.startAgent(j, r, now)
+		if !r.holdAgent {
+			// A held agent is not started at all: as in a VM whose image
+			// cannot start one, nothing of the replica runs or serves (its
+			// keys are bound all the same, from the scheduling on).
+			c.startAgent(j, r, now)
+		}
 	case phaseReady:
 		if r.holdAgent {
 			// simHoldAgent: the agent never connects; the ork's agent
