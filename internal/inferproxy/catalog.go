@@ -140,15 +140,21 @@ func ModelsOf(jobs []cosmic.Job) []Model {
 	return out
 }
 
-// cachedCatalog keeps a Catalog's answer for ttl.
+// cachedCatalog keeps a Catalog's answer for ttl, and reads it again
+// ahead of that (readAhead) while requests come, so that none waits for
+// the read.
 type cachedCatalog struct {
 	c   Catalog
 	ttl time.Duration
+	bg  *background
 
-	mu   sync.Mutex
-	at   time.Time
-	list []Model
-	err  error
+	load sync.Mutex // held by a read of c: reads run one at a time
+
+	mu    sync.Mutex // guards what follows
+	at    time.Time  // when the read that gave list and err began
+	list  []Model
+	err   error
+	ahead bool // a read ahead runs
 }
 
 // Down reads c's catalog, uncached: it is read only on a miss, which the
@@ -157,8 +163,34 @@ func (c *cachedCatalog) Down(ctx context.Context, team string) ([]Model, error) 
 	return c.c.Down(ctx, team)
 }
 
+// Models answers the list read within ttl. One past aheadAt of it starts a
+// read in the background, which the requests after it get.
 func (c *cachedCatalog) Models(ctx context.Context) ([]Model, error) {
-	return c.models(ctx, time.Now().Add(-c.ttl))
+	now := time.Now()
+	c.mu.Lock()
+	due := !c.ahead && c.err == nil && dueAhead(c.at, now, c.ttl)
+	c.ahead = c.ahead || due
+	c.mu.Unlock()
+	if due && !c.bg.Go(c.readAhead) {
+		c.mu.Lock()
+		c.ahead = false
+		c.mu.Unlock()
+	}
+	return c.models(ctx, now.Add(-c.ttl))
+}
+
+// readAhead reads the list before it expires, unless a read runs.
+func (c *cachedCatalog) readAhead(ctx context.Context) {
+	defer func() {
+		c.mu.Lock()
+		c.ahead = false
+		c.mu.Unlock()
+	}()
+	if !c.load.TryLock() {
+		return
+	}
+	defer c.load.Unlock()
+	c.read(ctx)
 }
 
 // fresh is Models from a read begun now or later: a request naming a
@@ -169,16 +201,36 @@ func (c *cachedCatalog) fresh(ctx context.Context) ([]Model, error) {
 	return c.models(ctx, time.Now())
 }
 
-// models answers the list read at notBefore or later, reading it anew if
-// the cached one is older.
-func (c *cachedCatalog) models(ctx context.Context, notBefore time.Time) ([]Model, error) {
+// cached is the list if it was read at notBefore or later.
+func (c *cachedCatalog) cached(notBefore time.Time) ([]Model, error, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.at.Before(notBefore) {
-		return c.list, c.err
+	if c.at.Before(notBefore) {
+		return nil, nil, false
 	}
+	return c.list, c.err, true
+}
+
+// models answers the list read at notBefore or later, reading it anew if
+// the cached one is older (or waiting for the read that runs).
+func (c *cachedCatalog) models(ctx context.Context, notBefore time.Time) ([]Model, error) {
+	if ms, err, ok := c.cached(notBefore); ok {
+		return ms, err
+	}
+	c.load.Lock()
+	defer c.load.Unlock()
+	if ms, err, ok := c.cached(notBefore); ok { // read meanwhile
+		return ms, err
+	}
+	return c.read(ctx)
+}
+
+// read reads the list; c.load is held.
+func (c *cachedCatalog) read(ctx context.Context) ([]Model, error) {
 	began := time.Now()
 	ms, err := c.c.Models(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err != nil && c.list != nil {
 		// Keep serving the last good list while the ork is away.
 		return c.list, nil
@@ -302,15 +354,18 @@ type keyCache struct {
 	keys Keys
 	ttl  time.Duration
 	now  func() time.Time // time.Now; a test's clock
+	bg   *background      // reads keys ahead of their expiry (nil: never)
 
 	mu sync.Mutex
 	m  map[string]keyEntry
 }
 
 type keyEntry struct {
-	k   store.APIKey
-	ok  bool
-	exp time.Time
+	k     store.APIKey
+	ok    bool
+	at    time.Time // when it was read
+	exp   time.Time
+	ahead bool // a read ahead runs
 }
 
 // keyToucher is the store's TouchAPIKey (store.APIKeys): where the proxy
@@ -322,21 +377,46 @@ type keyToucher interface {
 
 // lookup returns the key whose secret (or previous secret) is secret, the
 // secret's hash, and whether there is one; it does not check the key's
-// times.
+// times. A key past aheadAt of its TTL is read again in the background
+// (ahead.go) while the request goes on with it.
 func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, []byte, bool, error) {
 	hash := keyapi.HashKey(secret)
 	hk := string(hash)
 	now := c.now()
 	c.mu.Lock()
 	e, hit := c.m[hk]
+	due := hit && !e.ahead && dueAhead(e.at, now, c.ttl)
+	if due {
+		e.ahead = true
+		c.m[hk] = e
+	}
 	c.mu.Unlock()
 	if hit && now.Before(e.exp) {
+		if due && !c.bg.Go(func(ctx context.Context) { c.read(ctx, hash) }) {
+			c.mu.Lock()
+			if e, ok := c.m[hk]; ok {
+				e.ahead = false
+				c.m[hk] = e
+			}
+			c.mu.Unlock()
+		}
 		return e.k, hash, e.ok, nil
 	}
+	e, err := c.read(ctx, hash)
+	if err != nil {
+		return store.APIKey{}, nil, false, err
+	}
+	return e.k, hash, e.ok, nil
+}
+
+// read reads the key of hash and caches what it found.
+func (c *keyCache) read(ctx context.Context, hash []byte) (keyEntry, error) {
+	now := c.now()
 	k, err := c.keys.APIKeyByHash(ctx, hash)
+	var e keyEntry
 	switch {
 	case err == nil:
-		e = keyEntry{k: k, ok: true, exp: now.Add(c.ttl)}
+		e = keyEntry{k: k, ok: true, at: now, exp: now.Add(c.ttl)}
 		if t, ok := c.keys.(keyToucher); ok && now.Sub(k.LastUsedAt) >= store.TouchEvery {
 			// At most once a minute per key: one request then pays a write.
 			if err := t.TouchAPIKey(ctx, k.ID, now); err == nil {
@@ -344,15 +424,21 @@ func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, []b
 			}
 		}
 	case isNotFound(err):
-		e = keyEntry{exp: now.Add(c.ttl)}
+		e = keyEntry{at: now, exp: now.Add(c.ttl)}
 	default:
-		return store.APIKey{}, nil, false, err
+		c.mu.Lock()
+		if e, ok := c.m[string(hash)]; ok && e.ahead {
+			e.ahead = false // the next request past aheadAt tries again
+			c.m[string(hash)] = e
+		}
+		c.mu.Unlock()
+		return keyEntry{}, err
 	}
 	c.mu.Lock()
 	if len(c.m) > 100000 {
 		clear(c.m)
 	}
-	c.m[hk] = e
+	c.m[string(hash)] = e
 	c.mu.Unlock()
-	return e.k, hash, e.ok, nil
+	return e, nil
 }

@@ -164,6 +164,7 @@ type Proxy struct {
 	catalog  *cachedCatalog
 	keys     *keyCache
 	replicas *replicaSet
+	bg       *background // the caches' reads ahead (ahead.go)
 	limits   *limiter
 	pool     *hop.Pool
 	proxies  httpserve.Proxies // trusted gateways
@@ -230,10 +231,12 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	bg := newBackground()
 	p := &Proxy{cfg: cfg, node: node, log: log, loads: newJobLoads(), reporter: d.Load, usage: newUsageBook(log), sink: d.Usage,
-		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D()},
-		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), now: time.Now, m: map[string]keyEntry{}},
-		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}},
+		catalog:  &cachedCatalog{c: catalog, ttl: cfg.CatalogTTL.D(), bg: bg},
+		keys:     &keyCache{keys: keys, ttl: cfg.KeyTTL.D(), now: time.Now, m: map[string]keyEntry{}, bg: bg},
+		replicas: &replicaSet{node: node, dirs: dirs, agents: agents, ttl: cfg.LookupTTL.D(), pools: map[string]*pool{}, bg: bg},
+		bg:       bg,
 		limits:   &limiter{maxConcurrent: max(cfg.MaxConcurrentPerKey, 0), rpm: max(cfg.RequestsPerMinute, 0), keys: map[string]*keyLimit{}},
 	}
 	p.proxies, _ = httpserve.ParseProxies(cfg.TrustedProxies) // Validate checked them
@@ -320,8 +323,12 @@ func (p *Proxy) Handler() http.Handler { return p.handler }
 // 5 s); a dropped one is replaced from the connections the agent parked.
 const agentIdleFor = 3 * time.Second
 
-// Close drops the pooled connections to the agents.
-func (p *Proxy) Close() { p.pool.CloseIdle() }
+// Close drops the pooled connections to the agents, and ends (and waits
+// for) the caches' reads ahead.
+func (p *Proxy) Close() {
+	p.bg.close()
+	p.pool.CloseIdle()
+}
 
 // ---- errors
 

@@ -136,6 +136,7 @@ type pool struct {
 	// loading is non-nil while a lookup runs, which began at loadingSince.
 	loading      chan struct{}
 	loadingSince time.Time
+	ahead        bool // a lookup ahead of the list's expiry runs (or is about to)
 }
 
 // replicaSet finds and caches each job's replicas.
@@ -144,6 +145,7 @@ type replicaSet struct {
 	dirs   []fabric.PublicKey
 	agents Agents
 	ttl    time.Duration
+	bg     *background // looks lists up ahead of their expiry (nil: never)
 
 	mu    sync.Mutex
 	pools map[string]*pool
@@ -152,8 +154,39 @@ type replicaSet struct {
 // get returns the live replicas of job, looking them up when the cached
 // answer is older than ttl (one lookup at a time per job; the others wait
 // for it).
+//
+// A list past aheadAt of ttl is looked up again in the background
+// (ahead.go), while the request goes on with it.
 func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) {
-	return s.lookup(ctx, jobID, time.Now().Add(-s.ttl), true)
+	now := time.Now()
+	p := s.pool(jobID)
+	p.mu.Lock()
+	due := p.loading == nil && !p.ahead && p.err == nil && dueAhead(p.at, now, s.ttl)
+	p.ahead = p.ahead || due
+	p.mu.Unlock()
+	if due && !s.bg.Go(func(ctx context.Context) {
+		s.lookup(ctx, jobID, time.Now(), true)
+		p.mu.Lock()
+		p.ahead = false
+		p.mu.Unlock()
+	}) {
+		p.mu.Lock()
+		p.ahead = false
+		p.mu.Unlock()
+	}
+	return s.lookup(ctx, jobID, now.Add(-s.ttl), true)
+}
+
+// pool is job's pool, made on first use.
+func (s *replicaSet) pool(jobID string) *pool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pools[jobID]
+	if p == nil {
+		p = &pool{jobID: jobID, replicas: map[fabric.PublicKey]*replica{}}
+		s.pools[jobID] = p
+	}
+	return p
 }
 
 // refresh is get with an answer from a lookup begun now or later: a
@@ -169,13 +202,7 @@ func (s *replicaSet) refresh(ctx context.Context, jobID string) ([]*replica, err
 // later, else from a new one (or the one running, if it began in time).
 // stale lets it answer the last list while a lookup runs.
 func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Time, stale bool) ([]*replica, error) {
-	s.mu.Lock()
-	p := s.pools[jobID]
-	if p == nil {
-		p = &pool{jobID: jobID, replicas: map[fabric.PublicKey]*replica{}}
-		s.pools[jobID] = p
-	}
-	s.mu.Unlock()
+	p := s.pool(jobID)
 	for {
 		p.mu.Lock()
 		if !p.at.Before(notBefore) {

@@ -547,6 +547,9 @@ func testRateLimited(t *testing.T, lim lokiLimits) {
 					metric(t, e.m, "cosmicac_monitor_loki_records_sent_total"), metric(t, e.m, "cosmicac_monitor_loki_records_dropped_total"),
 					counter(t, e.m, "cosmicac_monitor_loki_push_errors_total", "code", "429"),
 					metric(t, e.m, "cosmicac_monitor_loki_rate_limited_splits_total"), len(waits.get()))
+				if lk.fake == nil {
+					t.Logf("Loki's own counts:\n%s", lokiCounts(lk.url))
+				}
 			}
 		})
 		lines := waitLines(t, lk.url, jobA, n)
@@ -722,4 +725,25 @@ func TestFakeAnswersAsLokiDoes(t *testing.T) {
 			}
 		})
 	})
+}
+
+// lokiCounts is what a real Loki's /metrics says it received, discarded
+// (by reason) and stored, for a failure's log: whether records were lost
+// on the way in or are missing from the answers to queries.
+func lokiCounts(base string) string {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out []string
+	for l := range strings.Lines(string(b)) {
+		for _, m := range []string{"loki_discarded_samples_total", "loki_distributor_lines_received_total", "loki_ingester_chunks_stored_total", "loki_ingester_streams_created_total", "loki_ingester_memory_streams"} {
+			if strings.HasPrefix(l, m) {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
