@@ -69,13 +69,16 @@ prep_dir=$(mktemp -d)
 # cleanup ends, on every exit of this script (a failure, a signal), what it
 # started and what they started: the prep steps still running, go test and
 # the web checks, each a process group of its own.
+# A group that has ended already is no error: under `set -e` a failed kill
+# here would make the run's exit status 1 whatever the tests said (the
+# status of an EXIT trap's failing command is the script's).
 cleanup() {
   local f
   for f in "$prep_dir"/*.pid; do
-    [[ -e $f ]] && kill -TERM -- -"$(<"$f")" 2>/dev/null
+    if [[ -e $f ]]; then kill -TERM -- -"$(<"$f")" 2>/dev/null || true; fi
   done
-  [[ -n ${gotest_pid:-} ]] && kill -TERM -- -"$gotest_pid" 2>/dev/null
-  [[ -n ${web_pid:-} ]] && kill -TERM -- -"$web_pid" 2>/dev/null
+  if [[ -n ${gotest_pid:-} ]]; then kill -TERM -- -"$gotest_pid" 2>/dev/null || true; fi
+  if [[ -n ${web_pid:-} ]]; then kill -TERM -- -"$web_pid" 2>/dev/null || true; fi
   rm -rf "$prep_dir"
   return 0
 }
