@@ -42,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +54,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/cosmicac/cosmicac/internal/testenv"
 )
@@ -306,6 +308,11 @@ func (e *Env) start() error {
 	// envtest copies this to the apiserver's (and etcd's) stop timeout.
 	te.ControlPlaneStopTimeout = e.opts.stopGrace
 	e.Environment = te
+	// envtest logs through controller-runtime's logger, which, never set,
+	// prints a stack ("log.SetLogger(...) was never called") into every
+	// test package's output that starts one; a component under test that
+	// sets its own (internal/platform's Kubernetes rack) replaces this.
+	ctrllog.SetLogger(logr.Discard())
 	cfg, err := te.Start()
 	if err != nil {
 		return fmt.Errorf("k8stest: starting envtest: %w%s", err, e.logTail())
