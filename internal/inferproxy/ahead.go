@@ -53,22 +53,31 @@ func newBackground() *background {
 }
 
 // Go runs f in the background, its context ending after aheadTimeout or
-// at close; false: the proxy is closed, and f is not run.
-func (b *background) Go(f func(ctx context.Context)) bool {
+// at close; once the proxy is closed (or without a background) f is not
+// run.
+func (b *background) Go(f func(ctx context.Context)) {
 	if b == nil {
-		return false
+		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return false
+		return
 	}
 	b.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(b.ctx, aheadTimeout)
 		defer cancel()
 		f(ctx)
 	})
-	return true
+}
+
+// onClose calls f when close is called (at once if it was); stop
+// unregisters it.
+func (b *background) onClose(f func()) (stop func() bool) {
+	if b == nil {
+		return func() bool { return false }
+	}
+	return context.AfterFunc(b.ctx, f)
 }
 
 // close ends the reads running and waits for them; later ones never run.

@@ -169,12 +169,14 @@ func (c *cachedCatalog) Models(ctx context.Context) ([]Model, error) {
 	now := time.Now()
 	c.mu.Lock()
 	due := !c.ahead && c.err == nil && dueAhead(c.at, now, c.ttl)
-	c.ahead = c.ahead || due
+	c.ahead = c.ahead || due // stays set once the proxy is closed: no read ahead then
+	fresh, list, err := !c.at.Before(now.Add(-c.ttl)), c.list, c.err
 	c.mu.Unlock()
-	if due && !c.bg.Go(c.readAhead) {
-		c.mu.Lock()
-		c.ahead = false
-		c.mu.Unlock()
+	if due {
+		c.bg.Go(c.readAhead)
+	}
+	if fresh {
+		return list, err
 	}
 	return c.models(ctx, now.Add(-c.ttl))
 }
@@ -392,13 +394,8 @@ func (c *keyCache) lookup(ctx context.Context, secret string) (store.APIKey, []b
 	}
 	c.mu.Unlock()
 	if hit && now.Before(e.exp) {
-		if due && !c.bg.Go(func(ctx context.Context) { c.read(ctx, hash) }) {
-			c.mu.Lock()
-			if e, ok := c.m[hk]; ok {
-				e.ahead = false
-				c.m[hk] = e
-			}
-			c.mu.Unlock()
+		if due { // once the proxy is closed nothing runs, and the flag stays
+			c.bg.Go(func(ctx context.Context) { c.read(ctx, hash) })
 		}
 		return e.k, hash, e.ok, nil
 	}

@@ -164,17 +164,17 @@ func (s *replicaSet) get(ctx context.Context, jobID string) ([]*replica, error) 
 	due := p.loading == nil && !p.ahead && p.err == nil && dueAhead(p.at, now, s.ttl)
 	p.ahead = p.ahead || due
 	p.mu.Unlock()
-	if due && !s.bg.Go(func(ctx context.Context) {
-		s.lookup(ctx, jobID, time.Now(), true)
-		p.mu.Lock()
-		p.ahead = false
-		p.mu.Unlock()
-	}) {
-		p.mu.Lock()
-		p.ahead = false
-		p.mu.Unlock()
+	if due {
+		// Once the proxy is closed nothing runs, and the flag stays: no
+		// read ahead is wanted any more.
+		s.bg.Go(func(ctx context.Context) {
+			s.lookup(ctx, p, time.Now(), true)
+			p.mu.Lock()
+			p.ahead = false
+			p.mu.Unlock()
+		})
 	}
-	return s.lookup(ctx, jobID, now.Add(-s.ttl), true)
+	return s.lookup(ctx, p, now.Add(-s.ttl), true)
 }
 
 // pool is job's pool, made on first use.
@@ -195,14 +195,14 @@ func (s *replicaSet) pool(jobID string) *pool {
 // (inferagent publishes ready only once announced). Lookups stay one at a
 // time per job, however many requests wait.
 func (s *replicaSet) refresh(ctx context.Context, jobID string) ([]*replica, error) {
-	return s.lookup(ctx, jobID, time.Now(), false)
+	return s.lookup(ctx, s.pool(jobID), time.Now(), false)
 }
 
 // lookup answers from the last lookup of job if it began at notBefore or
 // later, else from a new one (or the one running, if it began in time).
 // stale lets it answer the last list while a lookup runs.
-func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Time, stale bool) ([]*replica, error) {
-	p := s.pool(jobID)
+func (s *replicaSet) lookup(ctx context.Context, p *pool, notBefore time.Time, stale bool) ([]*replica, error) {
+	jobID := p.jobID
 	for {
 		p.mu.Lock()
 		if !p.at.Before(notBefore) {
@@ -233,8 +233,12 @@ func (s *replicaSet) lookup(ctx context.Context, jobID string, notBefore time.Ti
 		began := time.Now()
 		p.loading, p.loadingSince = ch, began
 		p.mu.Unlock()
+		// Not the caller's cancellation (others wait for this lookup), but
+		// the proxy's Close (s.bg) ends it.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		stop := s.bg.onClose(cancel)
 		peers, err := s.node.Lookup(lctx, agentapi.InferenceTopic(jobID), s.dirs...)
+		stop()
 		cancel()
 		p.mu.Lock()
 		p.loading = nil
