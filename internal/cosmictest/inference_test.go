@@ -289,7 +289,11 @@ func TestInferenceReplicaCrash(t *testing.T) {
 			}
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
-				if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+				l := sc.Text()
+				if n, ok := strings.CutPrefix(l, ": replica "); ok && r.events == 0 {
+					r.replica = n // failed over after the head went on
+				}
+				if strings.HasPrefix(l, "data: ") {
 					r.events++
 					r.done = l == "data: [DONE]"
 				}

@@ -58,6 +58,9 @@ type Agent struct {
 	addr string // the runtime's host:port while it runs
 
 	hc *http.Client
+	// spare is llama.cpp's connection to the runtime dialed ahead of the
+	// next exchange (spare.go).
+	spare spare
 	// probeAddrs are the local addresses of hc's open connections.
 	probeAddrs sync.Map
 }
@@ -284,6 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-announced
 	n.Close()
 	wg.Wait()
+	a.spare.close()
 	return nil
 }
 

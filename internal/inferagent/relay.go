@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,15 +30,16 @@ import (
 // answer, which relayed byte for byte would cost the proxy a new fabric
 // stream per request. For it the agent relays exchanges (serveExchanges):
 // it reads each request's head from the stream, sends the request on a
-// connection of its own to the runtime (one per request; the runtime may
-// close it), and writes the answer back framed by itself, each read of the
+// connection of its own to the runtime (one per request, dialed ahead:
+// spare.go; the runtime may close it), and writes the answer back framed by
+// itself (an event stream's head at once), each read of the
 // runtime's answer written and flushed at once, so SSE events are never
 // held back nor joined. The stream outlives the runtime's connections: a
 // request costs no new fabric stream. The answer is read and written in
 // the stream's own goroutine (no HTTP server, no transport and their
-// goroutines in between); one more goroutine watches the stream meanwhile,
-// so that a proxy that closes it (its client left) closes the runtime's
-// connection, and the runtime stops generating. Only the hop-by-hop headers
+// goroutines in between); one more goroutine watches the stream while the
+// answer goes, so that a proxy that closes it (its client left) closes the
+// runtime's connection, and the runtime stops generating. Only the hop-by-hop headers
 // change on the way (RFC 9110 7.6.1); no X-Forwarded header is added, and
 // the body is passed as the runtime wrote it (no compression is asked for
 // or undone).
@@ -68,7 +70,7 @@ func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error 
 		if err != nil {
 			return err
 		}
-		serveExchanges(ctx, s, a.runtimeAddr)
+		serveExchanges(ctx, s, a.runtimeAddr, &a.spare)
 		return nil
 	}
 	rc, err := dialRuntime(ctx, addr)
@@ -89,37 +91,37 @@ func (a *Agent) openRelay(ctx context.Context, req *fabric.StreamRequest) error 
 const badGateway = `{"error":{"message":"the replica's runtime did not answer","type":"runtime_unavailable","code":502}}`
 
 // serveExchanges relays the proxy's requests on s to the runtime at addr()
-// ("" while none runs), one at a time, until the proxy closes s, s rests
-// streamIdle, or ctx ends.
-func serveExchanges(ctx context.Context, s *fabric.Stream, addr func() string) {
+// ("" while none runs), one at a time, each on a connection taken from sp,
+// until the proxy closes s, s rests streamIdle, or ctx ends.
+func serveExchanges(ctx context.Context, s *fabric.Stream, addr func() string, sp *spare) {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	defer s.Close()
 	br, bw := bufio.NewReader(s), bufio.NewWriter(s)
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
-	s.SetReadDeadline(time.Now().Add(streamIdle))
 	for {
+		s.SetReadDeadline(time.Now().Add(streamIdle))
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return // closed, idle, or not HTTP: the proxy opens another
 		}
 		s.SetReadDeadline(time.Time{})
-		if !exchange(ctx, s, br, bw, req, addr(), *bp) {
+		if !exchange(ctx, s, br, bw, req, addr(), sp, *bp) {
 			return
 		}
 	}
 }
 
 // exchange relays req (read from the stream s through br) to the runtime
-// at addr and its answer back through bw. It answers whether the stream
-// carries a next request (its head is then buffered in br, or on its way
-// within streamIdle): false when either side broke off or the stream ended.
-func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio.Writer, req *http.Request, addr string, buf []byte) bool {
+// at addr, on a connection taken from sp, and its answer back through bw.
+// It answers whether the stream may carry a next request: false when either
+// side broke off or the stream ended.
+func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio.Writer, req *http.Request, addr string, sp *spare, buf []byte) bool {
 	var rc net.Conn
 	err := errors.New("the replica's runtime is not running")
 	if addr != "" {
-		rc, err = dialRuntime(ctx, addr)
+		rc, err = sp.take(ctx, addr)
 	}
 	if err != nil {
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
@@ -162,8 +164,15 @@ func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio
 		<-watched
 		return false
 	}
-	s.SetReadDeadline(time.Now().Add(streamIdle)) // bounds the watch's wait for the next request
-	return <-watched == nil
+	// The answer is whole: end the watch, so that the next request wakes
+	// the stream's own goroutine (serveExchanges), not the watch and then
+	// it: one hand-off fewer on the way to the runtime (docs/benchmarks.md,
+	// "Inference on a real engine"). A read deadline in the past ends the
+	// watch's read with a timeout and leaves the stream as it was.
+	s.SetReadDeadline(time.Now())
+	err = <-watched
+	var ne net.Error
+	return err == nil || errors.As(err, &ne) && ne.Timeout()
 }
 
 // next waits for the stream's next request, as long as a stream may rest.
@@ -210,8 +219,13 @@ func relayAnswer(rc net.Conn, bw *bufio.Writer, req *http.Request, buf []byte) b
 	bw.WriteString("\r\n")
 	h.Write(bw)
 	bw.WriteString("\r\n")
-	// The head goes with the body's first bytes (the proxy holds it back
-	// until then anyway): one write fewer.
+	// An event stream's head goes at once (the proxy passes it on at once,
+	// and the first event then travels alone); any other answer's with its
+	// body's first bytes (the proxy holds it back until then anyway): one
+	// write fewer.
+	if chunked && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && bw.Flush() != nil {
+		return false
+	}
 	for !noBody {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {

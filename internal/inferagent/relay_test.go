@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,8 +26,11 @@ import (
 // closingRuntime is a runtime that answers every request with
 // Connection: close, as llama-server does after a streamed answer.
 type closingRuntime struct {
-	srv   *httptest.Server
+	srv *httptest.Server
+	// conns counts the connections that carried a request (the agent's
+	// spare, dialed ahead, carries none until it is taken).
 	conns atomic.Int64
+	used  sync.Map // net.Conn → true once it carried a request
 }
 
 func (r *closingRuntime) Start(_ context.Context, l inferagent.Launch) (inferagent.Process, error) {
@@ -67,7 +71,8 @@ func llamaAgent(t *testing.T, rt *closingRuntime) net.Conn {
 	return c
 }
 
-// startRuntime serves h as the runtime, counting its connections.
+// startRuntime serves h as the runtime, counting the connections that
+// carry requests.
 func startRuntime(t *testing.T, h http.HandlerFunc) *closingRuntime {
 	rt := &closingRuntime{}
 	rt.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -84,8 +89,11 @@ func startRuntime(t *testing.T, h http.HandlerFunc) *closingRuntime {
 			h(w, r)
 		}
 	}))
-	rt.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+	rt.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s != http.StateActive {
+			return
+		}
+		if _, seen := rt.used.LoadOrStore(c, true); !seen {
 			rt.conns.Add(1)
 		}
 	}

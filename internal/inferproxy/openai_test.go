@@ -272,7 +272,9 @@ func TestLimits(t *testing.T) {
 
 // TestReplicaKilledDuringStreaming: with two replicas and requests waiting
 // for their first token, replica 0 dies; every request that had not begun
-// streaming completes on replica 1.
+// streaming completes on replica 1. The head went on before the first token
+// (an event stream's does), naming the replica that began; one that fails
+// over is named by an SSE comment before its first event.
 func TestReplicaKilledDuringStreaming(t *testing.T) {
 	h := newHarness(t, Config{LookupTTL: config.Duration(100 * time.Millisecond), MaxConcurrentPerKey: 100})
 	hold := make(chan struct{}) // no stream gets its first token before the crash
@@ -300,7 +302,11 @@ func TestReplicaKilledDuringStreaming(t *testing.T) {
 			r := result{replica: resp.Header.Get("X-CosmicAC-Replica")}
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
-				if l := sc.Text(); strings.HasPrefix(l, "data: ") {
+				l := sc.Text()
+				if n, ok := strings.CutPrefix(l, ": replica "); ok && r.events == 0 {
+					r.replica = n
+				}
+				if strings.HasPrefix(l, "data: ") {
 					r.events++
 					r.done = l == "data: [DONE]"
 				}

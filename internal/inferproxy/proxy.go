@@ -933,7 +933,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		}
 		attempt++
 		m := meter{strip: strip}
-		done, refused, errText := p.try(w, r, rep, path, body, wait.committed, &m)
+		done, refused, errText := p.try(w, r, rep, path, body, &wait.committed, &m)
 		if errText == errBodyFailed {
 			return true
 		}
@@ -1073,10 +1073,13 @@ func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
 // (or part of it) reached the client; otherwise nothing was written and the
 // request may go to another replica.
 //
-// committed says the client was already answered 200 text/event-stream
-// (readyWait): the replica's status and headers are not the client's any
-// more, so an answer that is not an event stream goes as an error event.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed bool, m *meter) (done, answered bool, errText string) {
+// *committed says the client was already answered 200 text/event-stream
+// (readyWait, or an earlier try's stream): the replica's status and headers
+// are not the client's any more, so an answer that is not an event stream
+// goes as an error event. try sets it when it passes on an event stream's
+// head.
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed *bool, m *meter) (done, answered bool, errText string) {
+	began := *committed // the head the client has is not this replica's
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
 	start := time.Now()
@@ -1121,8 +1124,23 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		rep.observe(true, 0, msg)
 		return false, true, msg
 	}
-	// Hold the headers back until the first byte of the body: a replica
-	// that dies before it (during prefill, say) fails over unseen.
+	// The answer may stream for minutes: each write, not the whole, is
+	// bounded by the server's write limit.
+	w = httpserve.Stream(w)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if !*committed && resp.StatusCode == http.StatusOK && sse {
+		// An event stream's head goes on at once, as the runtime sent it:
+		// the client has read it before the first event, which then costs
+		// it one read, not a head to parse as well (docs/benchmarks.md,
+		// "Inference on a real engine"). The stream is committed: a replica
+		// that dies before its first event still fails over, its
+		// successor's events following this head (forward).
+		p.writeHead(w, rep, resp)
+		http.NewResponseController(w).Flush()
+		*committed = true
+	}
+	// Any other answer's headers are held back until the first byte of
+	// its body: a replica that dies before it fails over unseen.
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
@@ -1137,11 +1155,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	}
 	rep.observe(resp.StatusCode >= 500, time.Since(start), http.StatusText(resp.StatusCode))
 	m.status = resp.StatusCode
-	// The answer may stream for minutes: each write, not the whole, is
-	// bounded by the server's write limit.
-	w = httpserve.Stream(w)
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	if committed && (resp.StatusCode != http.StatusOK || !sse) {
+	if *committed && (resp.StatusCode != http.StatusOK || !sse) {
 		msg := strings.TrimSpace(string(buf[:n]))
 		var e struct {
 			Error struct {
@@ -1154,22 +1168,16 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		writeSSEError(w, resp.StatusCode, "replica_error", msg)
 		return true, false, ""
 	}
-	if !committed {
-		h := w.Header()
-		for k := range resp.Header {
-			// The proxy's limits are the caller's (admit); a runtime
-			// (a tenant's VM) does not speak for them.
-			if len(k) > len("X-Ratelimit-") && strings.EqualFold(k[:len("X-Ratelimit-")], "X-Ratelimit-") {
-				delete(resp.Header, k)
-			}
-		}
-		hop.CopyHeaders(h, resp.Header)
-		h.Del("Set-Cookie") // a runtime sets no cookie on the platform's origin
-		h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
-		w.WriteHeader(resp.StatusCode)
+	if !*committed {
+		p.writeHead(w, rep, resp)
 	}
 	fl, _ := w.(http.Flusher)
 	if sse && fl != nil {
+		if began {
+			// The head named another replica, or none (readyWait): an SSE
+			// comment, which clients skip, names the one that answers.
+			io.WriteString(w, ": replica "+strconv.Itoa(rep.meta.Load().Replica)+"\n\n")
+		}
 		if err := copySSE(w, fl, rb, buf, n, rerr, m); err != nil && r.Context().Err() == nil {
 			p.log.Debug("stream cut", "replica", rep.meta.Load().Replica, "err", err)
 			panic(http.ErrAbortHandler) // tell the client the stream broke
@@ -1190,6 +1198,24 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	m.tokens, _ = tap.usage()
 	clean = true
 	return true, false, ""
+}
+
+// writeHead answers the client with the replica's status and end-to-end
+// headers, less what a runtime does not speak for, and names the replica
+// (X-CosmicAC-Replica: the one that began the answer).
+func (p *Proxy) writeHead(w http.ResponseWriter, rep *replica, resp *hop.Response) {
+	h := w.Header()
+	for k := range resp.Header {
+		// The proxy's limits are the caller's (admit); a runtime
+		// (a tenant's VM) does not speak for them.
+		if len(k) > len("X-Ratelimit-") && strings.EqualFold(k[:len("X-Ratelimit-")], "X-Ratelimit-") {
+			delete(resp.Header, k)
+		}
+	}
+	hop.CopyHeaders(h, resp.Header)
+	h.Del("Set-Cookie") // a runtime sets no cookie on the platform's origin
+	h.Set("X-CosmicAC-Replica", strconv.Itoa(rep.meta.Load().Replica))
+	w.WriteHeader(resp.StatusCode)
 }
 
 // errBodyFailed is try's errText when the request's body could not be
