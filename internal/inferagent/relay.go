@@ -164,6 +164,7 @@ func exchange(ctx context.Context, s *fabric.Stream, br *bufio.Reader, bw *bufio
 		<-watched
 		return false
 	}
+	sp.refill(addr) // the next request's connection, dialed now the runtime is done with this one
 	// The answer is whole: end the watch, so that the next request wakes
 	// the stream's own goroutine (serveExchanges), not the watch and then
 	// it: one hand-off fewer on the way to the runtime (docs/benchmarks.md,

@@ -18,8 +18,10 @@ import (
 // TCP's handshake) lay on every request's way to the first token (about a
 // tenth of a millisecond on the machines of docs/benchmarks.md, "Inference
 // on a real engine"). The agent keeps one connection dialed ahead: an
-// exchange takes it and dials the next in the background, while the
-// runtime works on the request. A spare unused for spareFor is closed:
+// exchange takes it, and dials the next once its answer is whole (refill),
+// not while the runtime works on it: the runtime's accepting a connection
+// (a thread woken, one handed the connection) would take CPU from the
+// request on a machine it shares. A spare unused for spareFor is closed:
 // llama-server's HTTP library (cpp-httplib's keep-alive wait, 5 s by
 // default) closes a connection that sends nothing, and each open one holds
 // one of its HTTP threads meanwhile. At most one is kept, so spares never
@@ -41,8 +43,7 @@ type spare struct {
 }
 
 // take answers a connection to the runtime at addr: the spare if it is
-// connected there and still open, else a new one; then it starts dialing
-// the next spare (after its own dial: that one is on a request's way).
+// connected there and still open, else a new one.
 func (s *spare) take(ctx context.Context, addr string) (net.Conn, error) {
 	s.mu.Lock()
 	c, at := s.c, s.addr
@@ -50,16 +51,11 @@ func (s *spare) take(ctx context.Context, addr string) (net.Conn, error) {
 	s.mu.Unlock()
 	if c != nil {
 		if at == addr && open(c) {
-			s.refill(addr)
 			return c, nil
 		}
 		c.Close()
 	}
-	c, err := dialRuntime(ctx, addr)
-	if err == nil {
-		s.refill(addr)
-	}
-	return c, err
+	return dialRuntime(ctx, addr)
 }
 
 // refill starts dialing a spare to addr unless one is kept or on its way.

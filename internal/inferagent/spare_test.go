@@ -11,10 +11,10 @@ import (
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
-// TestSpareConnection: take answers a connection dialed ahead when one is
-// ready, and dials the next after; a spare the runtime closed is not
+// TestSpareConnection: take answers the connection refill dialed ahead
+// when one is ready, else dials; a spare the runtime closed is not
 // answered; a spare left unused is closed within spareFor; close closes
-// the spare and keeps none after.
+// the spare, and refill keeps none after it.
 func TestSpareConnection(t *testing.T) {
 	addr := filepath.Join(t.TempDir(), "rt.sock")
 	ln, err := net.Listen("unix", addr)
@@ -62,12 +62,13 @@ func TestSpareConnection(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	first, err := s.take(ctx, addr) // none ready: dialed now, then a spare
+	first, err := s.take(ctx, addr) // none ready: dialed now
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
 	sends(first, next("the first"), "the first connection")
+	s.refill(addr) // as an exchange does once its answer is whole
 	spareEnd := next("the spare")
 	waittest.Until(t, func() bool { return kept() != nil }, "the spare kept")
 	second, err := s.take(ctx, addr)
@@ -76,6 +77,7 @@ func TestSpareConnection(t *testing.T) {
 	}
 	defer second.Close()
 	sends(second, spareEnd, "the second take (the spare)")
+	s.refill(addr)
 	// The next spare, closed by the runtime before it is taken, is not
 	// answered: take dials a new one.
 	next("the next spare").Close()
@@ -86,6 +88,7 @@ func TestSpareConnection(t *testing.T) {
 	}
 	defer third.Close()
 	sends(third, next("a new one for the third take"), "the third take")
+	s.refill(addr)
 	// The spare dialed after it, left unused, is closed within spareFor.
 	unused := next("the spare after the third")
 	unused.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -96,7 +99,7 @@ func TestSpareConnection(t *testing.T) {
 	if kept() != nil {
 		t.Fatal("an expired spare is still kept")
 	}
-	// close keeps none: a take after it dials, and no spare follows.
+	// close keeps none: a take after it dials, and refill dials no spare.
 	s.close()
 	fourth, err := s.take(ctx, addr)
 	if err != nil {
@@ -104,6 +107,7 @@ func TestSpareConnection(t *testing.T) {
 	}
 	fourth.Close()
 	next("the fourth")
+	s.refill(addr)
 	s.fills.Wait()
 	if kept() != nil || s.dialing {
 		t.Fatal("a spare kept after close")
