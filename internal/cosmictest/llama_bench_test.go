@@ -39,7 +39,9 @@ import (
 // reports time to first token and between tokens (p50, p99 over the run's
 // streams) and tokens a second, for each path, and the connections the
 // proxy opened to the agent (agent-conns: one per concurrent stream, kept
-// alive across the rounds). docs/benchmarks.md, "Inference on a real
+// alive across the rounds). A stream that fails fails the benchmark on the
+// proxy's path; on a baseline's it is logged and counted (PATH-failed),
+// and left out of the figures. docs/benchmarks.md, "Inference on a real
 // engine".
 //
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
@@ -115,6 +117,7 @@ func BenchmarkLlamaStreams(b *testing.B) {
 				ttft, itl []time.Duration
 				tokens    int
 				took      time.Duration
+				failed    int
 			}
 			got := make([]stats, len(paths))
 			var mu sync.Mutex
@@ -132,7 +135,20 @@ func BenchmarkLlamaStreams(b *testing.B) {
 						wg.Go(func() {
 							first, gaps, n, err := stream(e.Ctx, p.c, p.url, p.auth, body)
 							if err != nil {
-								b.Error(err)
+								if p.name == "proxy" {
+									b.Error(err)
+									return
+								}
+								// A baseline's failure is counted and said,
+								// not the run's end: the standard library's
+								// reverse proxy in front of llama-server
+								// has cut a stream now and then ("use of
+								// closed network connection" reading the
+								// engine's socket; docs/benchmarks.md).
+								b.Logf("%s: %v", p.name, err)
+								mu.Lock()
+								got[i].failed++
+								mu.Unlock()
 								return
 							}
 							mu.Lock()
@@ -155,6 +171,9 @@ func BenchmarkLlamaStreams(b *testing.B) {
 				b.ReportMetric(ms(pct(g.itl, 50)), p.name+"-itl-p50-ms")
 				b.ReportMetric(ms(pct(g.itl, 99)), p.name+"-itl-p99-ms")
 				b.ReportMetric(float64(g.tokens)/g.took.Seconds(), p.name+"-tok/s")
+				if g.failed > 0 {
+					b.ReportMetric(float64(g.failed), p.name+"-failed")
+				}
 			}
 		})
 	}
