@@ -42,8 +42,16 @@ func (r *closingRuntime) Err() error            { return nil }
 func (r *closingRuntime) Stop(time.Duration)    {}
 
 // llamaAgent runs an inference agent of a llama.cpp job on rt and answers
-// a stream to it from a proxy node.
+// a direct stream to it from a proxy node.
 func llamaAgent(t *testing.T, rt *closingRuntime) net.Conn {
+	t.Helper()
+	return llamaAgentOn(t, rt, func(ctx context.Context, proxy *fabric.Node, key fabric.PublicKey) (net.Conn, error) {
+		return agentapi.DialInference(ctx, proxy, key)
+	})
+}
+
+// llamaAgentOn is llamaAgent with the stream opened by open.
+func llamaAgentOn(t *testing.T, rt *closingRuntime, open func(context.Context, *fabric.Node, fabric.PublicKey) (net.Conn, error)) net.Conn {
 	t.Helper()
 	anyone := fabric.PolicyFunc(func(fabric.PublicKey) fabric.Access { return fabric.AccessFull })
 	proxy := node(t, "proxy", "127.0.0.1:0", anyone)
@@ -64,7 +72,7 @@ func llamaAgent(t *testing.T, rt *closingRuntime) net.Conn {
 	var c net.Conn
 	waittest.NoError(t, func() error {
 		var err error
-		c, err = agentapi.DialInference(ctx, proxy, id.PublicKey())
+		c, err = open(ctx, proxy, id.PublicKey())
 		return err
 	}, "a stream to the agent")
 	t.Cleanup(func() { c.Close() })
@@ -193,6 +201,48 @@ func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
 // TestLlamaStreamEventsAndCancel: a streamed answer reaches the proxy one
 // event at a time, as the runtime writes them (never held back for the
 // next), and a proxy that closes its stream mid-answer ends the runtime's
+// TestLlamaExchangesOnAMultiplexedStream: on a stream of the agent's own
+// connection (QUIC, or yamux over TCP: what the proxy uses when no direct
+// stream can be had), requests go one after another as on a direct one:
+// the watch that ends with each answer (a read deadline in the past)
+// leaves the stream usable for the next.
+func TestLlamaExchangesOnAMultiplexedStream(t *testing.T) {
+	rt := startRuntime(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %s %d\n\n", r.URL.Path, i)
+			w.(http.Flusher).Flush()
+		}
+	})
+	var transport string
+	hc := oneStream(t, llamaAgentOn(t, rt, func(ctx context.Context, proxy *fabric.Node, key fabric.PublicKey) (net.Conn, error) {
+		s, err := proxy.OpenStream(ctx, key, agentapi.MethodInferenceHTTP, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		transport = s.Transport()
+		t.Logf("transport %s", transport)
+		return agentapi.NewStreamConn(s, proxy.PublicKey()), nil
+	}))
+	if transport == fabric.TransportTCPDirect {
+		t.Fatalf("the stream is %s, want a multiplexed one", transport)
+	}
+	for i := range 4 {
+		path := fmt.Sprintf("/r%d", i)
+		resp, err := hc.Post("http://agent"+path, "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatalf("request %d on a %s stream: %v", i, transport, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := fmt.Sprintf("data: %s 0\n\ndata: %s 1\n\ndata: %s 2\n\n", path, path, path)
+		if err != nil || string(b) != want {
+			t.Fatalf("request %d on a %s stream: %q, %v; want %q", i, transport, b, err, want)
+		}
+	}
+}
+
 // request, which stops generating.
 func TestLlamaStreamEventsAndCancel(t *testing.T) {
 	next, ended := make(chan struct{}), make(chan struct{})
