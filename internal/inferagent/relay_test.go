@@ -201,6 +201,50 @@ func TestLlamaStreamOutlivesTheRuntimesConnections(t *testing.T) {
 // TestLlamaStreamEventsAndCancel: a streamed answer reaches the proxy one
 // event at a time, as the runtime writes them (never held back for the
 // next), and a proxy that closes its stream mid-answer ends the runtime's
+// TestLlamaStreamHeadAtOnce: for llama.cpp the agent passes an event
+// stream's head on as the runtime sends it, not with the first event (the
+// runtime holds that here); the event follows.
+func TestLlamaStreamHeadAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	rt := startRuntime(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.(http.Flusher).Flush() // the head, as llama-server sends it before the first token
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: first\n\n")
+	})
+	hc := oneStream(t, llamaAgent(t, rt))
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := hc.Post("http://agent/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+		got <- answer{resp, err}
+	}()
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("no head reached the proxy's side while the runtime held the first event")
+	}
+	close(release)
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.resp.Body.Close()
+	b, err := io.ReadAll(a.resp.Body)
+	if a.resp.StatusCode != 200 || string(b) != "data: first\n\n" || err != nil {
+		t.Fatalf("%d %q, %v", a.resp.StatusCode, b, err)
+	}
+}
+
 // TestLlamaExchangesOnAMultiplexedStream: on a stream of the agent's own
 // connection (QUIC, or yamux over TCP: what the proxy uses when no direct
 // stream can be had), requests go one after another as on a direct one:

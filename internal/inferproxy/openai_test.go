@@ -270,6 +270,55 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestStreamHeadBeforeFirstEvent: an event stream's head reaches the
+// client as the runtime sends it, before the first event (which the runtime
+// holds here), naming the replica; the events follow, with no comment
+// naming another.
+func TestStreamHeadBeforeFirstEvent(t *testing.T) {
+	h := newHarness(t, Config{})
+	hold := make(chan struct{})
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold)
+		}
+	})
+	h.addJob("job-h", "team-a", "h", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{Hold: hold})
+	h.waitReady("job-h", 1)
+	req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/chat/completions",
+		strings.NewReader(`{"model":"h","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}`))
+	req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		got <- answer{resp, err}
+	}()
+	waittest.Until(t, func() bool { return h.held("job-h") == 1 }, "the runtime holding the stream's first event")
+	var a answer
+	select {
+	case a = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no head reached the client while the runtime held the first event")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.resp.Body.Close()
+	if a.resp.StatusCode != 200 || !strings.HasPrefix(a.resp.Header.Get("Content-Type"), "text/event-stream") || a.resp.Header.Get("X-CosmicAC-Replica") != "0" {
+		t.Fatalf("head before the first event: %d %v", a.resp.StatusCode, a.resp.Header)
+	}
+	released = true
+	close(hold)
+	b, err := io.ReadAll(a.resp.Body)
+	if err != nil || !strings.Contains(string(b), "data: {") || !strings.HasSuffix(string(b), "data: [DONE]\n\n") || strings.Contains(string(b), ": replica") {
+		t.Fatalf("events after the head: %q, %v", b, err)
+	}
+}
+
 // TestReplicaKilledDuringStreaming: with two replicas and requests waiting
 // for their first token, replica 0 dies; every request that had not begun
 // streaming completes on replica 1. The head went on before the first token

@@ -1135,7 +1135,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		// "Inference on a real engine"). The stream is committed: a replica
 		// that dies before its first event still fails over, its
 		// successor's events following this head (forward).
-		p.writeHead(w, rep, resp)
+		writeHead(w, rep, resp)
 		http.NewResponseController(w).Flush()
 		*committed = true
 	}
@@ -1169,7 +1169,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 		return true, false, ""
 	}
 	if !*committed {
-		p.writeHead(w, rep, resp)
+		writeHead(w, rep, resp)
 	}
 	fl, _ := w.(http.Flusher)
 	if sse && fl != nil {
@@ -1203,7 +1203,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 // writeHead answers the client with the replica's status and end-to-end
 // headers, less what a runtime does not speak for, and names the replica
 // (X-CosmicAC-Replica: the one that began the answer).
-func (p *Proxy) writeHead(w http.ResponseWriter, rep *replica, resp *hop.Response) {
+func writeHead(w http.ResponseWriter, rep *replica, resp *hop.Response) {
 	h := w.Header()
 	for k := range resp.Header {
 		// The proxy's limits are the caller's (admit); a runtime
