@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
+	"github.com/cosmicac/cosmicac/internal/platform"
 )
 
 // BenchmarkPrefixRouting compares the two routing policies on real
@@ -35,7 +36,11 @@ import (
 //   - distinct: 48 requests, each with a system prompt of its own, 4 at a
 //     time;
 //   - shared8, distinct8: the same with prompts of their own, 8 at a
-//     time.
+//     time;
+//   - open50, open75, open100: an open loop, 48 users in conversations of
+//     3 turns over 8 system prompts of its own, the requests arriving as a
+//     Poisson process (the same arrivals for both policies) at half, three
+//     quarters and all of least-outstanding's capacity on shared8.
 //
 // Each request streams 8 tokens. It reports, per workload and policy, the
 // mean and p99 time to first token, tokens a second over the workload's
@@ -48,7 +53,7 @@ import (
 //	COSMICAC_LLAMA_SERVER=$(hack/build-llama.sh --print-dest)/bin/llama-server \
 //	  go test -run '^$' -bench PrefixRouting -benchtime 1x ./internal/cosmictest
 func BenchmarkPrefixRouting(b *testing.B) {
-	e := NewEnv(b, withLlama(b), atDefaultHeartbeat)
+	e := NewEnv(b, withLlama(b), atDefaultHeartbeat, func(c *platform.Config) { c.Proxy.RequestsPerMinute = -1 }) // the open loop's rates are above the default limit
 	args := map[string]string{"ctx-size": "4096", "parallel": "4", "threads": "1", "threads-batch": "1", "cache-ram": "0"}
 	if v := os.Getenv("COSMICAC_BENCH_LLAMA_THREADS"); v != "" {
 		args["threads"], args["threads-batch"] = v, v
@@ -74,6 +79,7 @@ func BenchmarkPrefixRouting(b *testing.B) {
 	url := e.P.URL + inferproxy.Prefix + "/chat/completions"
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	for b.Loop() {
+		var capacity float64 // least-outstanding's requests a second, 8 at a time, shared prefixes
 		for _, conc := range []int{4, 8} {
 			shared, distinct := prefixWorkloads(uint64(conc))
 			for _, w := range []struct {
@@ -93,26 +99,82 @@ func BenchmarkPrefixRouting(b *testing.B) {
 					}
 				}
 				for i, pol := range policies {
-					g := got[i]
-					if g.errs > 0 {
-						b.Errorf("%s/%s: %d requests failed, the first: %s", w.name, pol, g.errs, g.firstErr)
-					}
-					name := w.name + "-" + string(pol)
-					b.ReportMetric(ms(mean(g.ttft)), name+"-ttft-mean-ms")
-					b.ReportMetric(ms(pct(g.ttft, 99)), name+"-ttft-p99-ms")
-					b.ReportMetric(float64(g.tokens)/g.took.Seconds(), name+"-tok/s")
-					b.ReportMetric(float64(g.cached)/float64(max(g.cached+g.prompt, 1)), name+"-cached-share")
-					b.ReportMetric(float64(g.engineErrs), name+"-engine-errors")
-					b.ReportMetric(ms(mean(g.hitTTFT)), name+"-hit-ttft-mean-ms")
-					b.ReportMetric(ms(mean(g.missTTFT)), name+"-miss-ttft-mean-ms")
-					b.ReportMetric(float64(len(g.hitTTFT)), name+"-hits")
+					reportRoute(b, w.name+"-"+string(pol), got[i])
 				}
+				if w.name == "shared8" {
+					capacity = float64(len(got[0].ttft)) / got[0].took.Seconds()
+				}
+			}
+		}
+		// The open loop: requests arrive at a rate (Poisson, the same
+		// arrivals for both policies), as a service's users send them,
+		// at half, three quarters and all of least-outstanding's capacity
+		// measured above. At each rate 48 users over 8 system prompts of
+		// its own, 3 turns each.
+		b.ReportMetric(capacity, "least-outstanding-capacity-req/s")
+		for k, share := range []float64{0.5, 0.75, 1} {
+			shared, _ := prefixWorkloadsOf(uint64(16+k), 48)
+			var reqs [][]chatTurn
+			for _, turn := range shared {
+				reqs = append(reqs, turn...)
+			}
+			got := make([]routeStats, len(policies))
+			for j := range policies {
+				i := (k + j) % len(policies)
+				t0 := time.Now()
+				got[i] = openLoop(e.Ctx, hc, url, "Bearer "+key.Key, string(policies[i]), reqs, share*capacity, uint64(k))
+				got[i].took = time.Since(t0)
+			}
+			for i, pol := range policies {
+				reportRoute(b, fmt.Sprintf("open%d-%s", int(share*100), pol), got[i])
 			}
 		}
 	}
 	for _, o := range []string{"hit", "over_bound", "miss"} {
 		b.ReportMetric(e.metricSum(`cosmicac_inference_prefix_routed_total{model="prefix",outcome="`+o+`"}`), "prefix-picks-"+o)
 	}
+}
+
+// reportRoute reports a policy's measurements over a workload as metrics
+// named after it.
+func reportRoute(b *testing.B, name string, g routeStats) {
+	if g.errs > 0 {
+		b.Errorf("%s: %d requests failed, the first: %s", name, g.errs, g.firstErr)
+	}
+	b.ReportMetric(ms(mean(g.ttft)), name+"-ttft-mean-ms")
+	b.ReportMetric(ms(pct(g.ttft, 99)), name+"-ttft-p99-ms")
+	b.ReportMetric(float64(g.tokens)/g.took.Seconds(), name+"-tok/s")
+	b.ReportMetric(float64(g.cached)/float64(max(g.cached+g.prompt, 1)), name+"-cached-share")
+	b.ReportMetric(float64(g.engineErrs), name+"-engine-errors")
+	b.ReportMetric(ms(mean(g.hitTTFT)), name+"-hit-ttft-mean-ms")
+	b.ReportMetric(ms(mean(g.missTTFT)), name+"-miss-ttft-mean-ms")
+	b.ReportMetric(float64(len(g.hitTTFT)), name+"-hits")
+}
+
+// openLoop streams each of reqs as a chat of model, in order, the next
+// one arriving after an exponentially distributed gap of mean 1/rate
+// seconds (a Poisson process of rate a second, drawn from seed), whatever
+// the ones before are doing.
+func openLoop(ctx context.Context, hc *http.Client, url, auth, model string, reqs [][]chatTurn, rate float64, seed uint64) routeStats {
+	var (
+		mu  sync.Mutex
+		out routeStats
+		wg  sync.WaitGroup
+	)
+	r := rand.New(rand.NewPCG(seed, 11))
+	next := time.Now()
+	for _, msgs := range reqs {
+		time.Sleep(time.Until(next))
+		wg.Go(func() {
+			s := chatStream(ctx, hc, url, auth, model, msgs)
+			mu.Lock()
+			out.add(s)
+			mu.Unlock()
+		})
+		next = next.Add(time.Duration(r.ExpFloat64() / rate * float64(time.Second)))
+	}
+	wg.Wait()
+	return out
 }
 
 // chatTurn is a chat message.
@@ -124,12 +186,17 @@ type chatTurn struct{ Role, Content string }
 // about 700 tokens (each turn resends the conversation so far); distinct,
 // 48 requests in 3 turns, each with a system prompt of its own.
 func prefixWorkloads(seed uint64) (shared, distinct [][][]chatTurn) {
+	return prefixWorkloadsOf(seed, 24)
+}
+
+// prefixWorkloadsOf are prefixWorkloads with users in the shared one.
+func prefixWorkloadsOf(seed uint64, users int) (shared, distinct [][][]chatTurn) {
 	systems := make([]string, 8)
 	for i := range systems {
 		systems[i] = prose(fmt.Sprintf("You are assistant %d of the Example company (%d). ", i, seed), 2600, seed*100+uint64(i))
 	}
 	shared = make([][][]chatTurn, 3)
-	for u := range 24 {
+	for u := range users {
 		var history []chatTurn
 		for t := range 3 {
 			msgs := []chatTurn{{"system", systems[u%len(systems)]}}
@@ -208,13 +275,19 @@ func chatStream(ctx context.Context, hc *http.Client, url, auth, model string, m
 		Role    string `json:"role"`
 		Content string `json:"content"`
 	}
+	// include_usage: llama-server's timings (what it took from its cache)
+	// come in the usage chunk, which the proxy drops unless asked for.
+	type streamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
 	body := struct {
-		Model     string `json:"model"`
-		Messages  []msg  `json:"messages"`
-		MaxTokens int    `json:"max_tokens"`
-		IgnoreEOS bool   `json:"ignore_eos"`
-		Stream    bool   `json:"stream"`
-	}{Model: model, MaxTokens: 8, IgnoreEOS: true, Stream: true}
+		Model         string        `json:"model"`
+		Messages      []msg         `json:"messages"`
+		MaxTokens     int           `json:"max_tokens"`
+		IgnoreEOS     bool          `json:"ignore_eos"`
+		Stream        bool          `json:"stream"`
+		StreamOptions streamOptions `json:"stream_options"`
+	}{Model: model, MaxTokens: 8, IgnoreEOS: true, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
 	for _, m := range msgs {
 		body.Messages = append(body.Messages, msg(m))
 	}
@@ -266,7 +339,7 @@ func chatStream(ctx context.Context, hc *http.Client, url, auth, model string, m
 			}
 		}
 	}
-	if len(s.ttft) == 1 {
+	if len(s.ttft) == 1 && s.cached+s.prompt > 0 { // the engine's timings came
 		if s.cached >= s.prompt {
 			s.hitTTFT = s.ttft
 		} else {
