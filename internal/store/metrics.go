@@ -51,12 +51,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Full is what every implementation gives (database.DB): the store, the
-// inference API keys and the sign-in limits (and, through Store, the
-// leases).
+// inference API keys, the sign-in limits and the datastores (and, through
+// Store, the leases).
 type Full interface {
 	Store
 	APIKeys
 	SignInLimits
+	Datastores
 }
 
 // Observed is a Full store whose every operation is timed and whose
@@ -386,6 +387,36 @@ func (o *Observed) RecordUsage(ctx context.Context, batch string, rows []UsageRo
 func (o *Observed) ListUsage(ctx context.Context, q UsageQuery) (r0 []UsageRow, err error) {
 	defer o.done("list_usage", time.Now(), &err)
 	return o.s.ListUsage(ctx, q)
+}
+
+// CreateDatastore implements the interface, observed.
+func (o *Observed) CreateDatastore(ctx context.Context, d Datastore) (err error) {
+	defer o.done("create_datastore", time.Now(), &err)
+	return o.s.CreateDatastore(ctx, d)
+}
+
+// ListDatastores implements the interface, observed.
+func (o *Observed) ListDatastores(ctx context.Context, team string) (r0 []Datastore, err error) {
+	defer o.done("list_datastores", time.Now(), &err)
+	return o.s.ListDatastores(ctx, team)
+}
+
+// GetDatastore implements the interface, observed.
+func (o *Observed) GetDatastore(ctx context.Context, team, alias string) (r0 Datastore, err error) {
+	defer o.done("get_datastore", time.Now(), &err)
+	return o.s.GetDatastore(ctx, team, alias)
+}
+
+// SetDatastoreCredentials implements the interface, observed.
+func (o *Observed) SetDatastoreCredentials(ctx context.Context, team, alias, accessKey string, sealed []byte, at time.Time) (r0 Datastore, err error) {
+	defer o.done("set_datastore_credentials", time.Now(), &err)
+	return o.s.SetDatastoreCredentials(ctx, team, alias, accessKey, sealed, at)
+}
+
+// DeleteDatastore implements the interface, observed.
+func (o *Observed) DeleteDatastore(ctx context.Context, team, alias string) (err error) {
+	defer o.done("delete_datastore", time.Now(), &err)
+	return o.s.DeleteDatastore(ctx, team, alias)
 }
 
 // CreateAPIKey implements the interface, observed.

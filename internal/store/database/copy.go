@@ -17,7 +17,7 @@ var copyOrder = []string{
 	"racks", "rack_nodes", "rack_overheads",
 	"jobs", "job_labels", "reservations", "reservation_gpus", "reservation_nodes",
 	"teams", "users", "members", "tokens", "api_keys", "api_key_limits",
-	"quotas", "audit", "signin_limits", "usage", "usage_batches",
+	"quotas", "audit", "signin_limits", "usage", "usage_batches", "datastores",
 }
 
 // derived are the tables Copy leaves out: job_counts, which the target's

@@ -19,11 +19,12 @@ import (
 )
 
 // DB is what every implementation gives: the store, the inference API
-// keys and the shared sign-in limits.
+// keys, the shared sign-in limits and the datastores.
 type DB interface {
 	store.Store
 	store.APIKeys
 	store.SignInLimits
+	store.Datastores
 }
 
 var (

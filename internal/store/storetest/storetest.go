@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"api key limits and rotation", testAPIKeyRotation},
 		{"sign-in limits", testSignInLimits},
 		{"usage", testUsage},
+		{"datastores", testDatastores},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
