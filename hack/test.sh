@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, as the README gives it: the test kube-apiserver
-# and Loki (built once from Go modules, cached outside the checkout), formatting, a
+# The whole test suite, as the README gives it: the test kube-apiserver,
+# Loki, llama.cpp's llama-server and the S3 server (built once, cached
+# outside the checkout), formatting, a
 # tidy go.mod, vet, staticcheck (pinned, cached likewise), and every test
 # with the race detector. It installs the system packages first
 # (hack/install-deps.sh), as CI (.ci/run) does too.
@@ -23,7 +24,7 @@ if ! go mod tidy -diff; then
   echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1
 fi
 
-# Five things the tests need are built once per machine and cached outside
+# Six things the tests need are built once per machine and cached outside
 # the checkout, each by its version or content; later runs find them and do
 # nothing. On a machine with empty caches they are built side by side: each
 # spends much of its time downloading (Go modules, Debian packages) or in a
@@ -44,6 +45,10 @@ fi
 #   node-llama-cpp ships; about 17 minutes cold on 2 cores).
 #   COSMICAC_LLAMA_SERVER set means those tests run (under CI, a missing
 #   engine fails them); one given is used as it is.
+# - The Versity S3 Gateway (versitygw), the real S3 server of the data
+#   path's tests (s3test.Start; hack/build-s3.sh, about 2 minutes cold on
+#   2 cores). COSMICAC_S3_SERVER set means those tests run (under CI, a
+#   missing server fails them); one given is used as it is.
 # - staticcheck, at a pinned version.
 # - The QEMU rack's base VM image (docs/vm-image.md; hack/vm-image.sh, about
 #   3 minutes cold). Building it needs root (mmdebstrap); elsewhere the QEMU
@@ -57,6 +62,10 @@ fi
 if [[ -z "${COSMICAC_LLAMA_SERVER:-}" ]]; then
   llama_dir=$(hack/build-llama.sh --print-dest)
   export COSMICAC_LLAMA_SERVER=$llama_dir/bin/llama-server
+fi
+if [[ -z "${COSMICAC_S3_SERVER:-}" ]]; then
+  s3_dir=$(hack/build-s3.sh --print-dest)
+  export COSMICAC_S3_SERVER=$s3_dir/versitygw
 fi
 STATICCHECK_VERSION=v0.8.2
 sc_dir=${COSMICAC_TOOLS:-$HOME/.cache/cosmicac/tools}/staticcheck-$STATICCHECK_VERSION
@@ -130,6 +139,7 @@ prepared() {
 prep test-apiserver hack/build-test-apiserver.sh "$KUBEBUILDER_ASSETS"
 [[ -n "${loki_dir:-}" ]] && prep loki hack/build-loki.sh "$loki_dir"
 [[ -n "${llama_dir:-}" ]] && prep llama.cpp hack/build-llama.sh "$llama_dir"
+[[ -n "${s3_dir:-}" ]] && prep s3 hack/build-s3.sh "$s3_dir"
 # vet runs beside the builds too: on empty caches its compile of the tree,
 # with the test run's build flags, is the tests' own, and fills the builds'
 # downloads and single-threaded links. Its findings, if any, are printed as
@@ -153,7 +163,7 @@ if [[ -n "${prep_pid[vm-image]:-}" ]]; then
 else
   log "not root: no VM base image is built (hack/vm-image.sh needs root); the QEMU rack's end-to-end tests skip"
 fi
-log "test kube-apiserver and etcd: $KUBEBUILDER_ASSETS; Loki: $COSMICAC_LOKI_BIN; llama-server: $COSMICAC_LLAMA_SERVER"
+log "test kube-apiserver and etcd: $KUBEBUILDER_ASSETS; Loki: $COSMICAC_LOKI_BIN; llama-server: $COSMICAC_LLAMA_SERVER; S3 server: $COSMICAC_S3_SERVER"
 
 # The PostgreSQL store's tests start a real PostgreSQL (initdb in a temp
 # dir, a loopback port; as the user nobody when run as root) from the server

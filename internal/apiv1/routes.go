@@ -113,40 +113,45 @@ func (r Route) ErrorStatuses() []int {
 
 // Operation IDs: the app-node's handler keys and the document's operationIds.
 const (
-	OpCreateJob      = "createJob"
-	OpListJobs       = "listJobs"
-	OpGetJob         = "getJob"
-	OpDeleteJob      = "deleteJob"
-	OpRestartJob     = "restartJob"
-	OpKillJob        = "killJob"
-	OpDataSyncJob    = "dataSyncJob"
-	OpLabelJob       = "labelJob"
-	OpJobCommand     = "jobCommand"
-	OpInferenceAuth  = "setInferenceAuth"
-	OpUpdateJob      = "updateJob"
-	OpRestartReplica = "restartReplica"
-	OpDeleteReplica  = "deleteReplica"
-	OpJobShell       = "jobShell"
-	OpJobSSH         = "jobSSH"
-	OpJobTerminal    = "jobTerminal"
-	OpJobHTTPGet     = "jobHTTPGet"
-	OpJobHTTPHead    = "jobHTTPHead"
-	OpJobHTTPPost    = "jobHTTPPost"
-	OpJobHTTPPut     = "jobHTTPPut"
-	OpJobHTTPPatch   = "jobHTTPPatch"
-	OpJobHTTPDelete  = "jobHTTPDelete"
-	OpJobHTTPOptions = "jobHTTPOptions"
-	OpGetFleet       = "getFleet"
-	OpListRacks      = "listRacks"
-	OpRegisterRack   = "registerRack"
-	OpRemoveRack     = "removeRack"
-	OpCreateAPIKey   = "createAPIKey"
-	OpListAPIKeys    = "listAPIKeys"
-	OpRevokeAPIKey   = "revokeAPIKey"
-	OpRotateAPIKey   = "rotateAPIKey"
-	OpWhoAmI         = "whoAmI"
-	OpOpenAPI        = "openAPI"
-	OpHealth         = "health"
+	OpCreateJob               = "createJob"
+	OpListJobs                = "listJobs"
+	OpGetJob                  = "getJob"
+	OpDeleteJob               = "deleteJob"
+	OpRestartJob              = "restartJob"
+	OpKillJob                 = "killJob"
+	OpDataSyncJob             = "dataSyncJob"
+	OpLabelJob                = "labelJob"
+	OpJobCommand              = "jobCommand"
+	OpInferenceAuth           = "setInferenceAuth"
+	OpUpdateJob               = "updateJob"
+	OpRestartReplica          = "restartReplica"
+	OpDeleteReplica           = "deleteReplica"
+	OpJobShell                = "jobShell"
+	OpJobSSH                  = "jobSSH"
+	OpJobTerminal             = "jobTerminal"
+	OpJobHTTPGet              = "jobHTTPGet"
+	OpJobHTTPHead             = "jobHTTPHead"
+	OpJobHTTPPost             = "jobHTTPPost"
+	OpJobHTTPPut              = "jobHTTPPut"
+	OpJobHTTPPatch            = "jobHTTPPatch"
+	OpJobHTTPDelete           = "jobHTTPDelete"
+	OpJobHTTPOptions          = "jobHTTPOptions"
+	OpGetFleet                = "getFleet"
+	OpListRacks               = "listRacks"
+	OpRegisterRack            = "registerRack"
+	OpRemoveRack              = "removeRack"
+	OpCreateAPIKey            = "createAPIKey"
+	OpListAPIKeys             = "listAPIKeys"
+	OpRevokeAPIKey            = "revokeAPIKey"
+	OpRotateAPIKey            = "rotateAPIKey"
+	OpCreateDatastore         = "createDatastore"
+	OpListDatastores          = "listDatastores"
+	OpGetDatastore            = "getDatastore"
+	OpSetDatastoreCredentials = "setDatastoreCredentials"
+	OpDeleteDatastore         = "deleteDatastore"
+	OpWhoAmI                  = "whoAmI"
+	OpOpenAPI                 = "openAPI"
+	OpHealth                  = "health"
 )
 
 // Query parameters of listJobs.
@@ -377,6 +382,27 @@ func Routes() []Route {
 			Description: "The key stops working within 1 s (proxy-inference caches lookups that long). Another team's key, and for a member a key another user made, is not found (team admins: any of the team's).",
 			Params:      []Param{{Name: "id", In: InPath, Type: "", Required: true, Description: "API key ID (key_…)"}},
 			Status:      http.StatusNoContent},
+		{Op: OpCreateDatastore, Method: http.MethodPost, Path: Prefix + "/datastores", Tag: "datastores", Perm: authz.DatastoresManage,
+			Summary: "Register an object storage endpoint of the team under an alias",
+			Description: "A datastore is an S3-compatible endpoint (endpoint: scheme://host[:port]) with the credentials the platform signs the team's jobs' transfers with. " +
+				"Team admins register them (datastores.manage) for the caller's team, or for team, another team they administer. " +
+				"The secret key is written, never read: it is kept sealed and no answer, log record or audit record carries it; jobs get short-lived signed requests for their volumes' objects, never the key (docs/data.md). " +
+				"The endpoint is not contacted here: a wrong endpoint or key shows at a job's sync, as its reason. An alias taken in the team is 409.",
+			Request: CreateDatastore{}, Response: Datastore{}, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
+		{Op: OpListDatastores, Method: http.MethodGet, Path: Prefix + "/datastores", Tag: "datastores", Perm: authz.DatastoresRead,
+			Summary: "List the caller's team's datastores (never their secret keys), by alias", Response: DatastoreList{}, Status: http.StatusOK},
+		{Op: OpGetDatastore, Method: http.MethodGet, Path: Prefix + "/datastores/{alias}", Tag: "datastores", Perm: authz.DatastoresRead,
+			Summary:  "Read one of the caller's team's datastores (never its secret key)",
+			Params:   []Param{datastoreAlias},
+			Response: Datastore{}, Status: http.StatusOK},
+		{Op: OpSetDatastoreCredentials, Method: http.MethodPut, Path: Prefix + "/datastores/{alias}/credentials", Tag: "datastores", Perm: authz.DatastoresManage,
+			Summary:     "Replace a datastore's credentials",
+			Description: "Both the access key and the secret key are replaced; the secret key is written, never read. Jobs signed for with the old credentials keep their signed requests until those expire.",
+			Params:      []Param{datastoreAlias},
+			Request:     DatastoreCredentials{}, Response: Datastore{}, Status: http.StatusOK},
+		{Op: OpDeleteDatastore, Method: http.MethodDelete, Path: Prefix + "/datastores/{alias}", Tag: "datastores", Perm: authz.DatastoresManage,
+			Summary: "Remove a datastore of the caller's team (its sealed credentials with it)", Params: []Param{datastoreAlias},
+			Status: http.StatusNoContent},
 		{Op: OpWhoAmI, Method: http.MethodGet, Path: Prefix + "/whoami", Tag: "accounts", Perm: authz.Self,
 			Summary: "The caller's user, team and role", Response: WhoAmI{}, Status: http.StatusOK},
 	}...)

@@ -40,7 +40,7 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 	if tokenID == "" {
 		tokenID = "tok_0000000000000000"
 	}
-	for k, v := range map[string]string{"{id}": e.Job.ID, "{team}": "ml", "{n}": "0", "{location}": "us", "{name}": "zed", "{user}": "zed", "{path}": ""} {
+	for k, v := range map[string]string{"{id}": e.Job.ID, "{team}": "ml", "{n}": "0", "{location}": "us", "{name}": "zed", "{user}": "zed", "{path}": "", "{alias}": "main"} {
 		path = strings.ReplaceAll(path, k, v)
 	}
 	switch rt.Op {
@@ -54,25 +54,27 @@ func (e *accessEnv) request(rt apiv1.Route, w who) *http.Request {
 		path = apiv1.Prefix + "/racks/r1"
 	}
 	body := map[string]string{
-		apiv1.OpCreateJob:      `{"type":"gpu-container","name":"b","location":"us","image":"ubuntu:24.04"}`,
-		apiv1.OpJobCommand:     containerSpec,
-		apiv1.OpUpdateJob:      containerSpec,
-		apiv1.OpLabelJob:       `{"name":"b","value":"c"}`,
-		apiv1.OpDataSyncJob:    `{"direction":"push","volume":"v"}`,
-		apiv1.OpRegisterRack:   `{"id":"r2","location":"us","gpuModel":"H100","workerKey":"` + rackKey + `"}`,
-		apiv1.OpCreateAPIKey:   `{"name":"k2"}`,
-		apiv1.OpLogin:          `{"user":"zed","password":"` + zedPassword + `"}`,
-		apiv1.OpCreateSession:  `{"user":"zed","password":"` + zedPassword + `"}`,
-		apiv1.OpChangePassword: `{"password":"a-new-password"}`,
-		apiv1.OpCreateToken:    `{"name":"t"}`,
-		apiv1.OpCreateUser:     `{"name":"newbie"}`,
-		apiv1.OpUpdateUser:     `{"platformAdmin":false}`,
-		apiv1.OpSetPassword:    `{"password":"another-password"}`,
-		apiv1.OpCreateTeam:     `{"name":"newteam"}`,
-		apiv1.OpPutMember:      `{"role":"viewer"}`,
-		apiv1.OpSetQuota:       `{"gpus":4}`,
-		apiv1.OpInferenceAuth:  `{"requireAuth":false}`,
-		apiv1.OpRotateAPIKey:   `{}`,
+		apiv1.OpCreateJob:               `{"type":"gpu-container","name":"b","location":"us","image":"ubuntu:24.04"}`,
+		apiv1.OpJobCommand:              containerSpec,
+		apiv1.OpUpdateJob:               containerSpec,
+		apiv1.OpLabelJob:                `{"name":"b","value":"c"}`,
+		apiv1.OpDataSyncJob:             `{"direction":"push","volume":"v"}`,
+		apiv1.OpRegisterRack:            `{"id":"r2","location":"us","gpuModel":"H100","workerKey":"` + rackKey + `"}`,
+		apiv1.OpCreateAPIKey:            `{"name":"k2"}`,
+		apiv1.OpLogin:                   `{"user":"zed","password":"` + zedPassword + `"}`,
+		apiv1.OpCreateSession:           `{"user":"zed","password":"` + zedPassword + `"}`,
+		apiv1.OpChangePassword:          `{"password":"a-new-password"}`,
+		apiv1.OpCreateToken:             `{"name":"t"}`,
+		apiv1.OpCreateUser:              `{"name":"newbie"}`,
+		apiv1.OpUpdateUser:              `{"platformAdmin":false}`,
+		apiv1.OpSetPassword:             `{"password":"another-password"}`,
+		apiv1.OpCreateTeam:              `{"name":"newteam"}`,
+		apiv1.OpPutMember:               `{"role":"viewer"}`,
+		apiv1.OpSetQuota:                `{"gpus":4}`,
+		apiv1.OpInferenceAuth:           `{"requireAuth":false}`,
+		apiv1.OpRotateAPIKey:            `{}`,
+		apiv1.OpCreateDatastore:         `{"alias":"d2","endpoint":"https://s3.example.net","credentials":{"accessKey":"AK123456789","secretKey":"s"}}`,
+		apiv1.OpSetDatastoreCredentials: `{"accessKey":"AK123456789","secretKey":"s"}`,
 	}[rt.Op]
 	req := httptest.NewRequest(rt.Method, path, strings.NewReader(body))
 	req.RemoteAddr = fmt.Sprintf("192.0.2.%d:4000", len(w.Name))

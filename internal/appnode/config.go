@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/config"
@@ -40,6 +41,11 @@ type Config struct {
 	// X-Forwarded-For the app-node believes for the client's address (sign-in
 	// limits, the audit log). Empty: none; the TCP peer is the client.
 	TrustedProxies []string `json:"trustedProxies,omitempty"`
+	// SecretsKeyFile is the key datastores' secret keys are sealed with
+	// (internal/seal; default DataDir/secrets.key, made there, mode 0600,
+	// if absent). Every app-node of one database must be given the same
+	// file: a secret sealed by one opens only with its key.
+	SecretsKeyFile string `json:"secretsKeyFile,omitempty"`
 	// HTTP bounds Serve's clients (zero fields: httpserve.DefaultLimits).
 	// Config files set it in the component's http section, not here.
 	HTTP httpserve.Limits `json:"-"`
@@ -99,4 +105,12 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// secretsKeyFile is SecretsKeyFile, or its default under DataDir.
+func (c Config) secretsKeyFile() string {
+	if c.SecretsKeyFile != "" {
+		return c.SecretsKeyFile
+	}
+	return filepath.Join(c.DataDir, "secrets.key")
 }

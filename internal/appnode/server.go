@@ -18,6 +18,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/httpserve"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/seal"
 	"github.com/cosmicac/cosmicac/internal/store"
 	"github.com/cosmicac/cosmicac/internal/version"
 )
@@ -66,6 +67,10 @@ type Server struct {
 	apiKeys     APIKeyStore
 	modelHealth ModelHealthSource
 	usage       store.Usage
+	// datastores keeps the teams' datastores, their secrets sealed with
+	// secrets (nil: their routes answer 501).
+	datastores store.Datastores
+	secrets    *seal.Key
 	// logins limits sign-in attempts; jobCreates each team's job
 	// creates (nil: no bound).
 	logins     *loginLimiter
@@ -108,6 +113,10 @@ type Deps struct {
 	// Usage keeps the inference usage (nil: GET /usage answers 501, and
 	// no proxy can deliver any here).
 	Usage store.Usage
+	// Datastores keeps the teams' datastores (nil: their routes answer
+	// 501). Their secret keys are sealed with the key in
+	// Config.SecretsKeyFile, made there if there is none.
+	Datastores store.Datastores
 }
 
 // New returns the app-node's server of cfg on d.
@@ -126,6 +135,16 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, ork: ork, acc: acc, log: log, now: time.Now, openapi: doc, mux: http.NewServeMux(), logins: newLoginLimiter(),
 		ui: d.WebUI, obs: d.Observer, shells: d.Shells, apiKeys: d.APIKeys, modelHealth: d.ModelHealth, usage: d.Usage}
+	if d.Datastores != nil {
+		key, made, err := seal.LoadOrCreate(cfg.secretsKeyFile())
+		if err != nil {
+			return nil, fmt.Errorf("app-node: the secrets key: %w", err)
+		}
+		if made {
+			log.Info("secrets key made: every app-node of this database needs this file", "file", cfg.secretsKeyFile())
+		}
+		s.datastores, s.secrets = d.Datastores, key
+	}
 	if n := cfg.JobCreatesPerMinute; n > 0 {
 		s.jobCreates = newLimiterTable(time.Minute/time.Duration(n), n)
 	}
@@ -161,65 +180,70 @@ func (s *Server) Bootstrap(ctx context.Context) (path string, created bool, err 
 
 func (s *Server) handlers() map[string]handler {
 	return map[string]handler{
-		apiv1.OpCreateJob:      s.createJob,
-		apiv1.OpListUsage:      s.listUsage,
-		apiv1.OpListJobs:       s.listJobs,
-		apiv1.OpGetJob:         s.getJob,
-		apiv1.OpDeleteJob:      s.deleteJob,
-		apiv1.OpRestartJob:     s.restartJob,
-		apiv1.OpKillJob:        s.killJob,
-		apiv1.OpDataSyncJob:    s.dataSyncJob,
-		apiv1.OpLabelJob:       s.labelJob,
-		apiv1.OpJobCommand:     s.jobCommand,
-		apiv1.OpInferenceAuth:  s.setInferenceAuth,
-		apiv1.OpUpdateJob:      s.updateJob,
-		apiv1.OpRestartReplica: s.restartReplica,
-		apiv1.OpDeleteReplica:  s.deleteReplica,
-		apiv1.OpJobShell:       s.jobShell,
-		apiv1.OpJobSSH:         s.jobSSH,
-		apiv1.OpJobTerminal:    s.jobTerminal,
-		apiv1.OpJobHTTPGet:     s.jobHTTP,
-		apiv1.OpJobHTTPHead:    s.jobHTTP,
-		apiv1.OpJobHTTPPost:    s.jobHTTP,
-		apiv1.OpJobHTTPPut:     s.jobHTTP,
-		apiv1.OpJobHTTPPatch:   s.jobHTTP,
-		apiv1.OpJobHTTPDelete:  s.jobHTTP,
-		apiv1.OpJobHTTPOptions: s.jobHTTP,
-		apiv1.OpGetFleet:       s.getFleet,
-		apiv1.OpListRacks:      s.listRacks,
-		apiv1.OpRegisterRack:   s.registerRack,
-		apiv1.OpRemoveRack:     s.removeRack,
-		apiv1.OpCreateAPIKey:   s.createAPIKey,
-		apiv1.OpListAPIKeys:    s.listAPIKeys,
-		apiv1.OpRevokeAPIKey:   s.revokeAPIKey,
-		apiv1.OpRotateAPIKey:   s.rotateAPIKey,
-		apiv1.OpWhoAmI:         s.whoAmI,
-		apiv1.OpLogin:          s.login,
-		apiv1.OpCreateSession:  s.createSession,
-		apiv1.OpDeleteSession:  s.deleteSession,
-		apiv1.OpChangePassword: s.changePassword,
-		apiv1.OpListTokens:     s.listTokens,
-		apiv1.OpCreateToken:    s.createToken,
-		apiv1.OpRevokeToken:    s.revokeToken,
-		apiv1.OpListUsers:      s.listUsers,
-		apiv1.OpCreateUser:     s.createUser,
-		apiv1.OpGetUser:        s.getUser,
-		apiv1.OpUpdateUser:     s.updateUser,
-		apiv1.OpDeleteUser:     s.deleteUser,
-		apiv1.OpSetPassword:    s.setUserPassword,
-		apiv1.OpListTeams:      s.listTeams,
-		apiv1.OpCreateTeam:     s.createTeam,
-		apiv1.OpDeleteTeam:     s.deleteTeam,
-		apiv1.OpListMembers:    s.listMembers,
-		apiv1.OpPutMember:      s.putMember,
-		apiv1.OpDeleteMember:   s.deleteMember,
-		apiv1.OpListAudit:      s.listAudit,
-		apiv1.OpListQuotas:     s.listQuotas,
-		apiv1.OpListTeamQuotas: s.listTeamQuotas,
-		apiv1.OpSetQuota:       s.setQuota,
-		apiv1.OpDeleteQuota:    s.deleteQuota,
-		apiv1.OpOpenAPI:        s.openAPI,
-		apiv1.OpHealth:         s.health,
+		apiv1.OpCreateJob:               s.createJob,
+		apiv1.OpListUsage:               s.listUsage,
+		apiv1.OpListJobs:                s.listJobs,
+		apiv1.OpGetJob:                  s.getJob,
+		apiv1.OpDeleteJob:               s.deleteJob,
+		apiv1.OpRestartJob:              s.restartJob,
+		apiv1.OpKillJob:                 s.killJob,
+		apiv1.OpDataSyncJob:             s.dataSyncJob,
+		apiv1.OpLabelJob:                s.labelJob,
+		apiv1.OpJobCommand:              s.jobCommand,
+		apiv1.OpInferenceAuth:           s.setInferenceAuth,
+		apiv1.OpUpdateJob:               s.updateJob,
+		apiv1.OpRestartReplica:          s.restartReplica,
+		apiv1.OpDeleteReplica:           s.deleteReplica,
+		apiv1.OpJobShell:                s.jobShell,
+		apiv1.OpJobSSH:                  s.jobSSH,
+		apiv1.OpJobTerminal:             s.jobTerminal,
+		apiv1.OpJobHTTPGet:              s.jobHTTP,
+		apiv1.OpJobHTTPHead:             s.jobHTTP,
+		apiv1.OpJobHTTPPost:             s.jobHTTP,
+		apiv1.OpJobHTTPPut:              s.jobHTTP,
+		apiv1.OpJobHTTPPatch:            s.jobHTTP,
+		apiv1.OpJobHTTPDelete:           s.jobHTTP,
+		apiv1.OpJobHTTPOptions:          s.jobHTTP,
+		apiv1.OpGetFleet:                s.getFleet,
+		apiv1.OpListRacks:               s.listRacks,
+		apiv1.OpRegisterRack:            s.registerRack,
+		apiv1.OpRemoveRack:              s.removeRack,
+		apiv1.OpCreateAPIKey:            s.createAPIKey,
+		apiv1.OpListAPIKeys:             s.listAPIKeys,
+		apiv1.OpRevokeAPIKey:            s.revokeAPIKey,
+		apiv1.OpRotateAPIKey:            s.rotateAPIKey,
+		apiv1.OpCreateDatastore:         s.createDatastore,
+		apiv1.OpListDatastores:          s.listDatastores,
+		apiv1.OpGetDatastore:            s.getDatastore,
+		apiv1.OpSetDatastoreCredentials: s.setDatastoreCredentials,
+		apiv1.OpDeleteDatastore:         s.deleteDatastore,
+		apiv1.OpWhoAmI:                  s.whoAmI,
+		apiv1.OpLogin:                   s.login,
+		apiv1.OpCreateSession:           s.createSession,
+		apiv1.OpDeleteSession:           s.deleteSession,
+		apiv1.OpChangePassword:          s.changePassword,
+		apiv1.OpListTokens:              s.listTokens,
+		apiv1.OpCreateToken:             s.createToken,
+		apiv1.OpRevokeToken:             s.revokeToken,
+		apiv1.OpListUsers:               s.listUsers,
+		apiv1.OpCreateUser:              s.createUser,
+		apiv1.OpGetUser:                 s.getUser,
+		apiv1.OpUpdateUser:              s.updateUser,
+		apiv1.OpDeleteUser:              s.deleteUser,
+		apiv1.OpSetPassword:             s.setUserPassword,
+		apiv1.OpListTeams:               s.listTeams,
+		apiv1.OpCreateTeam:              s.createTeam,
+		apiv1.OpDeleteTeam:              s.deleteTeam,
+		apiv1.OpListMembers:             s.listMembers,
+		apiv1.OpPutMember:               s.putMember,
+		apiv1.OpDeleteMember:            s.deleteMember,
+		apiv1.OpListAudit:               s.listAudit,
+		apiv1.OpListQuotas:              s.listQuotas,
+		apiv1.OpListTeamQuotas:          s.listTeamQuotas,
+		apiv1.OpSetQuota:                s.setQuota,
+		apiv1.OpDeleteQuota:             s.deleteQuota,
+		apiv1.OpOpenAPI:                 s.openAPI,
+		apiv1.OpHealth:                  s.health,
 	}
 }
 

@@ -27,19 +27,21 @@ type Permission string
 // platform; the last few need only a signed-in user, or nobody at all.
 const (
 	// Team permissions.
-	JobsRead      Permission = "jobs.read"      // list and read jobs, their logs and models
-	JobsCreate    Permission = "jobs.create"    // create jobs
-	JobsOperate   Permission = "jobs.operate"   // delete, restart, kill, label, replicas, datasync
-	JobsConnect   Permission = "jobs.connect"   // shell, ssh and the HTTP relay into a job
-	MembersRead   Permission = "members.read"   // list the team's members
-	MembersManage Permission = "members.manage" // add, remove and change members below owner
-	OwnersManage  Permission = "owners.manage"  // make, change and remove owners
-	APIKeysCreate Permission = "apikeys.create" // create the team's inference API keys; list, rotate and revoke one's own
-	APIKeysManage Permission = "apikeys.manage" // list, rotate and revoke every inference API key of the team
-	QuotasRead    Permission = "quotas.read"    // read the team's quotas
-	UsageRead     Permission = "usage.read"     // read the team's inference usage
-	AuditRead     Permission = "audit.read"     // read the team's audit log
-	TeamDelete    Permission = "team.delete"    // delete the team (it must have no jobs)
+	JobsRead         Permission = "jobs.read"         // list and read jobs, their logs and models
+	JobsCreate       Permission = "jobs.create"       // create jobs
+	JobsOperate      Permission = "jobs.operate"      // delete, restart, kill, label, replicas, datasync
+	JobsConnect      Permission = "jobs.connect"      // shell, ssh and the HTTP relay into a job
+	MembersRead      Permission = "members.read"      // list the team's members
+	MembersManage    Permission = "members.manage"    // add, remove and change members below owner
+	OwnersManage     Permission = "owners.manage"     // make, change and remove owners
+	APIKeysCreate    Permission = "apikeys.create"    // create the team's inference API keys; list, rotate and revoke one's own
+	APIKeysManage    Permission = "apikeys.manage"    // list, rotate and revoke every inference API key of the team
+	QuotasRead       Permission = "quotas.read"       // read the team's quotas
+	UsageRead        Permission = "usage.read"        // read the team's inference usage
+	AuditRead        Permission = "audit.read"        // read the team's audit log
+	DatastoresRead   Permission = "datastores.read"   // list and read the team's datastores (never their secret keys)
+	DatastoresManage Permission = "datastores.manage" // register, change the credentials of and remove the team's datastores
+	TeamDelete       Permission = "team.delete"       // delete the team (it must have no jobs)
 
 	// Platform permissions (platform admins only; never through a token
 	// bound to a team or a scoped one).
@@ -99,19 +101,21 @@ var (
 
 // matrix is the permission matrix; docs/permissions.md is its text.
 var matrix = map[Permission]rule{
-	JobsRead:      {kind: KindTeam, roles: all, scopes: readers},
-	JobsCreate:    {kind: KindTeam, roles: members, scopes: operator},
-	JobsOperate:   {kind: KindTeam, roles: members, scopes: operator},
-	JobsConnect:   {kind: KindTeam, roles: members, scopes: operator},
-	MembersRead:   {kind: KindTeam, roles: all, scopes: readers},
-	MembersManage: {kind: KindTeam, roles: admins},
-	OwnersManage:  {kind: KindTeam, roles: owners},
-	APIKeysCreate: {kind: KindTeam, roles: members},
-	APIKeysManage: {kind: KindTeam, roles: admins},
-	QuotasRead:    {kind: KindTeam, roles: all, scopes: readers},
-	UsageRead:     {kind: KindTeam, roles: all, scopes: readers},
-	AuditRead:     {kind: KindTeam, roles: admins},
-	TeamDelete:    {kind: KindTeam, roles: owners},
+	JobsRead:         {kind: KindTeam, roles: all, scopes: readers},
+	JobsCreate:       {kind: KindTeam, roles: members, scopes: operator},
+	JobsOperate:      {kind: KindTeam, roles: members, scopes: operator},
+	JobsConnect:      {kind: KindTeam, roles: members, scopes: operator},
+	MembersRead:      {kind: KindTeam, roles: all, scopes: readers},
+	MembersManage:    {kind: KindTeam, roles: admins},
+	OwnersManage:     {kind: KindTeam, roles: owners},
+	APIKeysCreate:    {kind: KindTeam, roles: members},
+	APIKeysManage:    {kind: KindTeam, roles: admins},
+	QuotasRead:       {kind: KindTeam, roles: all, scopes: readers},
+	UsageRead:        {kind: KindTeam, roles: all, scopes: readers},
+	AuditRead:        {kind: KindTeam, roles: admins},
+	DatastoresRead:   {kind: KindTeam, roles: all, scopes: readers},
+	DatastoresManage: {kind: KindTeam, roles: admins},
+	TeamDelete:       {kind: KindTeam, roles: owners},
 
 	UsersManage: {kind: KindPlatform},
 	TeamsCreate: {kind: KindPlatform},
@@ -127,7 +131,7 @@ var matrix = map[Permission]rule{
 // Permissions lists every permission, in the matrix's order.
 var Permissions = []Permission{
 	JobsRead, JobsCreate, JobsOperate, JobsConnect, MembersRead, MembersManage, OwnersManage,
-	APIKeysCreate, APIKeysManage, QuotasRead, UsageRead, AuditRead, TeamDelete,
+	APIKeysCreate, APIKeysManage, QuotasRead, UsageRead, AuditRead, DatastoresRead, DatastoresManage, TeamDelete,
 	UsersManage, TeamsCreate, QuotasSet, RacksManage,
 	Self, AccountManage, Public,
 }

@@ -58,6 +58,13 @@ var cliRoutes = map[string]cliRoute{
 	"api-keys rotate": {args: func(e *appnodetest.AccessEnv, _ string) []string {
 		return []string{"api-keys", "rotate", e.KeyID}
 	}, route: "POST /api/v1/api-keys/{id}/rotate", change: true},
+	"datastores add": {args: fixed("datastores", "add", "d2", "--endpoint", "https://s3.example.net", "--access-key", "AK123456789", "--secret-key-stdin"),
+		route: "POST /api/v1/datastores", stdin: "secret\n", change: true},
+	"datastores list": {args: fixed("datastores", "list"), route: "GET /api/v1/datastores"},
+	"datastores get":  {args: fixed("datastores", "get", "main"), route: "GET /api/v1/datastores/{alias}"},
+	"datastores credentials": {args: fixed("datastores", "credentials", "main", "--access-key", "AK123456789", "--secret-key-stdin"),
+		route: "PUT /api/v1/datastores/{alias}/credentials", stdin: "secret\n", change: true},
+	"datastores delete":  {args: fixed("datastores", "delete", "main"), route: "DELETE /api/v1/datastores/{alias}", change: true},
 	"racks list":         {args: fixed("racks", "list"), route: "GET /api/v1/racks"},
 	"locations":          {args: fixed("locations"), route: "GET /api/v1/fleet"},
 	"racks register":     {args: fixed("racks", "register", "--id", "r2", "--location", "us", "--gpu-model", "H100", "--worker-key", strings.Repeat("ab", 32)), route: "POST /api/v1/racks", change: true},

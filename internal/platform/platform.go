@@ -397,11 +397,12 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	}
 	apiObs := metrics.NewAPIObserver()
 	api, err := appnode.New(acfg, appnode.Deps{
-		Ork:      orkapi.NewClient(p.AppNode, orkID.PublicKey()),
-		Accounts: p.Store,
-		APIKeys:  p.Store,
-		Usage:    p.Store,
-		Log:      log.With("component", "app-node"),
+		Ork:        orkapi.NewClient(p.AppNode, orkID.PublicKey()),
+		Accounts:   p.Store,
+		APIKeys:    p.Store,
+		Usage:      p.Store,
+		Datastores: p.Store,
+		Log:        log.With("component", "app-node"),
 		Shells: appnode.FabricShells{Node: p.AppNode, Directories: []fabric.PublicKey{dirID.PublicKey()},
 			Verify: func(jobID string, replica int, key fabric.PublicKey) bool {
 				return p.Keys.IsAgent(key, jobID, replica, 0)

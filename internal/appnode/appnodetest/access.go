@@ -100,6 +100,11 @@ func NewAccessEnv(t testing.TB, withPassword bool) *AccessEnv {
 		t.Fatal(err)
 	}
 	e.KeyID = k.ID
+	// ml's datastore main (its secret is not opened by these tests).
+	if err := e.Accounts.CreateDatastore(ctx, store.Datastore{Team: "ml", Alias: "main", Type: "s3", Endpoint: "https://s3.example.net", Region: "us-east-1",
+		AccessKey: "AKIAEXAMPLE0001", SealedSecret: []byte("sealed"), CreatedBy: "owner", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.Ork.SetQuota(ctx, orkapi.SetQuotaParams{Team: "ml", Location: "us", GPUs: 8}); err != nil {
 		t.Fatal(err)
 	}

@@ -601,7 +601,7 @@ func NewEnvConfig(tb testing.TB, tune func(*appnode.Config)) *Env {
 	if tune != nil {
 		tune(&cfg)
 	}
-	app, err := appnode.New(cfg, appnode.Deps{Ork: e.Ork, Accounts: e.Accounts, APIKeys: e.Accounts, Usage: e.Accounts, Shells: e.shells,
+	app, err := appnode.New(cfg, appnode.Deps{Ork: e.Ork, Accounts: e.Accounts, APIKeys: e.Accounts, Usage: e.Accounts, Datastores: e.Accounts, Shells: e.shells,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		tb.Fatal(err)

@@ -390,9 +390,13 @@ func (a *app) appNodeCommand() *cobra.Command {
 				Accounts: st,
 				APIKeys:  st, // its database keeps the inference API keys too
 				Usage:    st, // and the inference usage
-				Log:      log.With("component", "app-node"),
-				WebUI:    ui, // the gateway's default for every path outside the APIs
-				Observer: obs,
+				// and the datastores, their secrets sealed with the key in
+				// the API's secretsKeyFile (every app-node of one database
+				// is given the same file).
+				Datastores: st,
+				Log:        log.With("component", "app-node"),
+				WebUI:      ui, // the gateway's default for every path outside the APIs
+				Observer:   obs,
 				// proxy-inference checks keys here (keyapi.ByHash; the trust
 				// graph lets no one else call it).
 				Fabric: n,
