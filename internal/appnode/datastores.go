@@ -1,10 +1,12 @@
 package appnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
@@ -249,4 +251,43 @@ func (s *Server) deleteDatastore(_ http.ResponseWriter, r *http.Request, c *call
 	}
 	s.log.Info("datastore removed", "team", c.team, "alias", alias, "user", c.user.Name)
 	return nil, nil
+}
+
+// checkDatastores refuses volumes whose datastore (source or target) is
+// not one of team's, each by its field: another team's alias is as
+// unknown as one that exists nowhere.
+func (s *Server) checkDatastores(ctx context.Context, team string, vols []cosmic.Volume) error {
+	var errs []*cosmic.FieldError
+	for i, v := range vols {
+		for field, d := range map[string]*cosmic.DataStoreSource{"volumeSource.dataStore": v.Source.DataStore, "volumeTarget.targetDataStore": targetOf(v)} {
+			if d == nil {
+				continue
+			}
+			f := fmt.Sprintf("volumes[%d].%s.alias", i, field)
+			if s.datastores == nil {
+				errs = append(errs, &cosmic.FieldError{Field: f, Message: "this app-node keeps no datastores"})
+				continue
+			}
+			_, err := s.datastores.GetDatastore(ctx, team, d.Alias)
+			switch {
+			case errors.Is(err, cosmic.ErrNotFound):
+				errs = append(errs, &cosmic.FieldError{Field: f, Message: fmt.Sprintf("team %s has no datastore %s (cosmicac datastores list; a team admin adds one)", team, d.Alias)})
+			case err != nil:
+				return err
+			}
+		}
+	}
+	if len(errs) > 0 {
+		slices.SortFunc(errs, func(a, b *cosmic.FieldError) int { return strings.Compare(a.Field, b.Field) })
+		return invalid(errs...)
+	}
+	return nil
+}
+
+// targetOf is v's push target, or nil.
+func targetOf(v cosmic.Volume) *cosmic.DataStoreSource {
+	if v.Target == nil {
+		return nil
+	}
+	return v.Target.TargetDataStore
 }

@@ -2,6 +2,7 @@ package appnode_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -169,5 +170,43 @@ func TestDatastoreInput(t *testing.T) {
 	}
 	if l, _ := e.Accounts.ListDatastores(context.Background(), ""); len(l) != 0 {
 		t.Errorf("refused, yet stored: %+v", l)
+	}
+}
+
+// TestVolumesNameTheTeamsDatastores: a job's volume (its source or its
+// push target) names a datastore of the job's team: one the team does not
+// have, another team's among them, is refused at create with the field,
+// and no job is made; OVH's shorthand of a volume is taken.
+func TestVolumesNameTheTeamsDatastores(t *testing.T) {
+	e := appnodetest.NewEnv(t)
+	adam := e.AddUser(t, "adam", "ml", cosmic.RoleAdmin)
+	wes := e.AddUser(t, "wes", "web", cosmic.RoleAdmin)
+	ds := `{"alias":"%s","endpoint":"https://s3.example.net","credentials":{"accessKey":"AK123456789","secretKey":"s"}}`
+	if a := call(t, e, "POST", "/api/v1/datastores", adam, fmt.Sprintf(ds, "main")); a.status != 201 {
+		t.Fatal(a.status, string(a.body))
+	}
+	if a := call(t, e, "POST", "/api/v1/datastores", wes, fmt.Sprintf(ds, "webdata")); a.status != 201 {
+		t.Fatal(a.status, string(a.body))
+	}
+	job := func(volumes string) string {
+		return `{"type":"gpu-container","name":"v","location":"us","image":"ubuntu:24.04","volumes":[` + volumes + `]}`
+	}
+	a := call(t, e, "POST", "/api/v1/jobs", adam, job(`{"mountPath":"/in","dataStore":{"alias":"webdata","container":"bkt"}},
+		{"mountPath":"/out","permission":"RW","volumeSource":{"dataStore":{"alias":"main","container":"bkt"}},"targetDataStore":{"alias":"nope","container":"res"}}`))
+	if a.status != 400 || !strings.Contains(string(a.body), `"volumes[0].volumeSource.dataStore.alias"`) || !strings.Contains(string(a.body), `"volumes[1].volumeTarget.targetDataStore.alias"`) ||
+		!strings.Contains(string(a.body), "team ml has no datastore webdata") {
+		t.Errorf("unknown aliases: %d %s", a.status, a.body)
+	}
+	if n := e.Ork.Jobs(); n != 0 {
+		t.Fatalf("%d jobs made from refused creates", n)
+	}
+	a = call(t, e, "POST", "/api/v1/jobs", adam, job(`{"mountPath":"/in","permission":"rw","dataStore":{"alias":"main","container":"bkt","prefix":"data/"}}`))
+	if a.status != 201 {
+		t.Fatalf("a volume of the team's datastore: %d %s", a.status, a.body)
+	}
+	var j cosmic.Job
+	a.decode(t, &j)
+	if v := j.Spec.Volumes; len(v) != 1 || v[0].Permission != "RW" || v[0].Source.DataStore == nil || v[0].Source.DataStore.Prefix != "data/" {
+		t.Errorf("stored volumes %+v", v)
 	}
 }

@@ -115,6 +115,9 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 			return nil, err
 		}
 	}
+	if err := s.checkDatastores(r.Context(), c.team, spec.Volumes); err != nil {
+		return nil, err
+	}
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()
 	j, err := s.createOnOrk(ctx, orkapi.CreateJobParams{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // JobType is the kind of workload a job runs.
@@ -156,15 +157,38 @@ type Resources struct {
 	PublicNetwork    int    `json:"publicNetwork,omitempty"`
 }
 
-// Volume is data mounted into the job. Volumes are stored and validated;
-// workers do not mount them yet.
+// Volume is data mounted into the job (docs/data.md), in the shape of
+// OVHcloud AI Training's job volumes: where the data comes from
+// (volumeSource: a datastore's container and prefix, a public Git
+// repository, or a standalone volume that outlives the job), where it is
+// mounted, and what the job may do with it (Permission). Volumes are
+// stored and validated; workers do not mount them yet.
+//
+// On input the source may also be given as OVH's shorthands, dataStore,
+// publicGit, standalone and targetDataStore beside mountPath, or its
+// older container and region (the datastore's alias) with prefix
+// (volumeIn); output is always volumeSource and volumeTarget.
 type Volume struct {
-	Name       string       `json:"name,omitempty"`
-	MountPath  string       `json:"mountPath"`
-	Permission string       `json:"permission,omitempty"` // ro (default), rw or rwd
-	Cache      bool         `json:"cache,omitempty"`
-	Source     VolumeSource `json:"volumeSource"`
+	Name      string `json:"name,omitempty"`
+	MountPath string `json:"mountPath"`
+	// Permission is RO (read only, the default), RW (read-write: what
+	// the job wrote is pushed back when it stops) or RWD (RW, and the
+	// remote objects the job deleted are deleted too). Given in any
+	// case; Default makes it upper case.
+	Permission string `json:"permission,omitempty"`
+	// Cache keeps a copy of the data on the node for the next job that
+	// mounts the same data.
+	Cache  bool          `json:"cache,omitempty"`
+	Source VolumeSource  `json:"volumeSource"`
+	Target *VolumeTarget `json:"volumeTarget,omitempty"`
 }
+
+// Volume permissions.
+const (
+	PermissionRO  = "RO"
+	PermissionRW  = "RW"
+	PermissionRWD = "RWD"
+)
 
 // VolumeSource says where a volume's data comes from; exactly one is set.
 type VolumeSource struct {
@@ -173,7 +197,15 @@ type VolumeSource struct {
 	Standalone *StandaloneSource `json:"standalone,omitempty"`
 }
 
-// DataStoreSource is a container (bucket) of a registered data store.
+// VolumeTarget is where an RW or RWD volume is pushed, when not back to
+// its source.
+type VolumeTarget struct {
+	TargetDataStore *DataStoreSource `json:"targetDataStore,omitempty"`
+}
+
+// DataStoreSource is a container (bucket) of a team's datastore, under a
+// prefix. Archive, when set, names the format the data is kept in there
+// (one object, unpacked into the volume and packed back).
 type DataStoreSource struct {
 	Alias     string `json:"alias"`
 	Container string `json:"container"`
@@ -315,6 +347,16 @@ const (
 // image for the runtime (chosen by the worker's configuration). Default does
 // not create an inference section that is missing, nor choose a location.
 func (s *Spec) Default() {
+	for i := range s.Volumes {
+		v := &s.Volumes[i]
+		v.Permission = strings.ToUpper(v.Permission)
+		if v.Permission == "" {
+			v.Permission = PermissionRO
+			if v.Source.Standalone != nil {
+				v.Permission = PermissionRW // a disk of the job's own, kept after it
+			}
+		}
+	}
 	switch s.Type {
 	case TypeGPUContainer:
 		if s.Resources.GPU == 0 {
@@ -438,8 +480,13 @@ func (s *Spec) decode(data []byte, strict bool) error {
 	var w struct {
 		plainSpec
 		Region string `json:"region"`
+		// Volumes shadows plainSpec's: volumeIn takes OVH's shapes.
+		Volumes []volumeIn `json:"volumes,omitempty"`
 	}
 	w.plainSpec = plainSpec(*s)
+	for _, v := range s.Volumes {
+		w.Volumes = append(w.Volumes, volumeIn{plainVolume: plainVolume(v)})
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()
@@ -464,6 +511,83 @@ func (s *Spec) decode(data []byte, strict bool) error {
 			return &FieldError{Field: "region", Message: fmt.Sprintf("is an alias of location and disagrees with it (%q != %q)", w.Region, w.Location)}
 		}
 	}
+	var p problems
+	w.plainSpec.Volumes = nil
+	for i, vin := range w.Volumes {
+		w.plainSpec.Volumes = append(w.plainSpec.Volumes, vin.volume(&p, fmt.Sprintf("volumes[%d]", i)))
+	}
+	if err := p.err(); err != nil {
+		return err
+	}
 	*s = Spec(w.plainSpec)
 	return nil
+}
+
+type plainVolume Volume
+
+// volumeIn is a volume as given: CosmicAC's shape, or OVH's shorthands
+// beside it (Volume).
+type volumeIn struct {
+	plainVolume
+	DataStore       *DataStoreSource  `json:"dataStore,omitempty"`
+	PublicGit       *PublicGitSource  `json:"publicGit,omitempty"`
+	Standalone      *StandaloneSource `json:"standalone,omitempty"`
+	TargetDataStore *DataStoreSource  `json:"targetDataStore,omitempty"`
+	// Container, Region and Prefix are OVH's older shape of a datastore
+	// source: the container, the datastore's alias, the prefix.
+	Container string `json:"container,omitempty"`
+	Region    string `json:"region,omitempty"`
+	Prefix    string `json:"prefix,omitempty"`
+	// PublicSwift is OVH's public Swift container: refused, named.
+	PublicSwift json.RawMessage `json:"publicSwift,omitempty"`
+	// ID is OVH's output of a volume's identifier: accepted, so that a
+	// spec read back can be given again, and dropped.
+	ID string `json:"id,omitempty"`
+}
+
+// volume merges in's shorthands into a Volume, adding to p a problem for
+// each that disagrees with what it stands for (f names the volume).
+func (in volumeIn) volume(p *problems, f string) Volume {
+	v := Volume(in.plainVolume)
+	merge := func(field string, short *DataStoreSource, into **DataStoreSource, long string) {
+		switch {
+		case short == nil:
+		case *into == nil:
+			*into = short
+		case **into != *short:
+			p.add(f+"."+field, "disagrees with %s (give one)", long)
+		}
+	}
+	merge("dataStore", in.DataStore, &v.Source.DataStore, "volumeSource.dataStore")
+	if in.Container != "" || in.Region != "" || in.Prefix != "" {
+		if in.Container == "" || in.Region == "" {
+			p.add(f+".container", "with region (the datastore's alias) names a datastore source: give both, or volumeSource.dataStore")
+		} else {
+			merge("container", &DataStoreSource{Alias: in.Region, Container: in.Container, Prefix: in.Prefix}, &v.Source.DataStore, "volumeSource.dataStore")
+		}
+	}
+	switch {
+	case in.PublicGit == nil:
+	case v.Source.PublicGit == nil:
+		v.Source.PublicGit = in.PublicGit
+	case *v.Source.PublicGit != *in.PublicGit:
+		p.add(f+".publicGit", "disagrees with volumeSource.publicGit (give one)")
+	}
+	switch {
+	case in.Standalone == nil:
+	case v.Source.Standalone == nil:
+		v.Source.Standalone = in.Standalone
+	case *v.Source.Standalone != *in.Standalone:
+		p.add(f+".standalone", "disagrees with volumeSource.standalone (give one)")
+	}
+	if in.TargetDataStore != nil {
+		if v.Target == nil {
+			v.Target = &VolumeTarget{}
+		}
+		merge("targetDataStore", in.TargetDataStore, &v.Target.TargetDataStore, "volumeTarget.targetDataStore")
+	}
+	if len(in.PublicSwift) > 0 {
+		p.add(f+".publicSwift", "public Swift containers are not served: copy the data into a datastore (S3) and use dataStore")
+	}
+	return v
 }

@@ -169,7 +169,9 @@ func TestValidateValid(t *testing.T) {
 			s.Volumes = []Volume{
 				{Name: "data", MountPath: "/data", Permission: "rw", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "s3", Container: "bucket"}}},
 				{MountPath: "/src", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "https://github.com/x/y.git"}}},
-				{MountPath: "/scratch", Permission: "RWD", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}},
+				{MountPath: "/scratch", Permission: "rw", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}},
+				{MountPath: "/out", Permission: "RWD", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "s3", Container: "my.bucket-1", Prefix: "runs/a", Archive: "tar.gz"}},
+					Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "archive", Container: "results"}}},
 			}
 			return s
 		}(),
@@ -285,6 +287,30 @@ func TestValidateRules(t *testing.T) {
 			"volumes[1].name", "volumes[1].mountPath", "volumes[1].volumeSource.dataStore.alias", "volumes[1].volumeSource.dataStore.container",
 			"volumes[2].mountPath", "volumes[2].volumeSource.publicGit.url", "volumes[2].volumeSource.standalone.name", "volumes[2].volumeSource",
 			"volumes[4].name", "volumes[4].mountPath",
+		}},
+		{"volume sources", containerSpec, func(s *Spec) {
+			ds := func(alias, container, prefix, archive string) VolumeSource {
+				return VolumeSource{DataStore: &DataStoreSource{Alias: alias, Container: container, Prefix: prefix, Archive: archive}}
+			}
+			s.Volumes = []Volume{
+				{MountPath: "/a", Source: ds("Main", "Bucket", "/abs", "rar")},
+				{MountPath: "/b", Source: ds("main", "b", "x/../y", "")},
+				{MountPath: "/c", Source: ds("main", "-bucket", "x//y", "")},
+				{MountPath: "/d", Permission: "rw", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "https://g"}}},
+				{MountPath: "/e", Permission: "rwd", Cache: true, Source: VolumeSource{Standalone: &StandaloneSource{Name: "s"}}},
+				{MountPath: "/f", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m", Container: "bkt"}}},
+				{MountPath: "/g", Permission: "RW", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{}},
+				{MountPath: "/g/h", Permission: "RW", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m"}}},
+			}
+		}, []string{
+			"volumes[0].volumeSource.dataStore.alias", "volumes[0].volumeSource.dataStore.container", "volumes[0].volumeSource.dataStore.prefix", "volumes[0].volumeSource.dataStore.archive",
+			"volumes[1].volumeSource.dataStore.container", "volumes[1].volumeSource.dataStore.prefix",
+			"volumes[2].volumeSource.dataStore.container", "volumes[2].volumeSource.dataStore.prefix",
+			"volumes[3].permission",
+			"volumes[4].permission", "volumes[4].cache",
+			"volumes[5].volumeTarget",
+			"volumes[6].volumeTarget",
+			"volumes[7].mountPath", "volumes[7].volumeTarget.targetDataStore.container",
 		}},
 		{"read user and partner", containerSpec, func(s *Spec) { s.ReadUser, s.PartnerID = "a\tb", strings.Repeat("p", 129) }, []string{"readUser", "partnerId"}},
 		{"inference missing", inferenceSpec, func(s *Spec) { s.Inference = nil }, []string{"inference"}},
@@ -706,5 +732,63 @@ func TestValidServedModelName(t *testing.T) {
 		if got := ValidServedModelName(name); got != want {
 			t.Errorf("ValidServedModelName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestVolumesInOVHShapes: a volume's source is taken in OVHcloud AI
+// Training's shapes too (dataStore, publicGit, standalone and
+// targetDataStore beside mountPath; the older container, region and
+// prefix; its output id), and given back as volumeSource and volumeTarget;
+// shorthands that disagree with what they stand for, a container without
+// its region, and a public Swift source are refused, each named.
+func TestVolumesInOVHShapes(t *testing.T) {
+	s, err := ParseSpec([]byte(`{"type":"gpu-container","location":"us","image":"ubuntu:24.04","volumes":[
+		{"id":"vol-1","mountPath":"/data","permission":"ro","cache":true,"dataStore":{"alias":"main","container":"bkt","prefix":"in/"}},
+		{"mountPath":"/legacy","permission":"rw","container":"bkt","region":"main","prefix":"old"},
+		{"mountPath":"/src","publicGit":{"url":"https://example.net/r.git"}},
+		{"mountPath":"/scratch","standalone":{"name":"scratch"}},
+		{"mountPath":"/out","permission":"RWD","volumeSource":{"dataStore":{"alias":"main","container":"bkt"}},"targetDataStore":{"alias":"archive","container":"results"}},
+		{"mountPath":"/same","dataStore":{"alias":"main","container":"bkt"},"volumeSource":{"dataStore":{"alias":"main","container":"bkt"}}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Default()
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	ds := func(alias, container, prefix string) *DataStoreSource {
+		return &DataStoreSource{Alias: alias, Container: container, Prefix: prefix}
+	}
+	want := []Volume{
+		{MountPath: "/data", Permission: "RO", Cache: true, Source: VolumeSource{DataStore: ds("main", "bkt", "in/")}},
+		{MountPath: "/legacy", Permission: "RW", Source: VolumeSource{DataStore: ds("main", "bkt", "old")}},
+		{MountPath: "/src", Permission: "RO", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "https://example.net/r.git"}}},
+		{MountPath: "/scratch", Permission: "RW", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}},
+		{MountPath: "/out", Permission: "RWD", Source: VolumeSource{DataStore: ds("main", "bkt", "")}, Target: &VolumeTarget{TargetDataStore: ds("archive", "results", "")}},
+		{MountPath: "/same", Permission: "RO", Source: VolumeSource{DataStore: ds("main", "bkt", "")}},
+	}
+	if diff := cmp.Diff(want, s.Volumes); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+	out, _ := json.Marshal(s.Volumes[1])
+	if string(out) != `{"mountPath":"/legacy","permission":"RW","volumeSource":{"dataStore":{"alias":"main","container":"bkt","prefix":"old"}}}` {
+		t.Errorf("given back as %s", out)
+	}
+
+	_, err = ParseSpec([]byte(`{"volumes":[
+		{"mountPath":"/a","dataStore":{"alias":"main","container":"x"},"volumeSource":{"dataStore":{"alias":"main","container":"y"}}},
+		{"mountPath":"/b","publicSwift":{"url":"https://swift"}},
+		{"mountPath":"/c","container":"bkt"},
+		{"mountPath":"/d","publicGit":{"url":"https://a"},"volumeSource":{"publicGit":{"url":"https://b"}}},
+		{"mountPath":"/e","permission":"RW","volumeSource":{"dataStore":{"alias":"m","container":"bkt"}},"targetDataStore":{"alias":"a","container":"b"},"volumeTarget":{"targetDataStore":{"alias":"c","container":"d"}}}]}`))
+	var got []string
+	for _, fe := range FieldErrors(err) {
+		got = append(got, fe.Field)
+	}
+	if diff := cmp.Diff([]string{"volumes[0].dataStore", "volumes[1].publicSwift", "volumes[2].container", "volumes[3].publicGit", "volumes[4].targetDataStore"}, got); diff != "" || !errors.Is(err, ErrInvalid) {
+		t.Errorf("refusals (-want +got):\n%s\n%v", diff, err)
+	}
+	if _, err := ParseSpec([]byte(`{"volumes":[{"mountPath":"/a","size":3}]}`)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an unknown volume field: %v", err)
 	}
 }

@@ -318,11 +318,14 @@ func sshKeyProblem(k string) string {
 	return ""
 }
 
+// Volume archives: the formats a datastore source's data may be kept in.
+var volumeArchives = []string{"zip", "tar", "tar.gz", "tar.bz2"}
+
 func checkVolumes(p *problems, vols []Volume) {
 	if len(vols) > MaxVolumes {
 		p.add("volumes", "has %d volumes, more than %d", len(vols), MaxVolumes)
 	}
-	paths := map[string]bool{}
+	paths := map[string]int{}
 	names := map[string]bool{}
 	for i, v := range vols {
 		f := fmt.Sprintf("volumes[%d]", i)
@@ -338,31 +341,37 @@ func checkVolumes(p *problems, vols []Volume) {
 		case !strings.HasPrefix(v.MountPath, "/"):
 			p.add(f+".mountPath", "must be an absolute path")
 		case path.Clean(v.MountPath) != v.MountPath || v.MountPath == "/" || !printable(v.MountPath):
-			p.add(f+".mountPath", "%q must be a clean path below /", v.MountPath)
-		case paths[v.MountPath]:
-			p.add(f+".mountPath", "%q is mounted twice", v.MountPath)
-		}
-		paths[v.MountPath] = true
-		switch strings.ToLower(v.Permission) {
-		case "", "ro", "rw", "rwd":
+			p.add(f+".mountPath", "%q must be a clean path below / (no .., no trailing /)", v.MountPath)
 		default:
-			p.add(f+".permission", "%q is not ro, rw or rwd", v.Permission)
+			for other, j := range paths {
+				switch {
+				case other == v.MountPath:
+					p.add(f+".mountPath", "%q is volumes[%d]'s mount path too: one volume a path", v.MountPath, j)
+				case strings.HasPrefix(v.MountPath, other+"/"), strings.HasPrefix(other, v.MountPath+"/"):
+					p.add(f+".mountPath", "%q and volumes[%d]'s %q are one inside the other: mount them apart", v.MountPath, j, other)
+				}
+			}
+			paths[v.MountPath] = i
+		}
+		perm := strings.ToUpper(v.Permission)
+		switch perm {
+		case "", PermissionRO, PermissionRW, PermissionRWD:
+		default:
+			p.add(f+".permission", "%q is not RO, RW or RWD", v.Permission)
 		}
 		src := v.Source
 		n := 0
 		if d := src.DataStore; d != nil {
 			n++
-			if d.Alias == "" {
-				p.add(f+".volumeSource.dataStore.alias", "is required")
-			}
-			if d.Container == "" {
-				p.add(f+".volumeSource.dataStore.container", "is required")
-			}
+			checkDataStoreSource(p, f+".volumeSource.dataStore", d)
 		}
 		if g := src.PublicGit; g != nil {
 			n++
-			if !strings.HasPrefix(g.URL, "https://") || strings.ContainsFunc(g.URL, unicode.IsSpace) {
+			if !strings.HasPrefix(g.URL, "https://") || strings.ContainsFunc(g.URL, unicode.IsSpace) || len(g.URL) > 2048 {
 				p.add(f+".volumeSource.publicGit.url", "must be an https:// URL")
+			}
+			if perm == PermissionRW || perm == PermissionRWD {
+				p.add(f+".permission", "a Git repository is cloned, never pushed: RO")
 			}
 		}
 		if st := src.Standalone; st != nil {
@@ -370,11 +379,68 @@ func checkVolumes(p *problems, vols []Volume) {
 			if !identRe.MatchString(st.Name) || len(st.Name) > 63 {
 				p.add(f+".volumeSource.standalone.name", "%q is not a valid volume name", st.Name)
 			}
+			if perm == PermissionRWD {
+				p.add(f+".permission", "RWD deletes on a datastore what the job deleted: a standalone volume is RW or RO")
+			}
+			if v.Cache {
+				p.add(f+".cache", "a standalone volume is kept on its own: cache is for a datastore's or a repository's data")
+			}
 		}
 		if n != 1 {
 			p.add(f+".volumeSource", "must set exactly one of dataStore, publicGit, standalone")
 		}
+		if v.Target != nil {
+			switch {
+			case v.Target.TargetDataStore == nil:
+				p.add(f+".volumeTarget", "must set targetDataStore")
+			case perm != PermissionRW && perm != PermissionRWD:
+				p.add(f+".volumeTarget", "is where an RW or RWD volume is pushed: give permission RW or RWD")
+			default:
+				checkDataStoreSource(p, f+".volumeTarget.targetDataStore", v.Target.TargetDataStore)
+			}
+		}
 	}
+}
+
+// checkDataStoreSource checks a datastore source named f: the alias a
+// datastore's name, the container an S3 bucket's name, the prefix a clean
+// relative path, the archive a known format. Whether the alias is one of
+// the team's is the app-node's to say.
+func checkDataStoreSource(p *problems, f string, d *DataStoreSource) {
+	if d.Alias == "" {
+		p.add(f+".alias", "is required: a datastore of the team (cosmicac datastores list)")
+	} else if !ValidAccountName(d.Alias) {
+		p.add(f+".alias", "%q is not a datastore alias", d.Alias)
+	}
+	if d.Container == "" {
+		p.add(f+".container", "is required")
+	} else if !validBucket(d.Container) {
+		p.add(f+".container", "%q is not a bucket name: 3 to 63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit", d.Container)
+	}
+	if pr := d.Prefix; pr != "" {
+		if strings.HasPrefix(pr, "/") || len(pr) > 1024 || !printable(pr) || slices.Contains(strings.Split(pr, "/"), "..") || strings.Contains(pr, "//") {
+			p.add(f+".prefix", "%q must be a relative key prefix: no leading /, no .., no //", pr)
+		}
+	}
+	if d.Archive != "" && !slices.Contains(volumeArchives, d.Archive) {
+		p.add(f+".archive", "%q is not one of %s", d.Archive, strings.Join(volumeArchives, ", "))
+	}
+}
+
+// validBucket reports whether s is an S3 bucket name (AWS's rules for
+// general purpose buckets, which S3-compatible servers follow).
+func validBucket(s string) bool {
+	if len(s) < 3 || len(s) > 63 || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '.' && c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 func checkInference(p *problems, s Spec) {
