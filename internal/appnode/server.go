@@ -170,6 +170,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if d.Fabric != nil && d.Usage != nil {
 		ServeUsage(d.Fabric, d.Usage)
 	}
+	if d.Fabric != nil && s.datastores != nil {
+		ServePresign(d.Fabric, ork.GetJob, s.datastores, s.secrets)
+	}
 	return s, nil
 }
 

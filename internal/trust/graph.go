@@ -16,7 +16,8 @@
 //
 // Any package but those contracts may import trust; it imports the fabric,
 // the domain, internal/backoff and the contract packages whose methods the
-// graph names (orkapi, agentapi, worker, keyapi, proxyapi, joblog, simapi).
+// graph names (orkapi, agentapi, worker, keyapi, proxyapi, usageapi,
+// dataapi, joblog, simapi).
 package trust
 
 import (
@@ -26,6 +27,7 @@ import (
 	"strings"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/keyapi"
 	"github.com/cosmicac/cosmicac/internal/inferproxy/proxyapi"
@@ -147,6 +149,7 @@ var Graph = []Server{
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
 		{Name: keyapi.ByHash.Name, Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
 		{Name: usageapi.Record.Name, Kind: Call, Callers: []Role{Proxy}, NoOperators: true, Confined: "adds to the usage store only; a batch counts once", Doc: "deliver the inference usage a proxy measured"},
+		{Name: dataapi.Presign.Name, Kind: Call, Callers: []Role{InstanceAgent}, Confined: "agents: only their own job's volumes, each for its container and prefix and as its permission allows", Doc: "sign requests for a volume's objects (never the datastore's key)"},
 	}},
 	{Role: Monitor, Doc: "job log records in; live streams and Loki out", Methods: []Method{
 		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Ork, Worker, InstanceAgent, InferenceAgent},

@@ -34,6 +34,8 @@ import (
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync"
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/inferagent"
 	"github.com/cosmicac/cosmicac/internal/inferagent/simlaunch"
@@ -454,6 +456,8 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(map[string]any{"hash": make([]byte, 32)}, nil)
 	case usageapi.Record.Name: // an empty batch ID: invalid, nothing recorded
 		return call(usageapi.RecordParams{}, nil)
+	case dataapi.Presign.Name: // the target job has no volume: nothing signed
+		return call(dataapi.PresignParams{Job: target.ID, Volume: 0, Op: datasync.OpList}, nil)
 	// wrk-monitor: a record of the target job; a caller outside its
 	// binding has it refused.
 	case joblog.Append.Name:

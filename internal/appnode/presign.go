@@ -1,0 +1,73 @@
+package appnode
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync"
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
+	"github.com/cosmicac/cosmicac/internal/datasync/presign"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/seal"
+	"github.com/cosmicac/cosmicac/internal/store"
+	"github.com/cosmicac/cosmicac/internal/trust"
+)
+
+// PresignTTL is how long a signed request of a volume stays good.
+const PresignTTL = 15 * time.Minute
+
+// ServePresign registers dataapi.Presign on r (docs/data.md, "The
+// platform signs; the job transfers"): a job's instance agent gets signed
+// requests for its own job's volumes, each for the volume's container and
+// prefix and as its permission allows; the secret key is opened here and
+// goes nowhere. A job's agent asking for another job is forbidden, as the
+// trust graph's confinement says; getJob reads the job (the ork).
+func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string) (cosmic.Job, error), ds store.Datastores, key *seal.Key) {
+	dataapi.Presign.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p dataapi.PresignParams) (dataapi.PresignReply, error) {
+		if c, ok := trust.CallerOf(ctx); ok && c.Role != trust.Operator && (!c.Role.IsAgent() || c.Job != p.Job) {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s signs only its own job's volumes", c)
+		}
+		j, err := getJob(ctx, p.Job)
+		if err != nil {
+			if errors.Is(err, cosmic.ErrNotFound) || fabric.ErrorCode(err) == fabric.CodeNotFound {
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeNotFound, "job %s not found", p.Job)
+			}
+			return dataapi.PresignReply{}, err
+		}
+		if p.Volume < 0 || p.Volume >= len(j.Spec.Volumes) {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "job %s has no volume %d", p.Job, p.Volume)
+		}
+		v := j.Spec.Volumes[p.Volume]
+		src, side := v.Source.DataStore, "volumeSource.dataStore"
+		if p.Target {
+			src, side = targetOf(v), "volumeTarget.targetDataStore"
+		}
+		if src == nil {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s has no %s", p.Volume, p.Job, side)
+		}
+		d, err := ds.GetDatastore(ctx, j.Team, src.Alias)
+		if errors.Is(err, cosmic.ErrNotFound) {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeNotFound, "team %s has no datastore %s (any more)", j.Team, src.Alias)
+		}
+		if err != nil {
+			return dataapi.PresignReply{}, err
+		}
+		secret, err := key.Open(d.SealedSecret, datastoreAD(d.Team, d.Alias))
+		if err != nil {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeUnavailable, "datastore %s of team %s: its secret does not open with this app-node's secrets key (every app-node of a database needs the same file)", d.Alias, d.Team)
+		}
+		perm := strings.ToUpper(v.Permission)
+		reqs, err := presign.Sign(presign.Volume{Endpoint: d.Endpoint, Region: d.Region, AccessKey: d.AccessKey, SecretKey: string(secret),
+			Container: src.Container, Prefix: src.Prefix, Put: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD},
+			p.Op, p.Keys, p.Token, PresignTTL, time.Now())
+		if err != nil {
+			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s: %v", p.Volume, p.Job, err)
+		}
+		return dataapi.PresignReply{Requests: reqs}, nil
+	})
+}
+
+var _ datasync.Signer = dataapi.Signer{}
