@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -77,6 +78,13 @@ type Agent struct {
 	command   *agentapi.CommandStatus
 	cmdDone   chan struct{}
 	sessionWG sync.WaitGroup
+	// volumes are Config.Volumes' sync; failure why the replica cannot
+	// run (a volume not copied in); reached that a platform peer is
+	// connected, which makes the agent ready once the volumes are in.
+	volumes []agentapi.VolumeStatus
+	failure *cosmic.Reason
+	reached bool
+	pulled  bool
 }
 
 // New makes an agent; Run runs it.
@@ -92,6 +100,10 @@ func New(cfg Config, log *slog.Logger) *Agent {
 		}
 	}
 	a.cfg = cfg
+	for _, v := range cfg.Volumes {
+		a.volumes = append(a.volumes, agentapi.VolumeStatus{Index: v.Index, MountPath: v.MountPath, Phase: agentapi.VolumePulling})
+	}
+	a.pulled = len(cfg.Volumes) == 0
 	return a
 }
 
@@ -109,8 +121,9 @@ func (a *Agent) Node() *fabric.Node {
 	return a.node
 }
 
-// CommandDone is closed when the job's command has exited (nil when the
-// config has no command, or before Run started it).
+// CommandDone is closed when the job's command has exited, or will not
+// start (a volume not copied in; Status.Failure says why). It is nil
+// when the config has no command, or before Run started it.
 func (a *Agent) CommandDone() <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -138,6 +151,11 @@ func (a *Agent) statusLocked() agentapi.Status {
 	if a.command != nil {
 		c := a.command.Clone()
 		s.Command = &c
+	}
+	s.Volumes = slices.Clone(a.volumes)
+	if a.failure != nil {
+		f := *a.failure
+		s.Failure = &f
 	}
 	return s
 }
@@ -191,7 +209,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// Keep a connection to every peer with an address: the platform calls
 	// the agent back over them.
-	wg.Go(func() { KeepConnected(rctx, n, dial, a.log, ConnectHooks{Reached: a.setReady}) })
+	wg.Go(func() { KeepConnected(rctx, n, dial, a.log, ConnectHooks{Reached: a.reach}) })
 	if a.fwd != nil {
 		wg.Go(func() { a.fwd.Run(rctx) })
 	}
@@ -201,12 +219,39 @@ func (a *Agent) Run(ctx context.Context) error {
 			n.KeepAnnounced(rctx, fabric.AnnounceParams{Topic: agentapi.Topic(cfg.JobID), Meta: meta}, dirs...)
 		})
 	}
+	// The volumes come in before the agent is ready and the command
+	// starts; a volume that cannot leaves the agent up (shells work) with
+	// its failure in the status, and no command.
+	volumesIn := make(chan bool, 1)
+	if len(cfg.Volumes) > 0 {
+		wg.Go(func() {
+			failure := a.pullVolumes(rctx, n)
+			if failure == nil && rctx.Err() == nil {
+				a.mu.Lock()
+				a.pulled = true
+				reached := a.reached
+				a.mu.Unlock()
+				if reached {
+					a.setReady()
+				}
+			}
+			volumesIn <- failure == nil && rctx.Err() == nil
+		})
+	} else {
+		volumesIn <- true
+	}
 	if len(cfg.Command) > 0 {
 		done := make(chan struct{})
 		a.mu.Lock()
 		a.cmdDone = done
 		a.mu.Unlock()
-		wg.Go(func() { a.runCommand(rctx, done) })
+		wg.Go(func() {
+			if !<-volumesIn {
+				close(done)
+				return
+			}
+			a.runCommand(rctx, done)
+		})
 	}
 	wg.Go(func() { KeepReporting(rctx, ReportInterval, func() { a.report(a.Status()) }) })
 
@@ -235,6 +280,24 @@ func (a *Agent) setReady() {
 	a.mu.Unlock()
 	a.log.Info("agent ready", "job_id", a.cfg.JobID)
 	a.changed()
+}
+
+// reach marks a platform peer reached: the agent is ready, once its
+// volumes are in.
+func (a *Agent) reach() {
+	a.mu.Lock()
+	a.reached = true
+	pulled := a.pulled
+	a.mu.Unlock()
+	if pulled {
+		a.setReady()
+	}
+}
+
+// recordFailure writes a system record of a failed step.
+func (a *Agent) recordFailure(step, format string, args ...any) {
+	a.cfg.Logs.Emit(joblog.Record{Time: time.Now(), JobID: a.cfg.JobID, Team: a.cfg.Team, Replica: a.cfg.Replica,
+		Source: joblog.SourceSystem, Stream: Component, Step: step, OK: joblog.Bool(false), Line: fmt.Sprintf(format, args...)})
 }
 
 // record writes a system record of the job.

@@ -73,6 +73,9 @@ type Config struct {
 	// command's output (application). Default: the monitor its Peers name,
 	// over the agent's node (MonitorForwarder), else discard.
 	Logs joblog.Sink
+	// Volumes are the job's datastore volumes, copied in before the agent
+	// is ready and the command starts (docs/data.md).
+	Volumes []Volume
 	// OnChange, if set, is called with the new status after each change
 	// (ready, a session opened or closed, the command exited). It must not
 	// block.

@@ -106,3 +106,49 @@ func TestVolumeSignedForItsJobAlone(t *testing.T) {
 		t.Errorf("a signed request: %+v, %v", reqs, err)
 	}
 }
+
+// TestVolumeCopiedInBeforeTheCommand: on the simulated rack, a job's
+// datastore volume is in (at the replica's home + its mount path, as the
+// job's system log says) before the job is running and its command
+// starts, which reads it; the job's log tells what came in. A wrong secret
+// key fails the job with bad_credentials, a missing bucket with
+// no_such_container, and neither runs its command.
+func TestVolumeCopiedInBeforeTheCommand(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "datasets")
+	ctx := context.Background()
+	if _, err := srv.Client(t).PutObject(ctx, "datasets", "train/a.txt", strings.NewReader("alpha"), 5, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for alias, secret := range map[string]string{"main": srv.SecretKey, "wrong": srv.SecretKey + "x"} {
+		if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: alias, Endpoint: srv.Endpoint, Region: srv.Region,
+			Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: secret}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withVolume := func(name, alias, bucket string) cosmic.Spec {
+		s := Container(name, 1)
+		s.Command = []string{"sh", "-c", `cp "$HOME/data/a.txt" "$HOME/seen.txt"`}
+		s.Volumes = []cosmic.Volume{{MountPath: "/data", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: alias, Container: bucket, Prefix: "train"}}}}
+		return s
+	}
+	good := e.Create(withVolume("good", "main", "datasets"))
+	bad := e.Create(withVolume("bad", "wrong", "datasets"))
+	missing := e.Create(withVolume("missing", "main", "nope"))
+
+	j := e.WaitState(good.ID, cosmic.StateStopped, cosmic.StateFailed)
+	home := filepath.Join(e.DataDir, "vms", good.ID+"-r0")
+	if got, err := os.ReadFile(filepath.Join(home, "seen.txt")); err != nil || string(got) != "alpha" {
+		t.Fatalf("the command saw %q, %v (job %s: %+v)", got, err, j.Status.State, j.Status.Reason)
+	}
+	for id, code := range map[string]cosmic.ReasonCode{bad.ID: cosmic.ReasonBadCredentials, missing.ID: cosmic.ReasonNoSuchContainer} {
+		j := e.WaitState(id, cosmic.StateFailed)
+		if j.Status.Reason == nil || j.Status.Reason.Code != code {
+			t.Errorf("job %s failed with %+v, want %s", j.Spec.Name, j.Status.Reason, code)
+		}
+		if _, err := os.Stat(filepath.Join(e.DataDir, "vms", id+"-r0", "seen.txt")); err == nil {
+			t.Errorf("job %s ran its command without its volume", j.Spec.Name)
+		}
+	}
+}

@@ -163,7 +163,13 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: withWorker(s.peers, boot.Worker), Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: boot.Logs,
 		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
+		Volumes: simVolumes(job, dir),
 		OnChange: func(st agentapi.Status) {
+			if st.Failure != nil { // a volume not copied in: the command never starts
+				r := *st.Failure
+				finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})
+				return
+			}
 			if st.Command == nil {
 				return
 			}
@@ -198,6 +204,21 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		}
 	})
 	return a.Ready(), done, cancel
+}
+
+// simVolumes are the datastore volumes of job for its agent on the
+// simulated rack: no VM, so each goes to a directory of the replica's home
+// on the platform's host, home + the mount path (docs/data.md). The agent
+// says where in the job's system log.
+func simVolumes(job cosmic.Job, home string) []agent.Volume {
+	var out []agent.Volume
+	for i, v := range job.Spec.Volumes {
+		if v.Source.DataStore == nil {
+			continue // Git and standalone volumes are not synced yet
+		}
+		out = append(out, agent.Volume{Index: i, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath))})
+	}
+	return out
 }
 
 // HostShellNotice is what every shell session on the simulated rack is

@@ -227,9 +227,10 @@ func (c *Cluster) commandExited(k replicaKey, gen uint64, o CommandOutcome) {
 	r.exit = &o
 	if r.phase == phaseIdle && r.state == cosmic.StateRunning {
 		r.phase, r.due = phaseExit, time.Now()
-		signal(c.wake)
 	}
-	// Before running, phaseReady moves on to phaseExit.
+	// Before running, phaseReady moves on to phaseExit, or ends a replica
+	// whose agent failed without being ready.
+	signal(c.wake)
 }
 
 // endCommand ends r after its command exited: the VMIs are deleted and the

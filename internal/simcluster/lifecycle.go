@@ -331,6 +331,12 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 			return
 		}
 		if !r.agentReady() {
+			if r.exit != nil && r.exit.State == cosmic.StateFailed {
+				// The agent will never be ready: a replica that cannot
+				// run (a volume not copied in) fails before running.
+				c.endCommand(r, now)
+				return
+			}
 			// Running only once the agent is ready: look again next step
 			// (or when it signals ready).
 			if !r.agent.waiting {

@@ -60,6 +60,30 @@ type Status struct {
 	SessionsTotal int `json:"sessionsTotal"`
 	// Command is the job's command, when the spec has one.
 	Command *CommandStatus `json:"command,omitempty"`
+	// Volumes are the job's volumes the agent copies in before the
+	// command (docs/data.md), in the spec's order.
+	Volumes []VolumeStatus `json:"volumes,omitempty"`
+	// Failure, when set, is why the replica cannot run: a volume that
+	// could not be copied in. The agent stays up (shells still work); the
+	// command is not started.
+	Failure *cosmic.Reason `json:"failure,omitempty"`
+}
+
+// Volume sync phases.
+const (
+	VolumePulling = "pulling"
+	VolumeReady   = "ready"
+	VolumeFailed  = "failed"
+)
+
+// VolumeStatus is one volume's sync.
+type VolumeStatus struct {
+	Index     int    `json:"index"` // in spec.volumes
+	MountPath string `json:"mountPath"`
+	Phase     string `json:"phase"`
+	Objects   int64  `json:"objects"`
+	Bytes     int64  `json:"bytes"`
+	Error     string `json:"error,omitempty"`
 }
 
 // SessionInfo describes one open shell session.

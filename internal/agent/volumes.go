@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
+	"github.com/cosmicac/cosmicac/internal/backoff"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync"
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
+	"github.com/cosmicac/cosmicac/internal/fabric"
+)
+
+// Volume is a volume of the job whose data the agent copies in before the
+// command starts (docs/data.md): a datastore source, signed for by the
+// app-node (dataapi.Presign) and pulled into Dir.
+type Volume struct {
+	// Index is the volume's index in the job's spec.volumes.
+	Index int
+	// MountPath is the spec's; Dir is where the data goes: MountPath in a
+	// VM, a directory of the job's on the simulated rack's host.
+	MountPath string
+	Dir       string
+}
+
+// pullDeadline bounds how long the agent retries a volume's signing when
+// the app-node cannot be reached (it may still be connecting).
+const pullDeadline = 2 * time.Minute
+
+// pullVolumes copies every volume of the config in, one after the other,
+// reporting each in the status and the job's system records. It answers
+// the reason the replica cannot run, or nil when every volume is in.
+func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason {
+	var appNode fabric.PublicKey
+	found := false
+	for _, p := range a.cfg.Peers {
+		if p.Role == agentapi.RoleAppNode {
+			appNode, found = p.Key, true
+		}
+	}
+	for i, v := range a.cfg.Volumes {
+		a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumePulling })
+		if !found {
+			r := cosmic.NewReason(cosmic.ReasonVolumeSyncFailed, "the agent knows no app-node to sign its volumes")
+			a.failVolume(i, v, r, errors.New(r.Message))
+			return &r
+		}
+		signer := dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}
+		if v.Dir != v.MountPath {
+			a.record("volume", "volume %d (%s): copying in to %s (no VM here: a directory of the job's on the host)", v.Index, v.MountPath, v.Dir)
+		} else {
+			a.record("volume", "volume %d (%s): copying in", v.Index, v.MountPath)
+		}
+		start := time.Now()
+		var st datasync.Stats
+		var err error
+		b := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+		deadline := time.Now().Add(pullDeadline)
+		for {
+			st, err = datasync.Pull(ctx, retrySigner{signer}, v.Dir, datasync.Options{Progress: func(p datasync.Stats) {
+				a.setVolumeQuiet(i, func(s *agentapi.VolumeStatus) { s.Objects, s.Bytes = p.Objects, p.Bytes })
+			}})
+			if err == nil || !errors.Is(err, errSignerUnreachable) || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			if !backoff.Sleep(ctx, b.Next()) {
+				break
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r := cosmic.NewReason(syncReason(err), fmt.Sprintf("volume %d (%s): %v", v.Index, v.MountPath, err))
+			a.failVolume(i, v, r, err)
+			return &r
+		}
+		a.setVolume(i, func(s *agentapi.VolumeStatus) {
+			s.Phase, s.Objects, s.Bytes = agentapi.VolumeReady, st.Objects, st.Bytes
+		})
+		a.record("volume", "volume %d (%s): %d objects, %d bytes copied in %v", v.Index, v.MountPath, st.Objects, st.Bytes, time.Since(start).Round(time.Millisecond))
+		for _, k := range st.Skipped {
+			a.record("volume", "volume %d (%s): object %q skipped: its name is no path inside the volume", v.Index, v.MountPath, k)
+		}
+	}
+	return nil
+}
+
+// syncReason is the reason code of a failed pull.
+func syncReason(err error) cosmic.ReasonCode {
+	switch {
+	case errors.Is(err, datasync.ErrUnreachable):
+		return cosmic.ReasonDatastoreUnreachable
+	case errors.Is(err, datasync.ErrRefused):
+		return cosmic.ReasonBadCredentials
+	case errors.Is(err, datasync.ErrNoContainer):
+		return cosmic.ReasonNoSuchContainer
+	}
+	return cosmic.ReasonVolumeSyncFailed
+}
+
+// errSignerUnreachable marks a signing call that did not reach the
+// app-node (it may be connecting yet): the pull is tried again.
+var errSignerUnreachable = errors.New("the app-node did not answer")
+
+// retrySigner marks the signer's failures to reach the app-node.
+type retrySigner struct{ s datasync.Signer }
+
+func (r retrySigner) Sign(ctx context.Context, op datasync.Op, keys []string, token string) ([]datasync.SignedRequest, error) {
+	reqs, err := r.s.Sign(ctx, op, keys, token)
+	if code := fabric.ErrorCode(err); err != nil && (code == "" || code == fabric.CodeUnavailable) {
+		return nil, fmt.Errorf("%w: %w", errSignerUnreachable, err)
+	}
+	return reqs, err
+}
+
+func (a *Agent) failVolume(i int, v Volume, r cosmic.Reason, err error) {
+	a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase, s.Error = agentapi.VolumeFailed, err.Error() })
+	a.mu.Lock()
+	a.failure = &r
+	a.mu.Unlock()
+	a.recordFailure("volume", "volume %d (%s): not copied in: %s: the command is not started", v.Index, v.MountPath, r.Message)
+	a.changed()
+}
+
+// setVolume changes volume i's status and tells the peers.
+func (a *Agent) setVolume(i int, f func(*agentapi.VolumeStatus)) {
+	a.setVolumeQuiet(i, f)
+	a.changed()
+}
+
+func (a *Agent) setVolumeQuiet(i int, f func(*agentapi.VolumeStatus)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f(&a.volumes[i])
+}
