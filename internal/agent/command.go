@@ -129,6 +129,16 @@ func (a *Agent) runCommand(ctx context.Context, done chan struct{}) {
 		<-rd
 	}
 	code, sig := exitCode(cmd.ProcessState, err)
+	// What the job wrote goes back before its end is told: the end stops
+	// the replica (docs/data.md). A push that fails keeps the files
+	// where they are and fails the replica, saying so.
+	if ctx.Err() == nil {
+		if failure := a.pushVolumes(ctx); failure != nil {
+			a.mu.Lock()
+			a.failure = failure
+			a.mu.Unlock()
+		}
+	}
 	finish(code, sig, "")
 }
 

@@ -24,6 +24,10 @@ type Volume struct {
 	// VM, a directory of the job's on the simulated rack's host.
 	MountPath string
 	Dir       string
+	// Push (RW) sends what the job wrote back when its command ends;
+	// Delete (RWD) deletes too the remote objects the job deleted;
+	// Target pushes to the volume's volumeTarget, not its source.
+	Push, Delete, Target bool
 }
 
 // pullDeadline bounds how long the agent retries a volume's signing when
@@ -87,6 +91,42 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 		}
 	}
 	return nil
+}
+
+// pushVolumes sends back what the job wrote in each RW and RWD volume,
+// one after the other, and answers why the replica fails if one could not
+// be (its files stay where they are), or nil.
+func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
+	n := a.Node()
+	var appNode fabric.PublicKey
+	for _, p := range a.cfg.Peers {
+		if p.Role == agentapi.RoleAppNode {
+			appNode = p.Key
+		}
+	}
+	var failure *cosmic.Reason
+	for _, v := range a.cfg.Volumes {
+		if !v.Push || n == nil {
+			continue
+		}
+		signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
+		start := time.Now()
+		st, err := datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{})
+		if err != nil {
+			r := cosmic.NewReason(syncReason(err), fmt.Sprintf("volume %d (%s) not pushed, its files kept in the replica's disk: %v", v.Index, v.MountPath, err))
+			a.recordFailure("volume", "volume %d (%s): not pushed: %v; the files are kept on the replica's disk", v.Index, v.MountPath, err)
+			if failure == nil {
+				failure = &r
+			}
+			continue
+		}
+		a.record("volume", "volume %d (%s): %d objects, %d bytes pushed, %d unchanged, %d deleted, in %v", v.Index, v.MountPath,
+			st.Objects, st.Bytes, st.Unchanged, st.Deleted, time.Since(start).Round(time.Millisecond))
+		for _, k := range st.Skipped {
+			a.record("volume", "volume %d (%s): %q not pushed: not a regular file (a link, a device)", v.Index, v.MountPath, k)
+		}
+	}
+	return failure
 }
 
 // syncReason is the reason code of a failed pull.

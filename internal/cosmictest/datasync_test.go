@@ -152,3 +152,93 @@ func TestVolumeCopiedInBeforeTheCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumePushedWhenTheCommandEnds: on the simulated rack, what the
+// command wrote in an RW volume is in the store once the job has stopped;
+// an RWD volume also loses the remote objects the command deleted; a
+// push to a volumeTarget goes there, not to the source; an RO volume
+// sends nothing back.
+func TestVolumePushedWhenTheCommandEnds(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	for _, b := range []string{"datasets", "results"} {
+		srv.MakeBucket(t, b)
+	}
+	s3 := srv.Client(t)
+	ctx := context.Background()
+	for _, k := range []string{"rw/keep.txt", "rwd/drop.txt", "rwd/keep.txt", "ro/a.txt"} {
+		if _, err := s3.PutObject(ctx, "datasets", k, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
+		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	ds := func(bucket, prefix string) *cosmic.DataStoreSource {
+		return &cosmic.DataStoreSource{Alias: "main", Container: bucket, Prefix: prefix}
+	}
+	s := Container("train", 1)
+	s.Command = []string{"sh", "-c", `echo model > "$HOME/rw/out.txt" && rm "$HOME/rwd/drop.txt" && echo x > "$HOME/ro/new.txt" && echo r > "$HOME/tgt/result.txt"`}
+	s.Volumes = []cosmic.Volume{
+		{MountPath: "/rw", Permission: "RW", Source: cosmic.VolumeSource{DataStore: ds("datasets", "rw")}},
+		{MountPath: "/rwd", Permission: "RWD", Source: cosmic.VolumeSource{DataStore: ds("datasets", "rwd")}},
+		{MountPath: "/ro", Source: cosmic.VolumeSource{DataStore: ds("datasets", "ro")}},
+		{MountPath: "/tgt", Permission: "RW", Source: cosmic.VolumeSource{DataStore: ds("datasets", "in")}, Target: &cosmic.VolumeTarget{TargetDataStore: ds("results", "run1")}},
+	}
+	j := e.Create(s)
+	if j = e.WaitState(j.ID, cosmic.StateStopped, cosmic.StateFailed); j.Status.State != cosmic.StateStopped {
+		t.Fatalf("the job %s: %+v", j.Status.State, j.Status.Reason)
+	}
+	keys := func(bucket string) map[string]bool {
+		out := map[string]bool{}
+		for o := range s3.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+			out[o.Key] = true
+		}
+		return out
+	}
+	data, results := keys("datasets"), keys("results")
+	for k, want := range map[string]bool{"rw/out.txt": true, "rw/keep.txt": true, "rwd/drop.txt": false, "rwd/keep.txt": true,
+		"ro/new.txt": false, "in/result.txt": false} {
+		if data[k] != want {
+			t.Errorf("datasets/%s in the store: %v, want %v", k, data[k], want)
+		}
+	}
+	if !results["run1/result.txt"] {
+		t.Errorf("the target volume's file is not in results/run1: %v", results)
+	}
+}
+
+// TestFailedPushKeepsTheFiles: a push refused by the store (the
+// datastore's credentials were replaced with wrong ones while the job
+// ran) fails the job with bad_credentials, saying the files are kept, and
+// they are, on the replica's disk.
+func TestFailedPushKeepsTheFiles(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "datasets")
+	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
+		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	s := Container("train", 1)
+	s.Command = []string{"sh", "-c", `while [ ! -f "$HOME/go" ]; do sleep 0.05; done; echo model > "$HOME/out/model.bin"`}
+	s.Volumes = []cosmic.Volume{{MountPath: "/out", Permission: "RW",
+		Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "out"}}}}
+	j := e.Create(s)
+	e.WaitState(j.ID, cosmic.StateRunning)
+	if _, err := e.Client.SetDatastoreCredentials(e.Ctx, "main", apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: "wrong-secret"}); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(e.DataDir, "vms", j.ID+"-r0")
+	if err := os.WriteFile(filepath.Join(home, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j = e.WaitState(j.ID, cosmic.StateFailed, cosmic.StateStopped)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonBadCredentials || !strings.Contains(j.Status.Reason.Message, "kept") {
+		t.Errorf("the job ended %s with %+v, want failed with bad_credentials, its files kept", j.Status.State, j.Status.Reason)
+	}
+	if got, err := os.ReadFile(filepath.Join(home, "out", "model.bin")); err != nil || string(got) != "model\n" {
+		t.Errorf("the job's file after the failed push: %q, %v", got, err)
+	}
+}

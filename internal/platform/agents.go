@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -216,7 +217,10 @@ func simVolumes(job cosmic.Job, home string) []agent.Volume {
 		if v.Source.DataStore == nil {
 			continue // Git and standalone volumes are not synced yet
 		}
-		out = append(out, agent.Volume{Index: i, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath))})
+		perm := strings.ToUpper(v.Permission)
+		out = append(out, agent.Volume{Index: i, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
+			Push: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD,
+			Target: v.Target != nil && v.Target.TargetDataStore != nil})
 	}
 	return out
 }
