@@ -85,6 +85,7 @@ type Agent struct {
 	failure *cosmic.Reason
 	reached bool
 	pulled  bool
+	syncMu  sync.Mutex // one volume sync at a time (datasync, the command's end)
 }
 
 // New makes an agent; Run runs it.
@@ -192,6 +193,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer n.Close()
 	n.HandleStream(agentapi.MethodShell, a.handleShell)
 	n.HandleStream(agentapi.MethodTCPConnect, a.handleTCP)
+	fabric.HandleFunc(n, agentapi.MethodDataSync, func(ctx context.Context, _ fabric.PublicKey, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error) {
+		return a.dataSync(ctx, p)
+	})
 	fabric.HandleFunc(n, agentapi.MethodStatus, func(context.Context, fabric.PublicKey, struct{}) (agentapi.Status, error) {
 		return a.Status(), nil
 	}, fabric.ReadOnly())

@@ -97,6 +97,8 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 // one after the other, and answers why the replica fails if one could not
 // be (its files stay where they are), or nil.
 func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
 	n := a.Node()
 	var appNode fabric.PublicKey
 	for _, p := range a.cfg.Peers {
@@ -176,4 +178,67 @@ func (a *Agent) setVolumeQuiet(i int, f func(*agentapi.VolumeStatus)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f(&a.volumes[i])
+}
+
+// dataSync pulls or pushes the volumes p names, one after the other, as
+// the app-node asks (agentapi.MethodDataSync). A volume the agent does
+// not sync (not a datastore volume), or a push of one that is read only,
+// is refused whole before anything moves.
+func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error) {
+	if len(a.cfg.Volumes) == 0 {
+		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeNotFound, "this agent syncs no volume: its rack does not sync volumes yet")
+	}
+	byIndex := map[int]Volume{}
+	for _, v := range a.cfg.Volumes {
+		byIndex[v.Index] = v
+	}
+	var vols []Volume
+	for _, i := range p.Volumes {
+		v, ok := byIndex[i]
+		switch {
+		case !ok:
+			return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d is not a datastore volume of this job", i)
+		case p.Direction == "push" && !v.Push:
+			return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d (%s) is read only: nothing to push", i, v.MountPath)
+		case p.Direction != "push" && p.Direction != "pull":
+			return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeBadRequest, "direction %q: want push or pull", p.Direction)
+		}
+		vols = append(vols, v)
+	}
+	a.syncMu.Lock() // one sync at a time, the command's end's push among them
+	defer a.syncMu.Unlock()
+	n := a.Node()
+	if n == nil {
+		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeUnavailable, "the agent is not serving yet")
+	}
+	var appNode fabric.PublicKey
+	for _, peer := range a.cfg.Peers {
+		if peer.Role == agentapi.RoleAppNode {
+			appNode = peer.Key
+		}
+	}
+	out := agentapi.DataSyncReply{Volumes: []agentapi.VolumeSync{}}
+	for _, v := range vols {
+		start := time.Now()
+		var st datasync.Stats
+		var err error
+		if p.Direction == "pull" {
+			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}}
+			st, err = datasync.Pull(ctx, signer, v.Dir, datasync.Options{})
+		} else {
+			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
+			st, err = datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{})
+		}
+		vs := agentapi.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: st.Objects, Bytes: st.Bytes,
+			Unchanged: st.Unchanged, Deleted: st.Deleted, Skipped: st.Skipped}
+		if err != nil {
+			vs.Error, vs.Reason = err.Error(), string(syncReason(err))
+			a.recordFailure("datasync", "volume %d (%s): %s failed: %v; its files are kept", v.Index, v.MountPath, p.Direction, err)
+		} else {
+			a.record("datasync", "volume %d (%s): %s of %d objects, %d bytes (%d unchanged, %d deleted) in %v", v.Index, v.MountPath,
+				p.Direction, st.Objects, st.Bytes, st.Unchanged, st.Deleted, time.Since(start).Round(time.Millisecond))
+		}
+		out.Volumes = append(out.Volumes, vs)
+	}
+	return out, nil
 }

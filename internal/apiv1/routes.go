@@ -278,9 +278,14 @@ func Routes() []Route {
 			Description: "Stops a job: state stopped, GPUs released, storage kept; restart runs it again.",
 			Params:      []Param{jobID}, Response: job, Status: http.StatusOK, Errors: []int{http.StatusConflict}},
 		{Op: OpDataSyncJob, Method: http.MethodPost, Path: Prefix + "/jobs/{id}/datasync", Tag: "jobs", Perm: authz.JobsOperate,
-			Summary:     "Synchronise a job's volume (not implemented)",
-			Description: "Workers do not mount volumes yet: a valid request for a visible job is answered 501 with code not_implemented.",
-			Params:      []Param{jobID}, Request: DataSync{}, Status: http.StatusAccepted, Errors: []int{http.StatusNotImplemented}},
+			Summary: "Pull or push a running job's datastore volumes now",
+			Description: "direction pull copies the datastore's objects into the volume; push sends back what the job wrote (RW, RWD: RWD deletes the remote objects the job deleted). " +
+				"volume names one volume by its name, else its mount path; absent, every datastore volume of the job (for a push, every RW and RWD one). " +
+				"The replica's agent does it (replica, default 0) with requests the platform signs, and the answer comes when every volume is done: per volume, what moved, and error and reason where it failed (its files kept). " +
+				"A job that is not running is 409; a volume that is not a datastore volume, or a push of a read-only one, 400. " +
+				"The simulated rack syncs; the QEMU and Kubernetes racks answer 501 (docs/data.md).",
+			Params: []Param{jobID, replicaQuery}, Request: DataSync{}, Response: DataSyncResult{}, Status: http.StatusOK,
+			Errors: []int{http.StatusConflict, http.StatusNotImplemented}},
 		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",
 			Params: []Param{jobID}, Request: Label{}, Response: job, Status: http.StatusOK},

@@ -113,7 +113,33 @@ var DataSyncDirections = []DataSyncDirection{DataSyncPush, DataSyncPull}
 // DataSync asks for a manual synchronisation of one volume of a job.
 type DataSync struct {
 	Direction DataSyncDirection `json:"direction"`
-	Volume    string            `json:"volume"`
+	// Volume names one volume, by its name, else its mount path; absent:
+	// every datastore volume of the job.
+	Volume string `json:"volume,omitempty"`
+}
+
+// DataSyncResult is the answer of POST /api/v1/jobs/{id}/datasync: what
+// each volume's sync did, in the spec's order.
+type DataSyncResult struct {
+	Direction DataSyncDirection `json:"direction"`
+	Replica   int               `json:"replica"`
+	Volumes   []VolumeSync      `json:"volumes"`
+}
+
+// VolumeSync is one volume's sync: the objects and bytes it moved, the
+// files a push found unchanged, the remote objects an RWD push deleted,
+// the names skipped (links, names that are no path); Error and Reason
+// when it failed (its files kept as they were).
+type VolumeSync struct {
+	Index     int      `json:"index"`
+	MountPath string   `json:"mountPath"`
+	Objects   int64    `json:"objects"`
+	Bytes     int64    `json:"bytes"`
+	Unchanged int64    `json:"unchanged,omitempty"`
+	Deleted   int64    `json:"deleted,omitempty"`
+	Skipped   []string `json:"skipped,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
 }
 
 // Rack is a registered rack and its capacity as its worker last reported it.

@@ -263,7 +263,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"reserved label", "PUT", id + "/label", `{"name":"cosmicac/owner","value":"v"}`, 400, "invalid", []string{"name"}, false},
 		{"label unknown field", "PUT", id + "/label", `{"key":"a","value":"v"}`, 400, "invalid", nil, false},
 		{"datasync bad direction", "POST", id + "/datasync", `{"direction":"sideways","volume":"data"}`, 400, "invalid", []string{"direction"}, false},
-		{"datasync not implemented", "POST", id + "/datasync", `{"direction":"push","volume":"data"}`, 501, "not_implemented", nil, false},
+		{"datasync of a job not running", "POST", id + "/datasync", `{"direction":"push","volume":"data"}`, 409, "conflict", nil, false},
 		{"replica not a number", "POST", id + "/replicas/x/restart", "", 400, "invalid", []string{"n"}, false},
 		{"replica negative", "DELETE", id + "/replicas/-1", "", 400, "invalid", []string{"n"}, false},
 		{"replica out of range", "POST", id + "/replicas/1/restart", "", 404, "not_found", nil, false},

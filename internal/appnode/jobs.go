@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/authz"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -513,21 +514,62 @@ func (s *Server) dataSyncJob(w http.ResponseWriter, r *http.Request, c *caller) 
 	if err := decodeStrict(raw, &ds); err != nil {
 		return nil, err
 	}
-	var fes []*cosmic.FieldError
 	if !slices.Contains(apiv1.DataSyncDirections, ds.Direction) {
-		fes = append(fes, &cosmic.FieldError{Field: "direction", Message: fmt.Sprintf("%q: want push or pull", ds.Direction)})
+		return nil, invalid(&cosmic.FieldError{Field: "direction", Message: fmt.Sprintf("%q: want push or pull", ds.Direction)})
 	}
-	if ds.Volume == "" {
-		fes = append(fes, &cosmic.FieldError{Field: "volume", Message: "is required"})
-	}
-	if len(fes) > 0 {
-		return nil, invalid(fes...)
-	}
-	if _, err := s.visibleJob(r, c); err != nil {
+	j, replica, err := s.agentTarget(r, c, "a data sync")
+	if err != nil {
 		return nil, err
 	}
-	return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented,
-		"data sync is not implemented: workers do not mount volumes yet")
+	c.auditTarget = j.ID
+	// The volumes: the one named (by name, else mount path), or every
+	// datastore volume (for a push, every one that may be written).
+	var idx []int
+	for i, v := range j.Spec.Volumes {
+		named := ds.Volume != "" && (v.Name == ds.Volume || v.MountPath == ds.Volume)
+		if ds.Volume != "" && !named {
+			continue
+		}
+		perm := strings.ToUpper(v.Permission)
+		switch {
+		case v.Source.DataStore == nil && named:
+			return nil, invalid(&cosmic.FieldError{Field: "volume", Message: fmt.Sprintf("%q is not a datastore volume: only those sync", ds.Volume)})
+		case v.Source.DataStore == nil:
+		case ds.Direction == apiv1.DataSyncPush && perm != cosmic.PermissionRW && perm != cosmic.PermissionRWD:
+			if named {
+				return nil, invalid(&cosmic.FieldError{Field: "volume", Message: fmt.Sprintf("%q is read only (permission RO): nothing to push", ds.Volume)})
+			}
+		default:
+			idx = append(idx, i)
+		}
+		if named {
+			break
+		}
+	}
+	if ds.Volume != "" && len(idx) == 0 {
+		return nil, invalid(&cosmic.FieldError{Field: "volume", Message: fmt.Sprintf("job %s has no volume named %q (give a volume's name or mount path)", j.ID, ds.Volume)})
+	}
+	out := apiv1.DataSyncResult{Direction: ds.Direction, Replica: replica, Volumes: []apiv1.VolumeSync{}}
+	if len(idx) == 0 {
+		return out, nil // nothing of the job syncs that way
+	}
+	syncer, ok := s.shells.(DataSyncer)
+	if !ok {
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "this app-node does not reach the agents' data sync")
+	}
+	rep, err := syncer.DataSync(r.Context(), j, replica, agentapi.DataSyncParams{Direction: string(ds.Direction), Volumes: idx})
+	if errors.Is(err, ErrNoDataSync) || fabric.ErrorCode(err) == fabric.CodeNotFound {
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "job %s's agent does not sync volumes: only the simulated rack does yet (docs/data.md)", j.ID)
+	}
+	if err != nil {
+		return nil, agentError(err)
+	}
+	for _, v := range rep.Volumes {
+		out.Volumes = append(out.Volumes, apiv1.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: v.Objects, Bytes: v.Bytes,
+			Unchanged: v.Unchanged, Deleted: v.Deleted, Skipped: v.Skipped, Error: v.Error, Reason: v.Reason})
+	}
+	s.log.Info("datasync", "job_id", j.ID, "replica", replica, "direction", ds.Direction, "volumes", len(idx), "user", c.user.Name)
+	return out, nil
 }
 
 func (s *Server) jobCommand(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
@@ -602,3 +644,7 @@ func (s *Server) openAPI(_ http.ResponseWriter, _ *http.Request, _ *caller) (any
 func (s *Server) health(_ http.ResponseWriter, _ *http.Request, _ *caller) (any, error) {
 	return apiv1.Health{Status: "ok", Version: version.Version}, nil
 }
+
+// ErrNoDataSync is a DataSyncer's answer when what it stands for reaches
+// no data sync (a test harness's Shells): POST …/datasync answers 501.
+var ErrNoDataSync = errors.New("no data sync")

@@ -29,6 +29,14 @@ type Shells interface {
 	DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error)
 }
 
+// DataSyncer is what Shells that reach the agents' data sync implement
+// (FabricShells): POST …/datasync answers 501 without it.
+type DataSyncer interface {
+	// DataSync asks the agent of the job's replica to pull or push
+	// volumes now (agentapi.MethodDataSync).
+	DataSync(ctx context.Context, job cosmic.Job, replica int, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error)
+}
+
 // written is the body of a handler that answered on its own (an upgraded
 // connection): serve writes nothing more.
 type written struct{}
@@ -38,6 +46,13 @@ type written struct{}
 // job is a running gpu-container job, and the replica (?replica=N, default
 // 0) exists and runs.
 func (s *Server) shellTarget(r *http.Request, c *caller) (cosmic.Job, int, error) {
+	return s.agentTarget(r, c, "a shell")
+}
+
+// agentTarget is the job and replica (?replica=) whose instance agent a
+// request reaches, for what (a shell, a data sync): a visible
+// gpu-container job's running replica.
+func (s *Server) agentTarget(r *http.Request, c *caller, what string) (cosmic.Job, int, error) {
 	replica := 0
 	if v := r.URL.Query().Get(apiv1.QueryReplica); v != "" {
 		n, err := strconv.Atoi(v)
@@ -51,16 +66,16 @@ func (s *Server) shellTarget(r *http.Request, c *caller) (cosmic.Job, int, error
 		return j, 0, err
 	}
 	if j.Spec.Type != cosmic.TypeGPUContainer {
-		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is a %s job; only gpu-container jobs have a shell", j.ID, j.Spec.Type)
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is a %s job; only gpu-container jobs have %s", j.ID, j.Spec.Type, what)
 	}
 	if j.Status.State != cosmic.StateRunning && j.Status.State != cosmic.StateDegraded {
-		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is %s; a shell needs it running", j.ID, j.Status.State)
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "job %s is %s; %s needs it running", j.ID, j.Status.State, what)
 	}
 	if replica >= j.Spec.Replicas() {
 		return j, 0, badRequest("job %s has no replica %d (it has %d)", j.ID, replica, j.Spec.Replicas())
 	}
 	if replica < len(j.Status.Replicas) && j.Status.Replicas[replica].State != cosmic.StateRunning {
-		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "replica %d of job %s is %s; a shell needs it running", replica, j.ID, j.Status.Replicas[replica].State)
+		return j, 0, errorf(http.StatusConflict, apiv1.CodeConflict, "replica %d of job %s is %s; %s needs it running", replica, j.ID, j.Status.Replicas[replica].State, what)
 	}
 	if s.shells == nil {
 		return j, 0, errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "this app-node does not reach the jobs' agents")
@@ -225,4 +240,15 @@ func (f FabricShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, 
 		return nil, err
 	}
 	return agentapi.DialTCP(ctx, f.Node, key, port)
+}
+
+// DataSync implements Shells.
+func (f FabricShells) DataSync(ctx context.Context, job cosmic.Job, replica int, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error) {
+	key, err := f.findFor(ctx, job, replica)
+	if err != nil {
+		return agentapi.DataSyncReply{}, err
+	}
+	var out agentapi.DataSyncReply
+	err = f.Node.Call(ctx, key, agentapi.MethodDataSync, p, &out)
+	return out, err
 }

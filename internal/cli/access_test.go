@@ -45,7 +45,8 @@ var cliRoutes = map[string]cliRoute{
 	"jobs require-auth": {args: func(e *appnodetest.AccessEnv, _ string) []string {
 		return []string{"jobs", "require-auth", e.Job.ID, "off"}
 	}, route: "PUT /api/v1/jobs/{id}/inference/auth", change: true},
-	"jobs shell": {args: onJob("jobs", "shell", "-T", "--", "true"), route: "POST /api/v1/jobs/{id}/shell"},
+	"jobs shell":    {args: onJob("jobs", "shell", "-T", "--", "true"), route: "POST /api/v1/jobs/{id}/shell"},
+	"jobs datasync": {args: onJob("jobs", "datasync", "pull"), route: "POST /api/v1/jobs/{id}/datasync", change: true},
 	// It reads the job's spec first (GET, which every caller it may PUT
 	// for may read), then puts it back with the flags over it.
 	"jobs update":      {args: onJob("jobs", "update", "--label", "b=c"), route: "PUT /api/v1/jobs/{id}/spec", change: true},

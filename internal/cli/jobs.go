@@ -42,6 +42,7 @@ func (a *App) jobsCommand() *cobra.Command {
 		a.jobsLogsCommand(&conn),
 		a.jobsShellCommand(&conn),
 		a.jobsSSHCommand(&conn),
+		a.jobsDataSyncCommand(&conn),
 	)
 	return cmd
 }

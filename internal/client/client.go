@@ -351,12 +351,6 @@ func (c *Client) LabelJob(ctx context.Context, id, name, value string) (cosmic.J
 	return j, err
 }
 
-// DataSync asks for a manual synchronisation of a job's volume. The
-// server does not implement it yet and answers 501 (an *APIError).
-func (c *Client) DataSync(ctx context.Context, id string, ds apiv1.DataSync) error {
-	return c.do(ctx, http.MethodPost, jobPath(id, "datasync"), nil, ds, nil)
-}
-
 // Command returns the `cosmicac jobs create` command equivalent to spec.
 func (c *Client) Command(ctx context.Context, spec cosmic.Spec) (cosmic.Command, error) {
 	var cmd cosmic.Command

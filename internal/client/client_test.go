@@ -75,9 +75,9 @@ func TestJobsRoundTrip(t *testing.T) {
 	if _, err = c.DeleteReplica(ctx, j.ID, 0); err != nil {
 		t.Fatalf("delete replica: %v", err)
 	}
-	err = c.DataSync(ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPush, Volume: "data"})
+	_, err = c.DataSync(ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPush, Volume: "data"}, 0)
 	var ae *client.APIError
-	if !errors.As(err, &ae) || ae.Status != http.StatusNotImplemented || ae.Code != apiv1.CodeNotImplemented {
+	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != apiv1.CodeConflict { // the job is not running
 		t.Fatalf("datasync: %v", err)
 	}
 	if _, err := c.DeleteJob(ctx, j.ID, false); !errors.Is(err, cosmic.ErrConflict) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
@@ -48,4 +49,17 @@ func (c *Client) SetDatastoreCredentials(ctx context.Context, alias string, in a
 // DeleteDatastore removes a datastore of the caller's team.
 func (c *Client) DeleteDatastore(ctx context.Context, alias string) error {
 	return c.do(ctx, http.MethodDelete, "/datastores/"+url.PathEscape(alias), nil, nil, nil)
+}
+
+// DataSync pulls or pushes a running job's datastore volumes now (POST
+// /api/v1/jobs/{id}/datasync): volume "" for every one, replica the
+// replica whose agent does it.
+func (c *Client) DataSync(ctx context.Context, id string, in apiv1.DataSync, replica int) (apiv1.DataSyncResult, error) {
+	var out apiv1.DataSyncResult
+	q := url.Values{}
+	if replica > 0 {
+		q.Set(apiv1.QueryReplica, strconv.Itoa(replica))
+	}
+	err := c.do(ctx, http.MethodPost, jobPath(id, "datasync"), q, in, &out)
+	return out, err
 }

@@ -3,6 +3,7 @@ package cosmictest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,5 +241,57 @@ func TestFailedPushKeepsTheFiles(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(home, "out", "model.bin")); err != nil || string(got) != "model\n" {
 		t.Errorf("the job's file after the failed push: %q, %v", got, err)
+	}
+}
+
+// TestDataSyncWhileRunning: POST …/datasync on a running job pushes what
+// it wrote into its RW volume and pulls what arrived in the store since,
+// each answered with what moved; a push of the RO volume is 400 naming
+// it; every datastore volume is pulled when none is named.
+func TestDataSyncWhileRunning(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "datasets")
+	s3 := srv.Client(t)
+	ctx := context.Background()
+	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
+		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	s := Container("work", 1)
+	s.Command = []string{"sleep", "600"}
+	s.Volumes = []cosmic.Volume{
+		{Name: "work", MountPath: "/work", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "work"}}},
+		{MountPath: "/ref", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "ref"}}},
+	}
+	j := e.Create(s)
+	e.WaitState(j.ID, cosmic.StateRunning)
+	home := filepath.Join(e.DataDir, "vms", j.ID+"-r0")
+	if err := os.WriteFile(filepath.Join(home, "work", "ckpt-1.bin"), []byte("checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Client.DataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPush, Volume: "work"}, 0)
+	if err != nil || len(res.Volumes) != 1 || res.Volumes[0].Objects != 1 || res.Volumes[0].Error != "" {
+		t.Fatalf("push: %+v, %v", res, err)
+	}
+	if _, err := s3.StatObject(ctx, "datasets", "work/ckpt-1.bin", minio.StatObjectOptions{}); err != nil {
+		t.Errorf("the pushed checkpoint is not in the store: %v", err)
+	}
+	if _, err := e.Client.DataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPush, Volume: "/ref"}, 0); !strings.Contains(fmt.Sprint(err), "read only") {
+		t.Errorf("a push of the RO volume: %v, want a 400 saying it is read only", err)
+	}
+	for _, k := range []string{"work/new.txt", "ref/new.txt"} {
+		if _, err := s3.PutObject(ctx, "datasets", k, strings.NewReader("fresh"), 5, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err = e.Client.DataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPull}, 0)
+	if err != nil || len(res.Volumes) != 2 {
+		t.Fatalf("pull: %+v, %v", res, err)
+	}
+	for _, p := range []string{"work/new.txt", "ref/new.txt"} {
+		if got, err := os.ReadFile(filepath.Join(home, p)); err != nil || string(got) != "fresh" {
+			t.Errorf("%s after the pull: %q, %v", p, got, err)
+		}
 	}
 }

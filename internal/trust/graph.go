@@ -184,6 +184,7 @@ var Graph = []Server{
 		{Name: agentapi.MethodShell, Kind: Stream, Callers: []Role{AppNode}, Doc: "a shell session"},
 		{Name: agentapi.MethodTCPConnect, Kind: Stream, Callers: []Role{AppNode}, Doc: "a TCP stream to a port of the VM"},
 		{Name: agentapi.MethodStatus, Kind: Call, Callers: []Role{AppNode, Worker}, Confined: confinedBootstrap, Doc: "the agent's status"},
+		{Name: agentapi.MethodDataSync, Kind: Call, Callers: []Role{AppNode}, Doc: "pull or push the job's volumes now (POST …/datasync)"},
 	}},
 	{Role: InferenceAgent, Doc: "inside a managed-inference VM", Methods: []Method{
 		{Name: agentapi.MethodInferenceHTTP, Kind: Stream, Callers: []Role{Proxy}, Doc: "an HTTP connection to the model server"},

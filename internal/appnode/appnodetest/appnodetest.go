@@ -573,6 +573,17 @@ func (s *swapShells) DialShell(ctx context.Context, job cosmic.Job, replica int,
 	return sh.DialShell(ctx, job, replica, p)
 }
 
+func (s *swapShells) DataSync(ctx context.Context, job cosmic.Job, replica int, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error) {
+	sh, err := s.get()
+	if err != nil {
+		return agentapi.DataSyncReply{}, err
+	}
+	if ds, ok := sh.(appnode.DataSyncer); ok {
+		return ds.DataSync(ctx, job, replica, p)
+	}
+	return agentapi.DataSyncReply{}, appnode.ErrNoDataSync
+}
+
 func (s *swapShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error) {
 	sh, err := s.get()
 	if err != nil {

@@ -456,6 +456,8 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(map[string]any{"hash": make([]byte, 32)}, nil)
 	case usageapi.Record.Name: // an empty batch ID: invalid, nothing recorded
 		return call(usageapi.RecordParams{}, nil)
+	case agentapi.MethodDataSync: // no volume named: nothing moves
+		return call(agentapi.DataSyncParams{Direction: "pull"}, nil)
 	case dataapi.Presign.Name: // the target job has no volume: nothing signed
 		return call(dataapi.PresignParams{Job: target.ID, Volume: 0, Op: datasync.OpList}, nil)
 	// wrk-monitor: a record of the target job; a caller outside its
