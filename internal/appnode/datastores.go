@@ -69,7 +69,7 @@ func checkEndpoint(raw string) (string, *cosmic.FieldError) {
 	case err != nil:
 		return bad("not a URL: want scheme://host[:port]")
 	case u.Scheme != "http" && u.Scheme != "https":
-		return bad(fmt.Sprintf("scheme %q: want http or https", clip(u.Scheme)))
+		return bad(fmt.Sprintf("scheme %s: want http or https", clip(u.Scheme)))
 	case u.Host == "" || u.Hostname() == "":
 		return bad("has no host: want scheme://host[:port]")
 	case u.User != nil:
@@ -121,13 +121,13 @@ func (s *Server) createDatastore(w http.ResponseWriter, r *http.Request, c *call
 	}
 	var errs []*cosmic.FieldError
 	if !cosmic.ValidAccountName(in.Alias) {
-		errs = append(errs, &cosmic.FieldError{Field: "alias", Message: fmt.Sprintf("%q: lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most %d", clip(in.Alias), cosmic.MaxAccountName)})
+		errs = append(errs, &cosmic.FieldError{Field: "alias", Message: fmt.Sprintf("%s: lowercase letters, digits, '.', '_' and '-', starting with a letter or digit, at most %d", clip(in.Alias), cosmic.MaxAccountName)})
 	}
 	if in.Type == "" {
 		in.Type = apiv1.DatastoreS3
 	}
 	if in.Type != apiv1.DatastoreS3 {
-		errs = append(errs, &cosmic.FieldError{Field: "type", Message: fmt.Sprintf("%q: want s3 (S3-compatible object storage)", clip(in.Type))})
+		errs = append(errs, &cosmic.FieldError{Field: "type", Message: fmt.Sprintf("%s: want s3 (S3-compatible object storage)", clip(in.Type))})
 	}
 	endpoint, fe := checkEndpoint(in.Endpoint)
 	if fe != nil {

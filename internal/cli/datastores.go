@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
 )
@@ -39,9 +44,25 @@ func (a *App) datastoreCredentials(accessKey string, secretStdin bool) (apiv1.Da
 	if !secretStdin && !a.stdinTerminal() {
 		return apiv1.DatastoreCredentials{}, UsageErrorf("the secret key: give --secret-key-stdin and its first line on stdin, or run on a terminal to be asked")
 	}
-	secret, err := a.readPassword("Secret key: ", secretStdin)
-	if err != nil {
-		return apiv1.DatastoreCredentials{}, err
+	var secret string
+	if secretStdin {
+		line, err := bufio.NewReader(a.Stdin).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return apiv1.DatastoreCredentials{}, fmt.Errorf("read the secret key: %w", err)
+		}
+		secret = strings.TrimRight(line, "\r\n")
+	} else {
+		fmt.Fprint(a.Stderr, "Secret key: ")
+		f := a.Stdin.(*os.File) // a terminal (checked above)
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(a.Stderr)
+		if err != nil {
+			return apiv1.DatastoreCredentials{}, fmt.Errorf("read the secret key: %w", err)
+		}
+		secret = string(b)
+	}
+	if secret == "" {
+		return apiv1.DatastoreCredentials{}, UsageErrorf("no secret key: type it when asked, or give it on the first line of stdin with --secret-key-stdin")
 	}
 	return apiv1.DatastoreCredentials{AccessKey: accessKey, SecretKey: secret}, nil
 }
