@@ -18,7 +18,10 @@
 #     baselines (BenchmarkLlamaStreams), and the two routing policies on
 #     three replicas (BenchmarkPrefixRouting), autoscaling under a load
 #     ramp beside fixed replica counts (BenchmarkAutoscale; docs/benchmarks.md,
-#     "Prefix-cache-aware routing" and "Autoscaling").
+#     "Prefix-cache-aware routing" and "Autoscaling");
+#   - a volume copied in from the real S3 server (hack/build-s3.sh's) with
+#     presigned requests beside minio-go's own client (BenchmarkPull;
+#     docs/benchmarks.md, "Data sync").
 #
 # Usage: hack/bench.sh [more go test flags for the two harness runs]
 # Output goes to stdout; keep it with `hack/bench.sh | tee bench.txt`.
@@ -59,5 +62,7 @@ COSMICAC_LLAMA_SERVER=${COSMICAC_LLAMA_SERVER:-$(hack/build-llama.sh --print-des
 export COSMICAC_LLAMA_SERVER COSMICAC_BENCH_LLAMA_THREADS=${COSMICAC_BENCH_LLAMA_THREADS:-1}
 go test -run '^$' -bench 'LlamaStreams' -benchtime 60x -timeout 30m ./internal/cosmictest
 go test -run '^$' -bench 'PrefixRouting' -benchtime 1x -count 3 -timeout 30m ./internal/cosmictest
+COSMICAC_S3_SERVER=${COSMICAC_S3_SERVER:-$(hack/build-s3.sh --print-dest)/versitygw} COSMICAC_BENCH_SYNC_MB=1024 \
+  go test -run '^$' -bench 'Pull' -benchtime 2x -timeout 20m ./internal/datasync
 log "the real engine (llama.cpp): autoscaling under a ramp, and wakes from zero"
 go test -run '^$' -bench 'BenchmarkAutoscale$' -benchtime 1x -timeout 30m ./internal/cosmictest
