@@ -9,6 +9,7 @@ export function TeamPage({ me, tab }) {
   if (can(me, "audit.read")) tabs.push(["audit", "Audit log"]);
   if (can(me, "account.manage")) tabs.push(["tokens", "Access tokens"]);
   if (can(me, "apikeys.create")) tabs.push(["keys", "API keys"]);
+  if (can(me, "datastores.read")) tabs.push(["datastores", "Datastores"]);
   const current = tabs.some(([t]) => t === tab) ? tab : "members";
   return (
     <section aria-labelledby="team-title">
@@ -19,6 +20,7 @@ export function TeamPage({ me, tab }) {
       {current === "audit" && <Audit me={me} />}
       {current === "tokens" && <Tokens me={me} />}
       {current === "keys" && <APIKeys me={me} />}
+      {current === "datastores" && <Datastores me={me} />}
     </section>
   );
 }
@@ -463,6 +465,76 @@ function APIKeys({ me }) {
       <Confirm open={revoke !== null} title={`Revoke key ${revoke}?`} confirmLabel="Revoke" danger onCancel={() => setRevoke(null)}
         onConfirm={async () => { const id = revoke; setRevoke(null); try { await call(`/api-keys/${encodeURIComponent(id)}`, { method: "DELETE" }); reload(); } catch (e) { setErr(e); } }}>
         <p>It stops working within a second.</p>
+      </Confirm>
+    </div>
+  );
+}
+
+// Datastores are the team's object storage endpoints (docs/data.md): every
+// member reads them, admins add and remove them. The secret key is sent
+// once and never comes back: the form forgets it as soon as it is sent.
+function Datastores({ me }) {
+  const [list, reload] = useAsync(() => call("/datastores"), [me.team]);
+  const [err, setErr] = useState(null);
+  const [remove, setRemove] = useState(null);
+  const manage = can(me, "datastores.manage");
+  const add = async (e) => {
+    e.preventDefault();
+    const form = e.currentTarget;
+    const f = new FormData(form);
+    const body = { alias: f.get("alias"), endpoint: f.get("endpoint"),
+      credentials: { accessKey: f.get("accessKey"), secretKey: f.get("secretKey") } };
+    if (f.get("region")) body.region = f.get("region");
+    form.elements.secretKey.value = "";
+    try {
+      await call("/datastores", { body });
+      setErr(null);
+      form.reset();
+      reload();
+    } catch (e2) {
+      setErr(e2);
+    }
+  };
+  return (
+    <div>
+      <p class="help">
+        Object storage endpoints of {me.team} (S3-compatible) that jobs' volumes name by alias. Secret keys are never shown:
+        the platform keeps them sealed and gives jobs short-lived signed requests.
+        {manage ? "" : " The team's admins add and remove them."}
+      </p>
+      <ErrorNotice error={list.error || err} />
+      {list.value && list.value.items.length > 0 && (
+        <table class="datastores">
+          <thead><tr><th scope="col">Alias</th><th scope="col">Endpoint</th><th scope="col">Region</th><th scope="col">Access key</th><th scope="col">Added by</th><th scope="col">Credentials changed</th>{manage && <th scope="col">Actions</th>}</tr></thead>
+          <tbody>
+            {list.value.items.map((d) => (
+              <tr data-datastore={d.alias}>
+                <td><code>{d.alias}</code></td>
+                <td><code>{d.endpoint}</code></td>
+                <td>{d.region}</td>
+                <td><code>{d.accessKeyHint || "…"}</code></td>
+                <td>{d.createdBy}</td>
+                <td>{d.updatedAt ? <Time t={d.updatedAt} /> : "never"}</td>
+                {manage && <td><button type="button" class="danger" onClick={() => setRemove(d.alias)}>Remove</button></td>}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {list.value && list.value.items.length === 0 && <p class="empty">No datastores.</p>}
+      {manage && (
+        <form class="inline" onSubmit={add} aria-label="Add a datastore">
+          <div class="field"><label for="ds-alias">Alias</label><input id="ds-alias" name="alias" required pattern="[a-z0-9][a-z0-9._\-]*" /></div>
+          <div class="field"><label for="ds-endpoint">Endpoint</label><input id="ds-endpoint" name="endpoint" type="url" required placeholder="https://s3.example.net" /></div>
+          <div class="field"><label for="ds-region">Region</label><input id="ds-region" name="region" placeholder="us-east-1" /></div>
+          <div class="field"><label for="ds-access">Access key</label><input id="ds-access" name="accessKey" required autocomplete="off" /></div>
+          <div class="field"><label for="ds-secret">Secret key</label><input id="ds-secret" name="secretKey" type="password" required autocomplete="new-password" /></div>
+          <button type="submit" class="primary">Add datastore</button>
+        </form>
+      )}
+      <Confirm open={remove !== null} title={`Remove datastore ${remove}?`} confirmLabel="Remove" danger onCancel={() => setRemove(null)}
+        onConfirm={async () => { const a = remove; setRemove(null); try { await call(`/datastores/${encodeURIComponent(a)}`, { method: "DELETE" }); reload(); } catch (e) { setErr(e); } }}>
+        <p>Jobs that name it can no longer sync their volumes; its sealed credentials go with it.</p>
       </Confirm>
     </div>
   );

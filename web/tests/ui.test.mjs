@@ -688,6 +688,45 @@ test("a member makes an API key for the team's models and sees only the keys the
   await p.api("DELETE", "/teams/ml/members/mia");
 });
 
+test("a team admin adds a datastore from the team page; its secret key never comes back; a viewer reads it and cannot change it", async () => {
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + "/team/datastores");
+  await page.getByText("Secret keys are never shown").waitFor();
+  await page.getByLabel("Alias").fill("lake");
+  await page.getByLabel("Endpoint").fill("https://s3.example.net");
+  await page.getByLabel("Access key").fill("AKIAWEBTEST00042");
+  await page.getByLabel("Secret key").fill("web-secret-never-shown");
+  await page.getByRole("button", { name: "Add datastore" }).click();
+  const row = page.locator('tr[data-datastore="lake"]');
+  await row.waitFor();
+  assert.match(await row.textContent(), /https:\/\/s3\.example\.net.*us-east-1.*…0042.*alice/);
+  assert.equal(await page.getByLabel("Secret key").inputValue(), "", "the form keeps the secret key");
+  assert.ok(!(await page.content()).includes("web-secret-never-shown"), "the page holds the secret key");
+  await check(page, "team-datastores");
+  await page.context().close();
+
+  const viewer = await signIn(VERA);
+  await useTeam(viewer, "ml");
+  await viewer.goto(p.url + "/team/datastores");
+  await viewer.locator('tr[data-datastore="lake"]').waitFor();
+  await viewer.getByText("The team's admins add and remove them").waitFor();
+  assert.equal(await viewer.getByRole("button", { name: "Add datastore" }).count(), 0, "a viewer sees the add form");
+  assert.equal(await viewer.getByRole("button", { name: "Remove" }).count(), 0, "a viewer sees Remove");
+  assert.ok(!(await viewer.content()).includes("web-secret-never-shown"));
+  await viewer.context().close();
+
+  const again = await signIn(ALICE);
+  await useTeam(again, "ml");
+  await again.goto(p.url + "/team/datastores");
+  const r = again.locator('tr[data-datastore="lake"]');
+  await r.getByRole("button", { name: "Remove" }).click();
+  await again.getByRole("dialog").getByRole("button", { name: "Remove" }).click();
+  await r.waitFor({ state: "detached" });
+  await again.context().close();
+  assert.equal((await p.api("GET", "/datastores", undefined, p.token, "ml")).total, 0);
+});
+
 test("the only platform admin's last token is not revoked from the page: the refusal says why", async () => {
   const page = await signInAsAdmin();
   await page.goto(p.url + "/team/tokens");
