@@ -59,9 +59,22 @@ func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string
 		if err != nil {
 			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeUnavailable, "datastore %s of team %s: its secret does not open with this app-node's secrets key (every app-node of a database needs the same file)", d.Alias, d.Team)
 		}
+		// What each side may do: a volume with a push target reads its
+		// source and writes its target (listed for the push's comparison,
+		// never read); one without writes back to its source as its
+		// permission allows.
 		perm := strings.ToUpper(v.Permission)
+		writes := perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD
+		hasTarget := targetOf(v) != nil
+		put, del := writes && !hasTarget, perm == cosmic.PermissionRWD && !hasTarget
+		if p.Target {
+			put, del = writes, false
+			if p.Op == datasync.OpGet {
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s: its push target is written, not read", p.Volume, p.Job)
+			}
+		}
 		reqs, err := presign.Sign(presign.Volume{Endpoint: d.Endpoint, Region: d.Region, AccessKey: d.AccessKey, SecretKey: string(secret),
-			Container: src.Container, Prefix: src.Prefix, Put: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD},
+			Container: src.Container, Prefix: src.Prefix, Put: put, Delete: del},
 			p.Op, p.Keys, p.Token, PresignTTL, time.Now())
 		if err != nil {
 			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s: %v", p.Volume, p.Job, err)

@@ -170,7 +170,7 @@ func TestValidateValid(t *testing.T) {
 				{Name: "data", MountPath: "/data", Permission: "rw", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "s3", Container: "bucket"}}},
 				{MountPath: "/src", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "https://github.com/x/y.git"}}},
 				{MountPath: "/scratch", Permission: "rw", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}},
-				{MountPath: "/out", Permission: "RWD", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "s3", Container: "my.bucket-1", Prefix: "runs/a", Archive: "tar.gz"}},
+				{MountPath: "/out", Permission: "RW", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "s3", Container: "my.bucket-1", Prefix: "runs/a", Archive: "tar.gz"}},
 					Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "archive", Container: "results"}}},
 			}
 			return s
@@ -301,6 +301,7 @@ func TestValidateRules(t *testing.T) {
 				{MountPath: "/f", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m", Container: "bkt"}}},
 				{MountPath: "/g", Permission: "RW", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{}},
 				{MountPath: "/g/h", Permission: "RW", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m"}}},
+				{MountPath: "/i", Permission: "RWD", Source: ds("main", "bkt", "", ""), Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m", Container: "res"}}},
 			}
 		}, []string{
 			"volumes[0].volumeSource.dataStore.alias", "volumes[0].volumeSource.dataStore.container", "volumes[0].volumeSource.dataStore.prefix", "volumes[0].volumeSource.dataStore.archive",
@@ -311,6 +312,7 @@ func TestValidateRules(t *testing.T) {
 			"volumes[5].volumeTarget",
 			"volumes[6].volumeTarget",
 			"volumes[7].mountPath", "volumes[7].volumeTarget.targetDataStore.container",
+			"volumes[8].volumeTarget",
 		}},
 		{"read user and partner", containerSpec, func(s *Spec) { s.ReadUser, s.PartnerID = "a\tb", strings.Repeat("p", 129) }, []string{"readUser", "partnerId"}},
 		{"inference missing", inferenceSpec, func(s *Spec) { s.Inference = nil }, []string{"inference"}},
@@ -747,7 +749,7 @@ func TestVolumesInOVHShapes(t *testing.T) {
 		{"mountPath":"/legacy","permission":"rw","container":"bkt","region":"main","prefix":"old"},
 		{"mountPath":"/src","publicGit":{"url":"https://example.net/r.git"}},
 		{"mountPath":"/scratch","standalone":{"name":"scratch"}},
-		{"mountPath":"/out","permission":"RWD","volumeSource":{"dataStore":{"alias":"main","container":"bkt"}},"targetDataStore":{"alias":"archive","container":"results"}},
+		{"mountPath":"/out","permission":"RW","volumeSource":{"dataStore":{"alias":"main","container":"bkt"}},"targetDataStore":{"alias":"archive","container":"results"}},
 		{"mountPath":"/same","dataStore":{"alias":"main","container":"bkt"},"volumeSource":{"dataStore":{"alias":"main","container":"bkt"}}}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -764,7 +766,7 @@ func TestVolumesInOVHShapes(t *testing.T) {
 		{MountPath: "/legacy", Permission: "RW", Source: VolumeSource{DataStore: ds("main", "bkt", "old")}},
 		{MountPath: "/src", Permission: "RO", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "https://example.net/r.git"}}},
 		{MountPath: "/scratch", Permission: "RW", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}},
-		{MountPath: "/out", Permission: "RWD", Source: VolumeSource{DataStore: ds("main", "bkt", "")}, Target: &VolumeTarget{TargetDataStore: ds("archive", "results", "")}},
+		{MountPath: "/out", Permission: "RW", Source: VolumeSource{DataStore: ds("main", "bkt", "")}, Target: &VolumeTarget{TargetDataStore: ds("archive", "results", "")}},
 		{MountPath: "/same", Permission: "RO", Source: VolumeSource{DataStore: ds("main", "bkt", "")}},
 	}
 	if diff := cmp.Diff(want, s.Volumes); diff != "" {

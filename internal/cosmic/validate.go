@@ -393,8 +393,8 @@ func checkVolumes(p *problems, vols []Volume) {
 			switch {
 			case v.Target.TargetDataStore == nil:
 				p.add(f+".volumeTarget", "must set targetDataStore")
-			case perm != PermissionRW && perm != PermissionRWD:
-				p.add(f+".volumeTarget", "is where an RW or RWD volume is pushed: give permission RW or RWD")
+			case perm != PermissionRW:
+				p.add(f+".volumeTarget", "is where an RW volume is pushed: give permission RW (RWD deletes what the job deleted from its source, which a volume pushed elsewhere does not write)")
 			default:
 				checkDataStoreSource(p, f+".volumeTarget.targetDataStore", v.Target.TargetDataStore)
 			}

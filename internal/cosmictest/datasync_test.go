@@ -46,6 +46,8 @@ func TestVolumeSignedForItsJobAlone(t *testing.T) {
 	spec.Volumes = []cosmic.Volume{
 		{MountPath: "/data", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "train"}}},
 		{MountPath: "/ro", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "other"}}},
+		{MountPath: "/tgt", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "train"}},
+			Target: &cosmic.VolumeTarget{TargetDataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "results"}}},
 	}
 	j := e.Create(spec)
 	other := e.Create(Container("other", 1))
@@ -95,6 +97,23 @@ func TestVolumeSignedForItsJobAlone(t *testing.T) {
 	ro := dataapi.Signer{Node: n, AppNode: e.P.AppNode.PublicKey(), Job: j.ID, Volume: 1}
 	if _, err := ro.Sign(cctx, datasync.OpPut, []string{"x"}, ""); fabric.ErrorCode(err) != fabric.CodeBadRequest {
 		t.Errorf("a put on the RO volume: %v, want bad_request", err)
+	}
+	// A volume pushed to a target reads its source, never writes it, and
+	// writes its target, never reads it.
+	src := dataapi.Signer{Node: n, AppNode: e.P.AppNode.PublicKey(), Job: j.ID, Volume: 2}
+	tgt := dataapi.Signer{Node: n, AppNode: e.P.AppNode.PublicKey(), Job: j.ID, Volume: 2, Target: true}
+	for name, try := range map[string]func() error{
+		"put on the source":    func() error { _, err := src.Sign(cctx, datasync.OpPut, []string{"x"}, ""); return err },
+		"delete on the source": func() error { _, err := src.Sign(cctx, datasync.OpDelete, []string{"x"}, ""); return err },
+		"get on the target":    func() error { _, err := tgt.Sign(cctx, datasync.OpGet, []string{"x"}, ""); return err },
+		"delete on the target": func() error { _, err := tgt.Sign(cctx, datasync.OpDelete, []string{"x"}, ""); return err },
+	} {
+		if err := try(); fabric.ErrorCode(err) != fabric.CodeBadRequest {
+			t.Errorf("%s: %v, want bad_request", name, err)
+		}
+	}
+	if _, err := tgt.Sign(cctx, datasync.OpPut, []string{"x"}, ""); err != nil {
+		t.Errorf("a put on the target: %v", err)
 	}
 	// Another job's agent: refused this job's volumes.
 	thief := dataapi.Signer{Node: agentNode(other.ID), AppNode: e.P.AppNode.PublicKey(), Job: j.ID, Volume: 0}

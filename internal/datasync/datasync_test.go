@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,5 +216,106 @@ func TestPullNeverEscapesTheDirectory(t *testing.T) {
 	}
 	if _, err := presign.Sign(v, datasync.OpDelete, []string{"x"}, "", time.Minute, time.Now()); err == nil {
 		t.Error("a delete was signed for a volume that is not RWD")
+	}
+}
+
+// hookSigner is signer with a hook on each Sign and a TTL of its own.
+type hookSigner struct {
+	signer
+	ttl   time.Duration
+	calls *atomic.Int64
+	hook  func(op datasync.Op, keys []string)
+}
+
+func (h hookSigner) Sign(_ context.Context, op datasync.Op, keys []string, token string) ([]datasync.SignedRequest, error) {
+	if h.calls != nil {
+		h.calls.Add(1)
+	}
+	if h.hook != nil {
+		h.hook(op, keys)
+	}
+	ttl := h.ttl
+	if ttl == 0 {
+		ttl = 5 * time.Minute
+	}
+	return presign.Sign(h.v, op, keys, token, ttl, time.Now())
+}
+
+// TestSyncHazards: objects named like the files a pull writes on its way
+// ("x.cosmicac-part") come in whole and are not deleted by an RWD push of
+// an unchanged volume; a volume directory that is a link is walked
+// through; a file the job turns into a link to elsewhere while the push
+// runs is not followed; requests signed too close to their end are signed
+// again; an unreachable store's error carries no signature nor access
+// key.
+func TestSyncHazards(t *testing.T) {
+	srv := s3test.Start(t)
+	c := srv.Client(t)
+	srv.MakeBucket(t, "data")
+	big := make([]byte, 1<<20)
+	rand.Read(big)
+	put(t, c, "data", "in/x", big)
+	put(t, c, "data", "in/x.cosmicac-part", []byte("INJECTED"))
+	put(t, c, "data", "in/.cosmicac-part-0123456789abcdef", []byte("also a name"))
+	put(t, c, "data", "in/result.txt", []byte("result"))
+	ctx := context.Background()
+	parent := t.TempDir()
+	real := filepath.Join(parent, "real")
+	for range 5 { // the collision was a race: several tries
+		os.RemoveAll(real)
+		if _, err := datasync.Pull(ctx, signer{volume(srv, "data", "in", true, true)}, real, datasync.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(real, "x")); !bytes.Equal(got, big) {
+			t.Fatalf("x after the pull: %d bytes, want its own %d", len(got), len(big))
+		}
+		if got, _ := os.ReadFile(filepath.Join(real, "x.cosmicac-part")); string(got) != "INJECTED" {
+			t.Fatalf("x.cosmicac-part after the pull: %q", got)
+		}
+	}
+	// The volume directory is a link to the real one (as a mount point
+	// may be): an RWD push of the unchanged volume deletes nothing.
+	mnt := filepath.Join(parent, "mnt")
+	if err := os.Symlink(real, mnt); err != nil {
+		t.Fatal(err)
+	}
+	st, err := datasync.Push(ctx, signer{volume(srv, "data", "in", true, true)}, mnt, true, datasync.Options{})
+	if err != nil || st.Deleted != 0 || st.Objects != 0 || st.Unchanged != 4 {
+		t.Fatalf("an RWD push of the unchanged volume through a link: %+v, %v", st, err)
+	}
+	// The job swaps result.txt for a link to a host file once the walk is
+	// done (when the put is signed): its upload is refused, not followed.
+	os.WriteFile(filepath.Join(real, "result.txt"), []byte("changed"), 0o644)
+	secret := filepath.Join(parent, "host-secret")
+	os.WriteFile(secret, []byte("HOST SECRET"), 0o600)
+	swap := hookSigner{signer: signer{volume(srv, "data", "in", true, false)}, hook: func(op datasync.Op, keys []string) {
+		if op == datasync.OpPut {
+			os.Remove(filepath.Join(real, "result.txt"))
+			os.Symlink(secret, filepath.Join(real, "result.txt"))
+		}
+	}}
+	if _, err := datasync.Push(ctx, swap, real, false, datasync.Options{}); err == nil {
+		t.Error("a push whose file became a link succeeded")
+	}
+	obj, _ := c.GetObject(ctx, "data", "in/result.txt", minio.GetObjectOptions{})
+	if b, _ := io.ReadAll(obj); string(b) == "HOST SECRET" {
+		t.Fatal("the push followed a link to a host file")
+	}
+	// Signed for less than the margin: each request is signed again.
+	var calls atomic.Int64
+	short := hookSigner{signer: signer{volume(srv, "data", "in", false, false)}, ttl: 4 * time.Minute, calls: &calls}
+	if _, err := datasync.Pull(ctx, short, t.TempDir(), datasync.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n < 1+1+4 { // the listing, the batch, then each of the 4 again
+		t.Errorf("%d signing calls for requests near their end, want each signed again", n)
+	}
+	// An unreachable store: the error names the object, never the
+	// signature nor the access key.
+	gone := volume(srv, "data", "in", false, false)
+	gone.Endpoint, gone.AccessKey = "http://127.0.0.1:1", "AKIAFULLACCESSKEY"
+	_, err = datasync.Pull(ctx, signer{gone}, t.TempDir(), datasync.Options{})
+	if !errors.Is(err, datasync.ErrUnreachable) || strings.Contains(err.Error(), "Signature") || strings.Contains(err.Error(), "AKIAFULL") {
+		t.Errorf("an unreachable store's error: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package datasync
 import (
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/xml"
 	"errors"
@@ -10,11 +11,14 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Options tune a Pull or a Push.
@@ -62,6 +66,7 @@ func list(ctx context.Context, s Signer, hc *http.Client) ([]remoteObject, []str
 	var out []remoteObject
 	var skipped []string
 	token := ""
+	seen := map[string]bool{}
 	for {
 		reqs, err := s.Sign(ctx, OpList, nil, token)
 		if err != nil {
@@ -97,16 +102,41 @@ func list(ctx context.Context, s Signer, hc *http.Client) ([]remoteObject, []str
 				continue // a "directory" marker
 			}
 			if CheckKey(k) != nil {
-				skipped = append(skipped, c.Key)
+				skipped = addSkipped(skipped, c.Key)
 				continue
 			}
 			out = append(out, remoteObject{key: k, size: c.Size, etag: strings.Trim(c.ETag, `"`)})
 		}
+		if len(out) > MaxObjects {
+			return nil, nil, fmt.Errorf("list: more than %d objects under the volume's prefix: give it a narrower prefix", MaxObjects)
+		}
 		if !page.IsTruncated || page.NextContinuationToken == "" {
 			return out, skipped, nil
 		}
+		if seen[page.NextContinuationToken] {
+			return nil, nil, fmt.Errorf("list: the store gave the same continuation token twice")
+		}
+		seen[page.NextContinuationToken] = true
 		token = page.NextContinuationToken
 	}
+}
+
+// MaxObjects bounds the objects of one volume (a listing is held whole).
+const MaxObjects = 1_000_000
+
+// MaxSkipped bounds the names a Stats lists as skipped; past it, one
+// entry says how many more.
+const MaxSkipped = 100
+
+// addSkipped adds name to skipped, within MaxSkipped.
+func addSkipped(skipped []string, name string) []string {
+	switch {
+	case len(skipped) < MaxSkipped:
+		return append(skipped, name)
+	case len(skipped) == MaxSkipped:
+		return append(skipped, "… and more")
+	}
+	return skipped
 }
 
 var errNotFound = errors.New("404")
@@ -129,7 +159,13 @@ func do(ctx context.Context, hc *http.Client, sr SignedRequest, body io.Reader, 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: %v", ErrUnreachable, err)
+		// net/http's error names the URL, whose query is the signature:
+		// only the method, the object and the cause are said.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%w: %s %s: %v", ErrUnreachable, sr.Method, redact(sr.URL), err)
 	}
 	defer resp.Body.Close()
 	switch {
@@ -159,6 +195,10 @@ func redact(u string) string {
 // signBatch is how many keys one Sign call carries.
 const signBatch = 256
 
+// expiryMargin is how long a signed request must still be good when its
+// transfer starts; one closer to its end is signed again.
+const expiryMargin = 5 * time.Minute
+
 // each signs op for keys in batches and runs fn on each key's request,
 // opt.Parallel at a time; the first error ends it.
 func each(ctx context.Context, s Signer, op Op, keys []string, opt Options, fn func(ctx context.Context, i int, sr SignedRequest) error) error {
@@ -178,7 +218,21 @@ func each(ctx context.Context, s Signer, op Op, keys []string, opt Options, fn f
 	for range par {
 		wg.Go(func() {
 			for i := range work {
-				if err := fn(ctx, i, reqs[i]); err != nil {
+				sr := reqs[i]
+				if !sr.Expires.IsZero() && time.Until(sr.Expires) < expiryMargin {
+					// Signed with its batch, it waited behind the others
+					// for long: signed again rather than refused.
+					again, err := s.Sign(ctx, op, keys[i:i+1], "")
+					if err == nil && len(again) != 1 {
+						err = fmt.Errorf("%s: %d signed requests for 1 key", op, len(again))
+					}
+					if err != nil {
+						once.Do(func() { firstErr = err; cancel() })
+						continue
+					}
+					sr = again[0]
+				}
+				if err := fn(ctx, i, sr); err != nil {
 					once.Do(func() { firstErr = err; cancel() })
 				}
 			}
@@ -249,13 +303,17 @@ func Pull(ctx context.Context, s Signer, dir string, opt Options) (Stats, error)
 	}
 	err = each(ctx, s, OpGet, keys, opt, func(ctx context.Context, i int, sr SignedRequest) error {
 		k := keys[i]
-		if d := filepath.Dir(filepath.FromSlash(k)); d != "." {
+		d := filepath.Dir(filepath.FromSlash(k))
+		if d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
 		}
-		tmp := filepath.FromSlash(k) + ".cosmicac-part"
-		f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		// The part file's name is random and short: no object's name can
+		// be it (a key "x.part" would otherwise collide with x's), and a
+		// long key's name does not grow past the file system's bound.
+		tmp := filepath.Join(d, partPrefix+rand.Text()[:16])
+		f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			return err
 		}
@@ -267,8 +325,11 @@ func Pull(ctx context.Context, s Signer, dir string, opt Options) (Stats, error)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		if errors.Is(err, errNotFound) { // deleted since the listing
+		if errors.Is(err, errNotFound) { // deleted since the listing, or a name the store lists but cannot serve
 			root.Remove(tmp)
+			mu.Lock()
+			st.Skipped = addSkipped(st.Skipped, k)
+			mu.Unlock()
 			return nil
 		}
 		if err == nil {
@@ -311,20 +372,27 @@ func Push(ctx context.Context, s Signer, dir string, deleteRemote bool, opt Opti
 	var puts []string
 	sizes := map[string]int64{}
 	local := map[string]bool{}
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	// Through an os.Root of dir (dir itself may be a link, as a mount
+	// point can be): a file the job turns into a link to elsewhere between
+	// the walk and its upload is refused, not followed.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return st, err
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
-		k := filepath.ToSlash(rel)
+		k := p
 		switch {
-		case p == dir, d.IsDir():
+		case p == ".", d.IsDir():
 			return nil
-		case !d.Type().IsRegular(), strings.HasSuffix(k, ".cosmicac-part"):
-			st.Skipped = append(st.Skipped, k)
+		case !d.Type().IsRegular():
+			st.Skipped = addSkipped(st.Skipped, k)
 			return nil
 		case CheckKey(k) != nil:
-			st.Skipped = append(st.Skipped, k)
+			st.Skipped = addSkipped(st.Skipped, k)
 			return nil
 		}
 		local[k] = true
@@ -333,7 +401,7 @@ func Push(ctx context.Context, s Signer, dir string, deleteRemote bool, opt Opti
 			return err
 		}
 		if r, ok := remote[k]; ok && r.size == info.Size() {
-			if sum, err := md5File(p); err == nil && sum == r.etag {
+			if sum, err := md5File(root, k); err == nil && sum == r.etag {
 				st.Unchanged++
 				return nil
 			}
@@ -349,9 +417,9 @@ func Push(ctx context.Context, s Signer, dir string, deleteRemote bool, opt Opti
 	var mu sync.Mutex
 	err = each(ctx, s, OpPut, puts, opt, func(ctx context.Context, i int, sr SignedRequest) error {
 		k := puts[i]
-		f, err := os.Open(filepath.Join(dir, filepath.FromSlash(k)))
+		f, err := openRegular(root, k)
 		if err != nil {
-			return err
+			return fmt.Errorf("put %s: %w", k, err)
 		}
 		defer f.Close()
 		if err := do(ctx, hc, sr, f, sizes[k], nil); err != nil {
@@ -388,8 +456,25 @@ func Push(ctx context.Context, s Signer, dir string, deleteRemote bool, opt Opti
 	return st, err
 }
 
-func md5File(p string) (string, error) {
-	f, err := os.Open(p)
+// partPrefix starts the name of a file Pull is writing.
+const partPrefix = ".cosmicac-part-"
+
+// openRegular opens k under root if it is a regular file, never a link
+// (O_NOFOLLOW) nor anything else.
+func openRegular(root *os.Root, k string) (*os.File, error) {
+	f, err := root.OpenFile(filepath.FromSlash(k), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is no longer a regular file", k)
+	}
+	return f, nil
+}
+
+func md5File(root *os.Root, k string) (string, error) {
+	f, err := openRegular(root, k)
 	if err != nil {
 		return "", err
 	}
