@@ -82,5 +82,3 @@ func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string
 		return dataapi.PresignReply{Requests: reqs}, nil
 	})
 }
-
-var _ datasync.Signer = dataapi.Signer{}
