@@ -85,6 +85,7 @@ type Agent struct {
 	failure *cosmic.Reason
 	reached bool
 	pulled  bool
+	pushed  bool       // the RW volumes were pushed (or tried): the command ended
 	syncMu  sync.Mutex // one volume sync at a time (datasync, the command's end)
 }
 
@@ -177,7 +178,8 @@ func (a *Agent) report(st agentapi.Status) {
 }
 
 // Run serves until ctx ends; then it ends every session and the job's
-// command (SIGTERM, then SIGKILL after 10 s) and closes the node.
+// command (SIGTERM, then SIGKILL after 10 s), pushes the job's RW volumes
+// back (pushAtStop, within StopPushTimeout) and closes the node.
 func (a *Agent) Run(ctx context.Context) error {
 	cfg := a.cfg
 	if cfg.Identity == nil {
@@ -214,9 +216,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Keep a connection to every peer with an address: the platform calls
 	// the agent back over them.
 	wg.Go(func() { KeepConnected(rctx, n, dial, a.log, ConnectHooks{Reached: a.reach}) })
+	// The records go to the monitor until the push at a stop is told
+	// (pushAtStop), after everything else has ended.
+	fctx, fcancel := context.WithCancel(context.WithoutCancel(ctx))
+	fdone := make(chan struct{})
 	if a.fwd != nil {
-		wg.Go(func() { a.fwd.Run(rctx) })
+		go func() { defer close(fdone); a.fwd.Run(fctx) }()
+	} else {
+		close(fdone)
 	}
+	defer func() { fcancel(); <-fdone }()
 	if len(dirs) > 0 {
 		meta, _ := json.Marshal(map[string]any{"jobId": cfg.JobID, "replica": cfg.Replica, "vmiIndex": cfg.VMIIndex, "version": version.Version})
 		wg.Go(func() {
@@ -268,6 +277,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	cancel()
 	a.sessionWG.Wait()
+	wg.Wait()
+	a.pushAtStop()
 	return nil
 }
 

@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
+	"path"
 	"strings"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -24,6 +28,10 @@ type FileConfig struct {
 	HTTPPort  int             `json:"httpPort,omitempty"`
 	GRPCPort  int             `json:"grpcPort,omitempty"`
 	Inference json.RawMessage `json:"inference,omitempty"`
+	// Volumes and DataProxy mirror vmboot.AgentConfig's: the volumes
+	// filled at their mount paths, and the proxy to their datastores.
+	Volumes   []FileVolume `json:"volumes,omitempty"`
+	DataProxy string       `json:"dataProxy,omitempty"`
 
 	// The agent's own settings.
 	// Env is added after the env file, NAME=value each.
@@ -36,6 +44,16 @@ type FileConfig struct {
 	WorkDir string `json:"workDir,omitempty"`
 	// SSHPort is where sshd listens on the VM's loopback (default 22).
 	SSHPort int `json:"sshPort,omitempty"`
+}
+
+// FileVolume is a volume as the bootstrap carries it (vmboot.AgentVolume).
+type FileVolume struct {
+	Index     int    `json:"index"`
+	MountPath string `json:"mountPath"`
+	Push      bool   `json:"push,omitempty"`
+	Delete    bool   `json:"delete,omitempty"`
+	Target    bool   `json:"target,omitempty"`
+	Git       string `json:"git,omitempty"`
 }
 
 // Config is a parsed agent configuration.
@@ -76,6 +94,12 @@ type Config struct {
 	// Volumes are the job's datastore volumes, copied in before the agent
 	// is ready and the command starts (docs/data.md).
 	Volumes []Volume
+	// DataClient makes the volumes' requests to their datastores (nil: a
+	// client of the standard library's, which reaches them directly).
+	DataClient *http.Client
+	// StopPush bounds the push of the RW volumes when the agent is
+	// stopped (0: StopPushTimeout).
+	StopPush time.Duration
 	// OnChange, if set, is called with the new status after each change
 	// (ready, a session opened or closed, the command exited). It must not
 	// block.
@@ -117,6 +141,22 @@ func (fc FileConfig) Parse() (Config, error) {
 		}
 	}
 	cfg.Env = append(cfg.Env, fc.Env...)
+	for _, v := range fc.Volumes {
+		if !path.IsAbs(v.MountPath) || path.Clean(v.MountPath) != v.MountPath || v.MountPath == "/" {
+			errs = append(errs, fmt.Errorf("volume %d: mount path %q: want a clean absolute path below /", v.Index, v.MountPath))
+			continue
+		}
+		cfg.Volumes = append(cfg.Volumes, Volume{Index: v.Index, MountPath: v.MountPath, Dir: v.MountPath, Push: v.Push && v.Git == "", Delete: v.Delete, Target: v.Target, Git: v.Git})
+	}
+	if fc.DataProxy != "" {
+		u, err := url.Parse(fc.DataProxy)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("dataProxy %q: want http://HOST:PORT", fc.DataProxy))
+		} else {
+			cfg.DataClient = &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), ForceAttemptHTTP2: false,
+				MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second}}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("agent config: %w", err)
 	}

@@ -41,6 +41,12 @@ func TestLoadConfigFromWorkerUserData(t *testing.T) {
 	job := cosmic.Job{ID: "0b7c54a8-5f0e-4c1e-9d3a-2f6b8e1c4d70", Team: "ml", Spec: cosmic.Spec{
 		Type: cosmic.TypeGPUContainer, Command: []string{"python", "train.py"},
 		EnvVars: []cosmic.EnvVar{{Name: "LR", Value: "it's 0.1"}, {Name: "MULTI", Value: "a\nb"}},
+		Volumes: []cosmic.Volume{
+			{MountPath: "/data", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "b"}}},
+			{MountPath: "/scratch", Source: cosmic.VolumeSource{Standalone: &cosmic.StandaloneSource{Name: "tmp"}}},
+			{MountPath: "/out", Permission: "RWD", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "b", Prefix: "o"}}},
+			{MountPath: "/src", Source: cosmic.VolumeSource{PublicGit: &cosmic.PublicGitSource{URL: "https://git.example/r.git"}}},
+		},
 	}}
 	boot := k8sworker.Bootstrap{
 		Agents: []k8sworker.AgentIdentity{{PrivateKeyPEM: string(pem), PublicKey: id.PublicKey().String()}},
@@ -79,6 +85,13 @@ func TestLoadConfigFromWorkerUserData(t *testing.T) {
 		!slices.Equal(cfg.Command, job.Spec.Command) || len(cfg.Peers) != 2 ||
 		cfg.Peers[0].Role != agentapi.RoleDirectory || cfg.Peers[0].Key.String() != ork || cfg.Peers[1].Addrs[0] != "10.0.0.2:7421" {
 		t.Fatalf("config %+v", cfg)
+	}
+	// The volumes the agent fills, at their mount paths in the VM: the
+	// datastore and Git ones (a standalone volume is not built yet).
+	wantVols := []agent.Volume{{Index: 0, MountPath: "/data", Dir: "/data"}, {Index: 2, MountPath: "/out", Dir: "/out", Push: true, Delete: true},
+		{Index: 3, MountPath: "/src", Dir: "/src", Git: "https://git.example/r.git"}}
+	if !slices.Equal(cfg.Volumes, wantVols) {
+		t.Fatalf("volumes %+v, want %+v", cfg.Volumes, wantVols)
 	}
 	want := []string{"COSMICAC_JOB_ID=" + job.ID, "COSMICAC_REPLICA=0", "COSMICAC_VMI_INDEX=0", "LR=it's 0.1", "MULTI=a\nb"}
 	if !slices.Equal(cfg.Env, want) {

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
@@ -11,6 +14,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datasync"
 	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
+	"github.com/cosmicac/cosmicac/internal/datasync/gitsync"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 )
 
@@ -28,6 +32,9 @@ type Volume struct {
 	// Delete (RWD) deletes too the remote objects the job deleted;
 	// Target pushes to the volume's volumeTarget, not its source.
 	Push, Delete, Target bool
+	// Git, when set, is a public Git repository's URL, cloned into Dir
+	// (gitsync) rather than pulled from a datastore; never pushed.
+	Git string
 }
 
 // pullDeadline bounds how long the agent retries a volume's signing when
@@ -47,6 +54,12 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 	}
 	for i, v := range a.cfg.Volumes {
 		a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumePulling })
+		if v.Git != "" {
+			if r := a.cloneVolume(ctx, i, v); r != nil {
+				return r
+			}
+			continue
+		}
 		if !found {
 			r := cosmic.NewReason(cosmic.ReasonVolumeSyncFailed, "the agent knows no app-node to sign its volumes")
 			a.failVolume(i, v, r, errors.New(r.Message))
@@ -59,21 +72,11 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 			a.record("volume", "volume %d (%s): copying in", v.Index, v.MountPath)
 		}
 		start := time.Now()
-		var st datasync.Stats
-		var err error
-		b := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-		deadline := time.Now().Add(pullDeadline)
-		for {
-			st, err = datasync.Pull(ctx, retrySigner{signer}, v.Dir, datasync.Options{Progress: func(p datasync.Stats) {
+		st, err := retried(ctx, func() (datasync.Stats, error) {
+			return datasync.Pull(ctx, retrySigner{signer}, v.Dir, datasync.Options{Client: a.cfg.DataClient, Progress: func(p datasync.Stats) {
 				a.setVolumeQuiet(i, func(s *agentapi.VolumeStatus) { s.Objects, s.Bytes = p.Objects, p.Bytes })
 			}})
-			if err == nil || !errors.Is(err, errSignerUnreachable) || time.Now().After(deadline) || ctx.Err() != nil {
-				break
-			}
-			if !backoff.Sleep(ctx, b.Next()) {
-				break
-			}
-		}
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -93,12 +96,73 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 	return nil
 }
 
+// StopPushTimeout bounds the push of a job's RW volumes when its agent
+// is stopped (the VM powers off: kill, delete, restart): what the job
+// wrote goes back before the VM goes (docs/data.md). The racks wait for
+// it (vmboot.StopPushWait).
+const StopPushTimeout = 10 * time.Minute
+
+// pushAtStop pushes the RW volumes once the agent is told to stop, after
+// the command and the sessions have ended, unless the command's end
+// pushed them already or they never came in (nothing the job wrote is in
+// them then); within Config.StopPush.
+func (a *Agent) pushAtStop() {
+	a.mu.Lock()
+	due := a.pulled && !a.pushed
+	a.mu.Unlock()
+	if !due || !slices.ContainsFunc(a.cfg.Volumes, func(v Volume) bool { return v.Push }) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(a.cfg.StopPush, StopPushTimeout))
+	defer cancel()
+	a.record("volume", "the replica stops: pushing its RW volumes back before it goes")
+	a.pushVolumes(ctx)
+}
+
+// cloneVolume clones volume i's Git repository into its directory, or
+// keeps what an earlier run of the replica cloned there (a restart keeps
+// the disk), and answers the reason the replica cannot run, or nil.
+func (a *Agent) cloneVolume(ctx context.Context, i int, v Volume) *cosmic.Reason {
+	a.record("volume", "volume %d (%s): cloning %s", v.Index, v.MountPath, v.Git)
+	start := time.Now()
+	st, err := gitsync.Clone(ctx, v.Git, v.Dir, gitsync.Options{Client: a.cfg.DataClient})
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumeReady })
+		a.record("volume", "volume %d (%s): not empty: the clone of an earlier run kept as it is", v.Index, v.MountPath)
+		return nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil
+		}
+		code := cosmic.ReasonVolumeSyncFailed
+		if errors.Is(err, gitsync.ErrUnreachable) {
+			code = cosmic.ReasonDatastoreUnreachable
+		}
+		r := cosmic.NewReason(code, fmt.Sprintf("volume %d (%s): clone of %s: %v", v.Index, v.MountPath, v.Git, err))
+		a.failVolume(i, v, r, err)
+		return &r
+	}
+	a.setVolume(i, func(s *agentapi.VolumeStatus) {
+		s.Phase, s.Objects, s.Bytes = agentapi.VolumeReady, st.Files, st.Bytes
+	})
+	a.record("volume", "volume %d (%s): %d files, %d bytes cloned at %s (%s) in %v", v.Index, v.MountPath, st.Files, st.Bytes, st.Commit, st.Branch,
+		time.Since(start).Round(time.Millisecond))
+	for _, k := range st.Skipped {
+		a.record("volume", "volume %d (%s): %q not written: a symbolic link or a submodule", v.Index, v.MountPath, k)
+	}
+	return nil
+}
+
 // pushVolumes sends back what the job wrote in each RW and RWD volume,
 // one after the other, and answers why the replica fails if one could not
 // be (its files stay where they are), or nil.
 func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
 	a.syncMu.Lock()
 	defer a.syncMu.Unlock()
+	a.mu.Lock()
+	a.pushed = true
+	a.mu.Unlock()
 	n := a.Node()
 	var appNode fabric.PublicKey
 	for _, p := range a.cfg.Peers {
@@ -113,7 +177,9 @@ func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
 		}
 		signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
 		start := time.Now()
-		st, err := datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{})
+		st, err := retried(ctx, func() (datasync.Stats, error) {
+			return datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{Client: a.cfg.DataClient})
+		})
 		if err != nil {
 			r := cosmic.NewReason(syncReason(err), fmt.Sprintf("volume %d (%s) not pushed, its files kept in the replica's disk: %v", v.Index, v.MountPath, err))
 			a.recordFailure("volume", "volume %d (%s): not pushed: %v; the files are kept on the replica's disk", v.Index, v.MountPath, err)
@@ -142,6 +208,24 @@ func syncReason(err error) cosmic.ReasonCode {
 		return cosmic.ReasonNoSuchContainer
 	}
 	return cosmic.ReasonVolumeSyncFailed
+}
+
+// retried runs sync again, with a backoff, while it fails to reach the
+// app-node (errSignerUnreachable: it may be connecting yet, or have cut
+// the agent's connection as its binding changed), for pullDeadline at
+// most.
+func retried(ctx context.Context, sync func() (datasync.Stats, error)) (datasync.Stats, error) {
+	b := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+	deadline := time.Now().Add(pullDeadline)
+	for {
+		st, err := sync()
+		if err == nil || !errors.Is(err, errSignerUnreachable) || time.Now().After(deadline) || ctx.Err() != nil {
+			return st, err
+		}
+		if !backoff.Sleep(ctx, b.Next()) {
+			return st, err
+		}
+	}
 }
 
 // errSignerUnreachable marks a signing call that did not reach the
@@ -190,7 +274,9 @@ func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agenta
 	}
 	byIndex := map[int]Volume{}
 	for _, v := range a.cfg.Volumes {
-		byIndex[v.Index] = v
+		if v.Git == "" {
+			byIndex[v.Index] = v
+		}
 	}
 	var vols []Volume
 	for _, i := range p.Volumes {
@@ -224,10 +310,10 @@ func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agenta
 		var err error
 		if p.Direction == "pull" {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}}
-			st, err = datasync.Pull(ctx, signer, v.Dir, datasync.Options{})
+			st, err = datasync.Pull(ctx, signer, v.Dir, datasync.Options{Client: a.cfg.DataClient})
 		} else {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
-			st, err = datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{})
+			st, err = datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{Client: a.cfg.DataClient})
 		}
 		vs := agentapi.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: st.Objects, Bytes: st.Bytes,
 			Unchanged: st.Unchanged, Deleted: st.Deleted, Skipped: st.Skipped}

@@ -278,7 +278,7 @@ func TestValidateRules(t *testing.T) {
 			s.Volumes = []Volume{
 				{Name: "a", MountPath: "data", Permission: "x", Source: VolumeSource{}},
 				{Name: "a", MountPath: "/d/../e", Source: VolumeSource{DataStore: &DataStoreSource{}}},
-				{MountPath: "/", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "http://x"}, Standalone: &StandaloneSource{Name: "-"}}},
+				{MountPath: "/", Source: VolumeSource{PublicGit: &PublicGitSource{URL: "ssh://x"}, Standalone: &StandaloneSource{Name: "-"}}},
 				{MountPath: "/x", Source: VolumeSource{Standalone: &StandaloneSource{Name: "s"}}},
 				{MountPath: "/x", Name: "b c", Source: VolumeSource{Standalone: &StandaloneSource{Name: "s"}}},
 			}

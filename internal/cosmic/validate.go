@@ -367,8 +367,14 @@ func checkVolumes(p *problems, vols []Volume) {
 		}
 		if g := src.PublicGit; g != nil {
 			n++
-			if !strings.HasPrefix(g.URL, "https://") || strings.ContainsFunc(g.URL, unicode.IsSpace) || len(g.URL) > 2048 {
-				p.add(f+".volumeSource.publicGit.url", "must be an https:// URL")
+			rest, ok := strings.CutPrefix(g.URL, "https://")
+			if !ok {
+				rest, ok = strings.CutPrefix(g.URL, "http://")
+			}
+			host, _, _ := strings.Cut(rest, "/")
+			if !ok || host == "" || strings.Contains(host, "@") || strings.ContainsAny(g.URL, "?#") ||
+				strings.ContainsFunc(g.URL, unicode.IsSpace) || len(g.URL) > 2048 {
+				p.add(f+".volumeSource.publicGit.url", "must be an http(s):// URL of a public repository, with no user, password or query")
 			}
 			if perm == PermissionRW || perm == PermissionRWD {
 				p.add(f+".permission", "a Git repository is cloned, never pushed: RO")

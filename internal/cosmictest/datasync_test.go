@@ -13,10 +13,12 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/cosmicac/cosmicac/internal/apiv1"
+	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/datasync"
 	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/gittest"
 	"github.com/cosmicac/cosmicac/internal/s3test"
 )
 
@@ -312,5 +314,79 @@ func TestDataSyncWhileRunning(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(home, p)); err != nil || string(got) != "fresh" {
 			t.Errorf("%s after the pull: %q, %v", p, got, err)
 		}
+	}
+}
+
+// TestVolumePushedAtKill: a job with no command, whose user works in its
+// shell, is killed; what it wrote in its RW volume is pushed back as its
+// VM powers off (the agent stops, pushes, then ends; its key stays bound
+// for that alone), and the job's log says so. The agent of the stopped
+// job may sign its volumes' requests, and nothing else.
+func TestVolumePushedAtKill(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "datasets")
+	s3 := srv.Client(t)
+	ctx := context.Background()
+	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
+		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	s := Container("notebook", 1)
+	s.Volumes = []cosmic.Volume{{MountPath: "/work", Permission: "RW",
+		Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "nb"}}}}
+	j := e.Create(s)
+	e.WaitState(j.ID, cosmic.StateRunning)
+	home := filepath.Join(e.DataDir, "vms", j.ID+"-r0")
+	if err := os.WriteFile(filepath.Join(home, "work", "notes.md"), []byte("written in a shell"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.KillJob(e.Ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.records(j.ID, func(rs []client.LogRecord) bool {
+		for _, r := range rs {
+			if r.Step == "volume" && strings.Contains(r.Line, "1 objects") && strings.Contains(r.Line, "pushed") {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := s3.StatObject(ctx, "datasets", "nb/notes.md", minio.StatObjectOptions{}); err != nil {
+		t.Errorf("the file written before the kill is not in the store: %v", err)
+	}
+}
+
+// TestGitVolumeClonedBeforeTheCommand: on the simulated rack, a
+// publicGit volume holds the repository's files, served by a real git
+// server (git http-backend), before the command starts, which reads them;
+// a repository that does not exist fails the job with
+// volume_sync_failed, naming it, and runs no command.
+func TestGitVolumeClonedBeforeTheCommand(t *testing.T) {
+	e := NewEnv(t)
+	git := gittest.Start(t, map[string]gittest.Repo{"tools": {
+		Files: map[string]string{"README.md": "the tools\n", "bin/run.sh": "#!/bin/sh\necho ran\n"}, Exec: []string{"bin/run.sh"}}})
+	withGit := func(name, url string) cosmic.Spec {
+		s := Container(name, 1)
+		s.Command = []string{"sh", "-c", `cat "$HOME/src/README.md" > "$HOME/seen.txt" && "$HOME/src/bin/run.sh" >> "$HOME/seen.txt"`}
+		s.Volumes = []cosmic.Volume{{MountPath: "/src", Source: cosmic.VolumeSource{PublicGit: &cosmic.PublicGitSource{URL: url}}}}
+		return s
+	}
+	good := e.Create(withGit("good", git.RepoURL("tools")))
+	missing := e.Create(withGit("missing", git.RepoURL("nope")))
+	j := e.WaitState(good.ID, cosmic.StateStopped, cosmic.StateFailed)
+	home := filepath.Join(e.DataDir, "vms", good.ID+"-r0")
+	if got, err := os.ReadFile(filepath.Join(home, "seen.txt")); err != nil || string(got) != "the tools\nran\n" {
+		t.Fatalf("the command saw %q, %v (job %s: %+v)", got, err, j.Status.State, j.Status.Reason)
+	}
+	if out := git.Git(filepath.Join(home, "src"), "rev-parse", "HEAD"); strings.TrimSpace(out) != git.Head("tools") {
+		t.Errorf("the volume's commit %q, want the repository's %s", out, git.Head("tools"))
+	}
+	j = e.WaitState(missing.ID, cosmic.StateFailed)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonVolumeSyncFailed || !strings.Contains(j.Status.Reason.Message, "nope.git") {
+		t.Errorf("a missing repository failed the job with %+v, want volume_sync_failed naming it", j.Status.Reason)
+	}
+	if _, err := os.Stat(filepath.Join(e.DataDir, "vms", missing.ID+"-r0", "seen.txt")); err == nil {
+		t.Error("the job ran its command without its volume")
 	}
 }

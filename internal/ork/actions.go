@@ -406,6 +406,9 @@ func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, rea
 	if err != nil {
 		return j, err
 	}
+	if state == cosmic.StateStopped {
+		o.boundStoppingLocked(j)
+	}
 	o.snap.ReleaseJob(id)
 	o.releaseHeldLocked(id, store.AllReplicas)
 	o.boundReleasedLocked(id, -1)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // The bound keys of the trust graph (internal/trust): the ork is where a
@@ -29,6 +32,9 @@ type peerBook struct {
 	jobs    map[string]boundJob
 	// draining are the replicas of each job being drained (drain.go).
 	draining map[string]map[int]bool
+	// stopping are the stopped jobs whose agents stay bound, for their
+	// volumes' push alone, while their VMs power off (boundStoppingLocked).
+	stopping map[string]stoppingJob
 	// ring, when set, is the ork's own keyring: its racks' workers are
 	// bound there as they are registered.
 	ring *trust.Keyring
@@ -41,10 +47,20 @@ type boundJob struct {
 	keys map[int][]string // replica → its agents' keys, as reported
 }
 
+// stoppingJob is a stopped job whose replicas' agents push its RW volumes
+// back as their VMs power off.
+type stoppingJob struct {
+	bound    boundJob
+	racks    map[int]string // replica → its rack
+	until    time.Time
+	placedAt uint64 // the book's version when it began, so a timer of an earlier stop leaves a later one alone
+}
+
 func newPeerBook() peerBook {
 	b := make([]byte, 8)
 	rand.Read(b)
-	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}, draining: map[string]map[int]bool{}}
+	return peerBook{epoch: hex.EncodeToString(b), changed: make(chan struct{}), jobs: map[string]boundJob{}, draining: map[string]map[int]bool{},
+		stopping: map[string]stoppingJob{}}
 }
 
 // bindRackLocked binds key (a worker key's string; "" unbinds) as rack's
@@ -78,6 +94,68 @@ func (o *Ork) boundPlacedLocked(j cosmic.Job, rs []cosmic.Reservation) {
 	for _, r := range rs {
 		delete(b.keys, r.Replica)
 	}
+	delete(o.book.stopping, j.ID) // placed again: the stop's agents are gone
+	o.peersChangedLocked()
+}
+
+// pushesVolumes says whether a job's agents push volumes back at its end:
+// a gpu-container job with an RW or RWD datastore volume.
+func pushesVolumes(s cosmic.Spec) bool {
+	if s.Type != cosmic.TypeGPUContainer {
+		return false
+	}
+	for _, v := range s.Volumes {
+		if p := strings.ToUpper(v.Permission); v.Source.DataStore != nil && (p == cosmic.PermissionRW || p == cosmic.PermissionRWD) {
+			return true
+		}
+	}
+	return false
+}
+
+// boundStoppingLocked keeps the agents of a job being stopped bound, for
+// pushing its volumes alone (trust.StoppingMethods), while its VMs power
+// off: until its racks report its replicas ended (stoppedReportedLocked)
+// or orkapi.StopPushWait passes. Called before the job's GPUs and keys are
+// released; a job that pushes nothing keeps nothing.
+func (o *Ork) boundStoppingLocked(j cosmic.Job) {
+	b, ok := o.book.jobs[j.ID]
+	if !ok || len(b.keys) == 0 || !pushesVolumes(j.Spec) {
+		return
+	}
+	s := stoppingJob{bound: boundJob{team: b.team, typ: b.typ, keys: map[int][]string{}}, racks: map[int]string{},
+		until: o.now().Add(orkapi.StopPushWait), placedAt: o.book.version}
+	for replica, keys := range b.keys {
+		if res, held := o.snap.Reserved(j.ID, replica); held {
+			s.bound.keys[replica], s.racks[replica] = slices.Clone(keys), res.Rack
+		}
+	}
+	if len(s.racks) == 0 {
+		return
+	}
+	o.book.stopping[j.ID] = s
+	o.peersChangedLocked()
+	time.AfterFunc(orkapi.StopPushWait, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if cur, ok := o.book.stopping[j.ID]; ok && cur.placedAt == s.placedAt {
+			delete(o.book.stopping, j.ID)
+			o.peersChangedLocked()
+		}
+	})
+}
+
+// stoppedReportedLocked unbinds a stopping job's agents once its rack
+// reports none of its replicas running: their VMs are off.
+func (o *Ork) stoppedReportedLocked(jr worker.JobReport) {
+	if _, ok := o.book.stopping[jr.JobID]; !ok {
+		return
+	}
+	for _, r := range jr.Replicas {
+		if !r.Gone && r.State != cosmic.StateStopped && r.State != cosmic.StateFailed {
+			return
+		}
+	}
+	delete(o.book.stopping, jr.JobID)
 	o.peersChangedLocked()
 }
 
@@ -140,6 +218,13 @@ func (o *Ork) peersLocked() orkapi.Peers {
 		b := o.book.jobs[r.JobID]
 		p.Placements = append(p.Placements, orkapi.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
 			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica]), Draining: o.book.draining[r.JobID][r.Replica]})
+	}
+	for _, id := range keys(o.book.stopping) {
+		s := o.book.stopping[id]
+		for _, replica := range slices.Sorted(maps.Keys(s.racks)) {
+			p.Placements = append(p.Placements, orkapi.Placement{Job: id, Team: s.bound.team, Type: s.bound.typ, Replica: replica,
+				Rack: s.racks[replica], AgentKeys: slices.Clone(s.bound.keys[replica]), Stopping: true})
+		}
 	}
 	return p
 }

@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simcluster"
 	"github.com/cosmicac/cosmicac/internal/simsshd"
 	"github.com/cosmicac/cosmicac/internal/trust"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 )
 
 // agentRunner is what the simulated rack's two agent runners share: where
@@ -120,14 +120,14 @@ func (s *simAgents) Identity(jobID string, replica int) (*fabric.Identity, bool)
 }
 
 // Start implements simcluster.AgentRunner.
-func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot simcluster.Boot) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
+func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot simcluster.Boot) simcluster.AgentHandle {
 	done := make(chan simcluster.CommandOutcome, 1)
 	var once sync.Once
 	finish := func(o simcluster.CommandOutcome) { once.Do(func() { done <- o }) }
-	failed := func(err error) (<-chan struct{}, <-chan simcluster.CommandOutcome, func()) {
+	failed := func(err error) simcluster.AgentHandle {
 		r := cosmic.NewReason(cosmic.ReasonVMICrashed, "instance agent: "+err.Error())
 		finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})
-		return nil, done, func() {}
+		return simcluster.AgentHandle{Done: done, Stop: func() {}}
 	}
 	if id == nil {
 		return failed(errors.New("the rack issued no identity"))
@@ -190,7 +190,9 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	s.mu.Unlock()
 	a := agent.New(cfg, s.log.With("component", agent.Component, "job_id", job.ID, "replica", replica))
 	actx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
 	s.wg.Go(func() {
+		defer close(exited)
 		defer s.forget(job.ID, replica, key, unbind)
 		if sshd != nil {
 			defer sshd.Close()
@@ -204,7 +206,7 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 			finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})
 		}
 	})
-	return a.Ready(), done, cancel
+	return simcluster.AgentHandle{Ready: a.Ready(), Done: done, Stop: cancel, Exited: exited}
 }
 
 // simVolumes are the datastore volumes of job for its agent on the
@@ -213,14 +215,9 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 // says where in the job's system log.
 func simVolumes(job cosmic.Job, home string) []agent.Volume {
 	var out []agent.Volume
-	for i, v := range job.Spec.Volumes {
-		if v.Source.DataStore == nil {
-			continue // Git and standalone volumes are not synced yet
-		}
-		perm := strings.ToUpper(v.Permission)
-		out = append(out, agent.Volume{Index: i, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
-			Push: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD,
-			Target: v.Target != nil && v.Target.TargetDataStore != nil})
+	for _, v := range vmboot.Volumes(job.Spec) {
+		out = append(out, agent.Volume{Index: v.Index, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
+			Push: v.Push, Delete: v.Delete, Target: v.Target, Git: v.Git})
 	}
 	return out
 }

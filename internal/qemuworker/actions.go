@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -80,12 +82,21 @@ func (w *Worker) Stop(_ context.Context, ref worker.ReplicaRef) error {
 	defer w.mu.Unlock()
 	for _, r := range w.matchLocked(ref) {
 		r.gen++ // a boot in progress gives up
+		// A VM whose agent pushes the job's volumes is reported stopped
+		// once it is off: its agent's key stays bound until then.
+		push := r.vm != nil && r.rec != nil && pushesVolumes(r.rec.Job)
 		if r.state != cosmic.StateFailed {
 			reason := cosmic.NewReason(cosmic.ReasonKilled, "")
 			r.reason = &reason
-			w.setLocked(r, cosmic.StateStopped)
+			if !push {
+				w.setLocked(r, cosmic.StateStopped)
+			}
 		}
-		w.recordLocked(r, "stop", true, "the VM is powering off; its disk is kept")
+		if push {
+			w.recordLocked(r, "stop", true, "the VM is powering off, its agent pushing the job's RW volumes first (up to %v); its disk is kept", vmboot.StopPushWait)
+		} else {
+			w.recordLocked(r, "stop", true, "the VM is powering off; its disk is kept")
+		}
 		w.stopVMLocked(r)
 	}
 	return nil
@@ -244,15 +255,35 @@ func (w *Worker) stopVMLocked(r *replica) {
 	if vm := r.vm; vm != nil {
 		r.vm = nil
 		grace := w.cfg.StopGrace.D()
+		push := r.rec != nil && pushesVolumes(r.rec.Job)
+		if push {
+			grace = max(grace, vmboot.StopPushWait)
+		}
 		halted := make(chan struct{})
 		r.halted = halted
+		gen := r.gen
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			defer close(halted)
 			vm.Stop(grace)
+			if !push {
+				return
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if r.gen == gen && r.state != cosmic.StateFailed && r.state != cosmic.StateStopped {
+				w.recordLocked(r, "stop", true, "the VM is off")
+				w.setLocked(r, cosmic.StateStopped)
+			}
 		}()
 	}
+}
+
+// pushesVolumes says whether a job's agent pushes volumes back when its
+// VM powers off: it has RW or RWD datastore volumes.
+func pushesVolumes(j cosmic.Job) bool {
+	return slices.ContainsFunc(vmboot.Volumes(j.Spec), func(v vmboot.AgentVolume) bool { return v.Push })
 }
 
 func (w *Worker) unbindLocked(r *replica) {

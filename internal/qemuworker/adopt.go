@@ -174,7 +174,11 @@ func (w *Worker) adoptedForwards(rec record) []qemu.Forward {
 		}
 	}
 	out := make([]qemu.Forward, 0, len(rec.Forwards))
+	egress := net.JoinHostPort(GuestIP, strconv.Itoa(GuestEgressPort))
 	for _, f := range rec.Forwards {
+		if f.GuestAddr == egress && w.egress != nil {
+			f.HostAddr = w.egress.Addr() // this worker's proxy
+		}
 	peers:
 		for _, p := range rec.Peers {
 			for i, g := range p.Addrs {

@@ -115,8 +115,26 @@ func (w *Worker) boot(k replicaKey, gen int) {
 			return
 		}
 	}
+	// A job with datastore volumes reaches them through the rack's egress
+	// proxy, forwarded in at GuestEgressPort.
+	var dataProxy string
+	if job.Spec.Type == cosmic.TypeGPUContainer && len(vmboot.Volumes(job.Spec)) > 0 {
+		if w.egress != nil {
+			g := net.JoinHostPort(GuestIP, strconv.Itoa(GuestEgressPort))
+			forwards = append(forwards, qemu.Forward{GuestAddr: g, HostAddr: w.egress.Addr()})
+			dataProxy = "http://" + g
+			if err := qemu.CheckForwards(forwards); err != nil {
+				fail(stepSeed, err)
+				return
+			}
+		} else {
+			w.mu.Lock()
+			w.recordLocked(r, "prepare_disk", false, "the job has datastore volumes, but this rack's VMs reach no datastore: its operator lists the endpoints in the rack's egress")
+			w.mu.Unlock()
+		}
+	}
 	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
-		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}, Engine: engineDisk != ""})
+		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}, Engine: engineDisk != "", DataProxy: dataProxy})
 	if err != nil {
 		fail(stepAgentDisk, err)
 		return

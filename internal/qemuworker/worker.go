@@ -110,6 +110,12 @@ type Config struct {
 	// port 22, named in the replica's log: for an operator debugging an
 	// image. Users reach their VM's sshd with `cosmicac jobs ssh`.
 	DebugSSH bool `json:"debugSSH,omitempty"`
+	// Egress are the datastores' endpoints the rack's VMs may reach
+	// (http(s)://HOST[:PORT] or HOST:PORT), through an HTTP proxy of the
+	// worker's forwarded into each VM whose job has datastore volumes
+	// (docs/data.md). Nothing else is reachable from a VM; without it,
+	// no datastore is.
+	Egress []string `json:"egress,omitempty"`
 }
 
 // Options are what the worker runs with besides its config.
@@ -200,6 +206,8 @@ type Worker struct {
 	closing bool
 	leaving chan struct{}
 	left    int // the VMs Run's end left running
+
+	egress *egressProxy // nil: Config.Egress is empty
 }
 
 // New makes the worker; Run starts it.
@@ -252,6 +260,12 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	w.cfg.StopGrace = cmp.Or(w.cfg.StopGrace, config.Duration(20*time.Second))
 	w.boots = make(chan struct{}, w.cfg.MaxBoots)
 	w.queue = worker.NewReportQueue(&w.mu)
+	if len(cfg.Egress) > 0 {
+		var err error
+		if w.egress, err = startEgress(cfg.Egress, w.log); err != nil {
+			return nil, err
+		}
+	}
 	opts.Keys.OnRevoke(opts.Node.Revoke)
 	w.adoptAll()
 	agentapi.ServeWorkerReports(opts.Node, w.onAgentReport)
@@ -305,5 +319,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	close(w.leaving)
 	w.wg.Wait()
+	if w.egress != nil {
+		w.egress.Close()
+	}
 	return nil
 }

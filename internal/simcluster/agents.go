@@ -18,12 +18,15 @@ import (
 // The platform provides it (internal/platform), so that this package stays
 // free of the agent: the simulated rack only sees three signals.
 //
-// Start must not block. ready is closed once the agent is ready (the
-// replica is reported running only then); done delivers the job's command's
-// outcome once, when it exits (it never delivers for a job without a
-// command); stop ends the agent (and the command) without blocking, and
-// is called when the replica's VMIs go away (kill, restart, crash, delete,
-// the command's end). After stop, done is ignored.
+// Start must not block. Its handle's Ready is closed once the agent is
+// ready (the replica is reported running only then); Done delivers the
+// job's command's outcome once, when it exits (it never delivers for a job
+// without a command); Stop ends the agent (and the command) without
+// blocking, and is called when the replica's VMIs go away (kill, restart,
+// crash, delete, the command's end). After Stop, Done is ignored. Exited,
+// if set, is closed once a stopped agent has ended (it pushes the job's RW
+// volumes first): a kill or a graceful delete keeps the replica's VMIs
+// and GPUs until then (Config.StopGrace at most), as a VM powering off.
 //
 // id is the identity the rack issued the agent (the replica reports its
 // public key from the VMI's scheduling on, so the platform may bind it
@@ -32,7 +35,7 @@ import (
 // boot is what the rack gives each of its agents besides its identity, as
 // a VMI's bootstrap does.
 type AgentRunner interface {
-	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot Boot) (ready <-chan struct{}, done <-chan CommandOutcome, stop func())
+	Start(ctx context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot Boot) AgentHandle
 }
 
 // Boot is what the rack gives its agents, as a VMI's bootstrap does: the
@@ -86,12 +89,16 @@ type VMI struct {
 	Identity *fabric.Identity
 }
 
-// AgentHandle is what an InferenceRunner returns for a replica's agents.
+// AgentHandle is what an AgentRunner or an InferenceRunner returns for a
+// replica's agents.
 type AgentHandle struct {
 	Ready <-chan struct{}
 	Done  <-chan CommandOutcome
 	Stop  func()
 	Crash func()
+	// Exited is closed once the agents have ended after Stop (nil: the
+	// rack does not wait for them).
+	Exited <-chan struct{}
 }
 
 // agentRun is a replica's running agent.
@@ -100,6 +107,7 @@ type agentRun struct {
 	ready   <-chan struct{}
 	stop    func()
 	crash   func() // nil: stop
+	exited  <-chan struct{}
 	isReady bool
 	waiting bool // the "waiting for the agent" record was written
 }
@@ -116,7 +124,7 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	var h AgentHandle
 	switch {
 	case c.agents != nil && j.job.Spec.Type == cosmic.TypeGPUContainer:
-		h.Ready, h.Done, h.Stop = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent, c.boot())
+		h = c.agents.Start(ctx, j.job, r.key.replica, r.vmis[0].agent, c.boot())
 		c.record(r, now, "agent", true, "instance agent of replica %d started in VMI %s", r.key.replica, vmiName(r.key, 0))
 	case c.inference != nil && j.job.Spec.Type == cosmic.TypeManagedInference:
 		vmis := make([]VMI, len(r.vmis))
@@ -131,7 +139,7 @@ func (c *Cluster) startAgent(j *simJob, r *replica, now time.Time) {
 	c.agentGen++
 	gen := c.agentGen
 	ready, done := h.Ready, h.Done
-	r.agent = &agentRun{gen: gen, ready: ready, stop: h.Stop, crash: h.Crash}
+	r.agent = &agentRun{gen: gen, ready: ready, stop: h.Stop, crash: h.Crash, exited: h.Exited}
 	if done != nil {
 		k := r.key
 		go func() {
@@ -182,6 +190,49 @@ func (c *Cluster) crashAgent(r *replica) {
 		r.agent = nil
 	}
 	c.stopAgent(r)
+}
+
+// shutDown tells r's agent to stop, as a power-off tells a VM's systemd,
+// and has r wait in phaseShutdown, its VMIs and GPUs kept, until the agent
+// has ended (it pushes the job's RW volumes first) or StopGrace has
+// passed; then r is stopped (then phaseIdle) or deleted (phaseDelete). It
+// answers false, doing nothing, when r has no agent to wait for.
+func (c *Cluster) shutDown(r *replica, then phase, now time.Time) bool {
+	if r.agent == nil || r.agent.exited == nil || len(r.vmis) == 0 {
+		return false
+	}
+	exited := r.agent.exited
+	c.stopAgent(r)
+	r.exited, r.then = exited, then
+	r.phase, r.due, r.deadline = phaseShutdown, now.Add(c.cfg.Step.D()), now.Add(c.cfg.StopGrace.D())
+	ctx := c.runCtx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	go func() {
+		select {
+		case <-exited:
+			signal(c.wake)
+		case <-ctx.Done():
+		}
+	}()
+	c.record(r, now, "stop", true, "powering off %s: the agent stops, pushing the job's RW volumes first (up to %v)", describeVMIs(r.vmis), c.cfg.StopGrace.D())
+	return true
+}
+
+// poweredOff says whether r's shutdown has ended: its agent has exited,
+// or its grace has passed (then it says so).
+func (c *Cluster) poweredOff(r *replica, now time.Time) bool {
+	select {
+	case <-r.exited:
+		return true
+	default:
+	}
+	if now.Before(r.deadline) {
+		return false
+	}
+	c.record(r, now, "stop", false, "%s did not power off within %v: stopped at once", describeVMIs(r.vmis), c.cfg.StopGrace.D())
+	return true
 }
 
 // stopAgent stops r's agent, if it runs; its outcome is ignored from now.

@@ -30,12 +30,12 @@ type fakeAgent struct {
 	stopped atomic.Bool
 }
 
-func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, _ Boot) (<-chan struct{}, <-chan CommandOutcome, func()) {
+func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, _ Boot) AgentHandle {
 	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
 	f.mu.Lock()
 	f.agents = append(f.agents, a)
 	f.mu.Unlock()
-	return a.ready, a.done, func() { a.stopped.Store(true) }
+	return AgentHandle{Ready: a.ready, Done: a.done, Stop: func() { a.stopped.Store(true) }}
 }
 
 func (f *fakeAgents) count() int {

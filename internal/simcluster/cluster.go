@@ -295,6 +295,9 @@ func (c *Cluster) Apply(ctx context.Context, p worker.ApplyParams) error {
 		case r.phase == phaseDelete:
 			errs = append(errs, fmt.Errorf("replica %d is being deleted", res.Replica))
 			continue
+		case r.phase == phaseShutdown:
+			errs = append(errs, fmt.Errorf("replica %d is powering off (its agent pushes the job's volumes); apply it again once it has stopped", res.Replica))
+			continue
 		case r.holdsGPUs():
 			if !sameReservation(r.res, res) {
 				errs = append(errs, fmt.Errorf("replica %d already runs on %s, not %s", res.Replica, describeAllocs(r.res.Nodes), describeAllocs(res.Nodes)))
@@ -337,11 +340,14 @@ func (c *Cluster) Stop(ctx context.Context, ref worker.ReplicaRef) error {
 		return nil
 	}
 	for _, r := range selectReplicas(j, ref.Replica) {
-		if r.state == cosmic.StateStopped || r.phase == phaseDelete {
+		if r.state == cosmic.StateStopped || r.phase == phaseDelete || r.phase == phaseShutdown {
 			continue
 		}
-		c.stop(j, r, now)
+		if !c.shutDown(r, phaseIdle, now) {
+			c.stop(j, r, now)
+		}
 	}
+	signal(c.wake)
 	return nil
 }
 
@@ -366,7 +372,7 @@ func (c *Cluster) Restart(ctx context.Context, ref worker.ReplicaRef) error {
 		return fabric.Errorf(fabric.CodeNotFound, "restart: job %s has no replica %d on rack %s", ref.JobID, ref.Replica, c.cfg.Rack)
 	}
 	for _, r := range rs {
-		if !r.holdsGPUs() || r.phase == phaseDelete {
+		if !r.holdsGPUs() || r.phase == phaseDelete || r.phase == phaseShutdown {
 			if ref.Replica != worker.AllReplicas {
 				return fabric.Errorf(codeConflict, "restart: replica %d of job %s is %s and holds no GPUs; apply it again", r.key.replica, ref.JobID, r.stateName())
 			}
@@ -406,11 +412,18 @@ func (c *Cluster) Delete(ctx context.Context, p worker.DeleteParams) error {
 			c.remove(j, r, p.Force, now)
 			continue
 		}
-		if r.phase == phaseDelete {
+		if r.phase == phaseDelete || (r.phase == phaseShutdown && r.then == phaseDelete) {
+			continue
+		}
+		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
+		if r.phase == phaseShutdown {
+			r.then = phaseDelete // a kill's power-off under way: the delete follows it
+			continue
+		}
+		if c.shutDown(r, phaseDelete, now) {
 			continue
 		}
 		r.phase, r.due = phaseDelete, now.Add(c.cfg.Step.D())
-		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
 	}
 	signal(c.wake)
 	return nil

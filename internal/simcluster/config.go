@@ -29,6 +29,11 @@ type Config struct {
 	// Step is the time one simulated lifecycle step takes (one import
 	// increment, scheduling, boot, ...). Zero means DefaultStep.
 	Step config.Duration `json:"step"`
+	// StopGrace is how long a replica's agent has to stop when the
+	// replica is killed or deleted (it pushes the job's RW volumes
+	// first), as a VM has to power off; the replica keeps its GPUs
+	// until then. Zero means DefaultStopGrace.
+	StopGrace config.Duration `json:"stopGrace,omitempty"`
 	// NodePrefix names the nodes: NodePrefix + index. Empty means
 	// Rack + "-node-", giving "sim-us-1-node-0".
 	NodePrefix string `json:"nodePrefix,omitempty"`
@@ -47,10 +52,13 @@ type Config struct {
 
 // Defaults and bounds of a Config.
 const (
-	DefaultStep    = time.Second
-	MaxNodes       = 10000
-	MaxGPUsPerNode = 64
-	MaxStep        = time.Hour
+	DefaultStep = time.Second
+	// DefaultStopGrace is a VM's time to power off: the agent's bound on
+	// its push at a stop (agent.StopPushTimeout) and a minute more.
+	DefaultStopGrace = 11 * time.Minute
+	MaxNodes         = 10000
+	MaxGPUsPerNode   = 64
+	MaxStep          = time.Hour
 	// DefaultCPUsPerGPU and DefaultMemoryGiBPerGPU size a node's CPU and
 	// memory when the config gives none: a DGX H100's per GPU.
 	DefaultCPUsPerGPU      = 28
@@ -79,6 +87,9 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	if c.Step == 0 {
 		c.Step = config.Duration(DefaultStep)
+	}
+	if c.StopGrace == 0 {
+		c.StopGrace = config.Duration(DefaultStopGrace)
 	}
 	if c.NodePrefix == "" {
 		c.NodePrefix = c.Rack + "-node-"

@@ -142,7 +142,7 @@ func (c *Cluster) LoseNode(node string) (simapi.FaultAck, error) {
 			if !r.claimed || !onNode(r.res, node) {
 				continue
 			}
-			if r.phase == phaseDelete {
+			if r.phase == phaseDelete || (r.phase == phaseShutdown && r.then == phaseDelete) {
 				c.remove(j, r, true, now)
 				continue
 			}

@@ -24,6 +24,7 @@ const (
 	phaseReady                 // next, running
 	phaseDelete                // graceful delete: next, gone
 	phaseExit                  // the command exited: next, stopped or failed
+	phaseShutdown              // powering off (shutDown): next, stopped or deleted once the agent has ended
 )
 
 // importIncrement is the percent of the root disk imported per step.
@@ -61,7 +62,12 @@ type replica struct {
 	// was written.
 	holdAgent, heldNoted bool
 
-	agent    *agentRun       // the replica's agent(s) (gpu-container: AgentRunner; managed-inference: InferenceRunner)
+	agent *agentRun // the replica's agent(s) (gpu-container: AgentRunner; managed-inference: InferenceRunner)
+	// exited, then and deadline are a shutdown's (phaseShutdown): the
+	// stopped agent's end, what follows it, and the grace's end.
+	exited   <-chan struct{}
+	then     phase
+	deadline time.Time
 	exit     *CommandOutcome // the command's end, not yet taken
 	exitCode *int            // reported: the exit code of the command that ended r
 
@@ -366,6 +372,17 @@ func (c *Cluster) advance(j *simJob, r *replica, now time.Time) {
 		c.endCommand(r, now)
 	case phaseDelete:
 		c.remove(j, r, false, now)
+		return
+	case phaseShutdown:
+		if !c.poweredOff(r, now) {
+			return
+		}
+		r.exited = nil
+		if r.then == phaseDelete {
+			c.remove(j, r, false, now)
+			return
+		}
+		c.stop(j, r, now)
 		return
 	default:
 		return

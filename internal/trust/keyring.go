@@ -28,6 +28,9 @@ type Principal struct {
 	Team    string
 	Replica int
 	VMI     int
+	// Stopping says the agent's replica was stopped and its VM powers
+	// off: it may call StoppingMethods only (orkapi.Placement.Stopping).
+	Stopping bool
 }
 
 // Head reports whether p is the head agent of its replica.
@@ -299,7 +302,7 @@ func (k *Keyring) Apply(p orkapi.Peers) {
 				continue
 			}
 			keys = append(keys, key)
-			agents[key] = &Principal{Role: AgentRole(pl.Type), Rack: pl.Rack, Job: pl.Job, Team: pl.Team, Replica: pl.Replica, VMI: i}
+			agents[key] = &Principal{Role: AgentRole(pl.Type), Rack: pl.Rack, Job: pl.Job, Team: pl.Team, Replica: pl.Replica, VMI: i, Stopping: pl.Stopping}
 		}
 		if len(keys) > 0 {
 			slots[replicaRef{pl.Job, pl.Replica}] = keys

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 )
 
 // Policy is a component's fabric policy, made from Graph and a keyring: it
@@ -92,10 +94,22 @@ func (p *Policy) Authorize(k fabric.PublicKey, method string) (any, error) {
 	if !ok {
 		return nil, fabric.Errorf(fabric.CodeForbidden, "key %s is not admitted by %s", k.Short(), p.server)
 	}
+	if pr.Stopping && !StoppingMethods[method] {
+		return nil, fabric.Errorf(fabric.CodeForbidden, "%s is stopping (its replica was stopped; its VM powers off): it may only push its volumes, not call %s on %s", pr, method, p.server)
+	}
 	if method == MethodPing || p.calls[method][pr.Role] || pr.Role == Operator && !p.noOps[method] {
 		return pr, nil
 	}
 	return nil, fabric.Errorf(fabric.CodeForbidden, "%s may not call %s on %s", pr, method, p.server)
+}
+
+// StoppingMethods are what the agent of a stopped replica may still call
+// while its VM powers off (Principal.Stopping): sign its volumes' requests
+// to push them back, and write the job's log records saying so.
+var StoppingMethods = map[string]bool{
+	MethodPing:           true,
+	dataapi.Presign.Name: true,
+	joblog.Append.Name:   true,
 }
 
 // AgentDirectory is the configuration of the agents' directory: announces

@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync/dataapi"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 )
@@ -259,5 +261,32 @@ func TestFollow(t *testing.T) {
 	}
 	if err := ring.Sync(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStoppingAgentPushesOnly: the agent of a stopped replica whose VM
+// powers off (orkapi.Placement.Stopping) may sign its volumes' requests
+// and write its job's log, and call nothing else it could before.
+func TestStoppingAgentPushesOnly(t *testing.T) {
+	ring := NewKeyring()
+	a := key(t)
+	placed := orkapi.Placement{Job: "j", Team: "t", Type: cosmic.TypeGPUContainer, Rack: "r", AgentKeys: []string{a.String()}}
+	ring.Apply(orkapi.Peers{Placements: []orkapi.Placement{placed}})
+	app, wrk := NewPolicy(AppNode, ring), NewPolicy(Worker, ring)
+	for _, c := range []struct {
+		p      *Policy
+		method string
+	}{{app, dataapi.Presign.Name}, {wrk, agentapi.MethodReport}} {
+		if _, err := c.p.Authorize(a, c.method); err != nil {
+			t.Fatalf("a running replica's agent calling %s: %v", c.method, err)
+		}
+	}
+	placed.Stopping = true
+	ring.Apply(orkapi.Peers{Placements: []orkapi.Placement{placed}})
+	if _, err := app.Authorize(a, dataapi.Presign.Name); err != nil {
+		t.Errorf("a stopping agent signing its push: %v", err)
+	}
+	if _, err := wrk.Authorize(a, agentapi.MethodReport); err == nil || !strings.Contains(err.Error(), "stopping") {
+		t.Errorf("a stopping agent reporting to its worker: %v, want refused as stopping", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +29,12 @@ const (
 	// (DeliveryImage).
 	DefaultAgentPath = "/usr/local/bin/cosmicac"
 )
+
+// StopPushWait is how long a VM's agent may take to stop: the instance
+// agent pushes the job's RW volumes when its VM powers off, within
+// agentapi's StopPushTimeout; a rack that waits for a VM to power off
+// waits this long for one whose job has such volumes.
+const StopPushWait = 11 * time.Minute
 
 // Delivery is how the agent binary reaches the VM.
 type Delivery string
@@ -140,6 +147,51 @@ type AgentConfig struct {
 	// models, on the engine disk (VM.Engine).
 	LlamaServer string `json:"llamaServer,omitempty"`
 	ModelDir    string `json:"modelDir,omitempty"`
+	// Volumes are the job's volumes the agent fills at their mount paths
+	// before the command starts, and pushes back (docs/data.md).
+	Volumes []AgentVolume `json:"volumes,omitempty"`
+	// DataProxy, when set, is the HTTP proxy through which the agent
+	// reaches the datastores (VM.DataProxy).
+	DataProxy string `json:"dataProxy,omitempty"`
+}
+
+// AgentVolume is a volume as the agent is told of it: where it goes in
+// the VM and what happens to it at the end; the agent asks the app-node
+// to sign its requests (it holds no credential).
+type AgentVolume struct {
+	// Index is the volume's index in the job's spec.volumes.
+	Index     int    `json:"index"`
+	MountPath string `json:"mountPath"`
+	// Push (RW, RWD) sends what the job wrote back when its command ends
+	// or the VM stops; Delete (RWD) deletes the remote objects the job
+	// deleted; Target pushes to the volumeTarget instead of the source.
+	Push   bool `json:"push,omitempty"`
+	Delete bool `json:"delete,omitempty"`
+	Target bool `json:"target,omitempty"`
+	// Git, when set, is the URL of a public Git repository the agent
+	// clones into the volume (publicGit); it is never pushed.
+	Git string `json:"git,omitempty"`
+}
+
+// Volumes are the volumes of spec an agent fills: its datastore volumes
+// and its Git volumes (standalone volumes are not built yet,
+// docs/data.md).
+func Volumes(spec cosmic.Spec) []AgentVolume {
+	var out []AgentVolume
+	for i, v := range spec.Volumes {
+		if g := v.Source.PublicGit; g != nil {
+			out = append(out, AgentVolume{Index: i, MountPath: v.MountPath, Git: g.URL})
+			continue
+		}
+		if v.Source.DataStore == nil {
+			continue
+		}
+		perm := strings.ToUpper(v.Permission)
+		out = append(out, AgentVolume{Index: i, MountPath: v.MountPath,
+			Push: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD,
+			Target: v.Target != nil && v.Target.TargetDataStore != nil})
+	}
+	return out
 }
 
 // VM is one VM of a replica of a job: everything its user data depends on.
@@ -159,6 +211,10 @@ type VM struct {
 	// with the NGC key): the unit copies the key before the agent starts,
 	// and the agent reads it from NGCKeyFile.
 	NGCKey bool
+	// DataProxy is the HTTP proxy URL the agent reaches datastores
+	// through ("": directly): the QEMU rack's guests reach nothing but
+	// the platform's forwarded ports, one of them its egress proxy.
+	DataProxy string
 	// Engine says the rack attaches EngineDisk (a llama.cpp job on a rack
 	// that brings the engine and the model, the QEMU rack): the unit mounts
 	// it before the agent starts, and the agent runs llama-server and the
@@ -211,6 +267,12 @@ func Config(vm VM) AgentConfig {
 	}
 	if vm.NGCKey {
 		ac.NGCKeyFile = NGCKeyFile
+	}
+	if s.Type == cosmic.TypeGPUContainer {
+		ac.Volumes = Volumes(s)
+		if len(ac.Volumes) > 0 {
+			ac.DataProxy = vm.DataProxy
+		}
 	}
 	if vm.Engine {
 		ac.LlamaServer = EngineMountPoint + "/" + EngineServerFile
@@ -330,7 +392,9 @@ const AgentStartedLine = "cosmicac-agent.service: the agent process started"
 // Unit is the agent's systemd unit for a job of type typ: it starts at
 // every boot, after the network, and restarts for ever (Restart=always,
 // RestartSec=2, no start rate limit: a VM whose agent disk comes late keeps
-// trying). With DeliveryDisk it mounts the agent disk first.
+// trying). With DeliveryDisk it mounts the agent disk first. The agent
+// has StopPushWait to stop: at a VM's power-off it pushes the job's RW
+// volumes before it exits (docs/data.md).
 func Unit(typ cosmic.JobType, a Agent) string {
 	mode := Mode(typ)
 	lines := []string{
@@ -351,6 +415,7 @@ func Unit(typ cosmic.JobType, a Agent) string {
 		"ExecStartPost=-/bin/sh -c 'echo \""+AgentStartedLine+"\" >/dev/kmsg'",
 		"Restart=always",
 		"RestartSec=2",
+		"TimeoutStopSec="+strconv.Itoa(int(StopPushWait.Seconds())),
 		"",
 		"[Install]",
 		"WantedBy=multi-user.target",

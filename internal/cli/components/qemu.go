@@ -244,6 +244,7 @@ func (a *app) wrkServerQEMUCommand() *cobra.Command {
 	f.IntVar(&cfg.Rack.GPUsPerNode, "gpus-per-node", cfg.Rack.GPUsPerNode, "GPUs per node")
 	f.StringSliceVar(&cfg.Rack.VFIO, "vfio", nil, "host PCI addresses of the GPUs to pass through (nodes × GPUs of them)")
 	f.StringVar(&cfg.Rack.Accel, "accel", "", "kvm or tcg (default: kvm where the host has hardware virtualization)")
+	f.StringSliceVar(&cfg.Rack.Egress, "egress", nil, "the datastores' endpoints the VMs may reach for their volumes, http(s)://HOST[:PORT] (repeatable; default: none, docs/data.md)")
 	f.BoolVar(&cfg.Rack.StopVMsOnExit, "stop-vms-on-exit", false, "stop the VMs when the worker stops (default: they run on, and the worker started again adopts them)")
 	return cmd
 }

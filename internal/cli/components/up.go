@@ -298,6 +298,7 @@ func (a *app) upCommand() *cobra.Command {
 	f.StringVar(&qc.Accel, "qemu-accel", "", "with --rack qemu: kvm or tcg (default: kvm where the host has hardware virtualization)")
 	f.IntVar(&qc.MaxCPUs, "qemu-max-cpus", 0, "with --rack qemu: the most vCPUs a VM gets (default 1 under TCG, 4 under KVM)")
 	f.BoolVar(&qc.StopVMsOnExit, "qemu-stop-vms-on-exit", false, "with --rack qemu: stop the VMs when up stops (default: they run on, and the next up adopts them)")
+	f.StringSliceVar(&qc.Egress, "qemu-egress", nil, "with --rack qemu: the datastores' endpoints the VMs may reach for their volumes, http(s)://HOST[:PORT] (repeatable; default: none, docs/data.md)")
 	f.BoolVar(&qc.DebugSSH, "qemu-debug-ssh", false, "with --rack qemu: forward a loopback port to each VM's port 22 (named in the job's log), to debug an image")
 	f.IntVar(&qc.MaxMemoryMiB, "qemu-max-memory", 0, "with --rack qemu: the most memory a VM gets, MiB (default 512 under TCG, 8192 under KVM)")
 	f.IntVar(&qc.CPUsPerNode, "qemu-cpus-per-node", 0, "with --rack qemu: vCPUs each node declares for placement (default 8 per GPU + 2)")

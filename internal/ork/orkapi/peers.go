@@ -40,7 +40,17 @@ type Placement struct {
 	// Draining says the replica takes no new requests: a rollout replaces
 	// it once those in flight end (proxy-inference routes around it).
 	Draining bool `json:"draining,omitempty"`
+	// Stopping says the replica was stopped (kill, delete) and holds no
+	// GPU, but its VM still powers off: its agent pushes the job's RW
+	// volumes (docs/data.md). Its keys are bound for that alone
+	// (trust.StoppingMethods) until the rack reports the replica ended or
+	// StopPushWait passes.
+	Stopping bool `json:"stopping,omitempty"`
 }
+
+// StopPushWait bounds how long a stopped replica's agents stay bound to
+// push the job's RW volumes (vmboot.StopPushWait).
+const StopPushWait = 11 * time.Minute
 
 // WatchPeersParams asks for Peers newer than (Epoch, Since), waiting up to
 // WaitMillis for a change (0: answer at once).
