@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -155,6 +156,68 @@ func TestOrphanOfAPushedReportIsDeleted(t *testing.T) {
 		synctest.Wait()
 		if !w.wasDeleted(orphan) {
 			t.Fatal("the orphan was not deleted on its worker")
+		}
+	})
+}
+
+// TestStoppedAgentsBoundToPush: a killed job with an RW volume keeps its
+// agents bound, as stopping, while its rack powers its VMs off (they push
+// the volume): until the rack reports the replica stopped, or, when it
+// never does, until StopPushWait has passed. A job with nothing to push
+// is unbound at the kill.
+func TestStoppedAgentsBoundToPush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 8)
+		e := newEnv(t, w)
+		agentKey := func() string { id, _ := fabric.GenerateIdentity(); return id.PublicKey().String() }
+		rw := []cosmic.Volume{{MountPath: "/out", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "bucket"}}}}
+		start := func(name string, vols []cosmic.Volume) (cosmic.Job, string) {
+			j := e.createSpec(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: name, Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}, Volumes: vols})
+			k := agentKey()
+			e.push(w, report(j.ID, worker.ReplicaReport{State: cosmic.StateRunning, Nodes: []string{"n0"}, AgentKeys: []string{k}}))
+			return j, k
+		}
+		placements := func() map[string]orkapi.Placement {
+			p, err := e.o.WatchPeers(e.ctx, orkapi.WatchPeersParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]orkapi.Placement{}
+			for _, pl := range p.Placements {
+				out[pl.Job] = pl
+			}
+			return out
+		}
+		pushing, pk := start("pushing", rw)
+		plain, _ := start("plain", nil)
+		expiring, ek := start("expiring", rw)
+		for _, j := range []cosmic.Job{pushing, plain, expiring} {
+			if _, err := e.o.KillJob(e.ctx, j.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := placements()
+		if pl, ok := got[pushing.ID]; !ok || !pl.Stopping || !slices.Equal(pl.AgentKeys, []string{pk}) || pl.Rack != "r1" {
+			t.Errorf("the killed job with an RW volume: %+v, %v; want its agent bound as stopping", pl, ok)
+		}
+		if pl, ok := got[plain.ID]; ok {
+			t.Errorf("the killed job with nothing to push is still bound: %+v", pl)
+		}
+		if pl := got[expiring.ID]; !pl.Stopping || !slices.Equal(pl.AgentKeys, []string{ek}) {
+			t.Errorf("the second job with an RW volume: %+v", pl)
+		}
+		e.push(w, report(pushing.ID, worker.ReplicaReport{State: cosmic.StateStopped, Nodes: []string{"n0"}}))
+		got = placements()
+		if pl, ok := got[pushing.ID]; ok {
+			t.Errorf("the job whose rack reported it stopped is still bound: %+v", pl)
+		}
+		if _, ok := got[expiring.ID]; !ok {
+			t.Error("the job whose rack said nothing yet was unbound")
+		}
+		time.Sleep(orkapi.StopPushWait + time.Second)
+		synctest.Wait()
+		if pl, ok := placements()[expiring.ID]; ok {
+			t.Errorf("the stopping job is still bound past StopPushWait: %+v", pl)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
@@ -19,6 +20,9 @@ import (
 type fakeAgents struct {
 	mu     sync.Mutex
 	agents []*fakeAgent
+	// exits gives each agent an Exited channel, closed by the test: the
+	// rack then waits for it at a kill.
+	exits bool
 }
 
 type fakeAgent struct {
@@ -28,14 +32,20 @@ type fakeAgent struct {
 	ready   chan struct{}
 	done    chan CommandOutcome
 	stopped atomic.Bool
+	exited  chan struct{}
 }
 
 func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, _ Boot) AgentHandle {
 	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
 	f.mu.Lock()
 	f.agents = append(f.agents, a)
+	h := AgentHandle{Ready: a.ready, Done: a.done, Stop: func() { a.stopped.Store(true) }}
+	if f.exits {
+		a.exited = make(chan struct{})
+		h.Exited = a.exited
+	}
 	f.mu.Unlock()
-	return AgentHandle{Ready: a.ready, Done: a.done, Stop: func() { a.stopped.Store(true) }}
+	return h
 }
 
 func (f *fakeAgents) count() int {
@@ -223,6 +233,57 @@ func TestHeldAgentNeverStarts(t *testing.T) {
 		}
 		if a := f.get(0); a.job != jobB || !a.stopped.Load() {
 			t.Fatalf("agent of %s/%d: stopped %v, want job B's stopped by the hold", a.job, a.replica, a.stopped.Load())
+		}
+	})
+}
+
+// TestKillPowersOffUntilTheAgentEnds: a kill of a replica whose agent the
+// rack waits for (it pushes the job's volumes) keeps the replica running,
+// its GPUs held, until the agent has ended; then the replica is stopped.
+// An agent that never ends is given StopGrace, then the replica is
+// stopped all the same, its log saying so.
+func TestKillPowersOffUntilTheAgentEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeAgents{exits: true}
+		e := startAgents(t, f)
+		run := func(id string, i int, r cosmic.Reservation) *fakeAgent {
+			e.apply(t, id, r)
+			waitFor(t, "the agent to start", func() bool { return f.count() == i+1 })
+			a := f.get(i)
+			close(a.ready)
+			e.waitState(t, id, 0, cosmic.StateRunning)
+			return a
+		}
+		a := run(jobA, 0, resv(jobA, 0, on(0, 0)))
+		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobA, Replica: 0}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the agent to be told to stop", a.stopped.Load)
+		time.Sleep(20 * step)
+		synctest.Wait()
+		if st := e.rep.states(jobA, 0); st[len(st)-1] != cosmic.StateRunning {
+			t.Fatalf("states %v before the agent ended: want still running", st)
+		}
+		e.apply(t, jobC, resv(jobC, 0, on(0, 0)))
+		if got := e.waitState(t, jobC, 0, cosmic.StateFailed); got.Reason == nil || !strings.Contains(got.Reason.Message, "held by") {
+			t.Fatalf("another job on the GPU of the replica powering off: %+v, want failed as held", got)
+		}
+		close(a.exited)
+		if got := e.waitState(t, jobA, 0, cosmic.StateStopped); len(got.Nodes) != 0 {
+			t.Fatalf("stopped report %+v: want no nodes", got)
+		}
+
+		b := run(jobB, 1, resv(jobB, 0, on(0, 1)))
+		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobB, Replica: 0}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the agent to be told to stop", b.stopped.Load)
+		time.Sleep(DefaultStopGrace + 2*step)
+		e.waitState(t, jobB, 0, cosmic.StateStopped)
+		if !slices.ContainsFunc(e.logs.Job(jobB), func(r joblog.Record) bool {
+			return r.Step == "stop" && strings.Contains(r.Line, "did not power off")
+		}) {
+			t.Errorf("records %+v: want one saying the VM did not power off in time", e.logs.Job(jobB))
 		}
 	})
 }
