@@ -283,7 +283,7 @@ func Routes() []Route {
 				"volume names one volume by its name, else its mount path; absent, every datastore volume of the job (for a push, every RW and RWD one). " +
 				"The replica's agent does it (replica, default 0) with requests the platform signs, and the answer comes when every volume is done: per volume, what moved, and error and reason where it failed (its files kept). " +
 				"A job that is not running is 409; a volume that is not a datastore volume, or a push of a read-only one, 400. " +
-				"The simulated rack syncs; the QEMU and Kubernetes racks answer 501 (docs/data.md).",
+				"The simulated and QEMU racks sync; an agent that syncs no volume answers 501 (docs/data.md).",
 			Params: []Param{jobID, replicaQuery}, Request: DataSync{}, Response: DataSyncResult{}, Status: http.StatusOK,
 			Errors: []int{http.StatusConflict, http.StatusNotImplemented}},
 		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Perm: authz.JobsOperate,

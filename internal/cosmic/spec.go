@@ -161,8 +161,10 @@ type Resources struct {
 // OVHcloud AI Training's job volumes: where the data comes from
 // (volumeSource: a datastore's container and prefix, a public Git
 // repository, or a standalone volume that outlives the job), where it is
-// mounted, and what the job may do with it (Permission). Volumes are
-// stored and validated; workers do not mount them yet.
+// mounted, and what the job may do with it (Permission). The agent in
+// the job's VM fills the datastore and Git volumes before the command
+// starts and pushes RW ones back (docs/data.md); standalone volumes are
+// stored and validated only.
 //
 // On input the source may also be given as OVH's shorthands, dataStore,
 // publicGit, standalone and targetDataStore beside mountPath, or its
