@@ -253,28 +253,33 @@ func (s *Server) deleteDatastore(_ http.ResponseWriter, r *http.Request, c *call
 	return nil, nil
 }
 
-// checkDatastores refuses volumes whose datastore (source or target) is
-// not one of team's, each by its field: another team's alias is as
-// unknown as one that exists nowhere.
-func (s *Server) checkDatastores(ctx context.Context, team string, vols []cosmic.Volume) error {
+// checkDatastores refuses a spec whose volumes (source or target) or
+// model source name a datastore that is not one of team's, each by its
+// field: another team's alias is as unknown as one that exists nowhere.
+func (s *Server) checkDatastores(ctx context.Context, team string, spec cosmic.Spec) error {
 	var errs []*cosmic.FieldError
-	for i, v := range vols {
-		for field, d := range map[string]*cosmic.DataStoreSource{"volumeSource.dataStore": v.Source.DataStore, "volumeTarget.targetDataStore": targetOf(v)} {
-			if d == nil {
-				continue
-			}
-			f := fmt.Sprintf("volumes[%d].%s.alias", i, field)
-			if s.datastores == nil {
-				errs = append(errs, &cosmic.FieldError{Field: f, Message: "this app-node keeps no datastores"})
-				continue
-			}
-			_, err := s.datastores.GetDatastore(ctx, team, d.Alias)
-			switch {
-			case errors.Is(err, cosmic.ErrNotFound):
-				errs = append(errs, &cosmic.FieldError{Field: f, Message: fmt.Sprintf("team %s has no datastore %s (cosmicac datastores list; a team admin adds one)", team, d.Alias)})
-			case err != nil:
-				return err
-			}
+	named := map[string]*cosmic.DataStoreSource{}
+	for i, v := range spec.Volumes {
+		named[fmt.Sprintf("volumes[%d].volumeSource.dataStore.alias", i)] = v.Source.DataStore
+		named[fmt.Sprintf("volumes[%d].volumeTarget.targetDataStore.alias", i)] = targetOf(v)
+	}
+	if in := spec.Inference; in != nil {
+		named["inference.modelSource.alias"] = in.ModelSource
+	}
+	for f, d := range named {
+		if d == nil {
+			continue
+		}
+		if s.datastores == nil {
+			errs = append(errs, &cosmic.FieldError{Field: f, Message: "this app-node keeps no datastores"})
+			continue
+		}
+		_, err := s.datastores.GetDatastore(ctx, team, d.Alias)
+		switch {
+		case errors.Is(err, cosmic.ErrNotFound):
+			errs = append(errs, &cosmic.FieldError{Field: f, Message: fmt.Sprintf("team %s has no datastore %s (cosmicac datastores list; a team admin adds one)", team, d.Alias)})
+		case err != nil:
+			return err
 		}
 	}
 	if len(errs) > 0 {

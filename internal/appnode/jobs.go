@@ -116,7 +116,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request, c *caller) (a
 			return nil, err
 		}
 	}
-	if err := s.checkDatastores(r.Context(), c.team, spec.Volumes); err != nil {
+	if err := s.checkDatastores(r.Context(), c.team, spec); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.orkCtx(r)

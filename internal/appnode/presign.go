@@ -37,16 +37,27 @@ func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string
 			}
 			return dataapi.PresignReply{}, err
 		}
-		if p.Volume < 0 || p.Volume >= len(j.Spec.Volumes) {
+		var v cosmic.Volume
+		var src *cosmic.DataStoreSource
+		switch {
+		case p.Model:
+			if j.Spec.Inference == nil || j.Spec.Inference.ModelSource == nil {
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "job %s takes its model from no datastore", p.Job)
+			}
+			// The weights are read: a volume of permission RO.
+			src, v = j.Spec.Inference.ModelSource, cosmic.Volume{Permission: cosmic.PermissionRO}
+		case p.Volume < 0 || p.Volume >= len(j.Spec.Volumes):
 			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "job %s has no volume %d", p.Job, p.Volume)
-		}
-		v := j.Spec.Volumes[p.Volume]
-		src, side := v.Source.DataStore, "volumeSource.dataStore"
-		if p.Target {
-			src, side = targetOf(v), "volumeTarget.targetDataStore"
-		}
-		if src == nil {
-			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s has no %s", p.Volume, p.Job, side)
+		default:
+			v = j.Spec.Volumes[p.Volume]
+			side := "volumeSource.dataStore"
+			src = v.Source.DataStore
+			if p.Target {
+				src, side = targetOf(v), "volumeTarget.targetDataStore"
+			}
+			if src == nil {
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s has no %s", p.Volume, p.Job, side)
+			}
 		}
 		d, err := ds.GetDatastore(ctx, j.Team, src.Alias)
 		if errors.Is(err, cosmic.ErrNotFound) {

@@ -242,6 +242,13 @@ type InferenceSpec struct {
 	// a request for SERVED_NAME:ADAPTER is served with that adapter
 	// applied (docs/inference.md, "LoRA adapters").
 	Adapters []Adapter `json:"adapters,omitempty"`
+	// ModelSource, when set, is where the replicas take the model's
+	// weights from: the objects under a prefix of one of the team's
+	// datastores (for llama.cpp, the one GGUF file there), copied once
+	// into each node's content-addressed cache and served from it by
+	// every replica and job after (docs/data.md, "Model weights from a
+	// datastore"). Model is then the model's name only.
+	ModelSource *DataStoreSource `json:"modelSource,omitempty"`
 	// Autoscaling, when set, sizes the job to its load: Replicas is then
 	// the count the scaler set last (it starts at MinReplicas, at least
 	// 1), and may be 0 (docs/inference.md, "Autoscaling").

@@ -228,6 +228,20 @@ func TestValidateRules(t *testing.T) {
 			}
 		}, []string{"labels"}},
 		{"location missing", containerSpec, func(s *Spec) { s.Location = "" }, []string{"location"}},
+		{"model source ok", inferenceSpec, func(s *Spec) {
+			s.Inference.ModelSource = &DataStoreSource{Alias: "main", Container: "models", Prefix: "qwen"}
+		}, nil},
+		{"model source without prefix nor bucket", inferenceSpec, func(s *Spec) {
+			s.Inference.ModelSource = &DataStoreSource{Alias: "main"}
+		}, []string{"inference.modelSource.container", "inference.modelSource.prefix"}},
+		{"model source archived", inferenceSpec, func(s *Spec) {
+			s.Inference.ModelSource = &DataStoreSource{Alias: "main", Container: "models", Prefix: "q", Archive: "zip"}
+		}, []string{"inference.modelSource.archive"}},
+		{"model source for parakeet", inferenceSpec, func(s *Spec) {
+			s.Inference.Runtime, s.Inference.Model, s.Inference.GPUsPerReplica, s.Inference.Args = RuntimeParakeet, ParakeetModel, 1, nil
+			s.Resources.GPU = 1
+			s.Inference.ModelSource = &DataStoreSource{Alias: "main", Container: "models", Prefix: "q"}
+		}, []string{"inference.modelSource"}},
 		{"location bad", containerSpec, func(s *Spec) { s.Location = "us east" }, []string{"location"}},
 		{"image missing for container", containerSpec, func(s *Spec) { s.Image = "" }, []string{"image"}},
 		{"image optional for inference", inferenceSpec, func(s *Spec) { s.Image = "" }, nil},

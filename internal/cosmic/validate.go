@@ -472,6 +472,17 @@ func checkInference(p *problems, s Spec) {
 		p.add("inference.servedModelName", "%q is not a served model name: at most %d letters, digits, '-', '_', '.', ':' and '/', starting with a letter or a digit", in.ServedModelName, MaxServedModelName)
 	}
 	checkAdapters(p, in)
+	if src := in.ModelSource; src != nil {
+		checkDataStoreSource(p, "inference.modelSource", src)
+		switch {
+		case in.Runtime == RuntimeParakeet:
+			p.add("inference.modelSource", "the parakeet runtime's model comes from NGC, not a datastore")
+		case src.Archive != "":
+			p.add("inference.modelSource.archive", "a model's objects are taken as they are: no archive")
+		case src.Prefix == "":
+			p.add("inference.modelSource.prefix", "is required: the prefix of the model's objects (for llama.cpp, one GGUF file)")
+		}
+	}
 	if in.Routing != "" && !slices.Contains(Routings, in.Routing) {
 		p.add("inference.routing", "unknown routing %q (want %s)", in.Routing, joinOr(Routings))
 	}

@@ -285,6 +285,11 @@ func Pull(ctx context.Context, s Signer, dir string, opt Options) (Stats, error)
 	if err != nil {
 		return Stats{}, err
 	}
+	return pullListed(ctx, s, hc, dir, objs, skipped, opt)
+}
+
+// pullListed copies the listed objects into dir.
+func pullListed(ctx context.Context, s Signer, hc *http.Client, dir string, objs []remoteObject, skipped []string, opt Options) (Stats, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Stats{}, err
 	}

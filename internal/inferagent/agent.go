@@ -270,7 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	supervised := make(chan struct{})
 	go func() {
 		defer close(supervised)
-		a.supervise(rctx)
+		a.supervise(rctx, n)
 	}()
 
 	crashed := false
@@ -292,7 +292,24 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // supervise starts the runtime, probes it, and restarts it when it exits.
-func (a *Agent) supervise(ctx context.Context) {
+// A model from a datastore is taken into the node's cache first.
+func (a *Agent) supervise(ctx context.Context, n *fabric.Node) {
+	cmd, pl := a.cmd, a.cfg.Placement
+	if a.cfg.Inference.ModelSource != nil && pl.ModelPath == "" {
+		path, err := a.fetchModel(ctx, n)
+		if err != nil {
+			return // ctx ended
+		}
+		pl.ModelPath = path
+		if cmd, err = BuildCommand(a.cfg.Inference, pl); err != nil {
+			a.record("runtime_start", false, "the runtime's command: %v", err)
+			a.update(func(st *agentapi.InferenceStatus) { st.Ready, st.Error = false, err.Error() })
+			return
+		}
+		a.mu.Lock()
+		a.st.Command = cmd.String()
+		a.mu.Unlock()
+	}
 	restart := backoff.Backoff{Min: a.cfg.RestartBackoff, Max: max(30*time.Second, a.cfg.RestartBackoff)}
 	for ctx.Err() == nil {
 		started := time.Now()
@@ -301,7 +318,7 @@ func (a *Agent) supervise(ctx context.Context) {
 		env, files, err := a.runtimeEnv()
 		var p Process
 		if err == nil {
-			p, err = a.cfg.Launcher.Start(ctx, Launch{Command: a.cmd, Inference: a.cfg.Inference, Placement: a.cfg.Placement,
+			p, err = a.cfg.Launcher.Start(ctx, Launch{Command: cmd, Inference: a.cfg.Inference, Placement: pl,
 				Role: a.cfg.Placement.Role(), Env: env, Files: files, Stdout: stdout, Stderr: stderr})
 		}
 		if err != nil {
@@ -310,9 +327,9 @@ func (a *Agent) supervise(ctx context.Context) {
 		} else {
 			if sim, ok := a.cfg.Launcher.(interface{ Simulated() bool }); ok && sim.Simulated() {
 				// No model server ran: the log must not say one started.
-				a.record("runtime_start", true, "simulated runtime started: no model server runs here (a GPU node would run: %s)", a.cmd)
+				a.record("runtime_start", true, "simulated runtime started: no model server runs here (a GPU node would run: %s)", cmd)
 			} else {
-				a.record("runtime_start", true, "runtime started: %s", a.cmd)
+				a.record("runtime_start", true, "runtime started: %s", cmd)
 			}
 			a.mu.Lock()
 			a.addr = p.Addr()

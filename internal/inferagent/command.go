@@ -72,6 +72,13 @@ type Placement struct {
 	// DefaultModelDir): the llama.cpp runtime's.
 	LlamaServer string
 	ModelDir    string
+	// ModelCache is the node's cache of models taken from datastores
+	// (inference.modelSource; default DefaultModelCache), and ModelPath,
+	// set once the model is there, its weights: the GGUF file for
+	// llama.cpp, the directory for vLLM. Unset, the model comes from
+	// ModelDir (llama.cpp) or by its name (vLLM).
+	ModelCache string
+	ModelPath  string
 	// Socket, when set, is the path of a unix socket (ending in .sock)
 	// the llama.cpp runtime serves on instead of Port: where the runtime
 	// shares its host's loopback with others (the simulated rack runs it
@@ -83,6 +90,10 @@ type Placement struct {
 // DefaultModelDir is agentapi's: where a node keeps the GGUF models the
 // llama.cpp runtime serves.
 const DefaultModelDir = agentapi.DefaultModelDir
+
+// DefaultModelCache is where a node keeps the models it took from
+// datastores, by content (datasync.Fetch).
+const DefaultModelCache = "/var/cache/cosmicac/models"
 
 // ModelFile is agentapi.ModelFile: the GGUF file of model in dir.
 func ModelFile(dir, model string) string { return agentapi.ModelFile(dir, model) }
@@ -179,7 +190,11 @@ func BuildCommand(in cosmic.InferenceSpec, p Placement) (Command, error) {
 	default:
 		return Command{}, fmt.Errorf("unknown runtime %q", in.Runtime)
 	}
-	args := []string{"serve", in.Model, "--served-model-name", name, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+	model := in.Model
+	if p.ModelPath != "" {
+		model = p.ModelPath
+	}
+	args := []string{"serve", model, "--served-model-name", name, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--tensor-parallel-size", strconv.Itoa(p.TensorParallel()), "--pipeline-parallel-size", strconv.Itoa(p.PipelineParallel())}
 	if p.VMICount > 1 {
 		if len(p.Hosts) != p.VMICount {
@@ -248,7 +263,11 @@ func llamaCommand(in cosmic.InferenceSpec, p Placement, port int) (Command, erro
 		}
 		listen = []string{"--host", p.Socket}
 	}
-	args := append([]string{"--model", ModelFile(p.ModelDir, in.Model), "--alias", in.ServedName()}, listen...)
+	model := ModelFile(p.ModelDir, in.Model)
+	if p.ModelPath != "" {
+		model = p.ModelPath
+	}
+	args := append([]string{"--model", model, "--alias", in.ServedName()}, listen...)
 	args = append(args, "--no-webui", "--metrics", "--slots")
 	for _, k := range slices.Sorted(maps.Keys(in.Args)) {
 		if !slices.Contains(cosmic.LlamaCPPArgs, k) {

@@ -47,6 +47,9 @@ type simInference struct {
 	// llamaServer and modelDir run the llama.cpp runtime's replicas: a
 	// real llama-server on this host each ("": the rack has none).
 	llamaServer, modelDir string
+	// modelCache is this host's cache of models taken from datastores
+	// (DATA_DIR/cache/models): the simulated rack's nodes share the host.
+	modelCache string
 
 	mu     sync.Mutex
 	agents map[string][]*inferagent.Agent // "job/replica" → the live agents, by VMI index
@@ -105,7 +108,7 @@ func (s *simInference) StartInference(ctx context.Context, job cosmic.Job, repli
 	var running sync.WaitGroup
 	for i, v := range vmis {
 		id := v.Identity
-		pl := inferagent.Placement{VMIIndex: i, VMICount: len(vmis), GPUs: len(v.GPUs)}
+		pl := inferagent.Placement{VMIIndex: i, VMICount: len(vmis), GPUs: len(v.GPUs), ModelCache: s.modelCache}
 		if len(vmis) > 1 {
 			pl.Hosts = hosts
 		}

@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"net"
+	"path/filepath"
 
 	"github.com/cosmicac/cosmicac/internal/agent"
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
@@ -102,8 +103,11 @@ func (p *Platform) startSimWorker(runCtx context.Context) (orkapi.RegisterRackPa
 		sim.LlamaCPP = true
 	}
 	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(), llamaServer: cfg.LlamaServer, modelDir: cfg.modelDir(),
+		modelCache: filepath.Join(cfg.DataDir, "cache", "models"),
 		peers: []agent.Peer{dir,
 			{Role: agentapi.RoleProxy, Key: p.ProxyNode.PublicKey(), Addrs: []string{p.ProxyNode.Addr()}},
+			// The app-node signs a model's requests (inference.modelSource).
+			{Role: agentapi.RoleAppNode, Key: p.AppNode.PublicKey(), Addrs: []string{p.AppNode.Addr()}},
 			{Role: agentapi.RoleMonitor, Key: mon},
 		},
 		agents: map[string][]*inferagent.Agent{},

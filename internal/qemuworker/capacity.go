@@ -64,6 +64,8 @@ func (w *Worker) refusal(job cosmic.Job) string {
 			return fmt.Sprintf("the QEMU rack %s has no inference engine: it runs gpu-container jobs only (give it llama-server to serve llama.cpp jobs)", w.cfg.Rack)
 		case in == nil || in.Runtime != cosmic.RuntimeLlamaCPP:
 			return fmt.Sprintf("the QEMU rack %s serves the llama.cpp runtime only", w.cfg.Rack)
+		case in.ModelSource != nil:
+			return fmt.Sprintf("the QEMU rack %s serves models from its model directory only, not from a datastore (inference.modelSource: the simulated rack takes it)", w.cfg.Rack)
 		}
 		if _, err := os.Stat(agentapi.ModelFile(w.opts.ModelDir, in.Model)); err != nil {
 			return fmt.Sprintf("the QEMU rack %s has no model %s (no %s.gguf in its model directory)", w.cfg.Rack, in.Model, in.Model)

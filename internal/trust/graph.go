@@ -149,7 +149,7 @@ var Graph = []Server{
 	{Role: AppNode, Doc: "the HTTP API; shells relayed to instance agents", Methods: []Method{
 		{Name: keyapi.ByHash.Name, Kind: Call, Callers: []Role{Proxy}, Doc: "resolve an inference API key"},
 		{Name: usageapi.Record.Name, Kind: Call, Callers: []Role{Proxy}, NoOperators: true, Confined: "adds to the usage store only; a batch counts once", Doc: "deliver the inference usage a proxy measured"},
-		{Name: dataapi.Presign.Name, Kind: Call, Callers: []Role{InstanceAgent}, Confined: "agents: only their own job's volumes, each for its container and prefix and as its permission allows", Doc: "sign requests for a volume's objects (never the datastore's key)"},
+		{Name: dataapi.Presign.Name, Kind: Call, Callers: []Role{InstanceAgent, InferenceAgent}, Confined: "agents: only their own job's volumes, each for its container and prefix and as its permission allows, and its model source, read only", Doc: "sign requests for a volume's or a model's objects (never the datastore's key)"},
 	}},
 	{Role: Monitor, Doc: "job log records in; live streams and Loki out", Methods: []Method{
 		{Name: joblog.Append.Name, Kind: Call, Callers: []Role{Ork, Worker, InstanceAgent, InferenceAgent},

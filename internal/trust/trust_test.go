@@ -69,13 +69,13 @@ func TestGraphIsWellFormed(t *testing.T) {
 func TestAdmittedBy(t *testing.T) {
 	for server, want := range map[Role][]Role{
 		Ork:            {Operator, AppNode, Monitor, Directory, Proxy, Worker},
-		AppNode:        {Operator, Ork, Directory, Proxy, InstanceAgent},
+		AppNode:        {Operator, Ork, Directory, Proxy, InstanceAgent, InferenceAgent},
 		Monitor:        {Operator, Ork, Worker, InstanceAgent, InferenceAgent},
 		Directory:      {Operator, Ork, AppNode, Proxy, InstanceAgent, InferenceAgent},
 		Proxy:          {Operator, Ork, AppNode, Directory, InferenceAgent},
 		Worker:         {Operator, Ork, Monitor, InstanceAgent, InferenceAgent},
 		InstanceAgent:  {AppNode, Monitor, Directory, Worker},
-		InferenceAgent: {Monitor, Directory, Proxy, Worker},
+		InferenceAgent: {AppNode, Monitor, Directory, Proxy, Worker},
 	} {
 		if diff := cmp.Diff(want, AdmittedBy(server)); diff != "" {
 			t.Errorf("%s admits (-want +got):\n%s", server, diff)

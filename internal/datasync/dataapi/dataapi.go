@@ -21,12 +21,15 @@ var Presign = fabric.Method[PresignParams, PresignReply]{Name: "data.presign"}
 // request a key (volume-relative) for Op. Target asks for the volume's
 // push target (volumeTarget.targetDataStore) rather than its source.
 type PresignParams struct {
-	Job    string      `json:"job"`
-	Volume int         `json:"volume"`
-	Target bool        `json:"target,omitempty"`
-	Op     datasync.Op `json:"op"`
-	Keys   []string    `json:"keys,omitempty"`
-	Token  string      `json:"token,omitempty"`
+	Job    string `json:"job"`
+	Volume int    `json:"volume"`
+	Target bool   `json:"target,omitempty"`
+	// Model asks for the job's inference.modelSource instead of a volume
+	// (read only: listings and gets).
+	Model bool        `json:"model,omitempty"`
+	Op    datasync.Op `json:"op"`
+	Keys  []string    `json:"keys,omitempty"`
+	Token string      `json:"token,omitempty"`
 }
 
 // PresignReply are the signed requests, in the keys' order.
@@ -42,11 +45,12 @@ type Signer struct {
 	Job     string
 	Volume  int
 	Target  bool
+	Model   bool // the job's model source, not a volume
 }
 
 // Sign implements datasync.Signer.
 func (s Signer) Sign(ctx context.Context, op datasync.Op, keys []string, token string) ([]datasync.SignedRequest, error) {
-	r, err := Presign.Call(ctx, s.Node, s.AppNode, PresignParams{Job: s.Job, Volume: s.Volume, Target: s.Target, Op: op, Keys: keys, Token: token})
+	r, err := Presign.Call(ctx, s.Node, s.AppNode, PresignParams{Job: s.Job, Volume: s.Volume, Target: s.Target, Model: s.Model, Op: op, Keys: keys, Token: token})
 	return r.Requests, err
 }
 

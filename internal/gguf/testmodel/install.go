@@ -84,3 +84,9 @@ func Install(dir string) (map[string]string, error) {
 	}
 	return paths, nil
 }
+
+// ChatVocab is the vocabulary ChatModel is built on (llama-spm), for a
+// chat model of other dimensions (Chat with other ChatOptions).
+func ChatVocab() (*gguf.File, error) {
+	return gguf.Read(bytes.NewReader(llamaSPM), int64(len(llamaSPM)))
+}

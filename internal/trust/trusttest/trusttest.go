@@ -186,7 +186,7 @@ func Setup(ctx context.Context, t *testing.T, d Deployment) *Fixture {
 		Listen: "127.0.0.1:0", Peers: []agent.Peer{peer(agentapi.RoleDirectory, trust.Directory), peer(agentapi.RoleAppNode, trust.AppNode), wp, mon}}, nil)
 	la := inferagent.New(inferagent.Config{JobID: f.L.ID, Team: f.L.Team, Placement: inferagent.Placement{VMICount: 1, GPUs: 1},
 		Inference: *f.L.Spec.Inference, Identity: f.agentIDs[f.L.ID], Listen: "127.0.0.1:0",
-		Peers:    []agent.Peer{peer(agentapi.RoleDirectory, trust.Directory), peer(agentapi.RoleProxy, trust.Proxy), wp, mon},
+		Peers:    []agent.Peer{peer(agentapi.RoleDirectory, trust.Directory), peer(agentapi.RoleProxy, trust.Proxy), peer(agentapi.RoleAppNode, trust.AppNode), wp, mon},
 		Launcher: &simlaunch.Launcher{Config: simruntime.Config{TTFT: time.Millisecond}}, HealthPoll: 20 * time.Millisecond,
 		ProbeInterval: 2 * time.Second, AnnounceTTL: 6 * time.Second}, nil)
 	wg.Go(func() { ka.Run(actx) })
