@@ -85,8 +85,10 @@ type Agent struct {
 	failure *cosmic.Reason
 	reached bool
 	pulled  bool
-	pushed  bool       // the RW volumes were pushed (or tried): the command ended
-	syncMu  sync.Mutex // one volume sync at a time (datasync, the command's end)
+	pushed  bool // the RW volumes were pushed (or tried): the command ended
+	// toldProgress is when a volume's progress was last told.
+	toldProgress time.Time
+	syncMu       sync.Mutex // one volume sync at a time (datasync, the command's end)
 }
 
 // New makes an agent; Run runs it.

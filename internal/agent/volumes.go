@@ -74,7 +74,9 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 		start := time.Now()
 		st, err := retried(ctx, func() (datasync.Stats, error) {
 			return datasync.Pull(ctx, retrySigner{signer}, v.Dir, datasync.Options{Client: a.cfg.DataClient, Progress: func(p datasync.Stats) {
-				a.setVolumeQuiet(i, func(s *agentapi.VolumeStatus) { s.Objects, s.Bytes = p.Objects, p.Bytes })
+				a.setVolumeQuiet(i, func(s *agentapi.VolumeStatus) {
+					s.Objects, s.Bytes, s.TotalObjects, s.TotalBytes = p.Objects, p.Bytes, p.ListedObjects, p.ListedBytes
+				})
 			}})
 		})
 		if err != nil {
@@ -258,10 +260,22 @@ func (a *Agent) setVolume(i int, f func(*agentapi.VolumeStatus)) {
 	a.changed()
 }
 
+// progressEvery bounds how often a copy's progress is told the peers.
+const progressEvery = time.Second
+
+// setVolumeQuiet changes volume i's status, telling the peers at most
+// every progressEvery (the replica's progress in the job's status).
 func (a *Agent) setVolumeQuiet(i int, f func(*agentapi.VolumeStatus)) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	f(&a.volumes[i])
+	tell := time.Since(a.toldProgress) >= progressEvery
+	if tell {
+		a.toldProgress = time.Now()
+	}
+	a.mu.Unlock()
+	if tell {
+		a.changed()
+	}
 }
 
 // dataSync pulls or pushes the volumes p names, one after the other, as

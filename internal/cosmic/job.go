@@ -137,7 +137,18 @@ type Rollout struct {
 type Progress struct {
 	Step    string `json:"step"`
 	Percent int    `json:"percent"`
+	// Objects and Bytes, of TotalObjects and TotalBytes, are what a step
+	// that moves data has moved so far (copy_volumes: the job's volumes
+	// coming in, docs/data.md).
+	Objects      int64 `json:"objects,omitempty"`
+	TotalObjects int64 `json:"totalObjects,omitempty"`
+	Bytes        int64 `json:"bytes,omitempty"`
+	TotalBytes   int64 `json:"totalBytes,omitempty"`
 }
+
+// StepCopyVolumes is the progress step of a replica whose agent copies
+// the job's volumes in, before it runs.
+const StepCopyVolumes = "copy_volumes"
 
 // ReplicaStatus is one replica's state and where it runs.
 type ReplicaStatus struct {

@@ -81,11 +81,22 @@ func TestPullPushOnARealS3Server(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "mnt")
 	var progress int
-	st, err := datasync.Pull(ctx, signer{volume(srv, "data", "in", false, false)}, dir, datasync.Options{Progress: func(datasync.Stats) { progress++ }})
+	var first datasync.Stats
+	st, err := datasync.Pull(ctx, signer{volume(srv, "data", "in", false, false)}, dir, datasync.Options{Progress: func(p datasync.Stats) {
+		if progress == 0 {
+			first = p
+		}
+		progress++
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Objects != 1102 || st.Bytes != want || progress != 1102 || len(st.Skipped) != 0 {
+	// Progress is told once the listing is read (what is to come), then
+	// after each object.
+	if first.ListedObjects != 1102 || first.ListedBytes != want || first.Objects != 0 {
+		t.Fatalf("the first progress %+v, want the listing's 1102 objects, %d bytes, none moved", first, want)
+	}
+	if st.Objects != 1102 || st.Bytes != want || progress != 1103 || len(st.Skipped) != 0 {
 		t.Fatalf("pulled %+v (%d progress calls), want 1102 objects, %d bytes", st, progress, want)
 	}
 	if got, err := os.ReadFile(filepath.Join(dir, "dir/deep/big.bin")); err != nil || !bytes.Equal(got, big) {

@@ -40,6 +40,9 @@ type Stats struct {
 	Unchanged int64
 	// Deleted are the remote objects a Push deleted (RWD).
 	Deleted int64
+	// ListedObjects and ListedBytes are what a Pull's listing holds:
+	// the whole of what it copies (Progress says so from the start).
+	ListedObjects, ListedBytes int64
 	// Skipped are keys that are no path in a directory (an object named
 	// "../x" or "a//b") or local files that are not regular (symbolic
 	// links, devices): not copied, listed for the job's log.
@@ -300,6 +303,13 @@ func pullListed(ctx context.Context, s Signer, hc *http.Client, dir string, objs
 	defer root.Close()
 	var st Stats
 	st.Skipped = skipped
+	for _, o := range objs {
+		st.ListedObjects++
+		st.ListedBytes += o.size
+	}
+	if opt.Progress != nil {
+		opt.Progress(Stats{ListedObjects: st.ListedObjects, ListedBytes: st.ListedBytes})
+	}
 	var n, bytes atomic.Int64
 	var mu sync.Mutex
 	keys := make([]string, len(objs))
@@ -348,7 +358,7 @@ func pullListed(ctx context.Context, s Signer, hc *http.Client, dir string, objs
 		bytes.Add(wrote)
 		if opt.Progress != nil {
 			mu.Lock()
-			opt.Progress(Stats{Objects: n.Load(), Bytes: bytes.Load()})
+			opt.Progress(Stats{Objects: n.Load(), Bytes: bytes.Load(), ListedObjects: st.ListedObjects, ListedBytes: st.ListedBytes})
 			mu.Unlock()
 		}
 		return nil

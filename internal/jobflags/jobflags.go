@@ -311,7 +311,7 @@ func parseTimeout(v string) (int, error) {
 //	--arg K=V --routing --adapter NAME=SOURCE --min-replicas --max-replicas
 //	--target-in-flight --scale-down-delay -- COMMAND...
 //
-// Fields without a flag (volumes, readUser, partnerId and resources other
+// Fields without a flag (volumes, inference.modelSource, readUser, partnerId and resources other
 // than gpu, gpuModel, cpu and memory) are listed in Unexpressed.
 func Command(spec cosmic.Spec) cosmic.Command {
 	args := []string{"cosmicac", "jobs", "create"}
@@ -400,6 +400,7 @@ func Command(spec cosmic.Spec) cosmic.Command {
 		{"resources.privateNetwork", r.PrivateNetwork != 0},
 		{"resources.publicNetwork", r.PublicNetwork != 0},
 		{"volumes", len(spec.Volumes) > 0},
+		{"inference.modelSource", spec.Inference != nil && spec.Inference.ModelSource != nil},
 		{"readUser", spec.ReadUser != ""},
 		{"partnerId", spec.PartnerID != ""},
 	} {

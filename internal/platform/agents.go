@@ -166,6 +166,9 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
 		Volumes: simVolumes(job, dir),
 		OnChange: func(st agentapi.Status) {
+			if p := agentapi.CopyProgress(st.Volumes); p != nil && boot.Progress != nil {
+				boot.Progress(job.ID, replica, p)
+			}
 			if st.Failure != nil { // a volume not copied in: the command never starts
 				r := *st.Failure
 				finish(simcluster.CommandOutcome{State: cosmic.StateFailed, Reason: &r})

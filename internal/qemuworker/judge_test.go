@@ -12,6 +12,7 @@ import (
 // TestJudgeAgentReport: a row per case of what an agent's report does to
 // its replica.
 func TestJudgeAgentReport(t *testing.T) {
+	badCredentials := cosmic.NewReason(cosmic.ReasonBadCredentials, "volume 0 (/data): refused")
 	code := func(n int) *int { return &n }
 	exited := func(n int) *agentapi.CommandStatus {
 		return &agentapi.CommandStatus{State: "exited", ExitCode: code(n)}
@@ -24,21 +25,27 @@ func TestJudgeAgentReport(t *testing.T) {
 		report    agentapi.WorkerReport
 		connected bool
 		exit      *int
+		failure   bool
 	}{
-		{"starting, first ready: runs", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true}, true, nil},
-		{"running, ready again: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true}, false, nil},
-		{"starting, not ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{}, false, nil},
-		{"running, the command exits 0: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, code(0)},
-		{"running, the command exits 3: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(3)}, false, code(3)},
-		{"first ready with the command already exited: runs, then ends", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true, Command: exited(1)}, true, code(1)},
-		{"starting, an exit before ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{Command: exited(0)}, false, nil},
-		{"running, a command still running: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "running"}}, false, nil},
-		{"an exit without a code: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "exited"}}, false, nil},
-		{"the VM is down: nothing", cosmic.StateStarting, false, false, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
-		{"restarting: nothing", cosmic.StateRestarting, true, false, agentapi.WorkerReport{Ready: true}, false, nil},
-		{"stopped: nothing", cosmic.StateStopped, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil},
+		{"starting, first ready: runs", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true}, true, nil, false},
+		{"running, ready again: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true}, false, nil, false},
+		{"starting, not ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{}, false, nil, false},
+		{"running, the command exits 0: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, code(0), false},
+		{"running, the command exits 3: ends", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: exited(3)}, false, code(3), false},
+		{"first ready with the command already exited: runs, then ends", cosmic.StateStarting, true, false, agentapi.WorkerReport{Ready: true, Command: exited(1)}, true, code(1), false},
+		{"starting, an exit before ready: nothing", cosmic.StateStarting, true, false, agentapi.WorkerReport{Command: exited(0)}, false, nil, false},
+		{"running, a command still running: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "running"}}, false, nil, false},
+		{"an exit without a code: nothing", cosmic.StateRunning, true, true, agentapi.WorkerReport{Ready: true, Command: &agentapi.CommandStatus{State: "exited"}}, false, nil, false},
+		{"the VM is down: nothing", cosmic.StateStarting, false, false, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil, false},
+		{"restarting: nothing", cosmic.StateRestarting, true, false, agentapi.WorkerReport{Ready: true}, false, nil, false},
+		{"stopped: nothing", cosmic.StateStopped, true, true, agentapi.WorkerReport{Ready: true, Command: exited(0)}, false, nil, false},
+		{"starting, a volume not copied in: fails", cosmic.StateStarting, true, false, agentapi.WorkerReport{Failure: &badCredentials}, false, nil, true},
+		{"the VM is down, a failure: nothing", cosmic.StateStarting, false, false, agentapi.WorkerReport{Failure: &badCredentials}, false, nil, false},
 	} {
 		v := judgeAgentReport(tc.state, tc.vmUp, tc.ready, tc.report)
+		if (v.failure != nil) != tc.failure || v.failure != nil && v.failure.Code != cosmic.ReasonBadCredentials {
+			t.Errorf("%s: failure %+v, want one: %v", tc.name, v.failure, tc.failure)
+		}
 		if v.connected != tc.connected || (v.exit == nil) != (tc.exit == nil) || v.exit != nil && *v.exit != *tc.exit {
 			t.Errorf("%s: connected %v exit %v, want %v %v", tc.name, v.connected, deref(v.exit), tc.connected, deref(tc.exit))
 		}

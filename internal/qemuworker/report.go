@@ -4,6 +4,7 @@ package qemuworker
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -30,7 +31,20 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, a agentapi.WorkerReport) {
 		w.emitLocked(r, "", true, fmt.Sprintf("the agent in the adopted VM reached the restarted worker (key %s)", peer.Short()))
 	}
 	v := judgeAgentReport(r.state, r.vm != nil, r.ready, a)
+	if cp := agentapi.CopyProgress(a.Volumes); r.state == cosmic.StateStarting && !v.connected && !reflect.DeepEqual(cp, r.copying) {
+		r.copying = cp
+		w.queue.Set(r.key.ref(), w.reportLocked(r))
+		w.queue.Push()
+	}
+	if v.failure != nil {
+		r.reason, r.copying = v.failure, nil
+		w.recordLocked(r, "agent", false, "the replica cannot run: %s", v.failure.Message)
+		w.setLocked(r, cosmic.StateFailed)
+		w.stopVMLocked(r)
+		return
+	}
 	if v.connected {
+		r.copying = nil
 		r.ready = true
 		if r.rec != nil {
 			r.rec.Ready = true
@@ -62,6 +76,9 @@ type agentVerdict struct {
 	// exit: the job's command ended with this code: the replica is
 	// stopped (0) or failed, and its VM stops.
 	exit *int
+	// failure: the agent says the replica cannot run (a volume that
+	// could not be copied in): it fails, and its VM stops.
+	failure *cosmic.Reason
 }
 
 // judgeAgentReport is the rule of an agent's report, pure: a replica
@@ -70,6 +87,11 @@ type agentVerdict struct {
 func judgeAgentReport(state cosmic.State, vmUp, ready bool, a agentapi.WorkerReport) agentVerdict {
 	var v agentVerdict
 	if !vmUp || (state != cosmic.StateStarting && state != cosmic.StateRunning) {
+		return v
+	}
+	if a.Failure != nil && !ready && !a.Ready {
+		f := *a.Failure
+		v.failure = &f
 		return v
 	}
 	if a.Ready && !ready {
@@ -100,7 +122,10 @@ func (w *Worker) reportLocked(r *replica) worker.ReplicaReport {
 	if r.job.ID != "" && holdsGPUs(r.state) {
 		rep.Given = w.given(r.job, r.res)
 	}
-	if r.state == cosmic.StateStarting || r.state == cosmic.StateRestarting {
+	if r.state == cosmic.StateStarting && r.copying != nil {
+		p := *r.copying
+		rep.Progress = &p
+	} else if r.state == cosmic.StateStarting || r.state == cosmic.StateRestarting {
 		if pct, ok := stepPercent[r.step]; ok {
 			rep.Progress = &cosmic.Progress{Step: r.step, Percent: pct}
 		}

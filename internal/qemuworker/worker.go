@@ -176,7 +176,10 @@ type replica struct {
 	reason *cosmic.Reason
 	exit   *int
 	step   string
-	ready  bool
+	// copying is the progress of the volumes the agent copies in, from
+	// its last report (nil: none is).
+	copying *cosmic.Progress
+	ready   bool
 	// rec is what the replica's directory keeps of it for the next worker
 	// (nil: no boot of this worker's wrote it yet); adopted: its VM was
 	// left running by the worker before this one, and heard: its agent

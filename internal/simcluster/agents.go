@@ -45,6 +45,11 @@ type AgentRunner interface {
 type Boot struct {
 	Worker Peer
 	Logs   joblog.Sink
+	// Progress tells the rack what a replica's agent does before it is
+	// ready (copying the job's volumes in: cosmic.StepCopyVolumes; nil
+	// when it is done), as its reports tell a rack's worker: the
+	// replica's progress while it starts.
+	Progress func(job string, replica int, p *cosmic.Progress)
 }
 
 // Peer is a fabric peer as a VMI's bootstrap names it: its key and
@@ -326,4 +331,22 @@ func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
 }
 
 // boot is the bootstrap the rack gives its agents.
-func (c *Cluster) boot() Boot { return Boot{Worker: c.worker, Logs: c.logs} }
+func (c *Cluster) boot() Boot { return Boot{Worker: c.worker, Logs: c.logs, Progress: c.agentProgress} }
+
+// agentProgress takes what a starting replica's agent says it does: the
+// replica's progress until it runs.
+func (c *Cluster) agentProgress(job string, replica int, p *cosmic.Progress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[job]
+	if j == nil {
+		return
+	}
+	r := j.replicas[replica]
+	if r == nil || r.agent == nil || r.state != cosmic.StateStarting || p == nil {
+		return
+	}
+	cp := *p
+	r.progress = &cp
+	c.mark(r)
+}

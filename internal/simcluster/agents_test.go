@@ -33,10 +33,11 @@ type fakeAgent struct {
 	done    chan CommandOutcome
 	stopped atomic.Bool
 	exited  chan struct{}
+	boot    Boot
 }
 
-func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, _ Boot) AgentHandle {
-	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1)}
+func (f *fakeAgents) Start(_ context.Context, job cosmic.Job, replica int, id *fabric.Identity, boot Boot) AgentHandle {
+	a := &fakeAgent{job: job.ID, replica: replica, id: id, ready: make(chan struct{}), done: make(chan CommandOutcome, 1), boot: boot}
 	f.mu.Lock()
 	f.agents = append(f.agents, a)
 	h := AgentHandle{Ready: a.ready, Done: a.done, Stop: func() { a.stopped.Store(true) }}
@@ -284,6 +285,28 @@ func TestKillPowersOffUntilTheAgentEnds(t *testing.T) {
 			return r.Step == "stop" && strings.Contains(r.Line, "did not power off")
 		}) {
 			t.Errorf("records %+v: want one saying the VM did not power off in time", e.logs.Job(jobB))
+		}
+	})
+}
+
+// TestAgentProgressWhileStarting: what a starting replica's agent says it
+// does (its volumes coming in) is the replica's progress until it runs.
+func TestAgentProgressWhileStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, f := startWithAgents(t)
+		e.apply(t, jobA, resv(jobA, 0, on(0, 0)))
+		waitFor(t, "the agent to start", func() bool { return f.count() == 1 })
+		a := f.get(0)
+		p := &cosmic.Progress{Step: cosmic.StepCopyVolumes, Percent: 40, Bytes: 40, TotalBytes: 100, Objects: 1, TotalObjects: 3}
+		a.boot.Progress(jobA, 0, p)
+		waitFor(t, "the agent's progress in a report", func() bool {
+			h := e.rep.History(jobA, 0)
+			got := h[len(h)-1]
+			return got.State == cosmic.StateStarting && got.Progress != nil && *got.Progress == *p
+		})
+		close(a.ready)
+		if got := e.waitState(t, jobA, 0, cosmic.StateRunning); got.Progress != nil {
+			t.Fatalf("running with progress %+v", got.Progress)
 		}
 	})
 }

@@ -83,7 +83,34 @@ type VolumeStatus struct {
 	Phase     string `json:"phase"`
 	Objects   int64  `json:"objects"`
 	Bytes     int64  `json:"bytes"`
-	Error     string `json:"error,omitempty"`
+	// TotalObjects and TotalBytes are what the volume's copy-in moves in
+	// all, once its listing is read.
+	TotalObjects int64  `json:"totalObjects,omitempty"`
+	TotalBytes   int64  `json:"totalBytes,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+// CopyProgress is the progress of a replica whose agent copies its
+// volumes in (cosmic.StepCopyVolumes), from the agent's volumes: what
+// moved of what the listings read so far hold; nil when none is being
+// copied.
+func CopyProgress(vols []VolumeStatus) *cosmic.Progress {
+	p := cosmic.Progress{Step: cosmic.StepCopyVolumes}
+	pulling := false
+	for _, v := range vols {
+		pulling = pulling || v.Phase == VolumePulling
+		p.Objects += v.Objects
+		p.Bytes += v.Bytes
+		p.TotalObjects += max(v.TotalObjects, v.Objects)
+		p.TotalBytes += max(v.TotalBytes, v.Bytes)
+	}
+	if !pulling {
+		return nil
+	}
+	if p.TotalBytes > 0 {
+		p.Percent = int(p.Bytes * 100 / p.TotalBytes)
+	}
+	return &p
 }
 
 // SessionInfo describes one open shell session.
@@ -211,6 +238,10 @@ type WorkerReport struct {
 	Ready    bool   `json:"ready"`
 	// Command is the job's command (instance agents of a job with one).
 	Command *CommandStatus `json:"command,omitempty"`
+	// Volumes and Failure are Status's: the volumes coming in (the
+	// replica's progress) and why the replica cannot run.
+	Volumes []VolumeStatus `json:"volumes,omitempty"`
+	Failure *cosmic.Reason `json:"failure,omitempty"`
 }
 
 // ServeWorkerReports registers f on a rack worker's node r for both agents'
