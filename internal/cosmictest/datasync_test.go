@@ -40,10 +40,7 @@ func TestVolumeSignedForItsJobAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	spec := Container("data", 1)
 	spec.Volumes = []cosmic.Volume{
 		{MountPath: "/data", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "train"}}},
@@ -193,10 +190,7 @@ func TestVolumePushedWhenTheCommandEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	ds := func(bucket, prefix string) *cosmic.DataStoreSource {
 		return &cosmic.DataStoreSource{Alias: "main", Container: bucket, Prefix: prefix}
 	}
@@ -239,10 +233,7 @@ func TestFailedPushKeepsTheFiles(t *testing.T) {
 	e := NewEnv(t)
 	srv := s3test.Start(t)
 	srv.MakeBucket(t, "datasets")
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	s := Container("train", 1)
 	s.Command = []string{"sh", "-c", `while [ ! -f "$HOME/go" ]; do sleep 0.05; done; echo model > "$HOME/out/model.bin"`}
 	s.Volumes = []cosmic.Volume{{MountPath: "/out", Permission: "RW",
@@ -275,10 +266,7 @@ func TestDataSyncWhileRunning(t *testing.T) {
 	srv.MakeBucket(t, "datasets")
 	s3 := srv.Client(t)
 	ctx := context.Background()
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	s := Container("work", 1)
 	s.Command = []string{"sleep", "600"}
 	s.Volumes = []cosmic.Volume{
@@ -328,10 +316,7 @@ func TestVolumePushedAtKill(t *testing.T) {
 	srv.MakeBucket(t, "datasets")
 	s3 := srv.Client(t)
 	ctx := context.Background()
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	s := Container("notebook", 1)
 	s.Volumes = []cosmic.Volume{{MountPath: "/work", Permission: "RW",
 		Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "nb"}}}}

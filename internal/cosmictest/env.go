@@ -17,12 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/appnode/appnodetest"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/config"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/platform"
+	"github.com/cosmicac/cosmicac/internal/s3test"
 	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
@@ -237,4 +239,14 @@ func History(j cosmic.Job) []cosmic.State {
 		}
 	}
 	return out
+}
+
+// AddDatastore registers srv, with its keys, as the admin's team's
+// datastore alias.
+func (e *Env) AddDatastore(srv *s3test.Server, alias string) {
+	e.T.Helper()
+	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: alias, Endpoint: srv.Endpoint, Region: srv.Region,
+		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
+		e.T.Fatal(err)
+	}
 }

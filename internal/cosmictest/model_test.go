@@ -12,7 +12,6 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
-	"github.com/cosmicac/cosmicac/internal/apiv1"
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
@@ -35,10 +34,7 @@ func modelStore(t testing.TB, e *Env, prefixes ...string) *s3test.Server {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	return srv
 }
 

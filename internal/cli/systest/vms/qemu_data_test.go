@@ -51,10 +51,7 @@ func TestQEMURackVolumes(t *testing.T) { // not parallel: it sets the environmen
 	git := gittest.Start(t, map[string]gittest.Repo{"tools": {Files: map[string]string{"README.md": "the tools\n", "bin/run.sh": "#!/bin/sh\necho ran\n"},
 		Exec: []string{"bin/run.sh"}}})
 	e, _ := qemuPlatform(t, "debian-12", im, 1, func(c *platform.Config) { c.QEMU.Rack.Egress = []string{srv.Endpoint, git.URL} })
-	if _, err := e.Client.CreateDatastore(e.Ctx, apiv1.CreateDatastore{Alias: "main", Endpoint: srv.Endpoint, Region: srv.Region,
-		Credentials: apiv1.DatastoreCredentials{AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}}); err != nil {
-		t.Fatal(err)
-	}
+	e.AddDatastore(srv, "main")
 	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "data", Location: "local", Image: "debian-12",
 		Resources: cosmic.Resources{GPU: 1}, Volumes: []cosmic.Volume{
 			{MountPath: "/data", Permission: "RO", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "train"}}},
@@ -64,19 +61,7 @@ func TestQEMURackVolumes(t *testing.T) { // not parallel: it sets the environmen
 	if j = e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning, cosmic.StateFailed); j.Status.State != cosmic.StateRunning {
 		t.Fatalf("the job %s: %+v", j.Status.State, j.Status.Reason)
 	}
-	tok, err := e.P.AdminToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
-	shell := func(cmd string) string {
-		t.Helper()
-		code, out, errs := runCLI(t, env, "jobs", "shell", j.ID, "-T", "--", "sh", "-c", cmd)
-		if code != 0 {
-			t.Fatalf("jobs shell -- %s: exit %d: %s %s", cmd, code, out, errs)
-		}
-		return strings.TrimSpace(out)
-	}
+	_, shell := jobShell(t, e, j.ID)
 	got := map[string]string{}
 	for _, line := range strings.Split(shell("cd /data && find . -type f | sort | xargs sha256sum"), "\n") {
 		if sum, path, ok := strings.Cut(line, "  "); ok {

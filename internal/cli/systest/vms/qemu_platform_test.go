@@ -199,19 +199,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning)
 	t.Logf("create → running: %v", time.Since(start).Round(time.Second))
 
-	tok, err := e.P.AdminToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
-	shell := func(cmd string) string {
-		t.Helper()
-		code, out, errs := runCLI(t, env, "jobs", "shell", j.ID, "-T", "--", "sh", "-c", cmd)
-		if code != 0 {
-			t.Fatalf("jobs shell -- %s: exit %d: %s %s", cmd, code, out, errs)
-		}
-		return strings.TrimSpace(out)
-	}
+	env, shell := jobShell(t, e, j.ID)
 	host, _ := exec.Command("uname", "-r").Output()
 	if got := shell("uname -r"); got != guestKernel || got == strings.TrimSpace(string(host)) {
 		t.Errorf("uname -r in the job's shell = %q; want the guest's %q, not the host's %q", got, guestKernel, strings.TrimSpace(string(host)))
@@ -240,7 +228,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	// and says connections were refused.
 	steps := map[string]bool{}
 	refusedRecord := false
-	err = e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
+	err := e.Client.JobLogs(e.Ctx, j.ID, client.LogOptions{}, func(ev client.LogEvent) error {
 		if ev.Record != nil && ev.Record.Step != "" {
 			steps[ev.Record.Step] = true
 		}
@@ -611,5 +599,25 @@ func waitNoQEMU(t *testing.T, dir string) {
 		return len(strings.TrimSpace(string(out))) == 0
 	}) {
 		t.Fatalf("a VM of %s still runs: pids %s", dir, out)
+	}
+}
+
+// jobShell is the admin's CLI environment on e and a function that runs
+// sh -c CMD in the job's VM with `cosmicac jobs shell` and answers its
+// output, trimmed; a command that does not exit 0 fails the test.
+func jobShell(t *testing.T, e *cosmictest.Env, jobID string) (map[string]string, func(cmd string) string) {
+	t.Helper()
+	tok, err := e.P.AdminToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COSMICAC_URL": e.P.URL, "COSMICAC_TOKEN": tok, "HOME": t.TempDir()}
+	return env, func(cmd string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, env, "jobs", "shell", jobID, "-T", "--", "sh", "-c", cmd)
+		if code != 0 {
+			t.Fatalf("jobs shell -- %s: exit %d: %s %s", cmd, code, out, errs)
+		}
+		return strings.TrimSpace(out)
 	}
 }
