@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -552,6 +553,11 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 	}
 	if multi {
 		spec.Subdomain = ReplicaName(job.ID, replica)
+	}
+	if slices.ContainsFunc(vmboot.Volumes(job.Spec), func(v vmboot.AgentVolume) bool { return v.Push }) {
+		// The agent pushes the job's RW volumes as the VM powers off
+		// (docs/data.md): virt-launcher waits this long for the guest.
+		spec.TerminationGracePeriodSeconds = new(int64(vmboot.StopPushWait / time.Second))
 	}
 	if cfg.Firmware.SecureBoot {
 		spec.Domain.Features = &virtv1.Features{SMM: &virtv1.FeatureState{Enabled: new(true)}}

@@ -68,6 +68,20 @@ func buildCases() map[string]buildCase {
 			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{3}}}},
 			boot: testBootstrap(1),
 		},
+		// Datastore and Git volumes: the agent's bootstrap lists them
+		// (the user data), and a job with an RW one gives its VMI the time
+		// to push it as it powers off (terminationGracePeriodSeconds).
+		"container-volumes": {
+			cfg: def,
+			job: testJob("ml", cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/cosmicac/ubuntu-cuda:24.04",
+				Volumes: []cosmic.Volume{
+					{MountPath: "/data", Permission: "RO", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "datasets", Prefix: "train"}}},
+					{MountPath: "/out", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "results"}}},
+					{MountPath: "/src", Source: cosmic.VolumeSource{PublicGit: &cosmic.PublicGitSource{URL: "https://git.example/tools.git"}}},
+				}}),
+			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{0}}}},
+			boot: testBootstrap(1),
+		},
 		"container-8gpu": {
 			cfg: func() RackConfig {
 				c := DefaultRackConfig()
