@@ -37,6 +37,9 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v file >/dev/null 2>&1 || need+=(file)
+# Archive volumes' tests make tar.bz2 and zip archives with the real tools.
+command -v bzip2 >/dev/null 2>&1 || need+=(bzip2)
+command -v zip >/dev/null 2>&1 || need+=(zip)
 if ((${#need[@]})); then
   if [[ $(id -u) != 0 ]]; then
     echo "missing system packages: ${need[*]} (apt-get install ${need[*]}, as root)" >&2

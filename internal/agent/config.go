@@ -54,6 +54,9 @@ type FileVolume struct {
 	Delete    bool   `json:"delete,omitempty"`
 	Target    bool   `json:"target,omitempty"`
 	Git       string `json:"git,omitempty"`
+	// Archive and PushArchive mirror vmboot.AgentVolume's.
+	Archive     string `json:"archive,omitempty"`
+	PushArchive string `json:"pushArchive,omitempty"`
 }
 
 // Config is a parsed agent configuration.
@@ -146,7 +149,8 @@ func (fc FileConfig) Parse() (Config, error) {
 			errs = append(errs, fmt.Errorf("volume %d: mount path %q: want a clean absolute path below /", v.Index, v.MountPath))
 			continue
 		}
-		cfg.Volumes = append(cfg.Volumes, Volume{Index: v.Index, MountPath: v.MountPath, Dir: v.MountPath, Push: v.Push && v.Git == "", Delete: v.Delete, Target: v.Target, Git: v.Git})
+		cfg.Volumes = append(cfg.Volumes, Volume{Index: v.Index, MountPath: v.MountPath, Dir: v.MountPath, Push: v.Push && v.Git == "", Delete: v.Delete, Target: v.Target, Git: v.Git,
+			Archive: v.Archive, PushArchive: v.PushArchive})
 	}
 	if fc.DataProxy != "" {
 		u, err := url.Parse(fc.DataProxy)

@@ -35,6 +35,27 @@ type Volume struct {
 	// Git, when set, is a public Git repository's URL, cloned into Dir
 	// (gitsync) rather than pulled from a datastore; never pushed.
 	Git string
+	// Archive and PushArchive, when set, are the formats of the one
+	// object the volume is pulled from and pushed to (dataStore.archive).
+	Archive, PushArchive string
+}
+
+// pull copies volume v in with signer.
+func (a *Agent) pull(ctx context.Context, signer datasync.Signer, v Volume, opt datasync.Options) (datasync.Stats, error) {
+	opt.Client = a.cfg.DataClient
+	if v.Archive != "" {
+		return datasync.PullArchive(ctx, signer, v.Dir, v.Archive, opt)
+	}
+	return datasync.Pull(ctx, signer, v.Dir, opt)
+}
+
+// push sends volume v back with signer.
+func (a *Agent) push(ctx context.Context, signer datasync.Signer, v Volume) (datasync.Stats, error) {
+	opt := datasync.Options{Client: a.cfg.DataClient}
+	if v.PushArchive != "" {
+		return datasync.PushArchive(ctx, signer, v.Dir, v.PushArchive, opt)
+	}
+	return datasync.Push(ctx, signer, v.Dir, v.Delete, opt)
 }
 
 // pullDeadline bounds how long the agent retries a volume's signing when
@@ -73,7 +94,7 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 		}
 		start := time.Now()
 		st, err := retried(ctx, func() (datasync.Stats, error) {
-			return datasync.Pull(ctx, retrySigner{signer}, v.Dir, datasync.Options{Client: a.cfg.DataClient, Progress: func(p datasync.Stats) {
+			return a.pull(ctx, retrySigner{signer}, v, datasync.Options{Progress: func(p datasync.Stats) {
 				a.setVolumeQuiet(i, func(s *agentapi.VolumeStatus) {
 					s.Objects, s.Bytes, s.TotalObjects, s.TotalBytes = p.Objects, p.Bytes, p.ListedObjects, p.ListedBytes
 				})
@@ -180,7 +201,7 @@ func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
 		signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
 		start := time.Now()
 		st, err := retried(ctx, func() (datasync.Stats, error) {
-			return datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{Client: a.cfg.DataClient})
+			return a.push(ctx, signer, v)
 		})
 		if err != nil {
 			r := cosmic.NewReason(syncReason(err), fmt.Sprintf("volume %d (%s) not pushed, its files kept in the replica's disk: %v", v.Index, v.MountPath, err))
@@ -324,10 +345,10 @@ func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agenta
 		var err error
 		if p.Direction == "pull" {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}}
-			st, err = datasync.Pull(ctx, signer, v.Dir, datasync.Options{Client: a.cfg.DataClient})
+			st, err = a.pull(ctx, signer, v, datasync.Options{})
 		} else {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
-			st, err = datasync.Push(ctx, signer, v.Dir, v.Delete, datasync.Options{Client: a.cfg.DataClient})
+			st, err = a.push(ctx, signer, v)
 		}
 		vs := agentapi.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: st.Objects, Bytes: st.Bytes,
 			Unchanged: st.Unchanged, Deleted: st.Deleted, Skipped: st.Skipped}

@@ -85,7 +85,7 @@ func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string
 			}
 		}
 		reqs, err := presign.Sign(presign.Volume{Endpoint: d.Endpoint, Region: d.Region, AccessKey: d.AccessKey, SecretKey: string(secret),
-			Container: src.Container, Prefix: src.Prefix, Put: put, Delete: del},
+			Container: src.Container, Prefix: src.Prefix, Put: put, Delete: del, Archive: src.Archive != ""},
 			p.Op, p.Keys, p.Token, PresignTTL, time.Now())
 		if err != nil {
 			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeBadRequest, "volume %d of job %s: %v", p.Volume, p.Job, err)

@@ -364,6 +364,15 @@ func checkVolumes(p *problems, vols []Volume) {
 		if d := src.DataStore; d != nil {
 			n++
 			checkDataStoreSource(p, f+".volumeSource.dataStore", d)
+			switch {
+			case d.Archive == "":
+			case d.Prefix == "":
+				p.add(f+".volumeSource.dataStore.prefix", "is the archive's object key: required with archive")
+			case perm == PermissionRWD:
+				p.add(f+".permission", "an archive is replaced whole when pushed: RW, not RWD")
+			case perm == PermissionRW && d.Archive == "tar.bz2" && v.Target == nil:
+				p.add(f+".volumeSource.dataStore.archive", "tar.bz2 is read only here (no bzip2 writer): RO, or push to a volumeTarget in another format")
+			}
 		}
 		if g := src.PublicGit; g != nil {
 			n++
@@ -402,7 +411,14 @@ func checkVolumes(p *problems, vols []Volume) {
 			case perm != PermissionRW:
 				p.add(f+".volumeTarget", "is where an RW volume is pushed: give permission RW (RWD deletes what the job deleted from its source, which a volume pushed elsewhere does not write)")
 			default:
-				checkDataStoreSource(p, f+".volumeTarget.targetDataStore", v.Target.TargetDataStore)
+				t := v.Target.TargetDataStore
+				checkDataStoreSource(p, f+".volumeTarget.targetDataStore", t)
+				switch {
+				case t.Archive == "tar.bz2":
+					p.add(f+".volumeTarget.targetDataStore.archive", "tar.bz2 is read only here (no bzip2 writer): zip, tar or tar.gz")
+				case t.Archive != "" && t.Prefix == "":
+					p.add(f+".volumeTarget.targetDataStore.prefix", "is the archive's object key: required with archive")
+				}
 			}
 		}
 	}

@@ -1,9 +1,12 @@
 package cosmictest
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -373,5 +376,59 @@ func TestGitVolumeClonedBeforeTheCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.DataDir, "vms", missing.ID+"-r0", "seen.txt")); err == nil {
 		t.Error("the job ran its command without its volume")
+	}
+}
+
+// TestArchiveVolume: a volume kept as one tar.gz object (dataStore.archive)
+// is unpacked into the volume before the command, which reads it and
+// writes beside it; when the command ends the volume is packed back into
+// the object, which then holds what the job wrote.
+func TestArchiveVolume(t *testing.T) {
+	e := NewEnv(t)
+	srv := s3test.Start(t)
+	srv.MakeBucket(t, "datasets")
+	s3 := srv.Client(t)
+	var b bytes.Buffer
+	gz := gzip.NewWriter(&b)
+	tw := tar.NewWriter(gz)
+	tw.WriteHeader(&tar.Header{Name: "in/a.txt", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
+	tw.Write([]byte("alpha"))
+	tw.Close()
+	gz.Close()
+	if _, err := s3.PutObject(e.Ctx, "datasets", "packs/work.tar.gz", bytes.NewReader(b.Bytes()), int64(b.Len()), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.AddDatastore(srv, "main")
+	s := Container("packed", 1)
+	s.Command = []string{"sh", "-c", `cat "$HOME/work/in/a.txt" > "$HOME/work/out.txt"`}
+	s.Volumes = []cosmic.Volume{{MountPath: "/work", Permission: "RW",
+		Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "packs/work.tar.gz", Archive: "tar.gz"}}}}
+	j := e.Create(s)
+	if j = e.WaitState(j.ID, cosmic.StateStopped, cosmic.StateFailed); j.Status.State != cosmic.StateStopped {
+		t.Fatalf("the job %s: %+v", j.Status.State, j.Status.Reason)
+	}
+	obj, err := s3.GetObject(e.Ctx, "datasets", "packs/work.tar.gz", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	zr, err := gzip.NewReader(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	got := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Typeflag == tar.TypeReg {
+			body, _ := io.ReadAll(tr)
+			got[h.Name] = string(body)
+		}
+	}
+	if got["in/a.txt"] != "alpha" || got["out.txt"] != "alpha" || len(got) != 2 {
+		t.Errorf("the archive after the job: %v, want in/a.txt and the job's out.txt", got)
 	}
 }

@@ -220,7 +220,7 @@ func simVolumes(job cosmic.Job, home string) []agent.Volume {
 	var out []agent.Volume
 	for _, v := range vmboot.Volumes(job.Spec) {
 		out = append(out, agent.Volume{Index: v.Index, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
-			Push: v.Push, Delete: v.Delete, Target: v.Target, Git: v.Git})
+			Push: v.Push, Delete: v.Delete, Target: v.Target, Git: v.Git, Archive: v.Archive, PushArchive: v.PushArchive})
 	}
 	return out
 }

@@ -171,6 +171,11 @@ type AgentVolume struct {
 	// Git, when set, is the URL of a public Git repository the agent
 	// clones into the volume (publicGit); it is never pushed.
 	Git string `json:"git,omitempty"`
+	// Archive and PushArchive, when set, are the formats of the source's
+	// and the push's one object (dataStore.archive): unpacked into the
+	// volume, packed back.
+	Archive     string `json:"archive,omitempty"`
+	PushArchive string `json:"pushArchive,omitempty"`
 }
 
 // Volumes are the volumes of spec an agent fills: its datastore volumes
@@ -187,9 +192,17 @@ func Volumes(spec cosmic.Spec) []AgentVolume {
 			continue
 		}
 		perm := strings.ToUpper(v.Permission)
-		out = append(out, AgentVolume{Index: i, MountPath: v.MountPath,
+		av := AgentVolume{Index: i, MountPath: v.MountPath,
 			Push: perm == cosmic.PermissionRW || perm == cosmic.PermissionRWD, Delete: perm == cosmic.PermissionRWD,
-			Target: v.Target != nil && v.Target.TargetDataStore != nil})
+			Target: v.Target != nil && v.Target.TargetDataStore != nil, Archive: v.Source.DataStore.Archive}
+		av.PushArchive = av.Archive
+		if av.Target {
+			av.PushArchive = v.Target.TargetDataStore.Archive
+		}
+		if !av.Push {
+			av.PushArchive = ""
+		}
+		out = append(out, av)
 	}
 	return out
 }

@@ -34,6 +34,10 @@ type Volume struct {
 	// Put and Delete say whether the volume may write and delete (RW,
 	// RWD); reads and listings always may.
 	Put, Delete bool
+	// Archive says the volume is one object, at Prefix itself
+	// (dataStore.archive): its only key is datasync.ArchiveKey, to get
+	// or put; no listing, no delete.
+	Archive bool
 }
 
 // MaxKeys bounds the keys of one Sign call.
@@ -79,6 +83,17 @@ func Sign(v Volume, op datasync.Op, keys []string, token string, ttl time.Durati
 		return datasync.SignedRequest{Method: method, URL: signed.URL.String(), Expires: expires}
 	}
 	bucket := "/" + v.Container
+	if v.Archive {
+		if op == datasync.OpList || op == datasync.OpDelete || len(keys) != 1 || keys[0] != datasync.ArchiveKey {
+			return nil, fmt.Errorf("an archive volume is one object: get or put its key %q alone", datasync.ArchiveKey)
+		}
+		if v.Prefix == "" {
+			return nil, fmt.Errorf("an archive volume's prefix is its object's key: none given")
+		}
+		u := *base
+		u.Path = bucket + "/" + strings.TrimSuffix(path.Clean(v.Prefix), "/")
+		return []datasync.SignedRequest{sign(method, &u)}, nil
+	}
 	if op == datasync.OpList {
 		u := *base
 		u.Path = bucket
