@@ -228,6 +228,23 @@ func TestValidateRules(t *testing.T) {
 			}
 		}, []string{"labels"}},
 		{"location missing", containerSpec, func(s *Spec) { s.Location = "" }, []string{"location"}},
+		{"archive volumes ok", containerSpec, func(s *Spec) {
+			s.Volumes = []Volume{
+				{MountPath: "/a", Permission: "RW", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "a.tar.gz", Archive: "tar.gz"}}},
+				{MountPath: "/b", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "b.tar.bz2", Archive: "tar.bz2"}}},
+				{MountPath: "/c", Permission: "RW", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "c.tar.bz2", Archive: "tar.bz2"}},
+					Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "c.zip", Archive: "zip"}}},
+			}
+		}, nil},
+		{"archive volumes refused", containerSpec, func(s *Spec) {
+			s.Volumes = []Volume{
+				{MountPath: "/a", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Archive: "zip"}}},
+				{MountPath: "/b", Permission: "RWD", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "b.zip", Archive: "zip"}}},
+				{MountPath: "/c", Permission: "RW", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "c.tar.bz2", Archive: "tar.bz2"}}},
+				{MountPath: "/d", Permission: "RW", Source: VolumeSource{DataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "d"}},
+					Target: &VolumeTarget{TargetDataStore: &DataStoreSource{Alias: "m", Container: "bucket", Prefix: "d.tar.bz2", Archive: "tar.bz2"}}},
+			}
+		}, []string{"volumes[0].volumeSource.dataStore.prefix", "volumes[1].permission", "volumes[2].volumeSource.dataStore.archive", "volumes[3].volumeTarget.targetDataStore.archive"}},
 		{"model source ok", inferenceSpec, func(s *Spec) {
 			s.Inference.ModelSource = &DataStoreSource{Alias: "main", Container: "models", Prefix: "qwen"}
 		}, nil},
