@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -86,6 +88,14 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 			a.failVolume(i, v, r, errors.New(r.Message))
 			return &r
 		}
+		if v.Push && nonEmpty(v.Dir) {
+			// The replica's disk was kept (a restart) with what the job
+			// wrote: the store may hold less (a push that failed), so
+			// nothing is pulled over it.
+			a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumeReady })
+			a.record("volume", "volume %d (%s): kept as the job left it on the replica's disk; not copied in again", v.Index, v.MountPath)
+			continue
+		}
 		signer := dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}
 		if v.Dir != v.MountPath {
 			a.record("volume", "volume %d (%s): copying in to %s (no VM here: a directory of the job's on the host)", v.Index, v.MountPath, v.Dir)
@@ -142,6 +152,17 @@ func (a *Agent) pushAtStop() {
 	a.pushVolumes(ctx)
 }
 
+// nonEmpty says whether dir exists and holds an entry.
+func nonEmpty(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) > 0
+}
+
 // cloneVolume clones volume i's Git repository into its directory, or
 // keeps what an earlier run of the replica cloned there (a restart keeps
 // the disk), and answers the reason the replica cannot run, or nil.
@@ -151,9 +172,16 @@ func (a *Agent) cloneVolume(ctx context.Context, i int, v Volume) *cosmic.Reason
 	st, err := gitsync.Clone(ctx, v.Git, v.Dir, gitsync.Options{Client: a.cfg.DataClient})
 	switch {
 	case errors.Is(err, fs.ErrExist):
-		a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumeReady })
-		a.record("volume", "volume %d (%s): not empty: the clone of an earlier run kept as it is", v.Index, v.MountPath)
-		return nil
+		// The replica's disk was kept (a restart): its clone is kept as
+		// the job left it. Anything else there is not the repository.
+		if fi, serr := os.Stat(filepath.Join(v.Dir, ".git")); serr == nil && fi.IsDir() {
+			a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumeReady })
+			a.record("volume", "volume %d (%s): the clone of an earlier run, on the replica's disk, kept as it is", v.Index, v.MountPath)
+			return nil
+		}
+		r := cosmic.NewReason(cosmic.ReasonVolumeSyncFailed, fmt.Sprintf("volume %d (%s): the mount path holds files that are no clone: give the volume an empty mount path", v.Index, v.MountPath))
+		a.failVolume(i, v, r, errors.New(r.Message))
+		return &r
 	case err != nil:
 		if ctx.Err() != nil {
 			return nil
@@ -183,9 +211,15 @@ func (a *Agent) cloneVolume(ctx context.Context, i int, v Volume) *cosmic.Reason
 func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
 	a.syncMu.Lock()
 	defer a.syncMu.Unlock()
-	a.mu.Lock()
-	a.pushed = true
-	a.mu.Unlock()
+	// A push that a kill cut short did not happen: the push at the stop
+	// does it again (pushAtStop).
+	defer func() {
+		if ctx.Err() == nil {
+			a.mu.Lock()
+			a.pushed = true
+			a.mu.Unlock()
+		}
+	}()
 	n := a.Node()
 	var appNode fabric.PublicKey
 	for _, p := range a.cfg.Peers {

@@ -27,8 +27,17 @@ const PresignTTL = 15 * time.Minute
 // trust graph's confinement says; getJob reads the job (the ork).
 func ServePresign(r fabric.Registrar, getJob func(ctx context.Context, id string) (cosmic.Job, error), ds store.Datastores, key *seal.Key) {
 	dataapi.Presign.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p dataapi.PresignParams) (dataapi.PresignReply, error) {
-		if c, ok := trust.CallerOf(ctx); ok && c.Role != trust.Operator && (!c.Role.IsAgent() || c.Job != p.Job) {
-			return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s signs only its own job's volumes", c)
+		if c, ok := trust.CallerOf(ctx); ok && c.Role != trust.Operator {
+			switch {
+			case !c.Role.IsAgent() || c.Job != p.Job:
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s signs only its own job's volumes", c)
+			case c.Role == trust.InferenceAgent && !p.Model:
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s signs only its job's model source: the instance agent fills volumes", c)
+			case c.Role == trust.InstanceAgent && p.Model:
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s fills volumes: the model source is the inference agents'", c)
+			case c.Stopping && p.Op == datasync.OpGet:
+				return dataapi.PresignReply{}, fabric.Errorf(fabric.CodeForbidden, "%s is stopping: it pushes its volumes (listings, puts, deletes), and reads nothing", c)
+			}
 		}
 		j, err := getJob(ctx, p.Job)
 		if err != nil {

@@ -36,6 +36,10 @@ const (
 	MaxArchiveBytes   = 1 << 40 // 1 TiB unpacked
 )
 
+// MaxArchivePush bounds a packed archive: it goes back in one PUT, whose
+// bound in S3 is 5 GiB.
+const MaxArchivePush = 5 << 30
+
 // ErrArchive is an archive that cannot be unpacked: corrupt, of another
 // format, or past the bounds.
 var ErrArchive = errors.New("the archive cannot be unpacked")
@@ -244,6 +248,9 @@ func PushArchive(ctx context.Context, s Signer, dir, format string, opt Options)
 	size, err := tmp.Seek(0, io.SeekEnd)
 	if err != nil {
 		return st, err
+	}
+	if size > MaxArchivePush {
+		return st, fmt.Errorf("the packed archive is %d bytes, more than the %d one PUT takes: keep such data as objects (no archive)", size, int64(MaxArchivePush))
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return st, err

@@ -31,18 +31,21 @@ type Fetched struct {
 
 // Fetch makes the objects under a source's prefix a directory of
 // cacheDir named by their content, cacheDir/DIGEST, where DIGEST is the
-// SHA-256 of the listing (each object's key, size and ETag), and copies
-// them only when no such directory is there yet: a node's
+// SHA-256 of scope and the listing (each object's key, size and ETag),
+// and copies them only when no such directory is there yet: a node's
 // content-addressed cache of model weights (docs/data.md, "Model weights
-// from a datastore"). The next replica, or the next job, that asks for
-// the same content finds it, whatever its alias or bucket. A copy goes to
+// from a datastore"). The next replica, or the next job, of the same
+// scope that asks for the same content finds it, whatever its alias or
+// bucket. The scope is the team: a listing is the store's word, and a
+// team that runs its own store could list another's content and serve
+// other bytes; within a team, the entries are shared. A copy goes to
 // a directory of a random name first, each object checked against the
 // listing (its size, and its MD5 where its ETag is one: a single-part
 // upload's), and is renamed into place whole, so a directory of the
 // cache is always complete; two fetches at once both copy, and the second
 // to finish drops its copy. Nothing is evicted: the operator bounds the
 // cache's disk.
-func Fetch(ctx context.Context, s Signer, cacheDir string, opt Options) (Fetched, error) {
+func Fetch(ctx context.Context, s Signer, cacheDir, scope string, opt Options) (Fetched, error) {
 	hc := client(opt)
 	objs, skipped, err := list(ctx, s, hc)
 	if err != nil {
@@ -53,6 +56,7 @@ func Fetch(ctx context.Context, s Signer, cacheDir string, opt Options) (Fetched
 	}
 	slices.SortFunc(objs, func(a, b remoteObject) int { return strings.Compare(a.key, b.key) })
 	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", scope)
 	for _, o := range objs {
 		fmt.Fprintf(h, "%s\x00%d\x00%s\n", o.key, o.size, o.etag)
 	}

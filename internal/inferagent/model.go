@@ -43,7 +43,7 @@ func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (string, error) 
 	a.record("model", true, "taking the model from %s into the node's cache", where)
 	for {
 		start := time.Now()
-		f, err := datasync.Fetch(ctx, signer, cache, datasync.Options{})
+		f, err := datasync.Fetch(ctx, signer, cache, a.cfg.Team, datasync.Options{})
 		if err == nil {
 			path, perr := modelPath(in, f.Dir)
 			if perr != nil {

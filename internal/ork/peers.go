@@ -94,7 +94,6 @@ func (o *Ork) boundPlacedLocked(j cosmic.Job, rs []cosmic.Reservation) {
 	for _, r := range rs {
 		delete(b.keys, r.Replica)
 	}
-	delete(o.book.stopping, j.ID) // placed again: the stop's agents are gone
 	o.peersChangedLocked()
 }
 
@@ -144,19 +143,29 @@ func (o *Ork) boundStoppingLocked(j cosmic.Job) {
 	})
 }
 
-// stoppedReportedLocked unbinds a stopping job's agents once its rack
-// reports none of its replicas running: their VMs are off.
-func (o *Ork) stoppedReportedLocked(jr worker.JobReport) {
-	if _, ok := o.book.stopping[jr.JobID]; !ok {
+// stoppedReportedLocked unbinds the agents of each replica of a stopping
+// job that its rack reports stopped, failed or gone: its VM is off. A
+// report names only the replicas that changed; the job's entry goes with
+// its last replica.
+func (o *Ork) stoppedReportedLocked(rack string, jr worker.JobReport) {
+	s, ok := o.book.stopping[jr.JobID]
+	if !ok {
 		return
 	}
+	changed := false
 	for _, r := range jr.Replicas {
-		if !r.Gone && r.State != cosmic.StateStopped && r.State != cosmic.StateFailed {
-			return
+		if s.racks[r.Replica] == rack && (r.Gone || r.State == cosmic.StateStopped || r.State == cosmic.StateFailed) {
+			delete(s.racks, r.Replica)
+			delete(s.bound.keys, r.Replica)
+			changed = true
 		}
 	}
-	delete(o.book.stopping, jr.JobID)
-	o.peersChangedLocked()
+	if len(s.racks) == 0 {
+		delete(o.book.stopping, jr.JobID)
+	}
+	if changed {
+		o.peersChangedLocked()
+	}
 }
 
 // boundReleasedLocked forgets a replica's agents (replica < 0: the job's).

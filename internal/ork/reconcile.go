@@ -376,7 +376,7 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		o.boundReleasedLocked(jr.JobID, -1)
 		o.dequeueLocked(jr.JobID)
 	}
-	o.stoppedReportedLocked(jr)
+	o.stoppedReportedLocked(rack, jr)
 	if out.Requeue {
 		o.enqueueLocked(out.Job)
 	}

@@ -40,6 +40,7 @@ func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
 	refused := w.refusal(p.Job)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var errs []error
 	for _, res := range p.Reservations {
 		if refused == "" && len(res.Nodes) != 1 {
 			refused = fmt.Sprintf("a QEMU replica runs on one node, not %d", len(res.Nodes))
@@ -62,6 +63,10 @@ func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
 			w.setLocked(r, cosmic.StateFailed)
 			continue
 		}
+		if r.poweringOff {
+			errs = append(errs, fmt.Errorf("replica %d is powering off (its agent pushes the job's volumes); apply it again once it has stopped", res.Replica))
+			continue
+		}
 		r.job, r.res = p.Job, res
 		switch r.state {
 		case "":
@@ -73,7 +78,7 @@ func (w *Worker) Apply(_ context.Context, p worker.ApplyParams) error {
 		}
 		w.bootLocked(r, cosmic.StatePending)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Stop implements worker.Worker: the VMs power off, the disks stay.
@@ -146,7 +151,13 @@ func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
 	w.mu.Lock()
 	rs := w.matchLocked(worker.ReplicaRef{JobID: p.JobID, Replica: p.Replica})
 	var vms []*qemu.VM
+	var poweringOff []<-chan struct{}
 	for _, r := range rs {
+		if r.poweringOff && r.halted != nil {
+			// A kill's power-off under way: its agent pushes the job's
+			// volumes; the delete follows it rather than cutting it.
+			poweringOff = append(poweringOff, r.halted)
+		}
 		r.gen++
 		if r.vm != nil {
 			vms = append(vms, r.vm)
@@ -161,6 +172,9 @@ func (w *Worker) Delete(_ context.Context, p worker.DeleteParams) error {
 	}
 	for _, vm := range vms {
 		vm.Stop(grace)
+	}
+	for _, h := range poweringOff {
+		<-h
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -258,6 +272,7 @@ func (w *Worker) stopVMLocked(r *replica) {
 		push := r.rec != nil && pushesVolumes(r.rec.Job)
 		if push {
 			grace = max(grace, vmboot.StopPushWait)
+			r.poweringOff = true
 		}
 		halted := make(chan struct{})
 		r.halted = halted
@@ -272,6 +287,7 @@ func (w *Worker) stopVMLocked(r *replica) {
 			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			r.poweringOff = false
 			if r.gen == gen && r.state != cosmic.StateFailed && r.state != cosmic.StateStopped {
 				w.recordLocked(r, "stop", true, "the VM is off")
 				w.setLocked(r, cosmic.StateStopped)

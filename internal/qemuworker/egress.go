@@ -95,7 +95,7 @@ func startEgress(allow []string, log *slog.Logger) (*egressProxy, error) {
 		},
 		// No proxy from the environment, no redirect followed: the
 		// request goes where the allowlist let it, and only there.
-		Transport: &http.Transport{DialContext: p.dial.DialContext, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
+		Transport: &http.Transport{DialContext: p.dialListed, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
 			ResponseHeaderTimeout: 5 * time.Minute},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, "egress: "+r.URL.Host+" did not answer: "+err.Error(), http.StatusBadGateway)
@@ -104,6 +104,36 @@ func startEgress(allow []string, log *slog.Logger) (*egressProxy, error) {
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
 	go p.srv.Serve(ln)
 	return p, nil
+}
+
+// dialListed dials a listed endpoint. A name is resolved here, once, and
+// refused if it leads to the host's own or a private network (loopback,
+// link-local such as a cloud's metadata service, RFC 1918, unique local,
+// unspecified, multicast): a tenant who controls a listed name's DNS
+// cannot turn the proxy on the host's neighbours. An address the operator
+// listed as an IP literal is dialled as it is (a datastore on the host's
+// loopback, as the tests run one).
+func (p *egressProxy) dialListed(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if net.ParseIP(host) != nil {
+		return p.dial.DialContext(ctx, network, addr)
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, ip := range ips {
+		if a := ip.IP; a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsUnspecified() || a.IsMulticast() {
+			return nil, fmt.Errorf("egress: %s resolves to %s, an address of the host's own or a private network: list it by IP to allow it", host, a)
+		}
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("egress: %s has no address", host)
+	}
+	return p.dial.DialContext(ctx, network, net.JoinHostPort(ips[0].IP.String(), port))
 }
 
 // Addr is where the proxy listens on the host.
@@ -153,20 +183,22 @@ func (p *egressProxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, target)
 		return
 	}
-	up, err := p.dial.DialContext(r.Context(), "tcp", target)
+	up, err := p.dialListed(r.Context(), "tcp", target)
 	if err != nil {
 		http.Error(w, "egress: "+target+" did not answer: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	rc := http.NewResponseController(w)
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
+	// The 200 is written on the hijacked connection: a response to a
+	// CONNECT has no body framing (RFC 9110, 9.3.6), which net/http would
+	// add to a 200 it writes itself.
+	down, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
 		up.Close()
 		return
 	}
-	down, buf, err := rc.Hijack()
-	if err != nil {
+	if _, err := down.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		up.Close()
+		down.Close()
 		return
 	}
 	p.mu.Lock()

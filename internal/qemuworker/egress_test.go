@@ -85,3 +85,31 @@ func TestEgressTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressRefusesNamesOfTheHostsNetworks: a listed name that resolves
+// to the host's own or a private network is refused (a tenant who
+// controls a listed name's DNS cannot reach the host's neighbours); the
+// same endpoint listed by its IP is reached.
+func TestEgressRefusesNamesOfTheHostsNetworks(t *testing.T) {
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "store") }))
+	defer store.Close()
+	port := store.URL[strings.LastIndex(store.URL, ":")+1:]
+	p, err := startEgress([]string{"localhost:" + port, store.URL}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	proxy, _ := url.Parse("http://" + p.Addr())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}}
+	for u, want := range map[string]string{"http://localhost:" + port + "/x": "resolves to", store.URL + "/x": "store"} {
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("GET %s through the proxy: %d %q, want %q", u, resp.StatusCode, b, want)
+		}
+	}
+}

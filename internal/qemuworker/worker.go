@@ -176,6 +176,9 @@ type replica struct {
 	reason *cosmic.Reason
 	exit   *int
 	step   string
+	// poweringOff: the VM powers off while its agent pushes the job's
+	// volumes (a kill); it boots again only once it is off.
+	poweringOff bool
 	// copying is the progress of the volumes the agent copies in, from
 	// its last report (nil: none is).
 	copying *cosmic.Progress

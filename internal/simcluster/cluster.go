@@ -408,18 +408,23 @@ func (c *Cluster) Delete(ctx context.Context, p worker.DeleteParams) error {
 		c.markGone(replicaKey{job: p.JobID, replica: p.Replica})
 	}
 	for _, r := range rs {
+		if r.phase == phaseShutdown {
+			// A kill's power-off under way (its agent pushes the job's
+			// volumes): the delete, forced or not, follows it.
+			if r.then != phaseDelete {
+				r.then = phaseDelete
+				c.record(r, now, "delete", true, "deleting %s and the root disk once they have powered off", describeVMIs(r.vmis))
+			}
+			continue
+		}
 		if p.Force || len(r.vmis) == 0 {
 			c.remove(j, r, p.Force, now)
 			continue
 		}
-		if r.phase == phaseDelete || (r.phase == phaseShutdown && r.then == phaseDelete) {
+		if r.phase == phaseDelete {
 			continue
 		}
 		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
-		if r.phase == phaseShutdown {
-			r.then = phaseDelete // a kill's power-off under way: the delete follows it
-			continue
-		}
 		if c.shutDown(r, phaseDelete, now) {
 			continue
 		}

@@ -304,7 +304,7 @@ func (k *Keyring) Apply(p orkapi.Peers) {
 			keys = append(keys, key)
 			agents[key] = &Principal{Role: AgentRole(pl.Type), Rack: pl.Rack, Job: pl.Job, Team: pl.Team, Replica: pl.Replica, VMI: i, Stopping: pl.Stopping}
 		}
-		if len(keys) > 0 {
+		if len(keys) > 0 && !pl.Stopping { // a stopping replica's agents serve nothing: the slot is the new run's
 			slots[replicaRef{pl.Job, pl.Replica}] = keys
 		}
 	}
