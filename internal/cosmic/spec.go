@@ -185,6 +185,21 @@ type Volume struct {
 	Target *VolumeTarget `json:"volumeTarget,omitempty"`
 }
 
+// PushesVolumes says whether the job's agent pushes volumes back when it
+// stops: a gpu-container job with an RW or RWD datastore volume. Its
+// rack gives its VMs the time to (docs/data.md, "Push at kill").
+func (s Spec) PushesVolumes() bool {
+	if s.Type != TypeGPUContainer {
+		return false
+	}
+	for _, v := range s.Volumes {
+		if p := strings.ToUpper(v.Permission); v.Source.DataStore != nil && (p == PermissionRW || p == PermissionRWD) {
+			return true
+		}
+	}
+	return false
+}
+
 // Volume permissions.
 const (
 	PermissionRO  = "RO"

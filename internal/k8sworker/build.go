@@ -554,7 +554,7 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 	if multi {
 		spec.Subdomain = ReplicaName(job.ID, replica)
 	}
-	if slices.ContainsFunc(vmboot.Volumes(job.Spec), func(v vmboot.AgentVolume) bool { return v.Push }) {
+	if job.Spec.PushesVolumes() {
 		// The agent pushes the job's RW volumes as the VM powers off
 		// (docs/data.md): virt-launcher waits this long for the guest.
 		spec.TerminationGracePeriodSeconds = new(int64(vmboot.StopPushWait / time.Second))

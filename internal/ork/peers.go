@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
@@ -97,20 +96,6 @@ func (o *Ork) boundPlacedLocked(j cosmic.Job, rs []cosmic.Reservation) {
 	o.peersChangedLocked()
 }
 
-// pushesVolumes says whether a job's agents push volumes back at its end:
-// a gpu-container job with an RW or RWD datastore volume.
-func pushesVolumes(s cosmic.Spec) bool {
-	if s.Type != cosmic.TypeGPUContainer {
-		return false
-	}
-	for _, v := range s.Volumes {
-		if p := strings.ToUpper(v.Permission); v.Source.DataStore != nil && (p == cosmic.PermissionRW || p == cosmic.PermissionRWD) {
-			return true
-		}
-	}
-	return false
-}
-
 // boundStoppingLocked keeps the agents of a job being stopped bound, for
 // pushing its volumes alone (trust.StoppingMethods), while its VMs power
 // off: until its racks report its replicas ended (stoppedReportedLocked)
@@ -118,7 +103,7 @@ func pushesVolumes(s cosmic.Spec) bool {
 // released; a job that pushes nothing keeps nothing.
 func (o *Ork) boundStoppingLocked(j cosmic.Job) {
 	b, ok := o.book.jobs[j.ID]
-	if !ok || len(b.keys) == 0 || !pushesVolumes(j.Spec) {
+	if !ok || len(b.keys) == 0 || !j.Spec.PushesVolumes() {
 		return
 	}
 	s := stoppingJob{bound: boundJob{team: b.team, typ: b.typ, keys: map[int][]string{}}, racks: map[int]string{},

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +88,7 @@ func (w *Worker) Stop(_ context.Context, ref worker.ReplicaRef) error {
 		r.gen++ // a boot in progress gives up
 		// A VM whose agent pushes the job's volumes is reported stopped
 		// once it is off: its agent's key stays bound until then.
-		push := r.vm != nil && r.rec != nil && pushesVolumes(r.rec.Job)
+		push := r.vm != nil && r.rec != nil && r.rec.Job.Spec.PushesVolumes()
 		if r.state != cosmic.StateFailed {
 			reason := cosmic.NewReason(cosmic.ReasonKilled, "")
 			r.reason = &reason
@@ -269,7 +268,7 @@ func (w *Worker) stopVMLocked(r *replica) {
 	if vm := r.vm; vm != nil {
 		r.vm = nil
 		grace := w.cfg.StopGrace.D()
-		push := r.rec != nil && pushesVolumes(r.rec.Job)
+		push := r.rec != nil && r.rec.Job.Spec.PushesVolumes()
 		if push {
 			grace = max(grace, vmboot.StopPushWait)
 			r.poweringOff = true
@@ -294,12 +293,6 @@ func (w *Worker) stopVMLocked(r *replica) {
 			}
 		}()
 	}
-}
-
-// pushesVolumes says whether a job's agent pushes volumes back when its
-// VM powers off: it has RW or RWD datastore volumes.
-func pushesVolumes(j cosmic.Job) bool {
-	return slices.ContainsFunc(vmboot.Volumes(j.Spec), func(v vmboot.AgentVolume) bool { return v.Push })
 }
 
 func (w *Worker) unbindLocked(r *replica) {

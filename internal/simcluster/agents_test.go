@@ -238,17 +238,25 @@ func TestHeldAgentNeverStarts(t *testing.T) {
 	})
 }
 
-// TestKillPowersOffUntilTheAgentEnds: a kill of a replica whose agent the
-// rack waits for (it pushes the job's volumes) keeps the replica running,
-// its GPUs held, until the agent has ended; then the replica is stopped.
-// An agent that never ends is given StopGrace, then the replica is
-// stopped all the same, its log saying so.
+// TestKillPowersOffUntilTheAgentEnds: a kill of a replica whose agent
+// pushes the job's RW volume keeps the replica running (its VMIs, its
+// agent's key) until the agent has ended, its GPUs released at once as
+// the ork releases them; then the replica is stopped. An agent that
+// never ends is given StopGrace, then the replica is stopped all the
+// same, its log saying so. A job with nothing to push stops at once.
 func TestKillPowersOffUntilTheAgentEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeAgents{exits: true}
 		e := startAgents(t, f)
+		rw := []cosmic.Volume{{MountPath: "/out", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "bucket"}}}}
 		run := func(id string, i int, r cosmic.Reservation) *fakeAgent {
-			e.apply(t, id, r)
+			j := testJob(id)
+			if id != jobC {
+				j.Spec.Volumes = rw
+			}
+			if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: j, Reservations: []cosmic.Reservation{r}}); err != nil {
+				t.Fatal(err)
+			}
 			waitFor(t, "the agent to start", func() bool { return f.count() == i+1 })
 			a := f.get(i)
 			close(a.ready)
@@ -265,16 +273,22 @@ func TestKillPowersOffUntilTheAgentEnds(t *testing.T) {
 		if st := e.rep.states(jobA, 0); st[len(st)-1] != cosmic.StateRunning {
 			t.Fatalf("states %v before the agent ended: want still running", st)
 		}
-		e.apply(t, jobC, resv(jobC, 0, on(0, 0)))
-		if got := e.waitState(t, jobC, 0, cosmic.StateFailed); got.Reason == nil || !strings.Contains(got.Reason.Message, "held by") {
-			t.Fatalf("another job on the GPU of the replica powering off: %+v, want failed as held", got)
+		// The GPU is free: a job the ork places there runs, with nothing
+		// to push, and stops at once when killed.
+		c := run(jobC, 1, resv(jobC, 0, on(0, 0)))
+		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobC, Replica: 0}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, jobC, 0, cosmic.StateStopped)
+		if !c.stopped.Load() {
+			t.Fatal("the stopped replica's agent was not told to stop")
 		}
 		close(a.exited)
 		if got := e.waitState(t, jobA, 0, cosmic.StateStopped); len(got.Nodes) != 0 {
 			t.Fatalf("stopped report %+v: want no nodes", got)
 		}
 
-		b := run(jobB, 1, resv(jobB, 0, on(0, 1)))
+		b := run(jobB, 2, resv(jobB, 0, on(0, 1)))
 		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobB, Replica: 0}); err != nil {
 			t.Fatal(err)
 		}

@@ -343,7 +343,7 @@ func (c *Cluster) Stop(ctx context.Context, ref worker.ReplicaRef) error {
 		if r.state == cosmic.StateStopped || r.phase == phaseDelete || r.phase == phaseShutdown {
 			continue
 		}
-		if !c.shutDown(r, phaseIdle, now) {
+		if !j.job.Spec.PushesVolumes() || !c.shutDown(r, phaseIdle, now) {
 			c.stop(j, r, now)
 		}
 	}
@@ -425,7 +425,7 @@ func (c *Cluster) Delete(ctx context.Context, p worker.DeleteParams) error {
 			continue
 		}
 		c.record(r, now, "delete", true, "shutting down %s gracefully before deleting them and the root disk", describeVMIs(r.vmis))
-		if c.shutDown(r, phaseDelete, now) {
+		if j.job.Spec.PushesVolumes() && c.shutDown(r, phaseDelete, now) {
 			continue
 		}
 		r.phase, r.due = phaseDelete, now.Add(c.cfg.Step.D())
