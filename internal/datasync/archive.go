@@ -312,7 +312,9 @@ func pack(ctx context.Context, root *os.Root, w io.Writer, format string, st *St
 			if err := tw.WriteHeader(h); err != nil || f == nil {
 				return err
 			}
-			_, err = io.Copy(tw, f)
+			// The size the header says, whatever the job appends meanwhile
+			// (a file that shrank fails: the archive would be short).
+			_, err = io.CopyN(tw, f, h.Size)
 			return err
 		}
 		finish = func() error {
