@@ -458,8 +458,10 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(usageapi.RecordParams{}, nil)
 	case agentapi.MethodDataSync: // no volume named: nothing moves
 		return call(agentapi.DataSyncParams{Direction: "pull"}, nil)
-	case dataapi.Presign.Name: // the target job has no volume: nothing signed
-		return call(dataapi.PresignParams{Job: target.ID, Volume: 0, Op: datasync.OpList}, nil)
+	case dataapi.Presign.Name: // the target job has no volume and no model source: nothing signed
+		// An instance agent asks for a volume, an inference agent for its
+		// job's model (what each may sign for).
+		return call(dataapi.PresignParams{Job: target.ID, Volume: 0, Op: datasync.OpList, Model: c.role == trust.InferenceAgent}, nil)
 	// wrk-monitor: a record of the target job; a caller outside its
 	// binding has it refused.
 	case joblog.Append.Name:
