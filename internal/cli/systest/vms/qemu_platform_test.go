@@ -180,14 +180,20 @@ func qemuPlatform(t *testing.T, name string, im qemu.Image, gpus int, opts ...co
 // because the agent, delivered on its read-only disk, connected; the shell
 // is in the VM (the guest's kernel, not the host's); ssh reaches the VM's
 // own sshd with the spec's key; the log shows the boot steps (the
-// worker's, the serial console's, the agent's); a file
-// survives a restart; delete removes the disk; a job's command's exit
-// code is reported. Under TCG each boot takes about a minute.
+// worker's, the serial console's, the agent's); the job's volumes are real
+// files in the VM (vmData: a datastore's objects, a Git repository, an RW
+// volume pushed by datasync while it runs and by the agent at the kill,
+// through the rack's egress proxy alone); a file survives a restart, and
+// the RW volume is kept as the job left it, not copied in again; delete
+// removes the disk; a job's command's exit code is reported. Under TCG
+// each boot takes about a minute.
 func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environment
 	needAMD64Host(t)
 	im, guestKernel := vmImage(t)
 	testenv.RequireCommands(t, "apt-get install openssh-client", "ssh", "ssh-keygen")
-	e, vms := qemuPlatform(t, "debian-12", im, 2)
+	data := newVMData(t)
+	e, vms := qemuPlatform(t, "debian-12", im, 2, data.egress)
+	e.AddDatastore(data.srv, "main")
 	key := filepath.Join(t.TempDir(), "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
@@ -195,7 +201,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	pub, _ := os.ReadFile(key + ".pub")
 	start := time.Now()
 	j := e.Create(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: "vm", Location: "local", Image: "debian-12",
-		Resources: cosmic.Resources{GPU: 1}, SSHPublicKeys: []string{strings.TrimSpace(string(pub))}})
+		Resources: cosmic.Resources{GPU: 1}, SSHPublicKeys: []string{strings.TrimSpace(string(pub))}, Volumes: data.volumes()})
 	e.WaitStateWithin(j.ID, 8*time.Minute, cosmic.StateRunning)
 	t.Logf("create → running: %v", time.Since(start).Round(time.Second))
 
@@ -248,6 +254,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	if !refusedRecord {
 		t.Error("the job's log does not say the VM's connections over its cap were refused")
 	}
+	data.checkRunning(t, e, j.ID, shell)
 
 	// Restart keeps the disk.
 	if _, err := e.Client.RestartJob(e.Ctx, j.ID); err != nil {
@@ -258,17 +265,29 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	if got := shell("cat /root/kept"); got != "kept" {
 		t.Errorf("after restart /root/kept = %q, want kept", got)
 	}
+	if got := shell("cat /workspace/out/ckpt-1.txt"); got != "checkpoint" {
+		t.Errorf("after restart the RW volume's file = %q, want checkpoint", got)
+	}
+	if lines := jobLines(t, e, j.ID, "kept as the job left it", time.Minute); !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "kept as the job left it") }) {
+		t.Error("the job's log does not say the restarted replica kept its RW volume")
+	}
 	dir := filepath.Join(vms, j.ID+"-r0")
 	if _, err := os.Stat(filepath.Join(dir, qemu.OverlayFile)); err != nil {
 		t.Fatalf("the replica's disk: %v", err)
 	}
+	data.checkPushAtKill(t, e, j.ID, shell)
 	if _, err := e.Client.DeleteJob(e.Ctx, j.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	e.WaitGone(j.ID)
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("after delete the VM's directory is still there: %v", err)
-	}
+	// A stopped job's record goes at once; its worker removes the disk
+	// in the background.
+	waittest.NoErrorWithin(t, time.Minute, func() error {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			return fmt.Errorf("the VM's directory is still there: %v", err)
+		}
+		return nil
+	}, "the deleted job's VM directory to go")
 	// A job's command and its exit code: TestQEMURackFromDisk (its job has
 	// one, which saves a boot of minutes under TCG).
 	fmt.Fprintln(os.Stderr) // keep the VM boot logs apart in -v output
