@@ -108,7 +108,9 @@ func (d *vmData) checkPushAtKill(t *testing.T, e *cosmictest.Env, jobID string, 
 	}
 	e.WaitStateWithin(jobID, 2*time.Minute, cosmic.StateStopped)
 	lines := jobLines(t, e, jobID, "the VM is off", 3*time.Minute)
-	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "(/workspace/out): 1 objects") && strings.Contains(l, "pushed") }) {
+	if !slices.ContainsFunc(lines, func(l string) bool {
+		return strings.Contains(l, "(/workspace/out): 1 objects") && strings.Contains(l, "pushed")
+	}) {
 		t.Errorf("the job's log does not say the kill pushed the volume:\n%s", strings.Join(lines, "\n"))
 	}
 	if _, err := d.srv.Client(t).StatObject(t.Context(), "datasets", "out/final.txt", minio.StatObjectOptions{}); err != nil {
