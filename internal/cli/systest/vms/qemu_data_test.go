@@ -103,6 +103,8 @@ func (d *vmData) checkRunning(t *testing.T, e *cosmictest.Env, jobID string, she
 func (d *vmData) checkPushAtKill(t *testing.T, e *cosmictest.Env, jobID string, shell func(string) string) {
 	t.Helper()
 	shell("echo final > /workspace/out/final.txt && sync")
+	// What hears the power button (qemu.PowerButtonRepeat), for a failure's reader.
+	t.Logf("at the kill: the boot is %s; systemd-logind is %s", shell("systemctl is-system-running || true"), shell("systemctl is-active systemd-logind || true"))
 	if _, err := e.Client.KillJob(e.Ctx, jobID); err != nil {
 		t.Fatal(err)
 	}
