@@ -42,6 +42,8 @@ const (
 	ReasonBadCredentials       ReasonCode = "bad_credentials"
 	ReasonNoSuchContainer      ReasonCode = "no_such_container"
 	ReasonVolumeSyncFailed     ReasonCode = "volume_sync_failed"
+	// A standalone volume is mounted by another job (docs/data.md).
+	ReasonVolumeInUse ReasonCode = "volume_in_use"
 )
 
 // Reason explains a status: a code, a human message and a suggested fix.
@@ -89,6 +91,7 @@ var reasons = map[ReasonCode]reasonText{
 	ReasonBadCredentials:       {"a volume's datastore refused its credentials", "A team admin replaces them (cosmicac datastores credentials ALIAS --access-key KEY), then restart the job."},
 	ReasonNoSuchContainer:      {"a volume's container does not exist in its datastore", "Create the bucket, or correct volumes[].volumeSource.dataStore.container, then create the job again."},
 	ReasonVolumeSyncFailed:     {"a volume's data could not be copied", "See the job's system logs (cosmicac jobs logs --source system) for the volume and the error; restart the job."},
+	ReasonVolumeInUse:          {"waiting for a standalone volume another job of the team has mounted", "Wait: the job starts when that job stops (a standalone volume is mounted by one job at a time). Kill the other job to start this one sooner."},
 	ReasonRackRefused:          {"the rack's worker refused the job, which it cannot run", "See what each location runs with `cosmicac locations`, then create the job again with an image, type and size its rack runs; its GPUs were released."},
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // JobType is the kind of workload a job runs.
@@ -163,8 +164,8 @@ type Resources struct {
 // repository, or a standalone volume that outlives the job), where it is
 // mounted, and what the job may do with it (Permission). The agent in
 // the job's VM fills the datastore and Git volumes before the command
-// starts and pushes RW ones back (docs/data.md); standalone volumes are
-// stored and validated only.
+// starts and pushes RW ones back (docs/data.md); a standalone volume is a
+// disk the rack keeps, mounted as it is.
 //
 // On input the source may also be given as OVH's shorthands, dataStore,
 // publicGit, standalone and targetDataStore beside mountPath, or its
@@ -236,10 +237,43 @@ type PublicGitSource struct {
 	URL string `json:"url"`
 }
 
-// StandaloneSource is an empty named volume kept with the job.
+// StandaloneSource is a named volume of the job's team that outlives the
+// job: a disk its rack keeps, made empty the first time a job mounts it
+// and mounted again by the next job of the team that names it, which the
+// ork places on that rack (docs/data.md, "Standalone volumes").
 type StandaloneSource struct {
 	Name string `json:"name"`
 }
+
+// StandaloneVolumes are the names of the job's standalone volumes.
+func (s Spec) StandaloneVolumes() []string {
+	var out []string
+	for _, v := range s.Volumes {
+		if st := v.Source.Standalone; st != nil {
+			out = append(out, st.Name)
+		}
+	}
+	return out
+}
+
+// StoredVolume is a standalone volume as the rack that keeps it reports
+// it (worker.Capacity) and the API lists it.
+type StoredVolume struct {
+	Team string `json:"team"`
+	Name string `json:"name"`
+	// Rack keeps it; a job that mounts it is placed there.
+	Rack string `json:"rack,omitempty"`
+	// Bytes is what it takes on the rack's storage now; Size what it
+	// may grow to.
+	Bytes int64 `json:"bytes"`
+	Size  int64 `json:"size,omitempty"`
+	// Job is the job whose replica has it mounted, if any.
+	Job       string    `json:"job,omitempty"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+}
+
+// VolumeKey names a standalone volume: team and name.
+func VolumeKey(team, name string) string { return team + "/" + name }
 
 // InferenceSpec is the serving part of a managed-inference job.
 type InferenceSpec struct {

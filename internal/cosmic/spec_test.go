@@ -259,6 +259,12 @@ func TestValidateRules(t *testing.T) {
 			s.Resources.GPU = 1
 			s.Inference.ModelSource = &DataStoreSource{Alias: "main", Container: "models", Prefix: "q"}
 		}, []string{"inference.modelSource"}},
+		{"standalone volume for a model", inferenceSpec, func(s *Spec) {
+			s.Volumes = []Volume{{MountPath: "/scratch", Permission: "RW", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}}}
+		}, []string{"volumes[0].volumeSource.standalone"}},
+		{"standalone volume ok", containerSpec, func(s *Spec) {
+			s.Volumes = []Volume{{MountPath: "/scratch", Permission: "RW", Source: VolumeSource{Standalone: &StandaloneSource{Name: "scratch"}}}}
+		}, nil},
 		{"location bad", containerSpec, func(s *Spec) { s.Location = "us east" }, []string{"location"}},
 		{"image missing for container", containerSpec, func(s *Spec) { s.Image = "" }, []string{"image"}},
 		{"image optional for inference", inferenceSpec, func(s *Spec) { s.Image = "" }, nil},
@@ -317,7 +323,7 @@ func TestValidateRules(t *testing.T) {
 			"volumes[0].mountPath", "volumes[0].permission", "volumes[0].volumeSource",
 			"volumes[1].name", "volumes[1].mountPath", "volumes[1].volumeSource.dataStore.alias", "volumes[1].volumeSource.dataStore.container",
 			"volumes[2].mountPath", "volumes[2].volumeSource.publicGit.url", "volumes[2].volumeSource.standalone.name", "volumes[2].volumeSource",
-			"volumes[4].name", "volumes[4].mountPath",
+			"volumes[4].name", "volumes[4].mountPath", "volumes[4].volumeSource.standalone.name",
 		}},
 		{"volume sources", containerSpec, func(s *Spec) {
 			ds := func(alias, container, prefix, archive string) VolumeSource {

@@ -187,6 +187,13 @@ func (s Spec) Validate() error {
 		p.add("timeoutAutoRestart", "needs a timeout")
 	}
 	checkVolumes(&p, s.Volumes)
+	if s.Type == TypeManagedInference {
+		for i, v := range s.Volumes {
+			if v.Source.Standalone != nil {
+				p.add(fmt.Sprintf("volumes[%d].volumeSource.standalone", i), "a standalone volume is one disk, mounted by one VM: a %s job's, not a model's replicas", TypeGPUContainer)
+			}
+		}
+	}
 	if len(s.ReadUser) > 128 || !printable(s.ReadUser) {
 		p.add("readUser", "must be at most 128 printable characters")
 	}
@@ -327,6 +334,7 @@ func checkVolumes(p *problems, vols []Volume) {
 	}
 	paths := map[string]int{}
 	names := map[string]bool{}
+	standalone := map[string]bool{}
 	for i, v := range vols {
 		f := fmt.Sprintf("volumes[%d]", i)
 		if v.Name != "" {
@@ -391,9 +399,13 @@ func checkVolumes(p *problems, vols []Volume) {
 		}
 		if st := src.Standalone; st != nil {
 			n++
-			if !identRe.MatchString(st.Name) || len(st.Name) > 63 {
+			switch {
+			case !identRe.MatchString(st.Name) || len(st.Name) > 63:
 				p.add(f+".volumeSource.standalone.name", "%q is not a valid volume name", st.Name)
+			case standalone[st.Name]:
+				p.add(f+".volumeSource.standalone.name", "%q is mounted twice: a standalone volume has one mount path", st.Name)
 			}
+			standalone[st.Name] = true
 			if perm == PermissionRWD {
 				p.add(f+".permission", "RWD deletes on a datastore what the job deleted: a standalone volume is RW or RO")
 			}

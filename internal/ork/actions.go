@@ -185,10 +185,19 @@ func (o *Ork) CreateJob(ctx context.Context, p orkapi.CreateJobParams) (cosmic.J
 	for i := range spec.Replicas() {
 		setReplica(&j, i, func(*cosmic.ReplicaStatus) {})
 	}
-	if d, ok := placement.Place(o.snap, j).(placement.Impossible); ok {
+	vu := o.volumeUseLocked(j)
+	if vu.impossible != nil {
+		o.mu.Unlock()
+		return cosmic.Job{}, &cosmic.FieldError{Field: "volumes", Reason: vu.impossible.Code, Message: vu.impossible.Message}
+	}
+	if d, ok := placement.PlaceOn(o.snap, j, vu.rack).(placement.Impossible); ok {
 		// What can be known now is refused now, and nothing is stored: the
 		// job could never run on this fleet.
 		o.mu.Unlock()
+		if vu.rack != "" && d.Reason.Code == cosmic.ReasonInvalidSpec {
+			// The rack that keeps its standalone volume is of another location or model.
+			return cosmic.Job{}, &cosmic.FieldError{Field: "volumes", Reason: d.Reason.Code, Message: d.Reason.Message}
+		}
 		return cosmic.Job{}, impossibleError(spec, d.Reason)
 	}
 	err = j.SetState(cosmic.StateQueued, nil, now)

@@ -71,6 +71,8 @@ type fakeWorker struct {
 	overhead cosmic.VMOverhead
 	// catalogue is the catalogue the worker reports (nil: none).
 	catalogue *cosmic.Catalogue
+	// volumes are the standalone volumes the worker reports it keeps.
+	volumes []cosmic.StoredVolume
 	// outage: "" (up), "refused" (every call fails at once, as a worker
 	// whose process is gone) or "hung" (every call blocks until its
 	// context ends, as a worker cut off by the network).
@@ -114,7 +116,8 @@ func (w *fakeWorker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now(), Overhead: w.overhead, Catalogue: w.catalogue}, nil
+	return worker.Capacity{Rack: w.rack, Nodes: slices.Clone(w.nodes), ObservedAt: time.Now(), Overhead: w.overhead, Catalogue: w.catalogue,
+		Volumes: slices.Clone(w.volumes)}, nil
 }
 
 func (w *fakeWorker) Apply(ctx context.Context, p worker.ApplyParams) error {
@@ -265,6 +268,13 @@ func (w *fakeWorker) forget(job string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.jobs, job)
+}
+
+// keep makes the worker report the standalone volumes vols.
+func (w *fakeWorker) keep(vols ...cosmic.StoredVolume) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.volumes = vols
 }
 
 func (w *fakeWorker) setOutage(o string) {

@@ -146,6 +146,9 @@ type Ork struct {
 	// counts against (rebuildLocked, holdLocked).
 	nodeModel map[string]string
 	jobTeam   map[string]string
+	// jobVolumes are the standalone volumes (cosmic.VolumeKey) of each
+	// job holding GPUs that mounts any (volumes.go).
+	jobVolumes map[string][]string
 	kick      chan struct{} // asks the loop for a scheduling pass
 	book      peerBook      // the bound keys (watchPeers)
 	feed      *changeFeed   // the jobs' version (watchJobs)
@@ -183,6 +186,9 @@ type rackState struct {
 	problem *cosmic.Reason
 	// note is the worker's worker.Capacity.Note, shown with the rack.
 	note string
+	// volumes are the standalone volumes the rack keeps
+	// (worker.Capacity.Volumes), as of its last report.
+	volumes []cosmic.StoredVolume
 	// catalogue is the worker's worker.Capacity.Catalogue: what the rack
 	// runs (nil until it reports one). CreateJob checks jobs against it.
 	catalogue *cosmic.Catalogue
@@ -261,6 +267,7 @@ func New(cfg Config, d Deps) (*Ork, error) {
 		wait:         make(map[string]waitInfo),
 		nodeModel:    make(map[string]string),
 		jobTeam:      make(map[string]string),
+		jobVolumes:   make(map[string][]string),
 		kick:         make(chan struct{}, 1),
 		book:         book,
 		loads:        make(map[fabric.PublicKey]proxyLoad),
@@ -387,10 +394,12 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 				return fmt.Errorf("rebuild placement snapshot: team of job %s: %w", r.JobID, err)
 			}
 			team = j.Team
+			o.holdVolumesLocked(j)
 		}
 		o.holdLocked(team, r)
 	}
 	maps.DeleteFunc(o.jobTeam, func(id, _ string) bool { return !holding[id] })
+	maps.DeleteFunc(o.jobVolumes, func(id string, _ []string) bool { return !holding[id] })
 	return nil
 }
 
@@ -423,6 +432,7 @@ func (o *Ork) releaseHeldLocked(jobID string, replica int) {
 	o.fq.Release(jobID, replica)
 	if replica < 0 {
 		delete(o.jobTeam, jobID) // else pruned by the next rebuild
+		delete(o.jobVolumes, jobID)
 	}
 }
 
@@ -559,8 +569,9 @@ func (o *Ork) positionLocked(id string) (int, waitInfo) {
 }
 
 // annotate fills the fields the ork computes on read: queue position, what
-// the job waits for and, while its team's quota holds it back, the reason
-// team_quota.
+// the job waits for and, while its team's quota or another job's hold of
+// a standalone volume holds it back, the reason (team_quota,
+// volume_in_use).
 func (o *Ork) annotate(j cosmic.Job) cosmic.Job {
 	if j.Status.State != cosmic.StateQueued {
 		return j
@@ -569,7 +580,7 @@ func (o *Ork) annotate(j cosmic.Job) cosmic.Job {
 	defer o.mu.Unlock()
 	pos, w := o.positionLocked(j.ID)
 	j.Status.QueuePosition, j.Status.WaitingFor = pos, w.what
-	if w.reason.Code == cosmic.ReasonTeamQuota {
+	if w.reason.Code == cosmic.ReasonTeamQuota || w.reason.Code == cosmic.ReasonVolumeInUse {
 		r := w.reason
 		j.Status.Reason, j.Status.Message = &r, r.Message
 	}
@@ -597,7 +608,21 @@ func (o *Ork) schedule(ctx context.Context) {
 	clear(o.wait)
 	o.fq.Pass(func(fj fairq.Job) fairq.Outcome {
 		job := o.queued[fj.ID]
-		switch d := placement.Place(o.snap, job).(type) {
+		vu := o.volumeUseLocked(job)
+		if vu.busy != nil {
+			// Another job holds a volume: this one waits without holding
+			// up the jobs behind it, its team's included, which need no
+			// such thing.
+			o.wait[job.ID] = waitInfo{what: vu.busy.Message, reason: *vu.busy}
+			return fairq.Defer
+		}
+		var d placement.Decision
+		if vu.impossible != nil {
+			d = placement.Impossible{Reason: *vu.impossible}
+		} else {
+			d = placement.PlaceOn(o.snap, job, vu.rack)
+		}
+		switch d := d.(type) {
 		case placement.Placed:
 			if job.Spec.Resources.GPUModel == "" {
 				// Placement chose the model: its quota has a say too.
@@ -626,6 +651,9 @@ func (o *Ork) schedule(ctx context.Context) {
 			return fairq.Placed
 		case placement.Wait:
 			o.wait[job.ID] = waitInfo{what: d.WaitingFor, reason: d.Reason}
+			if vu.rack != "" {
+				return fairq.Defer // it waits for one rack: the others' GPUs may go to the jobs behind it
+			}
 			return fairq.Wait
 		case placement.Impossible:
 			if o.holdsAnyLocked(job) {
@@ -729,6 +757,7 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 			// The store took the claim, so the snapshot is stale: rebuild.
 			o.log.Error("snapshot disagrees with store; rebuilding", "job_id", job.ID, "err", err)
 			o.jobTeam[job.ID] = job.Team
+			o.holdVolumesLocked(job)
 			if err := o.rebuildLocked(ctx); err != nil {
 				o.log.Error("rebuild snapshot", "err", err)
 			}
@@ -736,6 +765,7 @@ func (o *Ork) commitPlacementLocked(ctx context.Context, job cosmic.Job, rs []co
 		}
 		o.holdLocked(job.Team, r)
 	}
+	o.holdVolumesLocked(job)
 	o.boundPlacedLocked(j, rs)
 	return j, nil
 }

@@ -28,6 +28,7 @@ func (o *Ork) ReceiveReport(ctx context.Context, from fabric.PublicKey, rep work
 	if rep.Capacity != nil {
 		o.setProblem(rep.Rack, rep.Capacity.Problem)
 		o.setNote(rep.Rack, rep.Capacity.Note, rep.Capacity.Catalogue)
+		o.setVolumes(rep.Rack, rep.Capacity.Volumes)
 		o.updateNodes(ctx, rep.Rack, *rep.Capacity)
 	}
 	for _, jr := range rep.Jobs {
@@ -80,6 +81,7 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 	o.markReachable(id)
 	o.setProblem(id, capacity.Problem)
 	o.setNote(id, capacity.Note, capacity.Catalogue)
+	o.setVolumes(id, capacity.Volumes)
 	o.updateNodes(ctx, id, capacity)
 	seen := map[string]bool{}
 	listed := map[worker.ReplicaRef]bool{}
@@ -224,6 +226,15 @@ func (o *Ork) setProblem(id string, p *cosmic.Reason) {
 		o.log.Info("rack problem fixed", "rack", id)
 	}
 	r.problem = p
+}
+
+// setVolumes records the standalone volumes the rack keeps.
+func (o *Ork) setVolumes(id string, vs []cosmic.StoredVolume) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r := o.racks[id]; r != nil {
+		r.volumes = slices.Clone(vs)
+	}
 }
 
 // setNote records the worker's note on the rack's capacity and its

@@ -63,6 +63,11 @@ type Capacity struct {
 	// the rack and the location. Nil: not reported (an older worker), and
 	// the ork checks nothing.
 	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
+	// Volumes are the standalone volumes the rack keeps, each with the
+	// job that has it mounted, if any (its VM may still be powering off):
+	// the ork places a job that mounts one on this rack, and only once
+	// no other job has it (docs/data.md).
+	Volumes []cosmic.StoredVolume `json:"volumes,omitempty"`
 }
 
 // ApplyParams asks the worker to run a job's replicas on their reserved

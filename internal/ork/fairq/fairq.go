@@ -105,6 +105,11 @@ const (
 	Skip
 	// Stop: the queue is not served further this pass (an error).
 	Stop
+	// Defer: the job stays queued and the pass goes on with its team's
+	// next job: it waits for something only it needs (a standalone volume
+	// another job has mounted, the GPUs of the one rack that keeps it),
+	// which must hold up neither its team's other jobs nor the queue.
+	Defer
 )
 
 // QuotaKey names a quota, and the GPUs a team holds under it.
@@ -415,9 +420,9 @@ func (tq *teamQueue) share(capacity, extra int) share {
 // next is the head the queue offers next: the reserved job if its team's
 // quota still admits it, else the oldest job of the team with the lowest
 // share whose oldest job its quotas admit, skipping the teams in skip.
-func (q *Queue) next(kq *keyQueue, skip map[string]bool) *entry {
+func (q *Queue) next(kq *keyQueue, skip, deferred map[string]bool) *entry {
 	if kq.reserved != "" {
-		if e := q.jobs[kq.reserved]; e != nil && !skip[e.Team] {
+		if e := q.jobs[kq.reserved]; e != nil && !skip[e.Team] && !deferred[e.ID] {
 			if _, ok := kq.teams[e.Team].admits(kq.key, e.GPUs, 0); ok {
 				return e
 			}
@@ -434,6 +439,18 @@ func (q *Queue) next(kq *keyQueue, skip map[string]bool) *entry {
 			continue
 		}
 		head := tq.jobs[0]
+		if len(deferred) > 0 {
+			head = nil
+			for _, e := range tq.jobs {
+				if !deferred[e.ID] {
+					head = e
+					break
+				}
+			}
+			if head == nil {
+				continue
+			}
+		}
 		if _, ok := tq.admits(kq.key, head.GPUs, 0); !ok {
 			continue
 		}
@@ -467,9 +484,9 @@ func (q *Queue) Pass(try func(Job) Outcome, overQuota func(Job, Block)) {
 	}
 	slices.SortFunc(keys, func(a, b *keyQueue) int { return cmp.Compare(oldest[a.key], oldest[b.key]) })
 	for _, kq := range keys {
-		skip := map[string]bool{}
+		skip, deferred := map[string]bool{}, map[string]bool{}
 		for q.queues[kq.key] == kq {
-			e := q.next(kq, skip)
+			e := q.next(kq, skip, deferred)
 			if e == nil {
 				break
 			}
@@ -484,6 +501,10 @@ func (q *Queue) Pass(try func(Job) Outcome, overQuota func(Job, Block)) {
 			}
 			if out == Skip {
 				skip[j.Team] = true
+				continue
+			}
+			if out == Defer {
+				deferred[j.ID] = true
 				continue
 			}
 			q.Remove(j.ID) // Placed or Drop

@@ -2,6 +2,7 @@ package fairq
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -252,5 +253,39 @@ func TestPushKeepsPlace(t *testing.T) {
 	q.Push(Job{"a0", "a", us, 4}) // updated, not moved
 	if got := q.Order(us); got[0].ID != "a0" || got[0].GPUs != 4 || len(got) != 3 {
 		t.Errorf("Order after update = %+v", got)
+	}
+}
+
+// TestDeferPassesOverOneJob: a job deferred (it waits for a standalone
+// volume) holds up neither its team's next job nor the queue, and stays
+// queued at its place; a skipped one (a quota) holds up its team.
+func TestDeferPassesOverOneJob(t *testing.T) {
+	for _, tt := range []struct {
+		out  Outcome
+		want []string
+	}{{Defer, []string{"a1", "a2", "b0"}}, {Skip, []string{"b0"}}} {
+		q := New()
+		q.SetCapacity(map[Key]int{us: 8})
+		for _, j := range []Job{{"a0", "a", us, 1}, {"a1", "a", us, 1}, {"b0", "b", us, 1}, {"a2", "a", us, 1}} {
+			q.Push(j)
+		}
+		var tried []string
+		q.Pass(func(j Job) Outcome {
+			tried = append(tried, j.ID)
+			if j.ID == "a0" {
+				return tt.out
+			}
+			if j.ID == "a1" && tt.out == Skip {
+				t.Errorf("a skipped team's next job was tried")
+			}
+			return Drop
+		}, nil)
+		placed := slices.Sorted(slices.Values(tried[1:]))
+		if tried[0] != "a0" || !slices.Equal(placed, tt.want) {
+			t.Errorf("outcome %d: tried %v, want a0 then %v", tt.out, tried, tt.want)
+		}
+		if p := q.Position("a0"); p != 1 {
+			t.Errorf("outcome %d: the job that waits is at %d, want 1: it stays queued where it was", tt.out, p)
+		}
 	}
 }

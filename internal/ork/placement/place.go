@@ -62,9 +62,28 @@ func (Impossible) decision() {}
 // fragments the location for the job sizes it holds, then as best-fit.
 // Then rack ID, then node name; the lowest free GPU indices of a node.
 // Multi-node replicas rank as best-fit whatever the policy.
-func Place(s *Snapshot, job cosmic.Job) Decision {
+func Place(s *Snapshot, job cosmic.Job) Decision { return PlaceOn(s, job, "") }
+
+// PlaceOn is Place with the job's replicas kept to one rack when rack is
+// not empty: the rack that keeps a standalone volume the job mounts
+// (docs/data.md). Only a one-node replica may be kept to a rack (a
+// gpu-container job's). A rack not in s (gone, or not reported yet) is
+// waited for.
+func PlaceOn(s *Snapshot, job cosmic.Job, rack string) Decision {
 	spec := job.Spec
 	g, replicas := spec.GPUsPerReplica(), spec.Replicas()
+	pin := -1
+	if rack != "" {
+		ri, ok := s.rackIdx[rack]
+		if !ok {
+			what := describe(spec, g, replicas) + " on rack " + rack
+			return Wait{Reason: cosmic.NewReason(cosmic.ReasonNoCapacity, what+": the rack that keeps the job's standalone volume has not reported"), WaitingFor: what}
+		}
+		if spec.MultiNode() {
+			return Impossible{cosmic.NewReason(cosmic.ReasonInvalidSpec, "a replica that may span nodes cannot be kept to one rack's standalone volume")}
+		}
+		pin = ri
+	}
 	if g < 1 || g > cosmic.MaxGPUs {
 		return Impossible{cosmic.NewReason(cosmic.ReasonInvalidSpec, fmt.Sprintf("a replica asks for %d GPUs", g))}
 	}
@@ -74,6 +93,12 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 	groups, imp := s.matching(spec.Location, spec.Resources.GPUModel)
 	if imp != nil {
 		return *imp
+	}
+	if pin >= 0 && !slices.ContainsFunc(groups, func(gi int) bool {
+		return slices.ContainsFunc(s.groups[gi].racks, func(rg rackGroup) bool { return rg.ri == pin })
+	}) {
+		return Impossible{cosmic.NewReason(cosmic.ReasonInvalidSpec, fmt.Sprintf("the job's standalone volume is kept on rack %s, which is not in %s with %s: create the job there",
+			rack, spec.Location, cmp.Or(spec.Resources.GPUModel, "GPUs")))}
 	}
 	maxTotal, anyNodes := 0, false
 	for _, gi := range groups {
@@ -104,7 +129,7 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 	if multi {
 		capacity, short = s.multiCapacity(groups, spec, g, replicas)
 	} else {
-		capacity, short = s.singleCapacity(groups, spec, g, replicas)
+		capacity, short = s.singleCapacity(groups, spec, g, replicas, pin)
 	}
 	if capacity == 0 && short != nil {
 		return Impossible{*short}
@@ -112,6 +137,10 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 	if multi && capacity == 0 {
 		return Impossible{cosmic.NewReason(cosmic.ReasonExceedsNodeGPUs,
 			fmt.Sprintf("a replica of %d GPUs cannot be split evenly over the nodes of any one rack in %s (largest node: %d GPUs)", g, spec.Location, maxTotal))}
+	}
+	if capacity < replicas && pin >= 0 {
+		return Impossible{cosmic.NewReason(cosmic.ReasonExceedsNodeGPUs,
+			fmt.Sprintf("no node of rack %s, which keeps the job's standalone volume, holds a replica of %d GPUs", rack, g))}
 	}
 	if capacity < replicas {
 		return Impossible{cosmic.NewReason(cosmic.ReasonExceedsLocationGPUs,
@@ -125,14 +154,14 @@ func Place(s *Snapshot, job cosmic.Job) Decision {
 		}
 	}
 	if !multi {
-		pick := func() (cosmic.Reservation, bool) { return s.pickSingle(groups, spec, g) }
+		pick := func() (cosmic.Reservation, bool) { return s.pickSingle(groups, spec, g, pin) }
 		if s.Policy(spec.Location) == cosmic.PolicyFGD {
-			pick = func() (cosmic.Reservation, bool) { return s.pickFGD(groups, spec, g) }
+			pick = func() (cosmic.Reservation, bool) { return s.pickFGD(groups, spec, g, pin) }
 		}
 		if out, ok := s.tryPlace(job.ID, unplaced, pick); ok {
 			return Placed{Reservations: out}
 		}
-		return wait(s.shortNow(groups, spec, g, g))
+		return wait(s.shortNow(groups, spec, g, g, pin))
 	}
 	// Every replica of one decision spreads over the same number of nodes
 	// k, the smallest that fits now. Several replicas are first ranked by
@@ -164,14 +193,14 @@ func (s *Snapshot) charge(spec cosmic.Spec, ri, gpus, g int) (int64, int64) {
 // shortNow says what a one-node part of per GPUs waits for when some usable
 // node has the GPUs free but none also has the CPU or memory: a note for
 // the Wait reason ("" when GPUs are what it waits for).
-func (s *Snapshot) shortNow(groups []int, spec cosmic.Spec, per, g int) string {
+func (s *Snapshot) shortNow(groups []int, spec cosmic.Spec, per, g, pin int) string {
 	gpus, cpu, mem := false, false, false
 	var cpuAsk, memAsk, cpuBest, memBest int64
 	for _, gi := range groups {
 		gr := s.groups[gi]
 		for _, ni := range gr.nodes {
 			n := &s.nodes[ni]
-			if !n.usable || bits.OnesCount64(n.free) < per {
+			if !n.usable || bits.OnesCount64(n.free) < per || pin >= 0 && n.ri != pin {
 				continue
 			}
 			gpus = true
@@ -285,7 +314,7 @@ func (s *Snapshot) slots(sh shape, ri int, spec cosmic.Spec, per, g int) (int, c
 // singleCapacity is how many one-node replicas of g GPUs the groups' nodes
 // hold when empty (counting stops at want) and, when none for want of CPU
 // or memory, why.
-func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g, want int) (int, *cosmic.Reason) {
+func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g, want, pin int) (int, *cosmic.Reason) {
 	n := 0
 	var (
 		why              cosmic.ReasonCode
@@ -293,6 +322,9 @@ func (s *Snapshot) singleCapacity(groups []int, spec cosmic.Spec, g, want int) (
 	)
 	for _, gi := range groups {
 		for _, rg := range s.groups[gi].racks {
+			if pin >= 0 && rg.ri != pin {
+				continue
+			}
 			for _, sh := range rg.shapes {
 				k, w := s.slots(sh, rg.ri, spec, g, g)
 				if n += sh.count * k; n >= want {
@@ -403,7 +435,7 @@ func maxReplicas(slots *[MaxNodeGPUs + 1]int, k, want int) int {
 // pickSingle chooses, by best-fit, the usable node with the fewest free
 // GPUs ≥ g that has the free CPU and memory too (then the lowest rack ID
 // and node name), and its lowest free GPUs.
-func (s *Snapshot) pickSingle(groups []int, spec cosmic.Spec, g int) (cosmic.Reservation, bool) {
+func (s *Snapshot) pickSingle(groups []int, spec cosmic.Spec, g, pin int) (cosmic.Reservation, bool) {
 	bestF, bestNode := MaxNodeGPUs+1, -1
 	for _, gi := range groups {
 		gr := s.groups[gi]
@@ -417,6 +449,9 @@ func (s *Snapshot) pickSingle(groups []int, spec cosmic.Spec, g int) (cosmic.Res
 					ni := gr.nodes[w*64+bits.TrailingZeros64(word)]
 					word &= word - 1
 					n := &s.nodes[ni]
+					if pin >= 0 && n.ri != pin {
+						continue
+					}
 					if c, m := s.charge(spec, n.ri, g, g); !n.fits(c, m) {
 						continue
 					}
@@ -456,7 +491,7 @@ func (s *Snapshot) reserve(ni int, spec cosmic.Spec, g int) cosmic.Reservation {
 // size is. Ties go to the fewest free GPUs, then the lowest rack ID and
 // node name. Nodes in one state score alike, so it scores states, not
 // nodes.
-func (s *Snapshot) pickFGD(groups []int, spec cosmic.Spec, g int) (cosmic.Reservation, bool) {
+func (s *Snapshot) pickFGD(groups []int, spec cosmic.Spec, g, pin int) (cosmic.Reservation, bool) {
 	mix := s.topClasses()
 	var own [mixClasses + 1]weighted
 	var (
@@ -467,7 +502,7 @@ func (s *Snapshot) pickFGD(groups []int, spec cosmic.Spec, g int) (cosmic.Reserv
 	for _, gi := range groups {
 		gr := s.groups[gi]
 		for k, st := range gr.states {
-			if k.free < g {
+			if k.free < g || pin >= 0 && k.ri != pin {
 				continue
 			}
 			c, m := s.charge(spec, k.ri, g, g)

@@ -641,3 +641,55 @@ func TestFGDAvoidsStrandingGPUsOnCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceOnKeepsToTheRack: a job that mounts a standalone volume is
+// placed only on the rack that keeps it, by either policy, even where the
+// policy prefers another; it waits for that rack's GPUs, or for the rack
+// to report; a rack of another location or model is no place for it.
+func TestPlaceOnKeepsToTheRack(t *testing.T) {
+	racks, nodes := fleet(t, "a us "+h100+" 1 8", "b us "+h100+" 1 8", "c eu "+h100+" 1 8")
+	// Best-fit and fgd both prefer a's node, which has 2 GPUs free.
+	held := []cosmic.Reservation{res("x", 0, "a", alloc("a-n0", seq(0, 6)...))}
+	for _, policy := range []string{cosmic.PolicyBestFit, cosmic.PolicyFGD} {
+		s, err := NewSnapshot(racks, nodes, held, WithDefaultPolicy(policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustPlace(t, s, container("free", "us", h100, 2)); got[0].Rack != "a" {
+			t.Fatalf("%s: an unkept job went to %s; the test wants a policy that prefers a", policy, got[0].Rack)
+		}
+		s, _ = NewSnapshot(racks, nodes, held, WithDefaultPolicy(policy))
+		p, ok := PlaceOn(s, container("kept", "us", h100, 2), "b").(Placed)
+		if !ok || p.Reservations[0].Rack != "b" {
+			t.Errorf("%s: PlaceOn b = %#v, want placed on b", policy, p)
+		}
+		w, ok := PlaceOn(s, container("big", "us", h100, 4), "a").(Wait)
+		if !ok || w.Reason.Code != cosmic.ReasonNoCapacity {
+			t.Errorf("%s: 4 GPUs kept to a (2 free) = %#v, want Wait", policy, w)
+		}
+	}
+	s := snap(t, racks, nodes, held...)
+	for _, tt := range []struct {
+		rack, job string
+		g         int
+		want      any
+		code      cosmic.ReasonCode
+		says      string
+	}{
+		{"z", "us", 1, Wait{}, cosmic.ReasonNoCapacity, "rack z"},
+		{"c", "us", 1, Impossible{}, cosmic.ReasonInvalidSpec, "rack c, which is not in us"},
+		{"b", "us", 9, Impossible{}, cosmic.ReasonExceedsNodeGPUs, "8"},
+	} {
+		d := PlaceOn(s, container("j", tt.job, h100, tt.g), tt.rack)
+		var r cosmic.Reason
+		switch d := d.(type) {
+		case Wait:
+			r = d.Reason
+		case Impossible:
+			r = d.Reason
+		}
+		if fmt.Sprintf("%T", d) != fmt.Sprintf("%T", tt.want) || r.Code != tt.code || !strings.Contains(r.Message, tt.says) {
+			t.Errorf("PlaceOn %s, %d GPUs = %#v, want %T %s saying %q", tt.rack, tt.g, d, tt.want, tt.code, tt.says)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package ork
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// Standalone volumes (docs/data.md, "Standalone volumes"): a rack keeps
+// each as a disk and reports it (worker.Capacity.Volumes), with the job
+// that has it mounted. A job that mounts one is placed only on the rack
+// that keeps it (placement.PlaceOn), and only while no other job holds
+// it: neither one holding GPUs (placed, perhaps not reported yet) nor
+// one the rack says has it mounted (a VM still powering off). A volume
+// no rack keeps yet is made where the first job that mounts it runs.
+
+// volumeUse is where a job's standalone volumes keep it and what holds
+// them.
+type volumeUse struct {
+	// rack is the rack the job must run on ("": any).
+	rack string
+	// busy, when set, is why the job waits (volume_in_use).
+	busy *cosmic.Reason
+	// impossible, when set, is why the job can never run (its volumes
+	// are kept on two racks).
+	impossible *cosmic.Reason
+}
+
+// volumeUseLocked says where job's standalone volumes keep it and whether
+// another job holds one.
+func (o *Ork) volumeUseLocked(job cosmic.Job) volumeUse {
+	var u volumeUse
+	names := job.Spec.StandaloneVolumes()
+	if len(names) == 0 {
+		return u
+	}
+	where := map[string]string{} // rack → the volume that keeps the job there
+	for _, name := range names {
+		key := cosmic.VolumeKey(job.Team, name)
+		for _, id := range keys(o.jobVolumes) {
+			if id == job.ID || !slices.Contains(o.jobVolumes[id], key) {
+				continue
+			}
+			if u.busy == nil {
+				r := cosmic.NewReason(cosmic.ReasonVolumeInUse, fmt.Sprintf("volume %s is mounted by job %s", name, id))
+				u.busy = &r
+			}
+			if res, ok := o.snap.Reserved(id, 0); ok {
+				where[res.Rack] = name
+			}
+		}
+		for _, rid := range keys(o.racks) {
+			for _, v := range o.racks[rid].volumes {
+				if v.Team != job.Team || v.Name != name {
+					continue
+				}
+				where[rid] = name
+				if v.Job != "" && v.Job != job.ID && u.busy == nil {
+					r := cosmic.NewReason(cosmic.ReasonVolumeInUse, fmt.Sprintf("volume %s is mounted by job %s, whose VM rack %s has not stopped yet", name, v.Job, rid))
+					u.busy = &r
+				}
+			}
+		}
+	}
+	racks := keys(where)
+	switch len(racks) {
+	case 0:
+	case 1:
+		u.rack = racks[0]
+	default:
+		r := cosmic.NewReason(cosmic.ReasonInvalidSpec, fmt.Sprintf("the job's standalone volumes are kept on different racks (%s on %s, %s on %s): a job mounts volumes of one rack",
+			where[racks[0]], racks[0], where[racks[1]], racks[1]))
+		u.impossible = &r
+	}
+	return u
+}
+
+// holdVolumesLocked notes the standalone volumes of a job that holds GPUs.
+func (o *Ork) holdVolumesLocked(job cosmic.Job) {
+	names := job.Spec.StandaloneVolumes()
+	if len(names) == 0 {
+		return
+	}
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = cosmic.VolumeKey(job.Team, n)
+	}
+	o.jobVolumes[job.ID] = keys
+}
+
+// Volumes lists the standalone volumes the racks keep (team "" : every
+// team's), by team and name.
+func (o *Ork) Volumes(team string) []cosmic.StoredVolume {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []cosmic.StoredVolume
+	for id, r := range o.racks {
+		for _, v := range r.volumes {
+			if team == "" || v.Team == team {
+				v.Rack = id
+				out = append(out, v)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b cosmic.StoredVolume) int {
+		return cmp.Or(cmp.Compare(a.Team, b.Team), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Rack, b.Rack))
+	})
+	return out
+}
