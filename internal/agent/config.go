@@ -57,6 +57,10 @@ type FileVolume struct {
 	// Archive and PushArchive mirror vmboot.AgentVolume's.
 	Archive     string `json:"archive,omitempty"`
 	PushArchive string `json:"pushArchive,omitempty"`
+	// Standalone, Disk and ReadOnly mirror vmboot.AgentVolume's.
+	Standalone string `json:"standalone,omitempty"`
+	Disk       string `json:"disk,omitempty"`
+	ReadOnly   bool   `json:"readOnly,omitempty"`
 }
 
 // Config is a parsed agent configuration.
@@ -149,8 +153,13 @@ func (fc FileConfig) Parse() (Config, error) {
 			errs = append(errs, fmt.Errorf("volume %d: mount path %q: want a clean absolute path below /", v.Index, v.MountPath))
 			continue
 		}
-		cfg.Volumes = append(cfg.Volumes, Volume{Index: v.Index, MountPath: v.MountPath, Dir: v.MountPath, Push: v.Push && v.Git == "", Delete: v.Delete, Target: v.Target, Git: v.Git,
-			Archive: v.Archive, PushArchive: v.PushArchive})
+		if v.Standalone != "" && !diskSerialRe.MatchString(v.Disk) {
+			errs = append(errs, fmt.Errorf("volume %d: standalone volume %q: disk serial %q: want 1 to 20 letters, digits, - or _", v.Index, v.Standalone, v.Disk))
+			continue
+		}
+		cfg.Volumes = append(cfg.Volumes, Volume{Index: v.Index, MountPath: v.MountPath, Dir: v.MountPath,
+			Push: v.Push && v.Git == "" && v.Standalone == "", Delete: v.Delete, Target: v.Target, Git: v.Git,
+			Archive: v.Archive, PushArchive: v.PushArchive, Standalone: v.Standalone, Disk: v.Disk, ReadOnly: v.ReadOnly})
 	}
 	if fc.DataProxy != "" {
 		u, err := url.Parse(fc.DataProxy)

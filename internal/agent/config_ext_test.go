@@ -86,9 +86,11 @@ func TestLoadConfigFromWorkerUserData(t *testing.T) {
 		cfg.Peers[0].Role != agentapi.RoleDirectory || cfg.Peers[0].Key.String() != ork || cfg.Peers[1].Addrs[0] != "10.0.0.2:7421" {
 		t.Fatalf("config %+v", cfg)
 	}
-	// The volumes the agent fills, at their mount paths in the VM: the
-	// datastore and Git ones (a standalone volume is not built yet).
-	wantVols := []agent.Volume{{Index: 0, MountPath: "/data", Dir: "/data"}, {Index: 2, MountPath: "/out", Dir: "/out", Push: true, Delete: true},
+	// The volumes the agent fills or mounts, at their mount paths in the
+	// VM: the datastore and Git ones, and the standalone one on its disk.
+	wantVols := []agent.Volume{{Index: 0, MountPath: "/data", Dir: "/data"},
+		{Index: 1, MountPath: "/scratch", Dir: "/scratch", Standalone: "tmp", Disk: "cosmicac-vol1", ReadOnly: true},
+		{Index: 2, MountPath: "/out", Dir: "/out", Push: true, Delete: true},
 		{Index: 3, MountPath: "/src", Dir: "/src", Git: "https://git.example/r.git"}}
 	if !slices.Equal(cfg.Volumes, wantVols) {
 		t.Fatalf("volumes %+v, want %+v", cfg.Volumes, wantVols)

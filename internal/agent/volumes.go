@@ -40,6 +40,12 @@ type Volume struct {
 	// Archive and PushArchive, when set, are the formats of the one
 	// object the volume is pulled from and pushed to (dataStore.archive).
 	Archive, PushArchive string
+	// Standalone, when set, is the name of the job's standalone volume
+	// (standalone.go): the disk whose serial is Disk, mounted at Dir
+	// (read-only when ReadOnly); on the simulated rack (Disk empty) Dir
+	// is the directory the rack keeps it in.
+	Standalone, Disk string
+	ReadOnly         bool
 }
 
 // pull copies volume v in with signer.
@@ -77,6 +83,12 @@ func (a *Agent) pullVolumes(ctx context.Context, n *fabric.Node) *cosmic.Reason 
 	}
 	for i, v := range a.cfg.Volumes {
 		a.setVolume(i, func(s *agentapi.VolumeStatus) { s.Phase = agentapi.VolumePulling })
+		if v.Standalone != "" {
+			if r := a.mountStandalone(ctx, i, v); r != nil {
+				return r
+			}
+			continue
+		}
 		if v.Git != "" {
 			if r := a.cloneVolume(ctx, i, v); r != nil {
 				return r

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 )
 
 // JobType is the kind of workload a job runs.
@@ -268,8 +267,7 @@ type StoredVolume struct {
 	Bytes int64 `json:"bytes"`
 	Size  int64 `json:"size,omitempty"`
 	// Job is the job whose replica has it mounted, if any.
-	Job       string    `json:"job,omitempty"`
-	CreatedAt time.Time `json:"createdAt,omitzero"`
+	Job string `json:"job,omitempty"`
 }
 
 // VolumeKey names a standalone volume: team and name.

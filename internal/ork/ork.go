@@ -427,11 +427,16 @@ func (o *Ork) modelOfLocked(r cosmic.Reservation) string {
 }
 
 // releaseHeldLocked uncounts a job's replica (AllReplicas: every one)
-// from the fair queue, after the snapshot released it.
+// from the fair queue and the holders of standalone volumes, after the
+// snapshot released it.
 func (o *Ork) releaseHeldLocked(jobID string, replica int) {
 	o.fq.Release(jobID, replica)
 	if replica < 0 {
 		delete(o.jobTeam, jobID) // else pruned by the next rebuild
+	}
+	if _, ok := o.snap.Reserved(jobID, 0); replica < 0 || !ok {
+		// A job with standalone volumes has one replica (a gpu-container
+		// job's): released, it holds them no more.
 		delete(o.jobVolumes, jobID)
 	}
 }

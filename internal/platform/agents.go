@@ -22,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/simsshd"
 	"github.com/cosmicac/cosmicac/internal/trust"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // agentRunner is what the simulated rack's two agent runners share: where
@@ -161,10 +162,17 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 		}
 		sshPort = sshd.Port()
 	}
+	vols, err := simVolumes(job, dir, boot.VolumesDir)
+	if err != nil {
+		if sshd != nil {
+			sshd.Close()
+		}
+		return failed(err)
+	}
 	cfg := agent.Config{JobID: job.ID, Team: job.Team, Replica: replica, Identity: id,
 		Peers: withWorker(s.peers, boot.Worker), Command: job.Spec.Command, Env: env, WorkDir: dir, Logs: boot.Logs,
 		TCPPorts: tcpPorts(job.Spec), SSHPort: sshPort, Notice: HostShellNotice(hostUser()),
-		Volumes: simVolumes(job, dir),
+		Volumes: vols,
 		OnChange: func(st agentapi.Status) {
 			if p := agentapi.CopyProgress(st.Volumes); p != nil && boot.Progress != nil {
 				boot.Progress(job.ID, replica, p)
@@ -212,17 +220,46 @@ func (s *simAgents) Start(ctx context.Context, job cosmic.Job, replica int, id *
 	return simcluster.AgentHandle{Ready: a.Ready(), Done: done, Stop: cancel, Exited: exited}
 }
 
-// simVolumes are the datastore volumes of job for its agent on the
-// simulated rack: no VM, so each goes to a directory of the replica's home
-// on the platform's host, home + the mount path (docs/data.md). The agent
-// says where in the job's system log.
-func simVolumes(job cosmic.Job, home string) []agent.Volume {
+// simVolumes are the volumes of job for its agent on the simulated rack:
+// no VM, so each datastore or Git volume goes to a directory of the
+// replica's home on the platform's host, home + the mount path, and each
+// standalone volume is the directory the rack keeps it in under
+// volumesDir (made the first time), linked to from home + the mount path
+// (docs/data.md). The agent says where
+// in the job's system log.
+func simVolumes(job cosmic.Job, home, volumesDir string) ([]agent.Volume, error) {
 	var out []agent.Volume
 	for _, v := range vmboot.Volumes(job.Spec) {
-		out = append(out, agent.Volume{Index: v.Index, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
-			Push: v.Push, Delete: v.Delete, Target: v.Target, Git: v.Git, Archive: v.Archive, PushArchive: v.PushArchive})
+		av := agent.Volume{Index: v.Index, MountPath: v.MountPath, Dir: filepath.Join(home, filepath.FromSlash(v.MountPath)),
+			Push: v.Push, Delete: v.Delete, Target: v.Target, Git: v.Git, Archive: v.Archive, PushArchive: v.PushArchive,
+			Standalone: v.Standalone, ReadOnly: v.ReadOnly}
+		if v.Standalone != "" {
+			if volumesDir == "" {
+				return nil, fmt.Errorf("volume %d (%s): this rack keeps no standalone volumes", v.Index, v.MountPath)
+			}
+			dir, err := worker.VolumePath(volumesDir, job.Team, v.Standalone, "")
+			if err == nil {
+				err = os.MkdirAll(dir, 0o700)
+			}
+			// The command finds it where it finds the others: home + the
+			// mount path, a link to the rack's directory.
+			if err == nil {
+				err = os.MkdirAll(filepath.Dir(av.Dir), 0o700)
+			}
+			if fi, lerr := os.Lstat(av.Dir); err == nil && lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+				err = os.Remove(av.Dir)
+			}
+			if err == nil {
+				err = os.Symlink(dir, av.Dir)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("volume %d (%s): %w", v.Index, v.MountPath, err)
+			}
+			av.Dir = dir
+		}
+		out = append(out, av)
 	}
-	return out
+	return out, nil
 }
 
 // HostShellNotice is what every shell session on the simulated rack is

@@ -102,6 +102,7 @@ func (p *Platform) startSimWorker(runCtx context.Context) (orkapi.RegisterRackPa
 	if cfg.LlamaServer != "" {
 		sim.LlamaCPP = true
 	}
+	sim.VolumesDir = filepath.Join(cfg.DataDir, "volumes", sim.Rack)
 	p.inference = &simInference{agentRunner: runner, runtime: cfg.simRuntime(), llamaServer: cfg.LlamaServer, modelDir: cfg.modelDir(),
 		modelCache: filepath.Join(cfg.DataDir, "cache", "models"),
 		peers: []agent.Peer{dir,

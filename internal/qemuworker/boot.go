@@ -118,7 +118,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	// A job with datastore volumes reaches them through the rack's egress
 	// proxy, forwarded in at GuestEgressPort.
 	var dataProxy string
-	if job.Spec.Type == cosmic.TypeGPUContainer && len(vmboot.Volumes(job.Spec)) > 0 {
+	if job.Spec.Type == cosmic.TypeGPUContainer && vmboot.NeedsDataProxy(job.Spec) {
 		if w.egress != nil {
 			g := net.JoinHostPort(GuestIP, strconv.Itoa(GuestEgressPort))
 			forwards = append(forwards, qemu.Forward{GuestAddr: g, HostAddr: w.egress.Addr()})

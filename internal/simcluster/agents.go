@@ -50,6 +50,10 @@ type Boot struct {
 	// when it is done), as its reports tell a rack's worker: the
 	// replica's progress while it starts.
 	Progress func(job string, replica int, p *cosmic.Progress)
+	// VolumesDir is where the rack keeps its standalone volumes
+	// (Config.VolumesDir): volume NAME of team TEAM is the directory
+	// VolumesDir/TEAM/NAME, made when first mounted.
+	VolumesDir string
 }
 
 // Peer is a fabric peer as a VMI's bootstrap names it: its key and
@@ -335,7 +339,9 @@ func ServeAgentReports(r fabric.Registrar, log *slog.Logger) {
 }
 
 // boot is the bootstrap the rack gives its agents.
-func (c *Cluster) boot() Boot { return Boot{Worker: c.worker, Logs: c.logs, Progress: c.agentProgress} }
+func (c *Cluster) boot() Boot {
+	return Boot{Worker: c.worker, Logs: c.logs, Progress: c.agentProgress, VolumesDir: c.cfg.VolumesDir}
+}
 
 // agentProgress takes what a starting replica's agent says it does: the
 // replica's progress until it runs.

@@ -240,7 +240,37 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 			MemoryMiB:   int64(c.cfg.MemoryGiBPerNode) * 1024,
 		})
 	}
+	out.Volumes = c.volumesLocked()
 	return out
+}
+
+// volumesLocked are the standalone volumes the rack keeps: the
+// directories of VolumesDir, each with the job whose replica's agent runs
+// on it (until it has ended: a kill's push may still run).
+func (c *Cluster) volumesLocked() []cosmic.StoredVolume {
+	if c.cfg.VolumesDir == "" {
+		return nil
+	}
+	held := map[string]string{}
+	for _, id := range slices.Sorted(maps.Keys(c.jobs)) {
+		j := c.jobs[id]
+		for _, r := range j.replicas {
+			if r.agent == nil {
+				continue
+			}
+			for _, name := range j.job.Spec.StandaloneVolumes() {
+				held[cosmic.VolumeKey(j.job.Team, name)] = id
+			}
+		}
+	}
+	vols, err := worker.ListVolumes(c.cfg.VolumesDir, "", 0)
+	if err != nil {
+		c.log.Warn("list standalone volumes", "err", err)
+	}
+	for i := range vols {
+		vols[i].Job = held[cosmic.VolumeKey(vols[i].Team, vols[i].Name)]
+	}
+	return vols
 }
 
 // Catalogue is what a simulated rack of cfg runs: any image, both job

@@ -48,6 +48,12 @@ type Config struct {
 	// the engine): its catalogue then lists the runtime. The other
 	// runtimes are simulated.
 	LlamaCPP bool `json:"-"`
+	// VolumesDir is where the rack keeps its standalone volumes, a
+	// directory each (VolumesDir/TEAM/NAME) that a replica's agent uses
+	// as the volume: no VM runs here to mount a disk in (docs/data.md).
+	// The platform sets it under its data directory; empty, a job that
+	// mounts one fails to start, saying why.
+	VolumesDir string `json:"-"`
 }
 
 // Defaults and bounds of a Config.

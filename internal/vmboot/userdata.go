@@ -176,14 +176,46 @@ type AgentVolume struct {
 	// volume, packed back.
 	Archive     string `json:"archive,omitempty"`
 	PushArchive string `json:"pushArchive,omitempty"`
+	// Standalone, when set, is the name of the job's standalone volume
+	// the rack attached as the disk whose serial is Disk (StandaloneSerial):
+	// the agent makes a file system on it the first time, then mounts
+	// it at MountPath, read-only when ReadOnly. Nothing is copied.
+	Standalone string `json:"standalone,omitempty"`
+	Disk       string `json:"disk,omitempty"`
+	ReadOnly   bool   `json:"readOnly,omitempty"`
 }
 
-// Volumes are the volumes of spec an agent fills: its datastore volumes
-// and its Git volumes (standalone volumes are not built yet,
-// docs/data.md).
+// StandaloneSerial is the serial of the disk that holds the job's
+// volume i, a standalone volume: the guest finds it at
+// /dev/disk/by-id/virtio-SERIAL (at most 20 characters, virtio-blk's
+// limit).
+func StandaloneSerial(i int) string { return fmt.Sprintf("cosmicac-vol%d", i) }
+
+// StandaloneVolumeGiB is the size of a standalone volume's disk: sparse,
+// so that it takes on the rack's storage what the jobs wrote.
+const StandaloneVolumeGiB = 100
+
+// NeedsDataProxy says whether the job's agent reaches datastores or Git
+// servers (its datastore and Git volumes): a standalone volume needs none.
+func NeedsDataProxy(spec cosmic.Spec) bool {
+	for _, v := range Volumes(spec) {
+		if v.Standalone == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Volumes are the volumes of spec an agent fills or mounts: its
+// datastore volumes, its Git volumes and its standalone volumes.
 func Volumes(spec cosmic.Spec) []AgentVolume {
 	var out []AgentVolume
 	for i, v := range spec.Volumes {
+		if st := v.Source.Standalone; st != nil {
+			out = append(out, AgentVolume{Index: i, MountPath: v.MountPath, Standalone: st.Name, Disk: StandaloneSerial(i),
+				ReadOnly: strings.ToUpper(v.Permission) == cosmic.PermissionRO || v.Permission == ""})
+			continue
+		}
 		if g := v.Source.PublicGit; g != nil {
 			out = append(out, AgentVolume{Index: i, MountPath: v.MountPath, Git: g.URL})
 			continue

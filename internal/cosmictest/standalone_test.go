@@ -1,0 +1,67 @@
+package cosmictest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cosmicac/cosmicac/internal/client"
+	"github.com/cosmicac/cosmicac/internal/cosmic"
+)
+
+// withScratch is a spec whose standalone volume scratch is mounted RW at
+// /scratch and whose command, if any, is cmd.
+func withScratch(name, cmd string) cosmic.Spec {
+	s := Container(name, 1)
+	if cmd != "" {
+		s.Command = []string{"sh", "-c", cmd}
+	}
+	s.Volumes = []cosmic.Volume{{MountPath: "/scratch", Permission: "RW", Source: cosmic.VolumeSource{Standalone: &cosmic.StandaloneSource{Name: "scratch"}}}}
+	return s
+}
+
+// TestStandaloneVolumeOutlivesTheJob: on the simulated rack, a standalone
+// volume is a directory the rack keeps: what one job wrote in it the next
+// job of the team that mounts it reads, after the first was deleted; while
+// a job has it mounted, another that mounts it waits (volume_in_use) and
+// runs once the first is killed; the rack reports it with the job that
+// has it.
+func TestStandaloneVolumeOutlivesTheJob(t *testing.T) {
+	e := NewEnv(t)
+	first := e.Create(withScratch("first", `echo "written by the first job" > "$HOME/scratch/kept.txt"`))
+	if j := e.WaitState(first.ID, cosmic.StateStopped, cosmic.StateFailed); j.Status.State != cosmic.StateStopped {
+		t.Fatalf("the first job: %s %+v", j.Status.State, j.Status.Reason)
+	}
+	if _, err := e.Client.DeleteJob(e.Ctx, first.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	second := e.Create(withScratch("second", `cat "$HOME/scratch/kept.txt" > "$HOME/seen.txt"`))
+	if j := e.WaitState(second.ID, cosmic.StateStopped, cosmic.StateFailed); j.Status.State != cosmic.StateStopped {
+		t.Fatalf("the second job: %s %+v", j.Status.State, j.Status.Reason)
+	}
+	seen, err := os.ReadFile(filepath.Join(e.DataDir, "vms", second.ID+"-r0", "seen.txt"))
+	if err != nil || string(seen) != "written by the first job\n" {
+		t.Fatalf("the second job read %q, %v; want what the first wrote", seen, err)
+	}
+	e.records(second.ID, func(rs []client.LogRecord) bool {
+		for _, r := range rs {
+			if r.Step == "volume" && strings.Contains(r.Line, "standalone volume scratch") && strings.Contains(r.Line, "1 files") {
+				return true
+			}
+		}
+		return false
+	})
+
+	holder := e.Create(withScratch("holder", ""))
+	e.WaitState(holder.ID, cosmic.StateRunning)
+	waiter := e.Create(withScratch("waiter", ""))
+	j := e.WaitState(waiter.ID, cosmic.StateQueued)
+	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonVolumeInUse || !strings.Contains(j.Status.Reason.Message, holder.ID) {
+		t.Fatalf("a second job mounting the volume: %+v, want volume_in_use naming %s", j.Status.Reason, holder.ID)
+	}
+	if _, err := e.Client.KillJob(e.Ctx, holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(waiter.ID, cosmic.StateRunning)
+}
