@@ -149,9 +149,9 @@ type Ork struct {
 	// jobVolumes are the standalone volumes (cosmic.VolumeKey) of each
 	// job holding GPUs that mounts any (volumes.go).
 	jobVolumes map[string][]string
-	kick      chan struct{} // asks the loop for a scheduling pass
-	book      peerBook      // the bound keys (watchPeers)
-	feed      *changeFeed   // the jobs' version (watchJobs)
+	kick       chan struct{} // asks the loop for a scheduling pass
+	book       peerBook      // the bound keys (watchPeers)
+	feed       *changeFeed   // the jobs' version (watchJobs)
 	// inflight counts the Applies on their way to workers (KillJob waits).
 	inflight applies
 	// The autoscaler's (autoscale.go): the proxies' last load reports,

@@ -76,6 +76,8 @@ func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error)
 			out = append(out, v)
 		}
 	}
-	slices.SortFunc(out, func(a, b cosmic.StoredVolume) int { return strings.Compare(cosmic.VolumeKey(a.Team, a.Name), cosmic.VolumeKey(b.Team, b.Name)) })
+	slices.SortFunc(out, func(a, b cosmic.StoredVolume) int {
+		return strings.Compare(cosmic.VolumeKey(a.Team, a.Name), cosmic.VolumeKey(b.Team, b.Name))
+	})
 	return out, nil
 }
