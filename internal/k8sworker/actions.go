@@ -152,12 +152,13 @@ func (w *Worker) deleteAllOf(ctx context.Context, obj client.Object, sel client.
 }
 
 // Apply implements worker.Worker. It builds each reserved replica's graph
-// (BuildReplica), server-side applies the job's root, makes it the owner of
-// everything else, then applies the Secrets, DataVolumes and Services
-// (concurrently) and the VMIs. A replica already running on the same
-// reservation is applied again (idempotent: drifted objects are repaired);
-// a stopped or failed one starts again, on its kept disk, once its old VMIs
-// are gone.
+// (BuildReplica), server-side applies the job's root, creates the job's
+// standalone volumes the cluster does not have yet (owned by no job), makes
+// the root the owner of everything else, then applies the Secrets,
+// DataVolumes and Services (concurrently) and the VMIs. A replica already
+// running on the same reservation is applied again (idempotent: drifted
+// objects are repaired); a stopped or failed one starts again, on its kept
+// disk, once its old VMIs are gone.
 //
 // A job whose replicas the rack cannot build is not an error: each replica
 // is reported failed with rack_refused (refuseJob).
@@ -218,6 +219,11 @@ func (w *Worker) Apply(ctx context.Context, p worker.ApplyParams) error {
 		}
 	}
 	if err != nil {
+		return fabricError("apply "+p.Job.ID, err)
+	}
+	// The job's standalone volumes, before the VMIs that attach them
+	// (every replica's graph names the same ones).
+	if err := ensureStandaloneVolumes(ctx, w.c, graphs[0].Standalone); err != nil {
 		return fabricError("apply "+p.Job.ID, err)
 	}
 	var errs, conflicts []error
@@ -488,14 +494,15 @@ func (w *Worker) restartReplica(ctx context.Context, k replicaKey, named bool) e
 
 // Delete implements worker.Worker: the replicas' VMIs, DataVolumes (whose
 // PVCs the cluster's garbage collector takes), Secrets and Services are
-// deleted, and for the whole job its root too; each replica is reported
-// Gone once none of its objects (and, for the whole job, not the root) is
-// left. The worker deletes the dependents itself rather than leaving it to
-// the garbage collector through the root, so deletion does not depend on
-// it; the root goes with propagation Background (the owner references
-// still let the collector take anything missed). With Force, VMIs get
-// grace period 0. Deleting what the rack does not hold succeeds (a named
-// replica is reported Gone again).
+// deleted, and for the whole job its root too (never the job's standalone
+// volumes: they carry no job label and no owner, and outlive it); each
+// replica is reported Gone once none of its objects (and, for the whole job,
+// not the root) is left. The worker deletes the dependents itself rather
+// than leaving it to the garbage collector through the root, so deletion
+// does not depend on it; the root goes with propagation Background (the
+// owner references still let the collector take anything missed). With
+// Force, VMIs get grace period 0. Deleting what the rack does not hold
+// succeeds (a named replica is reported Gone again).
 func (w *Worker) Delete(ctx context.Context, p worker.DeleteParams) error {
 	if err := w.available(ctx); err != nil {
 		return err

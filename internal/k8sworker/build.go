@@ -100,10 +100,17 @@ type Graph struct {
 	Services []*corev1.Service
 	// VMIs are the replica's VMIs, one per reserved node, by VMI index.
 	VMIs []*virtv1.VirtualMachineInstance
+	// Standalone are the DataVolumes of the job's standalone volumes
+	// (BuildStandaloneVolume), in the order of spec.volumes. They are the
+	// team's, not the job's: Objects leaves them out, SetOwner gives them
+	// no owner, and the worker creates each only if it is missing
+	// (standalone.go).
+	Standalone []*cdiv1.DataVolume
 }
 
 // Objects lists the graph's objects in the order to apply them: the root,
-// then what the VMIs need, then the VMIs.
+// then what the VMIs need, then the VMIs. The standalone volumes
+// (g.Standalone) are not the job's objects and are not listed.
 func (g Graph) Objects() []Object {
 	var out []Object
 	if g.Root != nil {
@@ -287,11 +294,12 @@ type vmiPlan struct {
 }
 
 // BuildReplica builds the objects of one replica of job on the GPUs r
-// reserves: per reserved node a cloud-init Secret, a DataVolume and a VMI;
-// a headless Service when the replica spans nodes; a Service for
-// defaultHttpPort when set. It is pure and deterministic. A reservation that
-// does not fit the job or the rack is an error (a *cosmic.FieldError per
-// problem, joined), never a panic.
+// reserves: per reserved node a cloud-init Secret, a DataVolume and a VMI; a
+// headless Service when the replica spans nodes; a Service for
+// defaultHttpPort when set; the DataVolume of each standalone volume the job
+// mounts (Graph.Standalone), which its VMI attaches. It is pure and
+// deterministic. A reservation that does not fit the job or the rack is an
+// error (a *cosmic.FieldError per problem, joined), never a panic.
 func BuildReplica(cfg RackConfig, job cosmic.Job, r cosmic.Reservation, boot Bootstrap) (Graph, error) {
 	plan, gpu, image, err := planReplica(cfg, job, r)
 	if err != nil {
@@ -301,7 +309,7 @@ func BuildReplica(cfg RackConfig, job cosmic.Job, r cosmic.Reservation, boot Boo
 	if err != nil {
 		return Graph{}, err
 	}
-	g := Graph{Root: root}
+	g := Graph{Root: root, Standalone: buildStandaloneVolumes(cfg, job)}
 	multi := len(plan) > 1
 	var hosts []string
 	if multi {
@@ -404,6 +412,14 @@ func planReplica(cfg RackConfig, job cosmic.Job, r cosmic.Reservation) ([]vmiPla
 	}
 	if s.DiskGB < 1 {
 		bad("spec.diskGB", "%d: want at least 1 GiB", s.DiskGB)
+	}
+	if s.Type != cosmic.TypeGPUContainer {
+		// One disk, attached to one VM: validation refuses these too.
+		for i, v := range s.Volumes {
+			if v.Source.Standalone != nil {
+				bad(fmt.Sprintf("spec.volumes[%d].volumeSource.standalone", i), "a standalone volume is mounted by a %s job's one VM, not a %s job's", cosmic.TypeGPUContainer, s.Type)
+			}
+		}
 	}
 	if s.Resources.CPU < 0 || s.Resources.Memory < 0 {
 		bad("spec.resources", "cpu and memory must not be negative")
@@ -516,6 +532,12 @@ func buildVMI(cfg RackConfig, job cosmic.Job, replica int, p vmiPlan, gpu GPURes
 		// read-only SATA CD-ROM from a containerDisk, as the agent disk.
 		disks = append(disks, virtv1.Disk{Name: engineDisk, DiskDevice: virtv1.DiskDevice{CDRom: &virtv1.CDRomTarget{Bus: virtv1.DiskBusSATA, ReadOnly: new(true)}}})
 		volumes = append(volumes, virtv1.Volume{Name: engineDisk, VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: cfg.Images.EngineDisk}}})
+	}
+	if s, v := standaloneDisks(job); len(s) > 0 {
+		// The job's standalone volumes, each a virtio disk with the
+		// serial the agent finds it by (standalone.go).
+		disks = append(disks, s...)
+		volumes = append(volumes, v...)
 	}
 	if needsNGCKey(cfg, job) {
 		// The rack's NGC key, for the NIM only: a config disk KubeVirt

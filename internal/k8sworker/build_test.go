@@ -82,6 +82,24 @@ func buildCases() map[string]buildCase {
 			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{0}}}},
 			boot: testBootstrap(1),
 		},
+		// Standalone volumes, one RW and one RO: a blank DataVolume each,
+		// the team's (no owner, no job label), and a virtio disk each on
+		// the VMI with the serial the agent finds it by.
+		"container-standalone": {
+			cfg: func() RackConfig {
+				c := DefaultRackConfig()
+				c.StorageClassName = "local-nvme"
+				return c
+			}(),
+			job: testJob("ML Research", cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: "us", Image: "docker.io/cosmicac/ubuntu-cuda:24.04",
+				Volumes: []cosmic.Volume{
+					{MountPath: "/data", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "datasets"}}},
+					{MountPath: "/scratch", Source: cosmic.VolumeSource{Standalone: &cosmic.StandaloneSource{Name: "scratch"}}},
+					{MountPath: "/ref", Permission: "RO", Source: cosmic.VolumeSource{Standalone: &cosmic.StandaloneSource{Name: "Ref_Data.v2"}}},
+				}}),
+			res:  cosmic.Reservation{JobID: testJobID, Rack: def.Rack, Nodes: []cosmic.NodeAlloc{{Node: "gpu-node-1", GPUs: []int{0}}}},
+			boot: testBootstrap(1),
+		},
 		"container-8gpu": {
 			cfg: func() RackConfig {
 				c := DefaultRackConfig()
@@ -247,7 +265,11 @@ func TestBuildReplicaGolden(t *testing.T) {
 			root := g.Root.DeepCopy()
 			root.UID = testRootID
 			g.SetOwner(root)
-			checkGolden(t, name+".yaml", kubectlYAML(t, g.Objects()))
+			objs := g.Objects()
+			for _, dv := range g.Standalone {
+				objs = append(objs, dv) // the team's, after the job's
+			}
+			checkGolden(t, name+".yaml", kubectlYAML(t, objs))
 
 			var ud bytes.Buffer
 			for _, s := range g.Secrets {

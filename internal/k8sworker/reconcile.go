@@ -56,7 +56,8 @@ func objectOf(obj any) (client.Object, bool) {
 
 // setupInformers registers the indexes and event handlers. Every change of
 // a replica's object queues the replica; a change of a root queues the
-// job's replicas; a change of a node recomputes the capacity.
+// job's replicas; a change of a node, of a standalone volume or of a VMI
+// that attaches one recomputes the capacity.
 func (w *Worker) setupInformers(ctx context.Context) error {
 	for _, o := range replicaObjects() {
 		if err := w.cache.IndexField(ctx, o, indexReplica, func(o client.Object) []string {
@@ -114,6 +115,22 @@ func (w *Worker) setupInformers(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// A standalone volume's DataVolume, or a VMI that attaches one, coming
+	// or going changes the volumes Capacity reports.
+	for _, o := range []client.Object{&cdiv1.DataVolume{}, &virtv1.VirtualMachineInstance{}} {
+		inf, err := w.cache.GetInformer(ctx, o)
+		if err != nil {
+			return fmt.Errorf("k8sworker: informer %T: %w", o, err)
+		}
+		changed := func(obj any) { w.standaloneEvent(ctx, obj) }
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    changed,
+			UpdateFunc: func(_, n any) { changed(n) },
+			DeleteFunc: changed,
+		}); err != nil {
+			return err
+		}
+	}
 	nodes, err := w.cache.GetInformer(ctx, &corev1.Node{})
 	if err != nil {
 		return fmt.Errorf("k8sworker: informer Node: %w", err)
@@ -170,6 +187,7 @@ func (w *Worker) afterSync(ctx context.Context) {
 	}
 	w.enqueueAll(ctx, 0)
 	w.nodesChanged(ctx)
+	w.volumesChanged(ctx)
 	w.mu.Lock()
 	w.markCapacityLocked()
 	w.mu.Unlock()
@@ -457,6 +475,11 @@ func (w *Worker) createVMIs(ctx context.Context, k replicaKey, o observation, re
 	g, err := BuildReplica(w.cfg, job, res, Bootstrap{})
 	if err != nil {
 		return fmt.Errorf("replica %s: rebuild: %w", k, err)
+	}
+	// A standalone volume deleted behind the worker's back is made again
+	// (empty), rather than leave the VMI waiting for it.
+	if err := ensureStandaloneVolumes(ctx, w.c, g.Standalone); err != nil {
+		return fmt.Errorf("replica %s: %w", k, err)
 	}
 	g.SetOwner(o.root)
 	objs := make([]Object, 0, len(indices))

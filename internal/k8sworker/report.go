@@ -175,7 +175,11 @@ func (w *Worker) reportLoop(ctx context.Context) {
 			if err != nil {
 				return worker.Capacity{}, err
 			}
-			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg)}, nil
+			vols, err := w.volumes(ctx)
+			if err != nil {
+				return worker.Capacity{}, err
+			}
+			return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg), Volumes: vols}, nil
 		},
 		Delivered: w.delivered,
 	})

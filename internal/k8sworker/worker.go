@@ -96,6 +96,10 @@ type Worker struct {
 	gone       map[replicaKey]time.Time
 	gonePruned time.Time
 	lastCap    []cosmic.Node
+	// lastVols are the standalone volumes last seen (volumesChanged,
+	// guarded by mu); volMu orders the computations of them.
+	lastVols []cosmic.StoredVolume
+	volMu    sync.Mutex
 }
 
 // replicaKey names one replica of a job.
@@ -302,7 +306,9 @@ func (w *Worker) available(ctx context.Context) error {
 }
 
 // Capacity implements worker.Worker: the rack's GPU nodes from the node
-// informer. It fails with unavailable while the apiserver is away.
+// informer, and its standalone volumes with the jobs that hold them (from
+// the DataVolume and VMI informers). It fails with unavailable while the
+// apiserver is away.
 func (w *Worker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err := w.available(ctx); err != nil {
 		return worker.Capacity{}, err
@@ -311,7 +317,11 @@ func (w *Worker) Capacity(ctx context.Context) (worker.Capacity, error) {
 	if err != nil {
 		return worker.Capacity{}, fabric.Errorf(fabric.CodeUnavailable, "rack %s: list nodes: %v", w.cfg.Rack, err)
 	}
-	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, Overhead: KubeVirtOverhead, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg)}, nil
+	vols, err := w.volumes(ctx)
+	if err != nil {
+		return worker.Capacity{}, fabric.Errorf(fabric.CodeUnavailable, "rack %s: list standalone volumes: %v", w.cfg.Rack, err)
+	}
+	return worker.Capacity{Rack: w.cfg.Rack, Nodes: nodes, Overhead: KubeVirtOverhead, ObservedAt: w.now(), Problem: w.problem.get(), Catalogue: Catalogue(w.cfg), Volumes: vols}, nil
 }
 
 func (w *Worker) nodes(ctx context.Context) ([]cosmic.Node, error) {
