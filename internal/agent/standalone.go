@@ -64,6 +64,10 @@ func (a *Agent) mountStandalone(ctx context.Context, i int, v Volume) *cosmic.Re
 		return fail(err)
 	}
 	made := fstype == ""
+	if made && v.ReadOnly {
+		// A disk attached read-only cannot be given a file system.
+		return fail(errors.New("the volume is new and empty, and mounted read-only (RO, the default permission): give it permission RW in the job that makes it"))
+	}
 	if made {
 		label := v.Standalone[:min(len(v.Standalone), 16)]
 		if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", label, "-E", "lazy_itable_init=1,lazy_journal_init=1", dev).CombinedOutput(); err != nil {

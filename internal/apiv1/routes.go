@@ -146,6 +146,7 @@ const (
 	OpRotateAPIKey            = "rotateAPIKey"
 	OpCreateDatastore         = "createDatastore"
 	OpListDatastores          = "listDatastores"
+	OpListVolumes             = "listVolumes"
 	OpGetDatastore            = "getDatastore"
 	OpSetDatastoreCredentials = "setDatastoreCredentials"
 	OpDeleteDatastore         = "deleteDatastore"
@@ -396,6 +397,11 @@ func Routes() []Route {
 			Request: CreateDatastore{}, Response: Datastore{}, Status: http.StatusCreated, Errors: []int{http.StatusConflict}},
 		{Op: OpListDatastores, Method: http.MethodGet, Path: Prefix + "/datastores", Tag: "datastores", Perm: authz.DatastoresRead,
 			Summary: "List the caller's team's datastores (never their secret keys), by alias", Response: DatastoreList{}, Status: http.StatusOK},
+		{Op: OpListVolumes, Method: http.MethodGet, Path: Prefix + "/volumes", Tag: "volumes", Perm: authz.JobsRead,
+			Summary: "List the caller's team's standalone volumes: the rack that keeps each, its size, and the job that has it mounted",
+			Description: "A standalone volume is made by the first job that mounts it (spec.volumes[].volumeSource.standalone) and kept by the rack that ran that job after the job is gone; " +
+				"a later job that mounts it is placed on that rack, and waits (volume_in_use) while another job has it. Another team's volumes never appear (docs/data.md).",
+			Response: VolumeList{}, Status: http.StatusOK},
 		{Op: OpGetDatastore, Method: http.MethodGet, Path: Prefix + "/datastores/{alias}", Tag: "datastores", Perm: authz.DatastoresRead,
 			Summary:  "Read one of the caller's team's datastores (never its secret key)",
 			Params:   []Param{datastoreAlias},

@@ -141,6 +141,28 @@ func mergeCatalogues(cs []*cosmic.Catalogue) *cosmic.Catalogue {
 	return out
 }
 
+// listVolumes lists the caller's team's standalone volumes, from what
+// the racks last reported to the ork; another team's never appear.
+func (s *Server) listVolumes(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	rep, err := s.ork.ListRacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := apiv1.VolumeList{Items: []apiv1.Volume{}}
+	for _, ri := range rep.Racks {
+		for _, v := range ri.Volumes {
+			if v.Team == c.team {
+				out.Items = append(out.Items, apiv1.Volume{Name: v.Name, Team: v.Team, Rack: ri.ID, Bytes: v.Bytes, Size: v.Size, Job: v.Job})
+			}
+		}
+	}
+	slices.SortFunc(out.Items, func(a, b apiv1.Volume) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Rack, b.Rack)) })
+	out.Total = len(out.Items)
+	return out, nil
+}
+
 func (s *Server) getFleet(_ http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()

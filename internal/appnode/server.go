@@ -209,6 +209,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpJobHTTPOptions:          s.jobHTTP,
 		apiv1.OpGetFleet:                s.getFleet,
 		apiv1.OpListRacks:               s.listRacks,
+		apiv1.OpListVolumes:             s.listVolumes,
 		apiv1.OpRegisterRack:            s.registerRack,
 		apiv1.OpRemoveRack:              s.removeRack,
 		apiv1.OpCreateAPIKey:            s.createAPIKey,

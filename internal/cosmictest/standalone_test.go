@@ -1,13 +1,16 @@
 package cosmictest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/client"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // withScratch is a spec whose standalone volume scratch is mounted RW at
@@ -53,8 +56,36 @@ func TestStandaloneVolumeOutlivesTheJob(t *testing.T) {
 		return false
 	})
 
+	// The API lists it, the team's; another team has none, and its own
+	// volume named scratch is another volume.
+	waittest.NoErrorWithin(t, 10*time.Second, func() error {
+		vols, err := e.Client.ListVolumes(e.Ctx)
+		if err != nil || len(vols) != 1 || vols[0].Name != "scratch" || vols[0].Bytes != int64(len("written by the first job\n")) || vols[0].Job != "" {
+			return fmt.Errorf("volumes %+v, %v; want scratch of 25 bytes, held by no job", vols, err)
+		}
+		return nil
+	}, "the team's volume to be listed")
+	other := client.New(e.P.URL, e.AddUser("olga", "team-o", cosmic.RoleAdmin))
+	if vols, err := other.ListVolumes(e.Ctx); err != nil || len(vols) != 0 {
+		t.Errorf("another team's volumes: %+v, %v; want none", vols, err)
+	}
+	theirs, err := other.CreateJob(e.Ctx, withScratch("theirs", `ls "$HOME/scratch" | wc -l > "$HOME/seen.txt"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(theirs.ID, cosmic.StateStopped)
+	if seen, err := os.ReadFile(filepath.Join(e.DataDir, "vms", theirs.ID+"-r0", "seen.txt")); err != nil || strings.TrimSpace(string(seen)) != "0" {
+		t.Errorf("another team's job mounting its own scratch found %q files, %v; want none", seen, err)
+	}
+
 	holder := e.Create(withScratch("holder", ""))
 	e.WaitState(holder.ID, cosmic.StateRunning)
+	waittest.NoErrorWithin(t, 10*time.Second, func() error {
+		if vols, err := e.Client.ListVolumes(e.Ctx); err != nil || len(vols) != 1 || vols[0].Job != holder.ID {
+			return fmt.Errorf("volumes %+v, %v; want scratch mounted by %s", vols, err, holder.ID)
+		}
+		return nil
+	}, "the volume to be listed as the running job's")
 	waiter := e.Create(withScratch("waiter", ""))
 	j := e.WaitState(waiter.ID, cosmic.StateQueued)
 	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonVolumeInUse || !strings.Contains(j.Status.Reason.Message, holder.ID) {

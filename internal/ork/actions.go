@@ -812,6 +812,10 @@ func (o *Ork) ListRacks() orkapi.ListRacksReply {
 	for _, id := range keys(o.racks) {
 		r := o.racks[id]
 		ri := orkapi.RackInfo{Rack: r.Rack, Nodes: slices.Clone(r.Nodes), Reachable: r.reachable, WorkerAddrs: r.WorkerAddrs, Problem: r.problem, Note: r.note, Catalogue: r.catalogue}
+		for _, v := range r.volumes {
+			v.Rack = id
+			ri.Volumes = append(ri.Volumes, v)
+		}
 		if ri.Nodes == nil {
 			ri.Nodes = []cosmic.Node{}
 		}

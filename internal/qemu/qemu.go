@@ -113,6 +113,9 @@ type Config struct {
 	// the job's model, for a llama.cpp replica (EngineDiskFor); "" attaches
 	// none.
 	EngineDisk string
+	// Volumes are disks kept apart from the VM (standalone volumes:
+	// MakeVolume), attached with their serials.
+	Volumes []Volume
 	// Forwards are the host ports the guest may reach.
 	Forwards []Forward
 	// SSHPort, when not 0, forwards 127.0.0.1:SSHPort on the host to the
@@ -193,6 +196,15 @@ func (c Config) Args() []string {
 	if c.EngineDisk != "" {
 		args = append(args, "-drive", "file="+c.EngineDisk+",if=virtio,format=raw,readonly=on")
 	}
+	for _, v := range c.Volumes {
+		// The host's cache honours the guest's flushes (no cache=unsafe, as
+		// the replica's own disk has): the volume outlives the VM.
+		d := "file=" + strings.ReplaceAll(v.Path, ",", ",,") + ",if=virtio,format=qcow2,discard=unmap,serial=" + v.Serial
+		if v.ReadOnly {
+			d += ",readonly=on"
+		}
+		args = append(args, "-drive", d)
+	}
 	if c.Image.Kernel != "" {
 		args = append(args, "-kernel", c.Image.Kernel, "-append", c.Image.Cmdline)
 		if c.Image.Initrd != "" {
@@ -210,6 +222,35 @@ func cpuModel(accel string) string {
 		return "host"
 	}
 	return "max"
+}
+
+// Volume is a disk attached to a VM that is not the VM's own: a
+// standalone volume's qcow2 (MakeVolume), which the guest finds at
+// /dev/disk/by-id/virtio-SERIAL.
+type Volume struct {
+	Path, Serial string
+	ReadOnly     bool
+}
+
+// MakeVolume makes the qcow2 disk of a standalone volume at path, of
+// sizeGiB (sparse: it takes what the guest writes), unless it exists; it
+// says whether it made it. The disk has no file system: the guest's agent
+// makes one the first time.
+func MakeVolume(ctx context.Context, path string, sizeGiB int) (bool, error) {
+	if _, err := os.Stat(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, err
+	}
+	tmp := path + ".new"
+	if out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", tmp, strconv.Itoa(sizeGiB)+"G").CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("qemu-img create: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return true, os.Rename(tmp, path)
 }
 
 // Prepare makes the VM's directory, its overlay if there is none (an

@@ -22,7 +22,9 @@ import (
 func TestArgs(t *testing.T) {
 	c := qemu.Config{Dir: "/vms/j1-r0", CPUs: 2, MemoryMiB: 1024, AgentDisk: "/cache/agent.iso", SSHPort: 2222, Relay: []string{"/bin/cosmicac", "qemu-relay"},
 		Forwards: []qemu.Forward{{GuestAddr: "10.0.2.100:7001", HostAddr: "127.0.0.1:7001"}},
-		Image:    qemu.Image{Disk: "/img/disk.qcow2", Format: "qcow2", Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "root=LABEL=root console=ttyS0"}}
+		Image:    qemu.Image{Disk: "/img/disk.qcow2", Format: "qcow2", Kernel: "/img/vmlinuz", Initrd: "/img/initrd.img", Cmdline: "root=LABEL=root console=ttyS0"},
+		Volumes: []qemu.Volume{{Path: "/vms/.volumes/t/scratch.qcow2", Serial: "cosmicac-vol0"},
+			{Path: "/vms/.volumes/t/ref,data.qcow2", Serial: "cosmicac-vol1", ReadOnly: true}}}
 	line := strings.Join(c.Args(), " ")
 	for _, want := range []string{
 		"-accel tcg,tb-size=128", "-cpu max", "-smp 2", "-m 1024",
@@ -32,6 +34,8 @@ func TestArgs(t *testing.T) {
 		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
 		"-kernel /img/vmlinuz -append root=LABEL=root console=ttyS0 -initrd /img/initrd.img",
 		"-serial file:/vms/j1-r0/console.log",
+		"-drive file=/vms/.volumes/t/scratch.qcow2,if=virtio,format=qcow2,discard=unmap,serial=cosmicac-vol0 ",
+		"-drive file=/vms/.volumes/t/ref,,data.qcow2,if=virtio,format=qcow2,discard=unmap,serial=cosmicac-vol1,readonly=on",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("args lack %q:\n%s", want, line)
@@ -250,5 +254,27 @@ func TestEngineDisk(t *testing.T) {
 	vc := qemu.Config{EngineDisk: iso}
 	if !strings.Contains(strings.Join(vc.Args(), " "), "file="+iso+",if=virtio,format=raw,readonly=on") {
 		t.Errorf("args %v lack the engine disk, read-only", vc.Args())
+	}
+}
+
+// TestMakeVolumeKeepsItsDisk: a standalone volume's disk is made once, a
+// sparse qcow2 of the size asked, and kept as it is after.
+func TestMakeVolumeKeepsItsDisk(t *testing.T) {
+	need(t, "qemu-img")
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), ".volumes", "team", "scratch.qcow2")
+	made, err := qemu.MakeVolume(ctx, path, 2)
+	if err != nil || !made {
+		t.Fatalf("MakeVolume = %v, %v; want a new disk", made, err)
+	}
+	out, err := exec.Command("qemu-img", "info", "--output=json", path).Output()
+	if err != nil || !strings.Contains(string(out), `"virtual-size": 2147483648`) || !strings.Contains(string(out), `"format": "qcow2"`) {
+		t.Fatalf("qemu-img info: %v\n%s", err, out)
+	}
+	fi, _ := os.Stat(path)
+	made, err = qemu.MakeVolume(ctx, path, 5)
+	fi2, _ := os.Stat(path)
+	if err != nil || made || !fi2.ModTime().Equal(fi.ModTime()) || fi2.Size() != fi.Size() {
+		t.Errorf("MakeVolume on a kept disk = %v, %v; want it left as it is", made, err)
 	}
 }

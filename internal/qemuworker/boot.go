@@ -19,6 +19,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
 	"github.com/cosmicac/cosmicac/internal/qemu"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // bootLocked starts replica r's VM in the background, reporting state until
@@ -133,6 +134,30 @@ func (w *Worker) boot(k replicaKey, gen int) {
 			w.mu.Unlock()
 		}
 	}
+	// Its standalone volumes: the rack's disks, made the first time.
+	var volumes []qemu.Volume
+	for _, v := range vmboot.Volumes(job.Spec) {
+		if v.Standalone == "" || job.Spec.Type != cosmic.TypeGPUContainer {
+			continue
+		}
+		path, err := worker.VolumePath(w.volumesDir(), job.Team, v.Standalone, VolumeSuffix)
+		var made bool
+		if err == nil {
+			made, err = qemu.MakeVolume(ctx, path, vmboot.StandaloneVolumeGiB)
+		}
+		if err != nil {
+			fail(stepDisk, fmt.Errorf("standalone volume %s: %w", v.Standalone, err))
+			return
+		}
+		w.mu.Lock()
+		if made {
+			w.recordLocked(r, "prepare_disk", true, "standalone volume %s: a new disk of %d GiB made, kept by the rack for team %s", v.Standalone, vmboot.StandaloneVolumeGiB, job.Team)
+		} else {
+			w.recordLocked(r, "prepare_disk", true, "standalone volume %s: the rack's disk attached as the last job left it", v.Standalone)
+		}
+		w.mu.Unlock()
+		volumes = append(volumes, qemu.Volume{Path: path, Serial: v.Disk, ReadOnly: v.ReadOnly})
+	}
 	ud, err := vmboot.UserData(vmboot.VM{Job: job, Replica: k.replica, Index: 0, Count: 1, GPUs: gpus,
 		Boot: vmboot.Bootstrap{Agents: []vmboot.AgentIdentity{ai}, Peers: peers}, Engine: engineDisk != "", DataProxy: dataProxy})
 	if err != nil {
@@ -147,7 +172,7 @@ func (w *Worker) boot(k replicaKey, gen int) {
 	cpus, memMiB := w.vmSize(job)
 	vc := qemu.Config{Dir: r.dir, Image: img, CPUs: cpus, MemoryMiB: memMiB, DiskGiB: job.Spec.DiskGB,
 		UserData: ud, MetaData: vmboot.MetaData(fmt.Sprintf("%s-r%d", job.ID, k.replica), hostname(job, k.replica)),
-		AgentDisk: agentDisk, EngineDisk: engineDisk, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
+		AgentDisk: agentDisk, EngineDisk: engineDisk, Volumes: volumes, Forwards: forwards, Relay: w.opts.Relay, MaxConns: w.cfg.MaxGuestConns,
 		OnRefused: w.onRefused(k, gen), Accel: w.accel, VFIO: w.vfio(res)}
 	if w.cfg.DebugSSH {
 		if vc.SSHPort, err = freePort(); err != nil {

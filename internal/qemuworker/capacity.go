@@ -6,12 +6,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/qemu"
+	"github.com/cosmicac/cosmicac/internal/vmboot"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
@@ -38,7 +40,45 @@ func (w *Worker) Capacity(context.Context) (worker.Capacity, error) {
 			Schedulable: true, Ready: true, UsedGPUs: used[name], FreeGPUs: w.cfg.GPUsPerNode - used[name],
 			CPUMilli: int64(w.cfg.CPUsPerNode) * 1000, MemoryMiB: int64(w.cfg.MemoryGiBPerNode) * 1024})
 	}
+	c.Volumes = w.volumesLocked()
 	return c, nil
+}
+
+// VolumeSuffix ends the name of a standalone volume's disk, kept at
+// volumesDir/TEAM/NAME.qcow2.
+const VolumeSuffix = ".qcow2"
+
+// volumesDir is where the rack keeps its standalone volumes' disks.
+func (w *Worker) volumesDir() string { return filepath.Join(w.cfg.Dir, ".volumes") }
+
+// volumesLocked are the standalone volumes the rack keeps, each with the
+// job whose VM has its disk: one that runs, boots or still powers off.
+func (w *Worker) volumesLocked() []cosmic.StoredVolume {
+	held := map[string]string{}
+	for _, r := range w.replicas {
+		halting := false
+		if r.halted != nil {
+			select {
+			case <-r.halted:
+			default:
+				halting = true
+			}
+		}
+		if r.vm == nil && !halting && !holdsGPUs(r.state) {
+			continue
+		}
+		for _, name := range r.job.Spec.StandaloneVolumes() {
+			held[cosmic.VolumeKey(r.job.Team, name)] = r.key.job
+		}
+	}
+	vols, err := worker.ListVolumes(w.volumesDir(), VolumeSuffix, vmboot.StandaloneVolumeGiB<<30)
+	if err != nil {
+		w.log.Warn("standalone volumes not listed", "dir", w.volumesDir(), "err", err)
+	}
+	for i := range vols {
+		vols[i].Job = held[cosmic.VolumeKey(vols[i].Team, vols[i].Name)]
+	}
+	return vols
 }
 
 // catalogue is what the rack runs: gpu-container jobs on the images of its

@@ -232,6 +232,10 @@ type RackInfo struct {
 	Catalogue *cosmic.Catalogue `json:"catalogue,omitempty"`
 	// WorkerAddrs is where the ork dials the worker.
 	WorkerAddrs []string `json:"workerAddrs,omitempty"`
+	// Volumes are the standalone volumes the rack keeps, of every team,
+	// as its worker last reported them (worker.Capacity.Volumes): the
+	// app-node shows a team its own only.
+	Volumes []cosmic.StoredVolume `json:"volumes,omitempty"`
 }
 
 // RegisterRackParams registers (or updates) a rack. WorkerAddrs tells the

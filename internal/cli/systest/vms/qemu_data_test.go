@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/gittest"
 	"github.com/cosmicac/cosmicac/internal/platform"
 	"github.com/cosmicac/cosmicac/internal/s3test"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // vmData is what TestQEMURackEndToEnd's job finds in its VM: a real S3
@@ -53,9 +56,11 @@ func newVMData(t *testing.T) *vmData {
 // egress lists the two servers in the QEMU rack's egress.
 func (d *vmData) egress(c *platform.Config) { c.QEMU.Rack.Egress = []string{d.srv.Endpoint, d.git.URL} }
 
-// volumes are the job's: an RO datastore volume, an RW one, a Git one.
+// volumes are the job's: an RO datastore volume, an RW one, a Git one,
+// and an RW standalone volume.
 func (d *vmData) volumes() []cosmic.Volume {
 	return []cosmic.Volume{
+		{MountPath: "/scratch", Permission: "RW", Source: cosmic.VolumeSource{Standalone: &cosmic.StandaloneSource{Name: "scratch"}}},
 		{MountPath: "/data", Permission: "RO", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "train"}}},
 		{Name: "out", MountPath: "/workspace/out", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "main", Container: "datasets", Prefix: "out"}}},
 		{MountPath: "/src", Source: cosmic.VolumeSource{PublicGit: &cosmic.PublicGitSource{URL: d.git.RepoURL("tools")}}},
@@ -87,6 +92,12 @@ func (d *vmData) checkRunning(t *testing.T, e *cosmictest.Env, jobID string, she
 	if out := shell("timeout 5 bash -c 'echo > /dev/tcp/10.0.2.2/" + port + "' 2>/dev/null && echo reached || echo unreachable"); out != "unreachable" {
 		t.Errorf("the VM and the store's port at the host's address: %q, want unreachable", out)
 	}
+	// The standalone volume: a disk of its own, new, given ext4 by the
+	// agent, mounted read-write at its mount path.
+	if got := shell("test -b /dev/disk/by-id/virtio-cosmicac-vol0 && findmnt -n -o FSTYPE,OPTIONS /scratch"); !strings.HasPrefix(got, "ext4 ") || !strings.Contains(got, " rw,") {
+		t.Errorf("the standalone volume at /scratch in the VM: %q, want its disk mounted ext4 rw", got)
+	}
+	shell("echo kept > /scratch/kept.txt && sync")
 	shell("echo checkpoint > /workspace/out/ckpt-1.txt && sync")
 	res, err := e.Client.DataSync(e.Ctx, jobID, apiv1.DataSync{Direction: apiv1.DataSyncPush, Volume: "out"}, 0)
 	if err != nil || len(res.Volumes) != 1 || res.Volumes[0].Objects != 1 || res.Volumes[0].Error != "" {
@@ -95,6 +106,42 @@ func (d *vmData) checkRunning(t *testing.T, e *cosmictest.Env, jobID string, she
 	if _, err := d.srv.Client(t).StatObject(t.Context(), "datasets", "out/ckpt-1.txt", minio.StatObjectOptions{}); err != nil {
 		t.Errorf("the checkpoint pushed while running is not in the bucket: %v", err)
 	}
+}
+
+// checkStandaloneKept: after a restart, the standalone volume is mounted
+// again as the job left it (the path a next job of the team takes too:
+// the rack's disk, its file system found, not made); the job's log says
+// so.
+func (d *vmData) checkStandaloneKept(t *testing.T, e *cosmictest.Env, jobID string, shell func(string) string) {
+	t.Helper()
+	if got := shell("cat /scratch/kept.txt"); got != "kept" {
+		t.Errorf("after restart the standalone volume's file = %q, want kept", got)
+	}
+	lines := jobLines(t, e, jobID, "mounted read-write as the last job left it", time.Minute)
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "standalone volume scratch mounted read-write as the last job left it") }) {
+		t.Errorf("the job's log does not say the restarted VM mounted the kept volume:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// checkStandaloneOutlives: the deleted job's standalone volume is still
+// the rack's, a qcow2 disk kept under its directory, listed by the API
+// with no job holding it.
+func (d *vmData) checkStandaloneOutlives(t *testing.T, e *cosmictest.Env, vms, team string) {
+	t.Helper()
+	disk := filepath.Join(vms, ".volumes", team, "scratch.qcow2")
+	if _, err := os.Stat(disk); err != nil {
+		t.Errorf("the standalone volume's disk after the job was deleted: %v", err)
+	}
+	waittest.NoErrorWithin(t, time.Minute, func() error {
+		vols, err := e.Client.ListVolumes(e.Ctx)
+		if err != nil {
+			return err
+		}
+		if len(vols) != 1 || vols[0].Name != "scratch" || vols[0].Job != "" || vols[0].Bytes <= 0 {
+			return fmt.Errorf("volumes %+v, want scratch, held by no job, with its bytes", vols)
+		}
+		return nil
+	}, "the API to list the volume the deleted job left")
 }
 
 // checkPushAtKill: a file written in the RW volume reaches the bucket when

@@ -271,6 +271,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 	if lines := jobLines(t, e, j.ID, "kept as the job left it", time.Minute); !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "kept as the job left it") }) {
 		t.Error("the job's log does not say the restarted replica kept its RW volume")
 	}
+	data.checkStandaloneKept(t, e, j.ID, shell)
 	dir := filepath.Join(vms, j.ID+"-r0")
 	if _, err := os.Stat(filepath.Join(dir, qemu.OverlayFile)); err != nil {
 		t.Fatalf("the replica's disk: %v", err)
@@ -288,6 +289,7 @@ func TestQEMURackEndToEnd(t *testing.T) { // not parallel: it sets the environme
 		}
 		return nil
 	}, "the deleted job's VM directory to go")
+	data.checkStandaloneOutlives(t, e, vms, j.Team)
 	// A job's command and its exit code: TestQEMURackFromDisk (its job has
 	// one, which saves a boot of minutes under TCG).
 	fmt.Fprintln(os.Stderr) // keep the VM boot logs apart in -v output
