@@ -118,7 +118,9 @@ func (d *vmData) checkStandaloneKept(t *testing.T, e *cosmictest.Env, jobID stri
 		t.Errorf("after restart the standalone volume's file = %q, want kept", got)
 	}
 	lines := jobLines(t, e, jobID, "mounted read-write as the last job left it", time.Minute)
-	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "standalone volume scratch mounted read-write as the last job left it") }) {
+	if !slices.ContainsFunc(lines, func(l string) bool {
+		return strings.Contains(l, "standalone volume scratch mounted read-write as the last job left it")
+	}) {
 		t.Errorf("the job's log does not say the restarted VM mounted the kept volume:\n%s", strings.Join(lines, "\n"))
 	}
 }
