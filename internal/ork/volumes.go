@@ -1,7 +1,6 @@
 package ork
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -88,24 +87,4 @@ func (o *Ork) holdVolumesLocked(job cosmic.Job) {
 		keys[i] = cosmic.VolumeKey(job.Team, n)
 	}
 	o.jobVolumes[job.ID] = keys
-}
-
-// Volumes lists the standalone volumes the racks keep (team "" : every
-// team's), by team and name.
-func (o *Ork) Volumes(team string) []cosmic.StoredVolume {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []cosmic.StoredVolume
-	for id, r := range o.racks {
-		for _, v := range r.volumes {
-			if team == "" || v.Team == team {
-				v.Rack = id
-				out = append(out, v)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b cosmic.StoredVolume) int {
-		return cmp.Or(cmp.Compare(a.Team, b.Team), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Rack, b.Rack))
-	})
-	return out
 }

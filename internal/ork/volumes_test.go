@@ -96,11 +96,13 @@ func TestStandaloneVolumeKeepsItsJobsToItsRack(t *testing.T) {
 			t.Errorf("a job mounting volumes of racks a and b: %v, want a field error saying they are on different racks", err)
 		}
 		var vols []string
-		for _, v := range e.o.Volumes("t") {
-			vols = append(vols, v.Rack+":"+v.Name)
+		for _, ri := range e.o.ListRacks().Racks {
+			for _, v := range ri.Volumes {
+				vols = append(vols, v.Rack+":"+v.Team+"/"+v.Name)
+			}
 		}
-		if strings.Join(vols, " ") != "a:elsewhere b:scratch" {
-			t.Errorf("team t's volumes = %v, want a:elsewhere b:scratch", vols)
+		if strings.Join(vols, " ") != "a:other/scratch a:t/elsewhere b:t/scratch" {
+			t.Errorf("the racks' volumes = %v, want a:other/scratch a:t/elsewhere b:t/scratch", vols)
 		}
 	})
 }
