@@ -147,6 +147,7 @@ const (
 	OpCreateDatastore         = "createDatastore"
 	OpListDatastores          = "listDatastores"
 	OpListVolumes             = "listVolumes"
+	OpDeleteVolume            = "deleteVolume"
 	OpGetDatastore            = "getDatastore"
 	OpSetDatastoreCredentials = "setDatastoreCredentials"
 	OpDeleteDatastore         = "deleteDatastore"
@@ -402,6 +403,12 @@ func Routes() []Route {
 			Description: "A standalone volume is made by the first job that mounts it (spec.volumes[].volumeSource.standalone) and kept by the rack that ran that job after the job is gone; " +
 				"a later job that mounts it is placed on that rack, and waits (volume_in_use) while another job has it. Another team's volumes never appear (docs/data.md).",
 			Response: VolumeList{}, Status: http.StatusOK},
+		{Op: OpDeleteVolume, Method: http.MethodDelete, Path: Prefix + "/volumes/{name}", Tag: "volumes", Perm: authz.JobsOperate,
+			Summary: "Delete a standalone volume of the caller's team, and what it holds",
+			Description: "The rack that keeps it removes its disk. While a job has it mounted (its VM runs, boots, or powers off after a kill) it is 409, naming the job; a volume the team does not have, another team's included, is 404. " +
+				"A job that mounts a volume of that name later makes a new, empty one.",
+			Params: []Param{{Name: "name", In: InPath, Type: "", Required: true, Description: "The volume's name in the caller's team"}},
+			Status: http.StatusNoContent, Errors: []int{http.StatusConflict}},
 		{Op: OpGetDatastore, Method: http.MethodGet, Path: Prefix + "/datastores/{alias}", Tag: "datastores", Perm: authz.DatastoresRead,
 			Summary:  "Read one of the caller's team's datastores (never its secret key)",
 			Params:   []Param{datastoreAlias},

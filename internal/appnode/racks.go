@@ -163,6 +163,23 @@ func (s *Server) listVolumes(_ http.ResponseWriter, r *http.Request, c *caller) 
 	return out, nil
 }
 
+// deleteVolume removes a standalone volume of the caller's team from the
+// rack that keeps it (the ork refuses while a job has it).
+func (s *Server) deleteVolume(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	name := r.PathValue("name")
+	if !cosmic.ValidVolumeName(name) {
+		return nil, errorf(http.StatusNotFound, apiv1.CodeNotFound, "team %s has no volume %s (see `cosmicac volumes list`)", c.team, clip(name))
+	}
+	c.auditTeam, c.auditTarget = c.team, name
+	ctx, cancel := s.orkCtx(r)
+	defer cancel()
+	if err := s.ork.DeleteVolume(ctx, orkapi.VolumeRef{Team: c.team, Name: name}); err != nil {
+		return nil, err
+	}
+	s.log.Info("standalone volume removed", "team", c.team, "volume", name, "user", c.user.Name)
+	return nil, nil
+}
+
 func (s *Server) getFleet(_ http.ResponseWriter, r *http.Request, _ *caller) (any, error) {
 	ctx, cancel := s.orkCtx(r)
 	defer cancel()

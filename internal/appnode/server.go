@@ -35,6 +35,7 @@ type Ork interface {
 	RegisterRack(ctx context.Context, p orkapi.RegisterRackParams) (orkapi.RackInfo, error)
 	ListRacks(ctx context.Context) (orkapi.ListRacksReply, error)
 	ForgetRacks(ctx context.Context, p orkapi.ForgetRacksParams) error
+	DeleteVolume(ctx context.Context, p orkapi.VolumeRef) error
 	WatchJobs(ctx context.Context, p orkapi.WatchJobsParams) (orkapi.JobsVersion, error)
 	SetQuota(ctx context.Context, p orkapi.SetQuotaParams) (orkapi.Quota, error)
 	DeleteQuota(ctx context.Context, p orkapi.QuotaRef) error
@@ -210,6 +211,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpGetFleet:                s.getFleet,
 		apiv1.OpListRacks:               s.listRacks,
 		apiv1.OpListVolumes:             s.listVolumes,
+		apiv1.OpDeleteVolume:            s.deleteVolume,
 		apiv1.OpRegisterRack:            s.registerRack,
 		apiv1.OpRemoveRack:              s.removeRack,
 		apiv1.OpCreateAPIKey:            s.createAPIKey,

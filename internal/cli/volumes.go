@@ -17,13 +17,14 @@ func (a *App) volumesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "volumes",
 		Aliases: []string{"volume"},
-		Short:   "List your team's standalone volumes",
+		Short:   "List and delete your team's standalone volumes",
 		Long: "A standalone volume is a disk a rack keeps for your team: the first job that mounts it\n" +
 			"(spec.volumes[].volumeSource.standalone.name) makes it, and it outlives that job. A later\n" +
 			"job that mounts it runs on the same rack, and waits while another job has it (docs/data.md).",
 	}
 	conn.add(cmd)
-	cmd.AddCommand(a.volumesListCommand(&conn))
+	cmd.AddCommand(a.volumesListCommand(&conn),
+		a.deleteCommand(&conn, "volume", "Delete a standalone volume of your team, and what it holds (refused while a job has it)", (*apiConn).DeleteVolume))
 	return cmd
 }
 

@@ -73,6 +73,9 @@ func ValidServedModelName(s string) bool {
 // (1–63 letters, digits, '-', '_' or '.', starting and ending alphanumeric).
 func ValidLocation(s string) bool { return len(s) <= 63 && identRe.MatchString(s) }
 
+// ValidVolumeName says whether s may name a standalone volume.
+func ValidVolumeName(s string) bool { return len(s) <= 63 && identRe.MatchString(s) }
+
 // ValidGPUModel reports whether s is shaped like a GPU model name such as
 // GH100_H100_SXM5_80GB (1–128 letters, digits, '-', '_' or '.').
 func ValidGPUModel(s string) bool { return len(s) <= 128 && identRe.MatchString(s) }

@@ -91,8 +91,28 @@ func TestStandaloneVolumeOutlivesTheJob(t *testing.T) {
 	if j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonVolumeInUse || !strings.Contains(j.Status.Reason.Message, holder.ID) {
 		t.Fatalf("a second job mounting the volume: %+v, want volume_in_use naming %s", j.Status.Reason, holder.ID)
 	}
+	if err := e.Client.DeleteVolume(e.Ctx, "scratch"); client.StatusOf(err) != 409 || !strings.Contains(err.Error(), holder.ID) {
+		t.Errorf("deleting the volume a job has: %v, want 409 naming %s", err, holder.ID)
+	}
 	if _, err := e.Client.KillJob(e.Ctx, holder.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.WaitState(waiter.ID, cosmic.StateRunning)
+
+	// Deleted once no job has it: its directory goes, the API lists none,
+	// another team's is not the team's to delete.
+	if _, err := e.Client.KillJob(e.Ctx, waiter.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitState(waiter.ID, cosmic.StateStopped)
+	if err := other.DeleteVolume(e.Ctx, "nope"); client.StatusOf(err) != 404 {
+		t.Errorf("deleting a volume the team does not have: %v, want 404", err)
+	}
+	waittest.NoErrorWithin(t, 10*time.Second, func() error { return e.Client.DeleteVolume(e.Ctx, "scratch") }, "the volume to be deleted once its job stopped")
+	if vols, err := e.Client.ListVolumes(e.Ctx); err != nil || len(vols) != 0 {
+		t.Errorf("volumes after the delete: %+v, %v; want none", vols, err)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(e.DataDir, "volumes", "*", "*", "scratch")); len(ents) != 1 {
+		t.Errorf("the rack's directories named scratch after the delete: %v, want another team's only", ents)
+	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // The label and annotations of a standalone volume's DataVolume. Team and
@@ -320,4 +321,31 @@ func (w *Worker) standaloneEvent(ctx context.Context, obj any) {
 		return
 	}
 	w.volumesChanged(ctx)
+}
+
+// DeleteVolume implements worker.Worker: it deletes the volume's
+// DataVolume (and with it its PVC), unless a VMI of the rack attaches it.
+// The list is read from the API server, not the informers: a VMI made a
+// moment ago must not lose its disk.
+func (w *Worker) DeleteVolume(ctx context.Context, p worker.VolumeRef) error {
+	if err := w.available(ctx); err != nil {
+		return err
+	}
+	vols, err := listStoredVolumes(ctx, w.c, w.cfg.Namespace)
+	if err != nil {
+		return fabric.Errorf(fabric.CodeUnavailable, "rack %s: list standalone volumes: %v", w.cfg.Rack, err)
+	}
+	i := slices.IndexFunc(vols, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
+	if i < 0 {
+		return fmt.Errorf("%w: this rack keeps no volume %s of team %s", cosmic.ErrNotFound, p.Name, p.Team)
+	}
+	if job := vols[i].Job; job != "" {
+		return fmt.Errorf("%w: volume %s is mounted by job %s: it is removed once that job has stopped", cosmic.ErrConflict, p.Name, job)
+	}
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: w.cfg.Namespace, Name: StandaloneVolumeName(p.Team, p.Name)}}
+	if err := w.c.Delete(ctx, dv); err != nil && !apierrors.IsNotFound(err) {
+		return fabric.Errorf(fabric.CodeUnavailable, "rack %s: delete DataVolume %s: %v", w.cfg.Rack, dv.Name, err)
+	}
+	w.volumesChanged(ctx)
+	return nil
 }

@@ -64,6 +64,9 @@ func (o *Ork) Serve(r fabric.Registrar) {
 	orkapi.WatchPeers.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.WatchPeersParams) (orkapi.Peers, error) {
 		return o.WatchPeers(ctx, p)
 	})
+	orkapi.DeleteVolume.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.VolumeRef) (struct{}, error) {
+		return struct{}{}, wireError(o.DeleteVolume(ctx, p))
+	})
 	orkapi.ForgetRacks.Handle(r, func(ctx context.Context, _ fabric.PublicKey, p orkapi.ForgetRacksParams) (struct{}, error) {
 		return struct{}{}, wireError(o.ForgetRacks(ctx, p))
 	})

@@ -192,6 +192,24 @@ func (w *fakeWorker) Delete(ctx context.Context, p worker.DeleteParams) error {
 	return nil
 }
 
+// DeleteVolume removes a volume the worker keeps, unless a job has it.
+func (w *fakeWorker) DeleteVolume(ctx context.Context, p worker.VolumeRef) error {
+	if err := w.enter(ctx, "deleteVolume "+p.Team+"/"+p.Name); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := slices.IndexFunc(w.volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
+	switch {
+	case i < 0:
+		return fmt.Errorf("%w: no volume %s", cosmic.ErrNotFound, p.Name)
+	case w.volumes[i].Job != "":
+		return fmt.Errorf("%w: volume %s is mounted by job %s", cosmic.ErrConflict, p.Name, w.volumes[i].Job)
+	}
+	w.volumes = slices.Delete(w.volumes, i, i+1)
+	return nil
+}
+
 func (w *fakeWorker) Jobs(ctx context.Context) ([]worker.JobReport, error) {
 	if err := w.enter(ctx, "jobs"); err != nil {
 		return nil, err

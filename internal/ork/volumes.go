@@ -1,10 +1,13 @@
 package ork
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // Standalone volumes (docs/data.md, "Standalone volumes"): a rack keeps
@@ -87,4 +90,43 @@ func (o *Ork) holdVolumesLocked(job cosmic.Job) {
 		keys[i] = cosmic.VolumeKey(job.Team, n)
 	}
 	o.jobVolumes[job.ID] = keys
+}
+
+// DeleteVolume removes a team's standalone volume, and what it holds,
+// from the rack that keeps it: not found when no rack reports it, a
+// conflict while a job holding GPUs mounts it (the rack refuses too while
+// a VM has it, one still powering off included).
+func (o *Ork) DeleteVolume(ctx context.Context, p orkapi.VolumeRef) error {
+	o.mu.Lock()
+	key := cosmic.VolumeKey(p.Team, p.Name)
+	rack := ""
+	for _, id := range keys(o.racks) {
+		if slices.ContainsFunc(o.racks[id].volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name }) {
+			rack = id
+			break
+		}
+	}
+	if rack == "" {
+		o.mu.Unlock()
+		return fmt.Errorf("%w: team %s has no volume %s", cosmic.ErrNotFound, p.Team, p.Name)
+	}
+	for _, id := range keys(o.jobVolumes) {
+		if slices.Contains(o.jobVolumes[id], key) {
+			o.mu.Unlock()
+			return conflictf("volume %s is mounted by job %s: delete it once that job has stopped", p.Name, id)
+		}
+	}
+	w := o.racks[rack].w
+	o.mu.Unlock()
+	cctx, cancel := o.workerCtx(ctx)
+	defer cancel()
+	if err := w.DeleteVolume(cctx, worker.VolumeRef{Team: p.Team, Name: p.Name}); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r := o.racks[rack]; r != nil {
+		r.volumes = slices.DeleteFunc(r.volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
+	}
+	return nil
 }

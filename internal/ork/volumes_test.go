@@ -95,14 +95,28 @@ func TestStandaloneVolumeKeepsItsJobsToItsRack(t *testing.T) {
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), "different racks") {
 			t.Errorf("a job mounting volumes of racks a and b: %v, want a field error saying they are on different racks", err)
 		}
+		// Deleting: refused while a job has it, another team's is not
+		// found, then removed by the rack that keeps it.
+		if err := e.o.DeleteVolume(e.ctx, orkapi.VolumeRef{Team: "t", Name: "scratch"}); !errors.Is(err, cosmic.ErrConflict) || !strings.Contains(err.Error(), third.ID) {
+			t.Errorf("deleting a volume a job has: %v, want a conflict naming %s", err, third.ID)
+		}
+		if err := e.o.DeleteVolume(e.ctx, orkapi.VolumeRef{Team: "t", Name: "nope"}); !errors.Is(err, cosmic.ErrNotFound) {
+			t.Errorf("deleting a volume no rack keeps: %v, want not found", err)
+		}
+		if err := e.o.DeleteVolume(e.ctx, orkapi.VolumeRef{Team: "other", Name: "scratch"}); err != nil {
+			t.Errorf("deleting team other's scratch: %v", err)
+		}
+		if a.count("deleteVolume other/scratch") != 1 || b.count("deleteVolume t/scratch") != 0 {
+			t.Errorf("the workers were asked %v and %v", a.calls, b.calls)
+		}
 		var vols []string
 		for _, ri := range e.o.ListRacks().Racks {
 			for _, v := range ri.Volumes {
 				vols = append(vols, v.Rack+":"+v.Team+"/"+v.Name)
 			}
 		}
-		if strings.Join(vols, " ") != "a:other/scratch a:t/elsewhere b:t/scratch" {
-			t.Errorf("the racks' volumes = %v, want a:other/scratch a:t/elsewhere b:t/scratch", vols)
+		if strings.Join(vols, " ") != "a:t/elsewhere b:t/scratch" {
+			t.Errorf("the racks' volumes = %v, want a:t/elsewhere b:t/scratch", vols)
 		}
 	})
 }

@@ -54,6 +54,29 @@ func (w *Worker) volumesDir() string { return filepath.Join(w.cfg.Dir, ".volumes
 // volumesLocked are the standalone volumes the rack keeps, each with the
 // job whose VM has its disk: one that runs, boots or still powers off.
 func (w *Worker) volumesLocked() []cosmic.StoredVolume {
+	held := w.heldVolumesLocked()
+	vols, err := worker.ListVolumes(w.volumesDir(), VolumeSuffix, vmboot.StandaloneVolumeGiB<<30)
+	if err != nil {
+		w.log.Warn("standalone volumes not listed", "dir", w.volumesDir(), "err", err)
+	}
+	for i := range vols {
+		vols[i].Job = held[cosmic.VolumeKey(vols[i].Team, vols[i].Name)]
+	}
+	return vols
+}
+
+// DeleteVolume implements worker.Worker: it removes the volume's disk,
+// unless a VM has it (one that runs, boots or still powers off).
+func (w *Worker) DeleteVolume(_ context.Context, p worker.VolumeRef) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held := w.heldVolumesLocked()
+	return worker.RemoveVolume(w.volumesDir(), VolumeSuffix, p, func() string { return held[cosmic.VolumeKey(p.Team, p.Name)] })
+}
+
+// heldVolumesLocked maps each standalone volume (cosmic.VolumeKey) whose
+// disk a VM has to the VM's job.
+func (w *Worker) heldVolumesLocked() map[string]string {
 	held := map[string]string{}
 	for _, r := range w.replicas {
 		halting := false
@@ -71,14 +94,7 @@ func (w *Worker) volumesLocked() []cosmic.StoredVolume {
 			held[cosmic.VolumeKey(r.job.Team, name)] = r.key.job
 		}
 	}
-	vols, err := worker.ListVolumes(w.volumesDir(), VolumeSuffix, vmboot.StandaloneVolumeGiB<<30)
-	if err != nil {
-		w.log.Warn("standalone volumes not listed", "dir", w.volumesDir(), "err", err)
-	}
-	for i := range vols {
-		vols[i].Job = held[cosmic.VolumeKey(vols[i].Team, vols[i].Name)]
-	}
-	return vols
+	return held
 }
 
 // catalogue is what the rack runs: gpu-container jobs on the images of its

@@ -244,13 +244,9 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 	return out
 }
 
-// volumesLocked are the standalone volumes the rack keeps: the
-// directories of VolumesDir, each with the job whose replica's agent runs
-// on it (until it has ended: a kill's push may still run).
-func (c *Cluster) volumesLocked() []cosmic.StoredVolume {
-	if c.cfg.VolumesDir == "" {
-		return nil
-	}
+// heldVolumesLocked maps each standalone volume (cosmic.VolumeKey) a
+// replica's agent runs on to its job.
+func (c *Cluster) heldVolumesLocked() map[string]string {
 	held := map[string]string{}
 	for _, id := range slices.Sorted(maps.Keys(c.jobs)) {
 		j := c.jobs[id]
@@ -263,6 +259,32 @@ func (c *Cluster) volumesLocked() []cosmic.StoredVolume {
 			}
 		}
 	}
+	return held
+}
+
+// DeleteVolume implements worker.Worker: it removes the volume's
+// directory, unless a replica's agent runs on it.
+func (c *Cluster) DeleteVolume(_ context.Context, p worker.VolumeRef) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.availableLocked(time.Now()); err != nil {
+		return err
+	}
+	if c.cfg.VolumesDir == "" {
+		return fmt.Errorf("%w: this rack keeps no standalone volumes", cosmic.ErrNotFound)
+	}
+	held := c.heldVolumesLocked()
+	return worker.RemoveVolume(c.cfg.VolumesDir, "", p, func() string { return held[cosmic.VolumeKey(p.Team, p.Name)] })
+}
+
+// volumesLocked are the standalone volumes the rack keeps: the
+// directories of VolumesDir, each with the job whose replica's agent runs
+// on it (until it has ended: a kill's push may still run).
+func (c *Cluster) volumesLocked() []cosmic.StoredVolume {
+	if c.cfg.VolumesDir == "" {
+		return nil
+	}
+	held := c.heldVolumesLocked()
 	vols, err := worker.ListVolumes(c.cfg.VolumesDir, "", 0)
 	if err != nil {
 		c.log.Warn("list standalone volumes", "err", err)

@@ -81,3 +81,29 @@ func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error)
 	})
 	return out, nil
 }
+
+// RemoveVolume removes team's standalone volume name kept under root
+// (root/team/name+suffix: a file, or with suffix "" a directory and all
+// it holds), unless inUse says a VM has it: cosmic.ErrNotFound when there
+// is none, cosmic.ErrConflict while in use.
+func RemoveVolume(root, suffix string, p VolumeRef, inUse func() string) error {
+	path, err := VolumePath(root, p.Team, p.Name, suffix)
+	if err != nil {
+		return fmt.Errorf("%w: %v", cosmic.ErrNotFound, err)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: this rack keeps no volume %s of team %s", cosmic.ErrNotFound, p.Name, p.Team)
+	} else if err != nil {
+		return err
+	}
+	if job := inUse(); job != "" {
+		return fmt.Errorf("%w: volume %s is mounted by job %s: it is removed once that job has stopped", cosmic.ErrConflict, p.Name, job)
+	}
+	// Moved aside first, then removed: a volume half removed is never
+	// found by the next job that mounts one of its name.
+	gone := filepath.Join(root, p.Team, ".deleting-"+p.Name+suffix)
+	if err := os.Rename(path, gone); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}

@@ -33,6 +33,8 @@ const (
 	MethodRestart  = "worker.restart"
 	MethodDelete   = "worker.delete"
 	MethodJobs     = "worker.jobs"
+	// MethodDeleteVolume removes a standalone volume the rack keeps.
+	MethodDeleteVolume = "worker.deleteVolume"
 )
 
 // MethodReport is served by the ork: workers push Reports to it.
@@ -188,6 +190,16 @@ type Worker interface {
 	Restart(ctx context.Context, r ReplicaRef) error
 	Delete(ctx context.Context, p DeleteParams) error
 	Jobs(ctx context.Context) ([]JobReport, error)
+	// DeleteVolume removes a standalone volume the rack keeps, and what
+	// it holds: cosmic.ErrNotFound when the rack keeps no such volume,
+	// cosmic.ErrConflict while a VM has it (docs/data.md).
+	DeleteVolume(ctx context.Context, p VolumeRef) error
+}
+
+// VolumeRef names a standalone volume: its team and name.
+type VolumeRef struct {
+	Team string `json:"team"`
+	Name string `json:"name"`
 }
 
 // Reporter receives a worker's reports: the ork, or a fabric client of it.
@@ -212,6 +224,9 @@ func Serve(r fabric.Registrar, w Worker) {
 	})
 	fabric.HandleFunc(r, MethodDelete, func(ctx context.Context, _ fabric.PublicKey, p DeleteParams) (none, error) {
 		return none{}, w.Delete(ctx, p)
+	})
+	fabric.HandleFunc(r, MethodDeleteVolume, func(ctx context.Context, _ fabric.PublicKey, p VolumeRef) (none, error) {
+		return none{}, w.DeleteVolume(ctx, p)
 	})
 	fabric.HandleFunc(r, MethodJobs, func(ctx context.Context, _ fabric.PublicKey, _ none) (JobsReply, error) {
 		jobs, err := w.Jobs(ctx)
@@ -253,6 +268,11 @@ func (c *Client) Restart(ctx context.Context, r ReplicaRef) error {
 // Delete implements Worker.
 func (c *Client) Delete(ctx context.Context, p DeleteParams) error {
 	return c.node.Call(ctx, c.key, MethodDelete, p, nil)
+}
+
+// DeleteVolume implements Worker.
+func (c *Client) DeleteVolume(ctx context.Context, p VolumeRef) error {
+	return c.node.Call(ctx, c.key, MethodDeleteVolume, p, nil)
 }
 
 // Jobs implements Worker.

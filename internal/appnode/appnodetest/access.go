@@ -92,6 +92,8 @@ func NewAccessEnv(t testing.TB, withPassword bool) *AccessEnv {
 	if _, err := e.Ork.RegisterRack(ctx, orkapi.RegisterRackParams{Rack: cosmic.Rack{ID: "r1", Type: "server", Location: "us", GPUModel: "H100", WorkerKey: "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"}}); err != nil {
 		t.Fatal(err)
 	}
+	// A standalone volume of team ml named as the routes' {name} is.
+	e.Ork.KeepVolume("r1", cosmic.StoredVolume{Team: "ml", Name: "zed", Bytes: 1 << 20})
 	k, _, err := appnode.NewAPIKey("k", "ml", "mia", time.Now()) // the member's: every role that may manage it reaches it
 	if err != nil {
 		t.Fatal(err)

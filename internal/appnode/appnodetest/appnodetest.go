@@ -79,7 +79,8 @@ func (o *Ork) Writes() int {
 	defer o.mu.Unlock()
 	n := 0
 	for _, m := range []string{orkapi.MethodCreateJob, orkapi.MethodDeleteJob, orkapi.MethodRestartJob,
-		orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodSetRequireAuth, orkapi.MethodRegisterRack, orkapi.MethodForgetRacks} {
+		orkapi.MethodKillJob, orkapi.MethodLabelJob, orkapi.MethodSetRequireAuth, orkapi.MethodRegisterRack, orkapi.MethodForgetRacks,
+		orkapi.MethodDeleteVolume} {
 		n += o.calls[m]
 	}
 	return n
@@ -462,6 +463,40 @@ func (o *Ork) ListRacks(context.Context) (orkapi.ListRacksReply, error) {
 	}
 	sort.Slice(out.Racks, func(a, b int) bool { return out.Racks[a].ID < out.Racks[b].ID })
 	return out, nil
+}
+
+// KeepVolume makes rack id (registered) report a standalone volume.
+func (o *Ork) KeepVolume(id string, v cosmic.StoredVolume) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.racks[id]
+	v.Rack = id
+	r.Volumes = append(r.Volumes, v)
+	o.racks[id] = r
+}
+
+// DeleteVolume removes a volume a rack keeps (KeepVolume); one a job has
+// is a conflict, one no rack keeps not found.
+func (o *Ork) DeleteVolume(_ context.Context, p orkapi.VolumeRef) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.begin(orkapi.MethodDeleteVolume); err != nil {
+		return err
+	}
+	for id, r := range o.racks {
+		i := slices.IndexFunc(r.Volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
+		if i < 0 {
+			continue
+		}
+		if job := r.Volumes[i].Job; job != "" {
+			return fmt.Errorf("%w: volume %s is mounted by job %s", cosmic.ErrConflict, p.Name, job)
+		}
+		r.Volumes = slices.Delete(slices.Clone(r.Volumes), i, i+1)
+		o.racks[id] = r
+		o.changes++
+		return nil
+	}
+	return fmt.Errorf("%w: team %s has no volume %s", cosmic.ErrNotFound, p.Team, p.Name)
 }
 
 // ForgetRacks removes racks; unknown IDs are not found.

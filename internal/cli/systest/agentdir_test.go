@@ -66,6 +66,8 @@ func (w *agentKeyWorker) Delete(_ context.Context, p worker.DeleteParams) error 
 	return nil
 }
 
+func (w *agentKeyWorker) DeleteVolume(context.Context, worker.VolumeRef) error { return nil }
+
 func (w *agentKeyWorker) Jobs(context.Context) ([]worker.JobReport, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -30,6 +30,9 @@ const (
 	MethodRegisterRack   = "registerRack"
 	MethodListRacks      = "listRacks"
 	MethodForgetRacks    = "forgetRacks"
+	// MethodDeleteVolume removes a team's standalone volume from the
+	// rack that keeps it.
+	MethodDeleteVolume = "deleteVolume"
 	// MethodWatchPeers answers the keys bound to racks and jobs
 	// (Peers), long-polled by the other components' keyrings.
 	MethodWatchPeers = "watchPeers"
@@ -66,6 +69,7 @@ var (
 	WatchJobs      = fabric.Method[WatchJobsParams, JobsVersion]{Name: MethodWatchJobs}
 	WatchPeers     = fabric.Method[WatchPeersParams, Peers]{Name: MethodWatchPeers}
 	ForgetRacks    = fabric.Method[ForgetRacksParams, struct{}]{Name: MethodForgetRacks}
+	DeleteVolume   = fabric.Method[VolumeRef, struct{}]{Name: MethodDeleteVolume}
 	SetQuota       = fabric.Method[SetQuotaParams, Quota]{Name: MethodSetQuota}
 	DeleteQuota    = fabric.Method[QuotaRef, struct{}]{Name: MethodDeleteQuota}
 	ListQuotas     = fabric.Method[ListQuotasParams, ListQuotasReply]{Name: MethodListQuotas}
@@ -250,6 +254,12 @@ type ListRacksReply struct {
 	Racks []RackInfo `json:"racks"`
 }
 
+// VolumeRef names a team's standalone volume.
+type VolumeRef struct {
+	Team string `json:"team"`
+	Name string `json:"name"`
+}
+
 // ForgetRacksParams removes racks. A rack with jobs holding GPUs is refused
 // unless Force, which fails those jobs with rack_removed.
 type ForgetRacksParams struct {
@@ -370,6 +380,12 @@ func (c *Client) RegisterRack(ctx context.Context, p RegisterRackParams) (RackIn
 // ListRacks lists racks with their capacity.
 func (c *Client) ListRacks(ctx context.Context) (ListRacksReply, error) {
 	return ListRacks.Call(ctx, c.node, c.key, struct{}{})
+}
+
+// DeleteVolume removes a team's standalone volume.
+func (c *Client) DeleteVolume(ctx context.Context, p VolumeRef) error {
+	_, err := DeleteVolume.Call(ctx, c.node, c.key, p)
+	return err
 }
 
 // ForgetRacks removes racks.

@@ -439,6 +439,8 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(orkapi.LoadReport{}, nil)
 	case orkapi.MethodForgetRacks:
 		return call(map[string]any{"ids": []string{"no-such-rack"}}, nil)
+	case orkapi.MethodDeleteVolume: // a volume no rack keeps: nothing is removed
+		return call(orkapi.VolumeRef{Team: "no-such-team", Name: "none"}, nil)
 	case orkapi.MethodWatchPeers:
 		return call(orkapi.WatchPeersParams{}, nil)
 	case orkapi.MethodWatchJobs: // without a version: answered at once
@@ -490,6 +492,8 @@ func (f *Fixture) probe(ctx context.Context, n *fabric.Node, tgt Peer, server tr
 		return call(struct{}{}, nil) // a job without an ID: refused as bad_request
 	case worker.MethodStop, worker.MethodRestart, worker.MethodDelete:
 		return call(map[string]any{"jobId": nowhere, "replica": 0}, nil)
+	case worker.MethodDeleteVolume: // the matrix's rack keeps none: nothing is removed
+		return call(worker.VolumeRef{Team: "no-such-team", Name: "none"}, nil)
 	case agentapi.MethodReport, agentapi.MethodInferenceReport:
 		// Reports are events; called as calls, their refusal is seen.
 		return call(map[string]any{"jobId": nowhere}, nil)
@@ -661,6 +665,8 @@ func (w *matrixRack) Delete(_ context.Context, p worker.DeleteParams) error {
 	w.set(p.JobID, worker.ReplicaReport{Replica: 0, State: cosmic.StateStopped, Gone: true})
 	return nil
 }
+
+func (w *matrixRack) DeleteVolume(context.Context, worker.VolumeRef) error { return nil }
 
 func (w *matrixRack) Jobs(context.Context) ([]worker.JobReport, error) {
 	w.mu.Lock()

@@ -127,7 +127,7 @@ func (d *vmData) checkStandaloneKept(t *testing.T, e *cosmictest.Env, jobID stri
 
 // checkStandaloneOutlives: the deleted job's standalone volume is still
 // the rack's, a qcow2 disk kept under its directory, listed by the API
-// with no job holding it.
+// with no job holding it; deleted through the API, its disk goes.
 func (d *vmData) checkStandaloneOutlives(t *testing.T, e *cosmictest.Env, vms, team string) {
 	t.Helper()
 	disk := filepath.Join(vms, ".volumes", team, "scratch.qcow2")
@@ -144,6 +144,12 @@ func (d *vmData) checkStandaloneOutlives(t *testing.T, e *cosmictest.Env, vms, t
 		}
 		return nil
 	}, "the API to list the volume the deleted job left")
+	if err := e.Client.DeleteVolume(e.Ctx, "scratch"); err != nil {
+		t.Errorf("delete the standalone volume: %v", err)
+	}
+	if _, err := os.Stat(disk); !os.IsNotExist(err) {
+		t.Errorf("the deleted volume's disk: %v, want it gone", err)
+	}
 }
 
 // checkPushAtKill: a file written in the RW volume reaches the bucket when
