@@ -63,7 +63,7 @@ var cliRoutes = map[string]cliRoute{
 		route: "POST /api/v1/datastores", stdin: "secret\n", change: true},
 	"datastores list": {args: fixed("datastores", "list"), route: "GET /api/v1/datastores"},
 	"volumes list":    {args: fixed("volumes", "list"), route: "GET /api/v1/volumes"},
-	"volumes delete":  {args: fixed("volumes", "delete", "scratch"), route: "DELETE /api/v1/volumes/{name}", change: true},
+	"volumes delete":  {args: fixed("volumes", "delete", "zed"), route: "DELETE /api/v1/volumes/{name}", change: true},
 	"datastores get":  {args: fixed("datastores", "get", "main"), route: "GET /api/v1/datastores/{alias}"},
 	"datastores credentials": {args: fixed("datastores", "credentials", "main", "--access-key", "AK123456789", "--secret-key-stdin"),
 		route: "PUT /api/v1/datastores/{alias}/credentials", stdin: "secret\n", change: true},

@@ -1,8 +1,10 @@
 package k8sworker
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +23,9 @@ import (
 // reports it with the job while the job's VMI exists, being deleted
 // included, and without once the VMI is gone (answered and pushed);
 // deleting the job leaves the volume, and the next job that mounts it gets
-// the same one.
+// the same one. DeleteVolume refuses the volume while a VMI has it (a
+// conflict naming the job), finds no other team's, and deletes it once
+// the VMIs are gone.
 func TestIntegrationStandaloneVolume(t *testing.T) {
 	h := newHarness(t, k8stest.Shared(t), nil)
 	h.addNode(h.nodeName(0), 8)
@@ -85,6 +89,10 @@ func TestIntegrationStandaloneVolume(t *testing.T) {
 	if err := volumesAre(held)(); err != nil {
 		t.Fatalf("while the VMI powers off: %v", err)
 	}
+	ref := worker.VolumeRef{Team: "ml", Name: "scratch"}
+	if err := h.w.DeleteVolume(h.ctx, ref); !errors.Is(err, cosmic.ErrConflict) || !strings.Contains(err.Error(), job.ID) {
+		t.Fatalf("DeleteVolume while the VMI powers off: %v, want a conflict naming job %s", err, job.ID)
+	}
 	h.setVMI(vmiName, func(v *virtv1.VirtualMachineInstance) { v.Finalizers = nil })
 	free := []cosmic.StoredVolume{{Team: "ml", Name: "scratch", Size: size}}
 	h.eventually(10*time.Second, "the volume reported free", volumesAre(free))
@@ -107,10 +115,15 @@ func TestIntegrationStandaloneVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The next job that mounts it gets the same DataVolume.
+	// The next job that mounts it gets the same DataVolume; DeleteVolume
+	// refuses it as soon as the job's VMI is on the apiserver (it reads
+	// the apiserver, not the informers).
 	next := withVolume()
 	h.apply(next, h.reservation(next, 0, cosmic.NodeAlloc{Node: h.nodeName(0), GPUs: []int{1}}))
 	h.vmi(VMIName(next.ID, 0, 0))
+	if err := h.w.DeleteVolume(h.ctx, ref); !errors.Is(err, cosmic.ErrConflict) || !strings.Contains(err.Error(), next.ID) {
+		t.Fatalf("DeleteVolume while the next job's VMI attaches it: %v, want a conflict naming job %s", err, next.ID)
+	}
 	if err := h.c.Get(h.ctx, h.key(name), &after); err != nil || after.UID != dv.UID {
 		t.Fatalf("standalone DataVolume for the next job: UID %s, was %s: %v", after.UID, dv.UID, err)
 	}
@@ -127,5 +140,28 @@ func TestIntegrationStandaloneVolume(t *testing.T) {
 	})
 	if err := h.c.Get(h.ctx, h.key(name), &after); apierrors.IsNotFound(err) {
 		t.Fatal("the standalone DataVolume went with the job")
+	}
+
+	// DeleteVolume: another team's volume of the same name is not the
+	// rack's; this one, held by no VMI now, goes. The DataVolume has no
+	// finalizer (nothing here runs CDI), so the apiserver removes it at
+	// once; Capacity drops it, answered and pushed.
+	for _, other := range []worker.VolumeRef{{Team: "other", Name: "scratch"}, {Team: "ml", Name: "other"}} {
+		if err := h.w.DeleteVolume(h.ctx, other); !errors.Is(err, cosmic.ErrNotFound) {
+			t.Fatalf("DeleteVolume(%+v) = %v, want not found", other, err)
+		}
+	}
+	if err := h.c.Get(h.ctx, h.key(name), &after); err != nil || after.UID != dv.UID || after.DeletionTimestamp != nil {
+		t.Fatalf("standalone DataVolume after the refused deletes: %v (deleting %v)", err, after.DeletionTimestamp)
+	}
+	if err := h.w.DeleteVolume(h.ctx, ref); err != nil {
+		t.Fatalf("DeleteVolume once no VMI has it: %v", err)
+	}
+	if err := h.c.Get(h.ctx, h.key(name), &after); !apierrors.IsNotFound(err) {
+		t.Fatalf("standalone DataVolume after DeleteVolume: %v (deleting %v, finalizers %v)", err, after.DeletionTimestamp, after.Finalizers)
+	}
+	h.eventually(10*time.Second, "the volume no longer reported", volumesAre(nil))
+	if err := h.w.DeleteVolume(h.ctx, ref); !errors.Is(err, cosmic.ErrNotFound) {
+		t.Fatalf("second DeleteVolume: %v, want not found", err)
 	}
 }

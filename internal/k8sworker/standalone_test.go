@@ -3,23 +3,32 @@ package k8sworker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/fabric"
+	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/vmboot"
+	"github.com/cosmicac/cosmicac/internal/worker"
+	"github.com/cosmicac/cosmicac/internal/worker/workertest"
 )
 
 // The DataVolume name of a standalone volume is a DNS-1123 label of at
@@ -314,5 +323,187 @@ func TestStoredVolumeSize(t *testing.T) {
 	dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("5Gi")
 	if got := StoredVolumes([]cdiv1.DataVolume{dv}, nil); len(got) != 1 || got[0].Size != 5<<30 || got[0].Bytes != 0 {
 		t.Errorf("StoredVolumes = %+v", got)
+	}
+}
+
+// readerCache is a worker's informer cache that reads r: a fake client
+// stands in for the informers (only Get and List are called).
+type readerCache struct {
+	cache.Cache
+	r client.Reader
+}
+
+func (c readerCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return c.r.Get(ctx, key, obj, opts...)
+}
+
+func (c readerCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return c.r.List(ctx, list, opts...)
+}
+
+// fakeWorker is a worker of rack cfg over c, its informers showing
+// informed, synced and with the apiserver healthy: enough for the calls
+// that read and write through the client (nothing runs).
+func fakeWorker(cfg RackConfig, c client.Client, informed client.Reader) *Worker {
+	synced := make(chan struct{})
+	close(synced)
+	w := &Worker{
+		now:      time.Now,
+		cfg:      cfg,
+		rep:      &workertest.Recorder{},
+		logs:     joblog.Discard,
+		log:      slog.New(slog.DiscardHandler),
+		c:        c,
+		cache:    readerCache{r: informed},
+		health:   &health{ok: true, checked: time.Now(), fresh: time.Hour},
+		synced:   synced,
+		replicas: map[replicaKey]*replicaMem{},
+		gone:     map[replicaKey]time.Time{},
+	}
+	w.reports = worker.NewReportQueue(&w.mu)
+	return w
+}
+
+// DeleteVolume deletes a standalone volume's DataVolume unless a VMI of the
+// rack attaches it (a conflict naming the job, read from the apiserver
+// even while the informers have not shown the VMI yet); a volume the rack
+// does not keep (another team's, another namespace's, an object under its
+// name that is no standalone volume, one already deleted) is not found.
+func TestDeleteVolume(t *testing.T) {
+	cfg := DefaultRackConfig()
+	ctx := context.Background()
+	size := int64(vmboot.StandaloneVolumeGiB) << 30
+
+	scratch := standaloneDV(cfg, "ml", "scratch")
+	idle := standaloneDV(cfg, "ml", "idle")
+	elsewhere := standaloneDV(cfg, "ml", "elsewhere")
+	elsewhere.Namespace = "other"
+	foreign := cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: StandaloneVolumeName("ml", "foreign")}}
+	holder := vmiWith(cfg.Namespace, "cj-a-r0-0", "job-a", scratch.Name)
+	// A VMI of another namespace holds nothing of this rack's.
+	otherVMI := vmiWith("other", "cj-b-r0-0", "job-b", idle.Name)
+	c := fake.NewClientBuilder().WithScheme(Scheme()).
+		WithObjects(&scratch, &idle, &elsewhere, &foreign, &holder, &otherVMI).
+		Build()
+	w := fakeWorker(cfg, c, c)
+	w.volumesChanged(ctx)
+	exists := func(dv *cdiv1.DataVolume) bool {
+		t.Helper()
+		err := c.Get(ctx, client.ObjectKeyFromObject(dv), &cdiv1.DataVolume{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	err := w.DeleteVolume(ctx, worker.VolumeRef{Team: "ml", Name: "scratch"})
+	if !errors.Is(err, cosmic.ErrConflict) || !strings.Contains(err.Error(), "job-a") {
+		t.Errorf("DeleteVolume of a volume a VMI attaches: %v, want a conflict naming job-a", err)
+	}
+	if !exists(&scratch) {
+		t.Fatal("the attached volume's DataVolume was deleted")
+	}
+	// The informers have not shown the VMI yet: the apiserver's answer
+	// holds.
+	stale := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(&scratch, &idle).Build()
+	if err := fakeWorker(cfg, c, stale).DeleteVolume(ctx, worker.VolumeRef{Team: "ml", Name: "scratch"}); !errors.Is(err, cosmic.ErrConflict) {
+		t.Errorf("DeleteVolume with the informers behind: %v, want a conflict", err)
+	}
+
+	for _, ref := range []worker.VolumeRef{
+		{Team: "other", Name: "scratch"}, // another team's name
+		{Team: "ML", Name: "scratch"},
+		{Team: "ml", Name: "elsewhere"}, // another namespace's
+		{Team: "ml", Name: "foreign"},   // not a standalone volume
+		{Team: "ml", Name: "never"},
+	} {
+		if err := w.DeleteVolume(ctx, ref); !errors.Is(err, cosmic.ErrNotFound) {
+			t.Errorf("DeleteVolume(%+v) = %v, want not found", ref, err)
+		}
+	}
+	if !exists(&elsewhere) || !exists(&foreign) || !exists(&scratch) || !exists(&idle) {
+		t.Fatal("a refused DeleteVolume deleted a DataVolume")
+	}
+
+	// Held by no job of this rack: deleted, and the capacity changes.
+	if err := w.DeleteVolume(ctx, worker.VolumeRef{Team: "ml", Name: "idle"}); err != nil {
+		t.Fatalf("DeleteVolume of a free volume: %v", err)
+	}
+	if exists(&idle) {
+		t.Error("DataVolume of the deleted volume still there")
+	}
+	want := []cosmic.StoredVolume{{Team: "ml", Name: "scratch", Size: size, Job: "job-a"}}
+	w.mu.Lock()
+	last := w.lastVols
+	w.mu.Unlock()
+	if diff := cmp.Diff(want, last); diff != "" {
+		t.Errorf("volumes after DeleteVolume (-want +got):\n%s", diff)
+	}
+	if capa, err := w.Capacity(ctx); err != nil {
+		t.Fatal(err)
+	} else if diff := cmp.Diff(want, capa.Volumes); diff != "" {
+		t.Errorf("Capacity volumes (-want +got):\n%s", diff)
+	}
+
+	// Once the VMI is gone, the volume it held goes; a second delete finds
+	// nothing.
+	if err := c.Delete(ctx, &holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteVolume(ctx, worker.VolumeRef{Team: "ml", Name: "scratch"}); err != nil {
+		t.Fatalf("DeleteVolume once the VMI is gone: %v", err)
+	}
+	if exists(&scratch) {
+		t.Error("DataVolume of the deleted volume still there")
+	}
+	if capa, err := w.Capacity(ctx); err != nil || len(capa.Volumes) != 0 {
+		t.Errorf("Capacity volumes %+v, %v, want none", capa.Volumes, err)
+	}
+	if err := w.DeleteVolume(ctx, worker.VolumeRef{Team: "ml", Name: "scratch"}); !errors.Is(err, cosmic.ErrNotFound) {
+		t.Errorf("second DeleteVolume: %v, want not found", err)
+	}
+}
+
+// DeleteVolume while the worker cannot answer, or the apiserver fails it:
+// unavailable (the ork tries again), never not found or a conflict; a
+// DataVolume that went between the list and the delete is deleted.
+func TestDeleteVolumeErrors(t *testing.T) {
+	cfg := DefaultRackConfig()
+	ctx := context.Background()
+	dv := standaloneDV(cfg, "ml", "scratch")
+	ref := worker.VolumeRef{Team: "ml", Name: "scratch"}
+	build := func(f interceptor.Funcs) client.Client {
+		return fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(&dv).WithInterceptorFuncs(f).Build()
+	}
+
+	unsynced := fakeWorker(cfg, build(interceptor.Funcs{}), build(interceptor.Funcs{}))
+	unsynced.synced = make(chan struct{})
+	if err := unsynced.DeleteVolume(ctx, ref); fabric.ErrorCode(err) != fabric.CodeUnavailable {
+		t.Errorf("before the informers synced: %v, want unavailable", err)
+	}
+
+	gr := schema.GroupResource{Group: cdiv1.SchemeGroupVersion.Group, Resource: "datavolumes"}
+	for name, tc := range map[string]struct {
+		f    interceptor.Funcs
+		code string // "" : no error
+	}{
+		"list fails": {f: interceptor.Funcs{List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return apierrors.NewServiceUnavailable("etcd away")
+		}}, code: fabric.CodeUnavailable},
+		"delete fails": {f: interceptor.Funcs{Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+			return apierrors.NewInternalError(errors.New("etcd away"))
+		}}, code: fabric.CodeUnavailable},
+		"gone meanwhile": {f: interceptor.Funcs{Delete: func(_ context.Context, _ client.WithWatch, o client.Object, _ ...client.DeleteOption) error {
+			return apierrors.NewNotFound(gr, o.GetName())
+		}}},
+	} {
+		c := build(tc.f)
+		err := fakeWorker(cfg, c, build(interceptor.Funcs{})).DeleteVolume(ctx, ref)
+		switch {
+		case tc.code == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.code != "" && (fabric.ErrorCode(err) != tc.code || errors.Is(err, cosmic.ErrNotFound) || errors.Is(err, cosmic.ErrConflict)):
+			t.Errorf("%s: %v, want %s", name, err, tc.code)
+		}
 	}
 }
