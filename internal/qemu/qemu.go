@@ -196,14 +196,16 @@ func (c Config) Args() []string {
 	if c.EngineDisk != "" {
 		args = append(args, "-drive", "file="+c.EngineDisk+",if=virtio,format=raw,readonly=on")
 	}
-	for _, v := range c.Volumes {
+	for i, v := range c.Volumes {
 		// The host's cache honours the guest's flushes (no cache=unsafe, as
-		// the replica's own disk has): the volume outlives the VM.
-		d := "file=" + strings.ReplaceAll(v.Path, ",", ",,") + ",if=virtio,format=qcow2,discard=unmap,serial=" + v.Serial
+		// the replica's own disk has): the volume outlives the VM. The
+		// serial is the device's (QEMU 7 refuses it on -drive).
+		id := fmt.Sprintf("vol%d", i)
+		d := "file=" + strings.ReplaceAll(v.Path, ",", ",,") + ",if=none,id=" + id + ",format=qcow2,discard=unmap"
 		if v.ReadOnly {
 			d += ",readonly=on"
 		}
-		args = append(args, "-drive", d)
+		args = append(args, "-drive", d, "-device", "virtio-blk-pci,drive="+id+",serial="+v.Serial)
 	}
 	if c.Image.Kernel != "" {
 		args = append(args, "-kernel", c.Image.Kernel, "-append", c.Image.Cmdline)

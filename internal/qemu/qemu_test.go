@@ -34,8 +34,8 @@ func TestArgs(t *testing.T) {
 		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
 		"-kernel /img/vmlinuz -append root=LABEL=root console=ttyS0 -initrd /img/initrd.img",
 		"-serial file:/vms/j1-r0/console.log",
-		"-drive file=/vms/.volumes/t/scratch.qcow2,if=virtio,format=qcow2,discard=unmap,serial=cosmicac-vol0 ",
-		"-drive file=/vms/.volumes/t/ref,,data.qcow2,if=virtio,format=qcow2,discard=unmap,serial=cosmicac-vol1,readonly=on",
+		"-drive file=/vms/.volumes/t/scratch.qcow2,if=none,id=vol0,format=qcow2,discard=unmap -device virtio-blk-pci,drive=vol0,serial=cosmicac-vol0",
+		"-drive file=/vms/.volumes/t/ref,,data.qcow2,if=none,id=vol1,format=qcow2,discard=unmap,readonly=on -device virtio-blk-pci,drive=vol1,serial=cosmicac-vol1",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("args lack %q:\n%s", want, line)
@@ -276,5 +276,37 @@ func TestMakeVolumeKeepsItsDisk(t *testing.T) {
 	fi2, _ := os.Stat(path)
 	if err != nil || made || !fi2.ModTime().Equal(fi.ModTime()) || fi2.Size() != fi.Size() {
 		t.Errorf("MakeVolume on a kept disk = %v, %v; want it left as it is", made, err)
+	}
+}
+
+// TestVolumeArgsAgreeWithQEMU: the real QEMU takes a standalone volume's
+// -drive and -device as Args writes them, read-write and read-only (it
+// starts stopped, -S, and quits).
+func TestVolumeArgsAgreeWithQEMU(t *testing.T) {
+	need(t, "qemu-system-x86_64", "qemu-img")
+	dir := t.TempDir()
+	var vols []qemu.Volume
+	for i, ro := range []bool{false, true} {
+		p := filepath.Join(dir, fmt.Sprintf("v%d.qcow2", i))
+		if _, err := qemu.MakeVolume(t.Context(), p, 1); err != nil {
+			t.Fatal(err)
+		}
+		vols = append(vols, qemu.Volume{Path: p, Serial: fmt.Sprintf("cosmicac-vol%d", i), ReadOnly: ro})
+	}
+	args := (qemu.Config{Dir: dir, Volumes: vols}).Args()
+	var volArgs []string
+	for i := range args {
+		if (args[i] == "-drive" && strings.Contains(args[i+1], "id=vol")) || (args[i] == "-device" && strings.HasPrefix(args[i+1], "virtio-blk-pci")) {
+			volArgs = append(volArgs, args[i], args[i+1])
+		}
+	}
+	if len(volArgs) != 8 {
+		t.Fatalf("the volumes' arguments: %q", volArgs)
+	}
+	cmd := exec.CommandContext(t.Context(), "qemu-system-x86_64", append([]string{"-machine", "q35", "-accel", "tcg", "-S", "-nodefaults", "-display", "none", "-monitor", "stdio"}, volArgs...)...)
+	cmd.Stdin = strings.NewReader("info block\nquit\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "vol1") || !strings.Contains(string(out), "read-only") {
+		t.Fatalf("QEMU with the volumes' arguments: %v\n%s", err, out)
 	}
 }
