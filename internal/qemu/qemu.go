@@ -199,13 +199,20 @@ func (c Config) Args() []string {
 	for i, v := range c.Volumes {
 		// The host's cache honours the guest's flushes (no cache=unsafe, as
 		// the replica's own disk has): the volume outlives the VM. The
-		// serial is the device's (QEMU 7 refuses it on -drive).
+		// serial is the device's (QEMU 7 refuses it on -drive), and the
+		// device sits at a PCI slot of its own past the ones QEMU gives the
+		// disks above (volumeSlot): the guest names disks in slot order,
+		// and an image's kernel command line may say root=/dev/vda.
 		id := fmt.Sprintf("vol%d", i)
 		d := "file=" + strings.ReplaceAll(v.Path, ",", ",,") + ",if=none,id=" + id + ",format=qcow2,discard=unmap"
 		if v.ReadOnly {
 			d += ",readonly=on"
 		}
-		args = append(args, "-drive", d, "-device", "virtio-blk-pci,drive="+id+",serial="+v.Serial)
+		dev := fmt.Sprintf("virtio-blk-pci,drive=%s,serial=%s,addr=%#x.%d", id, v.Serial, volumeSlot+i/8, i%8)
+		if i%8 == 0 {
+			dev += ",multifunction=on"
+		}
+		args = append(args, "-drive", d, "-device", dev)
 	}
 	if c.Image.Kernel != "" {
 		args = append(args, "-kernel", c.Image.Kernel, "-append", c.Image.Cmdline)
@@ -225,6 +232,11 @@ func cpuModel(accel string) string {
 	}
 	return "max"
 }
+
+// volumeSlot is the first PCI slot of the volumes' disks: eight to a
+// slot, as functions 0-7, up to slot 0x13 for 32 volumes; QEMU gives the
+// VM's own devices the slots from 1 up, and q35 keeps 0x1f.
+const volumeSlot = 0x10
 
 // Volume is a disk attached to a VM that is not the VM's own: a
 // standalone volume's qcow2 (MakeVolume), which the guest finds at

@@ -34,8 +34,8 @@ func TestArgs(t *testing.T) {
 		"file=/cache/agent.iso,if=virtio,format=raw,readonly=on",
 		"-kernel /img/vmlinuz -append root=LABEL=root console=ttyS0 -initrd /img/initrd.img",
 		"-serial file:/vms/j1-r0/console.log",
-		"-drive file=/vms/.volumes/t/scratch.qcow2,if=none,id=vol0,format=qcow2,discard=unmap -device virtio-blk-pci,drive=vol0,serial=cosmicac-vol0",
-		"-drive file=/vms/.volumes/t/ref,,data.qcow2,if=none,id=vol1,format=qcow2,discard=unmap,readonly=on -device virtio-blk-pci,drive=vol1,serial=cosmicac-vol1",
+		"-drive file=/vms/.volumes/t/scratch.qcow2,if=none,id=vol0,format=qcow2,discard=unmap -device virtio-blk-pci,drive=vol0,serial=cosmicac-vol0,addr=0x10.0,multifunction=on",
+		"-drive file=/vms/.volumes/t/ref,,data.qcow2,if=none,id=vol1,format=qcow2,discard=unmap,readonly=on -device virtio-blk-pci,drive=vol1,serial=cosmicac-vol1,addr=0x10.1",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("args lack %q:\n%s", want, line)
@@ -293,20 +293,43 @@ func TestVolumeArgsAgreeWithQEMU(t *testing.T) {
 		}
 		vols = append(vols, qemu.Volume{Path: p, Serial: fmt.Sprintf("cosmicac-vol%d", i), ReadOnly: ro})
 	}
+	root := filepath.Join(dir, "root.qcow2")
+	if _, err := qemu.MakeVolume(t.Context(), root, 1); err != nil {
+		t.Fatal(err)
+	}
 	args := (qemu.Config{Dir: dir, Volumes: vols}).Args()
-	var volArgs []string
+	// The VM's own disk as Args gives it (QEMU places it), then the volumes'.
+	volArgs := []string{"-drive", "file=" + root + ",if=virtio,format=qcow2"}
 	for i := range args {
 		if (args[i] == "-drive" && strings.Contains(args[i+1], "id=vol")) || (args[i] == "-device" && strings.HasPrefix(args[i+1], "virtio-blk-pci")) {
 			volArgs = append(volArgs, args[i], args[i+1])
 		}
 	}
-	if len(volArgs) != 8 {
+	if len(volArgs) != 10 {
 		t.Fatalf("the volumes' arguments: %q", volArgs)
 	}
 	cmd := exec.CommandContext(t.Context(), "qemu-system-x86_64", append([]string{"-machine", "q35", "-accel", "tcg", "-S", "-nodefaults", "-display", "none", "-monitor", "stdio"}, volArgs...)...)
-	cmd.Stdin = strings.NewReader("info block\nquit\n")
+	cmd.Stdin = strings.NewReader("info block\ninfo pci\nquit\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "vol1") || !strings.Contains(string(out), "read-only") {
 		t.Fatalf("QEMU with the volumes' arguments: %v\n%s", err, out)
+	}
+	// The guest names disks in PCI slot order: the VM's own (QEMU's slot,
+	// from 1 up) must come before the volumes', which sit at 0x10 on.
+	low, high, slot := 0, 0, 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "Bus  0, device %d,", &slot); err == nil {
+			continue
+		}
+		if strings.Contains(line, "SCSI controller: PCI device 1af4:1001") { // virtio-blk
+			if slot < 0x10 {
+				low++
+			} else {
+				high++
+			}
+		}
+	}
+	if low != 1 || high != 2 {
+		t.Errorf("virtio disks below slot 0x10: %d, from it: %d; want the VM's own below and the 2 volumes after:\n%s", low, high, out)
 	}
 }
