@@ -618,7 +618,7 @@ func (o *Ork) schedule(ctx context.Context) {
 			// Another job holds a volume: this one waits without holding
 			// up the jobs behind it, its team's included, which need no
 			// such thing.
-			o.wait[job.ID] = waitInfo{what: vu.busy.Message, reason: *vu.busy}
+			o.wait[job.ID] = waitInfo{what: vu.waitingFor, reason: *vu.busy}
 			return fairq.Defer
 		}
 		var d placement.Decision

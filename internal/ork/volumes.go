@@ -23,8 +23,10 @@ import (
 type volumeUse struct {
 	// rack is the rack the job must run on ("": any).
 	rack string
-	// busy, when set, is why the job waits (volume_in_use).
-	busy *cosmic.Reason
+	// busy, when set, is why the job waits (volume_in_use), and
+	// waitingFor what it waits for, in the words of status.waitingFor.
+	busy       *cosmic.Reason
+	waitingFor string
 	// impossible, when set, is why the job can never run (its volumes
 	// are kept on two racks).
 	impossible *cosmic.Reason
@@ -47,7 +49,7 @@ func (o *Ork) volumeUseLocked(job cosmic.Job) volumeUse {
 			}
 			if u.busy == nil {
 				r := cosmic.NewReason(cosmic.ReasonVolumeInUse, fmt.Sprintf("volume %s is mounted by job %s", name, id))
-				u.busy = &r
+				u.busy, u.waitingFor = &r, fmt.Sprintf("volume %s, mounted by job %s", name, id)
 			}
 			if res, ok := o.snap.Reserved(id, 0); ok {
 				where[res.Rack] = name
@@ -61,7 +63,7 @@ func (o *Ork) volumeUseLocked(job cosmic.Job) volumeUse {
 				where[rid] = name
 				if v.Job != "" && v.Job != job.ID && u.busy == nil {
 					r := cosmic.NewReason(cosmic.ReasonVolumeInUse, fmt.Sprintf("volume %s is mounted by job %s, whose VM rack %s has not stopped yet", name, v.Job, rid))
-					u.busy = &r
+					u.busy, u.waitingFor = &r, fmt.Sprintf("volume %s, mounted by job %s, whose VM on rack %s has not stopped yet", name, v.Job, rid)
 				}
 			}
 		}
