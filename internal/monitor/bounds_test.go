@@ -216,7 +216,11 @@ func TestSpoolBoundedPerJob(t *testing.T) {
 	}
 
 	// Loki drains the spool; job A's next record is taken, after a note.
-	go m.Run(ctx, nil)
+	// Run ends before the spool is closed (Monitor.Close's contract):
+	// cleanups run last first, so this one runs before m.Close's.
+	ran := make(chan struct{})
+	go func() { defer close(ran); m.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-ran })
 	waittest.Until(t, func() bool { return metric(t, m, "cosmicac_monitor_spool_bytes") == 0 }, "Loki to drain the spool")
 	if rep, err := m.Append(ctx, []joblog.Record{rec(9999)}); err != nil || rep.Accepted != 1 {
 		t.Fatalf("job A after the drain: %+v, %v", rep, err)
