@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -59,6 +60,12 @@ type Cluster struct {
 	// holdNextAgent arms simHoldAgent without a job: the next replica to
 	// boot never has its agent connect.
 	holdNextAgent bool
+
+	// volBytes are the standalone volumes' sizes as last walked, by
+	// cosmic.VolumeKey; volBytesMu guards it, apart from mu, as the walks
+	// run without the cluster's lock.
+	volBytesMu sync.Mutex
+	volBytes   map[string]volumeBytes
 }
 
 type simNode struct {
@@ -215,15 +222,21 @@ func (c *Cluster) availableLocked(now time.Time) error {
 	return nil
 }
 
-// Capacity implements worker.Worker: every node, Ready unless lost.
+// Capacity implements worker.Worker: every node, Ready unless lost, and
+// the standalone volumes, listed after the cluster's lock is let go (a
+// volume's size is a walk of its files).
 func (c *Cluster) Capacity(ctx context.Context) (worker.Capacity, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := time.Now()
 	if err := c.availableLocked(now); err != nil {
+		c.mu.Unlock()
 		return worker.Capacity{}, err
 	}
-	return c.capacityLocked(now), nil
+	out := c.capacityLocked(now)
+	held := c.heldVolumesLocked()
+	c.mu.Unlock()
+	out.Volumes = c.volumes(held, now)
+	return out, nil
 }
 
 func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
@@ -240,7 +253,6 @@ func (c *Cluster) capacityLocked(now time.Time) worker.Capacity {
 			MemoryMiB:   int64(c.cfg.MemoryGiBPerNode) * 1024,
 		})
 	}
-	out.Volumes = c.volumesLocked()
 	return out
 }
 
@@ -277,22 +289,43 @@ func (c *Cluster) DeleteVolume(_ context.Context, p worker.VolumeRef) error {
 	return worker.RemoveVolume(c.cfg.VolumesDir, "", p, func() string { return held[cosmic.VolumeKey(p.Team, p.Name)] })
 }
 
-// volumesLocked are the standalone volumes the rack keeps: the
-// directories of VolumesDir, each with the job whose replica's agent runs
-// on it (until it has ended: a kill's push may still run).
-func (c *Cluster) volumesLocked() []cosmic.StoredVolume {
+// volumes are the standalone volumes the rack keeps: the directories of
+// VolumesDir, each with the job whose replica's agent runs on it (held:
+// until it has ended, as a kill's push may still run). Every call lists
+// them; a volume's size is walked again only once volumeBytesTTL has
+// passed since its last walk, so a heartbeat does not read every file of
+// every volume.
+func (c *Cluster) volumes(held map[string]string, now time.Time) []cosmic.StoredVolume {
 	if c.cfg.VolumesDir == "" {
 		return nil
 	}
-	held := c.heldVolumesLocked()
 	vols, err := worker.ListVolumes(c.cfg.VolumesDir, "", 0)
 	if err != nil {
 		c.log.Warn("list standalone volumes", "err", err)
 	}
+	c.volBytesMu.Lock()
+	defer c.volBytesMu.Unlock()
+	seen := make(map[string]volumeBytes, len(vols))
 	for i := range vols {
-		vols[i].Job = held[cosmic.VolumeKey(vols[i].Team, vols[i].Name)]
+		key := cosmic.VolumeKey(vols[i].Team, vols[i].Name)
+		vols[i].Job = held[key]
+		b, ok := c.volBytes[key]
+		if !ok || now.Sub(b.at) >= volumeBytesTTL || now.Before(b.at) {
+			b = volumeBytes{n: worker.DirBytes(filepath.Join(c.cfg.VolumesDir, vols[i].Team, vols[i].Name)), at: now}
+		}
+		vols[i].Bytes = b.n
+		seen[key] = b
 	}
+	c.volBytes = seen
 	return vols
+}
+
+// volumeBytesTTL is how long a standalone volume's walked size stands.
+const volumeBytesTTL = 30 * time.Second
+
+type volumeBytes struct {
+	n  int64
+	at time.Time
 }
 
 // Catalogue is what a simulated rack of cfg runs: any image, both job

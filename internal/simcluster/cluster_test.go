@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -218,6 +220,52 @@ func TestCapacity(t *testing.T) {
 	}
 	if got := c.Config().Step; got.D() != DefaultStep {
 		t.Errorf("default step = %s", got)
+	}
+}
+
+// TestCapacityVolumes: the standalone volumes are the directories of
+// VolumesDir, each with its files' size, walked again only once
+// volumeBytesTTL has passed (a heartbeat lists, it does not read every
+// file each time); a volume removed or made is seen at once.
+func TestCapacityVolumes(t *testing.T) {
+	dir := t.TempDir()
+	c := mustNew(t, Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 1, GPUsPerNode: 4, VolumesDir: dir}, Deps{Reporter: &fakeReporter{}})
+	write := func(path string, n int) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, make([]byte, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "ml", "scratch", "a", "b"), 1000)
+	write(filepath.Join(dir, "ml", "scratch", "c"), 24)
+	if err := os.MkdirAll(filepath.Join(dir, "ops", "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	want := []cosmic.StoredVolume{{Team: "ml", Name: "scratch", Bytes: 1024}, {Team: "ops", Name: "empty"}}
+	if diff := cmp.Diff(want, c.volumes(nil, now)); diff != "" {
+		t.Errorf("volumes (-want +got):\n%s", diff)
+	}
+	write(filepath.Join(dir, "ml", "scratch", "d"), 976)
+	write(filepath.Join(dir, "ml", "new", "e"), 5)
+	if err := os.RemoveAll(filepath.Join(dir, "ops")); err != nil {
+		t.Fatal(err)
+	}
+	want = []cosmic.StoredVolume{{Team: "ml", Name: "new", Bytes: 5, Job: "j1"}, {Team: "ml", Name: "scratch", Bytes: 1024}}
+	if diff := cmp.Diff(want, c.volumes(map[string]string{cosmic.VolumeKey("ml", "new"): "j1"}, now.Add(volumeBytesTTL-time.Second))); diff != "" {
+		t.Errorf("volumes within the TTL (-want +got):\n%s", diff)
+	}
+	want[1].Bytes = 2000
+	want[0].Job = ""
+	if diff := cmp.Diff(want, c.volumes(nil, now.Add(volumeBytesTTL))); diff != "" {
+		t.Errorf("volumes after the TTL (-want +got):\n%s", diff)
+	}
+	capa, err := c.Capacity(context.Background())
+	if err != nil || len(capa.Volumes) != 2 {
+		t.Errorf("Capacity's volumes = %+v, %v", capa.Volumes, err)
 	}
 }
 

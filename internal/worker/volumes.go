@@ -30,10 +30,11 @@ func VolumePath(root, team, name, suffix string) (string, error) {
 }
 
 // ListVolumes lists the standalone volumes kept under root, those of
-// ROOT/TEAM/NAME+suffix, by team and name; Bytes is what each takes on
-// the disk (a file's allocated blocks, a directory's files' sizes) and
-// Size the size given (a disk's), if any. A root that does not exist
-// holds none.
+// ROOT/TEAM/NAME+suffix, by team and name; Bytes is what each file takes
+// on the disk (its allocated blocks), -1 for a directory (DirBytes counts
+// it: a walk of every file, which the caller may want to do less often
+// than it lists) and Size the size given (a disk's), if any. A root that
+// does not exist holds none.
 func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error) {
 	teams, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -57,16 +58,8 @@ func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error)
 				continue
 			}
 			v := cosmic.StoredVolume{Team: t.Name(), Name: name, Size: size}
-			p := filepath.Join(root, t.Name(), e.Name())
 			if e.IsDir() {
-				filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-					if err == nil && d.Type().IsRegular() {
-						if fi, err := d.Info(); err == nil {
-							v.Bytes += fi.Size()
-						}
-					}
-					return nil
-				})
+				v.Bytes = -1
 			} else if fi, err := e.Info(); err == nil {
 				v.Bytes = fi.Size()
 				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -80,6 +73,21 @@ func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error)
 		return strings.Compare(cosmic.VolumeKey(a.Team, a.Name), cosmic.VolumeKey(b.Team, b.Name))
 	})
 	return out, nil
+}
+
+// DirBytes is the size of the regular files under dir, the walk's errors
+// skipped.
+func DirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // RemoveVolume removes team's standalone volume name kept under root
