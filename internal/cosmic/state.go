@@ -39,7 +39,9 @@ func (s State) Terminal() bool { return s == StateFailed || s == StateStopped }
 // queued, failed and stopped do not. Unknown keeps its GPUs because the VMI
 // may still run; deleting keeps them until the worker confirms the VMIs are
 // gone (a job that holds none is deleted at once, without this state).
-// Failed releases them: restarting a failed job queues it again.
+// Failed releases them: restarting a failed job queues it again. (A
+// stopped job whose VMs power off, their agents pushing its volumes, keeps
+// their GPUs until they are off: the ork's, internal/ork/poweroff.go.)
 func (s State) HoldsGPUs() bool {
 	switch s {
 	case StatePending, StateStarting, StateRunning, StateDegraded, StateRestarting, StateUnknown, StateDeleting:

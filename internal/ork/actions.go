@@ -398,14 +398,32 @@ func (o *Ork) stopJob(ctx context.Context, id string, reason cosmic.Reason) (cos
 }
 
 // releaseAll frees every GPU of the job and moves it and its replicas to
-// state, in one transaction.
+// state, in one transaction. A stop keeps the GPUs of the replicas whose
+// VMs power off, their agents pushing the job's volumes, until their
+// racks report them off (poweroff.go).
 func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, reason cosmic.Reason) (cosmic.Job, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.dequeueLocked(id)
+	var kept map[int]bool
 	j, err := o.updateJobLocked(ctx, id, func(tx Tx, j *cosmic.Job) error {
-		if err := tx.ReleaseGPUs(ctx, id, -1); err != nil {
-			return err
+		kept = nil
+		if state == cosmic.StateStopped {
+			kept = o.poweringOffLocked(*j)
+		}
+		if len(kept) == 0 {
+			if err := tx.ReleaseGPUs(ctx, id, store.AllReplicas); err != nil {
+				return err
+			}
+		}
+		for _, rs := range o.heldLocked(id) {
+			for _, r := range rs {
+				if len(kept) > 0 && !kept[r.Replica] {
+					if err := tx.ReleaseGPUs(ctx, id, r.Replica); err != nil {
+						return err
+					}
+				}
+			}
 		}
 		for i := range j.Status.Replicas {
 			j.Status.Replicas[i].State = state
@@ -421,8 +439,23 @@ func (o *Ork) releaseAll(ctx context.Context, id string, state cosmic.State, rea
 	if state == cosmic.StateStopped {
 		o.boundStoppingLocked(j)
 	}
-	o.snap.ReleaseJob(id)
-	o.releaseHeldLocked(id, store.AllReplicas)
+	if len(kept) == 0 {
+		o.snap.ReleaseJob(id)
+		o.releaseHeldLocked(id, store.AllReplicas)
+	} else {
+		for _, rs := range o.heldLocked(id) {
+			for _, r := range rs {
+				if kept[r.Replica] {
+					continue
+				}
+				if err := o.snap.Release(r); err != nil {
+					o.log.Error("release in snapshot", "job_id", id, "err", err)
+				}
+				o.releaseHeldLocked(id, r.Replica)
+			}
+		}
+		o.poweringOff[id] = o.now().Add(powerOffWait)
+	}
 	o.boundReleasedLocked(id, -1)
 	o.poke()
 	return j, nil
@@ -456,6 +489,10 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 	if err := j.RestartAllowed(); err != nil {
 		o.mu.Unlock()
 		return j, err
+	}
+	if _, off := o.poweringOff[j.ID]; off && j.Status.State == cosmic.StateStopped && o.holdsAnyLocked(j) {
+		o.mu.Unlock()
+		return j, fabric.Errorf(orkapi.CodeConflict, "job %s is stopped and its VM still powers off, its agent pushing the job's volumes (up to %v): restart it once its GPUs are released", j.ID, orkapi.StopPushWait)
 	}
 	if j.Status.State == cosmic.StateQueued {
 		o.mu.Unlock()

@@ -62,6 +62,10 @@ type fakeWorker struct {
 	applyFaults []error
 	// stopErr, when set, is what Stop returns.
 	stopErr error
+	// powersOff makes Stop leave the replicas as they are, as a rack
+	// whose VMs power off, their agents pushing, until observe says
+	// they are off.
+	powersOff bool
 	// deleteGate, when set, holds Delete until it is closed; a Delete
 	// whose context ended meanwhile fails.
 	deleteGate chan struct{}
@@ -158,6 +162,9 @@ func (w *fakeWorker) Stop(ctx context.Context, r worker.ReplicaRef) error {
 	defer w.mu.Unlock()
 	if w.stopErr != nil {
 		return w.stopErr
+	}
+	if w.powersOff {
+		return nil
 	}
 	for i, rr := range w.jobs[r.JobID] {
 		if r.Replica == worker.AllReplicas || r.Replica == i {
@@ -512,7 +519,8 @@ func (e *env) held(id string) []string {
 }
 
 // checkBooks checks what must hold between any two steps: no GPU is
-// claimed twice; a job holds GPUs exactly when its state says it does;
+// claimed twice; a job holds GPUs exactly when its state says it does
+// (or it is stopped, its VMs powering off as they push its volumes);
 // the free GPUs the ork shows are the racks' GPUs less the store's claims.
 func (e *env) checkBooks() {
 	e.t.Helper()
@@ -540,6 +548,11 @@ func (e *env) checkBooks() {
 	for _, j := range jobs.Jobs {
 		if j.Spec.Autoscaled() && holds[j.ID] == 0 && j.Spec.Replicas() == 0 || slices.ContainsFunc(j.Status.Replicas, func(r cosmic.ReplicaStatus) bool { return r.State == cosmic.StateQueued }) && holds[j.ID] == 0 && j.Spec.Autoscaled() {
 			// Scaled to zero, or waking from it: serving, holding none.
+			continue
+		}
+		if j.Status.State == cosmic.StateStopped && j.Spec.PushesVolumes() && holds[j.ID] > 0 {
+			// Killed, its VMs powering off as their agents push the
+			// job's volumes: their GPUs wait for the rack (poweroff.go).
 			continue
 		}
 		if j.Status.State.HoldsGPUs() != (holds[j.ID] > 0) {

@@ -149,9 +149,13 @@ type Ork struct {
 	// jobVolumes are the standalone volumes (cosmic.VolumeKey) of each
 	// job holding GPUs that mounts any (volumes.go).
 	jobVolumes map[string][]string
-	kick       chan struct{} // asks the loop for a scheduling pass
-	book       peerBook      // the bound keys (watchPeers)
-	feed       *changeFeed   // the jobs' version (watchJobs)
+	// poweringOff are the stopped jobs that keep GPUs while their VMs
+	// power off, each with when they are released at the latest
+	// (poweroff.go).
+	poweringOff map[string]time.Time
+	kick        chan struct{} // asks the loop for a scheduling pass
+	book        peerBook      // the bound keys (watchPeers)
+	feed        *changeFeed   // the jobs' version (watchJobs)
 	// inflight counts the Applies on their way to workers (KillJob waits).
 	inflight applies
 	// The autoscaler's (autoscale.go): the proxies' last load reports,
@@ -268,6 +272,7 @@ func New(cfg Config, d Deps) (*Ork, error) {
 		nodeModel:    make(map[string]string),
 		jobTeam:      make(map[string]string),
 		jobVolumes:   make(map[string][]string),
+		poweringOff:  make(map[string]time.Time),
 		kick:         make(chan struct{}, 1),
 		book:         book,
 		loads:        make(map[fabric.PublicKey]proxyLoad),
@@ -445,6 +450,7 @@ func (o *Ork) releaseHeldLocked(jobID string, replica int) {
 func (o *Ork) Run(ctx context.Context) error {
 	o.reconcileAll(ctx)
 	o.enforceDeadlines(ctx)
+	o.releasePoweredOff(ctx)
 	o.schedule(ctx)
 	tick := time.NewTicker(o.cfg.Heartbeat.D())
 	defer tick.Stop()
@@ -478,6 +484,7 @@ func (o *Ork) Run(ctx context.Context) error {
 		case <-tick.C:
 			o.reconcileAll(ctx)
 			o.enforceDeadlines(ctx)
+			o.releasePoweredOff(ctx)
 			o.schedule(ctx)
 		}
 	}

@@ -221,3 +221,122 @@ func TestStoppedAgentsBoundToPush(t *testing.T) {
 		}
 	})
 }
+
+// TestKillKeepsGPUsWhileTheVMPowersOff: a killed job whose agent pushes
+// its RW volume is stopped at once but keeps its GPUs while its VM powers
+// off, for a rack that passes GPUs through cannot give them to another VM
+// before: another job waits for them, a restart is refused, and they go
+// when the rack reports the replica stopped. A rack that never says so
+// has them back after powerOffWait, also across a new ork, which binds
+// the agent as stopping again. A job with nothing to push frees them at
+// the kill.
+func TestKillKeepsGPUsWhileTheVMPowersOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorker(t, "r1", 1)
+		w.powersOff = true
+		e := newEnv(t, w)
+		rw := []cosmic.Volume{{MountPath: "/out", Permission: "RW", Source: cosmic.VolumeSource{DataStore: &cosmic.DataStoreSource{Alias: "s3", Container: "bucket"}}}}
+		start := func(name string) (cosmic.Job, string) {
+			j := e.createSpec(cosmic.Spec{Type: cosmic.TypeGPUContainer, Name: name, Location: "eu", Image: "ubuntu:24.04", Resources: cosmic.Resources{GPU: 1}, Volumes: rw})
+			id, _ := fabric.GenerateIdentity()
+			k := id.PublicKey().String()
+			e.push(w, report(j.ID, worker.ReplicaReport{State: cosmic.StateRunning, Nodes: []string{"n0"}, AgentKeys: []string{k}}))
+			e.wantState(j.ID, cosmic.StateRunning, cosmic.StateRunning)
+			return j, k
+		}
+		kill := func(id string) {
+			t.Helper()
+			if _, err := e.o.KillJob(e.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			e.wantState(id, cosmic.StateStopped, cosmic.StateStopped)
+		}
+		stopping := func(id string) orkapi.Placement {
+			t.Helper()
+			p, err := e.o.WatchPeers(e.ctx, orkapi.WatchPeersParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []orkapi.Placement
+			for _, pl := range p.Placements {
+				if pl.Job == id {
+					out = append(out, pl)
+				}
+			}
+			if len(out) != 1 || !out[0].Stopping {
+				t.Fatalf("placements of %s: %+v; want one, stopping", id, out)
+			}
+			return out[0]
+		}
+
+		pushing, _ := start("pushing")
+		kill(pushing.ID)
+		if got := e.held(pushing.ID); len(got) != 1 {
+			t.Fatalf("the killed job's VM powers off: it holds %v, want its GPU", got)
+		}
+		stopping(pushing.ID)
+		next := e.create(1)
+		e.heartbeats(3)
+		if j := e.job(next.ID); j.Status.State != cosmic.StateQueued {
+			t.Fatalf("the next job is %s while the only GPU's VM powers off; want queued", j.Status.State)
+		}
+		e.checkBooks()
+		if _, err := e.o.RestartJob(e.ctx, orkapi.RestartJobParams{ID: pushing.ID}); fabric.ErrorCode(err) != orkapi.CodeConflict {
+			t.Fatalf("restart while the VM powers off: %v, want a conflict", err)
+		}
+		// The VM still up, its agent pushing: nothing changes.
+		e.push(w, report(pushing.ID, worker.ReplicaReport{State: cosmic.StateRunning, Nodes: []string{"n0"}}))
+		e.wantState(pushing.ID, cosmic.StateStopped, cosmic.StateStopped)
+		// Off: the GPU goes to the next job.
+		e.push(w, w.observe(pushing.ID, 0, cosmic.StateStopped))
+		if got := e.held(pushing.ID); len(got) != 0 {
+			t.Fatalf("the rack reported the VM off, yet the job holds %v", got)
+		}
+		e.heartbeats(1)
+		if got := e.held(next.ID); len(got) != 1 {
+			t.Fatalf("the next job holds %v once the GPU is free; want it placed", got)
+		}
+		e.checkBooks()
+		kill(next.ID) // nothing to push: freed at once
+		if got := e.held(next.ID); len(got) != 0 {
+			t.Fatalf("a job with nothing to push holds %v after its kill", got)
+		}
+
+		// A delete meanwhile follows the power-off: the record goes with
+		// the VM.
+		deleted, _ := start("deleted")
+		kill(deleted.ID)
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: deleted.ID}); err != nil {
+			t.Fatal(err)
+		}
+		e.wantState(deleted.ID, cosmic.StateDeleting, cosmic.StateStopped)
+		if !w.wasDeleted(deleted.ID) {
+			t.Fatal("the rack was not asked to delete the job (it does so once the VM is off)")
+		}
+		e.checkBooks()
+		e.push(w, w.gone(deleted.ID, 0))
+		e.wantGone(deleted.ID)
+
+		silent, key := start("silent")
+		kill(silent.ID)
+		e.restart()
+		if got := e.held(silent.ID); len(got) != 1 {
+			t.Fatalf("after a new ork, the powering-off job holds %v, want its GPU", got)
+		}
+		if pl := stopping(silent.ID); !slices.Equal(pl.AgentKeys, []string{key}) {
+			t.Fatalf("after a new ork, the stopping agent's keys are %v, want %v", pl.AgentKeys, key)
+		}
+		e.checkBooks()
+		time.Sleep(orkapi.StopPushWait)
+		synctest.Wait()
+		if got := e.held(silent.ID); len(got) != 1 {
+			t.Fatalf("before the wait's end, the job holds %v, want its GPU", got)
+		}
+		time.Sleep(time.Minute + 2*heartbeat)
+		synctest.Wait()
+		if got := e.held(silent.ID); len(got) != 0 {
+			t.Fatalf("the rack never reported the VM off: the job still holds %v", got)
+		}
+		e.checkBooks()
+	})
+}

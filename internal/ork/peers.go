@@ -190,6 +190,10 @@ func (o *Ork) loadBoundLocked(ctx context.Context) error {
 		if err != nil {
 			continue // a reservation of a vanished job: nothing to bind
 		}
+		if j.Status.State == cosmic.StateStopped {
+			o.loadPoweringOffLocked(j)
+			continue
+		}
 		b := boundJob{team: j.Team, typ: j.Spec.Type, keys: map[int][]string{}}
 		for _, rs := range j.Status.Replicas {
 			if _, ok := o.snap.Reserved(id, rs.Index); ok && len(rs.AgentKeys) > 0 {
@@ -209,6 +213,9 @@ func (o *Ork) peersLocked() orkapi.Peers {
 		p.Racks = append(p.Racks, orkapi.RackPeer{Rack: id, WorkerKey: o.racks[id].Rack.WorkerKey})
 	}
 	for _, r := range o.snap.Reservations() {
+		if _, off := o.poweringOff[r.JobID]; off {
+			continue // stopped, its VMs powering off: bound as stopping below
+		}
 		b := o.book.jobs[r.JobID]
 		p.Placements = append(p.Placements, orkapi.Placement{Job: r.JobID, Team: b.team, Type: b.typ, Replica: r.Replica,
 			Rack: r.Rack, AgentKeys: slices.Clone(b.keys[r.Replica]), Draining: o.book.draining[r.JobID][r.Replica]})

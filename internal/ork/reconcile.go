@@ -116,7 +116,8 @@ func (o *Ork) reconcileRack(ctx context.Context, id string) {
 		// does not list is gone.
 		var gone []worker.ReplicaReport
 		for _, res := range rs {
-			if beingDeleted(j, res.Replica) && !listed[worker.ReplicaRef{JobID: jobID, Replica: res.Replica}] {
+			// So is a stopped job's replica whose VM powered off.
+			if (beingDeleted(j, res.Replica) || j.Status.State == cosmic.StateStopped) && !listed[worker.ReplicaRef{JobID: jobID, Replica: res.Replica}] {
 				gone = append(gone, worker.ReplicaReport{Replica: res.Replica, State: cosmic.StateStopped, Gone: true})
 			}
 		}
@@ -274,8 +275,8 @@ func (o *Ork) markUnreachable(ctx context.Context, id string, cause error) {
 	}
 	for jobID, replicas := range byJob {
 		_, err := o.updateJobLocked(ctx, jobID, func(_ Tx, j *cosmic.Job) error {
-			if j.Status.State == cosmic.StateDeleting {
-				return nil
+			if j.Status.State == cosmic.StateDeleting || j.Status.State == cosmic.StateStopped {
+				return nil // going, or stopped with its VMs powering off: only their end counts
 			}
 			for _, i := range replicas {
 				setReplica(j, i, func(rs *cosmic.ReplicaStatus) { rs.State, rs.Reason = cosmic.StateUnknown, &reason })
@@ -381,6 +382,9 @@ func (o *Ork) applyReport(ctx context.Context, rack string, jr worker.JobReport)
 		}
 		o.releaseHeldLocked(res.JobID, res.Replica)
 		o.boundReleasedLocked(res.JobID, res.Replica)
+	}
+	if _, off := o.poweringOff[jr.JobID]; off && len(out.Release) > 0 && len(o.heldLocked(jr.JobID)) == 0 {
+		delete(o.poweringOff, jr.JobID)
 	}
 	if out.Remove {
 		o.releaseHeldLocked(jr.JobID, -1)

@@ -77,6 +77,19 @@ func reportRules(in reportInput) (reportOutcome, error) {
 		if !held || res.Rack != in.Rack {
 			continue // a late report of a replica released already
 		}
+		if j.Status.State == cosmic.StateStopped {
+			// A killed job that kept the replica's GPUs while its VM
+			// powers off (poweroff.go): off (stopped, failed or gone),
+			// they are free; until then only that end counts. Taken
+			// whatever its stamp: the report of a replica stopped at
+			// once may have come before the kill was stored, and been
+			// passed over then as a late one.
+			if rr.Gone || rr.State == cosmic.StateStopped || rr.State == cosmic.StateFailed {
+				out.Release = append(out.Release, res)
+				out.Changed = true
+			}
+			continue
+		}
 		cur := cosmic.StateQueued
 		if rr.Replica < len(j.Status.Replicas) {
 			cur = j.Status.Replicas[rr.Replica].State

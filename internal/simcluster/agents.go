@@ -212,10 +212,9 @@ func (c *Cluster) shutDown(r *replica, then phase, now time.Time) bool {
 	}
 	exited := r.agent.exited
 	c.stopAgent(r)
-	// The ork released the GPUs at the kill: the rack's claim follows
-	// (the simulated rack passes no GPU through; a rack that does keeps
-	// them with the VM until it is off, docs/data.md).
-	c.release(r)
+	// The GPUs stay claimed until the VMs are off, as a rack that passes
+	// them through keeps them; the ork keeps them reserved until then
+	// (docs/data.md).
 	r.exited, r.then = exited, then
 	r.phase, r.due, r.deadline = phaseShutdown, now.Add(c.cfg.Step.D()), now.Add(c.cfg.StopGrace.D())
 	ctx := c.runCtx

@@ -273,9 +273,19 @@ func TestKillPowersOffUntilTheAgentEnds(t *testing.T) {
 		if st := e.rep.states(jobA, 0); st[len(st)-1] != cosmic.StateRunning {
 			t.Fatalf("states %v before the agent ended: want still running", st)
 		}
-		// The GPU is free: a job the ork places there runs, with nothing
-		// to push, and stops at once when killed.
-		c := run(jobC, 1, resv(jobC, 0, on(0, 0)))
+		// The GPU stays claimed until the VM is off, as a rack that passes
+		// it through must (the ork keeps it reserved until then): a job
+		// placed on it does not schedule.
+		d := testJob(jobD)
+		if err := e.c.Apply(context.Background(), worker.ApplyParams{Job: d, Reservations: []cosmic.Reservation{resv(jobD, 0, on(0, 0))}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.waitState(t, jobD, 0, cosmic.StateFailed); got.Reason == nil || got.Reason.Code != cosmic.ReasonVMIUnschedulable || !strings.Contains(got.Reason.Message, "held by replica 0 of job "+jobA) {
+			t.Fatalf("a job placed on the GPU of a VM powering off: %+v, want unschedulable, held by %s", got, jobA)
+		}
+		// Another GPU is free: a job there runs, with nothing to push, and
+		// stops at once when killed.
+		c := run(jobC, 1, resv(jobC, 0, on(0, 2)))
 		if err := e.c.Stop(context.Background(), worker.ReplicaRef{JobID: jobC, Replica: 0}); err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,7 @@ const (
 	jobA = "aaaaaaaa-0000-4000-8000-000000000001"
 	jobB = "bbbbbbbb-0000-4000-8000-000000000002"
 	jobC = "cccccccc-0000-4000-8000-000000000003"
+	jobD = "dddddddd-0000-4000-8000-000000000004"
 )
 
 // fakeReporter records every report (workertest.Recorder); while failing
