@@ -77,6 +77,8 @@ type fakeWorker struct {
 	catalogue *cosmic.Catalogue
 	// volumes are the standalone volumes the worker reports it keeps.
 	volumes []cosmic.StoredVolume
+	// volumeGate, when set, holds DeleteVolume until it is closed.
+	volumeGate chan struct{}
 	// outage: "" (up), "refused" (every call fails at once, as a worker
 	// whose process is gone) or "hung" (every call blocks until its
 	// context ends, as a worker cut off by the network).
@@ -203,6 +205,12 @@ func (w *fakeWorker) Delete(ctx context.Context, p worker.DeleteParams) error {
 func (w *fakeWorker) DeleteVolume(ctx context.Context, p worker.VolumeRef) error {
 	if err := w.enter(ctx, "deleteVolume "+p.Team+"/"+p.Name); err != nil {
 		return err
+	}
+	w.mu.Lock()
+	gate := w.volumeGate
+	w.mu.Unlock()
+	if gate != nil {
+		<-gate
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -149,6 +149,9 @@ type Ork struct {
 	// jobVolumes are the standalone volumes (cosmic.VolumeKey) of each
 	// job holding GPUs that mounts any (volumes.go).
 	jobVolumes map[string][]string
+	// volumesDeleting are the standalone volumes (cosmic.VolumeKey) a
+	// rack is asked to delete now: no job that mounts one is placed.
+	volumesDeleting map[string]bool
 	// poweringOff are the stopped jobs that keep GPUs while their VMs
 	// power off, each with when they are released at the latest
 	// (poweroff.go).
@@ -265,24 +268,25 @@ func New(cfg Config, d Deps) (*Ork, error) {
 	feed := newChangeFeed()
 	return &Ork{
 		cfg: cfg, st: feedStore{Store: st, feed: feed}, feed: feed, dial: dial, log: log, now: time.Now, usage: usage,
-		racks:        make(map[string]*rackState),
-		fq:           fairq.New(),
-		queued:       make(map[string]cosmic.Job),
-		wait:         make(map[string]waitInfo),
-		nodeModel:    make(map[string]string),
-		jobTeam:      make(map[string]string),
-		jobVolumes:   make(map[string][]string),
-		poweringOff:  make(map[string]time.Time),
-		kick:         make(chan struct{}, 1),
-		book:         book,
-		loads:        make(map[fabric.PublicKey]proxyLoad),
-		scalers:      make(map[string]scaler),
-		autoscaled:   make(map[string]bool),
-		rolling:      make(map[string]bool),
-		drainingJobs: make(map[string]bool),
-		scaleKick:    make(chan struct{}, 1),
-		records:      records,
-		metrics:      newOrkMetrics(),
+		racks:           make(map[string]*rackState),
+		fq:              fairq.New(),
+		queued:          make(map[string]cosmic.Job),
+		wait:            make(map[string]waitInfo),
+		nodeModel:       make(map[string]string),
+		jobTeam:         make(map[string]string),
+		jobVolumes:      make(map[string][]string),
+		poweringOff:     make(map[string]time.Time),
+		volumesDeleting: make(map[string]bool),
+		kick:            make(chan struct{}, 1),
+		book:            book,
+		loads:           make(map[fabric.PublicKey]proxyLoad),
+		scalers:         make(map[string]scaler),
+		autoscaled:      make(map[string]bool),
+		rolling:         make(map[string]bool),
+		drainingJobs:    make(map[string]bool),
+		scaleKick:       make(chan struct{}, 1),
+		records:         records,
+		metrics:         newOrkMetrics(),
 	}, nil
 }
 

@@ -43,6 +43,12 @@ func (o *Ork) volumeUseLocked(job cosmic.Job) volumeUse {
 	where := map[string]string{} // rack → the volume that keeps the job there
 	for _, name := range names {
 		key := cosmic.VolumeKey(job.Team, name)
+		if o.volumesDeleting[key] && u.busy == nil {
+			// Placed now, its VM could find the volume half removed, or
+			// an empty one made before the rack's delete removed it.
+			r := cosmic.NewReason(cosmic.ReasonVolumeInUse, fmt.Sprintf("volume %s is being deleted: the job mounts a new, empty one once that is done", name))
+			u.busy, u.waitingFor = &r, fmt.Sprintf("volume %s, being deleted", name)
+		}
 		for _, id := range keys(o.jobVolumes) {
 			if id == job.ID || !slices.Contains(o.jobVolumes[id], key) {
 				continue
@@ -118,15 +124,25 @@ func (o *Ork) DeleteVolume(ctx context.Context, p orkapi.VolumeRef) error {
 			return conflictf("volume %s is mounted by job %s: delete it once that job has stopped", p.Name, id)
 		}
 	}
+	if o.volumesDeleting[key] {
+		o.mu.Unlock()
+		return conflictf("volume %s is being deleted already", p.Name)
+	}
+	// No job that mounts it is placed until the rack has answered
+	// (volumeUseLocked).
+	o.volumesDeleting[key] = true
 	w := o.racks[rack].w
 	o.mu.Unlock()
 	cctx, cancel := o.workerCtx(ctx)
 	defer cancel()
-	if err := w.DeleteVolume(cctx, worker.VolumeRef{Team: p.Team, Name: p.Name}); err != nil {
-		return err
-	}
+	err := w.DeleteVolume(cctx, worker.VolumeRef{Team: p.Team, Name: p.Name})
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	delete(o.volumesDeleting, key)
+	defer o.poke()
+	if err != nil {
+		return err
+	}
 	if r := o.racks[rack]; r != nil {
 		r.volumes = slices.DeleteFunc(r.volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
 	}

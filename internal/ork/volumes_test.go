@@ -118,5 +118,31 @@ func TestStandaloneVolumeKeepsItsJobsToItsRack(t *testing.T) {
 		if strings.Join(vols, " ") != "a:t/elsewhere b:t/scratch" {
 			t.Errorf("the racks' volumes = %v, want a:t/elsewhere b:t/scratch", vols)
 		}
+		// While a rack deletes a volume, a job that mounts it waits: placed
+		// then, its VM could find it half removed. It mounts a new one
+		// once the delete is done.
+		gate := make(chan struct{})
+		a.mu.Lock()
+		a.volumeGate = gate
+		a.mu.Unlock()
+		deleted := make(chan error, 1)
+		go func() { deleted <- e.o.DeleteVolume(e.ctx, orkapi.VolumeRef{Team: "t", Name: "elsewhere"}) }()
+		synctest.Wait()
+		waiting := e.createSpec(spec("waiting", 1, "elsewhere"))
+		if j := e.job(waiting.ID); j.Status.State != cosmic.StateQueued || j.Status.Reason == nil || j.Status.Reason.Code != cosmic.ReasonVolumeInUse || !strings.Contains(j.Status.Reason.Message, "being deleted") {
+			t.Fatalf("a job mounting a volume being deleted: %s %+v, want queued on volume_in_use, being deleted", j.Status.State, j.Status.Reason)
+		}
+		if err := e.o.DeleteVolume(e.ctx, orkapi.VolumeRef{Team: "t", Name: "elsewhere"}); !errors.Is(err, cosmic.ErrConflict) {
+			t.Errorf("deleting a volume being deleted: %v, want a conflict", err)
+		}
+		a.keep(cosmic.StoredVolume{Team: "t", Name: "elsewhere"})
+		close(gate)
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+		e.heartbeats(1)
+		if got := e.held(waiting.ID); len(got) != 1 {
+			t.Errorf("the job waiting for the deleted volume holds %v once it is gone, want a GPU", got)
+		}
 	})
 }
