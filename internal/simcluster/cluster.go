@@ -292,9 +292,10 @@ func (c *Cluster) DeleteVolume(_ context.Context, p worker.VolumeRef) error {
 // volumes are the standalone volumes the rack keeps: the directories of
 // VolumesDir, each with the job whose replica's agent runs on it (held:
 // until it has ended, as a kill's push may still run). Every call lists
-// them; a volume's size is walked again only once volumeBytesTTL has
-// passed since its last walk, so a heartbeat does not read every file of
-// every volume.
+// them; a volume's size is walked again once volumeBytesTTL has passed
+// since its last walk, or when the job that has it changed (a job that
+// ended left its files: its size is then current), so a heartbeat does
+// not read every file of every volume.
 func (c *Cluster) volumes(held map[string]string, now time.Time) []cosmic.StoredVolume {
 	if c.cfg.VolumesDir == "" {
 		return nil
@@ -310,8 +311,8 @@ func (c *Cluster) volumes(held map[string]string, now time.Time) []cosmic.Stored
 		key := cosmic.VolumeKey(vols[i].Team, vols[i].Name)
 		vols[i].Job = held[key]
 		b, ok := c.volBytes[key]
-		if !ok || now.Sub(b.at) >= volumeBytesTTL || now.Before(b.at) {
-			b = volumeBytes{n: worker.DirBytes(filepath.Join(c.cfg.VolumesDir, vols[i].Team, vols[i].Name)), at: now}
+		if !ok || b.job != vols[i].Job || now.Sub(b.at) >= volumeBytesTTL || now.Before(b.at) {
+			b = volumeBytes{n: worker.DirBytes(filepath.Join(c.cfg.VolumesDir, vols[i].Team, vols[i].Name)), at: now, job: vols[i].Job}
 		}
 		vols[i].Bytes = b.n
 		seen[key] = b
@@ -324,8 +325,9 @@ func (c *Cluster) volumes(held map[string]string, now time.Time) []cosmic.Stored
 const volumeBytesTTL = 30 * time.Second
 
 type volumeBytes struct {
-	n  int64
-	at time.Time
+	n   int64
+	at  time.Time
+	job string // the job that had the volume then
 }
 
 // Catalogue is what a simulated rack of cfg runs: any image, both job

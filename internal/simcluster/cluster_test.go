@@ -226,8 +226,9 @@ func TestCapacity(t *testing.T) {
 
 // TestCapacityVolumes: the standalone volumes are the directories of
 // VolumesDir, each with its files' size, walked again only once
-// volumeBytesTTL has passed (a heartbeat lists, it does not read every
-// file each time); a volume removed or made is seen at once.
+// volumeBytesTTL has passed or the job that has it changed (a heartbeat
+// lists, it does not read every file each time); a volume removed or made
+// is seen at once.
 func TestCapacityVolumes(t *testing.T) {
 	dir := t.TempDir()
 	c := mustNew(t, Config{Rack: "r1", Location: "eu", GPUModel: "A100", Nodes: 1, GPUsPerNode: 4, VolumesDir: dir}, Deps{Reporter: &fakeReporter{}})
@@ -259,8 +260,13 @@ func TestCapacityVolumes(t *testing.T) {
 	if diff := cmp.Diff(want, c.volumes(map[string]string{cosmic.VolumeKey("ml", "new"): "j1"}, now.Add(volumeBytesTTL-time.Second))); diff != "" {
 		t.Errorf("volumes within the TTL (-want +got):\n%s", diff)
 	}
+	// The job that had it ended: its size is walked again.
+	write(filepath.Join(dir, "ml", "new", "f"), 995)
+	want[0].Job, want[0].Bytes = "", 1000
+	if diff := cmp.Diff(want, c.volumes(nil, now.Add(volumeBytesTTL-time.Second))); diff != "" {
+		t.Errorf("volumes once the job that had one ended (-want +got):\n%s", diff)
+	}
 	want[1].Bytes = 2000
-	want[0].Job = ""
 	if diff := cmp.Diff(want, c.volumes(nil, now.Add(volumeBytesTTL))); diff != "" {
 		t.Errorf("volumes after the TTL (-want +got):\n%s", diff)
 	}

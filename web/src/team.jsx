@@ -2,6 +2,7 @@ import { useMemo, useState } from "preact/hooks";
 import { call } from "./api.js";
 import { Confirm, Copy, ErrorNotice, Notice, Tabs, Time, useAsync } from "./ui.jsx";
 import { can } from "./main.jsx";
+import { Link } from "./router.jsx";
 import { compact, csvHref, tokensByDay, usageFrom } from "./usage.js";
 
 export function TeamPage({ me, tab }) {
@@ -10,6 +11,7 @@ export function TeamPage({ me, tab }) {
   if (can(me, "account.manage")) tabs.push(["tokens", "Access tokens"]);
   if (can(me, "apikeys.create")) tabs.push(["keys", "API keys"]);
   if (can(me, "datastores.read")) tabs.push(["datastores", "Datastores"]);
+  if (can(me, "jobs.read")) tabs.push(["volumes", "Volumes"]);
   const current = tabs.some(([t]) => t === tab) ? tab : "members";
   return (
     <section aria-labelledby="team-title">
@@ -21,6 +23,7 @@ export function TeamPage({ me, tab }) {
       {current === "tokens" && <Tokens me={me} />}
       {current === "keys" && <APIKeys me={me} />}
       {current === "datastores" && <Datastores me={me} />}
+      {current === "volumes" && <Volumes me={me} />}
     </section>
   );
 }
@@ -535,6 +538,64 @@ function Datastores({ me }) {
       <Confirm open={remove !== null} title={`Remove datastore ${remove}?`} confirmLabel="Remove" danger onCancel={() => setRemove(null)}
         onConfirm={async () => { const a = remove; setRemove(null); try { await call(`/datastores/${encodeURIComponent(a)}`, { method: "DELETE" }); reload(); } catch (e) { setErr(e); } }}>
         <p>Jobs that name it can no longer sync their volumes; its sealed credentials go with it.</p>
+      </Confirm>
+    </div>
+  );
+}
+
+// bytesText is a size in the binary units a disk is sold in: "1.5 GiB".
+function bytesText(n) {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return i === 0 ? `${n} bytes` : `${Math.round(n * 10) / 10} ${units[i]}`;
+}
+
+// Volumes are the team's standalone volumes (docs/data.md): named disks a
+// rack keeps from one job to the next. Every member sees them; those who
+// operate jobs delete them, once no job has them mounted.
+function Volumes({ me }) {
+  const [list, reload] = useAsync(() => call("/volumes"), [me.team]);
+  const [err, setErr] = useState(null);
+  const [remove, setRemove] = useState(null);
+  const operate = can(me, "jobs.operate");
+  return (
+    <div>
+      <p class="help">
+        Standalone volumes of {me.team}: a job's <code>volumes[].standalone.name</code> makes one on the rack it runs on, and every
+        later job that names it runs there and finds its files. One job mounts a volume at a time.
+        {operate ? "" : " Members who operate jobs delete them."}
+      </p>
+      <ErrorNotice error={list.error || err} />
+      {list.value && list.value.items.length > 0 && (
+        <table class="volumes">
+          <thead><tr><th scope="col">Name</th><th scope="col">Rack</th><th scope="col">Used</th><th scope="col">Size</th><th scope="col">Mounted by</th>{operate && <th scope="col">Actions</th>}</tr></thead>
+          <tbody>
+            {list.value.items.map((v) => (
+              <tr data-volume={v.name}>
+                <td><code>{v.name}</code></td>
+                <td>{v.rack}</td>
+                <td>{bytesText(v.bytes)}</td>
+                <td>{v.size ? bytesText(v.size) : "grows with its files"}</td>
+                <td>{v.job ? <Link href={`/jobs/${v.job}`}><code>{v.job.slice(0, 8)}</code></Link> : <span class="muted">no job</span>}</td>
+                {operate && (
+                  <td>
+                    <button type="button" class="danger" disabled={!!v.job} title={v.job ? "A job has it mounted: delete it once that job has stopped" : undefined}
+                      onClick={() => setRemove(v.name)}>Delete</button>
+                  </td>
+                )}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {list.value && list.value.items.length === 0 && <p class="empty">No volumes.</p>}
+      <Confirm open={remove !== null} title={`Delete volume ${remove}?`} confirmLabel="Delete" danger onCancel={() => setRemove(null)}
+        onConfirm={async () => { const n = remove; setRemove(null); try { await call(`/volumes/${encodeURIComponent(n)}`, { method: "DELETE" }); setErr(null); reload(); } catch (e) { setErr(e); reload(); } }}>
+        <p>Its files are removed from the rack that keeps it, and cannot be brought back. A job that names it later starts with an empty one.</p>
       </Confirm>
     </div>
   );

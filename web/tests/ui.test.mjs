@@ -727,6 +727,45 @@ test("a team admin adds a datastore from the team page; its secret key never com
   assert.equal((await p.api("GET", "/datastores", undefined, p.token, "ml")).total, 0);
 });
 
+test("the team's standalone volumes: what a job left is listed with its size; one who operates jobs deletes it, a viewer cannot", async () => {
+  const until = async (what, f) => {
+    for (let i = 0; i < 600; i++) {
+      const v = await f();
+      if (v) return v;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(`timed out waiting for ${what}`);
+  };
+  const volumes = [{ mountPath: "/scratch", permission: "RW", standalone: { name: "web-scratch" } }];
+  const job = await p.api("POST", "/jobs", { type: "gpu-container", name: "leaves-files", location: "us", image: "ubuntu-24.04", resources: { gpu: 1 }, volumes,
+    command: ["sh", "-c", 'head -c 3072 /dev/zero > "$HOME/scratch/data.bin"'] }, p.token, "ml");
+  await until("the job to end", async () => (await p.api("GET", `/jobs/${job.id}`, undefined, p.token, "ml")).status.state === "stopped");
+  await until("the rack to report the volume, free", async () => (await p.api("GET", "/volumes", undefined, p.token, "ml")).items.some((v) => v.name === "web-scratch" && !v.job));
+
+  const viewer = await signIn(VERA);
+  await useTeam(viewer, "ml");
+  await viewer.goto(p.url + "/team/volumes");
+  const vrow = viewer.locator('tr[data-volume="web-scratch"]');
+  await vrow.waitFor();
+  assert.match(await vrow.textContent(), /web-scratch.*3 KiB.*no job/);
+  await viewer.getByText("Members who operate jobs delete them").waitFor();
+  assert.equal(await viewer.getByRole("button", { name: "Delete" }).count(), 0, "a viewer sees Delete");
+  await viewer.context().close();
+
+  const page = await signIn(ALICE);
+  await useTeam(page, "ml");
+  await page.goto(p.url + "/team/volumes");
+  const row = page.locator('tr[data-volume="web-scratch"]');
+  await row.waitFor();
+  await check(page, "team-volumes");
+  await row.getByRole("button", { name: "Delete" }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Delete" }).click();
+  await row.waitFor({ state: "detached" });
+  await page.context().close();
+  assert.ok(!(await p.api("GET", "/volumes", undefined, p.token, "ml")).items.some((v) => v.name === "web-scratch"), "the volume is still listed");
+  await p.api("DELETE", `/jobs/${job.id}`, undefined, p.token, "ml");
+});
+
 test("the only platform admin's last token is not revoked from the page: the refusal says why", async () => {
   const page = await signInAsAdmin();
   await page.goto(p.url + "/team/tokens");
