@@ -23,6 +23,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/gittest"
 	"github.com/cosmicac/cosmicac/internal/s3test"
+	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestVolumeSignedForItsJobAlone: on `cosmicac up`, a team admin
@@ -312,7 +313,8 @@ func TestDataSyncWhileRunning(t *testing.T) {
 // shell, is killed; what it wrote in its RW volume is pushed back as its
 // VM powers off (the agent stops, pushes, then ends; its key stays bound
 // for that alone), and the job's log says so. The agent of the stopped
-// job may sign its volumes' requests, and nothing else.
+// job may sign its volumes' requests, and nothing else. A forced delete
+// of a running job pushes too.
 func TestVolumePushedAtKill(t *testing.T) {
 	e := NewEnv(t)
 	srv := s3test.Start(t)
@@ -342,6 +344,26 @@ func TestVolumePushedAtKill(t *testing.T) {
 	})
 	if _, err := s3.StatObject(ctx, "datasets", "nb/notes.md", minio.StatObjectOptions{}); err != nil {
 		t.Errorf("the file written before the kill is not in the store: %v", err)
+	}
+
+	// A forced delete of a running job is a kill first: the file is
+	// pushed, then the job goes.
+	s.Name = "deleted-with-force"
+	s.Volumes[0].Source.DataStore.Prefix = "forced"
+	f := e.Create(s)
+	e.WaitState(f.ID, cosmic.StateRunning)
+	if err := os.WriteFile(filepath.Join(e.DataDir, "vms", f.ID+"-r0", "work", "last.md"), []byte("written before a forced delete"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.DeleteJob(e.Ctx, f.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, func() bool {
+		_, err := e.Client.GetJob(e.Ctx, f.ID)
+		return err != nil
+	}, "the job deleted with force to go")
+	if _, err := s3.StatObject(ctx, "datasets", "forced/last.md", minio.StatObjectOptions{}); err != nil {
+		t.Errorf("the file written before the forced delete is not in the store: %v", err)
 	}
 }
 

@@ -597,10 +597,14 @@ func (o *Ork) restartJob(ctx context.Context, p orkapi.RestartJobParams, reason 
 
 // DeleteJob removes a job (or one replica) and everything it created. A job
 // holding GPUs moves to deleting until its worker confirms; the record goes
-// then.
+// then. A forced delete of a job whose agents push its volumes kills it
+// first (killBeforeDelete).
 func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.Job, error) {
 	if p.Replica != nil {
 		return o.deleteReplica(ctx, p)
+	}
+	if p.Force {
+		p.Force = !o.killBeforeDelete(ctx, p.ID)
 	}
 	o.mu.Lock()
 	j, err := o.st.GetJob(ctx, p.ID)
@@ -653,6 +657,25 @@ func (o *Ork) DeleteJob(ctx context.Context, p orkapi.DeleteJobParams) (cosmic.J
 		o.log.Warn("delete pending on worker; retried by reconcile", "job_id", p.ID, "err", err)
 	}
 	return j, nil
+}
+
+// killBeforeDelete stops a job a forced delete takes whose agents push
+// its volumes at the end, as a kill does: its VMs power off, pushing what
+// the job wrote, and keep their GPUs until they are off (poweroff.go). It
+// says whether it did, and the delete then follows the power-off instead
+// of cutting it; a kill that fails (the rack cannot be reached) leaves
+// the delete forced.
+func (o *Ork) killBeforeDelete(ctx context.Context, id string) bool {
+	j, err := o.st.GetJob(ctx, id)
+	if err != nil || !j.Status.State.RunsVMs() || !j.Spec.PushesVolumes() {
+		return false
+	}
+	reason := cosmic.NewReason(cosmic.ReasonKilled, "deleted with force: the VMs power off, pushing the job's volumes, then go")
+	if _, err := o.stopJob(ctx, id, reason); err != nil {
+		o.log.Warn("kill before a forced delete; deleting at once", "job_id", id, "err", err)
+		return false
+	}
+	return true
 }
 
 // requestDelete asks the workers holding a deleting job's GPUs to delete

@@ -69,8 +69,9 @@ type fakeWorker struct {
 	// deleteGate, when set, holds Delete until it is closed; a Delete
 	// whose context ended meanwhile fails.
 	deleteGate chan struct{}
-	// deleted are the jobs Delete succeeded for.
-	deleted []string
+	// deleted are the jobs Delete succeeded for, and forced those it
+	// was asked with Force.
+	deleted, forced []string
 	// overhead is the VM overhead the worker reports.
 	overhead cosmic.VMOverhead
 	// catalogue is the catalogue the worker reports (nil: none).
@@ -198,6 +199,9 @@ func (w *fakeWorker) Delete(ctx context.Context, p worker.DeleteParams) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.deleted = append(w.deleted, p.JobID)
+	if p.Force {
+		w.forced = append(w.forced, p.JobID)
+	}
 	return nil
 }
 

@@ -317,6 +317,28 @@ func TestKillKeepsGPUsWhileTheVMPowersOff(t *testing.T) {
 		e.push(w, w.gone(deleted.ID, 0))
 		e.wantGone(deleted.ID)
 
+		// A forced delete of a running job that pushes is a kill first: its
+		// VM powers off, pushing, and the delete follows; not forced on
+		// the rack.
+		forced, _ := start("forced")
+		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: forced.ID, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		if j := e.wantState(forced.ID, cosmic.StateDeleting, cosmic.StateStopped); !slices.ContainsFunc(j.Status.History, func(c cosmic.StatusChange) bool { return c.State == cosmic.StateStopped }) {
+			t.Fatalf("the forced delete of a pushing job did not stop it first: %+v", j.Status.History)
+		}
+		if w.count("stop "+forced.ID+"/-1") != 1 || len(e.held(forced.ID)) != 1 {
+			t.Fatalf("the forced delete: %d stops, holds %v; want one stop and its GPU until the VM is off", w.count("stop "+forced.ID+"/-1"), e.held(forced.ID))
+		}
+		w.mu.Lock()
+		cut := slices.Contains(w.forced, forced.ID)
+		w.mu.Unlock()
+		if !w.wasDeleted(forced.ID) || cut {
+			t.Fatalf("the rack was asked to delete the job: %v, with force: %v; want asked, without force", w.wasDeleted(forced.ID), cut)
+		}
+		e.push(w, w.gone(forced.ID, 0))
+		e.wantGone(forced.ID)
+
 		silent, key := start("silent")
 		kill(silent.ID)
 		e.restart()
