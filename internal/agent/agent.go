@@ -89,6 +89,12 @@ type Agent struct {
 	// toldProgress is when a volume's progress was last told.
 	toldProgress time.Time
 	syncMu       sync.Mutex // one volume sync at a time (datasync, the command's end)
+	// lastSync is the last datasync asked for (MethodDataSync), guarded
+	// by mu; runCtx the context a datasync runs in (Run's, until it
+	// stops) and syncs those running, which Run waits for.
+	lastSync *agentapi.DataSyncStatus
+	runCtx   context.Context
+	syncs    sync.WaitGroup
 }
 
 // New makes an agent; Run runs it.
@@ -157,6 +163,10 @@ func (a *Agent) statusLocked() agentapi.Status {
 		s.Command = &c
 	}
 	s.Volumes = slices.Clone(a.volumes)
+	if a.lastSync != nil {
+		d := cloneDataSync(*a.lastSync)
+		s.DataSync = &d
+	}
 	if a.failure != nil {
 		f := *a.failure
 		s.Failure = &f
@@ -211,6 +221,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.mu.Lock()
+	a.runCtx = rctx
+	a.mu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -280,6 +293,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	a.sessionWG.Wait()
 	wg.Wait()
+	a.syncs.Wait()
 	a.pushAtStop()
 	return nil
 }

@@ -58,8 +58,8 @@ func (a *Agent) pull(ctx context.Context, signer datasync.Signer, v Volume, opt 
 }
 
 // push sends volume v back with signer.
-func (a *Agent) push(ctx context.Context, signer datasync.Signer, v Volume) (datasync.Stats, error) {
-	opt := datasync.Options{Client: a.cfg.DataClient}
+func (a *Agent) push(ctx context.Context, signer datasync.Signer, v Volume, opt datasync.Options) (datasync.Stats, error) {
+	opt.Client = a.cfg.DataClient
 	if v.PushArchive != "" {
 		return datasync.PushArchive(ctx, signer, v.Dir, v.PushArchive, opt)
 	}
@@ -247,7 +247,7 @@ func (a *Agent) pushVolumes(ctx context.Context) *cosmic.Reason {
 		signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
 		start := time.Now()
 		st, err := retried(ctx, func() (datasync.Stats, error) {
-			return a.push(ctx, signer, v)
+			return a.push(ctx, signer, v, datasync.Options{})
 		})
 		if err != nil {
 			r := cosmic.NewReason(syncReason(err), fmt.Sprintf("volume %d (%s) not pushed, its files kept in the replica's disk: %v", v.Index, v.MountPath, err))
@@ -348,7 +348,10 @@ func (a *Agent) setVolumeQuiet(i int, f func(*agentapi.VolumeStatus)) {
 // dataSync pulls or pushes the volumes p names, one after the other, as
 // the app-node asks (agentapi.MethodDataSync). A volume the agent does
 // not sync (not a datastore volume), or a push of one that is read only,
-// is refused whole before anything moves.
+// is refused whole before anything moves, and so is a datasync while the
+// last one still runs. The sync runs apart from the call, in the agent's
+// own context: it answers when the sync ends (at once with p.Detach), and
+// a caller that goes does not cut it; Status.DataSync follows it.
 func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error) {
 	if len(a.cfg.Volumes) == 0 {
 		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeNotFound, "this agent syncs no volume: its rack does not sync volumes yet")
@@ -372,8 +375,10 @@ func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agenta
 		}
 		vols = append(vols, v)
 	}
-	a.syncMu.Lock() // one sync at a time, the command's end's push among them
-	defer a.syncMu.Unlock()
+	if len(vols) == 0 {
+		now := time.Now().UTC()
+		return agentapi.DataSyncReply{Direction: p.Direction, StartedAt: now, EndedAt: now, Volumes: []agentapi.VolumeSync{}}, nil // nothing moves
+	}
 	n := a.Node()
 	if n == nil {
 		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeUnavailable, "the agent is not serving yet")
@@ -384,28 +389,94 @@ func (a *Agent) dataSync(ctx context.Context, p agentapi.DataSyncParams) (agenta
 			appNode = peer.Key
 		}
 	}
-	out := agentapi.DataSyncReply{Volumes: []agentapi.VolumeSync{}}
+	st := &agentapi.DataSyncStatus{Direction: p.Direction, StartedAt: time.Now().UTC(), Volumes: []agentapi.VolumeSync{}}
 	for _, v := range vols {
+		st.Volumes = append(st.Volumes, agentapi.VolumeSync{Index: v.Index, MountPath: v.MountPath, State: agentapi.SyncQueued})
+	}
+	a.mu.Lock()
+	switch {
+	case a.closing || a.runCtx == nil:
+		a.mu.Unlock()
+		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeUnavailable, "the agent is stopping")
+	case a.lastSync != nil && a.lastSync.EndedAt.IsZero():
+		cur := a.lastSync
+		a.mu.Unlock()
+		return agentapi.DataSyncReply{}, fabric.Errorf(agentapi.CodeConflict, "a datasync (%s, started %s) still runs: its progress is in GET …/datasync", cur.Direction, cur.StartedAt.Format(time.RFC3339))
+	}
+	a.lastSync = st
+	runCtx := a.runCtx
+	begun := cloneDataSync(*st)
+	done := make(chan agentapi.DataSyncReply, 1)
+	a.syncs.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.syncs.Done()
+		done <- a.runDataSync(runCtx, n, appNode, p.Direction, vols, st)
+	}()
+	if p.Detach {
+		return begun, nil
+	}
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+		return agentapi.DataSyncReply{}, fabric.Errorf(fabric.CodeDeadlineExceeded, "the datasync goes on without this answer: its progress is in GET …/datasync")
+	}
+}
+
+// runDataSync does datasync st: each volume in turn, its progress in st
+// (under a.mu) as it goes. It answers st as it ended.
+func (a *Agent) runDataSync(ctx context.Context, n *fabric.Node, appNode fabric.PublicKey, dir string, vols []Volume, st *agentapi.DataSyncStatus) agentapi.DataSyncReply {
+	a.syncMu.Lock() // one sync at a time, the command's end's push among them
+	defer a.syncMu.Unlock()
+	for k, v := range vols {
+		set := func(f func(*agentapi.VolumeSync)) {
+			a.mu.Lock()
+			f(&st.Volumes[k])
+			a.mu.Unlock()
+		}
+		set(func(vs *agentapi.VolumeSync) { vs.State = agentapi.SyncRunning })
+		opt := datasync.Options{Progress: func(p datasync.Stats) {
+			set(func(vs *agentapi.VolumeSync) {
+				vs.Objects, vs.Bytes = max(vs.Objects, p.Objects), max(vs.Bytes, p.Bytes)
+				vs.TotalObjects, vs.TotalBytes = max(vs.TotalObjects, p.ListedObjects), max(vs.TotalBytes, p.ListedBytes)
+			})
+		}}
 		start := time.Now()
-		var st datasync.Stats
+		var stats datasync.Stats
 		var err error
-		if p.Direction == "pull" {
+		if dir == "pull" {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index}}
-			st, err = a.pull(ctx, signer, v, datasync.Options{})
+			stats, err = a.pull(ctx, signer, v, opt)
 		} else {
 			signer := retrySigner{dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Volume: v.Index, Target: v.Target}}
-			st, err = a.push(ctx, signer, v)
+			stats, err = a.push(ctx, signer, v, opt)
 		}
-		vs := agentapi.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: st.Objects, Bytes: st.Bytes,
-			Unchanged: st.Unchanged, Deleted: st.Deleted, Skipped: st.Skipped}
+		set(func(vs *agentapi.VolumeSync) {
+			vs.State, vs.Objects, vs.Bytes = agentapi.SyncDone, stats.Objects, stats.Bytes
+			vs.Unchanged, vs.Deleted, vs.Skipped = stats.Unchanged, stats.Deleted, stats.Skipped
+			if err != nil {
+				vs.State, vs.Error, vs.Reason = agentapi.SyncFailed, err.Error(), string(syncReason(err))
+			}
+		})
 		if err != nil {
-			vs.Error, vs.Reason = err.Error(), string(syncReason(err))
-			a.recordFailure("datasync", "volume %d (%s): %s failed: %v; its files are kept", v.Index, v.MountPath, p.Direction, err)
+			a.recordFailure("datasync", "volume %d (%s): %s failed: %v; its files are kept", v.Index, v.MountPath, dir, err)
 		} else {
 			a.record("datasync", "volume %d (%s): %s of %d objects, %d bytes (%d unchanged, %d deleted) in %v", v.Index, v.MountPath,
-				p.Direction, st.Objects, st.Bytes, st.Unchanged, st.Deleted, time.Since(start).Round(time.Millisecond))
+				dir, stats.Objects, stats.Bytes, stats.Unchanged, stats.Deleted, time.Since(start).Round(time.Millisecond))
 		}
-		out.Volumes = append(out.Volumes, vs)
 	}
-	return out, nil
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st.EndedAt = time.Now().UTC()
+	return cloneDataSync(*st)
+}
+
+// cloneDataSync is a copy of d that shares nothing with it.
+func cloneDataSync(d agentapi.DataSyncStatus) agentapi.DataSyncStatus {
+	d.Volumes = slices.Clone(d.Volumes)
+	for i := range d.Volumes {
+		d.Volumes[i].Skipped = slices.Clone(d.Volumes[i].Skipped)
+	}
+	return d
 }

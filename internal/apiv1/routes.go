@@ -120,6 +120,7 @@ const (
 	OpRestartJob              = "restartJob"
 	OpKillJob                 = "killJob"
 	OpDataSyncJob             = "dataSyncJob"
+	OpGetDataSync             = "getDataSync"
 	OpLabelJob                = "labelJob"
 	OpJobCommand              = "jobCommand"
 	OpInferenceAuth           = "setInferenceAuth"
@@ -174,6 +175,8 @@ const (
 	QueryWatch   = "watch"
 	QueryForce   = "force"
 	QueryReplica = "replica"
+	// QueryWait=false has POST …/datasync answer once the sync has begun.
+	QueryWait = "wait"
 	// QueryCols and QueryRows are the terminal's size at its open.
 	QueryCols = "cols"
 	QueryRows = "rows"
@@ -283,10 +286,18 @@ func Routes() []Route {
 			Summary: "Pull or push a running job's datastore volumes now",
 			Description: "direction pull copies the datastore's objects into the volume; push sends back what the job wrote (RW, RWD: RWD deletes the remote objects the job deleted). " +
 				"volume names one volume by its name, else its mount path; absent, every datastore volume of the job (for a push, every RW and RWD one). " +
-				"The replica's agent does it (replica, default 0) with requests the platform signs, and the answer comes when every volume is done: per volume, what moved, and error and reason where it failed (its files kept). " +
-				"A job that is not running is 409; a volume that is not a datastore volume, or a push of a read-only one, 400. " +
+				"The replica's agent does it (replica, default 0) with requests the platform signs, and the answer comes when every volume is done (state done): per volume, what moved, and error and reason where it failed (its files kept). " +
+				"With wait=false it comes once the sync has begun (state running, each volume queued), and GET …/datasync follows it; a sync runs on when its caller goes. " +
+				"A job that is not running, or a replica whose last datasync still runs, is 409; a volume that is not a datastore volume, or a push of a read-only one, 400. " +
 				"The simulated and QEMU racks sync; an agent that syncs no volume answers 501 (docs/data.md).",
-			Params: []Param{jobID, replicaQuery}, Request: DataSync{}, Response: DataSyncResult{}, Status: http.StatusOK,
+			Params:  []Param{jobID, replicaQuery, {Name: QueryWait, In: InQuery, Type: false, Description: "false: answer once the sync has begun, not when it ends (default true)"}},
+			Request: DataSync{}, Response: DataSyncResult{}, Status: http.StatusOK,
+			Errors: []int{http.StatusConflict, http.StatusNotImplemented}},
+		{Op: OpGetDataSync, Method: http.MethodGet, Path: Prefix + "/jobs/{id}/datasync", Tag: "jobs", Perm: authz.JobsRead,
+			Summary: "Follow a running job's last datasync",
+			Description: "The replica's (replica, default 0) last datasync since its agent started, as it is now: state running, with each volume's state and what moved so far (and, for a pull whose listing is read, in all), or done. " +
+				"404 when the replica's agent has done none; 409 when the job is not running.",
+			Params: []Param{jobID, replicaQuery}, Response: DataSyncResult{}, Status: http.StatusOK,
 			Errors: []int{http.StatusConflict, http.StatusNotImplemented}},
 		{Op: OpLabelJob, Method: http.MethodPut, Path: Prefix + "/jobs/{id}/label", Tag: "jobs", Perm: authz.JobsOperate,
 			Summary: "Set or remove a job label", Description: "Sets label name to value; an empty value removes it. Keys under cosmicac/ are reserved.",

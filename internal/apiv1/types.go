@@ -118,28 +118,47 @@ type DataSync struct {
 	Volume string `json:"volume,omitempty"`
 }
 
-// DataSyncResult is the answer of POST /api/v1/jobs/{id}/datasync: what
-// each volume's sync did, in the spec's order.
+// DataSyncResult is a datasync of a replica (POST and GET
+// /api/v1/jobs/{id}/datasync): what each volume's sync did, or does, in
+// the spec's order. State is running until every volume is done, then
+// done (a volume's failure is in that volume).
 type DataSyncResult struct {
 	Direction DataSyncDirection `json:"direction"`
 	Replica   int               `json:"replica"`
+	State     string            `json:"state"`
+	StartedAt time.Time         `json:"startedAt,omitzero"`
+	EndedAt   time.Time         `json:"endedAt,omitzero"`
 	Volumes   []VolumeSync      `json:"volumes"`
 }
 
-// VolumeSync is one volume's sync: the objects and bytes it moved, the
-// files a push found unchanged, the remote objects an RWD push deleted,
-// the names skipped (links, names that are no path); Error and Reason
-// when it failed (its files kept as they were).
+// The states of a datasync and of each of its volumes
+// (DataSyncResult.State, VolumeSync.State).
+const (
+	DataSyncQueued  = "queued"
+	DataSyncRunning = "running"
+	DataSyncDone    = "done"
+	DataSyncFailed  = "failed"
+)
+
+// VolumeSync is one volume's sync: its state (queued, running, done or
+// failed), the objects and bytes it moved so far and, once a pull's
+// listing is read, in all (TotalObjects, TotalBytes), the files a push
+// found unchanged, the remote objects an RWD push deleted, the names
+// skipped (links, names that are no path); Error and Reason when it
+// failed (its files kept as they were).
 type VolumeSync struct {
-	Index     int      `json:"index"`
-	MountPath string   `json:"mountPath"`
-	Objects   int64    `json:"objects"`
-	Bytes     int64    `json:"bytes"`
-	Unchanged int64    `json:"unchanged,omitempty"`
-	Deleted   int64    `json:"deleted,omitempty"`
-	Skipped   []string `json:"skipped,omitempty"`
-	Error     string   `json:"error,omitempty"`
-	Reason    string   `json:"reason,omitempty"`
+	Index        int      `json:"index"`
+	MountPath    string   `json:"mountPath"`
+	State        string   `json:"state"`
+	Objects      int64    `json:"objects"`
+	Bytes        int64    `json:"bytes"`
+	TotalObjects int64    `json:"totalObjects,omitempty"`
+	TotalBytes   int64    `json:"totalBytes,omitempty"`
+	Unchanged    int64    `json:"unchanged,omitempty"`
+	Deleted      int64    `json:"deleted,omitempty"`
+	Skipped      []string `json:"skipped,omitempty"`
+	Error        string   `json:"error,omitempty"`
+	Reason       string   `json:"reason,omitempty"`
 }
 
 // Rack is a registered rack and its capacity as its worker last reported it.

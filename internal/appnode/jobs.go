@@ -2,6 +2,7 @@ package appnode
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -549,27 +550,67 @@ func (s *Server) dataSyncJob(w http.ResponseWriter, r *http.Request, c *caller) 
 	if ds.Volume != "" && len(idx) == 0 {
 		return nil, invalid(&cosmic.FieldError{Field: "volume", Message: fmt.Sprintf("job %s has no volume named %q (give a volume's name or mount path)", j.ID, ds.Volume)})
 	}
-	out := apiv1.DataSyncResult{Direction: ds.Direction, Replica: replica, Volumes: []apiv1.VolumeSync{}}
 	if len(idx) == 0 {
-		return out, nil // nothing of the job syncs that way
+		// Nothing of the job syncs that way: done at once.
+		return apiv1.DataSyncResult{Direction: ds.Direction, Replica: replica, State: apiv1.DataSyncDone, Volumes: []apiv1.VolumeSync{}}, nil
+	}
+	wait := true
+	if _, ok := r.URL.Query()[apiv1.QueryWait]; ok {
+		if wait, err = boolQuery(r, apiv1.QueryWait); err != nil {
+			return nil, err
+		}
 	}
 	syncer, ok := s.shells.(DataSyncer)
 	if !ok {
 		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "this app-node does not reach the agents' data sync")
 	}
-	rep, err := syncer.DataSync(r.Context(), j, replica, agentapi.DataSyncParams{Direction: string(ds.Direction), Volumes: idx})
+	rep, err := syncer.DataSync(r.Context(), j, replica, agentapi.DataSyncParams{Direction: string(ds.Direction), Volumes: idx, Detach: !wait})
 	if errors.Is(err, ErrNoDataSync) || fabric.ErrorCode(err) == fabric.CodeNotFound {
-		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "job %s's agent does not sync volumes: only the simulated rack does yet (docs/data.md)", j.ID)
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "job %s's agent does not sync volumes: only the simulated and QEMU racks do yet (docs/data.md)", j.ID)
 	}
 	if err != nil {
 		return nil, agentError(err)
 	}
-	for _, v := range rep.Volumes {
-		out.Volumes = append(out.Volumes, apiv1.VolumeSync{Index: v.Index, MountPath: v.MountPath, Objects: v.Objects, Bytes: v.Bytes,
+	s.log.Info("datasync", "job_id", j.ID, "replica", replica, "direction", ds.Direction, "volumes", len(idx), "wait", wait, "user", c.user.Name)
+	return dataSyncResult(replica, rep), nil
+}
+
+// getDataSync answers the replica's last datasync as its agent has it now.
+func (s *Server) getDataSync(_ http.ResponseWriter, r *http.Request, c *caller) (any, error) {
+	j, replica, err := s.agentTarget(r, c, "a data sync")
+	if err != nil {
+		return nil, err
+	}
+	syncer, ok := s.shells.(DataSyncer)
+	if !ok {
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "this app-node does not reach the agents' data sync")
+	}
+	st, err := syncer.LastDataSync(r.Context(), j, replica)
+	if errors.Is(err, ErrNoDataSync) {
+		return nil, errorf(http.StatusNotImplemented, apiv1.CodeNotImplemented, "job %s's agent does not sync volumes: only the simulated and QEMU racks do yet (docs/data.md)", j.ID)
+	}
+	if err != nil {
+		return nil, agentError(err)
+	}
+	if st == nil {
+		return nil, errorf(http.StatusNotFound, apiv1.CodeNotFound, "replica %d of job %s has done no datasync since its agent started", replica, j.ID)
+	}
+	return dataSyncResult(replica, *st), nil
+}
+
+// dataSyncResult is the API's form of an agent's datasync.
+func dataSyncResult(replica int, st agentapi.DataSyncStatus) apiv1.DataSyncResult {
+	out := apiv1.DataSyncResult{Direction: apiv1.DataSyncDirection(st.Direction), Replica: replica, State: apiv1.DataSyncRunning,
+		StartedAt: st.StartedAt, EndedAt: st.EndedAt, Volumes: []apiv1.VolumeSync{}}
+	if !st.EndedAt.IsZero() {
+		out.State = apiv1.DataSyncDone
+	}
+	for _, v := range st.Volumes {
+		out.Volumes = append(out.Volumes, apiv1.VolumeSync{Index: v.Index, MountPath: v.MountPath, State: cmp.Or(v.State, apiv1.DataSyncDone),
+			Objects: v.Objects, Bytes: v.Bytes, TotalObjects: v.TotalObjects, TotalBytes: v.TotalBytes,
 			Unchanged: v.Unchanged, Deleted: v.Deleted, Skipped: v.Skipped, Error: v.Error, Reason: v.Reason})
 	}
-	s.log.Info("datasync", "job_id", j.ID, "replica", replica, "direction", ds.Direction, "volumes", len(idx), "user", c.user.Name)
-	return out, nil
+	return out
 }
 
 func (s *Server) jobCommand(w http.ResponseWriter, r *http.Request, _ *caller) (any, error) {

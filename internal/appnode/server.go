@@ -192,6 +192,7 @@ func (s *Server) handlers() map[string]handler {
 		apiv1.OpRestartJob:              s.restartJob,
 		apiv1.OpKillJob:                 s.killJob,
 		apiv1.OpDataSyncJob:             s.dataSyncJob,
+		apiv1.OpGetDataSync:             s.getDataSync,
 		apiv1.OpLabelJob:                s.labelJob,
 		apiv1.OpJobCommand:              s.jobCommand,
 		apiv1.OpInferenceAuth:           s.setInferenceAuth,

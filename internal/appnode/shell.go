@@ -35,6 +35,9 @@ type DataSyncer interface {
 	// DataSync asks the agent of the job's replica to pull or push
 	// volumes now (agentapi.MethodDataSync).
 	DataSync(ctx context.Context, job cosmic.Job, replica int, p agentapi.DataSyncParams) (agentapi.DataSyncReply, error)
+	// LastDataSync is the agent's last datasync, as it is now (its
+	// status's DataSync; nil when it has done none).
+	LastDataSync(ctx context.Context, job cosmic.Job, replica int) (*agentapi.DataSyncStatus, error)
 }
 
 // written is the body of a handler that answered on its own (an upgraded
@@ -135,6 +138,8 @@ func agentError(err error) error {
 		return errorf(http.StatusForbidden, apiv1.CodeForbidden, "the job's agent refused: %v", err)
 	case fabric.CodeBadRequest:
 		return badRequest("the job's agent refused: %v", err)
+	case agentapi.CodeConflict:
+		return errorf(http.StatusConflict, apiv1.CodeConflict, "the job's agent refused: %v", err)
 	}
 	return errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "reach the job's agent: %v", err)
 }
@@ -251,4 +256,17 @@ func (f FabricShells) DataSync(ctx context.Context, job cosmic.Job, replica int,
 	var out agentapi.DataSyncReply
 	err = f.Node.Call(ctx, key, agentapi.MethodDataSync, p, &out)
 	return out, err
+}
+
+// LastDataSync implements DataSyncer.
+func (f FabricShells) LastDataSync(ctx context.Context, job cosmic.Job, replica int) (*agentapi.DataSyncStatus, error) {
+	key, err := f.findFor(ctx, job, replica)
+	if err != nil {
+		return nil, err
+	}
+	var st agentapi.Status
+	if err := f.Node.Call(ctx, key, agentapi.MethodStatus, struct{}{}, &st); err != nil {
+		return nil, err
+	}
+	return st.DataSync, nil
 }

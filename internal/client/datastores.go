@@ -63,3 +63,27 @@ func (c *Client) DataSync(ctx context.Context, id string, in apiv1.DataSync, rep
 	err := c.do(ctx, http.MethodPost, jobPath(id, "datasync"), q, in, &out)
 	return out, err
 }
+
+// StartDataSync is DataSync answered once the sync has begun (state
+// running, each volume queued); GetDataSync follows it.
+func (c *Client) StartDataSync(ctx context.Context, id string, in apiv1.DataSync, replica int) (apiv1.DataSyncResult, error) {
+	var out apiv1.DataSyncResult
+	q := url.Values{apiv1.QueryWait: {"false"}}
+	if replica > 0 {
+		q.Set(apiv1.QueryReplica, strconv.Itoa(replica))
+	}
+	err := c.do(ctx, http.MethodPost, jobPath(id, "datasync"), q, in, &out)
+	return out, err
+}
+
+// GetDataSync is the replica's last datasync as it is now (GET
+// /api/v1/jobs/{id}/datasync).
+func (c *Client) GetDataSync(ctx context.Context, id string, replica int) (apiv1.DataSyncResult, error) {
+	var out apiv1.DataSyncResult
+	q := url.Values{}
+	if replica > 0 {
+		q.Set(apiv1.QueryReplica, strconv.Itoa(replica))
+	}
+	err := c.do(ctx, http.MethodGet, jobPath(id, "datasync"), q, nil, &out)
+	return out, err
+}

@@ -299,13 +299,44 @@ func TestDataSyncWhileRunning(t *testing.T) {
 		}
 	}
 	res, err = e.Client.DataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPull}, 0)
-	if err != nil || len(res.Volumes) != 2 {
+	if err != nil || len(res.Volumes) != 2 || res.State != apiv1.DataSyncDone || res.EndedAt.IsZero() {
 		t.Fatalf("pull: %+v, %v", res, err)
 	}
 	for _, p := range []string{"work/new.txt", "ref/new.txt"} {
 		if got, err := os.ReadFile(filepath.Join(home, p)); err != nil || string(got) != "fresh" {
 			t.Errorf("%s after the pull: %q, %v", p, got, err)
 		}
+	}
+	if got, err := e.Client.GetDataSync(e.Ctx, j.ID, 0); err != nil || got.State != apiv1.DataSyncDone || got.Direction != apiv1.DataSyncPull || len(got.Volumes) != 2 {
+		t.Errorf("the last sync: %+v, %v; want the pull, done", got, err)
+	}
+
+	// Without waiting: the answer comes as the sync begins, the sync
+	// runs on, GET follows it to its end, and another sync meanwhile is
+	// refused.
+	const many = 2000
+	for i := range many {
+		if _, err := s3.PutObject(ctx, "datasets", fmt.Sprintf("ref/many/%04d", i), strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err = e.Client.StartDataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPull, Volume: "/ref"}, 0)
+	if err != nil || res.State != apiv1.DataSyncRunning || len(res.Volumes) != 1 || res.Volumes[0].State != apiv1.DataSyncQueued {
+		t.Fatalf("a pull without waiting: %+v, %v; want it running, its volume queued", res, err)
+	}
+	if _, err := e.Client.DataSync(e.Ctx, j.ID, apiv1.DataSync{Direction: apiv1.DataSyncPush}, 0); !strings.Contains(fmt.Sprint(err), "still runs") {
+		t.Errorf("a sync while the last runs: %v, want a 409 saying it still runs", err)
+	}
+	var last apiv1.DataSyncResult
+	waittest.Until(t, func() bool {
+		last, err = e.Client.GetDataSync(e.Ctx, j.ID, 0)
+		return err == nil && last.State == apiv1.DataSyncDone
+	}, "the pull to end (last: %+v, %v)", last, err)
+	if v := last.Volumes[0]; v.State != apiv1.DataSyncDone || v.Objects != many+1 || v.TotalObjects != many+1 || v.TotalBytes != many+5 || v.Error != "" {
+		t.Errorf("the pull as it ended: %+v; want done, the %d objects listed copied", v, many+1)
+	}
+	if n, err := os.ReadDir(filepath.Join(home, "ref", "many")); err != nil || len(n) != many {
+		t.Errorf("the pulled directory holds %d files, %v; want %d", len(n), err, many)
 	}
 }
 

@@ -67,6 +67,10 @@ type Status struct {
 	// could not be copied in. The agent stays up (shells still work); the
 	// command is not started.
 	Failure *cosmic.Reason `json:"failure,omitempty"`
+	// DataSync is the last datasync the app-node asked for since the agent
+	// started (MethodDataSync), running until its EndedAt is set; nil when
+	// none was.
+	DataSync *DataSyncStatus `json:"dataSync,omitempty"`
 }
 
 // Volume sync phases.

@@ -619,6 +619,17 @@ func (s *swapShells) DataSync(ctx context.Context, job cosmic.Job, replica int, 
 	return agentapi.DataSyncReply{}, appnode.ErrNoDataSync
 }
 
+func (s *swapShells) LastDataSync(ctx context.Context, job cosmic.Job, replica int) (*agentapi.DataSyncStatus, error) {
+	sh, err := s.get()
+	if err != nil {
+		return nil, err
+	}
+	if ds, ok := sh.(appnode.DataSyncer); ok {
+		return ds.LastDataSync(ctx, job, replica)
+	}
+	return nil, appnode.ErrNoDataSync
+}
+
 func (s *swapShells) DialTCP(ctx context.Context, job cosmic.Job, replica int, port int) (agentapi.Conn, error) {
 	sh, err := s.get()
 	if err != nil {

@@ -103,6 +103,9 @@ func (d *vmData) checkRunning(t *testing.T, e *cosmictest.Env, jobID string, she
 	if err != nil || len(res.Volumes) != 1 || res.Volumes[0].Objects != 1 || res.Volumes[0].Error != "" {
 		t.Fatalf("datasync push while running: %+v, %v", res, err)
 	}
+	if got, err := e.Client.GetDataSync(e.Ctx, jobID, 0); err != nil || got.State != apiv1.DataSyncDone || got.Direction != apiv1.DataSyncPush || len(got.Volumes) != 1 || got.Volumes[0].State != apiv1.DataSyncDone {
+		t.Errorf("the VM agent's last datasync: %+v, %v; want the push, done", got, err)
+	}
 	if _, err := d.srv.Client(t).StatObject(t.Context(), "datasets", "out/ckpt-1.txt", minio.StatObjectOptions{}); err != nil {
 		t.Errorf("the checkpoint pushed while running is not in the bucket: %v", err)
 	}
