@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Fetched is what Fetch did.
@@ -26,6 +27,9 @@ type Fetched struct {
 	// Digest names the content: the SHA-256 of the listing's keys, sizes
 	// and ETags, in key order.
 	Digest string
+	// Evicted are the entries the cache's garbage collection removed to
+	// make room (gcCache).
+	Evicted []Evicted
 	Stats
 }
 
@@ -43,8 +47,9 @@ type Fetched struct {
 // listing (its size, and its MD5 where its ETag is one: a single-part
 // upload's), and is renamed into place whole, so a directory of the
 // cache is always complete; two fetches at once both copy, and the second
-// to finish drops its copy. Nothing is evicted: the operator bounds the
-// cache's disk.
+// to finish drops its copy. A copy that would fill the cache's file system
+// past CacheHighPercent first removes the entries used least recently
+// (gcCache), and a warm find marks its entry used.
 func Fetch(ctx context.Context, s Signer, cacheDir, scope string, opt Options) (Fetched, error) {
 	hc := client(opt)
 	objs, skipped, err := list(ctx, s, hc)
@@ -71,10 +76,20 @@ func Fetch(ctx context.Context, s Signer, cacheDir, scope string, opt Options) (
 	defer mu.(*sync.Mutex).Unlock()
 	if st, err := os.Stat(f.Dir); err == nil && st.IsDir() {
 		f.Warm = true
+		now := time.Now()
+		os.Chtimes(f.Dir, now, now) // used now: the garbage collection keeps it longest
 		return f, nil
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return Fetched{}, err
+	}
+	var need int64
+	for _, o := range objs {
+		need += o.size
+	}
+	f.Evicted, err = gcCache(cacheDir, need, f.Digest, time.Now())
+	if err != nil {
+		return Fetched{}, fmt.Errorf("make room in the cache: %w", err)
 	}
 	tmp := filepath.Join(cacheDir, partPrefix+rand.Text()[:16])
 	defer os.RemoveAll(tmp) // gone once renamed; else what a failure left

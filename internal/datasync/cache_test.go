@@ -58,9 +58,16 @@ func TestFetchIntoTheNodeCache(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(cold.Dir, "tokenizer", "vocab.txt")); err != nil || string(b) != "a b c" {
 		t.Fatalf("the cache's copy: %q, %v", b, err)
 	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(cold.Dir, long, long); err != nil {
+		t.Fatal(err)
+	}
 	warm := fetch("mirror", "team-a")
 	if !warm.Warm || warm.Dir != cold.Dir || gets.Load() != 2 {
 		t.Fatalf("the same content again: %+v, %d objects signed; want the cache's directory, nothing copied", warm, gets.Load())
+	}
+	if fi, err := os.Stat(warm.Dir); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Errorf("the entry found warm was not marked used: %v, %v", fi.ModTime(), err)
 	}
 	put(t, c, "models", "qwen/model.gguf", []byte("GGUF weights, retrained"))
 	changed := fetch("models", "team-a")

@@ -49,6 +49,14 @@ func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (string, error) 
 			if perr != nil {
 				err = perr
 			} else {
+				if len(f.Evicted) > 0 {
+					var n int64
+					for _, e := range f.Evicted {
+						n += e.Bytes
+					}
+					a.record("model", true, "the node's cache made room: %d models used least recently removed (%d bytes), the file system past %d%% full",
+						len(f.Evicted), n, datasync.CacheHighPercent)
+				}
 				if f.Warm {
 					a.record("model", true, "the model is in the node's cache already (%s): nothing copied", f.Digest[:12])
 				} else {
