@@ -95,6 +95,11 @@ type agentSlot struct {
 type agentSeen struct {
 	ready bool
 	at    time.Time
+	// volumes are the job's volumes coming in, as the agent last said
+	// (the replica's progress while it starts), and failure why the
+	// replica cannot run (a volume not copied in).
+	volumes []agentapi.VolumeStatus
+	failure *cosmic.Reason
 }
 
 // agentHub is the worker's side of its agents.
@@ -157,7 +162,7 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentapi.WorkerReport) {
 		return
 	}
 	prev, had := h.seen[slot]
-	h.seen[slot] = agentSeen{ready: r.Ready, at: w.now()}
+	h.seen[slot] = agentSeen{ready: r.Ready, at: w.now(), volumes: r.Volumes, failure: r.Failure}
 	back := h.silent[slot]
 	delete(h.silent, slot)
 	ended := h.noteCommandLocked(slot, r.Command)
@@ -166,7 +171,7 @@ func (w *Worker) onAgentReport(peer fabric.PublicKey, r agentapi.WorkerReport) {
 		m := w.mem(slot.replicaKey)
 		w.record(slot.replicaKey, m, w.now(), "agent", true, "the agent of VMI %s reports again", VMIName(slot.job, slot.replica, slot.vmi))
 	}
-	if !had || prev.ready != r.Ready || back {
+	if !had || prev.ready != r.Ready || back || (prev.failure == nil) != (r.Failure == nil) || !slices.Equal(prev.volumes, r.Volumes) {
 		w.queue.Add(slot.replicaKey)
 	}
 	if ended {

@@ -165,7 +165,7 @@ func (w *Worker) pollAgents(ctx context.Context) {
 				w.log.Debug("agent.status", "agent", pk.Short(), "err", err)
 				return
 			}
-			w.onAgentReport(pk, agentapi.WorkerReport{JobID: st.JobID, Replica: st.Replica, VMIIndex: st.VMIIndex, Ready: st.Ready, Command: st.Command})
+			w.onAgentReport(pk, agentapi.WorkerReport{JobID: st.JobID, Replica: st.Replica, VMIIndex: st.VMIIndex, Ready: st.Ready, Command: st.Command, Volumes: st.Volumes, Failure: st.Failure})
 		})
 	}
 	wg.Wait()

@@ -10,6 +10,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
@@ -183,6 +184,16 @@ func judge(p judgePolicy, v replicaView, now time.Time) decision {
 		obs.AgentReady, latch = agentsReady(st.AgentReady, v.agents, vmis, p.agentTimeout, now)
 	}
 	r := ReplicaStatus(pol, obs, now)
+	if gated && r.State != cosmic.StateFailed && r.State != cosmic.StateRunning {
+		// The agents say how their volumes come in: a volume that cannot
+		// fails the replica with the agent's reason; one coming in is
+		// its progress.
+		if f := agentsFailure(v.agents, vmis); f != nil {
+			r = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateFailed, Reason: f, Nodes: nodes}
+		} else if prog := agentsProgress(v.agents, vmis); prog != nil && r.State == cosmic.StateStarting {
+			r.Progress = prog
+		}
+	}
 	next := *st
 	switch {
 	case r.State == cosmic.StateFailed:
@@ -317,6 +328,31 @@ func (x *indexedObjects) grow(n int) {
 	for len(x.vmis) < n {
 		x.vmis = append(x.vmis, nil)
 	}
+}
+
+// agentsFailure is the first failure an agent of vmis reported since its
+// VMI was created (a volume it could not copy in), or nil.
+func agentsFailure(reports map[int]agentSeen, vmis []*virtv1.VirtualMachineInstance) *cosmic.Reason {
+	for i, v := range vmis {
+		if s, ok := reports[i]; ok && v != nil && s.failure != nil && !s.at.Before(v.CreationTimestamp.Time) {
+			f := *s.failure
+			return &f
+		}
+	}
+	return nil
+}
+
+// agentsProgress is the copy of the volumes the agents of vmis reported
+// since their VMIs were created (agentapi.CopyProgress of them all), or
+// nil when none copies.
+func agentsProgress(reports map[int]agentSeen, vmis []*virtv1.VirtualMachineInstance) *cosmic.Progress {
+	var vols []agentapi.VolumeStatus
+	for i, v := range vmis {
+		if s, ok := reports[i]; ok && v != nil && !s.at.Before(v.CreationTimestamp.Time) {
+			vols = append(vols, s.volumes...)
+		}
+	}
+	return agentapi.CopyProgress(vols)
 }
 
 // agentsReady says whether the agents of vmis are ready: every VMI's agent

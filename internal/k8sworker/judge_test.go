@@ -14,6 +14,7 @@ import (
 	virtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/worker"
 )
@@ -127,6 +128,7 @@ func TestJudge(t *testing.T) {
 	unschedReason := reason(cosmic.ReasonVMIUnschedulable, "VMI cj-judge-r0-0 cannot be scheduled on node gpu-node-1: 0/3 nodes are available: 1 Insufficient nvidia.com/GH100_H100_SXM5_80GB.")
 	outside := reason(cosmic.ReasonVMICrashed, "VMI cj-judge-r0-1 was deleted outside CosmicAC (driftPolicy fail)")
 	readyAt := func(at time.Time) map[int]agentSeen { return map[int]agentSeen{0: {ready: true, at: at}} }
+	copying := []agentapi.VolumeStatus{{Index: 0, MountPath: "/data", Phase: agentapi.VolumePulling, Objects: 3, Bytes: 30, TotalObjects: 10, TotalBytes: 100}}
 	running := func(uid string) virtv1.VirtualMachineInstance { return jVMI(0, uid, virtv1.Running, ready) }
 	run := judgeState(desiredRun)
 	// written is the judged state with f applied.
@@ -338,6 +340,26 @@ func TestJudge(t *testing.T) {
 		"its agent reported not ready: waits": {
 			view: replicaView{state: run, agents: map[int]agentSeen{0: {ready: false, at: judgeNow.Add(-time.Second)}},
 				obs: withAgent(observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{running("uid-a")}}, cosmic.TypeGPUContainer)},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateStarting, Progress: progress(StepAgent, 0), Nodes: n1, AgentKeys: judgeKeys},
+				Seen: map[int]string{0: "uid-a"}},
+		},
+		"its agent copies the job's volumes in: starting, their progress": {
+			view: replicaView{state: run, agents: map[int]agentSeen{0: {at: judgeNow.Add(-time.Second), volumes: copying}},
+				obs: withAgent(observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{running("uid-a")}}, cosmic.TypeGPUContainer)},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateStarting, Progress: agentapi.CopyProgress(copying), Nodes: n1, AgentKeys: judgeKeys},
+				Seen: map[int]string{0: "uid-a"}},
+		},
+		"its agent could not copy a volume in: the replica fails with its reason": {
+			view: replicaView{state: run, agents: map[int]agentSeen{0: {at: judgeNow.Add(-time.Second), failure: reason(cosmic.ReasonVolumeSyncFailed, "volume 0 (/data): no_such_container")}},
+				obs: withAgent(observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{running("uid-a")}}, cosmic.TypeGPUContainer)},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateFailed, Reason: reason(cosmic.ReasonVolumeSyncFailed, "volume 0 (/data): no_such_container"), Nodes: n1, AgentKeys: judgeKeys},
+				Write: written(run, func(s *replicaState) {
+					s.Desired, s.Failure = desiredFailed, reason(cosmic.ReasonVolumeSyncFailed, "volume 0 (/data): no_such_container")
+				}), Fail: true},
+		},
+		"a failure its agent reported before the VMI was made (a replaced VMI's agent): waits": {
+			view: replicaView{state: run, agents: map[int]agentSeen{0: {at: judgeNow.Add(-10 * time.Second), failure: reason(cosmic.ReasonVolumeSyncFailed, "volume 0 (/data): no_such_container")}},
+				obs: withAgent(observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{createdAt(running("uid-a"), judgeNow.Add(-5*time.Second))}}, cosmic.TypeGPUContainer)},
 			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateStarting, Progress: progress(StepAgent, 0), Nodes: n1, AgentKeys: judgeKeys},
 				Seen: map[int]string{0: "uid-a"}},
 		},
