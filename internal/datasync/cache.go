@@ -76,8 +76,7 @@ func Fetch(ctx context.Context, s Signer, cacheDir, scope string, opt Options) (
 	defer mu.(*sync.Mutex).Unlock()
 	if st, err := os.Stat(f.Dir); err == nil && st.IsDir() {
 		f.Warm = true
-		now := time.Now()
-		os.Chtimes(f.Dir, now, now) // used now: the garbage collection keeps it longest
+		markUsed(f.Dir)
 		return f, nil
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
@@ -103,11 +102,13 @@ func Fetch(ctx context.Context, s Signer, cacheDir, scope string, opt Options) (
 	if err := os.Rename(tmp, f.Dir); err != nil {
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
 			if st, serr := os.Stat(f.Dir); serr == nil && st.IsDir() {
+				markUsed(f.Dir)
 				return f, nil // another fetch of the same content finished first
 			}
 		}
 		return Fetched{}, err
 	}
+	markUsed(f.Dir) // the copy may have taken longer than CacheMinAge
 	return f, nil
 }
 

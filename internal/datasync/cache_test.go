@@ -55,6 +55,9 @@ func TestFetchIntoTheNodeCache(t *testing.T) {
 	if cold.Warm || cold.Objects != 2 || gets.Load() != 2 {
 		t.Fatalf("the first fetch: %+v, %d objects signed; want 2 copied", cold, gets.Load())
 	}
+	if fi, err := os.Stat(cold.Dir); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Errorf("the entry copied was not marked used: %v, %v", fi.ModTime(), err)
+	}
 	if b, err := os.ReadFile(filepath.Join(cold.Dir, "tokenizer", "vocab.txt")); err != nil || string(b) != "a b c" {
 		t.Fatalf("the cache's copy: %q, %v", b, err)
 	}

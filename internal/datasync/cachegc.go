@@ -2,7 +2,9 @@ package datasync
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,6 +28,30 @@ const (
 	CacheLowPercent  = 80
 	CacheMinAge      = 10 * time.Minute
 )
+
+// markUsed marks a cache entry used now (its directory's modification
+// time): the garbage collection takes it last, and not within
+// CacheMinAge.
+func markUsed(dir string) {
+	now := time.Now()
+	os.Chtimes(dir, now, now)
+}
+
+// KeepUsed marks the cache entry dir used every CacheMinAge/2 until ctx
+// ends: what a replica that runs on it calls, so that the entry is never
+// taken from under a runtime that may restart on it.
+func KeepUsed(ctx context.Context, dir string) {
+	t := time.NewTicker(CacheMinAge / 2)
+	defer t.Stop()
+	for {
+		markUsed(dir)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 // fsUsage is the size of the file system that holds dir and the bytes
 // used on it (what is not available to an unprivileged writer); tests
@@ -52,7 +78,8 @@ type Evicted struct {
 // gcCache removes the least recently used entries of cacheDir, other
 // than keep and those used since now-CacheMinAge, while the file system
 // would be more than CacheHighPercent full with need bytes more, until
-// it would be CacheLowPercent full. It answers what it removed.
+// it would be CacheLowPercent full. It answers what it removed, or an
+// error, removing nothing, when even all of those would not make room.
 func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted, error) {
 	gcMu.Lock()
 	defer gcMu.Unlock()
@@ -66,10 +93,12 @@ func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted
 		return nil, err
 	}
 	type entry struct {
-		name string
-		used time.Time
+		name  string
+		used  time.Time
+		bytes int64
 	}
 	var old []entry
+	var evictable int64
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), partPrefix) || e.Name() == keep {
 			continue
@@ -78,7 +107,16 @@ func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted
 		if err != nil || now.Sub(fi.ModTime()) < CacheMinAge {
 			continue
 		}
-		old = append(old, entry{e.Name(), fi.ModTime()})
+		n := dirBytes(filepath.Join(cacheDir, e.Name()))
+		old = append(old, entry{e.Name(), fi.ModTime(), n})
+		evictable += n
+	}
+	if (used-evictable+need)*100 > total*CacheHighPercent {
+		// No eviction makes room for it: none is made. A listing's sizes
+		// are the store's word, and a store that claims more than can
+		// fit must not empty every team's entries.
+		return nil, fmt.Errorf("%d bytes do not fit in the cache's file system (%d of %d bytes used, %d of them by entries unused for %v)",
+			need, used, total, evictable, CacheMinAge)
 	}
 	slices.SortFunc(old, func(a, b entry) int { return cmp.Or(a.used.Compare(b.used), strings.Compare(a.name, b.name)) })
 	var out []Evicted
@@ -95,7 +133,7 @@ func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted
 		if !mu.(*sync.Mutex).TryLock() {
 			continue
 		}
-		n := dirBytes(dir)
+		n := e.bytes
 		gone := filepath.Join(cacheDir, partPrefix+rand.Text()[:16])
 		err := os.Rename(dir, gone)
 		mu.(*sync.Mutex).Unlock()

@@ -11,7 +11,8 @@ import (
 // TestCacheGC: a copy that would fill the cache's file system past
 // CacheHighPercent removes the entries used least recently until it
 // would be CacheLowPercent full, never the entry being fetched nor one
-// used in the last CacheMinAge; below the mark nothing goes.
+// used in the last CacheMinAge; below the mark nothing goes, and nothing
+// goes for a copy that would not fit even then.
 func TestCacheGC(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
@@ -50,6 +51,11 @@ func TestCacheGC(t *testing.T) {
 		return out
 	}
 
+	// A copy no eviction makes room for (a listing's sizes are the
+	// store's word) removes nothing.
+	if ev, err := gcCache(dir, 600, "keep", now); err == nil || len(ev) != 0 || len(left()) != 6 {
+		t.Fatalf("a copy of 600 bytes, 300 evictable: evicted %v, %v, left %v; want an error and nothing removed", names(ev), err, left())
+	}
 	if ev, err := gcCache(dir, 50, "keep", now); err != nil || len(ev) != 0 {
 		t.Fatalf("850 of 1000 with the copy: evicted %v, %v; want nothing", names(ev), err)
 	}
@@ -57,9 +63,9 @@ func TestCacheGC(t *testing.T) {
 	if err != nil || !slices.Equal(names(ev), []string{"a"}) || ev[0].Bytes != 100 {
 		t.Fatalf("900 of 1000 with the copy: evicted %+v, %v; want a, the least recently used, down to 800", ev, err)
 	}
-	ev, err = gcCache(dir, 400, "keep", now)
+	ev, err = gcCache(dir, 300, "keep", now)
 	if err != nil || !slices.Equal(names(ev), []string{"b", "c"}) {
-		t.Fatalf("1100 of 1000 with the copy: evicted %v, %v; want b then c (the entry being fetched and the recent one stay)", names(ev), err)
+		t.Fatalf("1000 of 1000 with the copy: evicted %v, %v; want b then c (the entry being fetched and the recent one stay)", names(ev), err)
 	}
 	if got := left(); !slices.Equal(got, []string{partPrefix + "copying", "keep", "recent"}) {
 		t.Errorf("the cache holds %v", got)

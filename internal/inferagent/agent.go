@@ -22,6 +22,7 @@ import (
 	"github.com/cosmicac/cosmicac/internal/agent/agentapi"
 	"github.com/cosmicac/cosmicac/internal/backoff"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/trust"
@@ -296,10 +297,16 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) supervise(ctx context.Context, n *fabric.Node) {
 	cmd, pl := a.cmd, a.cfg.Placement
 	if a.cfg.Inference.ModelSource != nil && pl.ModelPath == "" {
-		path, err := a.fetchModel(ctx, n)
+		path, entry, err := a.fetchModel(ctx, n)
 		if err != nil {
 			return // ctx ended
 		}
+		// While the replica runs, its entry stays the cache's most
+		// recently used: the garbage collection never takes it from
+		// under a runtime that may restart on it.
+		kept := make(chan struct{})
+		go func() { defer close(kept); datasync.KeepUsed(ctx, entry) }()
+		defer func() { <-kept }()
 		pl.ModelPath = path
 		if cmd, err = BuildCommand(a.cfg.Inference, pl); err != nil {
 			a.record("runtime_start", false, "the runtime's command: %v", err)

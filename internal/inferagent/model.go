@@ -21,9 +21,9 @@ import (
 // fetchModel takes the model's weights from the job's datastore
 // (inference.modelSource) into the node's cache, or finds them there, and
 // answers their path for the runtime: the one GGUF file for llama.cpp,
-// the directory otherwise. Until it has them, or ctx ends, it tries
+// the directory otherwise, and the cache's entry that holds them. Until it has them, or ctx ends, it tries
 // again, saying why in the job's log and the agent's status.
-func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (string, error) {
+func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (path, entry string, err error) {
 	in := a.cfg.Inference
 	src := in.ModelSource
 	var appNode fabric.PublicKey
@@ -34,7 +34,7 @@ func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (string, error) 
 		}
 	}
 	if !found {
-		return "", errors.New("the agent knows no app-node to sign its model's requests")
+		return "", "", errors.New("the agent knows no app-node to sign its model's requests")
 	}
 	cache := cmp.Or(a.cfg.Placement.ModelCache, DefaultModelCache)
 	signer := dataapi.Signer{Node: n, AppNode: appNode, Job: a.cfg.JobID, Model: true}
@@ -63,17 +63,17 @@ func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (string, error) 
 					a.record("model", true, "the model copied into the node's cache (%s): %d objects, %d bytes in %v", f.Digest[:12], f.Objects, f.Bytes,
 						time.Since(start).Round(time.Millisecond))
 				}
-				return path, nil
+				return path, f.Dir, nil
 			}
 		}
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		}
 		msg := fmt.Sprintf("the model from %s: %v", where, err)
 		a.record("model", false, "%s; trying again", msg)
 		a.update(func(st *agentapi.InferenceStatus) { st.Ready, st.Error = false, msg })
 		if !backoff.Sleep(ctx, b.Next()) {
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		}
 	}
 }

@@ -153,6 +153,13 @@ func judge(p judgePolicy, v replicaView, now time.Time) decision {
 	case desiredStop:
 		r := cosmic.NewReason(cosmic.ReasonKilled, "")
 		d.rep = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateStopped, Reason: &r, AgentKeys: keys}
+		if objs.oldLeft > 0 && v.previous != "" && v.previous != cosmic.StateStopped && v.previous != cosmic.StateFailed {
+			// Its VMIs power off, within their grace (their agents push
+			// the job's volumes): it is as it was until they are gone, as
+			// a VM powering off still has its GPUs, which the ork keeps
+			// reserved until the stopped report (internal/ork/poweroff.go).
+			d.rep = worker.ReplicaReport{Replica: k.replica, State: v.previous, Nodes: nodeNames(st.Reservation), AgentKeys: keys}
+		}
 		return d
 	case desiredFailed:
 		d.rep = worker.ReplicaReport{Replica: k.replica, State: cosmic.StateFailed, Reason: st.Failure, Nodes: nodeNames(st.Reservation), AgentKeys: keys}

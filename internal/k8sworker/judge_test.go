@@ -233,6 +233,18 @@ func TestJudge(t *testing.T) {
 			view: replicaView{state: judgeState(desiredStop), obs: observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{running("uid-a")}}},
 			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateStopped, Reason: killed}, Remove: []string{"uid-a"}},
 		},
+		"killed, its VMI powering off: as it was until it is gone": {
+			view: replicaView{state: judgeState(desiredStop), previous: cosmic.StateRunning, obs: observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{beingDeleted(running("uid-a"))}}},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateRunning, Nodes: n1}},
+		},
+		"killed, its VMI not deleted yet: as it was, the VMI removed": {
+			view: replicaView{state: judgeState(desiredStop), previous: cosmic.StateRunning, obs: observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{running("uid-a")}}},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateRunning, Nodes: n1}, Remove: []string{"uid-a"}},
+		},
+		"killed, its VMI gone: stopped": {
+			view: replicaView{state: judgeState(desiredStop), previous: cosmic.StateRunning, obs: observation{dvs: []cdiv1.DataVolume{imported}}},
+			want: verdict{Rep: worker.ReplicaReport{State: cosmic.StateStopped, Reason: killed}},
+		},
 		"failed: its recorded reason, its VMI being deleted": {
 			view: replicaView{state: &replicaState{Desired: desiredFailed, Reservation: judgeRes(), Failure: crash},
 				obs: observation{dvs: []cdiv1.DataVolume{imported}, vmis: []virtv1.VirtualMachineInstance{beingDeleted(crashed)}}},

@@ -304,7 +304,7 @@ func TestKillKeepsGPUsWhileTheVMPowersOff(t *testing.T) {
 
 		// A delete meanwhile follows the power-off: the record goes with
 		// the VM.
-		deleted, _ := start("deleted")
+		deleted, dkey := start("deleted")
 		kill(deleted.ID)
 		if _, err := e.o.DeleteJob(e.ctx, orkapi.DeleteJobParams{ID: deleted.ID}); err != nil {
 			t.Fatal(err)
@@ -314,6 +314,11 @@ func TestKillKeepsGPUsWhileTheVMPowersOff(t *testing.T) {
 			t.Fatal("the rack was not asked to delete the job (it does so once the VM is off)")
 		}
 		e.checkBooks()
+		// A new ork binds its agent as stopping still, not as running.
+		e.restart()
+		if pl := stopping(deleted.ID); !slices.Equal(pl.AgentKeys, []string{dkey}) {
+			t.Fatalf("after a new ork, the deleted job's stopping agent has keys %v, want %v", pl.AgentKeys, dkey)
+		}
 		e.push(w, w.gone(deleted.ID, 0))
 		e.wantGone(deleted.ID)
 

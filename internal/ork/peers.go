@@ -190,7 +190,7 @@ func (o *Ork) loadBoundLocked(ctx context.Context) error {
 		if err != nil {
 			continue // a reservation of a vanished job: nothing to bind
 		}
-		if j.Status.State == cosmic.StateStopped {
+		if poweringOff(j, func(i int) bool { _, held := o.snap.Reserved(id, i); return held }) {
 			o.loadPoweringOffLocked(j)
 			continue
 		}

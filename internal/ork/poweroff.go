@@ -46,6 +46,29 @@ func (o *Ork) poweringOffLocked(j cosmic.Job) map[int]bool {
 	return out
 }
 
+// poweringOff says whether j, found holding GPUs at start, was killed and
+// its VMs power off: it is stopped, or it is being deleted after a kill
+// (each replica that holds GPUs stopped). Its agents are then bound as
+// stopping, never as running.
+func poweringOff(j cosmic.Job, held func(replica int) bool) bool {
+	switch j.Status.State {
+	case cosmic.StateStopped:
+		return true
+	case cosmic.StateDeleting:
+		any := false
+		for _, rs := range j.Status.Replicas {
+			if held(rs.Index) {
+				if rs.State != cosmic.StateStopped {
+					return false
+				}
+				any = true
+			}
+		}
+		return any
+	}
+	return false
+}
+
 // stoppedAt is when j last became stopped.
 func stoppedAt(j cosmic.Job) time.Time {
 	for i := len(j.Status.History) - 1; i >= 0; i-- {
@@ -106,7 +129,6 @@ func (o *Ork) releasePoweredOff(ctx context.Context) {
 func (o *Ork) releaseStopped(ctx context.Context, id string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	delete(o.poweringOff, id)
 	released := false
 	err := o.st.Update(ctx, func(tx Tx) error {
 		released = false
@@ -117,10 +139,14 @@ func (o *Ork) releaseStopped(ctx context.Context, id string) {
 		released = true
 		return tx.ReleaseGPUs(ctx, id, store.AllReplicas)
 	})
-	if err != nil || !released {
-		if err != nil && ctx.Err() == nil {
-			o.log.Error("release a stopped job's GPUs", "job_id", id, "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Error("release a stopped job's GPUs; tried again at the next heartbeat", "job_id", id, "err", err)
 		}
+		return
+	}
+	delete(o.poweringOff, id)
+	if !released {
 		return
 	}
 	o.log.Warn("a killed job's VMs were not reported off in time: its GPUs are released", "job_id", id, "wait", powerOffWait)
