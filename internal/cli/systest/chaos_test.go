@@ -428,8 +428,10 @@ func TestOrkChaos(t *testing.T) {
 		if f == chaosCutPeers {
 			// What the operator sees: the leader says it is isolated
 			// (its peers' connections ended, its rack does not answer),
-			// then it yields its lease.
-			waittest.NoErrorWithin(t, chaosBound(f), func() error {
+			// then it yields its lease. Within the outage's tolerance, as
+			// the outage itself: on a loaded machine the idle timeouts
+			// that tell it so are late too (a CI run saw 11.5 s pass).
+			waittest.NoErrorWithin(t, chaosBound(f)+takeoverMargin/2, func() error {
 				m, err := scrapeGauges(ctx, scrape, lead.metrics)
 				if err != nil {
 					return err
