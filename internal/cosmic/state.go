@@ -271,6 +271,17 @@ func (j *Job) setReason(r *Reason) {
 	j.Status.Reason, j.Status.Message = &c, c.Message
 }
 
+// EnteredAt is when j last entered state s, by its history; false when
+// it never did.
+func (j Job) EnteredAt(s State) (time.Time, bool) {
+	for i := len(j.Status.History) - 1; i >= 0; i-- {
+		if j.Status.History[i].State == s {
+			return j.Status.History[i].At, true
+		}
+	}
+	return time.Time{}, false
+}
+
 func (j *Job) record(s State, r *Reason, now time.Time) {
 	c := StatusChange{State: s, At: now}
 	if r != nil {

@@ -107,7 +107,7 @@ func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted
 		if err != nil || now.Sub(fi.ModTime()) < CacheMinAge {
 			continue
 		}
-		n := dirBytes(filepath.Join(cacheDir, e.Name()))
+		n := DirBytes(filepath.Join(cacheDir, e.Name()))
 		old = append(old, entry{e.Name(), fi.ModTime(), n})
 		evictable += n
 	}
@@ -149,8 +149,9 @@ func gcCache(cacheDir string, need int64, keep string, now time.Time) ([]Evicted
 	return out, nil
 }
 
-// dirBytes is the size of the regular files under dir.
-func dirBytes(dir string) int64 {
+// DirBytes is the size of the regular files under dir, the walk's errors
+// skipped (a cache entry's; a simulated rack's standalone volume's).
+func DirBytes(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {

@@ -34,7 +34,7 @@ func TestCacheGC(t *testing.T) {
 	// A file system of 1000 bytes holding 300 besides the cache's 500.
 	old := fsUsage
 	t.Cleanup(func() { fsUsage = old })
-	fsUsage = func(string) (int64, int64, error) { return 1000, 300 + dirBytes(dir), nil }
+	fsUsage = func(string) (int64, int64, error) { return 1000, 300 + DirBytes(dir), nil }
 	names := func(es []Evicted) []string {
 		var out []string
 		for _, e := range es {

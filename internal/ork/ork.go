@@ -345,10 +345,8 @@ func (o *Ork) Start(ctx context.Context) error {
 
 // queuedAt is when the job last entered the queue.
 func queuedAt(j cosmic.Job) time.Time {
-	for i := len(j.Status.History) - 1; i >= 0; i-- {
-		if j.Status.History[i].State == cosmic.StateQueued {
-			return j.Status.History[i].At
-		}
+	if at, ok := j.EnteredAt(cosmic.StateQueued); ok {
+		return at
 	}
 	return j.CreatedAt
 }

@@ -71,10 +71,8 @@ func poweringOff(j cosmic.Job, held func(replica int) bool) bool {
 
 // stoppedAt is when j last became stopped.
 func stoppedAt(j cosmic.Job) time.Time {
-	for i := len(j.Status.History) - 1; i >= 0; i-- {
-		if j.Status.History[i].State == cosmic.StateStopped {
-			return j.Status.History[i].At
-		}
+	if at, ok := j.EnteredAt(cosmic.StateStopped); ok {
+		return at
 	}
 	return j.UpdatedAt
 }

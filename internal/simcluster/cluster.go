@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
+	"github.com/cosmicac/cosmicac/internal/datasync"
 	"github.com/cosmicac/cosmicac/internal/fabric"
 	"github.com/cosmicac/cosmicac/internal/joblog"
 	"github.com/cosmicac/cosmicac/internal/worker"
@@ -312,7 +313,7 @@ func (c *Cluster) volumes(held map[string]string, now time.Time) []cosmic.Stored
 		vols[i].Job = held[key]
 		b, ok := c.volBytes[key]
 		if !ok || b.job != vols[i].Job || now.Sub(b.at) >= volumeBytesTTL || now.Before(b.at) {
-			b = volumeBytes{n: worker.DirBytes(filepath.Join(c.cfg.VolumesDir, vols[i].Team, vols[i].Name)), at: now, job: vols[i].Job}
+			b = volumeBytes{n: datasync.DirBytes(filepath.Join(c.cfg.VolumesDir, vols[i].Team, vols[i].Name)), at: now, job: vols[i].Job}
 		}
 		vols[i].Bytes = b.n
 		seen[key] = b

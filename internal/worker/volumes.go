@@ -31,7 +31,7 @@ func VolumePath(root, team, name, suffix string) (string, error) {
 
 // ListVolumes lists the standalone volumes kept under root, those of
 // ROOT/TEAM/NAME+suffix, by team and name; Bytes is what each file takes
-// on the disk (its allocated blocks), -1 for a directory (DirBytes counts
+// on the disk (its allocated blocks), -1 for a directory (datasync.DirBytes counts
 // it: a walk of every file, which the caller may want to do less often
 // than it lists) and Size the size given (a disk's), if any. A root that
 // does not exist holds none.
@@ -73,21 +73,6 @@ func ListVolumes(root, suffix string, size int64) ([]cosmic.StoredVolume, error)
 		return strings.Compare(cosmic.VolumeKey(a.Team, a.Name), cosmic.VolumeKey(b.Team, b.Name))
 	})
 	return out, nil
-}
-
-// DirBytes is the size of the regular files under dir, the walk's errors
-// skipped.
-func DirBytes(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 // RemoveVolume removes team's standalone volume name kept under root
