@@ -196,6 +196,11 @@ type rackState struct {
 	// volumes are the standalone volumes the rack keeps
 	// (worker.Capacity.Volumes), as of its last report.
 	volumes []cosmic.StoredVolume
+	// volumesGone are the standalone volumes (cosmic.VolumeKey) the ork
+	// deleted on the rack: a report listed before the delete, arriving
+	// after it, does not bring one back; the first list without it, or
+	// a job placed that mounts it (it is made anew), ends the entry.
+	volumesGone map[string]bool
 	// catalogue is the worker's worker.Capacity.Catalogue: what the rack
 	// runs (nil until it reports one). CreateJob checks jobs against it.
 	catalogue *cosmic.Catalogue

@@ -234,7 +234,13 @@ func (o *Ork) setVolumes(id string, vs []cosmic.StoredVolume) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if r := o.racks[id]; r != nil {
-		r.volumes = slices.Clone(vs)
+		listed := map[string]bool{}
+		r.volumes = slices.DeleteFunc(slices.Clone(vs), func(v cosmic.StoredVolume) bool {
+			k := cosmic.VolumeKey(v.Team, v.Name)
+			listed[k] = true
+			return r.volumesGone[k]
+		})
+		maps.DeleteFunc(r.volumesGone, func(k string, _ bool) bool { return !listed[k] })
 	}
 }
 

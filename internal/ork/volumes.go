@@ -96,6 +96,9 @@ func (o *Ork) holdVolumesLocked(job cosmic.Job) {
 	keys := make([]string, len(names))
 	for i, n := range names {
 		keys[i] = cosmic.VolumeKey(job.Team, n)
+		for _, r := range o.racks {
+			delete(r.volumesGone, keys[i]) // made anew where the job runs
+		}
 	}
 	o.jobVolumes[job.ID] = keys
 }
@@ -145,6 +148,10 @@ func (o *Ork) DeleteVolume(ctx context.Context, p orkapi.VolumeRef) error {
 	}
 	if r := o.racks[rack]; r != nil {
 		r.volumes = slices.DeleteFunc(r.volumes, func(v cosmic.StoredVolume) bool { return v.Team == p.Team && v.Name == p.Name })
+		if r.volumesGone == nil {
+			r.volumesGone = map[string]bool{}
+		}
+		r.volumesGone[key] = true
 	}
 	return nil
 }

@@ -5,9 +5,11 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/ork/orkapi"
+	"github.com/cosmicac/cosmicac/internal/worker"
 )
 
 // TestStandaloneVolumeKeepsItsJobsToItsRack: a job that mounts a
@@ -109,6 +111,11 @@ func TestStandaloneVolumeKeepsItsJobsToItsRack(t *testing.T) {
 		if a.count("deleteVolume other/scratch") != 1 || b.count("deleteVolume t/scratch") != 0 {
 			t.Errorf("the workers were asked %v and %v", a.calls, b.calls)
 		}
+		// A report the rack listed before the delete, arriving after it,
+		// does not bring the volume back.
+		stale := worker.Capacity{Rack: "a", ObservedAt: time.Now(), Nodes: a.nodes,
+			Volumes: []cosmic.StoredVolume{{Team: "other", Name: "scratch"}, {Team: "t", Name: "elsewhere"}}}
+		e.push(a, worker.Report{Rack: "a", Capacity: &stale})
 		var vols []string
 		for _, ri := range e.o.ListRacks().Racks {
 			for _, v := range ri.Volumes {
