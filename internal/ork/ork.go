@@ -382,6 +382,17 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 		return fmt.Errorf("rebuild placement snapshot: %w", err)
 	}
 	o.snap = snap
+	// The jobs waiting are in the new snapshot's job-size mix as in the
+	// old one's.
+	for _, j := range o.queued {
+		waiting := 0
+		for i := range j.Spec.Replicas() {
+			if _, held := snap.Reserved(j.ID, i); !held {
+				waiting++
+			}
+		}
+		snap.Want(j, waiting)
+	}
 	// The fair queue counts the reservations again, against the teams of
 	// their jobs, and takes the fleet's capacity.
 	capacity := map[fairq.Key]int{}
@@ -558,12 +569,15 @@ func (o *Ork) holdsAnyLocked(job cosmic.Job) bool {
 // its replicas without a reservation need.
 func (o *Ork) enqueueLocked(j cosmic.Job) {
 	o.queued[j.ID] = j
-	need := 0
+	need, waiting := 0, 0
 	for i := range j.Spec.Replicas() {
 		if _, held := o.snap.Reserved(j.ID, i); !held {
 			need += j.Spec.GPUsPerReplica()
+			waiting++
 		}
 	}
+	// The replicas waiting are part of the demand fgd keeps room for.
+	o.snap.Want(j, waiting)
 	o.fq.Push(fairq.Job{ID: j.ID, Team: j.Team, Key: queueKey(j.Spec), GPUs: need})
 }
 
@@ -572,6 +586,7 @@ func (o *Ork) dequeueLocked(id string) {
 		return
 	}
 	delete(o.queued, id)
+	o.snap.Unwant(id)
 	delete(o.wait, id)
 	o.fq.Remove(id)
 }

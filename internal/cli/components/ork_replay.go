@@ -27,9 +27,9 @@ func (a *app) orkCommand() *cobra.Command {
 }
 
 func (a *app) orkReplayCommand() *cobra.Command {
-	var nodesFile, podsFile, policy string
+	var nodesFile, podsFile, policy, workload string
 	cmd := &cobra.Command{
-		Use:   "replay --nodes FILE --pods FILE [--policy best-fit|fgd]",
+		Use:   "replay --nodes FILE --pods FILE [--policy best-fit|fgd] [--workload online|trace]",
 		Short: "Run the ork's placement over a trace: a fleet of nodes and pods arriving in order",
 		Long: "Run the ork's real placement code over files, with no platform running. --nodes is a CSV\n" +
 			"with a header naming name,gpus,gpu_model,cpu_milli,memory_mib (optionally location, rack);\n" +
@@ -37,7 +37,9 @@ func (a *app) orkReplayCommand() *cobra.Command {
 			"location), in arrival order. Every pod is a GPU Container Job; nothing departs; a pod that\n" +
 			"does not fit is skipped. Prints name,node,gpus per pod (node empty: not placed; gpus joined\n" +
 			"by ;) and, on stderr, the pods placed, GPUs allocated, unallocated GPUs at 100% arrived GPU\n" +
-			"demand and decisions per second (docs/placement.md).",
+			"demand and decisions per second. fgd weighs the job sizes it knows: with --workload online (the\n" +
+			"default), as the ork does, the pods placed and those waiting; with --workload trace, every pod\n" +
+			"of the file from the start, as the FGD paper gives its policy the workload (docs/placement.md).",
 		Example: "  cosmicac ork replay --nodes nodes.csv --pods pods.csv --policy best-fit > placed.csv",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,6 +49,9 @@ func (a *app) orkReplayCommand() *cobra.Command {
 			if policy != "" && !cosmic.ValidPolicy(policy) {
 				return cli.UsageErrorf("--policy %q: want %s or %s", policy, cosmic.PolicyBestFit, cosmic.PolicyFGD)
 			}
+			if workload != replay.WorkloadOnline && workload != replay.WorkloadTrace {
+				return cli.UsageErrorf("--workload %q: want %s or %s", workload, replay.WorkloadOnline, replay.WorkloadTrace)
+			}
 			fleet, err := readReplayFile(nodesFile, replay.ReadNodes)
 			if err != nil {
 				return err
@@ -55,7 +60,7 @@ func (a *app) orkReplayCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			placed, sum, err := replay.Run(fleet, pods, policy)
+			placed, sum, err := replay.Run(fleet, pods, replay.Options{Policy: policy, Workload: workload})
 			if err != nil {
 				return cli.WithExit(cli.ExitUsage, err)
 			}
@@ -76,6 +81,7 @@ func (a *app) orkReplayCommand() *cobra.Command {
 	f.StringVar(&nodesFile, "nodes", "", "the fleet: CSV of name,gpus,gpu_model,cpu_milli,memory_mib[,location][,rack]")
 	f.StringVar(&podsFile, "pods", "", "the pods, in arrival order: CSV of name,gpus,cpu_milli,memory_mib[,gpu_model][,location]")
 	f.StringVar(&policy, "policy", "", "the placement policy: "+cosmic.PolicyBestFit+" or "+cosmic.PolicyFGD+" (default "+ork.DefaultPlacementPolicy+")")
+	f.StringVar(&workload, "workload", replay.WorkloadOnline, "the job sizes fgd weighs: "+replay.WorkloadOnline+" (the pods placed and waiting, as the ork knows them) or "+replay.WorkloadTrace+" (every pod of the file from the start)")
 	return cmd
 }
 

@@ -693,3 +693,53 @@ func TestPlaceOnKeepsToTheRack(t *testing.T) {
 		}
 	}
 }
+
+// TestFGDKeepsRoomForWaitingJobs: the jobs waiting for GPUs are in the mix
+// fgd weighs, not only those held. A 6-GPU job waits; a 1-GPU job arrives:
+// on the 6-GPU node it would leave 5, where the waiting job cannot go, so
+// fgd puts it on the 8-GPU node (which keeps 7). Without the waiting job
+// counted, the two nodes tie and the fewest free GPUs wins: the 6-GPU node.
+// Unwanted again, the job is out of the mix; a clone and a check agree.
+func TestFGDKeepsRoomForWaitingJobs(t *testing.T) {
+	racks, nodes := fleet(t, "r1 us "+h100+" 1 8", "r2 us "+h100+" 1 6")
+	s, err := NewSnapshot(racks, nodes, nil, WithDefaultPolicy(cosmic.PolicyFGD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := container("one", "us", h100, 1)
+	where := func(s *Snapshot) []cosmic.Reservation {
+		t.Helper()
+		p, ok := Place(s, one).(Placed)
+		if !ok {
+			t.Fatalf("Place = %#v, want Placed", Place(s, one))
+		}
+		return p.Reservations
+	}
+	if got := where(s); got[0].Rack != "r2" {
+		t.Fatalf("with nothing waiting: placed on %s, want r2 (fewest free GPUs)", got[0].Rack)
+	}
+	big := container("big", "us", h100, 6)
+	s.Want(big, 1)
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := where(s); got[0].Rack != "r1" {
+		t.Errorf("with a 6-GPU job waiting: placed on %s, want r1", got[0].Rack)
+	}
+	if got := where(s.Clone()); got[0].Rack != "r1" {
+		t.Errorf("a clone: placed on %s, want r1", got[0].Rack)
+	}
+	s.Want(big, 0)
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := where(s); got[0].Rack != "r2" {
+		t.Errorf("the waiting job gone: placed on %s, want r2", got[0].Rack)
+	}
+	// Best-fit keeps no mix: Want is a no-op there.
+	bf := snap(t, racks, nodes)
+	bf.Want(big, 1)
+	if err := bf.check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -275,9 +275,31 @@ func (s Summary) DecisionsPerSecond() float64 {
 	return float64(s.Decisions) / s.Elapsed.Seconds()
 }
 
-// Run places the pods on the fleet, in order, by policy ("" the default).
-func Run(f Fleet, pods []Pod, policy string) ([]Placement, Summary, error) {
-	policy = cmp.Or(policy, placement.DefaultPolicy)
+// What fgd knows of the workload (Options.Workload).
+const (
+	// WorkloadOnline: what the ork knows as it runs: the jobs that hold
+	// GPUs and those that wait for them (a pod with no room now waits, as
+	// it would in the ork's queue).
+	WorkloadOnline = "online"
+	// WorkloadTrace: the whole trace, from the start, as the FGD paper's
+	// artifact gives its policy the pod list's typical pods: each pod is
+	// counted as wanted until it holds its GPUs.
+	WorkloadTrace = "trace"
+)
+
+// Options shape a Run.
+type Options struct {
+	Policy   string // "": placement.DefaultPolicy
+	Workload string // "": WorkloadOnline
+}
+
+// Run places the pods on the fleet, in order, by o.Policy.
+func Run(f Fleet, pods []Pod, o Options) ([]Placement, Summary, error) {
+	policy := cmp.Or(o.Policy, placement.DefaultPolicy)
+	workload := cmp.Or(o.Workload, WorkloadOnline)
+	if workload != WorkloadOnline && workload != WorkloadTrace {
+		return nil, Summary{}, fmt.Errorf("workload %q: want %s or %s", o.Workload, WorkloadOnline, WorkloadTrace)
+	}
 	s, err := placement.NewSnapshot(f.Racks, f.Nodes, nil, placement.WithDefaultPolicy(policy))
 	if err != nil {
 		return nil, Summary{}, err
@@ -286,16 +308,24 @@ func Run(f Fleet, pods []Pod, policy string) ([]Placement, Summary, error) {
 	for _, n := range f.Nodes {
 		sum.FleetGPUs += n.GPUs
 	}
+	jobs := make([]cosmic.Job, len(pods))
+	for i, p := range pods {
+		jobs[i] = cosmic.Job{ID: fmt.Sprintf("pod-%d", i), Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: p.Location, Image: "replay",
+			Resources: cosmic.Resources{GPU: p.GPUs, GPUModel: p.GPUModel, CPU: int(p.CPUMilli), Memory: int(p.MemoryMiB)}}}
+		if workload == WorkloadTrace {
+			s.Want(jobs[i], 1)
+		}
+	}
 	out := make([]Placement, len(pods))
 	demand := 0
 	start := time.Now()
 	for i, p := range pods {
-		job := cosmic.Job{ID: fmt.Sprintf("pod-%d", i), Spec: cosmic.Spec{Type: cosmic.TypeGPUContainer, Location: p.Location, Image: "replay",
-			Resources: cosmic.Resources{GPU: p.GPUs, GPUModel: p.GPUModel, CPU: int(p.CPUMilli), Memory: int(p.MemoryMiB)}}}
+		job := jobs[i]
 		out[i].Pod = p.Name
 		sum.Decisions++
 		switch d := placement.Place(s, job).(type) {
 		case placement.Placed:
+			s.Unwant(job.ID)
 			for _, r := range d.Reservations {
 				if err := s.Apply(r); err != nil {
 					return nil, Summary{}, fmt.Errorf("pod %s: %w", p.Name, err)
@@ -306,6 +336,9 @@ func Run(f Fleet, pods []Pod, policy string) ([]Placement, Summary, error) {
 			sum.Placed++
 			sum.AllocatedGPUs += p.GPUs
 		case placement.Wait:
+			if workload == WorkloadOnline {
+				s.Want(job, 1)
+			}
 			out[i].Reason = d.Reason.Code
 		case placement.Impossible:
 			out[i].Reason = d.Reason.Code

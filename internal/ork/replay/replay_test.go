@@ -43,7 +43,7 @@ p7,a,2
 `
 	for _, policy := range []string{"best-fit", "fgd"} {
 		tt := struct{ policy, want string }{policy, want}
-		placed, sum, err := Run(f, pods, tt.policy)
+		placed, sum, err := Run(f, pods, Options{Policy: tt.policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestDemandNeverFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sum, err := Run(f, pods, "")
+	_, sum, err := Run(f, pods, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

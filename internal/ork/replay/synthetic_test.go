@@ -42,7 +42,7 @@ func TestSyntheticTrace(t *testing.T) {
 
 func syntheticTrace(t *testing.T, f Fleet, pods []Pod) {
 	for _, policy := range []string{cosmic.PolicyBestFit, cosmic.PolicyFGD} {
-		ps, sum, err := Run(f, pods, policy)
+		ps, sum, err := Run(f, pods, Options{Policy: policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func syntheticTrace(t *testing.T, f Fleet, pods []Pod) {
 		p.CPUMilli, p.MemoryMiB = 0, 0
 		gpuOnly[i] = p
 	}
-	ps, sum, err := Run(f, gpuOnly, cosmic.PolicyBestFit)
+	ps, sum, err := Run(f, gpuOnly, Options{Policy: cosmic.PolicyBestFit})
 	if err != nil {
 		t.Fatal(err)
 	}
