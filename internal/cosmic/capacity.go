@@ -32,8 +32,9 @@ const (
 	// that still fit it, with CPU and memory as filters.
 	PolicyBestFit = "best-fit"
 	// PolicyFGD puts a replica where it least fragments the location for
-	// the job sizes it holds (GPUs, CPU and memory), after the FGD paper
-	// (USENIX ATC '23); ties go as best-fit.
+	// the job sizes held and waiting (GPUs and CPU) and a whole node,
+	// after the FGD paper (USENIX ATC '23); ties go as best-fit. The
+	// default.
 	PolicyFGD = "fgd"
 )
 

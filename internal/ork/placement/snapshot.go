@@ -89,8 +89,8 @@ func WithOverheads(o map[string]cosmic.VMOverhead) Option {
 func WithDefaultPolicy(p string) Option { return func(opts *options) { opts.policy = p } }
 
 // DefaultPolicy is the placement policy when neither the ork nor a rack
-// names one, chosen by the trace replay of docs/benchmarks.md.
-const DefaultPolicy = cosmic.PolicyBestFit
+// names one, chosen on the Alibaba GPU trace of 2023 (docs/placement.md).
+const DefaultPolicy = cosmic.PolicyFGD
 
 type resKey struct {
 	job     string
