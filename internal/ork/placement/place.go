@@ -545,52 +545,107 @@ const wholeNodePrior = 5
 // running sum of their weights, so that the weight of the sizes that fit a
 // node is one binary search.
 type fragMeter struct {
-	total int64 // the mix's weight and the prior's, in hundredths of a job
-
-	cpu [][]int64 // [f]: the CPUs of the sizes of ≤ f GPUs, ascending
-	sum [][]int64 // [f][i]: the weight of cpu[f][:i+1]
+	total int64     // the mix's weight and the prior's, in hundredths of a job
+	cpu   [][]int64 // [f]: the CPUs of the sizes of ≤ f GPUs, ascending
+	gpus  [][]int   // [f][i]: the GPUs of the size at cpu[f][i]
+	sum   [][]int64 // [f][i]: the weight of cpu[f][:i+1]
+	// jobs is the mix's weight in jobs; prior the whole node's weight,
+	// at priorAt in the last row.
+	jobs, prior int64
+	priorAt     int
 }
 
 // meter is the fragMeter of the mix's most common sizes and a whole node
-// of largest GPUs, cached until the mix changes.
+// of largest GPUs, cached until the mix's top changes (a count that moves
+// within it adjusts the cached meters: bumpMix).
 func (s *Snapshot) meter(largest int) *fragMeter {
 	mix := s.topClasses()
 	if fm := s.meters[largest]; fm != nil {
 		return fm
 	}
-	// Weights in hundredths of a job, so that the prior is its share of
-	// even a mix of a few jobs.
-	ws := make([]weighted, 0, len(mix)+1)
-	var jobs int64
-	for _, w := range mix {
-		ws = append(ws, weighted{w.class, w.w * 100})
-		jobs += w.w
-	}
-	ws = append(ws, weighted{class{largest, 0}, max(1, jobs*wholeNodePrior)})
-	var total int64
-	for _, w := range ws {
-		total += w.w
-	}
-	slices.SortFunc(ws, func(a, b weighted) int { return cmp.Compare(a.cpu, b.cpu) })
-	fm := &fragMeter{total: total, cpu: make([][]int64, largest+1), sum: make([][]int64, largest+1)}
-	cpus, sums := make([]int64, 0, (largest+1)*len(ws)), make([]int64, 0, (largest+1)*len(ws))
-	for f := range largest + 1 {
-		from := len(cpus)
-		var run int64
-		for _, w := range ws {
-			if w.gpus <= f {
-				run += w.w
-				cpus = append(cpus, w.cpu)
-				sums = append(sums, run)
-			}
-		}
-		fm.cpu[f], fm.sum[f] = cpus[from:len(cpus):len(cpus)], sums[from:len(sums):len(sums)]
-	}
+	fm := buildMeter(mix, largest)
 	if s.meters == nil {
 		s.meters = map[int]*fragMeter{}
 	}
 	s.meters[largest] = fm
 	return fm
+}
+
+func buildMeter(mix []weighted, largest int) *fragMeter {
+	// Weights in hundredths of a job, so that the prior is its share of
+	// even a mix of a few jobs.
+	type entry struct {
+		weighted
+		prior bool
+	}
+	ws := make([]entry, 0, len(mix)+1)
+	fm := &fragMeter{cpu: make([][]int64, largest+1), gpus: make([][]int, largest+1), sum: make([][]int64, largest+1), priorAt: -1}
+	for _, w := range mix {
+		ws = append(ws, entry{weighted{w.class, w.w * 100}, false})
+		fm.jobs += w.w
+	}
+	fm.prior = max(1, fm.jobs*wholeNodePrior)
+	ws = append(ws, entry{weighted{class{largest, 0}, fm.prior}, true})
+	for _, w := range ws {
+		fm.total += w.w
+	}
+	slices.SortFunc(ws, func(a, b entry) int { return cmp.Compare(a.cpu, b.cpu) })
+	n := (largest + 1) * len(ws)
+	cpus, gpus, sums := make([]int64, 0, n), make([]int, 0, n), make([]int64, 0, n)
+	for f := range largest + 1 {
+		from := len(cpus)
+		var run int64
+		for _, w := range ws {
+			if w.gpus <= f {
+				if w.prior {
+					fm.priorAt = len(cpus) - from
+				}
+				run += w.w
+				cpus = append(cpus, w.cpu)
+				gpus = append(gpus, w.gpus)
+				sums = append(sums, run)
+			}
+		}
+		fm.cpu[f], fm.gpus[f], fm.sum[f] = cpus[from:len(cpus):len(cpus)], gpus[from:len(gpus):len(gpus)], sums[from:len(sums):len(sums)]
+	}
+	return fm
+}
+
+// adjust moves the count of c, a size the meter holds, by d jobs (and the
+// prior with the mix's weight). It reports false if c is not there.
+func (fm *fragMeter) adjust(c class, d int64) bool {
+	last := len(fm.cpu) - 1
+	for f := c.gpus; f <= last; f++ {
+		j, _ := slices.BinarySearch(fm.cpu[f], c.cpu)
+		for j < len(fm.cpu[f]) && fm.cpu[f][j] == c.cpu && (fm.gpus[f][j] != c.gpus || f == last && j == fm.priorAt) {
+			j++
+		}
+		if j == len(fm.cpu[f]) || fm.cpu[f][j] != c.cpu {
+			return false
+		}
+		for k := j; k < len(fm.sum[f]); k++ {
+			fm.sum[f][k] += d * 100
+		}
+	}
+	fm.total += d * 100
+	fm.jobs += d
+	if p := max(1, fm.jobs*wholeNodePrior); p != fm.prior {
+		for k := fm.priorAt; k < len(fm.sum[last]); k++ {
+			fm.sum[last][k] += p - fm.prior
+		}
+		fm.total += p - fm.prior
+		fm.prior = p
+	}
+	return true
+}
+
+// fit is the weight of the sizes that fit a node with free GPUs and cpu
+// free (free at most the meter's largest).
+func (fm *fragMeter) fit(free int, cpu int64) int64 {
+	if i, _ := slices.BinarySearch(fm.cpu[free], cpu+1); i > 0 {
+		return fm.sum[free][i-1]
+	}
+	return 0
 }
 
 // frag is the expected fragmentation of a node with free GPUs and cpu
@@ -600,14 +655,8 @@ func (fm *fragMeter) frag(own class, free int, cpu int64) int64 {
 	if free <= 0 {
 		return 0
 	}
-	fit := int64(0)
-	if f := min(free, len(fm.cpu)-1); f >= 0 {
-		// The sizes of ≤ f GPUs with CPU ≤ cpu: a prefix of cpu[f].
-		if i, _ := slices.BinarySearch(fm.cpu[f], cpu+1); i > 0 {
-			fit = fm.sum[f][i-1]
-		}
-	}
-	miss := fm.total - fit
+	// The sizes of ≤ free GPUs with CPU ≤ cpu: a prefix of their row.
+	miss := fm.total - fm.fit(min(free, len(fm.cpu)-1), cpu)
 	if own.gpus > free || own.cpu > cpu {
 		miss += 100
 	}

@@ -455,6 +455,7 @@ func (s *Snapshot) bumpMix(c class, d int64) {
 		return
 	}
 	i := slices.IndexFunc(s.top, func(w weighted) bool { return w.class == c })
+	inTop := i >= 0
 	switch {
 	case d > 0 && i >= 0:
 		s.top[i].w = n
@@ -493,7 +494,15 @@ func (s *Snapshot) bumpMix(c class, d int64) {
 		s.top[i], s.top[i+1] = s.top[i+1], s.top[i]
 		i++
 	}
-	s.meters = nil
+	if !inTop {
+		s.meters = nil // a size entered the top
+		return
+	}
+	for largest, fm := range s.meters {
+		if !fm.adjust(c, d) {
+			delete(s.meters, largest)
+		}
+	}
 }
 
 // mixLess orders the mix's classes for topClasses: the most common first,
@@ -835,6 +844,19 @@ func (s *Snapshot) check() error {
 		s.top = nil
 		if fresh := s.topClasses(); !slices.Equal(cached, fresh) {
 			return fmt.Errorf("%w: the mix's most common sizes cached as %v, a recount says %v", errInvariant, cached, fresh)
+		}
+		for largest, fm := range s.meters {
+			fresh := buildMeter(s.top, largest)
+			if fm.total != fresh.total {
+				return fmt.Errorf("%w: fgd's meter for %d GPUs weighs %d, a rebuild %d", errInvariant, largest, fm.total, fresh.total)
+			}
+			for f := range fresh.cpu {
+				for _, c := range fresh.cpu[f] {
+					if a, b := fm.fit(f, c), fresh.fit(f, c); a != b {
+						return fmt.Errorf("%w: fgd's meter for %d GPUs gives %d GPUs and %d CPU %d, a rebuild %d", errInvariant, largest, f, c, a, b)
+					}
+				}
+			}
 		}
 	}
 	if s.mix != nil && !maps.Equal(mix, s.mix) {
