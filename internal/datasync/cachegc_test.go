@@ -1,10 +1,12 @@
 package datasync
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -70,4 +72,40 @@ func TestCacheGC(t *testing.T) {
 	if got := left(); !slices.Equal(got, []string{partPrefix + "copying", "keep", "recent"}) {
 		t.Errorf("the cache holds %v", got)
 	}
+}
+
+// TestKeepUsed: while a replica runs on a cache entry, the entry is marked
+// used at least every CacheMinAge/2, so the garbage collection (which
+// spares what was used within CacheMinAge) never takes it; once the
+// replica ends, the marks stop.
+func TestKeepUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		old := time.Now().Add(-24 * time.Hour)
+		if err := os.Chtimes(dir, old, old); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); KeepUsed(ctx, dir) }()
+		for range 5 {
+			time.Sleep(CacheMinAge)
+			synctest.Wait()
+			fi, err := os.Stat(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if age := time.Since(fi.ModTime()); age > CacheMinAge/2 {
+				t.Fatalf("the entry was last marked used %v ago, want within %v", age, CacheMinAge/2)
+			}
+		}
+		cancel()
+		<-done
+		fi, _ := os.Stat(dir)
+		time.Sleep(CacheMinAge)
+		synctest.Wait()
+		if fi2, _ := os.Stat(dir); !fi2.ModTime().Equal(fi.ModTime()) {
+			t.Error("the entry was marked used after the replica ended")
+		}
+	})
 }

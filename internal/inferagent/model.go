@@ -20,9 +20,10 @@ import (
 
 // fetchModel takes the model's weights from the job's datastore
 // (inference.modelSource) into the node's cache, or finds them there, and
-// answers their path for the runtime: the one GGUF file for llama.cpp,
-// the directory otherwise, and the cache's entry that holds them. Until it has them, or ctx ends, it tries
-// again, saying why in the job's log and the agent's status.
+// answers their path for the runtime (the one GGUF file for llama.cpp,
+// the directory otherwise) and the cache's entry that holds them. Until
+// it has them, or ctx ends, it tries again, saying why in the job's log
+// and the agent's status.
 func (a *Agent) fetchModel(ctx context.Context, n *fabric.Node) (path, entry string, err error) {
 	in := a.cfg.Inference
 	src := in.ModelSource

@@ -385,13 +385,7 @@ func (o *Ork) rebuildLocked(ctx context.Context) error {
 	// The jobs waiting are in the new snapshot's job-size mix as in the
 	// old one's.
 	for _, j := range o.queued {
-		waiting := 0
-		for i := range j.Spec.Replicas() {
-			if _, held := snap.Reserved(j.ID, i); !held {
-				waiting++
-			}
-		}
-		snap.Want(j, waiting)
+		snap.Want(j, o.waitingLocked(j))
 	}
 	// The fair queue counts the reservations again, against the teams of
 	// their jobs, and takes the fleet's capacity.
@@ -569,16 +563,21 @@ func (o *Ork) holdsAnyLocked(job cosmic.Job) bool {
 // its replicas without a reservation need.
 func (o *Ork) enqueueLocked(j cosmic.Job) {
 	o.queued[j.ID] = j
-	need, waiting := 0, 0
-	for i := range j.Spec.Replicas() {
-		if _, held := o.snap.Reserved(j.ID, i); !held {
-			need += j.Spec.GPUsPerReplica()
-			waiting++
-		}
-	}
+	waiting := o.waitingLocked(j)
 	// The replicas waiting are part of the demand fgd keeps room for.
 	o.snap.Want(j, waiting)
-	o.fq.Push(fairq.Job{ID: j.ID, Team: j.Team, Key: queueKey(j.Spec), GPUs: need})
+	o.fq.Push(fairq.Job{ID: j.ID, Team: j.Team, Key: queueKey(j.Spec), GPUs: waiting * j.Spec.GPUsPerReplica()})
+}
+
+// waitingLocked is how many of j's replicas hold no reservation.
+func (o *Ork) waitingLocked(j cosmic.Job) int {
+	n := 0
+	for i := range j.Spec.Replicas() {
+		if _, held := o.snap.Reserved(j.ID, i); !held {
+			n++
+		}
+	}
+	return n
 }
 
 func (o *Ork) dequeueLocked(id string) {

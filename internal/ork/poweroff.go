@@ -55,16 +55,16 @@ func poweringOff(j cosmic.Job, held func(replica int) bool) bool {
 	case cosmic.StateStopped:
 		return true
 	case cosmic.StateDeleting:
-		any := false
+		holds := false
 		for _, rs := range j.Status.Replicas {
 			if held(rs.Index) {
 				if rs.State != cosmic.StateStopped {
 					return false
 				}
-				any = true
+				holds = true
 			}
 		}
-		return any
+		return holds
 	}
 	return false
 }

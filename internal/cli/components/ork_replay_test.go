@@ -47,6 +47,7 @@ func TestOrkReplay(t *testing.T) {
 		{[]string{"--nodes", nodes, "--pods", filepath.Join(dir, "missing.csv")}, "missing.csv"},
 		{[]string{"--nodes", nodes}, "give --nodes FILE and --pods FILE"},
 		{[]string{"--nodes", nodes, "--pods", pods, "--policy", "worst-fit"}, `--policy "worst-fit"`},
+		{[]string{"--nodes", nodes, "--pods", pods, "--workload", "sideways"}, `--workload "sideways": want online or trace`},
 	} {
 		code, out, errs := runCLI(t, nil, append([]string{"ork", "replay"}, tt.args...)...)
 		if code != cli.ExitUsage || out != "" || !strings.Contains(errs, tt.want) {

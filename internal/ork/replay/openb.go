@@ -2,7 +2,8 @@ package replay
 
 import (
 	"bytes"
-	"fmt"
+	"cmp"
+	"encoding/csv"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -58,16 +59,14 @@ func ReadOpenBNodes(r io.Reader, file string) (Fleet, error) {
 	}
 	// Rewritten in the replay's own format, so that both readers build a
 	// fleet the same way.
-	var b []byte
-	b = append(b, "name,gpus,gpu_model,cpu_milli,memory_mib\n"...)
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	w.Write([]string{"name", "gpus", "gpu_model", "cpu_milli", "memory_mib"})
 	for i := range t.rows {
-		model := t.get(i, "model")
-		if model == "" {
-			model = "CPU"
-		}
-		b = fmt.Appendf(b, "%s,%s,%s,%s,%s\n", t.get(i, "sn"), t.get(i, "gpu"), model, t.get(i, "cpu_milli"), t.get(i, "memory_mib"))
+		w.Write([]string{t.get(i, "sn"), t.get(i, "gpu"), cmp.Or(t.get(i, "model"), "CPU"), t.get(i, "cpu_milli"), t.get(i, "memory_mib")})
 	}
-	return ReadNodes(bytes.NewReader(b), file)
+	w.Flush()
+	return ReadNodes(&b, file)
 }
 
 // ReadOpenBPods reads an openb pods file (name, cpu_milli, memory_mib,

@@ -84,7 +84,6 @@ func Run(f replay.Fleet, pods, typicalFrom []replay.Pod, policy string, seed uin
 	typ := typicalPods(typicalFrom)
 	rng := rand.New(rand.NewPCG(seed, 0xf6d))
 	demand := 0
-	scores := make([]int64, len(nodes))
 	for _, p := range pods {
 		best := int64(-1)
 		ties := 0
@@ -105,7 +104,6 @@ func Run(f replay.Fleet, pods, typicalFrom []replay.Pod, policy string, seed uin
 			case "Random":
 				s = 0 // every feasible node ties: a uniform draw
 			}
-			scores[i] = s
 			// selectHost: the first of the highest, replaced by each
 			// later tie with probability 1/ties (reservoir sampling).
 			switch {
