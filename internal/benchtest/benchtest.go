@@ -1,5 +1,7 @@
 // Package benchtest describes the machine a benchmark ran on, for the
-// tables of docs/benchmarks.md: the CPU model and the load average.
+// tables of docs/benchmarks.md (the CPU model and the load average), and
+// starts the baselines a serving path is measured against: nginx as one
+// hop or two, with TLS between them or not, and Go byte relays.
 //
 // Importers: tests only.
 package benchtest

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
@@ -29,7 +27,6 @@ import (
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/simruntime"
 	"github.com/cosmicac/cosmicac/internal/store/sqlite"
-	"github.com/cosmicac/cosmicac/internal/waittest"
 )
 
 // TestBenchInference measures the whole path (client → proxy → fabric →
@@ -89,17 +86,28 @@ func TestBenchInference(t *testing.T) {
 		{name: "direct (runtime)", url: rt.URL() + "/v1"},
 		{name: "httputil.ReverseProxy", url: rpSrv.URL + "/v1"},
 	}
-	if ng, pid := startNginx(t, rt.Addr()); ng != "" {
-		name := "nginx " + nginxVersion()
-		paths = append(paths, benchPath{name: name, url: ng + "/v1", pids: []int{pid}})
+	cert := benchtest.NewCert(t)
+	if ng, ok := benchtest.StartNginx(t, rt.Addr(), benchtest.NginxOptions{}); ok {
+		name := "nginx " + benchtest.NginxVersion()
+		paths = append(paths, benchPath{name: name, url: ng.URL + "/v1", pids: []int{ng.PID}})
 		// CosmicAC's path has two hops: so has this one, a second nginx in
 		// front of the first.
-		ng2, pid2 := startNginx(t, strings.TrimPrefix(ng, "http://"))
-		paths = append(paths, benchPath{name: name + ", two hops (nginx → nginx)", url: ng2 + "/v1", pids: []int{pid, pid2}})
+		ng2, _ := benchtest.StartNginx(t, ng.Addr(), benchtest.NginxOptions{})
+		paths = append(paths, benchPath{name: name + ", two hops (nginx → nginx)", url: ng2.URL + "/v1", pids: []int{ng.PID, ng2.PID}})
+		// And the platform's topology done by nginx: the hop beside the
+		// runtime is reached over TLS (TLS 1.3, the certificate checked,
+		// sessions and connections kept), as the proxy reaches the agent.
+		in, _ := benchtest.StartNginx(t, rt.Addr(), benchtest.NginxOptions{ServeTLS: cert})
+		out, _ := benchtest.StartNginx(t, in.Addr(), benchtest.NginxOptions{UpstreamTLS: cert})
+		paths = append(paths, benchPath{name: name + ", two hops, TLS between (nginx → TLS → nginx)", url: out.URL + "/v1", pids: []int{in.PID, out.PID}})
 	}
-	// The least two Go hops can cost: byte relays with no TLS and no HTTP.
-	relays := startRelay(t, startRelay(t, rt.Addr()))
+	// The least two Go hops can cost: byte relays with no TLS and no HTTP;
+	// then the same with TLS between them, the platform's topology with
+	// neither an HTTP parser nor a check.
+	relays := benchtest.StartRelay(t, benchtest.StartRelay(t, rt.Addr(), nil, nil), nil, nil)
 	paths = append(paths, benchPath{name: "two Go TCP relays (io.Copy → io.Copy)", url: "http://" + relays + "/v1"})
+	tlsRelays := benchtest.StartRelay(t, benchtest.StartRelay(t, rt.Addr(), cert, nil), nil, cert)
+	paths = append(paths, benchPath{name: "two Go relays, TLS between (io.Copy → TLS → io.Copy)", url: "http://" + tlsRelays + "/v1"})
 	hopsURL, hopsKey, hopPIDs := startHops(t, rt.Addr())
 	paths = append(paths,
 		benchPath{name: "CosmicAC (proxy → fabric → agent), in the test process", url: h.srv.URL + Prefix, key: key},
@@ -305,100 +313,6 @@ func envInt(name string, def int) int {
 	return v
 }
 
-// startRelay listens on loopback and relays each connection to upstream
-// byte for byte, a goroutine per direction (io.Copy): the least a hop
-// written in Go does. It returns its address.
-func startRelay(t *testing.T, upstream string) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", upstream)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() {
-					io.Copy(u, c)
-					u.(*net.TCPConn).CloseWrite()
-				}()
-				io.Copy(c, u)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-// startNginx runs nginx (Debian's, when installed) on loopback in front of
-// upstream, with its config in a temp dir; it returns its base URL ("" when
-// nginx is not installed).
-func startNginx(t *testing.T, upstream string) (string, int) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		t.Log("nginx not installed: skipping its path")
-		return "", 0
-	}
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	conf := fmt.Sprintf(`worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	client_body_temp_path %[1]s/body;
-	proxy_temp_path %[1]s/proxy;
-	fastcgi_temp_path %[1]s/fastcgi;
-	uwsgi_temp_path %[1]s/uwsgi;
-	scgi_temp_path %[1]s/scgi;
-	upstream runtime { server %[2]s; keepalive 256; }
-	server {
-		listen %[3]s;
-		location / {
-			proxy_pass http://runtime;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_buffering off;
-		}
-	}
-}
-`, dir, upstream, addr)
-	path := filepath.Join(dir, "nginx.conf")
-	os.WriteFile(path, []byte(conf), 0o644)
-	cmd := exec.Command(bin, "-c", path, "-p", dir, "-e", filepath.Join(dir, "error.log"))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
-	waittest.NoError(t, func() error {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}, "nginx to listen on %s", addr)
-	return "http://" + addr, cmd.Process.Pid
-}
-
 // cpuTime is the user and system CPU time pid has used, and with children
 // that of the children its main thread started (/proc/PID/stat; 0 for pid
 // 0 or without /proc). With one worker, nginx's master forks the worker, so
@@ -437,15 +351,6 @@ func cpuTime(pid int, children bool) time.Duration {
 		total += time.Duration(ut+st) * 10 * time.Millisecond
 	}
 	return total
-}
-
-func nginxVersion() string {
-	out, _ := exec.Command("nginx", "-v").CombinedOutput()
-	v := strings.TrimSpace(string(out))
-	if i := strings.Index(v, "nginx/"); i >= 0 {
-		return strings.Fields(v[i+6:])[0]
-	}
-	return ""
 }
 
 // BenchmarkKeyCheck is the API-key check of every request (the proxy's
