@@ -191,7 +191,13 @@ func StartNginx(tb testing.TB, upstream string, o NginxOptions) (n Nginx, ok boo
 			proxy_ssl_trusted_certificate %s;
 			proxy_ssl_name 127.0.0.1;`, c.CertFile)
 	}
-	conf := fmt.Sprintf(`worker_processes 1;
+	// Started as root, nginx's worker would run as nobody, which may not
+	// reach a unix socket of the test's (the engine's).
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;\n"
+	}
+	conf := fmt.Sprintf(`%[6]sworker_processes 1;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
@@ -214,7 +220,7 @@ http {
 		}
 	}
 }
-`, dir, upstream, listen, scheme, upstreamTLS)
+`, dir, upstream, listen, scheme, upstreamTLS, user)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		tb.Fatal(err)

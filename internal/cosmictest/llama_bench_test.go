@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosmicac/cosmicac/internal/benchtest"
 	"github.com/cosmicac/cosmicac/internal/cosmic"
 	"github.com/cosmicac/cosmicac/internal/gguf/testmodel"
 	"github.com/cosmicac/cosmicac/internal/inferproxy"
@@ -27,12 +28,13 @@ import (
 
 // BenchmarkLlamaStreams measures streamed chat completions from a real
 // llama-server (the simulated rack's llama.cpp replica, on the test chat
-// model) four ways in one run: direct to the engine's own socket (no
+// model) six ways in one run: direct to the engine's own socket (no
 // platform at all); through the standard library's reverse proxy (the
 // ideal baseline of one gateway hop, on the engine's host); through two of
 // them with TLS between (the ideal baseline of the platform's topology: a
 // gateway reaching an engine on another host over an encrypted link,
-// through a hop beside the engine); and through proxy-inference (the
+// through a hop beside the engine); through nginx the same two ways (when
+// nginx is installed: hack/bench.sh installs it); and through proxy-inference (the
 // gateway path: API key, routing, limits, the fabric stream to the agent,
 // the agent's relay). Each op is a round of c concurrent streams of 32
 // tokens on each path in turn (ignore_eos, so every stream is as long); it
@@ -98,18 +100,29 @@ func BenchmarkLlamaStreams(b *testing.B) {
 		Transport: tlsTr, FlushInterval: -1})
 	defer gw.Close()
 	client := func() *http.Client { return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}} }
-	paths := []struct {
+	type path struct {
 		name  string
 		c     *http.Client
 		url   string
 		model string
 		auth  string
-	}{
+	}
+	paths := []path{
 		{"direct", direct, "http://llama/v1/chat/completions", "bench", ""},
 		{"reverseproxy", client(), rpSrv.URL + "/v1/chat/completions", "bench", ""},
 		{"two-reverseproxies-tls", client(), gw.URL + "/v1/chat/completions", "bench", ""},
-		{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key},
 	}
+	// nginx (Debian's, when installed) the same two ways: one hop on the
+	// engine's socket, and two with TLS between them (TLS 1.3, the
+	// certificate checked, sessions and connections kept).
+	if ng, ok := benchtest.StartNginx(b, "unix:"+socket, benchtest.NginxOptions{}); ok {
+		cert := benchtest.NewCert(b)
+		in, _ := benchtest.StartNginx(b, "unix:"+socket, benchtest.NginxOptions{ServeTLS: cert})
+		out, _ := benchtest.StartNginx(b, in.Addr(), benchtest.NginxOptions{UpstreamTLS: cert})
+		paths = append(paths, path{"nginx", client(), ng.URL + "/v1/chat/completions", "bench", ""},
+			path{"two-nginx-tls", client(), out.URL + "/v1/chat/completions", "bench", ""})
+	}
+	paths = append(paths, path{"proxy", client(), e.P.URL + inferproxy.Prefix + "/chat/completions", "bench", "Bearer " + key})
 	const tokens = 32
 	for _, conc := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("streams=%d", conc), func(b *testing.B) {

@@ -56,22 +56,29 @@ func (discard) Emit(Record) {}
 // platform running without a monitor.
 type Ring struct {
 	mu   sync.Mutex
-	recs []Record
+	recs []Record // once full, a circle whose oldest record is at next
+	next int
 	max  int
 }
 
-// NewRing keeps at most max records.
+// NewRing keeps at most max records (none for max <= 0).
 func NewRing(max int) *Ring { return &Ring{max: max} }
 
-// Emit implements Sink.
+// Emit implements Sink. Once the ring is full a record takes the oldest
+// one's place: an emit costs the same however many are kept (it copied
+// them all, which on a chatty runtime's log cost as much as serving its
+// requests: docs/benchmarks.md, "Inference on a real engine").
 func (r *Ring) Emit(rec Record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.recs) == r.max {
-		copy(r.recs, r.recs[1:])
-		r.recs = r.recs[:len(r.recs)-1]
+	switch {
+	case r.max <= 0:
+	case len(r.recs) < r.max:
+		r.recs = append(r.recs, rec)
+	default:
+		r.recs[r.next] = rec
+		r.next = (r.next + 1) % r.max
 	}
-	r.recs = append(r.recs, rec)
 }
 
 // Job returns the kept records of one job, oldest first.
@@ -79,9 +86,11 @@ func (r *Ring) Job(id string) []Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Record
-	for _, rec := range r.recs {
-		if rec.JobID == id {
-			out = append(out, rec)
+	for _, part := range [][]Record{r.recs[r.next:], r.recs[:r.next]} {
+		for _, rec := range part {
+			if rec.JobID == id {
+				out = append(out, rec)
+			}
 		}
 	}
 	return out
