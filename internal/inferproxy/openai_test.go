@@ -567,3 +567,60 @@ func TestEmbeddingModel(t *testing.T) {
 		}
 	}
 }
+
+// TestExchangeConnectionsOutlastAPause: the proxy keeps a connection to an
+// agent that relays exchanges (llama.cpp's) past a pause longer than it
+// keeps one to an agent that relays bytes (vLLM's, bound by the runtime's
+// keep-alive): after the pause the llama.cpp job's request reuses its
+// connection, the vLLM job's opens another.
+func TestExchangeConnectionsOutlastAPause(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.addJob("job-llama", "team-a", "llama", cosmic.RuntimeLlamaCPP, 1, 1, true, simruntime.Config{})
+	h.addJob("job-vllm", "team-a", "vllm", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
+	h.waitReady("job-llama", 1)
+	h.waitReady("job-vllm", 1)
+	conns := func() float64 {
+		mfs, err := gatherer(h.proxy).Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "cosmicac_inference_agent_connections_total" {
+				for _, m := range mf.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	ask := func(model string) {
+		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":1}`))
+		req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s %s", model, resp.Status, b)
+		}
+	}
+	ask("llama")
+	before := conns()
+	ask("vllm")
+	if got := conns() - before; got != 1 {
+		t.Fatalf("the first vLLM request opened %v connections, want 1", got)
+	}
+	time.Sleep(agentIdleFor + 500*time.Millisecond)
+	before = conns()
+	ask("llama")
+	if got := conns() - before; got != 0 {
+		t.Errorf("after a pause of %v the llama.cpp job's request opened %v connections, want 0 (its kept one)", agentIdleFor+500*time.Millisecond, got)
+	}
+	ask("vllm")
+	if got := conns() - before; got != 1 {
+		t.Errorf("after the pause the vLLM job's request opened %v connections, want 1 (the kept one is retired before the runtime's keep-alive ends)", got)
+	}
+}

@@ -166,7 +166,8 @@ type Proxy struct {
 	replicas *replicaSet
 	bg       *background // the caches' reads ahead (ahead.go)
 	limits   *limiter
-	pool     *hop.Pool
+	pool     *hop.Pool // to agents that relay byte for byte
+	xpool    *hop.Pool // to agents that relay exchanges (llama.cpp's)
 	proxies  httpserve.Proxies // trusted gateways
 	mux      *http.ServeMux
 	handler  http.Handler
@@ -242,10 +243,10 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 	p.proxies, _ = httpserve.ParseProxies(cfg.TrustedProxies) // Validate checked them
 	p.metrics = newProxyMetrics(p.replicas)
 	p.prefixes = newPrefixIndex(prefixEntries)
-	// One pool of keep-alive HTTP/1.1 connections to the agents, each a
+	// Pools of keep-alive HTTP/1.1 connections to the agents, each a
 	// fabric stream (direct where the agent's address is known or it parked
 	// connections with us); a replica is the address "<agent key>.agent".
-	p.pool = hop.NewPool(func(ctx context.Context, addr string) (net.Conn, error) {
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		key, err := fabric.ParsePublicKey(strings.TrimSuffix(addr, ".agent"))
 		if err != nil {
 			return nil, err
@@ -256,7 +257,9 @@ func New(cfg Config, d Deps) (*Proxy, error) {
 		}
 		p.metrics.agentConns.WithLabelValues(c.Transport()).Inc()
 		return c, nil
-	}, 512, agentIdleFor)
+	}
+	p.pool = hop.NewPool(dial, 512, agentIdleFor)
+	p.xpool = hop.NewPool(dial, 512, exchangeIdleFor)
 	p.mux = http.NewServeMux()
 	p.mux.HandleFunc("POST "+Prefix+"/chat/completions", p.forwardJSON)
 	p.mux.HandleFunc("POST "+Prefix+"/completions", p.forwardJSON)
@@ -323,11 +326,28 @@ func (p *Proxy) Handler() http.Handler { return p.handler }
 // 5 s); a dropped one is replaced from the connections the agent parked.
 const agentIdleFor = 3 * time.Second
 
+// exchangeIdleFor is agentIdleFor for an agent that relays exchanges
+// (llama.cpp's: inferagent's serveExchanges), whose streams outlive the
+// runtime's connections and may rest two minutes there (its streamIdle).
+// A burst after a pause then finds its connections open: with 3 s, 16
+// streams after a 5 s pause each waited for a new one (docs/benchmarks.md,
+// "Inference on a real engine").
+const exchangeIdleFor = time.Minute
+
+// poolFor is the pool of connections to the agents of a runtime's jobs.
+func (p *Proxy) poolFor(runtime cosmic.Runtime) *hop.Pool {
+	if runtime == cosmic.RuntimeLlamaCPP {
+		return p.xpool
+	}
+	return p.pool
+}
+
 // Close drops the pooled connections to the agents, and ends (and waits
 // for) the caches' reads ahead.
 func (p *Proxy) Close() {
 	p.bg.close()
 	p.pool.CloseIdle()
+	p.xpool.CloseIdle()
 }
 
 // ---- errors
@@ -883,6 +903,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		return rs
 	}
 	rs := lookup(false)
+	pool := p.poolFor(jobs[0].Runtime) // sameServing: the jobs have one runtime
 	path := "/v1" + strings.TrimPrefix(r.URL.Path, Prefix)
 	tried := map[*replica]bool{}
 	lastErr := "no replica of the model is ready"
@@ -933,7 +954,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c caller, model 
 		}
 		attempt++
 		m := meter{strip: strip}
-		done, refused, errText := p.try(w, r, rep, path, body, &wait.committed, &m)
+		done, refused, errText := p.try(w, r, pool, rep, path, body, &wait.committed, &m)
 		if errText == errBodyFailed {
 			return true
 		}
@@ -1078,7 +1099,7 @@ func writeSSEError(w http.ResponseWriter, status int, code, msg string) {
 // are not the client's any more, so an answer that is not an event stream
 // goes as an error event. try sets it when it passes on an event stream's
 // head.
-func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path string, body reqBody, committed *bool, m *meter) (done, answered bool, errText string) {
+func (p *Proxy) try(w http.ResponseWriter, r *http.Request, pool *hop.Pool, rep *replica, path string, body reqBody, committed *bool, m *meter) (done, answered bool, errText string) {
 	began := *committed // the head the client has is not this replica's
 	rep.outstanding.Add(1)
 	defer rep.outstanding.Add(-1)
@@ -1090,7 +1111,7 @@ func (p *Proxy) try(w http.ResponseWriter, r *http.Request, rep *replica, path s
 	// a runtime is in a tenant's VM.
 	apiv1.StripCredentials(out.Header)
 	out.Header.Del("Cookie")
-	resp, err := p.pool.Do(out, rep.host())
+	resp, err := pool.Do(out, rep.host())
 	if err != nil {
 		if r.Context().Err() != nil {
 			return true, false, ""
