@@ -166,8 +166,8 @@ type Proxy struct {
 	replicas *replicaSet
 	bg       *background // the caches' reads ahead (ahead.go)
 	limits   *limiter
-	pool     *hop.Pool // to agents that relay byte for byte
-	xpool    *hop.Pool // to agents that relay exchanges (llama.cpp's)
+	pool     *hop.Pool         // to agents that relay byte for byte
+	xpool    *hop.Pool         // to agents that relay exchanges (llama.cpp's)
 	proxies  httpserve.Proxies // trusted gateways
 	mux      *http.ServeMux
 	handler  http.Handler
