@@ -2,9 +2,11 @@
 # The serving path's benchmark job (docs/benchmarks.md, "Inference" and
 # "Fabric"): not part of the test suite, which never asserts a timing. It
 # installs nginx 1.22 from Debian's apt when it is missing (as root; the
-# inference harness compares CosmicAC's two hops with one nginx and with two
-# in the same run, and says so when nginx is absent), then runs, one after
-# the other so that nothing else shares the two cores:
+# inference harness compares CosmicAC's two hops with one nginx, with two,
+# and with two that have TLS between them, as the proxy and the agent have,
+# beside Go byte relays with and without TLS, in the same run, and says so
+# when nginx is absent), then runs, one after the other so that nothing else
+# shares the two cores:
 #
 #   - the inference harness with a 2 ms time to first token, then CPU-bound
 #     (every path in one table, with the CPU it ran on and the load average);
@@ -14,8 +16,8 @@
 #     runtime, the key check, the request's head, the headers' copy, the
 #     prefix policy's pick);
 #   - on the real engine (hack/build-llama.sh's llama-server, built first
-#     when missing): streams through the proxy beside direct and the ideal
-#     baselines (BenchmarkLlamaStreams), and the two routing policies on
+#     when missing): streams through the proxy beside direct, the ideal
+#     baselines and nginx (BenchmarkLlamaStreams), and the two routing policies on
 #     three replicas (BenchmarkPrefixRouting), autoscaling under a load
 #     ramp beside fixed replica counts (BenchmarkAutoscale; docs/benchmarks.md,
 #     "Prefix-cache-aware routing" and "Autoscaling");
