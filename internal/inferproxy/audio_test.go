@@ -310,21 +310,7 @@ func TestStreamedUploadFailsOver(t *testing.T) {
 	h.agents["job-asr"][0].sim.Runtime().SetFaults(simruntime.Faults{FailRate: 1, Status: http.StatusServiceUnavailable})
 	cl := sdk(h, h.keys["team-a"])
 	audio := wav.Tone(60, 16000)
-	retries := func() float64 {
-		mfs, err := gatherer(h.proxy).Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0.0
-		for _, mf := range mfs {
-			if mf.GetName() == "cosmicac_inference_retries_total" {
-				for _, m := range mf.GetMetric() {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-		return n
-	}
+	retries := func() float64 { return counterSum(t, h.proxy, "cosmicac_inference_retries_total") }
 	for i := 1; retries() == 0; i++ {
 		if i > 30 {
 			t.Fatal("30 uploads, and none was tried on the refusing replica first")
@@ -349,6 +335,12 @@ func TestStreamedUploadFailsOver(t *testing.T) {
 
 // uploadsByMode reads cosmicac_inference_uploads_total.
 func uploadsByMode(t *testing.T, p *Proxy) map[string]float64 {
+	return countersByLabel(t, p, "cosmicac_inference_uploads_total")
+}
+
+// countersByLabel sums the counter name of p's metrics by its first
+// label's value.
+func countersByLabel(t *testing.T, p *Proxy, name string) map[string]float64 {
 	t.Helper()
 	mfs, err := gatherer(p).Gather()
 	if err != nil {
@@ -356,13 +348,23 @@ func uploadsByMode(t *testing.T, p *Proxy) map[string]float64 {
 	}
 	got := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "cosmicac_inference_uploads_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
 				got[m.GetLabel()[0].GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
 	return got
+}
+
+// counterSum is the counter name of p's metrics, summed over its labels.
+func counterSum(t *testing.T, p *Proxy, name string) float64 {
+	t.Helper()
+	n := 0.0
+	for _, v := range countersByLabel(t, p, name) {
+		n += v
+	}
+	return n
 }
 
 type countWriter struct{ n int64 }

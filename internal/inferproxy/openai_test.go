@@ -453,19 +453,7 @@ func TestAgentConnectionsAreDirect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	byTransport := map[string]float64{}
-	mfs, err := gatherer(h.proxy).Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "cosmicac_inference_agent_connections_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			byTransport[m.GetLabel()[0].GetValue()] += m.GetCounter().GetValue()
-		}
-	}
+	byTransport := countersByLabel(t, h.proxy, "cosmicac_inference_agent_connections_total")
 	// Parks arrive within milliseconds; a request that found none within
 	// 250 ms (a starved machine) goes over the multiplexed connection.
 	if byTransport["tcp-direct"] == 0 {
@@ -579,21 +567,7 @@ func TestExchangeConnectionsOutlastAPause(t *testing.T) {
 	h.addJob("job-vllm", "team-a", "vllm", cosmic.RuntimeVLLM, 1, 1, true, simruntime.Config{})
 	h.waitReady("job-llama", 1)
 	h.waitReady("job-vllm", 1)
-	conns := func() float64 {
-		mfs, err := gatherer(h.proxy).Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0.0
-		for _, mf := range mfs {
-			if mf.GetName() == "cosmicac_inference_agent_connections_total" {
-				for _, m := range mf.GetMetric() {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-		return n
-	}
+	conns := func() float64 { return counterSum(t, h.proxy, "cosmicac_inference_agent_connections_total") }
 	ask := func(model string) {
 		req, _ := http.NewRequest("POST", h.srv.URL+Prefix+"/completions", strings.NewReader(`{"model":"`+model+`","prompt":"hi","max_tokens":1}`))
 		req.Header.Set("Authorization", "Bearer "+h.keys["team-a"])
