@@ -31,9 +31,11 @@ import (
 
 // TestBenchInference measures the whole path (client → proxy → fabric →
 // agent → runtime) against calling the runtime directly, next to a plain
-// httputil.ReverseProxy, nginx (when installed) with one hop and with two
-// (a second nginx in front of the first), and two chained Go byte relays
-// (the least two Go hops cost), all in front of the same runtime, in
+// httputil.ReverseProxy, nginx (when installed) with one hop, with two (a
+// second nginx in front of the first) and with two that have TLS between
+// them (the platform's topology), and two chained Go byte relays without
+// and with TLS between them (the least two Go hops cost: the floor), all
+// in front of the same runtime (benchtest's baselines), in
 // interleaved rounds in one run. CosmicAC's path runs twice: its proxy and
 // agent in the test process, and each in a process of its own (hops_test.go),
 // as nginx runs. The client and the runtime are in the test process for

@@ -330,8 +330,8 @@ const agentIdleFor = 3 * time.Second
 // (llama.cpp's: inferagent's serveExchanges), whose streams outlive the
 // runtime's connections and may rest two minutes there (its streamIdle).
 // A burst after a pause then finds its connections open: with 3 s, 16
-// streams after a 5 s pause each waited for a new one (docs/benchmarks.md,
-// "Inference on a real engine").
+// streams after a pause of a few seconds each waited for a new one
+// (docs/benchmarks.md, "Inference on a real engine").
 const exchangeIdleFor = time.Minute
 
 // poolFor is the pool of connections to the agents of a runtime's jobs.
